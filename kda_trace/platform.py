@@ -1,0 +1,42 @@
+"""The one place that decides the device and whether Triton runs compiled or interpreted."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import torch
+
+
+@lru_cache(maxsize=None)
+def has_cuda() -> bool:
+    """True when a CUDA device can be used."""
+    return torch.cuda.is_available()
+
+
+def default_device() -> str:
+    """`"cuda"` when a GPU is present, else `"cpu"`."""
+    return "cuda" if has_cuda() else "cpu"
+
+
+def resolve_device(device: str | None) -> str:
+    """Check a user-given device name (or None for the default) and return it."""
+    if device is None:
+        return default_device()
+    if device.startswith("cuda") and not has_cuda():
+        raise ValueError(f"device {device!r} was asked for but no CUDA device is available")
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise ValueError(f"unknown device {device!r}: use 'cuda', 'cuda:N' or 'cpu'")
+    return device
+
+
+def triton_interpreted() -> bool:
+    """True when Triton kernels run through the interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def ensure_triton_can_run(device: str) -> None:
+    """On the CPU, Triton kernels only run through the interpreter: switch it on before triton loads
+    any kernel. Call this before importing a module that defines @triton.jit kernels."""
+    if not device.startswith("cuda"):
+        os.environ["TRITON_INTERPRET"] = "1"
