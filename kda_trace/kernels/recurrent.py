@@ -1,0 +1,258 @@
+"""Token-by-token KDA in one Triton kernel: decode, multi-token decode (MTP) and short prefill.
+
+One program owns one (sequence, value head, V-tile): it loads that [BV, K] slice of the fp32 state once,
+walks the sequence's tokens keeping the slice in registers, writes o for every token and the state once at
+the end. Every token needs the whole k and q of its head (the delta-rule read S^T k and the output S^T q
+reduce over K), so K stays whole in a program and only V is split into tiles; small batches get more
+programs from smaller V-tiles.
+
+The recurrence (fp32), per token t, for the [K, V] state S (KDA.md):
+    S = diag(exp(g_t)) S;  S = S + beta_t k_t (v_t - S^T k_t)^T;  o_t = S^T (scale q_t)
+Registers hold the slice as a [BV, BK] tile whatever the layout in memory; the layout only changes the
+two element strides (one constexpr), so a single kernel body serves [K, V] and [V, K] states.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kda_trace.kernels.options import KDAOptions
+
+_GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
+_BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
+
+
+@triton.jit(do_not_specialize=["T", "scale", "lower_bound"])
+def _kda_recurrent_kernel(
+    q, k, v, g, beta, A_log, dt_bias, o,
+    h0, ht, cu_seqlens, state_indices,
+    scale, lower_bound, T, stride_h0, stride_ht,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr,
+    GATE: tl.constexpr,  # 0 precomputed, 1 unbounded, 2 safe
+    BETA: tl.constexpr,  # 0 prob, 1 logits, 2 logits_x2
+    QK_L2NORM: tl.constexpr,
+    STATE_VK: tl.constexpr,  # True: state [V, K] (K contiguous); False: [K, V]
+    USE_H0: tl.constexpr,
+    STORE_HT: tl.constexpr,
+    INPLACE: tl.constexpr,  # final state goes to the slot it was read from (ht is h0)
+    IS_VARLEN: tl.constexpr,
+    HAS_INDICES: tl.constexpr,
+):
+    # Program id -> (sequence n, value head hv, V-tile); V-tiles of one head are neighbours so that
+    # neighbouring programs read neighbouring state memory and share q/k in cache.
+    pid = tl.program_id(0).to(tl.int64)
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_v = pid % NV
+    i_nh = pid // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)  # GVA: value head hv reads q/k head hv // (HV // H)
+
+    if IS_VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        seq_len = tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos
+    else:
+        seq_len = T.to(tl.int64)
+        bos = i_n * seq_len
+
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_k = o_k < K
+    mask_v = o_v < V
+    mask_h = mask_v[:, None] & mask_k[None, :]
+    # element (v, k) of one head's state sits at v * S_V + k * S_K in either layout
+    S_V: tl.constexpr = K if STATE_VK else 1
+    S_K: tl.constexpr = 1 if STATE_VK else V
+    off_h = i_hv * (K * V) + o_v[:, None] * S_V + o_k[None, :] * S_K
+
+    if HAS_INDICES:
+        slot = tl.load(state_indices + i_n).to(tl.int64)
+    else:
+        slot = i_n
+    if USE_H0:
+        b_h = tl.load(h0 + slot * stride_h0 + off_h, mask=mask_h, other=0.0).to(tl.float32)
+    else:
+        b_h = tl.zeros([BV, BK], dtype=tl.float32)
+
+    # Per-head gate parameters do not change along the sequence: load them once.
+    if GATE != 0:
+        b_A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+        b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=mask_k, other=0.0).to(tl.float32)
+
+    p_q = q + (bos * H + i_h) * K + o_k
+    p_k = k + (bos * H + i_h) * K + o_k
+    p_g = g + (bos * HV + i_hv) * K + o_k
+    p_v = v + (bos * HV + i_hv) * V + o_v
+    p_o = o + (bos * HV + i_hv) * V + o_v
+    p_beta = beta + bos * HV + i_hv
+    for _ in range(0, seq_len):
+        b_q = tl.load(p_q, mask=mask_k, other=0.0).to(tl.float32)
+        b_k = tl.load(p_k, mask=mask_k, other=0.0).to(tl.float32)
+        b_g = tl.load(p_g, mask=mask_k, other=0.0).to(tl.float32)
+        b_v = tl.load(p_v, mask=mask_v, other=0.0).to(tl.float32)
+        b_beta = tl.load(p_beta).to(tl.float32)
+
+        if QK_L2NORM:
+            b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6)
+            b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
+        b_q = b_q * scale
+        if GATE == 1:
+            x = b_g + b_bias
+            # softplus(x) = x above 20; the clamp keeps exp finite in the branch not taken
+            b_g = -b_A * tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+        elif GATE == 2:
+            b_g = lower_bound * tl.sigmoid(b_A * (b_g + b_bias))
+        if BETA == 1:
+            b_beta = tl.sigmoid(b_beta)
+        elif BETA == 2:
+            b_beta = 2.0 * tl.sigmoid(b_beta)
+
+        # decay, delta-rule write with the decayed state, then read with the updated state
+        b_h = b_h * tl.exp(b_g)[None, :]
+        b_v = (b_v - tl.sum(b_h * b_k[None, :], axis=1)) * b_beta
+        b_h = b_h + b_v[:, None] * b_k[None, :]
+        b_o = tl.sum(b_h * b_q[None, :], axis=1)
+        tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=mask_v)
+
+        p_q += H * K
+        p_k += H * K
+        p_g += HV * K
+        p_v += HV * V
+        p_o += HV * V
+        p_beta += HV
+
+    if STORE_HT:
+        if INPLACE:
+            out_slot = slot
+        else:
+            out_slot = i_n
+        tl.store(ht + out_slot * stride_ht + off_h, b_h, mask=mask_h)
+
+
+def _tile_config(n_heads_total: int, K: int, V: int) -> tuple[int, int, int]:
+    """(BK, BV, num_warps) for n_heads_total = sequences * value heads.
+
+    Small batches split V finely so that enough programs exist to keep the GPU's memory system busy;
+    large batches take wider tiles (fewer, longer programs)."""
+    BK = triton.next_power_of_2(K)
+    BV_max = triton.next_power_of_2(V)
+    if n_heads_total <= 64:
+        BV = 8
+    elif n_heads_total <= 512:
+        BV = 16
+    else:
+        BV = 32
+    BV = max(1, min(BV, BV_max, max(1, 4096 // BK)))
+    num_warps = 4 if BV * BK >= 2048 else 2
+    return BK, BV, num_warps
+
+
+def kda_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    opts: KDAOptions = KDAOptions(),
+    *,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    state_indices: torch.Tensor | None = None,
+    inplace_state: bool = False,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    r"""Token-by-token KDA forward (decode, MTP, short prefill).
+
+    Args:
+        q, k: `[B, T, H, K]` queries / keys (any float dtype; math in fp32).
+        v: `[B, T, HV, V]` values; HV a multiple of H (GVA: value head hv uses q/k head hv // (HV // H)).
+        g: `[B, T, HV, K]`: the log decay when `opts.gate == "precomputed"`, else the raw gate input.
+        beta: `[B, T, HV]`: a probability (`opts.beta == "prob"`) or logits ("logits", "logits_x2").
+        opts: the options (scale, in-kernel q/k L2 norm, gate, beta form, state layout, final state).
+        A_log: `[HV]` fp32, needed by the "unbounded" and "safe" gates.
+        dt_bias: `[HV, K]` or `[HV * K]` fp32, needed by the "unbounded" and "safe" gates.
+        initial_state: `[N, HV, K, V]` (`state_layout="kv"`) or `[N, HV, V, K]` ("vk"), fp32, or None for
+            zeros. With `state_indices` it is a pool `[P, HV, ...]` and sequence n starts from slot
+            `state_indices[n]`.
+        cu_seqlens: `[N + 1]` int32/int64 cumulative lengths of a packed batch (then B must be 1), or None
+            for N = B dense sequences of T tokens. Lengths must be >= 1 (not checked here: checking
+            would synchronise with the device).
+        state_indices: `[N]` int32/int64 distinct pool slots, or None (sequence n uses row n).
+        inplace_state: write each final state back into the slot of `initial_state` it was read from
+            (slots not read stay bit-identical) and return `initial_state` as the final state.
+        out: optional preallocated `[B, T, HV, V]` output.
+
+    Returns:
+        o: `[B, T, HV, V]` in v's dtype.
+        final_state: `[N, HV, K, V]` / `[N, HV, V, K]` fp32 when `opts.output_final_state` (a new tensor)
+            or `inplace_state` (`initial_state` itself), else None.
+    """
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if k.shape != q.shape or v.shape[:2] != (B, T) or g.shape != (B, T, HV, K) or beta.shape != (B, T, HV):
+        raise ValueError(
+            f"shape mismatch: q {tuple(q.shape)} k {tuple(k.shape)} v {tuple(v.shape)} g {tuple(g.shape)} "
+            f"beta {tuple(beta.shape)}; expected k like q, v [B, T, HV, V], g [B, T, HV, K], beta [B, T, HV]")
+    if HV % H:
+        raise ValueError(f"value heads ({HV}) must be a multiple of q/k heads ({H})")
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError(f"with cu_seqlens the batch size must be 1, got {B}")
+        N = cu_seqlens.shape[0] - 1
+    else:
+        N = B
+    if opts.gate != "precomputed" and (A_log is None or dt_bias is None):
+        raise ValueError(f"gate {opts.gate!r} needs A_log and dt_bias")
+    if state_indices is not None and initial_state is None:
+        raise ValueError("state_indices needs initial_state (the pool)")
+    if inplace_state and initial_state is None:
+        raise ValueError("inplace_state needs initial_state")
+    vk = opts.state_layout == "vk"
+    if initial_state is not None:
+        want = (HV, V, K) if vk else (HV, K, V)
+        if tuple(initial_state.shape[1:]) != want or initial_state.stride()[1:] != (K * V, want[2], 1):
+            raise ValueError(
+                f"initial_state must be [N or P, {want[0]}, {want[1]}, {want[2]}] ({opts.state_layout} layout) "
+                f"with contiguous rows, got shape {tuple(initial_state.shape)} strides {initial_state.stride()}")
+        if initial_state.dtype != torch.float32:
+            raise ValueError(f"initial_state must be float32, got {initial_state.dtype}")
+        if state_indices is None and initial_state.shape[0] != N:
+            raise ValueError(f"initial_state has {initial_state.shape[0]} states for {N} sequences")
+    if state_indices is not None and state_indices.shape != (N,):
+        raise ValueError(f"state_indices must be [{N}], got {tuple(state_indices.shape)}")
+
+    q, k, v, g, beta = (x if x.is_contiguous() else x.contiguous() for x in (q, k, v, g, beta))
+    if out is None:
+        out = torch.empty_like(v)
+    if inplace_state:
+        final_state = initial_state
+    elif opts.output_final_state:
+        final_state = q.new_empty((N, HV, V, K) if vk else (N, HV, K, V), dtype=torch.float32)
+    else:
+        final_state = None
+
+    BK, BV, num_warps = _tile_config(N * HV, K, V)
+    grid = (N * HV * triton.cdiv(V, BV),)
+    # Tensors not used by a configuration get a harmless placeholder (never read: their flag is off).
+    _kda_recurrent_kernel[grid](
+        q, k, v, g, beta,
+        A_log if A_log is not None else q, dt_bias if dt_bias is not None else q, out,
+        initial_state if initial_state is not None else q,
+        final_state if final_state is not None else q,
+        cu_seqlens if cu_seqlens is not None else q,
+        state_indices if state_indices is not None else q,
+        opts.resolved_scale(K), float(opts.lower_bound), T,
+        initial_state.stride(0) if initial_state is not None else 0,
+        final_state.stride(0) if final_state is not None else 0,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV,
+        GATE=_GATE_CODES[opts.gate], BETA=_BETA_CODES[opts.beta], QK_L2NORM=opts.use_qk_l2norm,
+        STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
+        INPLACE=inplace_state, IS_VARLEN=cu_seqlens is not None, HAS_INDICES=state_indices is not None,
+        num_warps=num_warps,
+    )
+    return out, final_state
