@@ -1,0 +1,54 @@
+"""`kda-trace` command line: thin, each command lives in the module that does its job."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+# command -> module defining `configure(parser)` and `command(args) -> int`
+COMMANDS = {
+    "list": "kda_trace.commands",
+    "validate": "kda_trace.commands",
+    "schemas": "kda_trace.commands",
+    "coverage": "kda_trace.commands",
+    "run": "kda_trace.run_command",
+    "report": "kda_trace.run_command",
+    "export": "kda_trace.hub",
+    "publish": "kda_trace.hub",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kda-trace", description="KDA kernel definitions, workloads and a runner that judges implementations.")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
+    for name, module_name in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:
+                raise
+            continue  # a command whose module is not there yet
+        configure = getattr(module, f"configure_{name}", None)
+        if configure is None:
+            continue
+        help_text = (getattr(module, f"command_{name}").__doc__ or "").strip().splitlines()[0]
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        configure(p)
+        p.set_defaults(func=getattr(module, f"command_{name}"))
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

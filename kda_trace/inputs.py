@@ -1,0 +1,159 @@
+"""Workload -> input tensors: seeded generators, scalars, safetensors files, packed sequence lengths.
+
+Every random input is drawn in float32 on the target device from its own generator, seeded from
+(run seed, workload uuid, input name), then cast to its dtype: the same seed gives bit-identical inputs
+on the same device, and adding an input to a definition does not change the values of the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+
+from .schema import Definition, Generator, RandomInput, SafetensorsInput, ScalarInput, TensorSpec, Workload
+
+DEFAULT_SEED = 20261122
+
+TORCH_DTYPES = {
+    "float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "bool": torch.bool,
+}
+
+
+class InputError(Exception):
+    """A workload whose inputs cannot be made; the message names the workload and the input."""
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    """The torch dtype of a schema dtype (enum or string)."""
+    return TORCH_DTYPES[getattr(dtype, "value", dtype)]
+
+
+def input_seed(seed: int, uuid: str, name: str) -> int:
+    """A 63-bit seed for one input of one workload."""
+    digest = hashlib.sha256(f"{seed}:{uuid}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def _draw(gen: Generator, shape: list[int], rng: torch.Generator, device: str) -> torch.Tensor:
+    """Values of a float generator, in float32."""
+    def randn() -> torch.Tensor:
+        return torch.randn(shape, generator=rng, device=device, dtype=torch.float32)
+
+    if gen.kind == "randn":
+        return randn() * (1.0 if gen.std is None else gen.std) + (gen.mean or 0.0)
+    if gen.kind == "uniform":
+        low, high = gen.low or 0.0, 1.0 if gen.high is None else gen.high
+        return torch.rand(shape, generator=rng, device=device, dtype=torch.float32) * (high - low) + low
+    if gen.kind == "l2_normalized":
+        x = randn()
+        return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    if gen.kind == "logsigmoid":
+        g = torch.nn.functional.logsigmoid(randn())
+        return g.clamp(min=gen.lower_bound) if gen.lower_bound is not None else g
+    if gen.kind == "sigmoid":
+        return torch.sigmoid(randn())
+    if gen.kind == "constant":
+        return torch.full(shape, float(gen.value), device=device, dtype=torch.float32)
+    raise InputError(f"generator {gen.kind!r} cannot make float values")
+
+
+def _cu_seqlens(name: str, spec: TensorSpec, gen: Generator, shape: list[int], workload: Workload,
+                axes: Dict[str, int], device: str) -> torch.Tensor:
+    if workload.seq_lens is None:
+        raise InputError(f"input {name!r}: generator 'cu_seqlens' needs the workload's 'seq_lens'")
+    if shape != [len(workload.seq_lens) + 1]:
+        raise InputError(f"input {name!r}: {len(workload.seq_lens)} seq_lens need shape "
+                         f"[{len(workload.seq_lens) + 1}], the definition gives {shape}")
+    if gen.total_axis and sum(workload.seq_lens) != axes.get(gen.total_axis):
+        raise InputError(f"input {name!r}: seq_lens sum to {sum(workload.seq_lens)} but axis "
+                         f"{gen.total_axis!r} is {axes.get(gen.total_axis)}")
+    offsets = [0]
+    for n in workload.seq_lens:
+        offsets.append(offsets[-1] + n)
+    return torch.tensor(offsets, dtype=torch_dtype(spec.dtype), device=device)
+
+
+def _slot_indices(name: str, spec: TensorSpec, gen: Generator, shape: list[int], axes: Dict[str, int],
+                  rng: torch.Generator, device: str) -> torch.Tensor:
+    pool = axes[gen.pool_axis]
+    count = 1
+    for d in shape:
+        count *= d
+    if count > pool:
+        raise InputError(f"input {name!r}: {count} distinct slots asked from a pool of {pool}")
+    perm = torch.randperm(pool, generator=rng, device=device)[:count]
+    return perm.reshape(shape).to(torch_dtype(spec.dtype))
+
+
+def make_input(definition: Definition, workload: Workload, name: str, axes: Dict[str, int], seed: int,
+               device: str, root: Optional[Path]) -> Any:
+    """One input of a workload (tensor, Python scalar, or None)."""
+    spec = definition.inputs[name]
+    source = workload.inputs.get(name, RandomInput())
+    if isinstance(source, ScalarInput):
+        if spec.shape is not None:
+            raise InputError(f"input {name!r}: a scalar value was given for a tensor of shape {spec.shape}")
+        return source.value
+    if isinstance(source, SafetensorsInput):
+        return _load_safetensors(name, spec, source, definition, axes, root, device)
+    gen = source.generator or spec.generator or Generator(kind="randn")
+    if gen.kind == "none":
+        if not spec.optional:
+            raise InputError(f"input {name!r}: generator 'none' for an input that is not optional")
+        return None
+    shape = definition.shape_of(spec, axes)
+    if shape is None:
+        raise InputError(f"input {name!r}: scalar inputs need {{'type': 'scalar', 'value': ...}} in the workload")
+    rng = torch.Generator(device=device)
+    rng.manual_seed(input_seed(seed, workload.uuid, name))
+    if gen.kind == "cu_seqlens":
+        return _cu_seqlens(name, spec, gen, shape, workload, axes, device)
+    if gen.kind == "slot_indices":
+        return _slot_indices(name, spec, gen, shape, axes, rng, device)
+    return _draw(gen, shape, rng, device).to(torch_dtype(spec.dtype))
+
+
+def _load_safetensors(name, spec, source: SafetensorsInput, definition, axes, root, device):
+    from safetensors.torch import load_file
+
+    if root is None:
+        raise InputError(f"input {name!r}: safetensors inputs need a dataset root")
+    root = Path(root).resolve()
+    path = (root / source.path).resolve()
+    if root not in path.parents:
+        raise InputError(f"input {name!r}: path {source.path!r} leaves the dataset root")
+    if not path.is_file():
+        raise InputError(f"input {name!r}: file {source.path!r} does not exist")
+    tensors = load_file(str(path), device="cpu")
+    if source.tensor_key not in tensors:
+        raise InputError(f"input {name!r}: {source.path!r} has no tensor {source.tensor_key!r}")
+    t = tensors[source.tensor_key]
+    want = definition.shape_of(spec, axes)
+    if want is not None and list(t.shape) != want:
+        raise InputError(f"input {name!r}: stored shape {list(t.shape)} != definition shape {want}")
+    if t.dtype != torch_dtype(spec.dtype):
+        raise InputError(f"input {name!r}: stored dtype {t.dtype} != definition dtype {spec.dtype.value}")
+    return t.to(device)
+
+
+def make_inputs(definition: Definition, workload: Workload, seed: int = DEFAULT_SEED, device: str = "cpu",
+                root: Optional[Path] = None) -> Dict[str, Any]:
+    """All inputs of a workload, in the definition's order. Raises InputError naming the workload."""
+    axes = {**definition.const_axes, **workload.axes}
+    out: Dict[str, Any] = {}
+    for name in definition.inputs:
+        try:
+            out[name] = make_input(definition, workload, name, axes, seed, device, root)
+        except InputError as e:
+            raise InputError(f"workload {workload.uuid} of {definition.name}: {e}") from None
+    return out
+
+
+def clone_inputs(inputs: Dict[str, Any]) -> Dict[str, Any]:
+    """A fresh copy of every tensor, so a solution can never change another's inputs."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
