@@ -109,8 +109,14 @@ def pydantic_problems(error: ValidationError) -> List[str]:
     """Pydantic errors as 'field a.b: message'."""
     out = []
     for e in error.errors():
-        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        path = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
+        if not path:  # a model-level check: its message starts with the field it is about
+            path, _, rest = msg.partition(": ")
+            if rest and " " not in path:
+                msg = rest
+            else:
+                path, msg = "(top level)", e["msg"].removeprefix("Value error, ")
         out.append(f"field {path}: {msg}")
     return out
 
@@ -185,7 +191,7 @@ def _load_definition(ds: Dataset, path: Path) -> None:
 def _load_workloads(ds: Dataset, path: Path, seen_uuids: Dict[str, str]) -> None:
     rel = _rel(ds, path)
     definition = ds.definitions.get(path.stem)
-    if definition is None:
+    if definition is None or definition.op_type != path.parent.name:
         ds.problems.append(Problem(rel, "", f"no valid definition named {path.stem!r} for these workloads"))
         return
     entries = ds.workloads.setdefault(definition.name, [])
