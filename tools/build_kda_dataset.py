@@ -1,0 +1,640 @@
+"""Write the KDA dataset: definitions/kda/*.json and workloads/kda/*.jsonl.
+
+Deterministic: running it twice gives byte-identical files (no clock, no global RNG; workload uuids are
+uuid5 of the definition name and the workload label; uneven sequence lengths come from a seeded
+random.Random per workload). The reference of each family is the readable file
+tools/kda_references/<family>.py; its block of definition constants is rewritten per definition and the
+whole file is embedded as the definition's `reference` text.
+
+    .venv/bin/python tools/build_kda_dataset.py [--root DIR]
+
+Families, names and input/output interfaces follow docs/KDA_FAMILIES.md; tags follow docs/FORMAT.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCES = Path(__file__).resolve().parent / "kda_references"
+UUID_NAMESPACE = uuid.UUID("6f0c1d2e-4b7a-5c3d-9e8f-0a1b2c3d4e5f")
+LOWER_BOUND = -5.0
+D = 128  # head dim of every shipping KDA model (q, k and v)
+
+# --------------------------------------------------------------------------- models (WORKLOADS.md)
+# (model tag, model description, heads at TP1, gate kind, [(tp, heads per GPU), ...])
+MODELS = [
+    ("kimi-linear", "Kimi-Linear-48B-A3B (20 of 27 layers are KDA)", "unbounded", [(1, 32), (4, 8)]),
+    ("kimi-k3", "Kimi-K3 (69 of 93 layers are KDA, full-rank safe gate)", "safe", [(1, 96), (4, 24)]),
+    ("glm-5.3-flash", "GLM-5.3-Flash (34 KDA layers)", "safe", [(1, 64), (4, 16)]),
+]
+
+# --------------------------------------------------------------------------- tolerances
+# Calibration (KDA.md and benchmarks/RESULTS.md): fla 0.6.0's bf16 Triton kernels reach an RMS-relative
+# error of ~3.3e-3 (chunk_kda) and ~1.7e-3 (fused_recurrent_kda) on o against the fp32 recurrence, and
+# bf16 rounding of o alone costs ~1.1e-3. The bounds leave about 3x headroom over a correct bf16 kernel
+# and stay far below what real bugs give: a dropped initial state, a state leaking between sequences, a
+# wrong gate or a skipped L2 norm give errors of 1e-1 to 1 (tests/test_dataset_kda.py checks such
+# mutants fail). The element-wise bound (atol + rtol * |ref|) with min_matched_ratio 0.99999 catches a
+# single wrong token that the RMS of a long packed batch would dilute: one wrong token of 65536 is
+# 1.5e-5 of the elements. The atol values are set against the typical magnitudes of these generators
+# (o ~ 0.01-0.05 since scale = K^-0.5 and q is unit norm; states ~ 0.1-0.5).
+TOL_O = {"atol": 2e-3, "rtol": 2e-2, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-2, "min_cosine": 0.9999}
+TOL_STATE = {"atol": 1e-2, "rtol": 2e-2, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-2, "min_cosine": 0.9999}
+# Gate alone: pure fp32 element-wise math; only transcendental rounding (exp, log1p vs log(1 + x)) differs.
+TOL_GATE = {"atol": 1e-5, "rtol": 1e-5, "min_matched_ratio": 1.0, "max_rms_rel_error": 1e-5, "min_cosine": 0.999999}
+# Backward: fla's own tests allow ~1e-2 on gradients in bf16; dg sums over chains of products and is noisier.
+TOL_GRAD = {"atol": 5e-3, "rtol": 5e-2, "min_matched_ratio": 0.9999, "max_rms_rel_error": 2e-2, "min_cosine": 0.9998}
+TOL_DG = {"atol": 2e-2, "rtol": 5e-2, "min_matched_ratio": 0.9999, "max_rms_rel_error": 3e-2, "min_cosine": 0.9995}
+
+# --------------------------------------------------------------------------- generators
+GEN_RAW_QK = {"kind": "randn"}                        # normalised inside the op
+GEN_UNIT_QK = {"kind": "l2_normalized"}               # the caller normalised them
+GEN_V = {"kind": "randn"}
+GEN_G_RAW = {"kind": "randn"}
+# A = exp(A_log) in [1, 16] and dt_bias ~ log(dt) with dt in [~7e-3, ~0.37]: the Kimi-Linear / Mamba style
+# initialisation. With g_raw ~ N(0, 1) this mixes channels that forget within a few tokens with channels
+# that remember across many chunks (median unbounded g ~ -0.2), so both the in-chunk math and the state
+# passed between chunks matter to the result.
+GEN_A_LOG = {"kind": "uniform", "low": 0.0, "high": math.log(16.0)}
+GEN_DT_BIAS = {"kind": "uniform", "low": -5.0, "high": -1.0}
+GEN_B = {"kind": "randn"}                             # beta logits
+GEN_BETA = {"kind": "sigmoid"}
+GEN_STATE = {"kind": "randn", "std": 0.2}             # about the size of states the recurrence builds
+GEN_DO = {"kind": "randn", "std": 0.1}
+GEN_NONE = {"kind": "none"}
+# Workload overrides for the gate extremes.
+GEN_G_RAW_STRONG = {"kind": "randn", "mean": 6.0}     # safe gate pinned near the lower bound, unbounded g ~ -5..-90
+GEN_G_RAW_WEAK = {"kind": "randn", "mean": -8.0}      # decays ~1: the state carries across the whole sequence
+GEN_G_WEAK = {"kind": "uniform", "low": -0.05, "high": 0.0}  # precomputed g: long memory
+
+
+def scale_input() -> dict:
+    return {"type": "scalar", "value": D ** -0.5}
+
+
+# --------------------------------------------------------------------------- references
+
+CONST_BLOCK = re.compile(r"(# --- definition constants[^\n]*\n)(.*?)(# --- end of definition constants ---)", re.S)
+
+
+def reference_source(family: str, **constants) -> str:
+    """tools/kda_references/<family>.py with its constants block set to `constants`."""
+    text = (REFERENCES / f"{family}.py").read_text()
+    old = CONST_BLOCK.search(text)
+    assert old, f"{family}.py has no definition-constants block"
+    names = re.findall(r"^([A-Z_]+) =", old.group(2), re.M)
+    assert sorted(names) == sorted(constants), (family, names, sorted(constants))
+    lines = "".join(f"{n} = {constants[n]!r}\n" for n in names)
+    return text[: old.start(2)] + lines + text[old.end(2):]
+
+
+# --------------------------------------------------------------------------- helpers
+
+def axis_const(value: int, description: str) -> dict:
+    return {"type": "const", "value": value, "description": description}
+
+
+def axis_var(description: str) -> dict:
+    return {"type": "var", "description": description}
+
+
+def tensor(shape, dtype, description, **extra) -> dict:
+    return {"shape": shape, "dtype": dtype, "description": description, **extra}
+
+
+def head_axes(h: int, hv: int, dk: int, dv: int) -> dict:
+    return {
+        "num_heads": axis_const(h, "q/k heads"),
+        "num_v_heads": axis_const(hv, "value heads (GVA when larger than num_heads)"),
+        "head_dim_k": axis_const(dk, "q/k head dim"),
+        "head_dim_v": axis_const(dv, "value head dim"),
+    }
+
+
+def gate_tags(gate: str) -> list:
+    return ["gate:safe", f"lower_bound:{int(LOWER_BOUND)}"] if gate == "safe" else ["gate:unbounded"]
+
+
+def gate_text(gate: str) -> str:
+    if gate == "safe":
+        return f"safe gate g = {LOWER_BOUND:g} * sigmoid(exp(A_log) * (g_raw + dt_bias)) in [{LOWER_BOUND:g}, 0]"
+    return "unbounded gate g = -exp(A_log) * softplus(g_raw + dt_bias)"
+
+
+def uneven_lengths(total: int, count: int, seed: str) -> list:
+    """`count` positive lengths summing to `total`, log-normally uneven (some short, a few long)."""
+    rng = random.Random(seed)
+    weights = [rng.lognormvariate(0.0, 1.0) for _ in range(count)]
+    lens = [max(1, int(total * w / sum(weights))) for w in weights]
+    i = 0
+    while sum(lens) != total:  # hand out (or take back) the rounding remainder one token at a time
+        j = i % count
+        if sum(lens) < total:
+            lens[j] += 1
+        elif lens[j] > 1:
+            lens[j] -= 1
+        i += 1
+    return lens
+
+
+def short_lengths(total: int, low: int, high: int, seed: str) -> list:
+    """Many short sequences of lengths in [low, high] summing to `total`."""
+    rng = random.Random(seed)
+    lens = []
+    while sum(lens) < total:
+        lens.append(min(rng.randint(low, high), total - sum(lens)))
+    return lens
+
+
+def workload(defn: str, label: str, axes: dict, inputs: dict, tags: list, description: str, seq_lens=None) -> dict:
+    w = {"uuid": str(uuid.uuid5(UUID_NAMESPACE, f"{defn}/{label}")), "axes": axes, "inputs": inputs}
+    if seq_lens is not None:
+        w["seq_lens"] = seq_lens
+    w["tags"] = tags
+    w["description"] = description
+    return w
+
+
+# --------------------------------------------------------------------------- prefill
+
+def prefill_definition(model: str, model_text: str, gate: str, tp: int, h: int) -> dict:
+    name = f"kda_prefill_h{h}_d{D}_k_last" + ("_safe_gate" if gate == "safe" else "")
+    lb = LOWER_BOUND if gate == "safe" else None
+    T, HV = "total_seq_len", "num_v_heads"
+    return {
+        "name": name,
+        "op_type": "kda",
+        "description": (
+            f"{model_text}, TP{tp} ({h} KDA heads per GPU, head dim {D}): the prefill / extend path of an "
+            f"inference engine (vLLM, SGLang). A packed variable-length batch (cu_seqlens, no padding); q and k "
+            f"are L2-normalised in the op; the {gate_text(gate)} and beta = sigmoid(b) are computed in the op; "
+            f"each sequence starts from its own initial state gathered from the engine's pool (or zeros when "
+            f"initial_state is None) and returns its final state, both K-last [V, K] in float32. "
+            f"Tolerances: ~3x the error of fla's bf16 Triton kernels (RMS-relative ~3e-3 on o), with an "
+            f"element-wise bound that a single wrong token fails."
+        ),
+        "tags": ["stage:prefill", f"model:{model}", *gate_tags(gate), "beta:logits", "qk_norm:l2",
+                 "state_layout:vk", "batch:varlen", f"tp:{tp}"],
+        "axes": {
+            T: axis_var("packed tokens of all sequences"),
+            "num_seqs": axis_var("sequences in the packed batch"),
+            "len_cu_seqlens": axis_var("num_seqs + 1"),
+            **head_axes(h, h, D, D),
+        },
+        "constraints": ["len_cu_seqlens == num_seqs + 1", "total_seq_len >= num_seqs"],
+        "inputs": {
+            "q": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "queries, raw (L2-normalised in the op)", generator=GEN_RAW_QK),
+            "k": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "keys, raw (L2-normalised in the op)", generator=GEN_RAW_QK),
+            "v": tensor([T, HV, "head_dim_v"], "bfloat16", "values", generator=GEN_V),
+            "g_raw": tensor([T, HV, "head_dim_k"], "bfloat16", "raw gate input (the gate projection's output)", generator=GEN_G_RAW),
+            "A_log": tensor([HV], "float32", "per-head log decay rate", generator=GEN_A_LOG),
+            "dt_bias": tensor([HV, "head_dim_k"], "float32", "gate bias per head and key channel", generator=GEN_DT_BIAS),
+            "b": tensor([T, HV], "bfloat16", "beta logits: beta = sigmoid(b)", generator=GEN_B),
+            "initial_state": tensor(["num_seqs", HV, "head_dim_v", "head_dim_k"], "float32",
+                                    "state of each sequence before its first token, K-last [V, K]; None means zeros",
+                                    generator=GEN_STATE, optional=True),
+            "cu_seqlens": tensor(["len_cu_seqlens"], "int64", "sequence boundaries [0, ..., total_seq_len]",
+                                 generator={"kind": "cu_seqlens", "total_axis": T}),
+            "scale": tensor(None, "float32", "query scale, head_dim_k ** -0.5"),
+        },
+        "outputs": {
+            "o": tensor([T, HV, "head_dim_v"], "bfloat16", "output per token", tolerance=TOL_O, sequence_axis=T),
+            "final_state": tensor(["num_seqs", HV, "head_dim_v", "head_dim_k"], "float32",
+                                  "state of each sequence after its last token, K-last [V, K]", tolerance=TOL_STATE),
+        },
+        "cost": {
+            "flops": "7 * total_seq_len * num_v_heads * head_dim_k * head_dim_v",
+            "bytes": "2 * total_seq_len * (2 * num_heads * head_dim_k + num_v_heads * (2 * head_dim_v + head_dim_k + 1))"
+                     " + 8 * num_seqs * num_v_heads * head_dim_v * head_dim_k",
+        },
+        "reference": reference_source("prefill", NUM_HEADS=h, NUM_V_HEADS=h, HEAD_DIM_K=D, HEAD_DIM_V=D, LOWER_BOUND=lb),
+    }
+
+
+def prefill_workloads(name: str, h: int, tp: int) -> list:
+    big = h >= 64  # keep the smoke runs of the 64- and 96-head definitions tiny
+    out = []
+
+    def add(label, lens, tags, description, init=True, g_raw=None):
+        inputs = {x: {"type": "random"} for x in ("q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "initial_state", "cu_seqlens")}
+        if not init:
+            inputs["initial_state"] = {"type": "random", "generator": GEN_NONE}
+        if g_raw is not None:
+            inputs["g_raw"] = {"type": "random", "generator": g_raw}
+        inputs["scale"] = scale_input()
+        axes = {"total_seq_len": sum(lens), "num_seqs": len(lens), "len_cu_seqlens": len(lens) + 1}
+        out.append(workload(name, label, axes, inputs, tags, description, seq_lens=lens))
+
+    # smoke: tiny, for the CPU reference and Triton-interpreter runs
+    add("smoke_mixed", [1, 5, 10] if big else [1, 17, 30], ["smoke", "edge"],
+        "smoke: three sequences, one of a single token, all shorter than a chunk, with initial states")
+    add("smoke_single", [9] if big else [23], ["smoke"], "smoke: one short sequence from a zero state")
+    # edge cases that have broken public kernels
+    add("edge_one_token", [1], ["edge"], "a single one-token sequence (T = 1) with an initial state")
+    add("edge_below_chunk", [63], ["edge"], "one sequence shorter than a 64-token chunk, zero state", init=False)
+    add("edge_ragged_chunks", [65, 1, 130, 64], ["edge"],
+        "sequences that end one token past a chunk, in the middle of one, and on a chunk boundary; total not a multiple of 64")
+    add("edge_gate_strong", [200, 77], ["edge"],
+        "g_raw ~ N(6, 1): gates near the lower bound (safe) or very strong decays (unbounded)", g_raw=GEN_G_RAW_STRONG)
+    add("edge_gate_weak", [300, 129], ["edge"],
+        "g_raw ~ N(-8, 1): decays ~1, the state carries across every chunk (long memory)", g_raw=GEN_G_RAW_WEAK)
+    # realistic packings (WORKLOADS.md)
+    add("single_512", [512], ["prefill"], "one 512-token prompt from a zero state", init=False)
+    add("trace_2000", [15, 85, 200, 900, 800], ["prefill"],
+        "the public 'real trace' packing cu_seqlens [0, 15, 100, 300, 1200, 2000], with cached states")
+    add("packed_8192_x15", uneven_lengths(8192, 15, f"{name}/8192x15"), ["prefill"],
+        "8192 tokens in 15 uneven sequences, with cached states")
+    add("packed_8192_x18", uneven_lengths(8192, 18, f"{name}/8192x18"), ["prefill"],
+        "8192 tokens in 18 uneven sequences, fresh prompts (zero states)", init=False)
+    add("short_8192", short_lengths(8192, 1, 127, f"{name}/short8192"), ["prefill"],
+        "8192 tokens in many short sequences (1-127 tokens): chat-style extends, with cached states")
+    add("packed_16384_x5", uneven_lengths(16384, 5, f"{name}/16384x5"), ["prefill"],
+        "16384 tokens in 5 uneven sequences, with cached states")
+    add("packed_32768_x20", uneven_lengths(32768, 20, f"{name}/32768x20"), ["prefill"],
+        "32768 tokens in 20 uneven sequences, with cached states")
+    add("packed_65536_x12", uneven_lengths(65536, 12, f"{name}/65536x12"), ["prefill"],
+        "65536 tokens in 12 uneven sequences, with cached states")
+    long_len = 65536 if tp == 1 else 32768
+    add(f"single_{long_len}", [long_len], ["prefill", "long"], f"one {long_len}-token prompt from a zero state", init=False)
+    # stress: q passes 2^31 elements (int32 offsets overflow), as sequences of 8192 tokens
+    n_seqs = -(-(2 ** 31) // (h * D * 8192)) + 1
+    add("stress_int32_offsets", [8192] * n_seqs, ["stress"],
+        f"{n_seqs} x 8192 tokens: q has {n_seqs * 8192 * h * D} > 2^31 elements (int64 offsets needed)")
+    return out
+
+
+# --------------------------------------------------------------------------- decode and MTP
+
+def pool_definition(stage: str, model: str, model_text: str, gate: str, tp: int, h: int) -> dict:
+    """decode (one token per request) or mtp (num_tokens per request) against a K-last state pool."""
+    mtp = stage == "mtp"
+    name = f"kda_{stage}_h{h}_d{D}_k_last" + ("_safe_gate" if gate == "safe" else "")
+    lb = LOWER_BOUND if gate == "safe" else None
+    B, HV = "batch_size", "num_v_heads"
+    tok = [B, "num_tokens"] if mtp else [B]
+    what = ("multi-token decode (MTP / speculative verification: num_tokens tokens per request, run in order)"
+            if mtp else "decode step (one new token per request)")
+    axes = {B: axis_var("requests in the batch")}
+    if mtp:
+        axes["num_tokens"] = axis_var("tokens per request (2 to 8)")
+    axes["pool_size"] = axis_var("slots in the state pool")
+    axes.update(head_axes(h, h, D, D))
+    flop_tokens = "batch_size * num_tokens" if mtp else "batch_size"
+    return {
+        "name": name,
+        "op_type": "kda",
+        "description": (
+            f"{model_text}, TP{tp} ({h} KDA heads per GPU, head dim {D}): the {what} of an inference engine. "
+            f"States live in a float32 pool [pool_size, H, V, K] (K-last, the vLLM / SGLang layout); request i "
+            f"reads and writes slot state_indices[i]; slots not in state_indices stay bit-identical (the op may "
+            f"update the pool in place). q and k are L2-normalised in the op; the {gate_text(gate)} and "
+            f"beta = sigmoid(b) are computed in the op. Tolerances as the prefill family (~3x a correct bf16 kernel)."
+        ),
+        "tags": [f"stage:{stage}", f"model:{model}", *gate_tags(gate), "beta:logits", "qk_norm:l2",
+                 "state_layout:vk", "batch:pool", f"tp:{tp}"],
+        "axes": axes,
+        "constraints": ["pool_size >= batch_size"] + (["num_tokens >= 1"] if mtp else []),
+        "inputs": {
+            "q": tensor([*tok, "num_heads", "head_dim_k"], "bfloat16", "queries, raw (L2-normalised in the op)", generator=GEN_RAW_QK),
+            "k": tensor([*tok, "num_heads", "head_dim_k"], "bfloat16", "keys, raw (L2-normalised in the op)", generator=GEN_RAW_QK),
+            "v": tensor([*tok, HV, "head_dim_v"], "bfloat16", "values", generator=GEN_V),
+            "g_raw": tensor([*tok, HV, "head_dim_k"], "bfloat16", "raw gate input", generator=GEN_G_RAW),
+            "A_log": tensor([HV], "float32", "per-head log decay rate", generator=GEN_A_LOG),
+            "dt_bias": tensor([HV, "head_dim_k"], "float32", "gate bias per head and key channel", generator=GEN_DT_BIAS),
+            "b": tensor([*tok, HV], "bfloat16", "beta logits: beta = sigmoid(b)", generator=GEN_B),
+            "state_pool": tensor(["pool_size", HV, "head_dim_v", "head_dim_k"], "float32",
+                                 "the engine's state pool, K-last [V, K] per head", generator=GEN_STATE),
+            "state_indices": tensor([B], "int64", "distinct pool slot of each request",
+                                    generator={"kind": "slot_indices", "pool_axis": "pool_size"}),
+            "scale": tensor(None, "float32", "query scale, head_dim_k ** -0.5"),
+        },
+        "outputs": {
+            "o": tensor([*tok, HV, "head_dim_v"], "bfloat16", "output per token", tolerance=TOL_O,
+                        **({"sequence_axis": "num_tokens"} if mtp else {})),
+            "new_state_pool": tensor(["pool_size", HV, "head_dim_v", "head_dim_k"], "float32",
+                                     "the pool after the step: updated slots of the batch, the others untouched",
+                                     tolerance=TOL_STATE),
+        },
+        "inplace": {"new_state_pool": "state_pool"},
+        "cost": {
+            "flops": f"7 * {flop_tokens} * num_v_heads * head_dim_k * head_dim_v",
+            "bytes": f"2 * {flop_tokens} * (2 * num_heads * head_dim_k + num_v_heads * (2 * head_dim_v + head_dim_k + 1))"
+                     " + 8 * batch_size * num_v_heads * head_dim_v * head_dim_k",
+        },
+        "reference": reference_source(stage, NUM_HEADS=h, NUM_V_HEADS=h, HEAD_DIM_K=D, HEAD_DIM_V=D, LOWER_BOUND=lb),
+    }
+
+
+def pool_inputs(g_raw=None) -> dict:
+    inputs = {x: {"type": "random"} for x in ("q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "state_pool", "state_indices")}
+    if g_raw is not None:
+        inputs["g_raw"] = {"type": "random", "generator": g_raw}
+    inputs["scale"] = scale_input()
+    return inputs
+
+
+DECODE_POOLS = {1: 8, 4: 16, 16: 64, 64: 128, 128: 256, 256: 512}
+
+
+def decode_workloads(name: str, h: int, tp: int) -> list:
+    out = [
+        workload(name, "smoke_b1", {"batch_size": 1, "pool_size": 4}, pool_inputs(), ["smoke"], "smoke: one request, pool of 4"),
+        workload(name, "smoke_b4", {"batch_size": 4, "pool_size": 8}, pool_inputs(), ["smoke"], "smoke: four requests, pool of 8"),
+    ]
+    for bs, pool in DECODE_POOLS.items():
+        out.append(workload(name, f"b{bs}_pool{pool}", {"batch_size": bs, "pool_size": pool}, pool_inputs(),
+                            ["decode"], f"decode batch {bs}, pool of {pool} slots"))
+    out.append(workload(name, "edge_full_pool", {"batch_size": 32, "pool_size": 32}, pool_inputs(), ["edge"],
+                        "every slot of the pool is in the batch (pool_size == batch_size)"))
+    out.append(workload(name, "edge_gate_strong", {"batch_size": 16, "pool_size": 64}, pool_inputs(GEN_G_RAW_STRONG), ["edge"],
+                        "g_raw ~ N(6, 1): gates near the lower bound (safe) or very strong decays (unbounded)"))
+    out.append(workload(name, "edge_gate_weak", {"batch_size": 16, "pool_size": 64}, pool_inputs(GEN_G_RAW_WEAK), ["edge"],
+                        "g_raw ~ N(-8, 1): decays ~1, the output is dominated by the pooled state"))
+    if tp == 1:
+        pool = -(-(2 ** 31) // (h * D * D)) + 64
+        out.append(workload(name, "stress_big_pool", {"batch_size": 256, "pool_size": pool}, pool_inputs(), ["stress"],
+                            f"a pool of {pool} slots: {pool * h * D * D} > 2^31 state elements (int64 slot offsets needed)"))
+    return out
+
+
+MTP_SHAPES = [(1, 2), (1, 8), (4, 4), (16, 2), (16, 4), (16, 8), (64, 4), (128, 2), (128, 8), (256, 4)]
+
+
+def mtp_workloads(name: str, h: int, tp: int) -> list:
+    out = [
+        workload(name, "smoke_b1_t2", {"batch_size": 1, "num_tokens": 2, "pool_size": 4}, pool_inputs(), ["smoke"],
+                 "smoke: one request with 2 tokens"),
+        workload(name, "smoke_b2_t4", {"batch_size": 2, "num_tokens": 4, "pool_size": 8}, pool_inputs(), ["smoke"],
+                 "smoke: two requests with 4 tokens"),
+    ]
+    for bs, nt in MTP_SHAPES:
+        pool = DECODE_POOLS.get(bs, 2 * bs)
+        out.append(workload(name, f"b{bs}_t{nt}", {"batch_size": bs, "num_tokens": nt, "pool_size": pool}, pool_inputs(),
+                            ["mtp"], f"batch {bs}, {nt} tokens per request, pool of {pool} slots"))
+    out.append(workload(name, "edge_gate_weak", {"batch_size": 16, "num_tokens": 8, "pool_size": 64}, pool_inputs(GEN_G_RAW_WEAK),
+                        ["edge"], "g_raw ~ N(-8, 1): decays ~1 across the 8 tokens"))
+    return out
+
+
+# --------------------------------------------------------------------------- dense forward and backward (fla chunk_kda)
+
+FORWARD_SHAPES = [
+    # (name suffix, model tag, tp, H, HV, K, V, description)
+    ("h32_d128", "kimi-linear", 1, 32, 32, 128, 128,
+     "Kimi-Linear-48B-A3B at TP1 (32 heads, head dim 128): the training / prefill forward"),
+    ("qk16_v32_d128", "generic", 1, 16, 32, 128, 128,
+     "a GVA shape (16 q/k heads, 32 value heads; value head hv reads q/k head hv // 2), the head layout of "
+     "Qwen3-Next's linear attention with KDA's per-channel gate: no shipping model runs KDA at this shape, it "
+     "covers the GVA indexing of kernels"),
+    ("h32_dk128_dv256", "generic", 1, 32, 32, 128, 256,
+     "32 heads with key dim 128 and value dim 256 (K != V): no shipping model, it covers kernels that assume K == V"),
+]
+
+
+def dense_axes(h, hv, dk, dv) -> dict:
+    return {"batch_size": axis_var("batch rows (equal-length sequences)"), "seq_len": axis_var("tokens per row"),
+            **head_axes(h, hv, dk, dv)}
+
+
+def dense_inputs_spec() -> dict:
+    S = ["batch_size", "seq_len"]
+    return {
+        "q": tensor([*S, "num_heads", "head_dim_k"], "bfloat16", "queries, unit L2 norm (normalised by the caller)", generator=GEN_UNIT_QK),
+        "k": tensor([*S, "num_heads", "head_dim_k"], "bfloat16", "keys, unit L2 norm (normalised by the caller)", generator=GEN_UNIT_QK),
+        "v": tensor([*S, "num_v_heads", "head_dim_v"], "bfloat16", "values", generator=GEN_V),
+        "g": tensor([*S, "num_v_heads", "head_dim_k"], "float32", "log decay per key channel (<= 0)", generator={"kind": "logsigmoid"}),
+        "beta": tensor([*S, "num_v_heads"], "bfloat16", "write strength in (0, 1)", generator=GEN_BETA),
+        "initial_state": tensor(["batch_size", "num_v_heads", "head_dim_k", "head_dim_v"], "float32",
+                                "state before the first token, [K, V] per head; None means zeros", generator=GEN_STATE, optional=True),
+        "scale": tensor(None, "float32", "query scale, head_dim_k ** -0.5"),
+    }
+
+
+def forward_definition(suffix, model, tp, h, hv, dk, dv, text) -> dict:
+    name = f"kda_fwd_{suffix}_v_last"
+    S = ["batch_size", "seq_len"]
+    return {
+        "name": name,
+        "op_type": "kda",
+        "description": (
+            f"{text}. fla's chunk_kda with its defaults: a dense batch, q and k unit-norm from the caller, g the "
+            f"precomputed log decay, beta a probability, state [K, V] per head (fla's layout) in float32. "
+            f"Tolerances: ~3x the error of fla's bf16 chunk_kda (RMS-relative ~3e-3 on o)."
+        ),
+        "tags": ["stage:forward", f"model:{model}", "gate:precomputed", "beta:prob", "qk_norm:none",
+                 "state_layout:kv", "batch:dense", f"tp:{tp}"],
+        "axes": dense_axes(h, hv, dk, dv),
+        "constraints": ["num_v_heads % num_heads == 0"],
+        "inputs": dense_inputs_spec(),
+        "outputs": {
+            "o": tensor([*S, "num_v_heads", "head_dim_v"], "bfloat16", "output per token", tolerance=TOL_O, sequence_axis="seq_len"),
+            "final_state": tensor(["batch_size", "num_v_heads", "head_dim_k", "head_dim_v"], "float32",
+                                  "state after the last token, [K, V] per head", tolerance=TOL_STATE),
+        },
+        "cost": {
+            "flops": "7 * batch_size * seq_len * num_v_heads * head_dim_k * head_dim_v",
+            "bytes": "batch_size * seq_len * (4 * num_heads * head_dim_k + num_v_heads * (4 * head_dim_v + 4 * head_dim_k + 2))"
+                     " + 8 * batch_size * num_v_heads * head_dim_k * head_dim_v",
+        },
+        "reference": reference_source("forward", NUM_HEADS=h, NUM_V_HEADS=hv, HEAD_DIM_K=dk, HEAD_DIM_V=dv),
+    }
+
+
+def dense_inputs(init=True, g=None, extra=()) -> dict:
+    inputs = {x: {"type": "random"} for x in ("q", "k", "v", "g", "beta", "initial_state")}
+    if not init:
+        inputs["initial_state"] = {"type": "random", "generator": GEN_NONE}
+    if g is not None:
+        inputs["g"] = {"type": "random", "generator": g}
+    inputs["scale"] = scale_input()
+    for x in extra:
+        inputs[x] = {"type": "random"}
+    return inputs
+
+
+def forward_workloads(name: str, h: int) -> list:
+    def w(label, bs, t, tags, desc, **kw):
+        return workload(name, label, {"batch_size": bs, "seq_len": t}, dense_inputs(**kw), tags, desc)
+    out = [
+        w("smoke_b2_t24", 2, 24, ["smoke"], "smoke: 2 x 24 tokens with initial states"),
+        w("smoke_b1_t40", 1, 40, ["smoke"], "smoke: 1 x 40 tokens from zero", init=False),
+        w("edge_t1", 2, 1, ["edge"], "one token per row"),
+        w("edge_t63", 3, 63, ["edge"], "shorter than a 64-token chunk", init=False),
+        w("edge_t130", 2, 130, ["edge"], "two chunks and two tokens"),
+        w("edge_weak_decay", 1, 4096, ["edge", "long"], "g ~ U(-0.05, 0): long memory, the state passed between chunks dominates", g=GEN_G_WEAK),
+        w("b1_t1024", 1, 1024, ["forward"], "1 x 1024"),
+        w("b4_t2048", 4, 2048, ["forward"], "4 x 2048"),
+        w("b2_t4096", 2, 4096, ["forward"], "2 x 4096, from zero states", init=False),
+        w("b1_t8192", 1, 8192, ["forward"], "1 x 8192 (a public KDA benchmark shape)"),
+        w("b2_t16384", 2, 16384, ["forward", "long"], "2 x 16384 (a public KDA benchmark shape)", init=False),
+    ]
+    if h == 32:
+        out.append(w("stress_int32_offsets", 64, 8200, ["stress"],
+                      f"64 x 8200 tokens: q has {64 * 8200 * h * 128} > 2^31 elements (int64 offsets needed)"))
+    return out
+
+
+def backward_definition() -> dict:
+    h = 32
+    S = ["batch_size", "seq_len"]
+    spec = dense_inputs_spec()
+    spec["initial_state"] = tensor(["batch_size", "num_v_heads", "head_dim_k", "head_dim_v"], "float32",
+                                   "state before the first token, [K, V] per head", generator=GEN_STATE)
+    spec["do"] = tensor([*S, "num_v_heads", "head_dim_v"], "bfloat16", "gradient of o", generator=GEN_DO)
+    spec["dht"] = tensor(["batch_size", "num_v_heads", "head_dim_k", "head_dim_v"], "float32",
+                         "gradient of the final state", generator=GEN_DO)
+    return {
+        "name": f"kda_bwd_h{h}_d{D}_v_last",
+        "op_type": "kda",
+        "description": (
+            "Kimi-Linear-48B-A3B at TP1 (32 heads, head dim 128): the training backward of fla's chunk_kda "
+            "(defaults: unit-norm q/k from the caller, precomputed g, beta a probability, [K, V] state). "
+            "Gradients of sum(o * do) + sum(final_state * dht) with respect to q, k, v, g, beta and the "
+            "initial state; the reference differentiates the float32 recurrence with torch.autograd. "
+            "Tolerances: fla's own tests allow ~1e-2 RMS-relative on bf16 gradients; dg is looser."
+        ),
+        "tags": ["stage:backward", "model:kimi-linear", "gate:precomputed", "beta:prob", "qk_norm:none",
+                 "state_layout:kv", "batch:dense", "tp:1"],
+        "axes": dense_axes(h, h, D, D),
+        "constraints": [],
+        "inputs": spec,
+        "outputs": {
+            "dq": tensor([*S, "num_heads", "head_dim_k"], "bfloat16", "gradient of q", tolerance=TOL_GRAD, sequence_axis="seq_len"),
+            "dk": tensor([*S, "num_heads", "head_dim_k"], "bfloat16", "gradient of k", tolerance=TOL_GRAD, sequence_axis="seq_len"),
+            "dv": tensor([*S, "num_v_heads", "head_dim_v"], "bfloat16", "gradient of v", tolerance=TOL_GRAD, sequence_axis="seq_len"),
+            "dg": tensor([*S, "num_v_heads", "head_dim_k"], "float32", "gradient of g", tolerance=TOL_DG, sequence_axis="seq_len"),
+            "dbeta": tensor([*S, "num_v_heads"], "bfloat16", "gradient of beta", tolerance=TOL_GRAD, sequence_axis="seq_len"),
+            "dh0": tensor(["batch_size", "num_v_heads", "head_dim_k", "head_dim_v"], "float32",
+                          "gradient of the initial state", tolerance=TOL_STATE),
+        },
+        "cost": {
+            "flops": "21 * batch_size * seq_len * num_v_heads * head_dim_k * head_dim_v",  # ~3x the forward
+            "bytes": "batch_size * seq_len * (8 * num_heads * head_dim_k + num_v_heads * (6 * head_dim_v + 8 * head_dim_k + 4))"
+                     " + 12 * batch_size * num_v_heads * head_dim_k * head_dim_v",
+        },
+        "reference": reference_source("backward", NUM_HEADS=h, NUM_V_HEADS=h, HEAD_DIM_K=D, HEAD_DIM_V=D),
+    }
+
+
+def backward_workloads(name: str) -> list:
+    def w(label, bs, t, tags, desc, g=None):
+        return workload(name, label, {"batch_size": bs, "seq_len": t}, dense_inputs(g=g, extra=("do", "dht")), tags, desc)
+    return [
+        w("smoke_b2_t24", 2, 24, ["smoke"], "smoke: 2 x 24 tokens"),
+        w("smoke_b1_t40", 1, 40, ["smoke"], "smoke: 1 x 40 tokens"),
+        w("edge_t1", 2, 1, ["edge"], "one token per row"),
+        w("edge_t130", 2, 130, ["edge"], "two chunks and two tokens"),
+        w("edge_weak_decay", 1, 2048, ["edge"], "g ~ U(-0.05, 0): long memory", g=GEN_G_WEAK),
+        w("b1_t1024", 1, 1024, ["backward"], "1 x 1024"),
+        w("b2_t2048", 2, 2048, ["backward"], "2 x 2048"),
+        w("b1_t4096", 1, 4096, ["backward"], "1 x 4096"),
+    ]
+
+
+# --------------------------------------------------------------------------- gate alone
+
+def gate_definition(model: str, model_text: str, gate: str, h: int) -> dict:
+    name = f"kda_gate_h{h}_d{D}" + ("_safe_gate" if gate == "safe" else "")
+    lb = LOWER_BOUND if gate == "safe" else None
+    N = "num_tokens"
+    return {
+        "name": name,
+        "op_type": "kda",
+        "description": (
+            f"{model_text}, TP1 ({h} heads, key dim {D}): the KDA gate alone, raw gate input to log decay, "
+            f"{gate_text(gate)}, in float32 (what engines run before a kernel that takes a precomputed g, e.g. "
+            f"fla's fused_kda_gate). Tolerances: float32 element-wise math, only transcendental rounding differs."
+        ),
+        "tags": ["stage:gate", f"model:{model}", *gate_tags(gate), f"tp:1"],
+        "axes": {N: axis_var("tokens"), "num_heads": axis_const(h, "heads"), "head_dim_k": axis_const(D, "key dim")},
+        "constraints": [],
+        "inputs": {
+            "g_raw": tensor([N, "num_heads", "head_dim_k"], "bfloat16", "raw gate input", generator=GEN_G_RAW),
+            "A_log": tensor(["num_heads"], "float32", "per-head log decay rate", generator=GEN_A_LOG),
+            "dt_bias": tensor(["num_heads", "head_dim_k"], "float32", "gate bias", generator=GEN_DT_BIAS),
+        },
+        "outputs": {"g": tensor([N, "num_heads", "head_dim_k"], "float32", "log decay (<= 0)", tolerance=TOL_GATE)},
+        "cost": {"flops": "6 * num_tokens * num_heads * head_dim_k", "bytes": "6 * num_tokens * num_heads * head_dim_k"},
+        "reference": reference_source("gate", NUM_HEADS=h, HEAD_DIM_K=D, LOWER_BOUND=lb),
+    }
+
+
+def gate_workloads(name: str) -> list:
+    def w(label, n, tags, desc, g_raw=None):
+        inputs = {"g_raw": {"type": "random"}, "A_log": {"type": "random"}, "dt_bias": {"type": "random"}}
+        if g_raw is not None:
+            inputs["g_raw"] = {"type": "random", "generator": g_raw}
+        return workload(name, label, {"num_tokens": n}, inputs, tags, desc)
+    return [
+        w("smoke_t16", 16, ["smoke"], "smoke: 16 tokens"),
+        w("smoke_t64", 64, ["smoke"], "smoke: 64 tokens"),
+        w("edge_t1", 1, ["edge"], "one token (a decode step)"),
+        w("edge_linear_softplus", 256, ["edge"], "g_raw ~ N(25, 1): softplus in its linear region (x > 20)",
+          g_raw={"kind": "randn", "mean": 25.0}),
+        w("edge_tiny_softplus", 256, ["edge"], "g_raw ~ N(-25, 1): softplus(x) ~ exp(x), g ~ 0",
+          g_raw={"kind": "randn", "mean": -25.0}),
+        w("t512", 512, ["gate"], "512 tokens"),
+        w("t8192", 8192, ["gate"], "8192 tokens"),
+        w("t65536", 65536, ["gate"], "65536 tokens"),
+    ]
+
+
+# --------------------------------------------------------------------------- all
+
+def build() -> dict:
+    """{definition name: (definition, [workloads])} for the whole KDA dataset."""
+    out = {}
+
+    def put(defn, wls):
+        assert defn["name"] not in out, defn["name"]
+        out[defn["name"]] = (defn, wls)
+
+    for model, text, gate, tps in MODELS:
+        for tp, h in tps:
+            d = prefill_definition(model, text, gate, tp, h)
+            put(d, prefill_workloads(d["name"], h, tp))
+            d = pool_definition("decode", model, text, gate, tp, h)
+            put(d, decode_workloads(d["name"], h, tp))
+            d = pool_definition("mtp", model, text, gate, tp, h)
+            put(d, mtp_workloads(d["name"], h, tp))
+    for suffix, model, tp, h, hv, dk, dv, text in FORWARD_SHAPES:
+        d = forward_definition(suffix, model, tp, h, hv, dk, dv, text)
+        put(d, forward_workloads(d["name"], h))
+    d = backward_definition()
+    put(d, backward_workloads(d["name"]))
+    for model, text, gate, h in [("kimi-linear", MODELS[0][1], "unbounded", 32), ("kimi-k3", MODELS[1][1], "safe", 96)]:
+        d = gate_definition(model, text, gate, h)
+        put(d, gate_workloads(d["name"]))
+    return out
+
+
+def write(root: Path) -> None:
+    ddir, wdir = root / "definitions" / "kda", root / "workloads" / "kda"
+    ddir.mkdir(parents=True, exist_ok=True)
+    wdir.mkdir(parents=True, exist_ok=True)
+    dataset = build()
+    for name, (defn, wls) in dataset.items():
+        (ddir / f"{name}.json").write_text(json.dumps(defn, indent=2) + "\n")
+        (wdir / f"{name}.jsonl").write_text("".join(json.dumps(w) + "\n" for w in wls))
+    for stale in [p for p in ddir.glob("*.json") if p.stem not in dataset] + \
+                 [p for p in wdir.glob("*.jsonl") if p.stem not in dataset]:
+        print(f"removing stale {stale.relative_to(root)}")
+        stale.unlink()
+    print(f"wrote {len(dataset)} definitions and {sum(len(w) for _, w in dataset.values())} workloads under {root}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", type=Path, default=REPO, help="dataset root (default: this repository)")
+    write(parser.parse_args().root)
+
+
+if __name__ == "__main__":
+    main()

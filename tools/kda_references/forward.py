@@ -1,0 +1,51 @@
+"""KDA forward, dense batch: fla's chunk_kda with its defaults (the training / prefill forward).
+
+q and k arrive unit-norm (the caller normalised them), g is the precomputed log decay (<= 0), beta is a
+probability, and the state is [K, V] per head (fla's default layout). Specification, per batch row,
+value head and token, in float32:
+    S = diag(exp(g_t)) S;   S = S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T (scale q_t)
+"""
+import torch
+
+# --- definition constants (tools/build_kda_dataset.py rewrites this block per definition) ---
+NUM_HEADS = 32
+NUM_V_HEADS = 32
+HEAD_DIM_K = 128
+HEAD_DIM_V = 128
+# --- end of definition constants ---
+
+
+def check_inputs(q, k, v, g, beta, initial_state):
+    B, T = q.shape[:2]
+    assert NUM_V_HEADS % NUM_HEADS == 0
+    assert q.shape == (B, T, NUM_HEADS, HEAD_DIM_K) and k.shape == q.shape, (q.shape, k.shape)
+    assert v.shape == (B, T, NUM_V_HEADS, HEAD_DIM_V), v.shape
+    assert g.shape == (B, T, NUM_V_HEADS, HEAD_DIM_K), g.shape
+    assert beta.shape == (B, T, NUM_V_HEADS), beta.shape
+    if initial_state is not None:
+        assert initial_state.shape == (B, NUM_V_HEADS, HEAD_DIM_K, HEAD_DIM_V), initial_state.shape
+
+
+def run(q, k, v, g, beta, initial_state, scale):
+    check_inputs(q, k, v, g, beta, initial_state)
+    B, T = q.shape[:2]
+    group = NUM_V_HEADS // NUM_HEADS  # value head hv reads q/k head hv // group
+
+    qs = q.float().repeat_interleave(group, dim=2) * scale   # [B, T, HV, K]
+    ks = k.float().repeat_interleave(group, dim=2)           # [B, T, HV, K]
+    vs = v.float()                                           # [B, T, HV, V]
+    decay = torch.exp(g.float())                             # [B, T, HV, K]
+    beta = beta.float()                                      # [B, T, HV]
+
+    if initial_state is None:
+        S = torch.zeros(B, NUM_V_HEADS, HEAD_DIM_K, HEAD_DIM_V, dtype=torch.float32, device=q.device)
+    else:
+        S = initial_state.float().clone()                    # [B, HV, K, V]
+    o = torch.zeros_like(vs)
+    for t in range(T):
+        k_t = ks[:, t]
+        S = S * decay[:, t, :, :, None]                                      # decay each key row
+        predicted = (k_t[:, :, None, :] @ S)[:, :, 0]                        # S^T k: [B, HV, V]
+        S = S + k_t[..., None] * (beta[:, t, :, None] * (vs[:, t] - predicted))[:, :, None, :]
+        o[:, t] = (qs[:, t, :, None, :] @ S)[:, :, 0]                        # read the updated state
+    return o.to(v.dtype), S

@@ -1,0 +1,73 @@
+"""KDA multi-token decode (MTP / speculative verification): a few tokens per request against a state pool.
+
+As the decode op, with num_tokens consecutive tokens per request: request i starts from slot
+state_indices[i] of the pool (K-last, [P, HV, V, K]), runs its tokens in order, and its final state is
+written back to the same slot. Specification, per request, value head and token, in float32, on P = S^T:
+    S = diag(exp(g_t)) S;   S = S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T (scale q_t)
+The reference returns a new pool (the input pool is never modified); slots not in state_indices are
+bit-identical copies.
+"""
+import torch
+import torch.nn.functional as F
+
+# --- definition constants (tools/build_kda_dataset.py rewrites this block per definition) ---
+NUM_HEADS = 32
+NUM_V_HEADS = 32
+HEAD_DIM_K = 128
+HEAD_DIM_V = 128
+LOWER_BOUND = None  # None: unbounded gate; a number: the "safe" lower-bound gate
+# --- end of definition constants ---
+
+
+def l2_normalize(x):
+    """x / sqrt(sum(x^2) + 1e-6) along the last (head) dimension."""
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+def kda_gate(g_raw, A_log, dt_bias):
+    """Raw gate [..., HV, K] -> log decay g <= 0, float32."""
+    x = g_raw.float() + dt_bias.float()
+    a = torch.exp(A_log.float())[:, None]
+    if LOWER_BOUND is None:
+        return -a * F.softplus(x)                # softplus(x) = x for x > 20
+    return LOWER_BOUND * torch.sigmoid(a * x)    # in [LOWER_BOUND, 0]
+
+
+def check_inputs(q, k, v, g_raw, A_log, dt_bias, b, state_pool, state_indices):
+    B, T = q.shape[:2]
+    assert NUM_V_HEADS % NUM_HEADS == 0
+    assert q.shape == (B, T, NUM_HEADS, HEAD_DIM_K) and k.shape == q.shape, (q.shape, k.shape)
+    assert v.shape == (B, T, NUM_V_HEADS, HEAD_DIM_V), v.shape
+    assert g_raw.shape == (B, T, NUM_V_HEADS, HEAD_DIM_K), g_raw.shape
+    assert b.shape == (B, T, NUM_V_HEADS), b.shape
+    assert A_log.shape == (NUM_V_HEADS,) and dt_bias.shape == (NUM_V_HEADS, HEAD_DIM_K)
+    assert state_pool.shape[1:] == (NUM_V_HEADS, HEAD_DIM_V, HEAD_DIM_K), state_pool.shape
+    assert state_indices.shape == (B,), state_indices.shape
+    slots = state_indices.tolist()
+    if len(set(slots)) != B or min(slots) < 0 or max(slots) >= state_pool.shape[0]:
+        raise ValueError(f"state_indices must be {B} distinct slots in [0, {state_pool.shape[0]})")
+
+
+def run(q, k, v, g_raw, A_log, dt_bias, b, state_pool, state_indices, scale):
+    check_inputs(q, k, v, g_raw, A_log, dt_bias, b, state_pool, state_indices)
+    group = NUM_V_HEADS // NUM_HEADS  # value head hv reads q/k head hv // group
+
+    qs = l2_normalize(q.float()).repeat_interleave(group, dim=2) * scale   # [B, T, HV, K]
+    ks = l2_normalize(k.float()).repeat_interleave(group, dim=2)           # [B, T, HV, K]
+    vs = v.float()                                                         # [B, T, HV, V]
+    decay = torch.exp(kda_gate(g_raw, A_log, dt_bias))                     # [B, T, HV, K]
+    beta = torch.sigmoid(b.float())                                        # [B, T, HV]
+
+    slots = state_indices.long()
+    P = state_pool[slots].float()                                          # gathered copy: [B, HV, V, K]
+    o = torch.zeros_like(vs)
+    for t in range(q.shape[1]):
+        k_t = ks[:, t]
+        P = P * decay[:, t, :, None, :]                                    # decay each key column
+        predicted = (P @ k_t[..., None])[..., 0]                           # S^T k: [B, HV, V]
+        P = P + (beta[:, t, :, None] * (vs[:, t] - predicted))[..., None] * k_t[:, :, None, :]
+        o[:, t] = (P @ qs[:, t, :, :, None])[..., 0]                       # read the updated state
+
+    new_state_pool = state_pool.clone()
+    new_state_pool[slots] = P.to(state_pool.dtype)
+    return o.to(v.dtype), new_state_pool

@@ -1,0 +1,90 @@
+"""KDA prefill: a packed variable-length batch, as an inference engine's prefill / extend calls it.
+
+q and k are L2-normalised inside the op, the log decay g is computed from the raw gate input, beta from
+logits, and the recurrent state is stored K-last ([V, K] per head, the layout of vLLM / SGLang pools).
+Specification: for each sequence, value head and token, in float32,
+    S = diag(exp(g_t)) S;   S = S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T (scale q_t)
+written here on the transposed state P = S^T ([V, K]). Every sequence starts from its own initial state
+(or zeros) and ends with its own final state.
+"""
+import torch
+import torch.nn.functional as F
+
+# --- definition constants (tools/build_kda_dataset.py rewrites this block per definition) ---
+NUM_HEADS = 32
+NUM_V_HEADS = 32
+HEAD_DIM_K = 128
+HEAD_DIM_V = 128
+LOWER_BOUND = None  # None: unbounded gate; a number: the "safe" lower-bound gate
+# --- end of definition constants ---
+
+
+def l2_normalize(x):
+    """x / sqrt(sum(x^2) + 1e-6) along the last (head) dimension."""
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+def kda_gate(g_raw, A_log, dt_bias):
+    """Raw gate [..., HV, K] -> log decay g <= 0, float32."""
+    x = g_raw.float() + dt_bias.float()          # dt_bias [HV, K] broadcasts over tokens
+    a = torch.exp(A_log.float())[:, None]        # [HV, 1]
+    if LOWER_BOUND is None:
+        return -a * F.softplus(x)                # softplus(x) = x for x > 20 (torch's threshold)
+    return LOWER_BOUND * torch.sigmoid(a * x)    # in [LOWER_BOUND, 0]
+
+
+def check_inputs(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens):
+    T = q.shape[0]
+    assert NUM_V_HEADS % NUM_HEADS == 0
+    assert q.shape == (T, NUM_HEADS, HEAD_DIM_K) and k.shape == q.shape, (q.shape, k.shape)
+    assert v.shape == (T, NUM_V_HEADS, HEAD_DIM_V), v.shape
+    assert g_raw.shape == (T, NUM_V_HEADS, HEAD_DIM_K), g_raw.shape
+    assert b.shape == (T, NUM_V_HEADS), b.shape
+    assert A_log.shape == (NUM_V_HEADS,) and dt_bias.shape == (NUM_V_HEADS, HEAD_DIM_K)
+    assert cu_seqlens.dim() == 1 and cu_seqlens.numel() >= 2, cu_seqlens.shape
+    offsets = cu_seqlens.tolist()
+    if offsets[0] != 0 or offsets[-1] != T:
+        raise ValueError(f"cu_seqlens must start at 0 and end at {T} tokens, got {offsets[0]}..{offsets[-1]}")
+    if any(end <= start for start, end in zip(offsets[:-1], offsets[1:])):
+        raise ValueError("cu_seqlens has a zero-length (or decreasing) sequence; every sequence needs >= 1 token")
+    if initial_state is not None:
+        assert initial_state.shape == (len(offsets) - 1, NUM_V_HEADS, HEAD_DIM_V, HEAD_DIM_K), initial_state.shape
+
+
+def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale):
+    check_inputs(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens)
+    T, HV, K, V = q.shape[0], NUM_V_HEADS, HEAD_DIM_K, HEAD_DIM_V
+    N = cu_seqlens.numel() - 1
+    group = NUM_V_HEADS // NUM_HEADS  # value head hv reads q/k head hv // group
+
+    # Per-token operands in float32, one row per value head: [T, HV, ...].
+    qs = l2_normalize(q.float()).repeat_interleave(group, dim=1) * scale
+    ks = l2_normalize(k.float()).repeat_interleave(group, dim=1)
+    vs = v.float()
+    decay = torch.exp(kda_gate(g_raw, A_log, dt_bias))
+    beta = torch.sigmoid(b.float())
+
+    # Row T is a no-op token (decay 1, beta 0, q = k = v = 0): a sequence that has already ended reads it,
+    # which leaves its state exactly unchanged, and writes its output to the scratch row o[T].
+    def pad(x, value):
+        return torch.cat([x, torch.full_like(x[:1], value)])
+    qs, ks, vs, decay, beta = pad(qs, 0.0), pad(ks, 0.0), pad(vs, 0.0), pad(decay, 1.0), pad(beta, 0.0)
+
+    # P[n, hv] is the state S^T of sequence n, [V, K] (K-last).
+    if initial_state is None:
+        P = torch.zeros(N, HV, V, K, dtype=torch.float32, device=q.device)
+    else:
+        P = initial_state.float().clone()
+    o = torch.zeros(T + 1, HV, V, dtype=torch.float32, device=q.device)
+
+    starts = cu_seqlens[:-1].long()
+    lens = cu_seqlens[1:].long() - starts
+    # All sequences advance together: step t handles token t of every sequence that is still running.
+    for t in range(int(lens.max())):
+        tok = torch.where(t < lens, starts + t, T)                            # [N]
+        q_t, k_t, v_t, d_t, b_t = qs[tok], ks[tok], vs[tok], decay[tok], beta[tok]
+        P = P * d_t[:, :, None, :]                                            # decay each key column
+        predicted = (P @ k_t[..., None])[..., 0]                              # S^T k: [N, HV, V]
+        P = P + (b_t[..., None] * (v_t - predicted))[..., None] * k_t[:, :, None, :]  # delta-rule write
+        o[tok] = (P @ q_t[..., None])[..., 0]                                 # read the updated state
+    return o[:T].to(v.dtype), P
