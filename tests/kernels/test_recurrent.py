@@ -320,3 +320,116 @@ def test_matches_fla_fused_recurrent_on_gpu():
                                      use_beta_sigmoid_in_kernel=True, lower_bound=-5.0, state_v_first=True)
     assert rms_rel(o, o2) < 5e-3 and rms_rel(ht, ht2) < 1e-5
     assert math.isfinite(rms_rel(o, o2))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# adapters (kda_trace/solutions/ours_recurrent.py) against the families' own reference code
+REFS = __import__("pathlib").Path(__file__).resolve().parents[2] / "tools" / "kda_references"
+
+
+class FakeDefinition:
+    """The few Definition attributes the adapters read."""
+
+    def __init__(self, name, tags, state_name=None, state_axes=("head_dim_v", "head_dim_k")):
+        self.name, self.tags = name, tags
+        shape = ["pool_size", "num_v_heads", *state_axes]
+        self.inputs = {state_name: type("Spec", (), {"shape": shape})()} if state_name else {}
+
+    def tag(self, key, default=None):
+        vals = [t.partition(":")[2] for t in self.tags if t.partition(":")[0] == key]
+        return vals[0] if vals else default
+
+
+def load_reference(family, **consts):
+    """The family's reference module with its definition constants set to small values."""
+    import importlib.util
+
+    path = REFS / f"{family}.py"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    spec = importlib.util.spec_from_file_location(f"ref_{family}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name, value in consts.items():
+        setattr(mod, name, value)
+    return mod
+
+
+def engine_inputs(shape_qk, HV, V, seed):
+    """Random raw inputs of the engine families (decode / mtp / prefill) with token dims `shape_qk[:-2]`."""
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    *lead, H, K = shape_qk
+    bf = torch.bfloat16
+    return dict(q=r(*lead, H, K).to(bf), k=r(*lead, H, K).to(bf), v=r(*lead, HV, V).to(bf),
+                g_raw=(r(*lead, HV, K) * 2).to(bf), A_log=r(HV) * 0.5, dt_bias=r(HV, K), b=r(*lead, HV).to(bf))
+
+
+def fp32_v(inputs):
+    """Copies of the inputs with v in float32 (same values): the reference then returns o unrounded, and the
+    comparison can round it the way the backend under test rounds (see bf16_rounding_of_backend)."""
+    out = {n: x.clone() if torch.is_tensor(x) else x for n, x in inputs.items()}
+    out["v"] = out["v"].float()
+    return out
+
+
+@pytest.mark.parametrize("family,T", [("decode", None), ("mtp", 3)])
+@pytest.mark.parametrize("safe", [False, True])
+def test_adapter_decode_mtp_vs_family_reference(family, T, safe):
+    from kda_trace.solutions import ours_recurrent
+
+    H, HV, K, V, B, P = 1, 2, 16, 8, 3, 6
+    consts = dict(NUM_HEADS=H, NUM_V_HEADS=HV, HEAD_DIM_K=K, HEAD_DIM_V=V, LOWER_BOUND=-5.0 if safe else None)
+    ref = load_reference(family, **consts)
+    tags = [f"stage:{family}", "beta:logits", "qk_norm:l2", "state_layout:vk",
+            *(["gate:safe", "lower_bound:-5"] if safe else ["gate:unbounded"])]
+    run = ours_recurrent.build(FakeDefinition(f"kda_{family}_h{H}_d{K}_k_last", tags, "state_pool"))
+    lead = (B,) if T is None else (B, T)
+    inputs = engine_inputs((*lead, H, K), HV, V, seed=10)
+    inputs.update(state_pool=torch.randn(P, HV, V, K), state_indices=torch.tensor([4, 1, 2]), scale=0.3)
+    o_ref, pool_ref = ref.run(**fp32_v(inputs))
+    dev_inputs = {n: x.to(DEVICE) if torch.is_tensor(x) else x for n, x in inputs.items()}
+    o, pool = run(**dev_inputs)
+    assert pool is dev_inputs["state_pool"]  # updated in place
+    assert o.shape == o_ref.shape and o.dtype == inputs["v"].dtype
+    assert rms_rel(o.cpu(), bf16_rounding_of_backend(o_ref)) <= 2e-3
+    assert rms_rel(pool.cpu(), pool_ref) <= 1e-5
+    untouched = [0, 3, 5]
+    assert torch.equal(pool[untouched].cpu(), pool_ref[untouched])
+
+
+def test_adapter_prefill_vs_family_reference():
+    from kda_trace.solutions import ours_recurrent
+
+    H, HV, K, V = 2, 2, 12, 8
+    ref = load_reference("prefill", NUM_HEADS=H, NUM_V_HEADS=HV, HEAD_DIM_K=K, HEAD_DIM_V=V, LOWER_BOUND=None)
+    run = ours_recurrent.build(FakeDefinition(f"kda_prefill_h{H}_d{K}_k_last", ["stage:prefill"], "initial_state"))
+    inputs = engine_inputs((6, H, K), HV, V, seed=11)
+    inputs.update(initial_state=torch.randn(3, HV, V, K), cu_seqlens=torch.tensor([0, 2, 3, 6]), scale=K ** -0.5)
+    o_ref, h_ref = ref.run(**fp32_v(inputs))
+    o, ht = run(**{n: x.to(DEVICE) if torch.is_tensor(x) else x for n, x in inputs.items()})
+    assert rms_rel(o.cpu(), bf16_rounding_of_backend(o_ref)) <= 2e-3
+    assert rms_rel(ht.cpu(), h_ref) <= 1e-5
+    inputs["cu_seqlens"] = torch.tensor([0, 2, 2, 6])
+    with pytest.raises(ValueError, match="zero-length"):
+        run(**inputs)
+
+
+def test_adapter_forward_vs_own_reference():
+    from kda_trace.solutions import ours_recurrent
+
+    run = ours_recurrent.build(FakeDefinition("kda_fwd_h32_d128_v_last", ["stage:forward"], "initial_state",
+                                              state_axes=("head_dim_k", "head_dim_v")))
+    q, k, v, g, beta, h0 = make(2, 3, 1, 2, 8, 8, seed=12)
+    o_ref, h_ref = ref_recurrent(q, k, v, g, beta, 0.5, h0)
+    o, ht = run(*dev(q, k, v, g, beta, h0), scale=0.5)
+    assert rms_rel(o.cpu(), o_ref) < 1e-5 and rms_rel(ht.cpu(), h_ref) < 1e-5
+
+
+def test_adapter_rejects_layout_disagreeing_with_tags():
+    from kda_trace.solutions import ours_recurrent
+
+    bad = FakeDefinition("kda_decode_h1_d16_k_last", ["stage:decode", "state_layout:kv"], "state_pool")
+    with pytest.raises(ValueError, match="state_layout"):
+        ours_recurrent.build(bad)
+    assert ours_recurrent.supports(FakeDefinition("kda_bwd_h32_d128_v_last", ["stage:backward"])) is not None
