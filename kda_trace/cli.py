@@ -43,8 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .hub import HubError
+
     try:
         return int(args.func(args) or 0)
+    except HubError as e:  # e.g. --dataset hf://... that cannot be downloaded: one message, no traceback
+        print(f"kda-trace {args.cmd}: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
