@@ -1,0 +1,605 @@
+"""Chunked KDA forward (prefill) in four Triton kernels.
+
+Each sequence is cut into chunks of BT = 64 tokens (the last one may be shorter); a chunk is handled as
+four sub-chunks of 16 rows. With G the inclusive cumulative sum of the log decay g inside a chunk
+(per key channel, G <= 0 and non-increasing), the recurrence of KDA.md becomes (KDA.md, "The chunked
+algorithm"):
+
+    A_kk[i, j] = beta_i sum_d k_id k_jd exp(G_id - G_jd)        j < i
+    A_qk[i, j] = scale  sum_d q_id k_jd exp(G_id - G_jd)        j <= i
+    X = (I + A_kk)^-1,  W = X (beta k exp(G)),  U = X (beta v)
+    per chunk, in order:  V_new = U - W S
+                          O     = (scale q exp(G)) S + A_qk V_new
+                          S     = diag(exp(G_last)) S + (k exp(G_last - G))^T V_new
+
+Kernels, in launch order:
+1. `_gate_cumsum_kernel`, per (chunk, value head): gate (precomputed, unbounded or safe), cumulative sum
+   G (fp32), and the q/k L2-norm factors 1 / sqrt(sum x^2 + 1e-6).
+2. `_intra_kernel`, per (chunk, value head): A_qk, A_kk, X by 16x16 block forward substitution, then
+   W, U, q exp(G) and k exp(G_last - G).
+3. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
+   at every chunk start (bf16, for kernel 4), V_new, and the final state.
+4. `_output_kernel`, per (chunk, value head, V-tile): O.
+
+Decays are taken relative to a row inside the chunk, never the chunk end for a row before it, so every
+exp has an argument <= 0, except one bounded case: the 16x16 diagonal blocks of A_kk / A_qk are tensor-core
+products (x_i exp(G_i - G_c)) . (k_j exp(G_c - G_j)) with G_c the row at the start of the row's 8-row
+half; exp(G_c - G_j) >= 1 there, and it is used only where G_c - G_j <= MAX_EXP (= 60, so nothing
+overflows fp32). A row whose decay within its half exceeds that (a strong unbounded or precomputed gate)
+falls back to an exact element-wise sum with exp(min(G_i - G_j, 0)). The "safe" gate (lower_bound >= -8)
+keeps every half-block within range by construction (7 steps * 8 < 60) and skips that check.
+Every anchor row is at or before the row it serves, so no output depends on later tokens' gates.
+
+Dot precisions (say where accuracy is spent):
+- A_kk, A_qk blocks: tf32 (fp32 operands scaled by the decays).
+- the triangular solve (diagonal forward substitution and block merges): ieee fp32.
+- W, U (X rounded to bf16 times bf16 operands), the state pass (W S, k^T V_new with S and V_new rounded to
+  bf16) and the output (q exp(G) S, A_qk V_new): bf16 tensor cores, fp32 accumulation. The state S itself
+  is kept in fp32 between chunks.
+
+Addresses are int64 throughout (row indices are int64 before any multiply), and every load is masked, so
+any K, V <= 256 (powers of two or not), any sequence length >= 1 and any total size work.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kda_trace.kernels.options import KDAOptions
+from kda_trace.platform import triton_interpreted
+
+BT = 64  # chunk length
+BC = 16  # sub-chunk length (the diagonal blocks of the solve)
+MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
+
+_GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
+_BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
+
+
+@triton.jit
+def _bf16(x, INTERPRET: tl.constexpr):
+    """x rounded to bf16 (nearest even). Triton 3.9's interpreter truncates fp32 -> bf16 instead, which
+    biases every rounding the same way; there the rounding is done on the bits first (finite x)."""
+    if INTERPRET:
+        bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
+    else:
+        return x.to(tl.bfloat16)
+
+
+@triton.jit
+def _mma(a, b, INTERPRET: tl.constexpr):
+    """a @ b for bf16 operands with fp32 accumulation (tensor cores). Triton 3.9's interpreter computes
+    bf16 dots wrongly, so there the (already bf16-rounded) operands are multiplied in fp32 instead."""
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 1. gate, cumulative sum, L2-norm factors
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _chunk_rows(cu_seqlens, chunk_indices, i_c, BT: tl.constexpr):
+    """(first row of chunk i_c, end row of its sequence, sequence id) as int64."""
+    i_n = tl.load(chunk_indices + i_c * 2).to(tl.int64)
+    i_t = tl.load(chunk_indices + i_c * 2 + 1).to(tl.int64)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    return bos + i_t * BT, eos, i_n
+
+
+@triton.jit(do_not_specialize=["lower_bound"])
+def _gate_cumsum_kernel(
+    g, A_log, dt_bias, G, q, k, rq, rk, cu_seqlens, chunk_indices, lower_bound,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+    GATE: tl.constexpr, L2NORM: tl.constexpr,
+):
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    i_h = i_hv // (HV // H)
+    r0, eos, _ = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    rows = r0 + tl.arange(0, BT)
+    m_r = rows < eos
+
+    if GATE != 0:
+        b_A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m = m_r[:, None] & m_k[None, :]
+        b_g = tl.load(g + (rows[:, None] * HV + i_hv) * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+        if GATE != 0:
+            x = b_g + tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
+            if GATE == 1:
+                # softplus(x) = x above 20; the clamp keeps exp finite in the branch not taken
+                b_g = -b_A * tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+            else:
+                b_g = lower_bound * tl.sigmoid(b_A * x)
+            b_g = tl.where(m, b_g, 0.0)  # rows past the sequence end add nothing to the sum
+        tl.store(G + (rows[:, None] * HV + i_hv) * K + o_k[None, :], tl.cumsum(b_g, axis=0), mask=m)
+
+    if L2NORM:
+        ss_q = tl.zeros([BT], dtype=tl.float32)
+        ss_k = tl.zeros([BT], dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            o_k = k0 + tl.arange(0, BK)
+            m = m_r[:, None] & (o_k < K)[None, :]
+            off = (rows[:, None] * H + i_h) * K + o_k[None, :]
+            b_q = tl.load(q + off, mask=m, other=0.0).to(tl.float32)
+            b_k = tl.load(k + off, mask=m, other=0.0).to(tl.float32)
+            ss_q += tl.sum(b_q * b_q, axis=1)
+            ss_k += tl.sum(b_k * b_k, axis=1)
+        tl.store(rq + rows * HV + i_hv, 1.0 / tl.sqrt(ss_q + 1e-6), mask=m_r)
+        tl.store(rk + rows * HV + i_hv, 1.0 / tl.sqrt(ss_k + 1e-6), mask=m_r)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 2. intra-chunk: A_qk, A_kk, X = (I + A_kk)^-1, W, U, q exp(G), k exp(G_last - G)
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _decayed_block(
+    x, k, G, row_i, row_j, row_c, eos, i_h, i_hv,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+    MAX_EXP: tl.constexpr,
+):
+    """P[i, j] = sum_d x_id k_jd exp(G_id - G_jd) for rows i (from row_i) and j (from row_j), 16 each, as one
+    tf32 product of
+    x_i exp(G_i - G_c) and k_j exp(min(G_c - G_j, MAX_EXP)) with G_c the row `row_c` (at or before every
+    row i). Exact wherever G_c - G_j <= MAX_EXP; also returns, per row i, max_d (G_c - G_id), which the
+    caller compares with MAX_EXP for its own causal part (j <= i)."""
+    rows_i = row_i + tl.arange(0, BC)
+    rows_j = row_j + tl.arange(0, BC)
+    m_i = rows_i < eos
+    m_j = rows_j < eos
+    acc = tl.zeros([BC, BC], dtype=tl.float32)
+    spread = tl.zeros([BC], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        b_x = tl.load(x + (rows_i[:, None] * H + i_h) * K + o_k[None, :],
+                      mask=m_i[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+        b_k = tl.load(k + (rows_j[:, None] * H + i_h) * K + o_k[None, :],
+                      mask=m_j[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+        g_i = tl.load(G + (rows_i[:, None] * HV + i_hv) * K + o_k[None, :],
+                      mask=m_i[:, None] & m_k[None, :], other=0.0)
+        g_j = tl.load(G + (rows_j[:, None] * HV + i_hv) * K + o_k[None, :],
+                      mask=m_j[:, None] & m_k[None, :], other=0.0)
+        g_c = tl.load(G + (row_c * HV + i_hv) * K + o_k, mask=m_k & (row_c + 0 * o_k < eos), other=0.0)
+        # rows past the end: exponent 0 (their x is 0), so no 0 * inf
+        d_i = tl.where(m_i[:, None], g_i - g_c[None, :], 0.0)
+        spread = tl.maximum(spread, tl.max(-d_i, axis=1))
+        b_a = b_x * tl.exp(d_i)
+        b_b = b_k * tl.exp(tl.minimum(g_c[None, :] - g_j, MAX_EXP))
+        acc += tl.dot(b_a, tl.trans(b_b), input_precision="tf32")
+    return acc, spread
+
+
+@triton.jit
+def _exact_diag_block(
+    x, k, G, row0, eos, i_h, i_hv,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+):
+    """P[i, j] = sum_d x_id k_jd exp(min(G_id - G_jd, 0)) for the 16 rows of one sub-chunk, element-wise
+    in fp32 (no product of two exps): the fallback for rows whose decay exceeds MAX_EXP."""
+    rows = row0 + tl.arange(0, BC)
+    m_r = rows < eos
+    o_j = tl.arange(0, BC)
+    acc = tl.zeros([BC, BC], dtype=tl.float32)
+    for j in range(0, BC):
+        row_j = row0 + j
+        col = tl.zeros([BC], dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            o_k = k0 + tl.arange(0, BK)
+            m_k = o_k < K
+            m = m_r[:, None] & m_k[None, :]
+            b_x = tl.load(x + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+            g_i = tl.load(G + (rows[:, None] * HV + i_hv) * K + o_k[None, :], mask=m, other=0.0)
+            m_kj = m_k & (row_j < eos)
+            b_kj = tl.load(k + (row_j * H + i_h) * K + o_k, mask=m_kj, other=0.0).to(tl.float32)
+            g_j = tl.load(G + (row_j * HV + i_hv) * K + o_k, mask=m_kj, other=0.0)
+            col += tl.sum(b_x * b_kj[None, :] * tl.exp(tl.minimum(g_i - g_j[None, :], 0.0)), axis=1)
+        acc += tl.where(o_j[None, :] == j, col[:, None], 0.0)
+    return acc
+
+
+@triton.jit
+def _diag_block(
+    x, k, G, row0, eos, i_h, i_hv,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+    MAX_EXP: tl.constexpr, CHECK_RANGE: tl.constexpr,
+):
+    """P[i, j] = sum_d x_id k_jd exp(G_id - G_jd) on a 16x16 diagonal block for j <= i (the caller masks).
+    Rows 0-7 use the anchor row 0, rows 8-15 the anchor row 8 (each row's anchor is at or before it), so
+    the positive exp arguments span at most 7 steps of the gate."""
+    o_i = tl.arange(0, BC)
+    lo, spread_lo = _decayed_block(x, k, G, row0, row0, row0, eos, i_h, i_hv, H, HV, K, BC, BK, MAX_EXP)
+    hi, spread_hi = _decayed_block(x, k, G, row0, row0, row0 + BC // 2, eos, i_h, i_hv,
+                                   H, HV, K, BC, BK, MAX_EXP)
+    upper = o_i >= BC // 2
+    acc = tl.where(upper[:, None], hi, lo)
+    if CHECK_RANGE:
+        # row i is exact when G_c - G_j <= MAX_EXP for all j <= i, i.e. when G_c - G_i <= MAX_EXP
+        ok = tl.where(upper, spread_hi, spread_lo) <= MAX_EXP
+        if tl.min(ok.to(tl.int32), axis=0) == 0:
+            exact = _exact_diag_block(x, k, G, row0, eos, i_h, i_hv, H, HV, K, BC, BK)
+            acc = tl.where(ok[:, None], acc, exact)
+    return acc
+
+
+@triton.jit
+def _inverse_unit_lower(L, BC: tl.constexpr):
+    """(I + L)^-1 for a strictly lower-triangular 16x16 L, by forward substitution over rows (fp32):
+    row i of the inverse is e_i - sum_{j<i} L[i, j] row_j."""
+    o_i = tl.arange(0, BC)
+    X = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
+    Lt = tl.trans(L)  # columns of Lt are the rows of L, laid out along X's row axis
+    for i in range(1, BC):
+        l_i = tl.sum(tl.where(o_i[None, :] == i, Lt, 0.0), axis=1)
+        r_i = tl.sum(l_i[:, None] * X, axis=0)
+        X = tl.where(o_i[:, None] == i, X - r_i[None, :], X)
+    return X
+
+
+@triton.jit(do_not_specialize=["scale"])
+def _intra_kernel(
+    q, k, v, beta, G, rq, rk, Xs, Aqk, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, MAX_EXP: tl.constexpr, CHECK_RANGE: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    i_h = i_hv // (HV // H)
+    r0, eos, _ = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    o_c = tl.arange(0, BC)
+    o_t = tl.arange(0, BT)
+    xs = Xs + (i_c * HV + i_hv) * (BT * BT)  # this program's [BT, BT] fp32 scratch for X
+
+    # X, one block row of 16 at a time: (I + A_II) X_I = E_I - sum_{J<I} A_IJ X_J.
+    # A_qk rows are produced in the same pass (same blocks, q instead of k).
+    for I in tl.static_range(BT // BC):
+        rows_i = r0 + I * BC + o_c
+        m_i = rows_i < eos
+        b_beta = tl.load(beta + rows_i * HV + i_hv, mask=m_i, other=0.0).to(tl.float32)
+        if BETA == 1:
+            b_beta = tl.sigmoid(b_beta)
+        elif BETA == 2:
+            b_beta = 2.0 * tl.sigmoid(b_beta)
+        b_beta = tl.where(m_i, b_beta, 0.0)
+        if L2NORM:
+            b_rq = tl.load(rq + rows_i * HV + i_hv, mask=m_i, other=0.0)
+            b_rk = tl.load(rk + rows_i * HV + i_hv, mask=m_i, other=0.0)
+        else:
+            b_rq = tl.full([BC], 1.0, tl.float32)
+            b_rk = tl.full([BC], 1.0, tl.float32)
+        a_row = (rows_i * HV + i_hv) * BT  # row offsets into A_qk [T, HV, BT]
+
+        # diagonal blocks: strictly lower for A_kk, lower with the diagonal for A_qk
+        kk = _diag_block(k, k, G, r0 + I * BC, eos, i_h, i_hv, H, HV, K, BC, BK, MAX_EXP, CHECK_RANGE)
+        kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * b_rk)[:, None] * b_rk[None, :], 0.0)
+        qk = _diag_block(q, k, G, r0 + I * BC, eos, i_h, i_hv, H, HV, K, BC, BK, MAX_EXP, CHECK_RANGE)
+        qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * b_rq)[:, None] * b_rk[None, :], 0.0)
+        tl.store(Aqk + a_row[:, None] + I * BC + o_c[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None])
+
+        # right-hand side E_I - sum_{J<I} A_IJ X_J, as a [16, BT] block row
+        rhs = tl.where(o_t[None, :] == I * BC + o_c[:, None], 1.0, 0.0)
+        for J in tl.static_range(I):
+            rows_j = r0 + J * BC + o_c
+            if L2NORM:
+                b_rkj = tl.load(rk + rows_j * HV + i_hv, mask=rows_j < eos, other=0.0)
+            else:
+                b_rkj = tl.full([BC], 1.0, tl.float32)
+            # off-diagonal: anchor = first row of block I, every exp argument <= 0
+            kk_ij, _ = _decayed_block(k, k, G, r0 + I * BC, r0 + J * BC, r0 + I * BC, eos, i_h, i_hv,
+                                      H, HV, K, BC, BK, MAX_EXP)
+            kk_ij = kk_ij * (b_beta * b_rk)[:, None] * b_rkj[None, :]
+            qk_ij, _ = _decayed_block(q, k, G, r0 + I * BC, r0 + J * BC, r0 + I * BC, eos, i_h, i_hv,
+                                      H, HV, K, BC, BK, MAX_EXP)
+            qk_ij = qk_ij * (scale * b_rq)[:, None] * b_rkj[None, :]
+            tl.store(Aqk + a_row[:, None] + J * BC + o_c[None, :], _bf16(qk_ij, INTERPRET),
+                     mask=m_i[:, None])
+            x_j = tl.load(xs + (J * BC + o_c[:, None]) * BT + o_t[None, :])
+            rhs -= tl.dot(kk_ij, x_j, input_precision="ieee")
+        x_i = tl.dot(_inverse_unit_lower(kk, BC), rhs, input_precision="ieee")
+        tl.store(xs + (I * BC + o_c[:, None]) * BT + o_t[None, :], x_i)
+        tl.debug_barrier()  # block row I is read back by later block rows and below
+
+    # W = X (beta k exp(G)), q exp(G) and k exp(G_last - G), per K-tile
+    rows = r0 + o_t
+    m_r = rows < eos
+    b_X = _bf16(tl.load(xs + o_t[:, None] * BT + o_t[None, :]), INTERPRET)
+    b_beta = tl.load(beta + rows * HV + i_hv, mask=m_r, other=0.0).to(tl.float32)
+    if BETA == 1:
+        b_beta = tl.sigmoid(b_beta)
+    elif BETA == 2:
+        b_beta = 2.0 * tl.sigmoid(b_beta)
+    b_beta = tl.where(m_r, b_beta, 0.0)
+    if L2NORM:
+        b_rq = tl.load(rq + rows * HV + i_hv, mask=m_r, other=0.0)
+        b_rk = tl.load(rk + rows * HV + i_hv, mask=m_r, other=0.0)
+    else:
+        b_rq = tl.full([BT], 1.0, tl.float32)
+        b_rk = tl.full([BT], 1.0, tl.float32)
+    row_last = tl.minimum(r0 + BT, eos) - 1
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m = m_r[:, None] & m_k[None, :]
+        b_k = tl.load(k + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+        b_q = tl.load(q + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+        off_g = (rows[:, None] * HV + i_hv) * K + o_k[None, :]
+        b_g = tl.load(G + off_g, mask=m, other=0.0)
+        g_last = tl.load(G + (row_last * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
+        b_k = b_k * b_rk[:, None]
+        b_kb = _bf16(b_k * (b_beta[:, None] * tl.exp(b_g)), INTERPRET)
+        tl.store(W + off_g, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
+        tl.store(QG + off_g, _bf16(b_q * (scale * b_rq)[:, None] * tl.exp(b_g), INTERPRET), mask=m)
+        # rows past the end have G = 0 >= G_last: their exponent is clamped (their k is 0 anyway)
+        b_kg = b_k * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0))
+        tl.store(KG + off_g, _bf16(b_kg, INTERPRET), mask=m)
+
+    # U = X (beta v), per V-tile
+    for v0 in range(0, V, BV):
+        o_v = v0 + tl.arange(0, BV)
+        m = m_r[:, None] & (o_v < V)[None, :]
+        off_v = (rows[:, None] * HV + i_hv) * V + o_v[None, :]
+        b_v = tl.load(v + off_v, mask=m, other=0.0).to(tl.float32)
+        b_vb = _bf16(b_v * b_beta[:, None], INTERPRET)
+        tl.store(U + off_v, _bf16(_mma(b_X, b_vb, INTERPRET), INTERPRET), mask=m)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 3. state pass: sequential over a sequence's chunks
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _state_kernel(
+    W, U, KG, G, h, v_new, h0, ht, cu_seqlens, chunk_offsets,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    i_v = tl.program_id(0).to(tl.int64)
+    i_n = tl.program_id(1).to(tl.int64)
+    i_hv = tl.program_id(2).to(tl.int64)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    o_t = tl.arange(0, BT)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    # element (k, v) of a state in memory: [K, V] or [V, K]
+    S_K: tl.constexpr = 1 if STATE_VK else V
+    S_V: tl.constexpr = K if STATE_VK else 1
+    off_s = (i_n * HV + i_hv) * (K * V) + o_k[:, None] * S_K + o_v[None, :] * S_V
+
+    if USE_H0:
+        b_s = tl.load(h0 + off_s, mask=m_kv, other=0.0).to(tl.float32)
+    else:
+        b_s = tl.zeros([BK, BV], dtype=tl.float32)
+
+    n_chunks = tl.cdiv(eos - bos, BT)
+    for t in range(0, n_chunks):
+        rows = bos + t * BT + o_t
+        m_r = rows < eos
+        # the state at the chunk start, for the output kernel ([K, V], bf16)
+        off_h = ((c0 + t) * HV + i_hv) * (K * V) + o_k[:, None] * V + o_v[None, :]
+        b_sb = _bf16(b_s, INTERPRET)
+        tl.store(h + off_h, b_sb, mask=m_kv)
+
+        off_k = (rows[:, None] * HV + i_hv) * K + o_k[None, :]
+        off_v = (rows[:, None] * HV + i_hv) * V + o_v[None, :]
+        m_rk = m_r[:, None] & m_k[None, :]
+        m_rv = m_r[:, None] & m_v[None, :]
+        b_w = tl.load(W + off_k, mask=m_rk, other=0.0)
+        b_u = tl.load(U + off_v, mask=m_rv, other=0.0).to(tl.float32)
+        b_vn = _bf16(b_u - _mma(b_w, b_sb, INTERPRET), INTERPRET)
+        tl.store(v_new + off_v, b_vn, mask=m_rv)
+
+        row_last = tl.minimum(bos + t * BT + BT, eos) - 1
+        g_last = tl.load(G + (row_last * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
+        b_kg = tl.load(KG + off_k, mask=m_rk, other=0.0)
+        b_s = b_s * tl.exp(g_last)[:, None] + _mma(tl.trans(b_kg), b_vn, INTERPRET)
+
+    if STORE_HT:
+        tl.store(ht + off_s, b_s, mask=m_kv)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 4. output
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _output_kernel(
+    QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    i_v = tl.program_id(0).to(tl.int64)
+    i_c = tl.program_id(1).to(tl.int64)
+    i_hv = tl.program_id(2).to(tl.int64)
+    r0, eos, _ = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    o_t = tl.arange(0, BT)
+    rows = r0 + o_t
+    m_r = rows < eos
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_v = o_v < V
+    m_rv = m_r[:, None] & m_v[None, :]
+
+    # A_qk V_new: A_qk is lower triangular; its upper half was never written, so it is masked off here
+    m_a = m_r[:, None] & (o_t[None, :] <= o_t[:, None])
+    b_a = tl.load(Aqk + (rows[:, None] * HV + i_hv) * BT + o_t[None, :], mask=m_a, other=0.0)
+    off_v = (rows[:, None] * HV + i_hv) * V + o_v[None, :]
+    b_vn = tl.load(v_new + off_v, mask=m_rv, other=0.0)
+    acc = _mma(b_a, b_vn, INTERPRET)
+
+    # + (scale q exp(G)) S, S = the state at the chunk start
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        b_qg = tl.load(QG + (rows[:, None] * HV + i_hv) * K + o_k[None, :],
+                       mask=m_r[:, None] & m_k[None, :], other=0.0)
+        b_h = tl.load(h + (i_c * HV + i_hv) * (K * V) + o_k[:, None] * V + o_v[None, :],
+                      mask=m_k[:, None] & m_v[None, :], other=0.0)
+        acc += _mma(b_qg, b_h, INTERPRET)
+    if o.dtype.element_ty == tl.bfloat16:
+        acc = _bf16(acc, INTERPRET)
+    tl.store(o + off_v, acc.to(o.dtype.element_ty), mask=m_rv)
+
+
+# ----------------------------------------------------------------------------------------------------
+# wrapper
+# ----------------------------------------------------------------------------------------------------
+def _chunk_tables(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """chunk_indices [NT, 2] int32 (sequence, chunk within it), chunk_offsets [N] int64 (first global
+    chunk of each sequence) and NT. Reads the lengths on the host once (to size the grids and reject
+    empty sequences)."""
+    lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    lens_host = lens.tolist()
+    if any(n <= 0 for n in lens_host):
+        raise ValueError(f"every sequence needs at least one token; cu_seqlens gives lengths {lens_host}")
+    n_chunks = (lens + BT - 1) // BT
+    offsets = torch.cumsum(n_chunks, 0) - n_chunks
+    nt = sum((n + BT - 1) // BT for n in lens_host)
+    seq = torch.repeat_interleave(torch.arange(len(lens_host), device=cu_seqlens.device), n_chunks)
+    local = torch.arange(nt, device=cu_seqlens.device) - offsets[seq]
+    indices = torch.stack([seq, local], dim=1).to(torch.int32).contiguous()
+    return indices, offsets.contiguous(), nt
+
+
+def kda_chunk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    opts: KDAOptions = KDAOptions(),
+    *,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    r"""Chunked KDA forward (prefill / extend), dense or packed variable-length.
+
+    Args:
+        q, k: `[B, T, H, K]` queries / keys (bf16, fp16 or fp32), K <= 256.
+        v: `[B, T, HV, V]` values, V <= 256; HV a multiple of H (GVA: value head hv uses q/k head
+            hv // (HV // H)).
+        g: `[B, T, HV, K]`: the log decay (<= 0) when `opts.gate == "precomputed"`, else the raw gate input.
+        beta: `[B, T, HV]`: a probability (`opts.beta == "prob"`) or logits ("logits", "logits_x2").
+        opts: scale, in-kernel q/k L2 norm, gate kind and lower bound, beta form, state layout,
+            whether to return the final state.
+        A_log: `[HV]` fp32, needed by the "unbounded" and "safe" gates.
+        dt_bias: `[HV, K]` or `[HV * K]` fp32, needed by the "unbounded" and "safe" gates.
+        initial_state: `[N, HV, K, V]` (`state_layout="kv"`) or `[N, HV, V, K]` ("vk") fp32, or None for
+            zeros.
+        cu_seqlens: `[N + 1]` int32/int64 cumulative lengths of a packed batch (B must be 1), or None for
+            N = B dense sequences of T tokens. Every length must be >= 1 (checked on the host).
+
+    Returns:
+        o: `[B, T, HV, V]` in v's dtype.
+        final_state: `[N, HV, K, V]` / `[N, HV, V, K]` fp32 when `opts.output_final_state`, else None.
+    """
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if k.shape != q.shape or v.shape[:2] != (B, T) or g.shape != (B, T, HV, K) or beta.shape != (B, T, HV):
+        raise ValueError(
+            f"shape mismatch: q {tuple(q.shape)} k {tuple(k.shape)} v {tuple(v.shape)} g {tuple(g.shape)} "
+            f"beta {tuple(beta.shape)}; expected k like q, v [B, T, HV, V], g [B, T, HV, K], beta [B, T, HV]")
+    if HV % H:
+        raise ValueError(f"value heads ({HV}) must be a multiple of q/k heads ({H})")
+    if K > 256 or V > 256:
+        raise ValueError(f"head dims up to 256 are supported, got K={K}, V={V}")
+    if opts.gate != "precomputed" and (A_log is None or dt_bias is None):
+        raise ValueError(f"gate {opts.gate!r} needs A_log and dt_bias")
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError(f"with cu_seqlens the batch size must be 1, got {B}")
+        N = cu_seqlens.shape[0] - 1
+    else:
+        if T < 1:
+            raise ValueError("every sequence needs at least one token (T = 0)")
+        N = B
+        cu_seqlens = torch.arange(0, (B + 1) * T, T, dtype=torch.int64, device=q.device)
+    vk = opts.state_layout == "vk"
+    state_shape = (N, HV, V, K) if vk else (N, HV, K, V)
+    if initial_state is not None:
+        if tuple(initial_state.shape) != state_shape:
+            raise ValueError(f"initial_state must be {list(state_shape)} ({opts.state_layout} layout), "
+                             f"got {list(initial_state.shape)}")
+        if initial_state.dtype != torch.float32:
+            raise ValueError(f"initial_state must be float32, got {initial_state.dtype}")
+        initial_state = initial_state.contiguous()
+
+    # the packed view: all kernels see [total_tokens, heads, dim]
+    q, k, v, g, beta = (x.reshape(B * T, *x.shape[2:]).contiguous() for x in (q, k, v, g, beta))
+    chunk_indices, chunk_offsets, NT = _chunk_tables(cu_seqlens)
+    TT, dev = B * T, q.device
+    interp = triton_interpreted()
+    f32, bf16 = torch.float32, torch.bfloat16
+
+    BKg = min(64, max(16, triton.next_power_of_2(K)))
+    G = torch.empty(TT, HV, K, dtype=f32, device=dev)
+    rq = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
+    rk = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
+    gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
+    _gate_cumsum_kernel[(NT, HV)](
+        g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
+        H=H, HV=HV, K=K, BT=BT, BK=BKg, GATE=_GATE_CODES[opts.gate], L2NORM=opts.use_qk_l2norm,
+        num_warps=4,
+    )
+
+    Xs = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
+    Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
+    W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    QG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    KG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    U = torch.empty(TT, HV, V, dtype=bf16, device=dev)
+    check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
+    _intra_kernel[(NT, HV)](
+        q, k, v, beta, G, rq, rk, Xs, Aqk, W, U, QG, KG, cu_seqlens, chunk_indices,
+        opts.resolved_scale(K),
+        H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=BKg, BV=min(64, max(16, triton.next_power_of_2(V))),
+        BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
+        INTERPRET=interp,
+        num_warps=4,
+    )
+
+    h = torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
+    v_new = torch.empty(TT, HV, V, dtype=bf16, device=dev)
+    final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
+    BK = max(16, triton.next_power_of_2(K))
+    BV = _state_bv(N * HV, BK, V)
+    _state_kernel[(triton.cdiv(V, BV), N, HV)](
+        W, U, KG, G, h, v_new,
+        initial_state if initial_state is not None else G, final_state if final_state is not None else G,
+        cu_seqlens, chunk_offsets,
+        HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
+        STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None, INTERPRET=interp,
+        num_warps=4,
+    )
+
+    o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
+    BVo = min(64, max(16, triton.next_power_of_2(V)))
+    _output_kernel[(triton.cdiv(V, BVo), NT, HV)](
+        QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
+        HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=4,
+    )
+    return o.view(B, T, HV, V), final_state
+
+
+def _state_bv(n_heads_total: int, BK: int, V: int) -> int:
+    """V-tile of the state pass: the pass is sequential over chunks, so few (sequence, head) pairs want
+    narrow tiles (more programs in flight); the [BK, BV] fp32 state must also fit in registers."""
+    BV = 64 if n_heads_total >= 256 else 32
+    if BK > 128:
+        BV = min(BV, 32)
+    return max(16, min(BV, triton.next_power_of_2(V)))
