@@ -57,8 +57,6 @@ class HubSpec:
 
 def parse_spec(spec: str) -> HubSpec:
     """Parse `hf://ORG/NAME[@REV]` (also `hf://datasets/ORG/NAME[@REV]`); HubError when malformed."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
     usage = f"expected {HF_PREFIX}ORG/NAME or {HF_PREFIX}ORG/NAME@REVISION"
     if not spec.startswith(HF_PREFIX):
         raise HubError(f"dataset {spec!r}: not a Hub dataset ({usage})")
@@ -68,13 +66,20 @@ def parse_spec(spec: str) -> HubSpec:
     repo_id, at, revision = rest.partition("@")
     if at and not revision:
         raise HubError(f"dataset {spec!r}: empty revision after '@' ({usage})")
+    check_repo_id(repo_id, f"dataset {spec!r}", f" ({usage})")
+    return HubSpec(repo_id, revision or None)
+
+
+def check_repo_id(repo_id: str, where: str, hint: str = "") -> None:
+    """HubError (prefixed by `where`) unless `repo_id` is a valid ORG/NAME."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
     if repo_id.count("/") != 1:
-        raise HubError(f"dataset {spec!r}: the repository must be ORG/NAME ({usage})")
+        raise HubError(f"{where}: the repository must be ORG/NAME{hint}")
     try:
         validate_repo_id(repo_id)
     except HFValidationError as e:
-        raise HubError(f"dataset {spec!r}: invalid repository id {repo_id!r}: {e}") from None
-    return HubSpec(repo_id, revision or None)
+        raise HubError(f"{where}: invalid repository id {repo_id!r}: {e}") from None
 
 
 def download_dataset(spec: str, cache_dir: Optional[Path | str] = None) -> Path:
@@ -508,7 +513,7 @@ def publish(root: Path | str, repo_id: str, *, revision: Optional[str] = None, c
     With `dry_run`, `out` gets every file that would be uploaded (one path a line) and nothing is sent.
     `api` replaces `huggingface_hub.HfApi()` (tests). Raises HubError with one clear message.
     """
-    parse_spec(HF_PREFIX + repo_id)  # same rules as hf:// specs
+    check_repo_id(repo_id, f"--repo-id {repo_id!r}")
     if create_pr and revision not in (None, "main"):
         raise HubError("--create-pr opens a pull request against the default branch; leave out --revision")
     with tempfile.TemporaryDirectory(prefix="kda-trace-publish-") as tmp:
