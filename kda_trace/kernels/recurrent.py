@@ -14,6 +14,8 @@ two element strides (one constexpr), so a single kernel body serves [K, V] and [
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -132,22 +134,27 @@ def _kda_recurrent_kernel(
         tl.store(ht + out_slot * stride_ht + off_h, b_h, mask=mask_h)
 
 
+@functools.lru_cache(maxsize=1024)
 def _tile_config(n_heads_total: int, K: int, V: int) -> tuple[int, int, int]:
-    """(BK, BV, num_warps) for n_heads_total = sequences * value heads.
+    """(BK, BV, num_warps) for n_heads_total = sequences * value heads (cached: decode calls it every step).
 
     Small batches split V finely so that enough programs exist to keep the GPU's memory system busy;
     large batches take wider tiles (fewer, longer programs)."""
-    BK = triton.next_power_of_2(K)
-    BV_max = triton.next_power_of_2(V)
+    BK = _next_pow2(K)
     if n_heads_total <= 64:
         BV = 8
     elif n_heads_total <= 512:
         BV = 16
     else:
         BV = 32
-    BV = max(1, min(BV, BV_max, max(1, 4096 // BK)))
+    BV = max(1, min(BV, _next_pow2(V), max(1, 4096 // BK)))
     num_warps = 4 if BV * BK >= 2048 else 2
     return BK, BV, num_warps
+
+
+def _next_pow2(n: int) -> int:
+    # plain Python: triton.next_power_of_2 goes through a jit wrapper that costs microseconds per call
+    return 1 << (n - 1).bit_length()
 
 
 def kda_recurrent(
@@ -226,7 +233,9 @@ def kda_recurrent(
     if state_indices is not None and state_indices.shape != (N,):
         raise ValueError(f"state_indices must be [{N}], got {tuple(state_indices.shape)}")
 
-    q, k, v, g, beta = (x if x.is_contiguous() else x.contiguous() for x in (q, k, v, g, beta))
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous() and g.is_contiguous()
+            and beta.is_contiguous()):
+        q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     if out is None:
         out = torch.empty_like(v)
     if inplace_state:
@@ -237,7 +246,7 @@ def kda_recurrent(
         final_state = None
 
     BK, BV, num_warps = _tile_config(N * HV, K, V)
-    grid = (N * HV * triton.cdiv(V, BV),)
+    grid = (N * HV * ((V + BV - 1) // BV),)
     # Tensors not used by a configuration get a harmless placeholder (never read: their flag is off).
     _kda_recurrent_kernel[grid](
         q, k, v, g, beta,

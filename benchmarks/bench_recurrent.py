@@ -1,0 +1,310 @@
+"""Decode / MTP speed of our recurrent KDA kernel beside fla's fused_recurrent_kda, on one GPU.
+
+Engine decode configuration: 32 heads, K = V = 128, bf16 q/k/v/g_raw/b, fp32 state in a pool [P, HV, V, K]
+(or [P, HV, K, V] for --layouts kv), in-kernel q/k L2 norm, unbounded gate from g_raw/A_log/dt_bias, beta from
+logits, state updated in place at state_indices.
+
+Every call touches fresh state: each timed unit is R launches over R disjoint sets of pool slots, with R chosen
+so that the R sets together are >= 4x the L2 cache (the state of one decode step is not in cache in a real
+model either: the other layers run between two steps of this one). Timings are medians of event-timed trials:
+  graph: the R launches captured in one CUDA graph, replayed; time / R.
+  plain: the R launches issued from Python; time / R (includes host launch cost when it exceeds the kernel).
+  copy:  a device-to-device copy of the same state bytes (read + write), also from a graph: the ceiling.
+State traffic counted: one read and one write of each touched state (q/k/v/g/o bytes are < 1% and left out).
+
+  python benchmarks/bench_recurrent.py --out results.json [--sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+from kda_trace.kernels import recurrent as rec
+from kda_trace.kernels.options import KDAOptions
+
+H = HV = 32
+K = V = 128
+STATE_BYTES = HV * K * V * 4  # one request's state, fp32
+L2_BYTES = 50 * 2**20
+
+
+def trials_median(fn_unit, reps: int, trials: int = 15) -> float:
+    """Median seconds of `fn_unit` (one timed unit), timed with CUDA events over `reps` repetitions."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(trials):
+        start.record()
+        for _ in range(reps):
+            fn_unit()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / reps)
+    return statistics.median(times)
+
+
+def time_graph(calls, reps):
+    """Per-call seconds of `calls` (a list of launches) captured in one CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            for c in calls:
+                c()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    g.replay()
+    torch.cuda.synchronize()
+    return trials_median(g.replay, reps) / len(calls)
+
+
+def time_plain(calls, reps):
+    def unit():
+        for c in calls:
+            c()
+
+    unit()
+    torch.cuda.synchronize()
+    return trials_median(unit, reps) / len(calls)
+
+
+def host_us(call, n=2000):
+    """Host microseconds per call (no synchronisation inside the loop)."""
+    call()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        call()
+    dt = time.perf_counter() - t
+    torch.cuda.synchronize()
+    return dt / n * 1e6
+
+
+class Case:
+    """Inputs of one batch size: R disjoint slot sets in a pool, shared token inputs."""
+
+    def __init__(self, batch, T, layout, seed=0):
+        self.batch, self.T, self.layout = batch, T, layout
+        self.R = max(2, min(64, math.ceil(4 * L2_BYTES / (batch * STATE_BYTES))))
+        P = batch * self.R
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        r = lambda *s: torch.randn(*s, device="cuda", generator=gen)  # noqa: E731
+        bf = torch.bfloat16
+        self.q, self.k = r(batch, T, H, K).to(bf), r(batch, T, H, K).to(bf)
+        self.v, self.g = r(batch, T, HV, V).to(bf), r(batch, T, HV, K).to(bf)
+        self.b = r(batch, T, HV).to(bf)
+        self.A_log, self.dt_bias = r(HV) * 0.5, r(HV, K)
+        shape = (P, HV, V, K) if layout == "vk" else (P, HV, K, V)
+        self.pool = r(*shape) * 0.1
+        perm = torch.randperm(P, device="cuda", generator=gen)
+        self.idx = [perm[i * batch:(i + 1) * batch].contiguous() for i in range(self.R)]
+        self.out = torch.empty_like(self.v)
+        self.opts = KDAOptions(scale=K ** -0.5, use_qk_l2norm=True, gate="unbounded", beta="logits",
+                               state_layout=layout)
+        self.copy_src = torch.empty(self.R, batch * STATE_BYTES // 4, device="cuda")
+        self.copy_dst = torch.empty_like(self.copy_src)
+        self.copy_src.normal_()
+
+    def ours(self, i):
+        return lambda: rec.kda_recurrent(self.q, self.k, self.v, self.g, self.b, self.opts, A_log=self.A_log,
+                                         dt_bias=self.dt_bias, initial_state=self.pool,
+                                         state_indices=self.idx[i], inplace_state=True)
+
+    def fla(self, i, mode="pool"):
+        """fla's engine path (fused_recurrent_kda_fwd: pool + ssm_state_indices, in place).
+
+        For T > 1 fla's pool path writes the state after every token to the slot given per token
+        (indices [B, T]); "pool" points every token of a request at its own slot (same end state as ours,
+        T state writes); "dense" instead reads a gathered [B, ...] state and writes a new [B, ...] final state
+        (one read, one write, like ours, but needs the engine's gather / scatter outside the kernel)."""
+        from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+
+        idx = self.idx[i]
+        kw = dict(A_log=self.A_log, dt_bias=self.dt_bias.flatten(), scale=K ** -0.5,
+                  use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                  state_v_first=self.layout == "vk", out=self.out)
+        if mode == "pool":
+            sidx = idx if self.T == 1 else idx[:, None].expand(-1, self.T).contiguous()
+            return lambda: fused_recurrent_kda_fwd(self.q, self.k, self.v, self.g, self.b, initial_state=self.pool,
+                                                   inplace_final_state=True, ssm_state_indices=sidx, **kw)
+        dense = self.pool[idx].clone()
+        return lambda: fused_recurrent_kda_fwd(self.q, self.k, self.v, self.g, self.b, initial_state=dense,
+                                               inplace_final_state=False, output_final_state=True, **kw)
+
+    def copy(self, i):
+        return lambda: self.copy_dst[i].copy_(self.copy_src[i])
+
+    def direct(self, i):
+        """Experiment: launch our compiled kernel through Triton's C launcher, skipping the Python binder
+        (what a cached launcher in the wrapper could reach)."""
+        return _direct_launcher(self, i)
+
+
+def _direct_launcher(case, i):
+    k_fn = rec._kda_recurrent_kernel
+    BK, BV, nw = rec._tile_config(case.batch * HV, K, V)
+    grid = (case.batch * HV * ((V + BV - 1) // BV),)
+    args = (case.q, case.k, case.v, case.g, case.b, case.A_log, case.dt_bias, case.out, case.pool, case.pool,
+            case.q, case.idx[i], K ** -0.5, -5.0, case.T, case.pool.stride(0), case.pool.stride(0))
+    kwargs = dict(H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, GATE=1, BETA=1, QK_L2NORM=True, STATE_VK=case.layout == "vk",
+                  USE_H0=True, STORE_HT=True, INPLACE=True, IS_VARLEN=False, HAS_INDICES=True, num_warps=nw)
+    ck = k_fn[grid](*args, **kwargs)
+    binder = k_fn.device_caches[torch.cuda.current_device()][-1]
+    bound = tuple(binder(*args, **kwargs)[0].values())
+    ck._init_handles()
+    run, fn, meta = ck.run, ck.function, ck.packed_metadata
+    stream = torch.cuda.current_stream().cuda_stream
+    return lambda: run(grid[0], 1, 1, stream, fn, meta, None, None, None, *bound)
+
+
+def rms_rel(x, ref):
+    x, ref = x.double(), ref.double()
+    return ((x - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+
+
+def check_against_fla(layout, T):
+    """Same inputs through ours and fla (fresh pools): o and the updated slots must agree."""
+    a, b = Case(8, T, layout, seed=1), Case(8, T, layout, seed=1)
+    o1, _ = a.ours(0)()
+    b.fla(0)()
+    o2 = b.out
+    idx = a.idx[0]
+    return dict(o_rms_rel=rms_rel(o1, o2), state_rms_rel=rms_rel(a.pool[idx], b.pool[idx]),
+                untouched_equal=bool(torch.equal(a.pool[a.idx[1]], b.pool[b.idx[1]])))
+
+
+def measure(batch, T, layout, with_fla=True, with_direct=False):
+    c = Case(batch, T, layout)
+    reps = max(3, int(2000 / (batch * T * c.R)))
+    row = dict(batch=batch, T=T, layout=layout, R=c.R)
+    row["ours_graph_us"] = time_graph([c.ours(i) for i in range(c.R)], reps) * 1e6
+    row["ours_plain_us"] = time_plain([c.ours(i) for i in range(c.R)], reps) * 1e6
+    row["ours_host_us"] = host_us(c.ours(0))
+    if with_direct:
+        try:
+            row["direct_plain_us"] = time_plain([c.direct(i) for i in range(c.R)], reps) * 1e6
+            row["direct_host_us"] = host_us(c.direct(0))
+        except Exception as e:  # an experiment: Triton internals differ across versions
+            row["direct_error"] = repr(e)[:200]
+    if with_fla:
+        row["fla_graph_us"] = time_graph([c.fla(i) for i in range(c.R)], reps) * 1e6
+        row["fla_plain_us"] = time_plain([c.fla(i) for i in range(c.R)], reps) * 1e6
+        if T > 1:
+            row["fla_dense_graph_us"] = time_graph([c.fla(i, "dense") for i in range(c.R)], reps) * 1e6
+    row["copy_graph_us"] = time_graph([c.copy(i) for i in range(c.R)], reps) * 1e6
+    traffic = 2 * batch * STATE_BYTES
+    for key in ("ours_graph_us", "fla_graph_us", "copy_graph_us", "fla_dense_graph_us"):
+        if key in row:
+            row[key.replace("_us", "_TBps")] = traffic / (row[key] * 1e-6) / 1e12
+    del c
+    torch.cuda.empty_cache()
+    return row
+
+
+def sweep(batch, layout, T=1):
+    """Graph time of every (BV, num_warps) for one batch: picks the table in recurrent._tile_config."""
+    c = Case(batch, T, layout)
+    reps = max(3, int(2000 / (batch * T * c.R)))
+    saved = rec._tile_config
+    out = []
+    try:
+        for BV in (4, 8, 16, 32, 64):
+            for nw in (1, 2, 4, 8):
+                if BV * 128 / (32 * nw) < 4:  # fewer than one 16-byte vector per thread
+                    continue
+                rec._tile_config = lambda n, k, v, BV=BV, nw=nw: (128, BV, nw)
+                t = time_graph([c.ours(i) for i in range(c.R)], reps)
+                out.append(dict(batch=batch, T=T, layout=layout, BV=BV, num_warps=nw, graph_us=t * 1e6,
+                                TBps=2 * batch * STATE_BYTES / t / 1e12))
+    finally:
+        rec._tile_config = saved
+    del c
+    torch.cuda.empty_cache()
+    return out
+
+
+def big_copy_TBps():
+    n = 2**28  # 1 GiB of fp32
+    src, dst = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+    t = time_graph([lambda: dst.copy_(src)], 5)
+    return 2 * n * 4 / t / 1e12
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--sweep", action="store_true", help="also sweep (BV, num_warps) per batch")
+    ap.add_argument("--layouts", default="vk,kv")
+    ap.add_argument("--no-fla", action="store_true")
+    args = ap.parse_args()
+    import triton
+
+    env = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+               python=platform.python_version(), sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    try:
+        import fla
+
+        env["fla"] = getattr(fla, "__version__", "?")
+    except ImportError:
+        args.no_fla = True
+    res = dict(env=env, copy_1GiB_TBps=big_copy_TBps(), rows=[], sweep=[], checks={})
+    print(json.dumps(env), f"copy ceiling (1 GiB, read+write): {res['copy_1GiB_TBps']:.2f} TB/s", flush=True)
+    if not args.no_fla:
+        for layout in args.layouts.split(","):
+            for T in (1, 4):
+                res["checks"][f"{layout}_T{T}"] = check_against_fla(layout, T)
+        print("vs fla:", json.dumps(res["checks"]), flush=True)
+    for layout in args.layouts.split(","):
+        for batch in (1, 8, 64, 256):
+            row = measure(batch, 1, layout, with_fla=not args.no_fla, with_direct=layout == "vk")
+            res["rows"].append(row)
+            print(json.dumps(row), flush=True)
+        row = measure(64, 4, layout, with_fla=not args.no_fla)
+        res["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    if args.sweep:
+        for layout in args.layouts.split(","):
+            for batch in (1, 8, 64, 256):
+                res["sweep"] += sweep(batch, layout)
+            res["sweep"] += sweep(64, layout, T=4)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+    print_table(res)
+
+
+def print_table(res):
+    print(f"\n{res['env']}\ncopy ceiling {res['copy_1GiB_TBps']:.2f} TB/s")
+    print("layout batch T | ours graph us (TB/s) | fla graph us | ours/fla | copy us | ours/copy TB/s | "
+          "ours plain | fla plain | host us")
+    for r in res["rows"]:
+        fg = r.get("fla_graph_us", float("nan"))
+        print(f"{r['layout']} {r['batch']:4d} {r['T']} | {r['ours_graph_us']:8.2f} ({r['ours_graph_TBps']:.2f}) | "
+              f"{fg:8.2f} | {r['ours_graph_us'] / fg:.2f} | {r['copy_graph_us']:8.2f} | "
+              f"{r['ours_graph_TBps'] / r['copy_graph_TBps']:.2f} | {r['ours_plain_us']:7.2f} | "
+              f"{r.get('fla_plain_us', float('nan')):7.2f} | {r['ours_host_us']:.1f}"
+              + (f" | direct plain {r['direct_plain_us']:.2f} host {r['direct_host_us']:.1f}"
+                 if "direct_plain_us" in r else "")
+              + (f" | fla dense graph {r['fla_dense_graph_us']:.2f}" if "fla_dense_graph_us" in r else ""))
+    if res["sweep"]:
+        best = {}
+        for s in res["sweep"]:
+            key = (s["layout"], s["batch"], s["T"])
+            if key not in best or s["graph_us"] < best[key]["graph_us"]:
+                best[key] = s
+        print("sweep best:", *[f"{k}: BV={b['BV']} nw={b['num_warps']} {b['graph_us']:.2f}us" for k, b in best.items()],
+              sep="\n  ")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
