@@ -1,0 +1,306 @@
+"""The KDA dataset: every reference against independent ground truth, plus dataset and coverage checks.
+
+Ground truth is fla-core's pure-PyTorch code: naive_recurrent_kda (the recurrence), naive_kda_gate and
+naive_kda_lowerbound_gate (the gates). Layouts are converted here (K-last states are transposed, packed
+sequences are split and run one by one), q/k L2 norm is applied here with KDA.md's formula.
+fla's naive functions compute in float32 whatever the input dtype (they call `.to(torch.float)`), so the
+agreement is checked at float32 level (RMS-relative error < 2e-6), on float32 copies of the smoke
+workloads' inputs; the references are also run on the real (bf16) inputs to check output dtypes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kda_trace.coverage import coverage_matrix, render_coverage
+from kda_trace.dataset import load_dataset
+from kda_trace.inputs import make_inputs, torch_dtype
+from kda_trace.reference import compile_reference
+
+fla_naive = pytest.importorskip("fla.ops.kda.naive")
+fla_gate = pytest.importorskip("fla.ops.kda.gate")
+
+REPO = Path(__file__).resolve().parent.parent
+DATASET = load_dataset(REPO)
+KDA = sorted((d for d in DATASET.definitions.values() if d.op_type == "kda"), key=lambda d: d.name)
+SMOKE = [(d, w) for d in KDA for w in DATASET.workloads_of(d.name) if "smoke" in w.tags]
+
+
+def family(definition) -> str:
+    return definition.tag("stage")
+
+
+def fp32(inputs: dict) -> dict:
+    return {k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in inputs.items()}
+
+
+def as_tuple(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+def rms_rel(ref: torch.Tensor, out: torch.Tensor) -> float:
+    ref, out = ref.double(), out.double()
+    return ((ref - out).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt().clamp_min(1e-30)).item()
+
+
+def assert_agrees(name: str, ref: torch.Tensor, out: torch.Tensor, bound: float = 2e-6) -> None:
+    assert ref.shape == out.shape, (name, ref.shape, out.shape)
+    assert torch.isfinite(out).all(), f"{name}: non-finite values"
+    err = rms_rel(ref, out)
+    assert err < bound, f"{name}: RMS-relative error {err:.2e} >= {bound:.0e}"
+
+
+def l2(x: torch.Tensor) -> torch.Tensor:
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+def lower_bound(definition):
+    return float(definition.tag("lower_bound")) if definition.tag("gate") == "safe" else None
+
+
+def naive_gate(definition, g_raw, A_log, dt_bias):
+    if lower_bound(definition) is None:
+        return fla_gate.naive_kda_gate(g_raw, A_log, dt_bias.reshape(-1))
+    return fla_gate.naive_kda_lowerbound_gate(g_raw, A_log, dt_bias.reshape(-1), lower_bound=lower_bound(definition))
+
+
+# --------------------------------------------------------------------------- ground truth per family
+
+def truth_prefill(d, x):
+    g = naive_gate(d, x["g_raw"], x["A_log"], x["dt_bias"])
+    cu = x["cu_seqlens"].tolist()
+    o, states = torch.zeros_like(x["v"]), []
+    for n, (a, e) in enumerate(zip(cu[:-1], cu[1:])):
+        h0 = None if x["initial_state"] is None else x["initial_state"][n].transpose(-1, -2)[None]  # [V,K] -> [K,V]
+        o_n, s_n = fla_naive.naive_recurrent_kda(
+            l2(x["q"][a:e])[None], l2(x["k"][a:e])[None], x["v"][a:e][None], g[a:e][None],
+            torch.sigmoid(x["b"][a:e])[None], scale=x["scale"], initial_state=h0, output_final_state=True)
+        o[a:e] = o_n[0]
+        states.append(s_n[0].transpose(-1, -2))
+    return o, torch.stack(states)
+
+
+def truth_pool(d, x):
+    """decode ([B, ...]) and mtp ([B, T, ...]): one naive run per request from its slot."""
+    mtp = x["q"].dim() == 4
+    pool, slots = x["state_pool"], x["state_indices"].tolist()
+    new_pool, o = pool.clone(), torch.zeros_like(x["v"])
+    for i, slot in enumerate(slots):
+        pick = (lambda t: t[i]) if mtp else (lambda t: t[i:i + 1])  # -> [T, ...]
+        g = naive_gate(d, pick(x["g_raw"]), x["A_log"], x["dt_bias"])
+        o_i, s_i = fla_naive.naive_recurrent_kda(
+            l2(pick(x["q"]))[None], l2(pick(x["k"]))[None], pick(x["v"])[None], g[None],
+            torch.sigmoid(pick(x["b"]))[None], scale=x["scale"],
+            initial_state=pool[slot].transpose(-1, -2)[None], output_final_state=True)
+        o[i] = o_i[0] if mtp else o_i[0, 0]
+        new_pool[slot] = s_i[0].transpose(-1, -2)
+    return o, new_pool
+
+
+def truth_forward(d, x):
+    return fla_naive.naive_recurrent_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=x["scale"],
+                                         initial_state=x["initial_state"], output_final_state=True)
+
+
+def truth_backward(d, x):
+    leaves = {k: x[k].clone().requires_grad_() for k in ("q", "k", "v", "g", "beta", "initial_state")}
+    o, s = fla_naive.naive_recurrent_kda(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                                         scale=x["scale"], initial_state=leaves["initial_state"], output_final_state=True)
+    ((o * x["do"]).sum() + (s * x["dht"]).sum()).backward()
+    return tuple(leaves[k].grad for k in ("q", "k", "v", "g", "beta", "initial_state"))
+
+
+def truth_gate(d, x):
+    return naive_gate(d, x["g_raw"], x["A_log"], x["dt_bias"])
+
+
+TRUTH = {"prefill": truth_prefill, "decode": truth_pool, "mtp": truth_pool, "forward": truth_forward,
+         "backward": truth_backward, "gate": truth_gate}
+
+
+# --------------------------------------------------------------------------- references vs ground truth
+
+@pytest.mark.parametrize("definition,workload", SMOKE, ids=[f"{d.name}-{w.uuid[:8]}" for d, w in SMOKE])
+def test_reference_matches_fla_naive(definition, workload):
+    run = compile_reference(definition.reference, definition.name)
+    inputs = make_inputs(definition, workload, seed=1234, device="cpu")
+    x = fp32(inputs)
+    out = as_tuple(run(**x))
+    truth = as_tuple(TRUTH[family(definition)](definition, x))
+    assert len(out) == len(definition.outputs) == len(truth)
+    for name, o, t in zip(definition.outputs, out, truth):
+        assert_agrees(f"{definition.name}.{name}", t, o)
+
+
+@pytest.mark.parametrize("definition", KDA, ids=[d.name for d in KDA])
+def test_reference_output_dtypes_and_no_input_mutation(definition):
+    """On the definition's own dtypes: outputs have the declared shapes and dtypes, inputs are unchanged."""
+    workload = next(w for w in DATASET.workloads_of(definition.name) if "smoke" in w.tags)
+    inputs = make_inputs(definition, workload, seed=7, device="cpu")
+    before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    out = as_tuple(compile_reference(definition.reference, definition.name)(**inputs))
+    axes = {**definition.const_axes, **workload.axes}
+    for (name, spec), o in zip(definition.outputs.items(), out):
+        assert o.dtype == torch_dtype(spec.dtype), (name, o.dtype, spec.dtype)
+        assert list(o.shape) == definition.shape_of(spec, axes), (name, o.shape)
+        assert torch.isfinite(o).all(), name
+    for k, v in before.items():
+        assert torch.equal(v, inputs[k]), f"the reference modified its input {k!r}"
+
+
+POOL_DEFS = [d for d in KDA if family(d) in ("decode", "mtp")]
+
+
+@pytest.mark.parametrize("definition", POOL_DEFS, ids=[d.name for d in POOL_DEFS])
+def test_pool_untouched_slots_bit_identical(definition):
+    workload = next(w for w in DATASET.workloads_of(definition.name) if "smoke" in w.tags and w.axes["batch_size"] > 1)
+    inputs = make_inputs(definition, workload, seed=3, device="cpu")
+    _, new_pool = compile_reference(definition.reference, definition.name)(**inputs)
+    untouched = torch.ones(inputs["state_pool"].shape[0], dtype=torch.bool)
+    untouched[inputs["state_indices"]] = False
+    assert untouched.any()
+    assert torch.equal(new_pool[untouched], inputs["state_pool"][untouched])
+    assert not torch.equal(new_pool[~untouched], inputs["state_pool"][~untouched])
+
+
+def test_prefill_sequences_are_independent():
+    """Each packed sequence equals the same sequence run alone (state never leaks across the boundary)."""
+    d = DATASET.definitions["kda_prefill_h8_d128_k_last"]
+    run = compile_reference(d.reference, d.name)
+    w = next(w for w in DATASET.workloads_of(d.name) if w.seq_lens and len(w.seq_lens) == 3 and "smoke" in w.tags)
+    x = fp32(make_inputs(d, w, seed=5, device="cpu"))
+    o, s = run(**x)
+    cu = x["cu_seqlens"].tolist()
+    for n, (a, e) in enumerate(zip(cu[:-1], cu[1:])):
+        alone = dict(x, q=x["q"][a:e], k=x["k"][a:e], v=x["v"][a:e], g_raw=x["g_raw"][a:e], b=x["b"][a:e],
+                     initial_state=x["initial_state"][n:n + 1], cu_seqlens=torch.tensor([0, e - a]))
+        o_n, s_n = run(**alone)
+        assert torch.allclose(o_n, o[a:e], atol=1e-6) and torch.allclose(s_n[0], s[n], atol=1e-6)
+
+
+def test_prefill_rejects_zero_length_sequence():
+    d = DATASET.definitions["kda_prefill_h8_d128_k_last"]
+    run = compile_reference(d.reference, d.name)
+    w = next(w for w in DATASET.workloads_of(d.name) if "smoke" in w.tags)
+    x = make_inputs(d, w, seed=5, device="cpu")
+    cu = x["cu_seqlens"].clone()
+    cu[1] = cu[0]
+    with pytest.raises(ValueError, match="zero-length"):
+        run(**dict(x, cu_seqlens=cu, initial_state=None))
+
+
+# --------------------------------------------------------------------------- tolerances separate right from wrong
+
+def within(tol, ref: torch.Tensor, out: torch.Tensor) -> bool:
+    """The definition's tolerance, read as docs/FORMAT.md describes it."""
+    ref, out = ref.double(), out.double()
+    ok = rms_rel(ref, out) <= tol.max_rms_rel_error
+    cos = torch.nn.functional.cosine_similarity(ref.flatten(), out.flatten(), dim=0).item()
+    ok &= cos >= tol.min_cosine
+    matched = ((ref - out).abs() <= tol.atol + tol.rtol * ref.abs()).double().mean().item()
+    return ok and matched >= tol.min_matched_ratio
+
+
+def test_prefill_tolerance_accepts_bf16_rounding_and_rejects_bugs():
+    d = DATASET.definitions["kda_prefill_h32_d128_k_last"]
+    run = compile_reference(d.reference, d.name)
+    w = next(w for w in DATASET.workloads_of(d.name) if "smoke" in w.tags and len(w.seq_lens) == 3)
+    x = make_inputs(d, w, seed=11, device="cpu")
+    tol_o, tol_s = d.outputs["o"].tolerance, d.outputs["final_state"].tolerance
+    o, s = run(**fp32(x))  # float32 outputs: the exact answer for these inputs
+    # a correct kernel: bf16 output rounding (and bf16-rounded state for the state check)
+    assert within(tol_o, o, o.bfloat16()) and within(tol_s, s, s.bfloat16())
+    # bugs a kernel can have
+    cu = x["cu_seqlens"]
+    bugs = {
+        "initial state dropped": dict(x, initial_state=None),
+        "state leaks across sequences": dict(x, cu_seqlens=cu[[0, -1]], initial_state=x["initial_state"][:1]),
+        "gate without dt_bias": dict(x, dt_bias=torch.zeros_like(x["dt_bias"])),
+        "beta = 1 (sigmoid skipped)": dict(x, b=torch.full_like(x["b"], 30.0)),
+        "scale = 1": dict(x, scale=1.0),
+    }
+    for bug, inputs in bugs.items():
+        o_bug, s_bug = run(**fp32(inputs))
+        if o_bug.shape != o.shape or s_bug.shape != s.shape:  # leak: compare the last sequence's state
+            assert not within(tol_s, s[-1], s_bug[-1]), bug
+        else:
+            assert not (within(tol_o, o, o_bug) and within(tol_s, s, s_bug)), bug
+    # a single wrong output token (of the 48) fails o's element-wise bound
+    o_bug = o.clone()
+    o_bug[17] = -o_bug[17]
+    assert not within(tol_o, o, o_bug)
+
+
+# --------------------------------------------------------------------------- dataset and coverage
+
+def test_dataset_loads_without_problems():
+    problems = [str(p) for p in DATASET.problems if "kda" in str(p)]
+    assert not problems, problems[:5]
+    assert len(KDA) >= 20
+
+
+def test_checked_in_files_match_the_build_script():
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import build_kda_dataset
+    finally:
+        sys.path.pop(0)
+    built = build_kda_dataset.build()
+    for name, (defn, wls) in built.items():
+        assert json.loads((REPO / "definitions" / "kda" / f"{name}.json").read_text()) == defn, name
+        lines = (REPO / "workloads" / "kda" / f"{name}.jsonl").read_text().splitlines()
+        assert [json.loads(line) for line in lines] == wls, name
+    assert set(built) == {d.name for d in KDA}
+
+
+@pytest.mark.parametrize("definition", KDA, ids=[d.name for d in KDA])
+def test_every_definition_has_smoke_and_tags(definition):
+    wls = DATASET.workloads_of(definition.name)
+    smoke = [w for w in wls if "smoke" in w.tags]
+    assert smoke, "no smoke workload"
+    for w in smoke:  # small enough for the CPU interpreter
+        axes = {**definition.const_axes, **w.axes}
+        tokens = axes.get("total_seq_len") or axes.get("num_tokens", 1) * axes.get("batch_size", 1) * axes.get("seq_len", 1)
+        assert tokens <= 64 and axes.get("batch_size", 1) <= 4, w.axes
+    for key in ("stage", "model", "gate", "tp"):
+        assert definition.tag(key), f"missing tag {key}"
+    if family(definition) != "gate":
+        for key in ("beta", "qk_norm", "state_layout", "batch"):
+            assert definition.tag(key), f"missing tag {key}"
+    if family(definition) == "prefill":
+        stress = [w for w in wls if "stress" in w.tags]
+        assert stress and all(w.axes["total_seq_len"] * definition.const_axes["num_heads"] * 128 > 2 ** 31 for w in stress)
+    assert len({w.uuid for w in wls}) == len(wls)
+
+
+def test_prefill_workloads_cover_the_edge_cases():
+    d = DATASET.definitions["kda_prefill_h32_d128_k_last"]
+    wls = DATASET.workloads_of(d.name)
+    lens = [n for w in wls for n in w.seq_lens]
+    totals = [w.axes["total_seq_len"] for w in wls if "stress" not in w.tags]
+    assert 1 in lens and any(n < 64 for n in lens) and any(t % 64 for t in totals)
+    assert min(totals) <= 64 and max(totals) == 65536
+    with_state = [w.inputs["initial_state"].generator is None for w in wls]
+    assert any(with_state) and not all(with_state)
+
+
+def test_coverage_every_engine_cell_is_covered():
+    matrix = coverage_matrix(KDA, DATASET.workloads)
+    assert matrix.missing == [], matrix.missing
+    text = render_coverage(matrix)
+    assert "kimi-k3 tp4 (h24)" in text and "required cells missing: none" in text
+    assert set(matrix.features["state_layout"]) == {"kv", "vk"}
+    assert set(matrix.features["gate"]) == {"unbounded", "safe", "precomputed"}
+
+
+def test_coverage_reports_a_missing_cell():
+    without_mtp = [d for d in KDA if d.name != "kda_mtp_h24_d128_k_last_safe_gate"]
+    matrix = coverage_matrix(without_mtp, DATASET.workloads)
+    assert matrix.missing == [("kimi-k3", 4, "mtp")]
+    assert "MISSING" in render_coverage(matrix)
