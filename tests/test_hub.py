@@ -4,6 +4,7 @@ endpoint; hf:// downloads with a snapshot built in a temporary Hugging Face cach
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -434,3 +435,28 @@ def test_cli_with_hf_dataset_offline_gives_one_line(tmp_path):
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kda-trace list: dataset hf://kda-org/nowhere@v1: the Hub cannot")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("kda_trace.run_command") is None, reason="the runner is not there yet")
+def test_runner_on_the_exported_copy_and_its_traces_exported(tmp_path):
+    """`kda-trace run` on an exported copy, then `export --traces` of that run: the traces table holds
+    exactly the runner's records."""
+    import datasets
+
+    export = hub.export_dataset(FIXTURE, tmp_path / "out")
+    run_dir = tmp_path / "run"
+    code = main(["run", "--dataset", str(export.out_dir), "--solution", "reference", "--device", "cpu",
+                 "--definition", "kda_gate_h2_d8", "--size", "all", "--out", str(run_dir)])
+    assert code == 0
+    path = run_dir / "traces" / "kda" / "kda_gate_h2_d8.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(r["workload"]["uuid"] for r in records) == ["fix-gate-1", "fix-gate-2"]
+    assert {r["evaluation"]["status"] for r in records} == {"PASSED"}
+
+    again = hub.export_dataset(FIXTURE, tmp_path / "out2", traces_dir=run_dir)
+    assert "traces/kda/kda_gate_h2_d8.jsonl" in again.files and again.traces == 2
+    table = datasets.load_dataset(str(again.out_dir), "traces", split="train", cache_dir=str(tmp_path / "cache"))
+    assert [json.loads(e) for e in table["evaluation"]] == [r["evaluation"] for r in records]
+    assert table["workload_uuid"] == [r["workload"]["uuid"] for r in records]
+    assert table["status"] == ["PASSED", "PASSED"] and table["solution"] == ["reference", "reference"]
+    assert all(x is not None and x >= 0 for x in table["latency_ms"])
