@@ -1,0 +1,247 @@
+"""Metrics and verdicts, one output tensor at a time.
+
+Every output is measured in full (even when it passes): absolute / relative / RMS-relative error, cosine,
+MSE, the fraction of elements within `atol + rtol * |ref|`, NaN/Inf counts, the five worst elements with
+coordinates named by axis, and the error along the sequence axis. An output passes when every bound of
+its tolerance holds (definition's tolerance, then command-line overrides, then DEFAULT_TOLERANCES for
+its dtype) and it holds no NaN/Inf where the reference is finite.
+
+Relative error is |ref - out| / max(|ref|, atol), so that references near zero do not explode it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+from .schema import Definition, OutputMetrics, Tolerance, WorstElement
+
+# The ONE table of default tolerances, by output dtype. A definition's per-output tolerance overrides
+# field by field; `--tolerance` overrides both. bf16 bounds follow fla's own check (RMS-relative < 5e-3).
+DEFAULT_TOLERANCES: Dict[str, Tolerance] = {
+    "bfloat16": Tolerance(atol=1e-2, rtol=2e-2, min_matched_ratio=0.999, max_rms_rel_error=5e-3, min_cosine=0.9999),
+    "float16": Tolerance(atol=2e-3, rtol=5e-3, min_matched_ratio=0.999, max_rms_rel_error=2e-3, min_cosine=0.99999),
+    "float32": Tolerance(atol=1e-3, rtol=1e-3, min_matched_ratio=0.999, max_rms_rel_error=1e-3, min_cosine=0.99999),
+    "float64": Tolerance(atol=1e-6, rtol=1e-6, min_matched_ratio=1.0, max_rms_rel_error=1e-6, min_cosine=0.999999),
+}
+# Integer and bool outputs must match exactly.
+EXACT = Tolerance(atol=0.0, rtol=0.0, min_matched_ratio=1.0, max_rms_rel_error=0.0, min_cosine=None)
+
+TOLERANCE_FIELDS = ("atol", "rtol", "min_matched_ratio", "max_rms_rel_error", "min_cosine")
+
+# How coordinates along an axis read in messages ("token 417 of sequence 3, head 12, dim 77").
+AXIS_WORDS = {
+    "batch_size": "batch", "seq_len": "token", "total_seq_len": "token", "num_tokens": "token",
+    "num_heads": "head", "num_v_heads": "head", "head_dim_k": "dim", "head_dim_v": "dim",
+    "pool_size": "slot", "num_seqs": "sequence", "len_cu_seqlens": "offset",
+}
+TOP_WORST = 5
+MAX_POSITION_BUCKETS = 64
+
+
+class ToleranceSyntaxError(ValueError):
+    """A malformed `--tolerance` argument."""
+
+
+def parse_tolerance_override(text: str) -> tuple[str, Tolerance]:
+    """Parse `OUTPUT=atol:1e-2,rtol:1e-3,...` (OUTPUT `*` = every output) into (output, Tolerance).
+
+    Fields: atol, rtol, min_matched_ratio, max_rms_rel_error, min_cosine; `none` switches a bound off.
+    """
+    name, sep, body = text.partition("=")
+    if not sep or not name.strip() or not body.strip():
+        raise ToleranceSyntaxError(f"--tolerance {text!r}: expected OUTPUT=field:value[,field:value...]")
+    values: Dict[str, Optional[float]] = {}
+    for part in body.split(","):
+        key, sep, value = part.partition(":")
+        key = key.strip()
+        if not sep or key not in TOLERANCE_FIELDS:
+            raise ToleranceSyntaxError(f"--tolerance {text!r}: {part!r} is not field:value with field one of "
+                                       f"{', '.join(TOLERANCE_FIELDS)}")
+        try:
+            values[key] = None if value.strip().lower() == "none" else float(value)
+        except ValueError:
+            raise ToleranceSyntaxError(f"--tolerance {text!r}: {value!r} is not a number") from None
+    try:
+        return name.strip(), Tolerance(**values)
+    except ValueError as e:
+        raise ToleranceSyntaxError(f"--tolerance {text!r}: {e}") from None
+
+
+def tolerance_for(definition: Definition, output: str, overrides: Dict[str, Tolerance] | None = None) -> Tolerance:
+    """The tolerance of one output: dtype default, then the definition's fields, then overrides."""
+    spec = definition.outputs[output]
+    dtype = spec.dtype.value
+    merged = (DEFAULT_TOLERANCES.get(dtype) or EXACT).model_dump()
+    layers: List[Optional[Tolerance]] = [spec.tolerance]
+    for key in ("*", output):
+        if overrides and key in overrides:
+            layers.append(overrides[key])
+    for layer in layers:
+        if layer is None:
+            continue
+        for k, v in layer.model_dump(exclude_unset=True).items():
+            merged[k] = v
+    return Tolerance(**merged)
+
+
+def packed_axis(definition: Definition) -> Optional[tuple[str, str]]:
+    """(token axis, cu_seqlens input name) when the definition packs sequences with cu_seqlens."""
+    for name, spec in definition.inputs.items():
+        gen = spec.generator
+        if gen is not None and gen.kind == "cu_seqlens":
+            axis = gen.total_axis
+            if axis is None:  # fall back to a recurrent output's sequence axis
+                axis = next((o.sequence_axis for o in definition.outputs.values() if o.sequence_axis), None)
+            if axis:
+                return axis, name
+    return None
+
+
+def describe_index(index: Sequence[int], axes: Sequence[str], packed: Optional[tuple[str, Any]] = None) -> str:
+    """Coordinates named by axis; a packed token axis is named as token t of sequence s."""
+    parts = []
+    for i, axis in zip(index, axes):
+        if packed is not None and axis == packed[0] and packed[1] is not None:
+            cu = packed[1]
+            seq = max(0, int(torch.searchsorted(cu, torch.tensor([i]), right=True).item()) - 1)
+            parts.append(f"token {i - int(cu[seq])} of sequence {seq}")
+        else:
+            parts.append(f"{AXIS_WORDS.get(axis, axis)} {i}")
+    return ", ".join(parts)
+
+
+def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: torch.Tensor,
+                   tolerance: Tolerance, cu_seqlens: Optional[torch.Tensor] = None) -> OutputMetrics:
+    """Full metrics and the verdict for one output. `ref` and `out` must have the same shape."""
+    spec = definition.outputs[output]
+    axes = list(spec.shape or [])
+    r = ref.detach().to(torch.float64)
+    o = out.detach().to(torch.float64)
+    nan_count = int(torch.isnan(o).sum())
+    inf_count = int(torch.isinf(o).sum())
+    err = (r - o).abs()
+    if r.numel() == 0:
+        return OutputMetrics(passed=True, max_abs_error=0.0, mean_abs_error=0.0, max_rel_error=0.0, mean_rel_error=0.0,
+                             rms_rel_error=0.0, cosine=1.0, mse=0.0, matched_ratio=1.0, nan_count=0, inf_count=0,
+                             tolerance=tolerance)
+    atol = tolerance.atol or 0.0
+    rtol = tolerance.rtol or 0.0
+    rel = err / r.abs().clamp_min(max(atol, 1e-30))
+    bound = atol + rtol * r.abs()
+    within = err <= bound  # NaN compares False: a NaN element is never within
+    rms_ref = float(r.pow(2).mean().sqrt())
+    rms_err = float(err.pow(2).mean().sqrt())
+    rms_rel = rms_err / rms_ref if rms_ref > 0 else (0.0 if rms_err == 0 else float("inf"))
+    rn, on = r.flatten(), o.flatten()
+    denom = float(rn.norm() * on.norm())
+    cosine = float((rn @ on) / denom) if denom > 0 else (1.0 if float(rn.norm()) == float(on.norm()) else 0.0)
+
+    reasons = []
+    if nan_count or inf_count:
+        reasons.append(f"{nan_count} NaN and {inf_count} Inf elements")
+    matched = float(within.double().mean())
+    if tolerance.min_matched_ratio is not None and not matched >= tolerance.min_matched_ratio:
+        reasons.append(f"{matched:.6f} of elements within atol {atol:g} + rtol {rtol:g}*|ref| "
+                       f"(needs {tolerance.min_matched_ratio:g})")
+    if tolerance.max_rms_rel_error is not None and not rms_rel <= tolerance.max_rms_rel_error:
+        reasons.append(f"RMS-relative error {rms_rel:.3e} > {tolerance.max_rms_rel_error:g}")
+    if tolerance.min_cosine is not None and not cosine >= tolerance.min_cosine:
+        reasons.append(f"cosine {cosine:.7f} < {tolerance.min_cosine:g}")
+
+    packed = None
+    pk = packed_axis(definition)
+    if pk is not None and pk[0] in axes and cu_seqlens is not None:
+        packed = (pk[0], cu_seqlens.detach().to("cpu", torch.int64))
+    return OutputMetrics(
+        passed=not reasons,
+        reason="; ".join(reasons),
+        max_abs_error=float(err.max()) if not torch.isnan(err).any() else float("nan"),
+        mean_abs_error=float(err.mean()),
+        max_rel_error=float(rel.max()) if not torch.isnan(rel).any() else float("nan"),
+        mean_rel_error=float(rel.mean()),
+        rms_rel_error=rms_rel,
+        cosine=cosine,
+        mse=float(err.pow(2).mean()),
+        matched_ratio=matched,
+        nan_count=nan_count,
+        inf_count=inf_count,
+        tolerance=tolerance,
+        worst=worst_elements(r, o, err, axes, packed),
+        error_by_position=error_by_position(r, err, axes, spec.sequence_axis, packed),
+    )
+
+
+def worst_elements(r: torch.Tensor, o: torch.Tensor, err: torch.Tensor, axes: List[str],
+                   packed: Optional[tuple]) -> List[WorstElement]:
+    """The TOP_WORST elements with the largest absolute error (NaN counts as the worst)."""
+    key = torch.nan_to_num(err.flatten(), nan=float("inf"))
+    k = min(TOP_WORST, key.numel())
+    values, flat = torch.topk(key, k)
+    out = []
+    for v, f in zip(values.tolist(), flat.tolist()):
+        if v == 0:
+            break
+        index = list(torch.unravel_index(torch.tensor(f), r.shape)) if r.dim() else []
+        index = [int(i) for i in index]
+        out.append(WorstElement(index=index, where=describe_index(index, axes, packed),
+                                reference=float(r.flatten()[f]), value=float(o.flatten()[f]),
+                                abs_error=float(err.flatten()[f])))
+    return out
+
+
+def error_by_position(r: torch.Tensor, err: torch.Tensor, axes: List[str], sequence_axis: Optional[str],
+                      packed: Optional[tuple]) -> Optional[List[float]]:
+    """RMS(err) / RMS(ref) per bucket of positions along the sequence axis (at most 64 buckets).
+
+    On a packed token axis the position is the token's index within its own sequence, so the curve shows
+    error growth along sequences rather than along the packed buffer.
+    """
+    if not sequence_axis or sequence_axis not in axes:
+        return None
+    dim = axes.index(sequence_axis)
+    n = r.shape[dim]
+    if n == 0:
+        return None
+    if packed is not None and packed[0] == sequence_axis:
+        cu = packed[1]
+        tokens = torch.arange(n)
+        seq = (torch.searchsorted(cu, tokens, right=True) - 1).clamp_min(0)
+        positions = tokens - cu[seq]
+    else:
+        positions = torch.arange(n)
+    length = int(positions.max()) + 1
+    n_buckets = min(MAX_POSITION_BUCKETS, length)
+    bucket = (positions * n_buckets) // length
+    # sum of squares per position, reduced over every other axis
+    other = [d for d in range(r.dim()) if d != dim]
+    err2 = err.pow(2).sum(dim=other) if other else err.pow(2)
+    ref2 = r.pow(2).sum(dim=other) if other else r.pow(2)
+    b = bucket.to(err2.device)
+    e_sum = torch.zeros(n_buckets, dtype=torch.float64, device=err2.device).index_add_(0, b, err2)
+    r_sum = torch.zeros(n_buckets, dtype=torch.float64, device=err2.device).index_add_(0, b, ref2)
+    ratio = (e_sum / r_sum.clamp_min(1e-300)).sqrt()
+    return [float(x) for x in ratio.tolist()]
+
+
+def nonfinite_counts(t: torch.Tensor) -> tuple[int, int]:
+    """(NaN count, Inf count) of a tensor (0, 0 for integer tensors)."""
+    if not t.is_floating_point():
+        return 0, 0
+    return int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Element-wise bit equality (NaN payloads included) of two same-shape, same-dtype tensors."""
+    if a.dtype.is_floating_point and a.element_size() in (2, 4, 8):
+        view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return a.contiguous().view(view) == b.contiguous().view(view)
+    return a == b
+
+
+def inplace_violations(original: torch.Tensor, ref_out: torch.Tensor, out: torch.Tensor) -> int:
+    """Elements that the reference left bit-identical to the in-place input but the solution changed."""
+    keep = bits_equal(ref_out, original)
+    changed = ~bits_equal(out, original)
+    return int((keep & changed).sum())

@@ -1,0 +1,251 @@
+"""`kda-trace run` (evaluate solutions on workloads) and `kda-trace report` (re-render and merge)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from .commands import add_dataset_argument, add_filter_arguments
+
+DEFAULT_OUT = "kda-trace-out"
+
+
+def _shard(text: str) -> Tuple[int, int]:
+    index, sep, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
+    if not sep or n < 1 or not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: need 0 <= I < N (shards are numbered from 0)")
+    return i, n
+
+
+def configure_run(parser: argparse.ArgumentParser) -> None:
+    add_dataset_argument(parser)
+    add_filter_arguments(parser)
+    parser.add_argument("--solution", dest="solutions", action="append", default=[],
+                        metavar="NAME|FILE.py::FN|SOLUTION.json",
+                        help="solution to evaluate (repeatable): reference, triton, fla, a file.py::function, "
+                             "or a Solution JSON file (default: triton)")
+    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when present)")
+    parser.add_argument("--seed", type=int, default=None, help="input seed (default: kda_trace.inputs.DEFAULT_SEED)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")
+    parser.add_argument("--resume", action="store_true", help="skip (definition, workload, solution) already in --out")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds one phase of an evaluation may take (build, run, timing) before it is "
+                             "killed as a hang (default: 300 on a GPU, 600 on the CPU)")
+    parser.add_argument("--tolerance", dest="tolerances", action="append", default=[], metavar="OUTPUT=FIELD:V,...",
+                        help="override an output's tolerance, e.g. o=atol:1e-2,rtol:1e-2 or "
+                             "'*=max_rms_rel_error:1e-2' (fields: atol, rtol, min_matched_ratio, "
+                             "max_rms_rel_error, min_cosine; 'none' turns a bound off)")
+    parser.add_argument("--size", choices=["smoke", "all", "stress"], default=None,
+                        help="smoke: workloads tagged smoke (default on the CPU); all: all but stress (default "
+                             "on a GPU); stress: everything")
+    parser.add_argument("--shard", type=_shard, default=None, metavar="I/N",
+                        help="evaluate only shard I of N (0-based; a stable hash of definition and workload)")
+    parser.add_argument("--trust-code", action="store_true",
+                        help="run references that import or reach outside the allowlist")
+    parser.add_argument("--cuda-graph", action="store_true", help="time solutions by replaying a CUDA graph")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default: one per GPU, or 1 on the CPU)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up calls before timing")
+    parser.add_argument("--reps", type=int, default=None, help="fewest timed repetitions (more fit the time budget)")
+    parser.add_argument("--max-reps", type=int, default=None, help="most timed repetitions")
+
+
+def _usage(message: str) -> int:
+    print(f"kda-trace run: error: {message}", file=sys.stderr)
+    return 2
+
+
+def command_run(args) -> int:
+    """Evaluate solutions on workloads: verdicts, timing, trace records and reports."""
+    from rich.console import Console
+
+    from . import environment, platform
+    from .compare import ToleranceSyntaxError, parse_tolerance_override
+    from .dataset import is_remote, load_dataset, resolve_root
+    from .inputs import DEFAULT_SEED
+    from .reference import check_reference_source
+    from .runner import (RunConfig, Runner, Task, TraceWriter, finished_keys, in_shard, make_record,
+                         select_workloads)
+    from .schema import EvaluationStatus as S
+    from .solutions.registry import DEFAULT_SOLUTIONS, SolutionError, resolve
+    from .timing import TimingConfig
+
+    console = Console(stderr=True, width=max(160, Console(stderr=True).width))
+    try:
+        device = platform.resolve_device(args.device)
+    except ValueError as e:
+        return _usage(str(e))
+    gpu = device.startswith("cuda")
+    platform.ensure_triton_can_run(device)
+    tolerances = {}
+    for text in args.tolerances:
+        try:
+            name, tol = parse_tolerance_override(text)
+        except ToleranceSyntaxError as e:
+            return _usage(str(e))
+        tolerances[name] = tol
+    if args.timeout is not None and args.timeout <= 0:
+        return _usage("--timeout must be positive")
+    try:
+        root = resolve_root(args.dataset)
+    except Exception as e:  # noqa: BLE001 - download or path problems are the user's to fix
+        return _usage(f"--dataset {args.dataset!r}: {e}")
+    ds = load_dataset(root)
+    if ds.problems:
+        console.print(f"[yellow]{len(ds.problems)} problems in the dataset {root} (invalid files are skipped; "
+                      "`kda-trace validate` lists them)[/]")
+    definitions = ds.select(args.op_type, args.names, args.tags)
+    if not definitions:
+        return _usage(f"no definition in {root} matches op_type={args.op_type} names={args.names} tags={args.tags}")
+    for name in args.names:
+        if not any(name == d.name or name in d.name for d in definitions):
+            return _usage(f"--definition {name!r} matches no definition")
+    specs = args.solutions or list(DEFAULT_SOLUTIONS)
+    solutions = {}
+    for spec in specs:
+        try:
+            solutions[spec] = resolve(spec, device, args.trust_code)
+        except SolutionError as e:
+            return _usage(str(e))
+        except Exception as e:  # noqa: BLE001 - e.g. a user file that fails to import
+            return _usage(f"--solution {spec!r}: {type(e).__name__}: {e}")
+    names = {spec: s.name for spec, s in solutions.items()}
+    if len(set(names.values())) != len(names):
+        return _usage(f"two --solution arguments have the same name: {sorted(names.values())}")
+
+    size = args.size or ("all" if gpu else "smoke")
+    seed = DEFAULT_SEED if args.seed is None else args.seed
+    if not gpu:
+        console.print(f"[bold]No GPU in use: running on the CPU with TRITON_INTERPRET=1 on the {size} workloads; "
+                      "timings are interpreter wall time, not speed figures.[/]")
+    out = Path(args.out)
+    done = finished_keys(out) if args.resume else set()
+    main_env = environment.capture(device if device != "cuda" else "cuda:0", seed, root)
+    writer = TraceWriter(out)
+    tasks: List[Task] = []
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "resumed": 0}
+    no_workloads = []
+
+    def record(definition, trace) -> None:
+        writer.write(definition, trace)
+        status = trace.evaluation.status
+        key = "passed" if status == S.PASSED else ("skipped" if status == S.UNSUPPORTED else "failed")
+        counts[key] += 1
+        if key == "failed":
+            first = (trace.evaluation.log.strip().splitlines() or [""])[0][:200]
+            console.print(f"[red]{status.value}[/] {definition.name} / {trace.workload.uuid} / {trace.solution}: {first}")
+
+    for d in definitions:
+        workloads = [w for w in select_workloads(ds.workloads_of(d.name), size) if in_shard(d.name, w.uuid, args.shard)]
+        if not workloads:
+            no_workloads.append(d.name)
+            continue
+        refused = [] if args.trust_code else check_reference_source(d.reference, d.name)
+        reasons = {}
+        for spec, sol in solutions.items():
+            try:
+                reasons[spec] = sol.supports(d)
+            except Exception as e:  # noqa: BLE001
+                reasons[spec] = f"supports() raised {type(e).__name__}: {e}"
+        for w in workloads:
+            todo = []
+            for spec in specs:
+                if (d.name, w.uuid, names[spec]) in done:
+                    counts["resumed"] += 1
+                    continue
+                if refused:
+                    origin = " (a dataset from the Hub is untrusted)" if is_remote(args.dataset) else ""
+                    record(d, make_record(d, w, names[spec], S.INVALID_REFERENCE, main_env,
+                                          f"{d.name}: reference refused{origin}: " + "; ".join(refused)))
+                elif reasons[spec] is not None:
+                    record(d, make_record(d, w, names[spec], S.UNSUPPORTED, main_env, reasons[spec]))
+                else:
+                    todo.append(spec)
+            if todo:
+                tasks.append(Task(d, w, todo, names))
+    if no_workloads:
+        console.print(f"[yellow]{len(no_workloads)} definitions have no {size} workloads"
+                      f"{' in this shard' if args.shard else ''}: {', '.join(no_workloads)}[/]")
+    if counts["resumed"]:
+        console.print(f"--resume: {counts['resumed']} finished evaluations skipped")
+
+    if gpu and device == "cuda":
+        n = platform.cuda_device_count()
+        devices = [f"cuda:{i}" for i in range(n)][: args.workers or n]
+    else:
+        devices = [device] * (args.workers or 1)
+    config = RunConfig(dataset_root=root, out=out, device=device, seed=seed,
+                       timeout=args.timeout or (300.0 if gpu else 600.0), trust_code=args.trust_code,
+                       tolerances=tolerances, devices=devices,
+                       timing=TimingConfig(warmup=args.warmup, min_reps=args.reps, max_reps=args.max_reps,
+                                           cuda_graph=args.cuda_graph))
+    total = sum(len(t.solutions) for t in tasks)
+    try:
+        if tasks:
+            _run_with_progress(config, tasks, total, record, counts, main_env, console)
+    except RuntimeError as e:
+        writer.close()
+        console.print(f"[red]kda-trace run: {e}[/]")
+        return 1
+    finally:
+        writer.close()
+
+    from .report import load_traces, print_summary, write_reports
+
+    summary, paths = write_reports(load_traces([out]), out)
+    print_summary(summary, console)
+    console.print(f"this run: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped; "
+                  f"traces in {out / 'traces'}; " + ", ".join(str(p) for p in paths))
+    return 1 if counts["failed"] else 0
+
+
+def _run_with_progress(config, tasks, total, record, counts, main_env, console) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from .runner import Runner
+
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task("evaluating", total=total)
+
+        def on_record(definition, trace) -> None:
+            record(definition, trace)
+            progress.update(bar, advance=1, description=f"[green]{counts['passed']} passed[/] "
+                                                        f"[red]{counts['failed']} failed[/]")
+
+        Runner(config, on_record, main_env).run(tasks)
+
+
+def configure_report(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directories (several merge, e.g. shards)")
+    parser.add_argument("--out", default=None, help="where to write the summary (default: the first DIR)")
+
+
+def command_report(args) -> int:
+    """Re-render (and merge) run directories into summary.json, summary.md and report.html."""
+    from rich.console import Console
+
+    from .report import load_traces, print_summary, write_reports
+
+    console = Console(stderr=True, width=max(160, Console(stderr=True).width))
+    missing = [d for d in args.dirs if not Path(d).is_dir()]
+    if missing:
+        print(f"kda-trace report: error: not a directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    ts = load_traces(args.dirs)
+    for p in ts.problems:
+        console.print(f"[yellow]{p}[/]")
+    if not ts.records:
+        print("kda-trace report: error: no trace records found", file=sys.stderr)
+        return 2
+    summary, paths = write_reports(ts, Path(args.out or args.dirs[0]))
+    print_summary(summary, console)
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+    return 1 if summary["totals"]["failed"] else 0

@@ -1,0 +1,597 @@
+"""Solutions x workloads -> trace records, with every evaluation isolated in a worker process.
+
+The main process plans the work (definitions, workloads by size, shard, resume, unsupported pairs),
+starts one worker per device (spawned, so a crash never takes the run down), hands each worker one
+workload at a time and writes every record to `<out>/traces/<op_type>/<definition>.jsonl` the moment it
+arrives (flushed). A worker announces each phase (inputs, reference, build, run, timing) before it
+starts it; if the worker dies (segfault, `os._exit`, CUDA fault) or a phase outlives `--timeout`, the
+main process records the failure against that phase's solution, starts a fresh worker and goes on with
+the rest of the workload.
+
+In a worker, per workload: inputs are made once from the seed (set A) and from seed + 1 (set B); the
+reference runs on fresh copies of both and is timed; then each solution runs on its own fresh copy of
+A, its outputs are checked (count, shape, dtype, mutated inputs, in-place contract, numerics), and a
+correct solution is timed, the last timed call running on set B and checked again (so a solution that
+replays its first result fails).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+from .schema import (Correctness, Definition, Environment, Evaluation, EvaluationStatus, OutputMetrics,
+                     Performance, Tolerance, Trace, Workload)
+
+S = EvaluationStatus
+SECOND_SEED_OFFSET = 1
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs; picklable (sent to the workers)."""
+
+    dataset_root: Path
+    out: Path
+    device: str
+    seed: int
+    timeout: float
+    trust_code: bool = False
+    tolerances: Dict[str, Tolerance] = field(default_factory=dict)
+    timing: Any = None  # timing.TimingConfig
+    devices: List[str] = field(default_factory=list)
+    """One worker per entry (default: [device])."""
+
+
+@dataclass
+class Task:
+    """One workload and the solutions still to evaluate on it."""
+
+    definition: Definition
+    workload: Workload
+    solutions: List[str]
+    """Solution specs (as given on the command line)."""
+    names: Dict[str, str]
+    """spec -> solution name."""
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def trace_path(out: Path, definition: Definition) -> Path:
+    """Where records of a definition go."""
+    return Path(out) / "traces" / definition.op_type / f"{definition.name}.jsonl"
+
+
+def in_shard(definition: str, uuid: str, shard: Optional[Tuple[int, int]]) -> bool:
+    """Whether a workload belongs to shard (I, N): a stable hash of (definition, uuid) modulo N."""
+    if shard is None:
+        return True
+    index, count = shard
+    h = int.from_bytes(hashlib.sha256(f"{definition}/{uuid}".encode()).digest()[:8], "little")
+    return h % count == index
+
+
+def select_workloads(workloads: Iterable[Workload], size: str) -> List[Workload]:
+    """`smoke`: workloads tagged smoke; `all`: everything but stress; `stress`: everything."""
+    if size == "smoke":
+        return [w for w in workloads if "smoke" in w.tags]
+    if size == "all":
+        return [w for w in workloads if "stress" not in w.tags]
+    return list(workloads)
+
+
+def finished_keys(out: Path) -> Set[Tuple[str, str, str]]:
+    """(definition, workload uuid, solution) of every record already in `<out>/traces`."""
+    done = set()
+    for path in sorted((Path(out) / "traces").glob("*/*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+                done.add((rec["definition"], rec["workload"]["uuid"], rec["solution"]))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a torn last line from an interrupted run: that pair runs again
+    return done
+
+
+class TraceWriter:
+    """Appends records to per-definition JSONL files, flushed after every record."""
+
+    def __init__(self, out: Path):
+        self.out = Path(out)
+        self._files: Dict[str, Any] = {}
+
+    def write(self, definition: Definition, trace: Trace) -> None:
+        f = self._files.get(definition.name)
+        if f is None:
+            path = trace_path(self.out, definition)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            f = self._files[definition.name] = open(path, "a", encoding="utf-8")
+        f.write(trace.model_dump_json() + "\n")
+        f.flush()
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+
+def make_record(definition: Definition, workload: Workload, solution: str, status: S, environment: Environment,
+                log: str = "", correctness: Optional[Correctness] = None,
+                performance: Optional[Performance] = None) -> Trace:
+    return Trace(definition=definition.name, workload=workload, solution=solution,
+                 evaluation=Evaluation(status=status, environment=environment, timestamp=now_iso(), log=log,
+                                       correctness=correctness, performance=performance))
+
+
+# ============================================================================ worker side
+
+
+def _is_fatal_cuda_error(e: BaseException) -> bool:
+    text = f"{type(e).__name__}: {e}"
+    return any(s in text for s in ("CUDA error", "illegal memory access", "AcceleratorError",
+                                   "device-side assert", "unspecified launch failure"))
+
+
+def _short_traceback(e: BaseException, limit: int = 6) -> str:
+    lines = traceback.format_exception(type(e), e, e.__traceback__)
+    tail = "".join(lines[-limit:]).strip()
+    return f"{type(e).__name__}: {e}\n{tail}"
+
+
+def normalize_outputs(definition: Definition, result: Any) -> Tuple[Optional[Dict[str, Any]], str]:
+    """Outputs by name from a tuple / list (output order), a dict, or one tensor; (None, why) otherwise."""
+    names = list(definition.outputs)
+    if isinstance(result, dict):
+        missing = [n for n in names if n not in result]
+        extra = [n for n in result if n not in names]
+        if missing or extra:
+            return None, f"returned a dict with missing outputs {missing} / unknown keys {extra}"
+        return {n: result[n] for n in names}, ""
+    if isinstance(result, (tuple, list)):
+        if len(result) != len(names):
+            return None, f"returned {len(result)} outputs, the definition has {len(names)} ({', '.join(names)})"
+        return dict(zip(names, result)), ""
+    if len(names) == 1:
+        return {names[0]: result}, ""
+    return None, f"returned one {type(result).__name__}, the definition has {len(names)} outputs ({', '.join(names)})"
+
+
+def check_outputs(definition: Definition, outputs: Dict[str, Any], axes: Dict[str, int]) -> Tuple[Optional[S], str]:
+    """Types, shapes and dtypes of a solution's outputs: (status, message) on the first problem."""
+    import torch
+
+    from .inputs import torch_dtype
+
+    for name, spec in definition.outputs.items():
+        value = outputs[name]
+        if not isinstance(value, torch.Tensor):
+            return S.INCORRECT_SHAPE, f"output {name!r} is a {type(value).__name__}, not a tensor"
+        want = definition.shape_of(spec, axes) or []
+        if list(value.shape) != want:
+            return S.INCORRECT_SHAPE, f"output {name!r} has shape {list(value.shape)}, expected {want} {spec.shape}"
+    for name, spec in definition.outputs.items():
+        if outputs[name].dtype != torch_dtype(spec.dtype):
+            return S.INCORRECT_DTYPE, f"output {name!r} has dtype {outputs[name].dtype}, expected {spec.dtype.value}"
+    return None, ""
+
+
+class WorkerContext:
+    """State kept by a worker across tasks: compiled references, built solutions, environment."""
+
+    def __init__(self, config: RunConfig, device: str, notify: Callable[[Optional[str], str], None]):
+        from . import environment
+        from .platform import ensure_triton_can_run
+
+        ensure_triton_can_run(device)
+        if device.startswith("cuda"):
+            import torch
+
+            torch.cuda.set_device(torch.device(device))
+        self.config, self.device, self.notify = config, device, notify
+        self.environment = environment.capture(device, config.seed, config.dataset_root)
+        self.references: Dict[str, Any] = {}
+        self.solutions: Dict[str, Any] = {}
+        self.built: Dict[Tuple[str, str], Any] = {}
+        self.fatal = False
+
+    def reference(self, definition: Definition):
+        from .reference import ReferenceError, compile_reference
+
+        if definition.name not in self.references:
+            try:
+                self.references[definition.name] = compile_reference(definition.reference, definition.name,
+                                                                     self.config.trust_code)
+            except ReferenceError as e:
+                self.references[definition.name] = e
+        return self.references[definition.name]
+
+    def sync(self) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    # ------------------------------------------------------------------ one workload
+
+    def evaluate_task(self, task: Task) -> Iterable[Trace]:
+        """Records for every solution of the task, yielded as each finishes."""
+        from .compare import nonfinite_counts
+        from .inputs import InputError, clone_inputs, make_inputs
+        from .timing import TimingConfig, measure
+
+        d, w, cfg = task.definition, task.workload, self.config
+        rec = lambda spec, status, log="", **kw: make_record(d, w, task.names[spec], status,  # noqa: E731
+                                                              self.environment, log, **kw)
+        self.notify(None, "inputs")
+        try:
+            inputs_a = make_inputs(d, w, cfg.seed, self.device, cfg.dataset_root)
+            inputs_b = make_inputs(d, w, cfg.seed + SECOND_SEED_OFFSET, self.device, cfg.dataset_root)
+        except InputError as e:
+            for spec in task.solutions:
+                yield rec(spec, S.INVALID_WORKLOAD, str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - a generator bug is still this workload's problem
+            for spec in task.solutions:
+                yield rec(spec, S.INVALID_WORKLOAD, f"workload {w.uuid}: inputs could not be made: {_short_traceback(e)}")
+            return
+
+        self.notify(None, "reference")
+        reference = self.reference(d)
+        refs, problem = None, ""
+        if isinstance(reference, Exception):
+            problem = str(reference)
+        else:
+            try:
+                refs = []
+                for inputs in (inputs_a, inputs_b):
+                    out, why = normalize_outputs(d, reference(**clone_inputs(inputs)))
+                    self.sync()
+                    if out is None:
+                        raise ValueError(f"reference {why}")
+                    refs.append(out)
+                for label, out in zip(("", " (second input set)"), refs):
+                    for name, t in out.items():
+                        nan, inf = nonfinite_counts(t)
+                        if nan or inf:
+                            problem = problem or (f"reference output {name!r}{label} has {nan} NaN and {inf} Inf "
+                                                  "elements: no solution can pass this workload")
+            except Exception as e:  # noqa: BLE001
+                problem = f"reference failed on workload {w.uuid}: {_short_traceback(e)}"
+                if _is_fatal_cuda_error(e):
+                    self.fatal = True
+        if problem:
+            for spec in task.solutions:
+                yield rec(spec, S.INVALID_REFERENCE, problem)
+            return
+        ref_timing = None
+        try:
+            ref_cfg = TimingConfig(warmup=1, min_reps=3, max_reps=20, budget_s=1.0, cuda_graph=False)
+            ref_timing = measure(reference, inputs_a, self.device, ref_cfg)
+        except Exception:  # noqa: BLE001 - the reference ran fine above; timing it is best effort
+            ref_timing = None
+
+        for spec in task.solutions:
+            if self.fatal:
+                return  # the CUDA context is gone: the main process restarts this worker
+            yield self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec)
+
+    def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec) -> Trace:
+        from .solutions import registry
+        from .compare import bits_equal
+        from .inputs import clone_inputs
+        from .timing import measure
+
+        d, w = task.definition, task.workload
+        axes = {**d.const_axes, **w.axes}
+        self.notify(spec, "build")
+        try:
+            key = (spec, d.name)
+            if key not in self.built:
+                if spec not in self.solutions:
+                    self.solutions[spec] = registry.resolve(spec, self.device, self.config.trust_code)
+                self.built[key] = self.solutions[spec].build(d, self.device)
+            run = self.built[key]
+        except Exception as e:  # noqa: BLE001
+            self.fatal = _is_fatal_cuda_error(e)
+            return rec(spec, S.COMPILE_ERROR, f"building {task.names[spec]} for {d.name} failed: {_short_traceback(e)}")
+
+        self.notify(spec, "run")
+        args = clone_inputs(inputs_a)
+        try:
+            result = run(**args)
+            self.sync()
+        except Exception as e:  # noqa: BLE001
+            self.fatal = _is_fatal_cuda_error(e)
+            return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {_short_traceback(e)}")
+        outputs, why = normalize_outputs(d, result)
+        if outputs is None:
+            return rec(spec, S.INCORRECT_SHAPE, why)
+        status, why = check_outputs(d, outputs, axes)
+        if status is not None:
+            return rec(spec, status, why)
+
+        mutated = [n for n, v in inputs_a.items()
+                   if n not in d.inplace.values() and hasattr(v, "shape") and not bool(bits_equal(args[n], v).all())]
+        correctness = self.correctness(d, inputs_a, ref_a, outputs)
+        if mutated:
+            return rec(spec, S.INPUT_MUTATED, f"the solution changed input(s) {mutated}, which it may not write",
+                       correctness=correctness)
+        failed = {n: m.reason for n, m in correctness.outputs.items() if not m.passed}
+        if failed:
+            return rec(spec, S.INCORRECT_NUMERICAL, "; ".join(f"{n}: {r}" for n, r in failed.items()),
+                       correctness=correctness)
+
+        self.notify(spec, "timing")
+        try:
+            timing = measure(run, inputs_a, self.device, self.config.timing, final_inputs=inputs_b)
+        except Exception as e:  # noqa: BLE001
+            self.fatal = _is_fatal_cuda_error(e)
+            return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: failed while timing: {_short_traceback(e)}",
+                       correctness=correctness)
+        second, why = normalize_outputs(d, timing.final_outputs)
+        status = None
+        if second is not None:
+            status, why = check_outputs(d, second, axes)
+        if second is None or status is not None:
+            return rec(spec, status or S.INCORRECT_SHAPE, f"second input set (last call of the timing loop): {why}",
+                       correctness=correctness)
+        check_b = self.correctness(d, inputs_b, ref_b, second)
+        correctness.extra = {**(correctness.extra or {}), "second_input_set": {
+            "seed": self.config.seed + SECOND_SEED_OFFSET,
+            "passed": all(m.passed for m in check_b.outputs.values()),
+            "outputs": {n: {"rms_rel_error": m.rms_rel_error, "max_abs_error": m.max_abs_error, "reason": m.reason}
+                        for n, m in check_b.outputs.items()}}}
+        failed = {n: m.reason for n, m in check_b.outputs.items() if not m.passed}
+        if failed:
+            return rec(spec, S.INCORRECT_NUMERICAL,
+                       "correct on the first input set but wrong on the second one (seed "
+                       f"{self.config.seed + SECOND_SEED_OFFSET}, last call of the timing loop; a cached or "
+                       "input-independent result?): " + "; ".join(f"{n}: {r}" for n, r in failed.items()),
+                       correctness=correctness)
+        return rec(spec, S.PASSED, "; ".join(timing.notes), correctness=correctness,
+                   performance=self.performance(d, w, timing, ref_timing))
+
+    def correctness(self, d: Definition, inputs, refs, outputs) -> Correctness:
+        from .compare import compare_output, inplace_violations, packed_axis, tolerance_for
+
+        cu = next((inputs[n] for n, s in d.inputs.items() if s.generator is not None and s.generator.kind == "cu_seqlens"),
+                  None)
+        metrics: Dict[str, OutputMetrics] = {}
+        for name in d.outputs:
+            tol = tolerance_for(d, name, self.config.tolerances)
+            m = compare_output(d, name, refs[name], outputs[name], tol, cu)
+            if name in d.inplace:
+                original = inputs[d.inplace[name]]
+                violations = inplace_violations(original, refs[name], outputs[name])
+                m.bit_identical_violations = violations
+                if violations:
+                    m.passed = False
+                    m.reason = "; ".join(filter(None, [m.reason, f"{violations} elements that the reference leaves "
+                                                       f"bit-identical to input {d.inplace[name]!r} were changed"]))
+            metrics[name] = m
+        lengths = {}
+        for name, spec in d.outputs.items():
+            if spec.sequence_axis:
+                if cu is not None and metrics[name].error_by_position is not None and \
+                        d.outputs[name].sequence_axis == (packed_axis(d) or (None,))[0]:
+                    lengths[name] = int((cu[1:] - cu[:-1]).max())
+                else:
+                    lengths[name] = int(outputs[name].shape[(spec.shape or []).index(spec.sequence_axis)])
+        finite = lambda xs: [x for x in xs if x == x]  # noqa: E731 - drop NaN
+        return Correctness(max_relative_error=max(finite([m.max_rel_error for m in metrics.values()]) or [float("nan")]),
+                           max_absolute_error=max(finite([m.max_abs_error for m in metrics.values()]) or [float("nan")]),
+                           outputs=metrics, extra={"sequence_lengths": lengths} if lengths else None)
+
+    def performance(self, d: Definition, w: Workload, timing, ref_timing) -> Performance:
+        perf = Performance(latency_ms=timing.median_ms, min_ms=timing.min_ms, max_ms=timing.max_ms,
+                           repetitions=len(timing.times_ms), mode=timing.mode)
+        if ref_timing is not None:
+            perf.reference_latency_ms = ref_timing.median_ms
+            perf.speedup_factor = ref_timing.median_ms / timing.median_ms if timing.median_ms > 0 else 0.0
+        flops, nbytes = cost_of(d, w)
+        seconds = timing.median_ms / 1e3
+        if flops is not None and seconds > 0:
+            perf.tflops = flops / seconds / 1e12
+        if nbytes is not None and seconds > 0:
+            perf.tbps = nbytes / seconds / 1e12
+        return perf
+
+
+def cost_of(d: Definition, w: Workload) -> Tuple[Optional[float], Optional[float]]:
+    """(flops, bytes) of one call from the definition's cost expressions; None where absent or failing."""
+    from .dataset import SAFE_BUILTINS
+
+    if d.cost is None:
+        return None, None
+    env: Dict[str, Any] = {**d.const_axes, **w.axes}
+    for name, source in w.inputs.items():
+        if getattr(source, "type", None) == "scalar":
+            env[name] = source.value
+    if w.seq_lens is not None:
+        env.setdefault("seq_lens", list(w.seq_lens))
+        env.setdefault("num_seqs", len(w.seq_lens))
+    values = []
+    for expr in (d.cost.flops, d.cost.bytes):
+        try:
+            values.append(float(eval(compile(expr, "<cost>", "eval"), {"__builtins__": SAFE_BUILTINS}, env))  # noqa: S307
+                          if expr and "__" not in expr else None)
+        except Exception:  # noqa: BLE001 - a bad cost expression only loses the rate
+            values.append(None)
+    return values[0], values[1]
+
+
+def worker_main(conn, config: RunConfig, device: str) -> None:
+    """Worker process: receive Tasks, send ('phase', spec, name) / ('record', json) / ('done',) messages."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    ctx = WorkerContext(config, device, lambda spec, phase: conn.send(("phase", spec, phase)))
+    conn.send(("ready",))
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        for trace in ctx.evaluate_task(task):
+            conn.send(("record", trace.model_dump_json()))
+        if ctx.fatal:
+            conn.send(("fatal",))
+            os._exit(3)  # a CUDA fault poisons the context: start over in a fresh process
+        conn.send(("done",))
+
+
+# ============================================================================ main side
+
+
+@dataclass
+class _Worker:
+    device: str
+    process: Any = None
+    conn: Any = None
+    task: Optional[Task] = None
+    remaining: List[str] = field(default_factory=list)
+    phase: Tuple[Optional[str], str] = (None, "starting")
+    deadline: float = 0.0
+    ready: bool = False
+
+
+class Runner:
+    """Runs tasks on worker processes and hands every record to `on_record(definition, trace)`."""
+
+    def __init__(self, config: RunConfig, on_record: Callable[[Definition, Trace], None],
+                 main_environment: Environment, startup_timeout: float = 300.0):
+        self.config = config
+        self.on_record = on_record
+        self.environment = main_environment
+        self.startup_timeout = startup_timeout
+        self.ctx = mp.get_context("spawn")
+        self.restarts = 0
+
+    def _start(self, w: _Worker) -> None:
+        parent, child = self.ctx.Pipe()
+        w.process = self.ctx.Process(target=worker_main, args=(child, self.config, w.device), daemon=True)
+        w.process.start()
+        child.close()
+        w.conn, w.ready, w.task = parent, False, None
+        w.phase = (None, "starting")
+        w.deadline = time.monotonic() + self.startup_timeout
+
+    def _stop(self, w: _Worker) -> None:
+        if w.process is not None and w.process.is_alive():
+            w.process.kill()
+        if w.process is not None:
+            w.process.join(5)
+        if w.conn is not None:
+            w.conn.close()
+
+    def run(self, tasks: List[Task]) -> None:
+        queue = deque(tasks)
+        devices = self.config.devices or [self.config.device]
+        workers = [_Worker(dev) for dev in devices]
+        for w in workers:
+            self._start(w)
+        try:
+            while queue or any(w.task is not None for w in workers):
+                for w in workers:
+                    if w.ready and w.task is None and queue:
+                        task = queue.popleft()
+                        w.task, w.remaining = task, list(task.solutions)
+                        w.phase, w.deadline = (None, "inputs"), time.monotonic() + self.config.timeout
+                        w.conn.send(task)
+                timeout = max(0.0, min(w.deadline for w in workers) - time.monotonic())
+                wait([w.conn for w in workers] + [w.process.sentinel for w in workers], timeout=min(timeout, 1.0))
+                for w in workers:
+                    self._poll(w, queue)
+        finally:
+            for w in workers:
+                try:
+                    w.conn.send(None)
+                except (OSError, ValueError):
+                    pass
+                self._stop(w)
+
+    def _poll(self, w: _Worker, queue: deque) -> None:
+        try:
+            while w.conn.poll():
+                msg = w.conn.recv()
+                if msg[0] == "ready":
+                    w.ready = True
+                elif msg[0] == "phase":
+                    w.phase, w.deadline = (msg[1], msg[2]), time.monotonic() + self.config.timeout
+                elif msg[0] == "record":
+                    try:
+                        trace = Trace.model_validate_json(msg[1])
+                    except ValueError as e:  # a bug of ours: keep the run going and say so
+                        spec = w.phase[0] or w.remaining[0]
+                        trace = make_record(w.task.definition, w.task.workload, w.task.names[spec], S.RUNTIME_ERROR,
+                                            self.environment, f"internal error: unreadable record: {e}")
+                    spec = next((s for s in w.remaining if w.task.names[s] == trace.solution), None)
+                    if spec is not None:
+                        w.remaining.remove(spec)
+                    self.on_record(w.task.definition, trace)
+                elif msg[0] == "done":
+                    w.task, w.remaining = None, []
+                elif msg[0] == "fatal":
+                    pass  # the process exits; handled below as a restart without blame
+        except (EOFError, OSError):
+            pass
+        alive = w.process.is_alive()
+        timed_out = time.monotonic() > w.deadline and (w.task is not None or not w.ready)
+        if alive and not timed_out:
+            return
+        if not w.ready and w.task is None:  # died or hung while starting
+            if not alive:
+                raise RuntimeError(f"worker process for {w.device} failed to start (exit code {w.process.exitcode})")
+            raise RuntimeError(f"worker process for {w.device} did not start within {self.startup_timeout:.0f} s")
+        if alive:
+            self._stop(w)
+            blame = f"timed out after {self.config.timeout:g} s (--timeout) in phase {w.phase[1]!r}"
+            status = S.TIMEOUT
+        else:
+            w.process.join(5)
+            blame = f"the worker process died ({describe_exit(w.process.exitcode)}) in phase {w.phase[1]!r}"
+            status = S.RUNTIME_ERROR
+            self._stop(w)
+        task, remaining, (spec, phase) = w.task, list(w.remaining), w.phase
+        self.restarts += 1
+        self._start(w)
+        if task is None:
+            return
+        if spec is None and phase in ("inputs", "reference") and remaining:
+            kind = S.INVALID_WORKLOAD if phase == "inputs" else S.INVALID_REFERENCE
+            for s in remaining:
+                self.on_record(task.definition, make_record(task.definition, task.workload, task.names[s], kind,
+                                                            self.environment, f"{phase} of workload "
+                                                            f"{task.workload.uuid}: {blame}"))
+            return
+        if spec is not None and spec in remaining:
+            self.on_record(task.definition, make_record(task.definition, task.workload, task.names[spec], status,
+                                                        self.environment, f"workload {task.workload.uuid}: {blame}"))
+            remaining.remove(spec)
+        if remaining:
+            queue.appendleft(Task(task.definition, task.workload, remaining, task.names))
+
+
+def describe_exit(code: Optional[int]) -> str:
+    """'exit code 3' or 'killed by SIGSEGV'."""
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,199 @@
+"""The `fla` solution: each KDA family of docs/KDA_FAMILIES.md mapped onto fla-core's `fla.ops.kda`.
+
+Options come from the definition's tags (docs/FORMAT.md): `qk_norm:l2` -> use_qk_l2norm_in_kernel,
+`gate:unbounded` -> use_gate_in_kernel with A_log / dt_bias, `gate:safe` -> the same plus safe_gate and
+lower_bound (tag `lower_bound:<x>`, default -5), `beta:logits` -> use_beta_sigmoid_in_kernel,
+`state_layout:vk` -> state_v_first.
+
+| family | fla call |
+|---|---|
+| prefill (packed, cu_seqlens) | `chunk_kda` on [1, T, ...] with cu_seqlens (GPU only) |
+| forward (dense) | `chunk_kda` (GPU only) |
+| backward | `chunk_kda` + autograd, gradients of (o, final_state) against (do, dht) (GPU only) |
+| decode (pool) | `fused_recurrent_kda_fwd` with `ssm_state_indices` and `inplace_final_state=True`: fla reads and writes each request's pool slot directly (the vLLM path) |
+| mtp (pool) | gather the slots, `fused_recurrent_kda`, scatter the final states back: fla's in-place pool path indexes a different slot per token (it keeps every intermediate state), not one slot per request |
+| gate | `fused_kda_gate` (GPU only) |
+
+On the CPU, `fused_recurrent_kda` runs under TRITON_INTERPRET=1; `chunk_kda` and the gate kernel are
+autotuned and need a GPU driver, so those families are reported as unsupported there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any, Callable, Dict
+
+import torch
+
+from ..platform import ensure_triton_can_run
+from ..schema import Definition
+
+FAMILY_INPUTS = {
+    "prefill": {"q", "k", "v", "cu_seqlens", "scale"},
+    "forward": {"q", "k", "v", "g", "beta", "scale"},
+    "backward": {"q", "k", "v", "g", "beta", "initial_state", "scale", "do", "dht"},
+    "decode": {"q", "k", "v", "state_pool", "state_indices", "scale"},
+    "mtp": {"q", "k", "v", "state_pool", "state_indices", "scale"},
+    "gate": {"g_raw", "A_log", "dt_bias"},
+}
+GPU_ONLY = {"prefill", "forward", "backward", "gate"}
+
+
+def fla_available() -> bool:
+    """Whether fla-core can be imported here."""
+    return importlib.util.find_spec("fla") is not None
+
+
+def _options(d: Definition) -> Dict[str, Any]:
+    """fla keyword arguments implied by the definition's tags."""
+    gate = d.tag("gate", "precomputed")
+    opts: Dict[str, Any] = {
+        "use_qk_l2norm_in_kernel": d.tag("qk_norm", "none") == "l2",
+        "use_gate_in_kernel": gate in ("unbounded", "safe"),
+        "use_beta_sigmoid_in_kernel": d.tag("beta", "prob") in ("logits", "logits_x2"),
+        "allow_neg_eigval": d.tag("beta", "prob") == "logits_x2",
+        "state_v_first": d.tag("state_layout", "kv") == "vk",
+        "lower_bound": float(d.tag("lower_bound", "-5")) if gate == "safe" else None,
+    }
+    return opts
+
+
+def _gate_and_beta(inputs: Dict[str, Any], opts: Dict[str, Any]):
+    """(g, beta, gate kwargs) from a family's inputs: raw gate + A_log/dt_bias, or a precomputed g."""
+    g = inputs["g_raw"] if opts["use_gate_in_kernel"] else inputs["g"]
+    beta = inputs["b"] if "b" in inputs else inputs["beta"]
+    extra = {}
+    if opts["use_gate_in_kernel"]:
+        extra["A_log"] = inputs.get("A_log")
+        dt_bias = inputs.get("dt_bias")
+        extra["dt_bias"] = dt_bias.reshape(-1) if dt_bias is not None else None
+    return g, beta, extra
+
+
+class FlaSolution:
+    """Adapters from each KDA family onto fla.ops.kda (see the module docstring)."""
+
+    name = "fla"
+
+    def __init__(self, device: str = "cpu"):
+        self.device = device
+
+    def supports(self, definition: Definition) -> str | None:
+        if not fla_available():
+            return "fla-core is not installed (pip install fla-core)"
+        if definition.op_type != "kda":
+            return f"op_type {definition.op_type!r} is not kda"
+        stage = definition.tag("stage")
+        if stage not in FAMILY_INPUTS:
+            return f"no fla adapter for stage {stage!r}"
+        missing = FAMILY_INPUTS[stage] - set(definition.inputs)
+        if missing:
+            return f"inputs {sorted(missing)} of the {stage} family are missing"
+        if stage in GPU_ONLY and not self.device.startswith("cuda"):
+            return f"fla's {stage} kernels are autotuned and need a GPU driver (not under TRITON_INTERPRET on the CPU)"
+        if stage == "gate" and definition.tag("gate") == "precomputed":
+            return "a gate definition needs gate:unbounded or gate:safe"
+        return None
+
+    def build(self, definition: Definition, device: str) -> Callable[..., Any]:
+        ensure_triton_can_run(device)
+        stage = definition.tag("stage")
+        opts = _options(definition)
+        return {"prefill": _prefill, "forward": _forward, "backward": _backward, "decode": _decode,
+                "mtp": _mtp, "gate": _gate}[stage](definition, opts)
+
+
+def _prefill(d: Definition, opts):
+    from fla.ops.kda import chunk_kda
+
+    def run(**inputs):
+        g, beta, extra = _gate_and_beta(inputs, opts)
+        o, ht = chunk_kda(
+            inputs["q"][None], inputs["k"][None], inputs["v"][None], g[None], beta[None],
+            scale=float(inputs["scale"]), initial_state=inputs.get("initial_state"), output_final_state=True,
+            use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"], use_gate_in_kernel=opts["use_gate_in_kernel"],
+            use_beta_sigmoid_in_kernel=opts["use_beta_sigmoid_in_kernel"], allow_neg_eigval=opts["allow_neg_eigval"],
+            safe_gate=opts["lower_bound"] is not None, lower_bound=opts["lower_bound"],
+            state_v_first=opts["state_v_first"], cu_seqlens=inputs["cu_seqlens"], **extra)
+        return o[0], ht
+
+    return run
+
+
+def _forward(d: Definition, opts):
+    from fla.ops.kda import chunk_kda
+
+    def run(**inputs):
+        g, beta, extra = _gate_and_beta(inputs, opts)
+        return chunk_kda(
+            inputs["q"], inputs["k"], inputs["v"], g, beta, scale=float(inputs["scale"]),
+            initial_state=inputs.get("initial_state"), output_final_state=True,
+            use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"], use_gate_in_kernel=opts["use_gate_in_kernel"],
+            use_beta_sigmoid_in_kernel=opts["use_beta_sigmoid_in_kernel"],
+            safe_gate=opts["lower_bound"] is not None, lower_bound=opts["lower_bound"],
+            state_v_first=opts["state_v_first"], **extra)
+
+    return run
+
+
+def _backward(d: Definition, opts):
+    from fla.ops.kda import chunk_kda
+
+    def run(**inputs):
+        names = ["q", "k", "v", "g", "beta", "initial_state"]
+        with torch.enable_grad():
+            leaves = {n: inputs[n].detach().clone().requires_grad_(True) for n in names}
+            o, ht = chunk_kda(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                              scale=float(inputs["scale"]), initial_state=leaves["initial_state"],
+                              output_final_state=True, state_v_first=opts["state_v_first"],
+                              use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"])
+            grads = torch.autograd.grad((o, ht), [leaves[n] for n in names], (inputs["do"], inputs["dht"]))
+        return tuple(grads)
+
+    return run
+
+
+def _decode(d: Definition, opts):
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+
+    def run(**inputs):
+        g, beta, extra = _gate_and_beta(inputs, opts)
+        pool = inputs["state_pool"]
+        o, _ = fused_recurrent_kda_fwd(
+            q=inputs["q"][:, None], k=inputs["k"][:, None], v=inputs["v"][:, None], g=g[:, None],
+            beta=beta[:, None], scale=float(inputs["scale"]), initial_state=pool, inplace_final_state=True,
+            ssm_state_indices=inputs["state_indices"], use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"],
+            use_gate_in_kernel=opts["use_gate_in_kernel"], use_beta_sigmoid_in_kernel=opts["use_beta_sigmoid_in_kernel"],
+            allow_neg_eigval=opts["allow_neg_eigval"], lower_bound=opts["lower_bound"],
+            state_v_first=opts["state_v_first"], **extra)
+        return o[:, 0], pool
+
+    return run
+
+
+def _mtp(d: Definition, opts):
+    from fla.ops.kda import fused_recurrent_kda
+
+    def run(**inputs):
+        g, beta, extra = _gate_and_beta(inputs, opts)
+        pool, idx = inputs["state_pool"], inputs["state_indices"]
+        o, ht = fused_recurrent_kda(
+            inputs["q"], inputs["k"], inputs["v"], g, beta, scale=float(inputs["scale"]),
+            initial_state=pool[idx].contiguous(), output_final_state=True,
+            use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"], use_gate_in_kernel=opts["use_gate_in_kernel"],
+            use_beta_sigmoid_in_kernel=opts["use_beta_sigmoid_in_kernel"], allow_neg_eigval=opts["allow_neg_eigval"],
+            lower_bound=opts["lower_bound"], state_v_first=opts["state_v_first"], **extra)
+        pool[idx] = ht
+        return o, pool
+
+    return run
+
+
+def _gate(d: Definition, opts):
+    from fla.ops.kda.gate import fused_kda_gate
+
+    def run(**inputs):
+        return fused_kda_gate(inputs["g_raw"], inputs["A_log"], inputs["dt_bias"].reshape(-1),
+                              lower_bound=opts["lower_bound"], output_dtype=torch.float32)
+
+    return run

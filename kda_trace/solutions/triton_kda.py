@@ -1,0 +1,75 @@
+"""The `triton` solution: our own Triton kernels, routed by the definition's `stage:` tag.
+
+| stage | builder |
+|---|---|
+| decode | `ours_recurrent.build_decode` |
+| mtp | `ours_recurrent.build_mtp` |
+| prefill | `ours_chunk.build_prefill`, else `ours_recurrent.build_prefill` |
+| forward | `ours_chunk.build_forward`, else `ours_recurrent.build_forward` |
+| backward, gate | `ours_chunk.build_backward` / `build_gate` when such a builder exists |
+
+A builder is `build_X(definition, device) -> run`. Builder modules are imported lazily; a missing module
+or function makes the pair unsupported with the reason, never an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, List, Optional, Tuple
+
+from ..platform import ensure_triton_can_run
+from ..schema import Definition
+
+ROUTES = {
+    "decode": [("ours_recurrent", "build_decode")],
+    "mtp": [("ours_recurrent", "build_mtp")],
+    "prefill": [("ours_chunk", "build_prefill"), ("ours_recurrent", "build_prefill")],
+    "forward": [("ours_chunk", "build_forward"), ("ours_recurrent", "build_forward")],
+    "backward": [("ours_chunk", "build_backward")],
+    "gate": [("ours_chunk", "build_gate"), ("ours_recurrent", "build_gate")],
+}
+
+
+def find_builder(stage: Optional[str]) -> Tuple[Optional[Callable], List[str]]:
+    """The first builder that exists for `stage`, and why each earlier candidate was not used."""
+    why = []
+    for module_name, fn_name in ROUTES.get(stage or "", []):
+        try:
+            module = importlib.import_module(f"kda_trace.solutions.{module_name}")
+        except ImportError as e:
+            why.append(f"{module_name}: {e}")
+            continue
+        fn = getattr(module, fn_name, None)
+        if fn is None:
+            why.append(f"{module_name} has no {fn_name}")
+            continue
+        return fn, why
+    return None, why
+
+
+class TritonSolution:
+    """Our Triton KDA kernels (see the module docstring for the routing)."""
+
+    name = "triton"
+
+    def __init__(self, device: str = "cpu"):
+        self.device = device
+
+    def supports(self, definition: Definition) -> str | None:
+        stage = definition.tag("stage")
+        if stage not in ROUTES:
+            return f"no Triton kernel for stage {stage!r}"
+        ensure_triton_can_run(self.device)
+        builder, why = find_builder(stage)
+        if builder is None:
+            return f"no Triton builder for stage {stage!r} ({'; '.join(why)})"
+        check = getattr(builder, "supports", None) or getattr(importlib.import_module(builder.__module__),
+                                                             "supports", None)
+        return check(definition) if callable(check) else None
+
+    def build(self, definition: Definition, device: str):
+        ensure_triton_can_run(device)
+        builder, why = find_builder(definition.tag("stage"))
+        if builder is None:
+            raise RuntimeError(f"no Triton builder for {definition.name}: {'; '.join(why)}")
+        return builder(definition, device)

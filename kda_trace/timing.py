@@ -1,0 +1,174 @@
+"""Timing of one callable on prepared inputs: CUDA events (or a CUDA graph) on a GPU, wall time on the CPU.
+
+Every repetition first copies the inputs into the working tensors (so an in-place solution always sees
+fresh state), then flushes the L2 cache (GPU), and only then starts the clock: input preparation and the
+flush are never timed. The number of repetitions adapts to a time budget between a minimum and a
+maximum; the median, min and max are reported.
+
+The last repetition runs on a different input set (`final_inputs`) and its outputs are returned, so
+the caller can check correctness on an input set taken from inside the timing loop: a solution that
+caches its first result cannot pass.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than the L2 of any current GPU (H100: 50 MB, B200: 126 MB)
+
+
+@dataclass
+class TimingConfig:
+    """How hard to time. None fields take the per-device defaults in `defaults_for`."""
+
+    warmup: Optional[int] = None
+    min_reps: Optional[int] = None
+    max_reps: Optional[int] = None
+    budget_s: Optional[float] = None
+    cuda_graph: bool = False
+
+
+@dataclass
+class TimingResult:
+    """Times of the timed repetitions, in milliseconds."""
+
+    times_ms: List[float]
+    mode: str
+    """`cuda_events`, `cuda_graph` or `cpu_wall` (interpreter / CPU timing: not a GPU speed figure)."""
+    final_outputs: Any = None
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times_ms)
+
+    @property
+    def min_ms(self) -> float:
+        return min(self.times_ms)
+
+    @property
+    def max_ms(self) -> float:
+        return max(self.times_ms)
+
+
+def defaults_for(device: str, config: TimingConfig) -> TimingConfig:
+    """Fill unset fields: on a GPU 3 warm-ups, 10..200 reps within 1 s; on the CPU 1 warm-up, 3..10 reps within 2 s."""
+    gpu = device.startswith("cuda")
+    return TimingConfig(
+        warmup=config.warmup if config.warmup is not None else (3 if gpu else 1),
+        min_reps=config.min_reps if config.min_reps is not None else (10 if gpu else 3),
+        max_reps=config.max_reps if config.max_reps is not None else (200 if gpu else 10),
+        budget_s=config.budget_s if config.budget_s is not None else (1.0 if gpu else 2.0),
+        cuda_graph=config.cuda_graph and gpu,
+    )
+
+
+_flush_buffers: Dict[str, torch.Tensor] = {}
+
+
+def flush_l2(device: str) -> None:
+    """Overwrite a buffer larger than the L2 cache so the next call starts cold (GPU only)."""
+    if not device.startswith("cuda"):
+        return
+    buf = _flush_buffers.get(device)
+    if buf is None:
+        buf = _flush_buffers[device] = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+    buf.zero_()
+
+
+def _refresh(work: Dict[str, Any], source: Dict[str, Any]) -> None:
+    for name, value in source.items():
+        if isinstance(value, torch.Tensor):
+            work[name].copy_(value)
+        else:
+            work[name] = value
+
+
+def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config: TimingConfig = TimingConfig(),
+            final_inputs: Optional[Dict[str, Any]] = None) -> TimingResult:
+    """Time `run(**inputs)`; the last repetition uses `final_inputs` (default `inputs`) and its outputs are
+    returned in `final_outputs`."""
+    cfg = defaults_for(device, config)
+    final_inputs = final_inputs if final_inputs is not None else inputs
+    work = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    gpu = device.startswith("cuda")
+    notes: List[str] = []
+
+    # warm-up (compilation, autotuning, allocator); the last one estimates the cost of a call
+    per_call = 0.0
+    for _ in range(max(1, cfg.warmup)):
+        _refresh(work, inputs)
+        _sync(device)
+        t0 = time.perf_counter()
+        run(**work)
+        _sync(device)
+        per_call = time.perf_counter() - t0
+    reps = int(cfg.budget_s / max(per_call, 1e-6))
+    reps = max(cfg.min_reps, min(cfg.max_reps, reps))
+
+    if gpu and cfg.cuda_graph:
+        graph_call = _capture(run, work, inputs, device, notes)
+        if graph_call is not None:
+            times, outputs = _time_gpu(graph_call[0], work, inputs, final_inputs, reps, device,
+                                       static_outputs=graph_call[1])
+            return TimingResult(times, "cuda_graph", outputs, notes)
+    if gpu:
+        times, outputs = _time_gpu(lambda: run(**work), work, inputs, final_inputs, reps, device)
+        return TimingResult(times, "cuda_events", outputs, notes)
+    times, outputs = _time_cpu(run, work, inputs, final_inputs, reps)
+    return TimingResult(times, "cpu_wall", outputs, notes)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def _time_cpu(run, work, inputs, final_inputs, reps):
+    times = []
+    outputs = None
+    for i in range(reps):
+        _refresh(work, final_inputs if i == reps - 1 else inputs)
+        t0 = time.perf_counter()
+        outputs = run(**work)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times, outputs
+
+
+def _time_gpu(call, work, inputs, final_inputs, reps, device, static_outputs=None):
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    outputs = None
+    for i in range(reps):
+        _refresh(work, final_inputs if i == reps - 1 else inputs)  # prepared before the flush
+        flush_l2(device)
+        starts[i].record()
+        outputs = call()
+        ends[i].record()
+    torch.cuda.synchronize(device)
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return times, (static_outputs if static_outputs is not None else outputs)
+
+
+def _capture(run, work, inputs, device, notes):
+    """Capture one call into a CUDA graph; None (with a note) when the solution cannot be captured."""
+    try:
+        _refresh(work, inputs)
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            run(**work)  # a side-stream warm-up, as torch.cuda.graph requires
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_outputs = run(**work)
+        return graph.replay, static_outputs
+    except Exception as e:  # noqa: BLE001 - any capture failure falls back to plain events
+        notes.append(f"CUDA graph capture failed ({type(e).__name__}: {e}); timed with CUDA events instead")
+        torch.cuda.synchronize(device)
+        return None

@@ -1,0 +1,106 @@
+"""Solutions of the fixture definitions toy_scan and toy_packed: one good one and one for each way to be wrong.
+
+Used as `--solution tests/runner/bad_solutions.py::NAME`.
+"""
+
+import os
+import signal
+import time
+
+import torch
+
+
+def _scan(x, state_pool, state_indices, scale):
+    h = state_pool[state_indices]
+    ys = []
+    for t in range(x.shape[1]):
+        h = 0.9 * h + scale * x[:, t]
+        ys.append(h)
+    return torch.stack(ys, 1), h
+
+
+def good(x, state_pool, state_indices, scale):
+    """Correct, and writes the pool in place (allowed: inplace new_state_pool <- state_pool)."""
+    y, h = _scan(x, state_pool, state_indices, scale)
+    state_pool[state_indices] = h
+    return y, state_pool
+
+
+def raises(**inputs):
+    raise ValueError("deliberate failure in the solution")
+
+
+def segfault(**inputs):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def exits(**inputs):
+    os._exit(7)
+
+
+def hangs(**inputs):
+    time.sleep(3600)
+
+
+def wrong_shape(**inputs):
+    y, pool = good(**inputs)
+    return y[:, :-1], pool
+
+
+def wrong_dtype(**inputs):
+    y, pool = good(**inputs)
+    return y.double(), pool
+
+
+def returns_nan(**inputs):
+    y, pool = good(**inputs)
+    y[0, 0, 0] = float("nan")
+    return y, pool
+
+
+def off_by_1e2(**inputs):
+    y, pool = good(**inputs)
+    return y + 1e-2, pool
+
+
+def mutates_input(x, state_pool, state_indices, scale):
+    y, pool = good(x, state_pool, state_indices, scale)
+    x.mul_(2)  # x is not an in-place input
+    return y, pool
+
+
+def touches_other_slots(x, state_pool, state_indices, scale):
+    """Correct outputs for the requested slots, but it also overwrites a slot nobody asked for."""
+    y, pool = good(x, state_pool, state_indices, scale)
+    untouched = [i for i in range(pool.shape[0]) if i not in set(state_indices.tolist())]
+    pool[untouched[0]] += 1.0
+    return y, pool
+
+
+_cache = {}
+
+
+def caches_first(**inputs):
+    """Right the first time, then replays its first result whatever the inputs."""
+    if "out" not in _cache:
+        y, pool = good(**inputs)
+        _cache["out"] = (y.clone(), pool.clone())
+    y, pool = _cache["out"]
+    return y.clone(), pool.clone()
+
+
+def packed_good(x, cu_seqlens, scale):
+    y = torch.empty_like(x)
+    for n in range(cu_seqlens.shape[0] - 1):
+        h = torch.zeros_like(x[0])
+        for t in range(int(cu_seqlens[n]), int(cu_seqlens[n + 1])):
+            h = 0.9 * h + scale * x[t]
+            y[t] = h
+    return y
+
+
+def packed_one_bad_token(x, cu_seqlens, scale):
+    """Wrong at token 5 of sequence 1, dim 2 only (packed row cu_seqlens[1] + 5)."""
+    y = packed_good(x, cu_seqlens, scale)
+    y[int(cu_seqlens[1]) + 5, 2] += 10.0
+    return y
