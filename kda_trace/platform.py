@@ -40,3 +40,17 @@ def ensure_triton_can_run(device: str) -> None:
     any kernel. Call this before importing a module that defines @triton.jit kernels."""
     if not device.startswith("cuda"):
         os.environ["TRITON_INTERPRET"] = "1"
+
+
+def cuda_device_count() -> int:
+    """How many CUDA devices can be used (0 without CUDA)."""
+    return torch.cuda.device_count() if has_cuda() else 0
+
+
+def device_name(device: str) -> str:
+    """A human name for `device`: the GPU model, or 'cpu (<processor>)'."""
+    if device.startswith("cuda") and has_cuda():
+        return torch.cuda.get_device_name(torch.device(device))
+    import platform as _platform
+
+    return f"cpu ({_platform.processor() or _platform.machine()})"

@@ -410,6 +410,8 @@ class EvaluationStatus(str, Enum):
 class WorstElement(Model):
     """One of the worst elements of an output."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", ser_json_inf_nan="strings")
+
     index: List[int]
     """Coordinates."""
     where: str
