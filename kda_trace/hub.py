@@ -297,8 +297,9 @@ TABLE_COLUMNS: Dict[str, List[tuple]] = {
 
 
 def table_features(config: str) -> List[Dict[str, str]]:
-    """The `features` of a table in the dataset card's `dataset_info` (the `datasets` YAML form)."""
-    return [{"name": name, "list": kind[0]} if isinstance(kind, list) else {"name": name, "dtype": kind}
+    """The `features` of a table in the dataset card's `dataset_info` (the `datasets` YAML form; lists
+    as `sequence`, which datasets 2.x reads and 4.x and later read as a list)."""
+    return [{"name": name, "sequence": kind[0]} if isinstance(kind, list) else {"name": name, "dtype": kind}
             for name, kind in TABLE_COLUMNS[config]]
 
 
