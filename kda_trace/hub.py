@@ -60,9 +60,7 @@ def parse_spec(spec: str) -> HubSpec:
     usage = f"expected {HF_PREFIX}ORG/NAME or {HF_PREFIX}ORG/NAME@REVISION"
     if not spec.startswith(HF_PREFIX):
         raise HubError(f"dataset {spec!r}: not a Hub dataset ({usage})")
-    rest = spec[len(HF_PREFIX):]
-    if rest.startswith("datasets/"):
-        rest = rest[len("datasets/"):]
+    rest = spec[len(HF_PREFIX):].removeprefix("datasets/")
     repo_id, at, revision = rest.partition("@")
     if at and not revision:
         raise HubError(f"dataset {spec!r}: empty revision after '@' ({usage})")
@@ -211,7 +209,7 @@ def _safetensors_files(ds: Dataset) -> List[str]:
     from .schema import SafetensorsInput
 
     paths, missing = set(), []
-    for name, entries in ds.workloads.items():
+    for entries in ds.workloads.values():
         for e in entries:
             for input_name, source in e.workload.inputs.items():
                 if isinstance(source, SafetensorsInput):
