@@ -170,8 +170,8 @@ def _decayed_block(
         g_j = tl.load(G + (rows_j[:, None] * HV + i_hv) * K + o_k[None, :],
                       mask=m_j[:, None] & m_k[None, :], other=0.0)
         g_c = tl.load(G + (row_c * HV + i_hv) * K + o_k, mask=m_k & (row_c + 0 * o_k < eos), other=0.0)
-        # rows past the end: exponent 0 (their x is 0), so no 0 * inf
-        d_i = tl.where(m_i[:, None], g_i - g_c[None, :], 0.0)
+        # rows past the end, and rows before the anchor (their results are not used): exponent 0
+        d_i = tl.where((m_i & (rows_i >= row_c))[:, None], g_i - g_c[None, :], 0.0)
         spread = tl.maximum(spread, tl.max(-d_i, axis=1))
         b_a = b_x * tl.exp(d_i)
         b_b = b_k * tl.exp(tl.minimum(g_c[None, :] - g_j, MAX_EXP))
@@ -199,7 +199,7 @@ def _exact_diag_block(
             m = m_r[:, None] & m_k[None, :]
             b_x = tl.load(x + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
             g_i = tl.load(G + (rows[:, None] * HV + i_hv) * K + o_k[None, :], mask=m, other=0.0)
-            m_kj = m_k & (row_j < eos)
+            m_kj = m_k & (row_j + 0 * o_k < eos)
             b_kj = tl.load(k + (row_j * H + i_h) * K + o_k, mask=m_kj, other=0.0).to(tl.float32)
             g_j = tl.load(G + (row_j * HV + i_hv) * K + o_k, mask=m_kj, other=0.0)
             col += tl.sum(b_x * b_kj[None, :] * tl.exp(tl.minimum(g_i - g_j[None, :], 0.0)), axis=1)

@@ -1,0 +1,87 @@
+"""Adapters from the KDA "prefill" and "forward" families (docs/KDA_FAMILIES.md) onto our chunked Triton kernel.
+
+`build_prefill(definition)` / `build_forward(definition)` read the options from the definition's tags (the
+same reading as the recurrent adapters: `gate:`, `lower_bound:`, `beta:`, `qk_norm:`, `state_layout:`) and
+return `run(**inputs) -> (o, final_state)` in the definition's output order.
+
+The kernel module is imported on first build, not at import time, so that the caller has already chosen
+compiled or interpreted Triton (`kda_trace.platform.ensure_triton_can_run`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from kda_trace.solutions.ours_recurrent import (
+    _check_cu_seqlens,
+    _check_layout,
+    _scaled,
+    options_from_tags,
+    stage_of,
+)
+
+
+def _kernel():
+    from kda_trace.kernels.chunk import kda_chunk
+
+    return kda_chunk
+
+
+def build_prefill(definition):
+    """Packed varlen prefill: q [total_seq_len, H, K], cu_seqlens [N + 1] -> (o, final_state)."""
+    opts = dataclasses.replace(options_from_tags(definition, "prefill"), output_final_state=True)
+    _check_layout(definition, opts, "initial_state")
+    kernel, with_scale = _kernel(), _scaled(opts)
+
+    def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale=None):
+        _check_cu_seqlens(cu_seqlens, q.shape[0])
+        o, final_state = kernel(q[None], k[None], v[None], g_raw[None], b[None], with_scale(scale),
+                                A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
+                                cu_seqlens=cu_seqlens)
+        return o[0], final_state
+
+    return run
+
+
+def build_forward(definition):
+    """Dense forward (fla chunk_kda's interface): q [B, T, H, K], precomputed g -> (o, final_state)."""
+    opts = dataclasses.replace(options_from_tags(definition, "forward"), output_final_state=True)
+    _check_layout(definition, opts, "initial_state")
+    if opts.gate != "precomputed":
+        raise ValueError(f"{definition.name}: the forward family takes a precomputed g, not gate:{opts.gate}")
+    kernel, with_scale = _kernel(), _scaled(opts)
+
+    def run(q, k, v, g, beta, initial_state=None, scale=None):
+        return kernel(q, k, v, g, beta, with_scale(scale), initial_state=initial_state)
+
+    return run
+
+
+BUILDERS = {"prefill": build_prefill, "forward": build_forward}
+
+
+def supports(definition) -> str | None:
+    """None when a builder here serves `definition`, else why not."""
+    stage = stage_of(definition)
+    if stage not in BUILDERS:
+        return f"the chunked kernel serves {sorted(BUILDERS)}, not stage {stage!r}"
+    try:
+        opts = options_from_tags(definition, stage)
+    except ValueError as e:
+        return str(e)
+    if stage == "forward" and opts.gate != "precomputed":
+        return f"the forward family takes a precomputed g, not gate:{opts.gate}"
+    const_axes = getattr(definition, "const_axes", None) or {}
+    dims = {a: const_axes.get(a) for a in ("head_dim_k", "head_dim_v")}
+    if any(d is not None and d > 256 for d in dims.values()):
+        return f"head dims up to 256 are supported, got {dims}"
+    return None
+
+
+def build(definition) -> Callable:
+    """The run function for `definition`, by its family."""
+    reason = supports(definition)
+    if reason is not None:
+        raise ValueError(f"{definition.name}: {reason}")
+    return BUILDERS[stage_of(definition)](definition)

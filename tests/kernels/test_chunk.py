@@ -1,0 +1,363 @@
+"""The chunked KDA kernel (kda_trace/kernels/chunk.py) against an independent float64 recurrence.
+
+Runs under the Triton interpreter on CPU (tiny shapes: a few 64-token chunks, head dims 16-64, odd sizes).
+The reference is a token-by-token loop written from KDA.md; `test_reference_agrees_with_fla_naive` checks it
+once against fla's naive_recurrent_kda and naive gates, so the kernel is never judged against itself.
+
+Error budget: the kernel keeps its intermediates (W, U, q exp(G), k exp(G_last - G), the per-chunk states,
+V_new, A_qk) in bf16, as fla's chunk_kda does, so it is judged at RMS-relative <= 5e-3 on o and the final
+state even for fp32 inputs (the brief's bar for bf16 inputs against an fp32 reference). A structural error
+(wrong decay, wrong row, wrong sequence) costs O(1), far above that.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kda_trace.platform import default_device, ensure_triton_can_run
+
+DEVICE = default_device()
+ensure_triton_can_run(DEVICE)
+
+from kda_trace.kernels.chunk import kda_chunk  # noqa: E402
+from kda_trace.kernels.options import KDAOptions  # noqa: E402
+
+f64 = torch.float64
+BUDGET = 5e-3
+
+
+# ----------------------------------------------------------------------------------------------------------
+# independent float64 reference
+def ref_gate(g_raw, A_log, dt_bias, gate, lower_bound=-5.0):
+    """Log decay from the raw gate in float64. g_raw [..., HV, K], A_log [HV], dt_bias [HV, K]."""
+    if gate == "precomputed":
+        return g_raw.to(f64)
+    HV, K = g_raw.shape[-2:]
+    x = g_raw.to(f64) + dt_bias.to(f64).view(HV, K)
+    a = A_log.to(f64).exp().view(HV, 1)
+    if gate == "unbounded":
+        return -a * torch.where(x > 20, x, torch.log1p(torch.exp(x.clamp(max=20))))
+    return lower_bound * torch.sigmoid(a * x)
+
+
+def ref_beta(b, kind):
+    b = b.to(f64)
+    return {"prob": b, "logits": torch.sigmoid(b), "logits_x2": 2 * torch.sigmoid(b)}[kind]
+
+
+def ref_kda(q, k, v, g, beta, scale, h0=None, cu_seqlens=None, l2norm=False):
+    """o [B, T, HV, V] and final states [N, HV, K, V] ([K, V] layout), float64, token by token.
+    g is the log decay, beta a probability, h0 [N, HV, K, V] or None."""
+    q, k, v, g, beta = (x.to(f64) for x in (q, k, v, g, beta))
+    B, T, H, K = q.shape
+    HV, V = v.shape[2:]
+    if l2norm:
+        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    q = q.repeat_interleave(HV // H, dim=2) * scale
+    k = k.repeat_interleave(HV // H, dim=2)
+    if cu_seqlens is None:
+        spans = [(b, 0, T) for b in range(B)]
+    else:
+        c = cu_seqlens.tolist()
+        spans = [(0, c[i], c[i + 1]) for i in range(len(c) - 1)]
+    o = torch.zeros(B, T, HV, V, dtype=f64)
+    states = []
+    for n, (b, s, e) in enumerate(spans):
+        S = torch.zeros(HV, K, V, dtype=f64) if h0 is None else h0[n].to(f64).clone()
+        for t in range(s, e):
+            S = S * g[b, t].exp()[..., None]
+            u = v[b, t] - torch.einsum("hk,hkv->hv", k[b, t], S)
+            S = S + torch.einsum("hk,hv->hkv", k[b, t], beta[b, t][:, None] * u)
+            o[b, t] = torch.einsum("hk,hkv->hv", q[b, t], S)
+        states.append(S)
+    return o, torch.stack(states)
+
+
+def rms_rel(x, ref):
+    x, ref = x.detach().cpu().to(f64), ref.to(f64)
+    assert torch.isfinite(x).all(), "non-finite values in the kernel's output"
+    assert torch.isfinite(ref).all(), "non-finite values in the reference"
+    return ((x - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+
+
+def make(B, T, H, HV, K, V, seed, dtype=torch.float32, gate="precomputed", n_seqs=None):
+    """Random inputs: raw q/k (normalised unless the kernel does it), v, g (log decay or raw gate), beta."""
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    q, k, v = r(B, T, H, K), r(B, T, H, K), r(B, T, HV, V)
+    g = F.logsigmoid(r(B, T, HV, K)) if gate == "precomputed" else r(B, T, HV, K) * 2
+    beta = torch.rand(B, T, HV, generator=gen)
+    h0 = r(n_seqs or B, HV, K, V)
+    A_log, dt_bias = r(HV) * 0.5, r(HV, K)
+    return dict(q=q.to(dtype), k=k.to(dtype), v=v.to(dtype), g=g, beta=beta.to(dtype), h0=h0,
+                A_log=A_log, dt_bias=dt_bias)
+
+
+def run_case(x, opts, cu_seqlens=None, use_h0=True):
+    """(o, final) of the kernel and (o, final) of the reference ([K, V] layout) for inputs `x`."""
+    K = x["q"].shape[-1]
+    h0 = x["h0"] if use_h0 else None
+    h0_kernel = None if h0 is None else (h0.transpose(-1, -2).contiguous() if opts.state_layout == "vk" else h0)
+    dv = lambda t: None if t is None else t.to(DEVICE)  # noqa: E731
+    o, ht = kda_chunk(dv(x["q"]), dv(x["k"]), dv(x["v"]), dv(x["g"]), dv(x["beta"]), opts,
+                      A_log=dv(x["A_log"]), dt_bias=dv(x["dt_bias"]), initial_state=dv(h0_kernel),
+                      cu_seqlens=dv(cu_seqlens))
+    g = ref_gate(x["g"], x["A_log"], x["dt_bias"], opts.gate, opts.lower_bound)
+    beta = ref_beta(x["beta"], opts.beta)
+    o_ref, h_ref = ref_kda(x["q"], x["k"], x["v"], g, beta, opts.resolved_scale(K), h0, cu_seqlens,
+                           opts.use_qk_l2norm)
+    if ht is not None and opts.state_layout == "vk":
+        ht = ht.transpose(-1, -2)
+    return o, ht, o_ref, h_ref
+
+
+# ----------------------------------------------------------------------------------------------------------
+def test_reference_agrees_with_fla_naive():
+    """Our float64 reference and gates match fla's naive implementations (fp32) on the same inputs."""
+    naive = pytest.importorskip("fla.ops.kda.naive")
+    gate_mod = pytest.importorskip("fla.ops.kda.gate")
+    x = make(1, 40, 1, 2, 8, 4, seed=0)
+    q, k = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    o_ref, h_ref = ref_kda(q, k, x["v"], x["g"], x["beta"], 0.4, x["h0"])
+    o_fla, h_fla = naive.naive_recurrent_kda(q, k, x["v"], x["g"], x["beta"], scale=0.4, initial_state=x["h0"],
+                                             output_final_state=True)
+    assert rms_rel(o_fla, o_ref) < 1e-5 and rms_rel(h_fla, h_ref) < 1e-5
+    raw = x["g"] * 3
+    ours = ref_gate(raw, x["A_log"], x["dt_bias"], "unbounded")
+    theirs = gate_mod.naive_kda_gate(raw, x["A_log"], x["dt_bias"].flatten())
+    assert rms_rel(theirs, ours) < 1e-6
+    ours = ref_gate(raw, x["A_log"], x["dt_bias"], "safe", -5.0)
+    theirs = gate_mod.naive_kda_lowerbound_gate(raw, x["A_log"], x["dt_bias"].flatten(), lower_bound=-5.0)
+    assert rms_rel(theirs, ours) < 1e-6
+
+
+def test_dense_two_batches_ragged_tail():
+    """B = 2 dense sequences of 100 tokens (one full chunk and a partial one), initial state, final state
+    ([K, V] layout; [V, K] is in the varlen test)."""
+    x = make(2, 100, 1, 1, 32, 32, seed=1)
+    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    opts = KDAOptions(output_final_state=True)
+    o, ht, o_ref, h_ref = run_case(x, opts)
+    assert o.shape == o_ref.shape and o.dtype == x["v"].dtype
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+
+
+def test_varlen_gva_odd_dims_every_in_kernel_option():
+    """Packed lengths 1, 16, 83 and 20 (length one, shorter than a chunk, ragged tails), GVA (HV = 2 H),
+    K = 48 and V = 40 (not powers of two), unbounded gate, beta logits, L2 norm, [V, K] state, no initial
+    state, custom scale."""
+    cu = torch.tensor([0, 1, 17, 100, 120])
+    x = make(1, 120, 1, 2, 48, 40, seed=2, gate="unbounded", n_seqs=4)
+    x["beta"] = torch.randn_like(x["beta"])
+    opts = KDAOptions(scale=0.3, use_qk_l2norm=True, gate="unbounded", beta="logits", state_layout="vk",
+                      output_final_state=True)
+    o, ht, o_ref, h_ref = run_case(x, opts, cu_seqlens=cu, use_h0=False)
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+
+
+def test_safe_gate_logits_x2_no_final_state():
+    """Lower-bound gate computed in the kernel, beta = 2 sigmoid(b), K != V, final state not asked for."""
+    cu = torch.tensor([0, 70, 100])
+    x = make(1, 100, 1, 1, 32, 16, seed=3, gate="safe", n_seqs=2)
+    x["beta"] = torch.randn_like(x["beta"])
+    opts = KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-5.0, beta="logits_x2")
+    o, ht, o_ref, _ = run_case(x, opts, cu_seqlens=cu)
+    assert ht is None
+    assert rms_rel(o, o_ref) <= BUDGET
+
+
+def test_strong_gates_take_the_exact_path():
+    """Gates far beyond what a 16-row tensor-core block can factor (exp(+x) would overflow fp32): strong
+    unbounded gates (A_log = 3, softplus of large inputs) and precomputed decays down to -200 per token.
+    Every output must stay finite and match."""
+    x = make(1, 80, 1, 1, 16, 16, seed=4, gate="unbounded")
+    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    x["A_log"] = torch.full_like(x["A_log"], 3.0)  # exp(A_log) = 20: g ~ -20 * softplus(...), down to ~ -200
+    opts = KDAOptions(gate="unbounded", output_final_state=True)
+    o, ht, o_ref, h_ref = run_case(x, opts)
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+
+    # precomputed: mostly mild, with bursts of -200 inside sub-chunks and a few exact zeros
+    g = F.logsigmoid(torch.randn(1, 80, 1, 16, generator=torch.Generator().manual_seed(5)))
+    g[:, 20:23] = -200.0
+    g[:, 50:52, :, :8] = -200.0
+    g[:, 60:64] = 0.0
+    x["g"] = g
+    o, ht, o_ref, h_ref = run_case(x, KDAOptions(output_final_state=True))
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+
+
+def test_bf16_inputs_error_budget():
+    """bf16 q/k/v/beta against the float64 recurrence on the same (bf16-rounded) values: <= 5e-3."""
+    x = make(1, 192, 1, 1, 64, 64, seed=6, dtype=torch.bfloat16)
+    x["q"] = F.normalize(x["q"].float(), dim=-1).bfloat16()
+    x["k"] = F.normalize(x["k"].float(), dim=-1).bfloat16()
+    o, ht, o_ref, h_ref = run_case(x, KDAOptions(output_final_state=True))
+    assert o.dtype == torch.bfloat16
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+
+
+def test_causal_later_tokens_do_not_change_earlier_outputs():
+    """Changing every input from token 37 on (inside a sub-chunk, before the second half-anchor at 40) leaves
+    outputs 0..36 bit-identical, with strong gates so that the exact fallback path runs too."""
+    x = make(1, 96, 1, 1, 16, 16, seed=7, gate="unbounded")
+    x["A_log"] = torch.full_like(x["A_log"], 2.5)
+    opts = KDAOptions(gate="unbounded", use_qk_l2norm=True)
+    o1, *_ = run_case(x, opts)
+    y = {n: t.clone() for n, t in x.items()}
+    gen = torch.Generator().manual_seed(8)
+    for name in ("q", "k", "v", "g", "beta"):
+        y[name][:, 37:] = torch.randn(y[name][:, 37:].shape, generator=gen).to(y[name].dtype)
+    y["g"][:, 37:] *= 30  # much stronger later gates
+    o2, *_ = run_case(y, opts)
+    assert torch.equal(o1[:, :37], o2[:, :37])
+    assert not torch.equal(o1[:, 37:], o2[:, 37:])
+
+
+def test_rejects_bad_inputs():
+    x = make(1, 8, 1, 1, 16, 16, seed=9)
+    args = [x[n] for n in ("q", "k", "v", "g", "beta")]
+    with pytest.raises(ValueError, match="at least one token"):
+        kda_chunk(*args, cu_seqlens=torch.tensor([0, 4, 4, 8]))
+    with pytest.raises(ValueError, match="multiple"):
+        kda_chunk(x["q"].repeat(1, 1, 2, 1), x["k"].repeat(1, 1, 2, 1), *args[2:])
+    with pytest.raises(ValueError, match="needs A_log"):
+        kda_chunk(*args, KDAOptions(gate="safe"))
+    with pytest.raises(ValueError, match="initial_state must be"):
+        kda_chunk(*args, initial_state=torch.zeros(1, 1, 16, 8))
+
+
+@pytest.mark.slow
+def test_head_dims_128_256_and_100():
+    """K = 128 with V = 256, and K = V = 100 (slow under the interpreter)."""
+    for (K, V, seed) in ((128, 256, 10), (100, 100, 11)):
+        x = make(1, 80, 1, 2, K, V, seed=seed)
+        x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+        o, ht, o_ref, h_ref = run_case(x, KDAOptions(output_final_state=True))
+        assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU: int64 addressing, and fla's chunk_kda side by side
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_int64_addressing_past_2_31_elements():
+    """q with more than 2^31 elements (H = 4, K = 128, 4.2M packed tokens): the last sequence must come out
+    exactly as when it runs alone."""
+    H, K = 4, 128
+    T = (2**31) // (H * K) + 1000
+    last = 300
+    cu = torch.tensor([0, T - last, T], device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    r = lambda *s: torch.randn(*s, device="cuda", generator=gen)  # noqa: E731
+    q, k = r(1, T, H, K).bfloat16(), r(1, T, H, K).bfloat16()
+    v = r(1, T, H, K).bfloat16()
+    g = F.logsigmoid(r(1, T, H, K))
+    beta = torch.rand(1, T, H, device="cuda", generator=gen).bfloat16()
+    assert q.numel() > 2**31
+    opts = KDAOptions(use_qk_l2norm=True, output_final_state=True)
+    o, ht = kda_chunk(q, k, v, g, beta, opts, cu_seqlens=cu)
+    s = slice(T - last, T)
+    o1, ht1 = kda_chunk(q[:, s], k[:, s], v[:, s], g[:, s], beta[:, s], opts)
+    assert torch.equal(o[:, s], o1) and torch.equal(ht[1], ht1[0])
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_matches_fla_chunk_kda_on_gpu():
+    fla = pytest.importorskip("fla.ops.kda")
+    x = make(1, 1000, 4, 4, 128, 128, seed=12, dtype=torch.bfloat16, gate="safe")
+    x = {n: t.cuda() for n, t in x.items()}
+    x["beta"] = torch.randn_like(x["beta"])
+    cu = torch.tensor([0, 100, 613, 1000], device="cuda")
+    opts = KDAOptions(use_qk_l2norm=True, gate="safe", beta="logits", output_final_state=True)
+    h0 = torch.randn(3, 4, 128, 128, device="cuda")
+    o, ht = kda_chunk(x["q"], x["k"], x["v"], x["g"], x["beta"], opts, A_log=x["A_log"], dt_bias=x["dt_bias"],
+                      initial_state=h0, cu_seqlens=cu)
+    o2, ht2 = fla.chunk_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=h0, output_final_state=True,
+                            use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                            safe_gate=True, lower_bound=-5.0, A_log=x["A_log"], dt_bias=x["dt_bias"].flatten(),
+                            cu_seqlens=cu)
+    assert rms_rel(o, o2.float()) < 1e-2 and rms_rel(ht, ht2) < 1e-2
+    assert math.isfinite(rms_rel(o, o2.float()))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# adapters (kda_trace/solutions/ours_chunk.py) against the families' own reference code
+REFS = __import__("pathlib").Path(__file__).resolve().parents[2] / "tools" / "kda_references"
+
+
+class FakeDefinition:
+    """The few Definition attributes the adapters read."""
+
+    def __init__(self, name, tags, state_axes):
+        self.name, self.tags, self.const_axes = name, tags, {}
+        self.inputs = {"initial_state": type("Spec", (), {"shape": ["num_seqs", "num_v_heads", *state_axes]})()}
+
+    def tag(self, key, default=None):
+        vals = [t.partition(":")[2] for t in self.tags if t.partition(":")[0] == key]
+        return vals[0] if vals else default
+
+
+def load_reference(family, **consts):
+    """The family's reference module with its definition constants set to small values."""
+    import importlib.util
+
+    path = REFS / f"{family}.py"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    spec = importlib.util.spec_from_file_location(f"ref_chunk_{family}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name, value in consts.items():
+        setattr(mod, name, value)
+    return mod
+
+
+@pytest.mark.parametrize("safe", [False, True])
+def test_adapter_prefill_vs_family_reference(safe):
+    """The prefill family's reference vs the adapter: with an initial state (unbounded gate) or without
+    (safe gate)."""
+    from kda_trace.solutions import ours_chunk
+
+    H, HV, K, V = 1, 2, 16, 16
+    ref = load_reference("prefill", NUM_HEADS=H, NUM_V_HEADS=HV, HEAD_DIM_K=K, HEAD_DIM_V=V,
+                         LOWER_BOUND=-5.0 if safe else None)
+    tags = ["stage:prefill", "beta:logits", "qk_norm:l2", "state_layout:vk",
+            *(["gate:safe", "lower_bound:-5"] if safe else ["gate:unbounded"])]
+    run = ours_chunk.build(FakeDefinition(f"kda_prefill_h{H}_d{K}_k_last", tags, ("head_dim_v", "head_dim_k")))
+    gen = torch.Generator().manual_seed(13)
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    T, bf = 50, torch.bfloat16
+    inputs = dict(q=r(T, H, K).to(bf), k=r(T, H, K).to(bf), v=r(T, HV, V).to(bf), g_raw=r(T, HV, K).to(bf),
+                  A_log=r(HV) * 0.5, dt_bias=r(HV, K), b=r(T, HV).to(bf), initial_state=r(3, HV, V, K),
+                  cu_seqlens=torch.tensor([0, 5, 30, 50]), scale=K ** -0.5)
+    if safe:
+        inputs["initial_state"] = None
+    o_ref, h_ref = ref.run(**{n: (x.float() if n == "v" else x) for n, x in inputs.items()})
+    o, ht = run(**{n: x.to(DEVICE) if torch.is_tensor(x) else x for n, x in inputs.items()})
+    assert o.shape == o_ref.shape and o.dtype == bf and ht.shape == h_ref.shape
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+
+
+def test_adapter_forward_vs_family_reference():
+    from kda_trace.solutions import ours_chunk
+
+    H, HV, K, V = 1, 2, 16, 32
+    ref = load_reference("forward", NUM_HEADS=H, NUM_V_HEADS=HV, HEAD_DIM_K=K, HEAD_DIM_V=V)
+    run = ours_chunk.build(FakeDefinition("kda_fwd_h1_d16_v_last", ["stage:forward"], ("head_dim_k", "head_dim_v")))
+    x = make(2, 40, H, HV, K, V, seed=14, dtype=torch.bfloat16)
+    q, k = (F.normalize(x[n].float(), dim=-1).bfloat16() for n in ("q", "k"))
+    inputs = dict(q=q, k=k, v=x["v"], g=x["g"], beta=x["beta"], initial_state=x["h0"], scale=0.25)
+    o_ref, h_ref = ref.run(**{n: (t.float() if n == "v" else t) for n, t in inputs.items()})
+    o, ht = run(**{n: t.to(DEVICE) if torch.is_tensor(t) else t for n, t in inputs.items()})
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+    assert ours_chunk.supports(FakeDefinition("kda_decode_h1_d16_k_last", ["stage:decode"], ())) is not None
