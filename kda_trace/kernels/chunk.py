@@ -54,6 +54,10 @@ BT = 64  # chunk length
 BC = 16  # sub-chunk length (the diagonal blocks of the solve)
 MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
 
+# Launch settings (warps per program, software-pipelining depth of the state pass, its V-tile: None picks
+# by the number of (sequence, head) pairs). benchmarks/bench_chunk.py sweeps them; the defaults are its pick.
+LAUNCH = dict(gate_warps=4, intra_warps=4, state_warps=4, state_stages=2, state_bv=None, out_warps=4)
+
 _GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
 _BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
 
@@ -554,7 +558,7 @@ def kda_chunk(
     _gate_cumsum_kernel[(NT, HV)](
         g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
         H=H, HV=HV, K=K, BT=BT, BK=BKg, GATE=_GATE_CODES[opts.gate], L2NORM=opts.use_qk_l2norm,
-        num_warps=4,
+        num_warps=LAUNCH["gate_warps"],
     )
 
     Xs = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
@@ -570,28 +574,28 @@ def kda_chunk(
         H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=BKg, BV=min(64, max(16, triton.next_power_of_2(V))),
         BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
         INTERPRET=interp,
-        num_warps=4,
+        num_warps=LAUNCH["intra_warps"],
     )
 
     h = torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
     v_new = torch.empty(TT, HV, V, dtype=bf16, device=dev)
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
     BK = max(16, triton.next_power_of_2(K))
-    BV = _state_bv(N * HV, BK, V)
+    BV = LAUNCH["state_bv"] or _state_bv(N * HV, BK, V)
     _state_kernel[(triton.cdiv(V, BV), N, HV)](
         W, U, KG, G, h, v_new,
         initial_state if initial_state is not None else G, final_state if final_state is not None else G,
         cu_seqlens, chunk_offsets,
         HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None, INTERPRET=interp,
-        num_warps=4,
+        num_warps=LAUNCH["state_warps"], num_stages=LAUNCH["state_stages"],
     )
 
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
     BVo = min(64, max(16, triton.next_power_of_2(V)))
     _output_kernel[(triton.cdiv(V, BVo), NT, HV)](
         QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
-        HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=4,
+        HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=LAUNCH["out_warps"],
     )
     return o.view(B, T, HV, V), final_state
 

@@ -1,0 +1,226 @@
+"""Our chunked KDA forward (kda_trace/kernels/chunk.py) side by side with fla's chunk_kda, on one GPU.
+
+    python benchmarks/bench_chunk.py [--shapes a,b] [--accuracy] [--profile SHAPE] [--sweep SHAPE] [--out DIR]
+
+Per shape: median ms (triton.testing.do_bench, 25 ms warm-up, 200 ms of repeats) of ours and fla with
+the same options and inputs (bf16 q/k/v/beta, fp32 g and states, K = V = 128, initial state given and final
+state returned), M tokens/s, TFLOP/s and fla_ms / our_ms (> 1: we are faster).
+
+TFLOP/s counts the matrix products of the chunked algorithm with chunk C = 64, per token and head
+(multiply-adds x 2): A_kk and A_qk (lower halves) C*K, W and U (X lower triangular) C*(K + V)/2, the state
+pass W S and k^T V_new 2*K*V, the output q S K*V and A_qk V_new C*V/2. For K = V = 128: 139,264 FLOP.
+
+--accuracy: RMS-relative error and cosine of o and the final state for ours and fla against fla's
+naive_recurrent_kda run in fp32 on the GPU, at 1K and 64K tokens (32 heads, 4 heads at 64K to keep the
+token-by-token reference short), bf16 inputs, L2-normalised q/k, g = logsigmoid(randn).
+--profile SHAPE: per-kernel times of ours (torch.profiler). --sweep SHAPE: launch settings of ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+import triton
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from kda_trace.kernels import chunk as ours  # noqa: E402
+from kda_trace.kernels.options import KDAOptions  # noqa: E402
+
+# name -> (heads, sequence lengths, mode); mode: "pre" = precomputed g, "safe_l2" = safe gate + L2 norm in
+# the kernel; dense (B sequences of T, no cu_seqlens) when the name says "dense"
+SHAPES = {
+    "h32_dense_1x4096": (32, [4096], "pre"),
+    "h32_dense_1x16384": (32, [16384], "pre"),
+    "h32_varlen_8x2048": (32, [2048] * 8, "pre"),
+    "h32_varlen_16x4096": (32, [4096] * 16, "pre"),
+    "h32_varlen_1x16384_safe_l2": (32, [16384], "safe_l2"),
+    "h96_dense_1x8192": (96, [8192], "pre"),
+    "h96_dense_1x8192_safe_l2": (96, [8192], "safe_l2"),
+    "h64_dense_1x8192": (64, [8192], "pre"),
+    "h16_dense_2x16384": (16, [16384, 16384], "pre"),
+    "h24_dense_1x8192": (24, [8192], "pre"),
+    "h8_dense_1x16384": (8, [16384], "pre"),
+    "h32_varlen_real_8192": (32, [812, 95, 1500, 33, 700, 2047, 1, 431, 1280, 300, 900, 93], "pre"),
+}
+K = V = 128
+
+
+def flops_per_token_head(C=64, K=K, V=V):
+    return 2 * (C * K + C * (K + V) / 2 + 2 * K * V + K * V + C * V / 2)
+
+
+def make_inputs(H, lens, mode, seed=0):
+    torch.manual_seed(seed)
+    T = sum(lens)
+    dense = len(set(lens)) == 1
+    B = len(lens) if dense else 1
+    Tb = lens[0] if dense else T
+    dev, bf = "cuda", torch.bfloat16
+    q = torch.randn(B, Tb, H, K, device=dev, dtype=bf)
+    k = torch.randn(B, Tb, H, K, device=dev, dtype=bf)
+    if mode == "pre":
+        q, k = F.normalize(q.float(), dim=-1).to(bf), F.normalize(k.float(), dim=-1).to(bf)
+        g = F.logsigmoid(torch.randn(B, Tb, H, K, device=dev))
+    else:
+        g = torch.randn(B, Tb, H, K, device=dev).to(bf)
+    v = torch.randn(B, Tb, H, V, device=dev, dtype=bf)
+    beta = torch.rand(B, Tb, H, device=dev).to(bf)
+    h0 = torch.randn(len(lens), H, K, V, device=dev)
+    A_log = torch.log(torch.empty(H, device=dev).uniform_(1, 16))
+    dt_bias = torch.randn(H, K, device=dev) * 0.5
+    cu = None
+    if not dense:
+        cu = torch.tensor([0, *itertools.accumulate(lens)], device=dev, dtype=torch.int64)
+    return dict(q=q, k=k, v=v, g=g, beta=beta, h0=h0, A_log=A_log, dt_bias=dt_bias, cu=cu)
+
+
+def run_ours(x, mode):
+    opts = KDAOptions(output_final_state=True) if mode == "pre" else KDAOptions(
+        use_qk_l2norm=True, gate="safe", lower_bound=-5.0, output_final_state=True)
+    return ours.kda_chunk(x["q"], x["k"], x["v"], x["g"], x["beta"], opts, A_log=x["A_log"], dt_bias=x["dt_bias"],
+                          initial_state=x["h0"], cu_seqlens=x["cu"])
+
+
+def run_fla(x, mode):
+    from fla.ops.kda import chunk_kda
+
+    kw = dict(initial_state=x["h0"], output_final_state=True, cu_seqlens=x["cu"])
+    if mode == "safe_l2":
+        kw.update(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, safe_gate=True, lower_bound=-5.0,
+                  A_log=x["A_log"], dt_bias=x["dt_bias"].flatten())
+    return chunk_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], **kw)
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def metrics(out, ref):
+    out, ref = out.double().flatten(), ref.double().flatten()
+    rms = ((out - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+    cos = F.cosine_similarity(out, ref, dim=0).item()
+    return rms, cos
+
+
+def speed(names, log):
+    rows = []
+    for name in names:
+        H, lens, mode = SHAPES[name]
+        x = make_inputs(H, lens, mode)
+        T = sum(lens)
+        t_ours = bench(lambda: run_ours(x, mode))
+        try:
+            t_fla = bench(lambda: run_fla(x, mode))
+        except Exception as e:  # noqa: BLE001 -- report, keep going
+            print(f"{name}: fla failed: {e!r}", file=log)
+            t_fla = float("nan")
+        # agreement with fla on this shape (a sanity check, not the accuracy measurement)
+        o1, h1 = run_ours(x, mode)
+        o2, h2 = run_fla(x, mode)
+        agree = metrics(o1, o2)[0], metrics(h1, h2)[0]
+        fl = flops_per_token_head() * T * H
+        row = dict(shape=name, heads=H, tokens=T, seqs=len(lens), mode=mode, ours_ms=t_ours, fla_ms=t_fla,
+                   ours_mtok_s=T / t_ours / 1e3, fla_mtok_s=T / t_fla / 1e3,
+                   ours_tflops=fl / t_ours / 1e9, fla_tflops=fl / t_fla / 1e9, speedup=t_fla / t_ours,
+                   rms_vs_fla_o=agree[0], rms_vs_fla_state=agree[1])
+        rows.append(row)
+        print(json.dumps(row), file=log, flush=True)
+        del x
+        torch.cuda.empty_cache()
+    print(f"\n{'shape':30s} {'ours ms':>8s} {'fla ms':>8s} {'ratio':>6s} {'Mtok/s':>7s} {'TFLOP/s':>7s} "
+          f"{'o~fla':>8s} {'S~fla':>8s}")
+    for r in rows:
+        print(f"{r['shape']:30s} {r['ours_ms']:8.3f} {r['fla_ms']:8.3f} {r['speedup']:6.2f} {r['ours_mtok_s']:7.1f} "
+              f"{r['ours_tflops']:7.1f} {r['rms_vs_fla_o']:8.1e} {r['rms_vs_fla_state']:8.1e}")
+    return rows
+
+
+def accuracy(log):
+    from fla.ops.kda.naive import naive_recurrent_kda
+
+    print("\naccuracy vs fp32 naive_recurrent_kda (bf16 inputs): rms-rel / cosine")
+    for H, T in ((32, 1024), (4, 65536)):
+        x = make_inputs(H, [T], "pre", seed=1)
+        ref_o, ref_h = naive_recurrent_kda(x["q"].float(), x["k"].float(), x["v"].float(), x["g"], x["beta"].float(),
+                                           scale=K ** -0.5, initial_state=x["h0"], output_final_state=True)
+        for who, fn in (("ours", run_ours), ("fla", run_fla)):
+            o, h = fn(x, "pre")
+            (ro, co), (rh, ch) = metrics(o, ref_o), metrics(h, ref_h)
+            line = dict(who=who, heads=H, tokens=T, o_rms=ro, o_cos=co, state_rms=rh, state_cos=ch)
+            print(json.dumps(line), file=log, flush=True)
+            print(f"  {who:5s} H={H:3d} T={T:6d}: o {ro:.2e} / {co:.7f}   state {rh:.2e} / {ch:.7f}")
+
+
+def profile(name):
+    H, lens, mode = SHAPES[name]
+    x = make_inputs(H, lens, mode)
+    for _ in range(3):
+        run_ours(x, mode)
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as tprof
+
+    with tprof(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            run_ours(x, mode)
+        torch.cuda.synchronize()
+    print(f"\nper-kernel, {name} (10 calls):")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12))
+
+
+def sweep(name):
+    H, lens, mode = SHAPES[name]
+    x = make_inputs(H, lens, mode)
+    base = dict(ours.LAUNCH)
+    grid = [dict()]
+    grid += [dict(intra_warps=w) for w in (2, 8)]
+    grid += [dict(state_warps=w, state_stages=s) for w in (4, 8) for s in (1, 2, 3) if (w, s) != (4, 2)]
+    grid += [dict(state_bv=b) for b in (16, 32, 64)]
+    grid += [dict(out_warps=w) for w in (2, 8)]
+    grid += [dict(gate_warps=w) for w in (2, 8)]
+    print(f"\nsweep on {name}:")
+    for change in grid:
+        ours.LAUNCH.clear()
+        ours.LAUNCH.update(base, **change)
+        try:
+            t = bench(lambda: run_ours(x, mode))
+            print(f"  {change or 'defaults'}: {t:.3f} ms")
+        except Exception as e:  # noqa: BLE001
+            print(f"  {change}: failed {type(e).__name__}: {str(e)[:200]}")
+    ours.LAUNCH.clear()
+    ours.LAUNCH.update(base)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--accuracy", action="store_true")
+    ap.add_argument("--profile", default=None)
+    ap.add_argument("--sweep", default=None)
+    ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = ap.parse_args()
+    import fla
+
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+          f"fla {getattr(fla, '__version__', '?')}")
+    with open(os.path.join(a.out, "bench_chunk.jsonl"), "a") as log:
+        if a.profile:
+            profile(a.profile)
+        if a.sweep:
+            sweep(a.sweep)
+        if not a.no_speed:
+            speed(a.shapes.split(","), log)
+        if a.accuracy:
+            accuracy(log)
+
+
+if __name__ == "__main__":
+    main()
