@@ -144,27 +144,25 @@ class Case:
     def copy(self, i):
         return lambda: self.copy_dst[i].copy_(self.copy_src[i])
 
-    def direct(self, i):
-        """Experiment: launch our compiled kernel through Triton's C launcher, skipping the Python binder
-        (what a cached launcher in the wrapper could reach)."""
-        return _direct_launcher(self, i)
 
 
-def _direct_launcher(case, i):
-    k_fn = rec._kda_recurrent_kernel
-    BK, BV, nw = rec._tile_config(case.batch * HV, K, V)
-    grid = (case.batch * HV * ((V + BV - 1) // BV),)
-    args = (case.q, case.k, case.v, case.g, case.b, case.A_log, case.dt_bias, case.out, case.pool, case.pool,
-            case.q, case.idx[i], K ** -0.5, -5.0, case.T, case.pool.stride(0), case.pool.stride(0))
-    kwargs = dict(H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, GATE=1, BETA=1, QK_L2NORM=True, STATE_VK=case.layout == "vk",
-                  USE_H0=True, STORE_HT=True, INPLACE=True, IS_VARLEN=False, HAS_INDICES=True, num_warps=nw)
-    ck = k_fn[grid](*args, **kwargs)
-    binder = k_fn.device_caches[torch.cuda.current_device()][-1]
-    bound = tuple(binder(*args, **kwargs)[0].values())
-    ck._init_handles()
-    run, fn, meta = ck.run, ck.function, ck.packed_metadata
-    stream = torch.cuda.current_stream().cuda_stream
-    return lambda: run(grid[0], 1, 1, stream, fn, meta, None, None, None, *bound)
+def host_profile(case, n=500):
+    """Where the host time of one plain call goes (cProfile, top entries by own time)."""
+    import cProfile
+    import io
+    import pstats
+
+    call = case.ours(0)
+    call()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        call()
+    prof.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(10)
+    return buf.getvalue()
 
 
 def rms_rel(x, ref):
@@ -183,19 +181,22 @@ def check_against_fla(layout, T):
                 untouched_equal=bool(torch.equal(a.pool[a.idx[1]], b.pool[b.idx[1]])))
 
 
-def measure(batch, T, layout, with_fla=True, with_direct=False):
+def measure(batch, T, layout, with_fla=True, with_slow_path=False):
     c = Case(batch, T, layout)
     reps = max(3, int(2000 / (batch * T * c.R)))
     row = dict(batch=batch, T=T, layout=layout, R=c.R)
     row["ours_graph_us"] = time_graph([c.ours(i) for i in range(c.R)], reps) * 1e6
     row["ours_plain_us"] = time_plain([c.ours(i) for i in range(c.R)], reps) * 1e6
     row["ours_host_us"] = host_us(c.ours(0))
-    if with_direct:
+    if with_slow_path:  # the same wrapper with the cached launcher switched off (kernel[grid] every call)
+        rec._FAST_LAUNCH_ENABLED = False
         try:
-            row["direct_plain_us"] = time_plain([c.direct(i) for i in range(c.R)], reps) * 1e6
-            row["direct_host_us"] = host_us(c.direct(0))
-        except Exception as e:  # an experiment: Triton internals differ across versions
-            row["direct_error"] = repr(e)[:200]
+            row["ordinary_launch_plain_us"] = time_plain([c.ours(i) for i in range(c.R)], reps) * 1e6
+            row["ordinary_launch_host_us"] = host_us(c.ours(0))
+        finally:
+            rec._FAST_LAUNCH_ENABLED = True
+        if batch == 1:
+            print(host_profile(c), flush=True)
     if with_fla:
         row["fla_graph_us"] = time_graph([c.fla(i) for i in range(c.R)], reps) * 1e6
         row["fla_plain_us"] = time_plain([c.fla(i) for i in range(c.R)], reps) * 1e6
@@ -222,7 +223,7 @@ def sweep(batch, layout, T=1):
             for nw in (1, 2, 4, 8):
                 if BV * 128 / (32 * nw) < 4:  # fewer than one 16-byte vector per thread
                     continue
-                rec._tile_config = lambda n, k, v, BV=BV, nw=nw: (128, BV, nw)
+                rec._tile_config = lambda n, k, v, vk, BV=BV, nw=nw: (128, BV, nw)
                 t = time_graph([c.ours(i) for i in range(c.R)], reps)
                 out.append(dict(batch=batch, T=T, layout=layout, BV=BV, num_warps=nw, graph_us=t * 1e6,
                                 TBps=2 * batch * STATE_BYTES / t / 1e12))
@@ -266,7 +267,7 @@ def main():
         print("vs fla:", json.dumps(res["checks"]), flush=True)
     for layout in args.layouts.split(","):
         for batch in (1, 8, 64, 256):
-            row = measure(batch, 1, layout, with_fla=not args.no_fla, with_direct=layout == "vk")
+            row = measure(batch, 1, layout, with_fla=not args.no_fla, with_slow_path=layout == "vk")
             res["rows"].append(row)
             print(json.dumps(row), flush=True)
         row = measure(64, 4, layout, with_fla=not args.no_fla)
@@ -293,8 +294,8 @@ def print_table(res):
               f"{fg:8.2f} | {r['ours_graph_us'] / fg:.2f} | {r['copy_graph_us']:8.2f} | "
               f"{r['ours_graph_TBps'] / r['copy_graph_TBps']:.2f} | {r['ours_plain_us']:7.2f} | "
               f"{r.get('fla_plain_us', float('nan')):7.2f} | {r['ours_host_us']:.1f}"
-              + (f" | direct plain {r['direct_plain_us']:.2f} host {r['direct_host_us']:.1f}"
-                 if "direct_plain_us" in r else "")
+              + (f" | kernel[grid] plain {r['ordinary_launch_plain_us']:.2f} host {r['ordinary_launch_host_us']:.1f}"
+                 if "ordinary_launch_plain_us" in r else "")
               + (f" | fla dense graph {r['fla_dense_graph_us']:.2f}" if "fla_dense_graph_us" in r else ""))
     if res["sweep"]:
         best = {}

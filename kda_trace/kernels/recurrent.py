@@ -135,20 +135,23 @@ def _kda_recurrent_kernel(
 
 
 @functools.lru_cache(maxsize=1024)
-def _tile_config(n_heads_total: int, K: int, V: int) -> tuple[int, int, int]:
+def _tile_config(n_heads_total: int, K: int, V: int, vk: bool) -> tuple[int, int, int]:
     """(BK, BV, num_warps) for n_heads_total = sequences * value heads (cached: decode calls it every step).
 
-    Small batches split V finely so that enough programs exist to keep the GPU's memory system busy;
-    large batches take wider tiles (fewer, longer programs)."""
+    From a sweep of BV x num_warps on an H100 (benchmarks/RESULTS.md, K = V = 128): one warp per program
+    wins almost everywhere (the GPU is kept busy by many programs, not by wide ones); small batches want
+    small tiles so that enough programs exist. [V, K] states (K contiguous, reductions inside a warp) like
+    64 state elements a thread; [K, V] states (V contiguous) like wider V-tiles, 128 a thread."""
     BK = _next_pow2(K)
-    if n_heads_total <= 64:
-        BV = 8
+    if vk:
+        elems, num_warps = (512 if n_heads_total <= 64 else 2048), 1
+    elif n_heads_total <= 64:
+        elems, num_warps = 2048, 1
     elif n_heads_total <= 512:
-        BV = 16
+        elems, num_warps = 4096, 1
     else:
-        BV = 32
-    BV = max(1, min(BV, _next_pow2(V), max(1, 4096 // BK)))
-    num_warps = 4 if BV * BK >= 2048 else 2
+        elems, num_warps = 8192, 2
+    BV = max(1, min(elems // BK, _next_pow2(V)))
     return BK, BV, num_warps
 
 
@@ -245,23 +248,71 @@ def kda_recurrent(
     else:
         final_state = None
 
-    BK, BV, num_warps = _tile_config(N * HV, K, V)
-    grid = (N * HV * ((V + BV - 1) // BV),)
+    BK, BV, num_warps = _tile_config(N * HV, K, V, vk)
     # Tensors not used by a configuration get a harmless placeholder (never read: their flag is off).
-    _kda_recurrent_kernel[grid](
-        q, k, v, g, beta,
-        A_log if A_log is not None else q, dt_bias if dt_bias is not None else q, out,
-        initial_state if initial_state is not None else q,
-        final_state if final_state is not None else q,
-        cu_seqlens if cu_seqlens is not None else q,
-        state_indices if state_indices is not None else q,
-        opts.resolved_scale(K), float(opts.lower_bound), T,
-        initial_state.stride(0) if initial_state is not None else 0,
-        final_state.stride(0) if final_state is not None else 0,
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV,
-        GATE=_GATE_CODES[opts.gate], BETA=_BETA_CODES[opts.beta], QK_L2NORM=opts.use_qk_l2norm,
-        STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
-        INPLACE=inplace_state, IS_VARLEN=cu_seqlens is not None, HAS_INDICES=state_indices is not None,
-        num_warps=num_warps,
-    )
+    args = (q, k, v, g, beta,
+            A_log if A_log is not None else q, dt_bias if dt_bias is not None else q, out,
+            initial_state if initial_state is not None else q,
+            final_state if final_state is not None else q,
+            cu_seqlens if cu_seqlens is not None else q,
+            state_indices if state_indices is not None else q,
+            opts.resolved_scale(K), float(opts.lower_bound), T,
+            initial_state.stride(0) if initial_state is not None else 0,
+            final_state.stride(0) if final_state is not None else 0)
+    consts = (H, HV, K, V, BK, BV, _GATE_CODES[opts.gate], _BETA_CODES[opts.beta], opts.use_qk_l2norm, vk,
+              initial_state is not None, final_state is not None, inplace_state, cu_seqlens is not None,
+              state_indices is not None)
+    _launch(N * HV * ((V + BV - 1) // BV), args, consts, num_warps)
     return out, final_state
+
+
+_ARG_NAMES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "o", "h0", "ht", "cu_seqlens", "state_indices",
+              "scale", "lower_bound", "T", "stride_h0", "stride_ht")
+_CONST_NAMES = ("H", "HV", "K", "V", "BK", "BV", "GATE", "BETA", "QK_L2NORM", "STATE_VK", "USE_H0", "STORE_HT",
+                "INPLACE", "IS_VARLEN", "HAS_INDICES")
+_N_PTRS = 12
+# Compiled kernels only (the interpreter has no launcher to call): see _launch.
+_FAST_LAUNCH_ENABLED = hasattr(_kda_recurrent_kernel, "device_caches")
+_launchers: dict = {}
+
+
+def _int_kind(x: int) -> tuple[bool, bool, bool]:
+    # what Triton specialises an int argument on: == 1, divisible by 16, and i32 vs i64
+    return x == 1, x % 16 == 0, -(2**31) <= x < 2**31
+
+
+def _launch(n_programs: int, args: tuple, consts: tuple, num_warps: int) -> None:
+    """Launch the kernel; repeat launches of one configuration go straight to Triton's compiled launcher.
+
+    `kernel[grid](...)` re-binds and re-specialises every argument in Python on each call, which costs
+    tens of microseconds on some hosts: more than a decode step takes on the GPU. The first launch of a
+    configuration goes through it (compiling if needed) and keeps the compiled kernel, keyed by everything
+    Triton specialises on (constexprs, warps, device, pointer dtypes and 16-byte alignment, int kinds), so a
+    later call with a differently aligned tensor gets its own compiled kernel, as through `kernel[grid]`.
+    Launch hooks (knobs.runtime.launch_enter_hook, used by profilers) are not called on the fast path."""
+    if _FAST_LAUNCH_ENABLED:
+        q = args[0]
+        device = q.get_device()
+        key = (consts, num_warps, device, _int_kind(args[14]), _int_kind(args[15]), _int_kind(args[16]),
+               *[(t.dtype, t.data_ptr() % 16 == 0) for t in args[:_N_PTRS]])
+        entry = _launchers.get(key)
+        if entry is not None:
+            run, function, metadata = entry
+            stream = torch._C._cuda_getCurrentRawStream(device)
+            run(n_programs, 1, 1, stream, function, metadata, None, None, None, *args, *consts)
+            return
+    compiled = _kda_recurrent_kernel[(n_programs,)](*args, **dict(zip(_CONST_NAMES, consts)), num_warps=num_warps)
+    if _FAST_LAUNCH_ENABLED and key not in _launchers:
+        _launchers[key] = _compiled_launcher(compiled)
+
+
+def _compiled_launcher(compiled):
+    """(run, function, packed_metadata) of a compiled kernel, or None when this Triton version's internals
+    do not look as expected (then every launch takes the ordinary path)."""
+    try:
+        if tuple(_kda_recurrent_kernel.arg_names) != _ARG_NAMES + _CONST_NAMES:
+            return None
+        compiled._init_handles()
+        return compiled.run, compiled.function, compiled.packed_metadata
+    except Exception:  # noqa: BLE001 - any surprise in Triton internals: keep the ordinary path
+        return None
