@@ -98,7 +98,7 @@ class Case:
         self.R = max(2, min(64, math.ceil(4 * L2_BYTES / (batch * STATE_BYTES))))
         P = batch * self.R
         gen = torch.Generator(device="cuda").manual_seed(seed)
-        r = lambda *s: torch.randn(*s, device="cuda", generator=gen)  # noqa: E731
+        r = lambda *s: torch.randn(*s, device="cuda", generator=gen)
         bf = torch.bfloat16
         self.q, self.k = r(batch, T, H, K).to(bf), r(batch, T, H, K).to(bf)
         self.v, self.g = r(batch, T, HV, V).to(bf), r(batch, T, HV, K).to(bf)
@@ -130,9 +130,9 @@ class Case:
         from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
 
         idx = self.idx[i]
-        kw = dict(A_log=self.A_log, dt_bias=self.dt_bias.flatten(), scale=K ** -0.5,
-                  use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
-                  state_v_first=self.layout == "vk", out=self.out)
+        kw = {"A_log": self.A_log, "dt_bias": self.dt_bias.flatten(), "scale": K ** -0.5,
+                  "use_qk_l2norm_in_kernel": True, "use_gate_in_kernel": True, "use_beta_sigmoid_in_kernel": True,
+                  "state_v_first": self.layout == "vk", "out": self.out}
         if mode == "pool":
             sidx = idx if self.T == 1 else idx[:, None].expand(-1, self.T).contiguous()
             return lambda: fused_recurrent_kda_fwd(self.q, self.k, self.v, self.g, self.b, initial_state=self.pool,
@@ -177,14 +177,14 @@ def check_against_fla(layout, T):
     b.fla(0)()
     o2 = b.out
     idx = a.idx[0]
-    return dict(o_rms_rel=rms_rel(o1, o2), state_rms_rel=rms_rel(a.pool[idx], b.pool[idx]),
-                untouched_equal=bool(torch.equal(a.pool[a.idx[1]], b.pool[b.idx[1]])))
+    return {"o_rms_rel": rms_rel(o1, o2), "state_rms_rel": rms_rel(a.pool[idx], b.pool[idx]),
+                "untouched_equal": bool(torch.equal(a.pool[a.idx[1]], b.pool[b.idx[1]]))}
 
 
 def measure(batch, T, layout, with_fla=True, with_slow_path=False):
     c = Case(batch, T, layout)
     reps = max(3, int(2000 / (batch * T * c.R)))
-    row = dict(batch=batch, T=T, layout=layout, R=c.R)
+    row = {"batch": batch, "T": T, "layout": layout, "R": c.R}
     row["ours_graph_us"] = time_graph([c.ours(i) for i in range(c.R)], reps) * 1e6
     row["ours_plain_us"] = time_plain([c.ours(i) for i in range(c.R)], reps) * 1e6
     row["ours_host_us"] = host_us(c.ours(0))
@@ -225,8 +225,8 @@ def sweep(batch, layout, T=1):
                     continue
                 rec._tile_config = lambda n, k, v, vk, BV=BV, nw=nw: (128, BV, nw)
                 t = time_graph([c.ours(i) for i in range(c.R)], reps)
-                out.append(dict(batch=batch, T=T, layout=layout, BV=BV, num_warps=nw, graph_us=t * 1e6,
-                                TBps=2 * batch * STATE_BYTES / t / 1e12))
+                out.append({"batch": batch, "T": T, "layout": layout, "BV": BV, "num_warps": nw, "graph_us": t * 1e6,
+                                "TBps": 2 * batch * STATE_BYTES / t / 1e12})
     finally:
         rec._tile_config = saved
     del c
@@ -250,15 +250,15 @@ def main():
     args = ap.parse_args()
     import triton
 
-    env = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-               python=platform.python_version(), sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+               "python": platform.python_version(), "sms": torch.cuda.get_device_properties(0).multi_processor_count}
     try:
         import fla
 
         env["fla"] = getattr(fla, "__version__", "?")
     except ImportError:
         args.no_fla = True
-    res = dict(env=env, copy_1GiB_TBps=big_copy_TBps(), rows=[], sweep=[], checks={})
+    res = {"env": env, "copy_1GiB_TBps": big_copy_TBps(), "rows": [], "sweep": [], "checks": {}}
     print(json.dumps(env), f"copy ceiling (1 GiB, read+write): {res['copy_1GiB_TBps']:.2f} TB/s", flush=True)
     if not args.no_fla:
         for layout in args.layouts.split(","):

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from kda_trace.kernels.options import KDAOptions
 
+_DEFAULT_OPTIONS = KDAOptions()
 _GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
 _BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
 
@@ -90,7 +91,7 @@ def _kda_recurrent_kernel(
     p_v = v + (bos * HV + i_hv) * V + o_v
     p_o = o + (bos * HV + i_hv) * V + o_v
     p_beta = beta + bos * HV + i_hv
-    for _ in range(0, seq_len):
+    for _ in range(seq_len):
         b_q = tl.load(p_q, mask=mask_k, other=0.0).to(tl.float32)
         b_k = tl.load(p_k, mask=mask_k, other=0.0).to(tl.float32)
         b_g = tl.load(p_g, mask=mask_k, other=0.0).to(tl.float32)
@@ -166,7 +167,7 @@ def kda_recurrent(
     v: torch.Tensor,
     g: torch.Tensor,
     beta: torch.Tensor,
-    opts: KDAOptions = KDAOptions(),
+    opts: KDAOptions = _DEFAULT_OPTIONS,
     *,
     A_log: torch.Tensor | None = None,
     dt_bias: torch.Tensor | None = None,

@@ -11,17 +11,18 @@ compiled or interpreted Triton (`kda_trace.platform.ensure_triton_can_run`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+import itertools
+from collections.abc import Callable
 
 from kda_trace.kernels.options import KDAOptions
 
 # What each family means when a tag is absent (the family contracts in docs/KDA_FAMILIES.md).
-_ENGINE_DEFAULTS = dict(gate="unbounded", beta="logits", qk_norm="l2", state_layout="vk")
+_ENGINE_DEFAULTS = {"gate": "unbounded", "beta": "logits", "qk_norm": "l2", "state_layout": "vk"}
 _FAMILY_DEFAULTS = {
     "decode": _ENGINE_DEFAULTS,
     "mtp": _ENGINE_DEFAULTS,
     "prefill": _ENGINE_DEFAULTS,
-    "forward": dict(gate="precomputed", beta="prob", qk_norm="none", state_layout="kv"),
+    "forward": {"gate": "precomputed", "beta": "prob", "qk_norm": "none", "state_layout": "kv"},
 }
 
 
@@ -172,5 +173,5 @@ def _check_cu_seqlens(cu_seqlens, total: int) -> None:
     offsets = cu_seqlens.tolist()
     if len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != total:
         raise ValueError(f"cu_seqlens must run from 0 to {total} tokens, got {offsets[:1]}..{offsets[-1:]}")
-    if any(e <= s for s, e in zip(offsets[:-1], offsets[1:])):
+    if any(e <= s for s, e in itertools.pairwise(offsets)):
         raise ValueError("cu_seqlens holds a zero-length (or decreasing) sequence; every sequence needs >= 1 token")

@@ -16,8 +16,8 @@ from kda_trace.platform import default_device, ensure_triton_can_run, triton_int
 DEVICE = default_device()
 ensure_triton_can_run(DEVICE)
 
-from kda_trace.kernels.options import KDAOptions  # noqa: E402
-from kda_trace.kernels.recurrent import kda_recurrent  # noqa: E402
+from kda_trace.kernels.options import KDAOptions
+from kda_trace.kernels.recurrent import kda_recurrent
 
 f64 = torch.float64
 
@@ -87,7 +87,7 @@ def bf16_rounding_of_backend(ref):
 def make(B, T, H, HV, K, V, *, dtype=torch.float32, seed=0, raw_qk=False):
     """Random q, k, v, log-decay g, beta prob, h0 [B, HV, K, V] on the CPU (float32 master copies)."""
     gen = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    r = lambda *s: torch.randn(*s, generator=gen)
     q, k = r(B, T, H, K), r(B, T, H, K)
     if not raw_qk:
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
@@ -95,7 +95,7 @@ def make(B, T, H, HV, K, V, *, dtype=torch.float32, seed=0, raw_qk=False):
     g = F.logsigmoid(r(B, T, HV, K))
     beta = torch.sigmoid(r(B, T, HV))
     h0 = r(B, HV, K, V) * 0.5
-    cast = lambda x: x.to(dtype)  # noqa: E731
+    cast = lambda x: x.to(dtype)
     return cast(q), cast(k), cast(v), g, cast(beta), h0
 
 
@@ -253,10 +253,10 @@ def test_bf16_error_budget():
 
 
 def test_rejects_bad_shapes():
-    q, k, v, g, beta, h0 = make(1, 2, 2, 3, 8, 8)  # HV=3 is not a multiple of H=2
+    q, k, v, g, beta, _ = make(1, 2, 2, 3, 8, 8)  # HV=3 is not a multiple of H=2
     with pytest.raises(ValueError, match="multiple"):
         kda_recurrent(q, k, v, g, beta)
-    q, k, v, g, beta, h0 = make(2, 2, 1, 1, 8, 8)
+    q, k, v, g, beta, _h0 = make(2, 2, 1, 1, 8, 8)
     with pytest.raises(ValueError, match="batch size must be 1"):
         kda_recurrent(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match="initial_state"):
@@ -275,7 +275,7 @@ def test_int64_addressing_past_2_31_elements():
     total = start + 3
     if DEVICE == "cpu" and not _can_reserve(5 * total * K * 2):
         pytest.skip("cannot reserve the virtual memory for > 2^31-element tensors")
-    big = lambda n_heads, d: torch.empty(1, total, n_heads, d, dtype=torch.bfloat16, device=DEVICE)  # noqa: E731
+    big = lambda n_heads, d: torch.empty(1, total, n_heads, d, dtype=torch.bfloat16, device=DEVICE)
     q, k, v, g = big(H, K), big(H, K), big(HV, V), big(HV, K)
     beta = torch.empty(1, total, HV, dtype=torch.bfloat16, device=DEVICE)
     qs, ks, vs, gs, bs, h0 = make(1, 3, H, HV, K, V, dtype=torch.bfloat16, seed=8)
@@ -358,11 +358,11 @@ def load_reference(family, **consts):
 def engine_inputs(shape_qk, HV, V, seed):
     """Random raw inputs of the engine families (decode / mtp / prefill) with token dims `shape_qk[:-2]`."""
     gen = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    r = lambda *s: torch.randn(*s, generator=gen)
     *lead, H, K = shape_qk
     bf = torch.bfloat16
-    return dict(q=r(*lead, H, K).to(bf), k=r(*lead, H, K).to(bf), v=r(*lead, HV, V).to(bf),
-                g_raw=(r(*lead, HV, K) * 2).to(bf), A_log=r(HV) * 0.5, dt_bias=r(HV, K), b=r(*lead, HV).to(bf))
+    return {"q": r(*lead, H, K).to(bf), "k": r(*lead, H, K).to(bf), "v": r(*lead, HV, V).to(bf),
+                "g_raw": (r(*lead, HV, K) * 2).to(bf), "A_log": r(HV) * 0.5, "dt_bias": r(HV, K), "b": r(*lead, HV).to(bf)}
 
 
 def fp32_v(inputs):
@@ -379,7 +379,7 @@ def test_adapter_decode_mtp_vs_family_reference(family, T, safe):
     from kda_trace.solutions import ours_recurrent
 
     H, HV, K, V, B, P = 1, 2, 16, 8, 3, 6
-    consts = dict(NUM_HEADS=H, NUM_V_HEADS=HV, HEAD_DIM_K=K, HEAD_DIM_V=V, LOWER_BOUND=-5.0 if safe else None)
+    consts = {"NUM_HEADS": H, "NUM_V_HEADS": HV, "HEAD_DIM_K": K, "HEAD_DIM_V": V, "LOWER_BOUND": -5.0 if safe else None}
     ref = load_reference(family, **consts)
     tags = [f"stage:{family}", "beta:logits", "qk_norm:l2", "state_layout:vk",
             *(["gate:safe", "lower_bound:-5"] if safe else ["gate:unbounded"])]
