@@ -1,0 +1,210 @@
+"""Coverage cells: which option values a definition claims, and which reference tests exercise them.
+
+A cell is (family, axis, value), e.g. ("prefill", "gate", "safe"). A definition *claims* the cells read
+from its tags, axes and inputs (`claimed_cells`). A test *declares* the cells it exercises with the
+`@covers(family, axis=(values...))` decorator; the declaration is read two ways:
+- statically, from the test files' syntax trees (`declarations`), so `kda-trace coverage` can show which
+  tests cover which cells without running anything, and tests/references/test_coverage.py fails when a
+  definition claims a cell that no test declares;
+- at run time (conftest.py): the ground-truth adapters record what they really did (`observe`), and a
+  test that declares an axis but did not exercise the value its definition claims fails, so a
+  declaration cannot drift away from what the test does.
+
+This module imports nothing from pytest at import time: `kda-trace coverage` can load it by path
+(`load_module()` below shows how) and call `coverage_rows(dataset)`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+# The axes of the coverage matrix and their values (the issue's list, in its order).
+AXES: Dict[str, Tuple[str, ...]] = {
+    "batch": ("dense", "varlen", "pool"),
+    "direction": ("forward", "backward"),
+    "gate": ("safe", "unbounded", "precomputed"),
+    "beta": ("prob", "logits"),
+    "qk_norm": ("l2", "none"),
+    "initial_state": ("given", "absent"),
+    "final_state": ("returned",),
+    "gva": ("on", "off"),
+    "kv_dims": ("equal", "differ"),
+    "state_layout": ("kv", "vk"),
+}
+TAG_AXES = ("batch", "gate", "beta", "qk_norm", "state_layout")  # read from `key:value` tags
+TESTS_DIR = Path(__file__).resolve().parent
+
+Cells = Dict[str, Set[str]]
+
+
+def family_of(definition) -> str:
+    """The op family (`stage:` tag): prefill, forward, decode, mtp, backward or gate."""
+    return definition.tag("stage") or definition.name.split("_")[1]
+
+
+def claimed_cells(definition) -> Cells:
+    """Axis -> values this definition claims, from its tags, axes and inputs."""
+    cells: Cells = {}
+    for axis in TAG_AXES:
+        for value in definition.tag_values.get(axis, []):
+            cells.setdefault(axis, set()).add(value)
+    family = family_of(definition)
+    if "o" in definition.outputs or family == "backward":
+        cells["direction"] = {"backward" if family == "backward" else "forward"}
+    inputs, outputs = definition.inputs, definition.outputs
+    if "initial_state" in inputs:
+        cells["initial_state"] = {"given", "absent"} if inputs["initial_state"].optional else {"given"}
+    elif "state_pool" in inputs:
+        cells["initial_state"] = {"given"}
+    if {"final_state", "new_state_pool"} & set(outputs) or "dht" in inputs:
+        cells["final_state"] = {"returned"}
+    axes = definition.const_axes
+    if "num_heads" in axes and "num_v_heads" in axes:
+        cells["gva"] = {"on" if axes["num_v_heads"] > axes["num_heads"] else "off"}
+    if "head_dim_k" in axes and "head_dim_v" in axes:
+        cells["kv_dims"] = {"differ" if axes["head_dim_k"] != axes["head_dim_v"] else "equal"}
+    return cells
+
+
+# ------------------------------------------------------------------------------------ declarations
+def covers(family: str, **cells: Iterable[str]):
+    """Decorator: this test exercises these cells of `family` (literal arguments only: they are also
+    read from the source). Each value must be in AXES."""
+    for axis, values in cells.items():
+        unknown = set(values) - set(AXES.get(axis, ()))
+        if unknown:
+            raise ValueError(f"covers({family!r}): unknown {axis} values {sorted(unknown)} (known: {AXES.get(axis)})")
+    import pytest
+
+    return pytest.mark.kda_covers(family=family, cells={a: set(v) for a, v in cells.items()})
+
+
+@dataclass
+class Declaration:
+    """One `@covers` on one test function."""
+
+    test: str
+    """`file.py::function`."""
+    family: str
+    cells: Cells
+    tier: str
+    """fast, slow or gpu (from the function's or module's pytest marks)."""
+
+
+def _marks(decorators: List[ast.expr]) -> Set[str]:
+    names = set()
+    for d in decorators:
+        node = d.func if isinstance(d, ast.Call) else d
+        if isinstance(node, ast.Attribute) and node.attr in ("slow", "gpu", "stress"):
+            names.add(node.attr)
+    return names
+
+
+def declarations(tests_dir: Path = TESTS_DIR) -> List[Declaration]:
+    """Every `@covers(...)` in tests_dir/test_*.py, read from the syntax trees (nothing is imported)."""
+    out = []
+    for path in sorted(Path(tests_dir).glob("test_*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        module_marks: Set[str] = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets):
+                values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+                module_marks |= _marks(values)
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            marks = module_marks | _marks(node.decorator_list)
+            tier = "gpu" if "gpu" in marks else "slow" if marks & {"slow", "stress"} else "fast"
+            for d in node.decorator_list:
+                if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "covers":
+                    family = ast.literal_eval(d.args[0])
+                    cells = {kw.arg: set(ast.literal_eval(kw.value)) for kw in d.keywords}
+                    out.append(Declaration(f"{path.name}::{node.name}", family, cells, tier))
+    return out
+
+
+# ------------------------------------------------------------------------------------ the matrix
+@dataclass
+class Row:
+    """One claimed cell of one definition and the tests that cover it."""
+
+    definition: str
+    family: str
+    axis: str
+    value: str
+    tests: List[Tuple[str, str]] = field(default_factory=list)
+    """(test, tier) pairs."""
+
+    @property
+    def covered(self) -> bool:
+        return bool(self.tests)
+
+
+def coverage_rows(definitions, decls: Optional[List[Declaration]] = None) -> List[Row]:
+    """For every definition and every cell it claims: the tests declaring that cell for its family."""
+    decls = declarations() if decls is None else decls
+    rows = []
+    for d in sorted(definitions, key=lambda d: d.name):
+        family = family_of(d)
+        for axis, values in sorted(claimed_cells(d).items(), key=lambda kv: list(AXES).index(kv[0])):
+            for value in sorted(values):
+                tests = [(x.test, x.tier) for x in decls if x.family == family and value in x.cells.get(axis, ())]
+                rows.append(Row(d.name, family, axis, value, tests))
+    return rows
+
+
+def render_text(rows: List[Row]) -> str:
+    """The matrix as plain text: one line per claimed cell; uncovered cells are marked."""
+    lines = []
+    for r in rows:
+        tests = ", ".join(f"{t} [{tier}]" for t, tier in r.tests) or "NOT COVERED"
+        lines.append(f"{r.definition:42s} {r.axis}={r.value:12s} {tests}")
+    return "\n".join(lines)
+
+
+def load_module():
+    """How code outside pytest (e.g. `kda-trace coverage`) loads this file by path."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("kda_reference_coverage", Path(__file__))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------ run-time records
+class Observed:
+    """What the ground-truth adapters did during one test: definition name -> axis -> values."""
+
+    def __init__(self) -> None:
+        self.cells: Dict[str, Cells] = {}
+
+    def add(self, definition_name: str, **cells: str) -> None:
+        for axis, value in cells.items():
+            assert value in AXES[axis], (axis, value)
+            self.cells.setdefault(definition_name, {}).setdefault(axis, set()).add(value)
+
+
+CURRENT: List[Observed] = []  # the record of the running test (set by conftest's fixture)
+
+
+def observe(definition_name: str, **cells: str) -> None:
+    """Record that the running test exercised these cells (no-op outside a guarded test)."""
+    if CURRENT:
+        CURRENT[-1].add(definition_name, **cells)
+
+
+def missing_cells(definition, declared: Cells, observed: Cells) -> List[str]:
+    """Declared axes whose claimed values this run did not exercise, as 'axis=value' strings."""
+    claimed = claimed_cells(definition)
+    out = []
+    for axis, values in declared.items():
+        for value in sorted(values & claimed.get(axis, set())):
+            if value not in observed.get(axis, set()):
+                out.append(f"{axis}={value}")
+    return out
