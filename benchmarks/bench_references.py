@@ -159,6 +159,44 @@ def fla_runs(d, x) -> dict:
 
 # --------------------------------------------------------------------------- main
 
+def render(jsonl: Path) -> str:
+    """Markdown tables from references.jsonl: reference time per definition, and per (definition, fla
+    kernel) the worst error over the workloads and how many passed the definition's tolerance."""
+    recs = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    times, kernels = {}, {}
+    for r in recs:
+        t = times.setdefault(r["definition"], [0, 0.0, 0.0])
+        t[0] += 1
+        t[1] += r["ref_s"]
+        t[2] = max(t[2], r["ref_s"])
+        for k, res in r["fla"].items():
+            e = kernels.setdefault((r["definition"], k), {"n": 0, "pass": 0, "errors": 0, "worst": {}})
+            e["n"] += 1
+            if "error" in res:
+                e["errors"] += 1
+                continue
+            outs = {o: m for o, m in res.items() if isinstance(m, dict)}
+            e["pass"] += all(m["pass"] for m in outs.values()) and res.get("untouched_identical", True)
+            for o, m in outs.items():
+                w = e["worst"].setdefault(o, {"rms_rel": 0.0, "cosine": 1.0, "matched": 1.0, "bound": 0.0})
+                w["rms_rel"] = max(w["rms_rel"], m["rms_rel"])
+                w["cosine"] = min(w["cosine"], m["cosine"])
+                w["matched"] = min(w["matched"], m["matched"])
+                w["bound"] = max(w["bound"], m["worst_bound_ratio"])
+    out = ["| definition | workloads | reference total (s) | slowest workload (s) |", "|---|---:|---:|---:|"]
+    for name, (n, total, slowest) in times.items():
+        out.append(f"| {name} | {n} | {total:.1f} | {slowest:.2f} |")
+    out.append(f"| all | {sum(t[0] for t in times.values())} | {sum(t[1] for t in times.values()):.1f} | |")
+    out += ["", "| definition | fla kernel | passed / run | output: worst RMS-rel, min cosine, min matched, max err/bound |",
+            "|---|---|---:|---|"]
+    for (name, k), e in kernels.items():
+        worst = "; ".join(f"{o}: {w['rms_rel']:.1e}, {w['cosine']:.6f}, {w['matched']:.5f}, {w['bound']:.2f}"
+                          for o, w in e["worst"].items())
+        errs = f" ({e['errors']} errors)" if e["errors"] else ""
+        out.append(f"| {name} | {k} | {e['pass']} / {e['n']}{errs} | {worst} |")
+    return "\n".join(out)
+
+
 def sync():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -166,13 +204,19 @@ def sync():
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, help="output folder")
+    ap.add_argument("--render", type=Path, help="print markdown tables from a references.jsonl and exit")
     ap.add_argument("--stress", action="store_true", help="also the stress workloads")
     ap.add_argument("--smoke", action="store_true", help="only the smoke workloads")
     ap.add_argument("--only", action="append", default=[], help="definition names containing this")
     ap.add_argument("--no-fla", action="store_true", help="time the references only")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting workloads after this many seconds")
     args = ap.parse_args()
+    if args.render:
+        print(render(args.render))
+        return
+    if args.out is None:
+        ap.error("--out is required")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     args.out.mkdir(parents=True, exist_ok=True)
     ds = load_dataset(REPO)
