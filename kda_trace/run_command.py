@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -50,7 +51,7 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
                         help="run references that import or reach outside the allowlist")
     parser.add_argument("--cuda-graph", action="store_true", help="time solutions by replaying a CUDA graph")
     parser.add_argument("--workers", type=int, default=None,
-                        help="worker processes (default: one per GPU, or 1 on the CPU)")
+                        help="worker processes (default: one per GPU; on the CPU min(2, cores))")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up calls before timing")
     parser.add_argument("--reps", type=int, default=None, help="fewest timed repetitions (more fit the time budget)")
     parser.add_argument("--max-reps", type=int, default=None, help="most timed repetitions")
@@ -179,7 +180,7 @@ def command_run(args) -> int:
         n = platform.cuda_device_count()
         devices = [f"cuda:{i}" for i in range(n)][: args.workers or n]
     else:
-        devices = [device] * (args.workers or 1)
+        devices = [device] * (args.workers or min(2, os.cpu_count() or 1))
     config = RunConfig(dataset_root=root, out=out, device=device, seed=seed,
                        timeout=args.timeout or (300.0 if gpu else 600.0), trust_code=args.trust_code,
                        tolerances=tolerances, devices=devices,

@@ -230,7 +230,7 @@ class WorkerContext:
         """Records for every solution of the task, yielded as each finishes."""
         from .compare import nonfinite_counts
         from .inputs import InputError, clone_inputs, make_inputs
-        from .timing import TimingConfig, measure
+        from .timing import TimingConfig, TimingResult, measure
 
         d, w, cfg = task.definition, task.workload, self.config
         rec = lambda spec, status, log="", **kw: make_record(d, w, task.names[spec], status,  # noqa: E731
@@ -255,10 +255,15 @@ class WorkerContext:
             problem = str(reference)
         else:
             try:
-                refs = []
+                refs, ref_times = [], []
                 for inputs in (inputs_a, inputs_b):
-                    out, why = normalize_outputs(d, reference(**clone_inputs(inputs)))
+                    args = clone_inputs(inputs)
                     self.sync()
+                    t0 = time.perf_counter()
+                    result = reference(**args)
+                    self.sync()
+                    ref_times.append((time.perf_counter() - t0) * 1e3)
+                    out, why = normalize_outputs(d, result)
                     if out is None:
                         raise ValueError(f"reference {why}")
                     refs.append(out)
@@ -276,12 +281,14 @@ class WorkerContext:
             for spec in task.solutions:
                 yield rec(spec, S.INVALID_REFERENCE, problem)
             return
-        ref_timing = None
-        try:
-            ref_cfg = TimingConfig(warmup=1, min_reps=3, max_reps=20, budget_s=1.0, cuda_graph=False)
-            ref_timing = measure(reference, inputs_a, self.device, ref_cfg)
-        except Exception:  # noqa: BLE001 - the reference ran fine above; timing it is best effort
-            ref_timing = None
+        if self.device.startswith("cuda"):
+            try:
+                ref_cfg = TimingConfig(warmup=1, min_reps=3, max_reps=20, budget_s=1.0, cuda_graph=False)
+                ref_timing = measure(reference, inputs_a, self.device, ref_cfg)
+            except Exception:  # noqa: BLE001 - the reference ran fine above; timing it is best effort
+                ref_timing = None
+        else:  # on the CPU the two correctness calls above are the reference's timing
+            ref_timing = TimingResult(ref_times, "cpu_wall")
 
         for spec in task.solutions:
             if self.fatal:
@@ -311,8 +318,11 @@ class WorkerContext:
         self.notify(spec, "run")
         args = clone_inputs(inputs_a)
         try:
+            self.sync()
+            t0 = time.perf_counter()
             result = run(**args)
             self.sync()
+            first_call_s = time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001
             self.fatal = _is_fatal_cuda_error(e)
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {_short_traceback(e)}")
@@ -336,7 +346,8 @@ class WorkerContext:
 
         self.notify(spec, "timing")
         try:
-            timing = measure(run, inputs_a, self.device, self.config.timing, final_inputs=inputs_b)
+            timing = measure(run, inputs_a, self.device, self.config.timing, final_inputs=inputs_b,
+                             estimate_s=first_call_s)
         except Exception as e:  # noqa: BLE001
             self.fatal = _is_fatal_cuda_error(e)
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: failed while timing: {_short_traceback(e)}",
@@ -436,6 +447,10 @@ def cost_of(d: Definition, w: Workload) -> Tuple[Optional[float], Optional[float
 def worker_main(conn, config: RunConfig, device: str) -> None:
     """Worker process: receive Tasks, send ('phase', spec, name) / ('record', json) / ('done',) messages."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    if not device.startswith("cuda") and len(config.devices) > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // len(config.devices)))  # share the cores
     ctx = WorkerContext(config, device, lambda spec, phase: conn.send(("phase", spec, phase)))
     conn.send(("ready",))
     while True:

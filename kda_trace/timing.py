@@ -57,13 +57,14 @@ class TimingResult:
 
 
 def defaults_for(device: str, config: TimingConfig) -> TimingConfig:
-    """Fill unset fields: on a GPU 3 warm-ups, 10..200 reps within 1 s; on the CPU 1 warm-up, 3..10 reps within 2 s."""
+    """Fill unset fields: on a GPU 3 warm-ups, 10..200 reps within 1 s; on the CPU no warm-up beyond the
+    correctness call (Triton-interpreter calls take seconds) and 1..5 reps within 1 s."""
     gpu = device.startswith("cuda")
     return TimingConfig(
-        warmup=config.warmup if config.warmup is not None else (3 if gpu else 1),
-        min_reps=config.min_reps if config.min_reps is not None else (10 if gpu else 3),
-        max_reps=config.max_reps if config.max_reps is not None else (200 if gpu else 10),
-        budget_s=config.budget_s if config.budget_s is not None else (1.0 if gpu else 2.0),
+        warmup=config.warmup if config.warmup is not None else (3 if gpu else 0),
+        min_reps=config.min_reps if config.min_reps is not None else (10 if gpu else 1),
+        max_reps=config.max_reps if config.max_reps is not None else (200 if gpu else 5),
+        budget_s=config.budget_s if config.budget_s is not None else (1.0 if gpu else 1.0),
         cuda_graph=config.cuda_graph and gpu,
     )
 
@@ -90,9 +91,10 @@ def _refresh(work: Dict[str, Any], source: Dict[str, Any]) -> None:
 
 
 def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config: TimingConfig = TimingConfig(),
-            final_inputs: Optional[Dict[str, Any]] = None) -> TimingResult:
+            final_inputs: Optional[Dict[str, Any]] = None, estimate_s: Optional[float] = None) -> TimingResult:
     """Time `run(**inputs)`; the last repetition uses `final_inputs` (default `inputs`) and its outputs are
-    returned in `final_outputs`."""
+    returned in `final_outputs`. `estimate_s`, the duration of an earlier call, sizes the repetitions
+    when there is no warm-up to measure one."""
     cfg = defaults_for(device, config)
     final_inputs = final_inputs if final_inputs is not None else inputs
     work = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
@@ -100,8 +102,8 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
     notes: List[str] = []
 
     # warm-up (compilation, autotuning, allocator); the last one estimates the cost of a call
-    per_call = 0.0
-    for _ in range(max(1, cfg.warmup)):
+    per_call = estimate_s or 0.0
+    for _ in range(cfg.warmup):
         _refresh(work, inputs)
         _sync(device)
         t0 = time.perf_counter()

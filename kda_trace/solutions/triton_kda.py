@@ -8,13 +8,14 @@
 | forward | `ours_chunk.build_forward`, else `ours_recurrent.build_forward` |
 | backward, gate | `ours_chunk.build_backward` / `build_gate` when such a builder exists |
 
-A builder is `build_X(definition, device) -> run`. Builder modules are imported lazily; a missing module
+A builder is `build_X(definition) -> run` (or `build_X(definition, device)`). Builder modules are imported lazily; a missing module
 or function makes the pair unsupported with the reason, never an error.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Callable, List, Optional, Tuple
 
 from ..platform import ensure_triton_can_run
@@ -56,6 +57,8 @@ class TritonSolution:
         self.device = device
 
     def supports(self, definition: Definition) -> str | None:
+        if definition.op_type != "kda":
+            return f"op_type {definition.op_type!r} is not kda"
         stage = definition.tag("stage")
         if stage not in ROUTES:
             return f"no Triton kernel for stage {stage!r}"
@@ -72,4 +75,7 @@ class TritonSolution:
         builder, why = find_builder(definition.tag("stage"))
         if builder is None:
             raise RuntimeError(f"no Triton builder for {definition.name}: {'; '.join(why)}")
-        return builder(definition, device)
+        # builders take (definition) and pick up the device from their inputs, or (definition, device)
+        if len(inspect.signature(builder).parameters) >= 2:
+            return builder(definition, device)
+        return builder(definition)

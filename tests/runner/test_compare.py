@@ -1,0 +1,88 @@
+"""Metrics, verdicts, tolerances and coordinates (compare.py), without worker processes."""
+
+import math
+
+import pytest
+import torch
+
+from kda_trace.compare import (DEFAULT_TOLERANCES, ToleranceSyntaxError, compare_output, describe_index,
+                               inplace_violations, parse_tolerance_override, tolerance_for)
+from kda_trace.dataset import load_dataset
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "ds"
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return load_dataset(FIXTURES)
+
+
+def test_identical_output_passes_with_full_metrics(ds):
+    d = ds.definitions["toy_scan"]
+    ref = torch.randn(2, 6, 8)
+    m = compare_output(d, "y", ref, ref.clone(), tolerance_for(d, "y"))
+    assert m.passed and m.reason == ""
+    assert m.max_abs_error == 0 and m.rms_rel_error == 0 and m.matched_ratio == 1.0
+    assert m.cosine == pytest.approx(1.0) and m.nan_count == 0 and m.worst == []
+    assert m.error_by_position is not None and len(m.error_by_position) == 6
+
+
+def test_offset_fails_and_names_worst_elements(ds):
+    d = ds.definitions["toy_scan"]
+    ref = torch.randn(2, 6, 8)
+    out = ref.clone()
+    out[1, 4, 7] += 0.5
+    m = compare_output(d, "y", ref, out, tolerance_for(d, "y"))
+    assert not m.passed and "RMS-relative" in m.reason
+    assert m.worst[0].index == [1, 4, 7]
+    assert m.worst[0].where == "batch 1, token 4, dim 7"
+    assert m.worst[0].abs_error == pytest.approx(0.5, rel=1e-6)
+    assert m.error_by_position[4] > 0 and m.error_by_position[0] == 0
+
+
+def test_nan_never_passes_even_with_loose_tolerance(ds):
+    d = ds.definitions["toy_scan"]
+    ref = torch.randn(2, 6, 8)
+    out = ref.clone()
+    out[0, 0, 0] = float("nan")
+    loose = parse_tolerance_override("y=atol:1e9,rtol:1e9,min_matched_ratio:0,max_rms_rel_error:none,min_cosine:none")[1]
+    m = compare_output(d, "y", ref, out, tolerance_for(d, "y", {"y": loose}))
+    assert not m.passed and m.nan_count == 1
+    assert m.worst[0].index == [0, 0, 0] and math.isnan(m.worst[0].value)
+
+
+def test_packed_axis_is_named_by_sequence_and_token(ds):
+    d = ds.definitions["toy_packed"]
+    cu = torch.tensor([0, 3, 10, 12])
+    assert describe_index([8, 2], ["total_seq_len", "dim"], ("total_seq_len", cu)) == "token 5 of sequence 1, dim 2"
+    ref = torch.randn(12, 4)
+    out = ref.clone()
+    out[3, 0] += 1.0  # first token of sequence 1
+    m = compare_output(d, "y", ref, out, tolerance_for(d, "y"), cu)
+    assert m.worst[0].where == "token 0 of sequence 1, dim 0"
+    # position is within the sequence: bucket 0 holds the error, later positions none
+    assert m.error_by_position[0] > 0 and all(x == 0 for x in m.error_by_position[1:])
+
+
+def test_tolerance_layers_and_syntax(ds):
+    d = ds.definitions["toy_scan"]
+    assert tolerance_for(d, "y") == DEFAULT_TOLERANCES["float32"]
+    name, tol = parse_tolerance_override("y=atol:0.5,rtol:0")
+    assert name == "y" and tol.atol == 0.5
+    merged = tolerance_for(d, "y", {"y": tol, "*": parse_tolerance_override("*=min_cosine:0.5")[1]})
+    assert merged.atol == 0.5 and merged.rtol == 0 and merged.min_cosine == 0.5
+    assert merged.max_rms_rel_error == DEFAULT_TOLERANCES["float32"].max_rms_rel_error
+    for bad in ("y", "y=", "y=atol", "y=speed:1", "y=atol:abc", "y=atol:-1"):
+        with pytest.raises(ToleranceSyntaxError):
+            parse_tolerance_override(bad)
+
+
+def test_inplace_violations_count_changed_untouched_elements():
+    pool = torch.randn(4, 3)
+    ref = pool.clone()
+    ref[1] += 1  # the reference writes slot 1 only
+    out = ref.clone()
+    assert inplace_violations(pool, ref, out) == 0
+    out[2, 0] += 1e-7  # a slot the reference left alone
+    assert inplace_violations(pool, ref, out) == 1
