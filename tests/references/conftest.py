@@ -79,8 +79,7 @@ def family_params(family: str, fast: str = "all") -> List[Any]:
         return [pytest.param(None, marks=pytest.mark.skip(reason=f"no {family} definitions in the dataset"))]
     if fast == "all":
         return [pytest.param(d, id=d.name) for d in defs]
-    smallest = min(defs, key=lambda d: (d.const_axes.get("num_v_heads", 0) * d.const_axes.get("head_dim_v", 0),
-                                        d.name))
+    smallest = coverage_cells.representative(defs)
     return [pytest.param(d, id=d.name, marks=() if d is smallest else pytest.mark.slow) for d in defs]
 
 
@@ -107,14 +106,13 @@ def workload_size(d: Definition, w: Workload) -> int:
 
 
 @lru_cache(maxsize=None)
-def _compiled(name: str):
-    d = dataset().definitions[name]
-    return compile_reference(d.reference, d.name)
+def _compiled(name: str, source: str):
+    return compile_reference(source, name)
 
 
 def reference(d: Definition):
     """The definition's reference `run`, compiled from its JSON (the runner's path)."""
-    return _compiled(d.name)
+    return _compiled(d.name, d.reference)
 
 
 def smoke_workloads(d: Definition) -> List[Workload]:

@@ -45,6 +45,12 @@ def family_of(definition) -> str:
     return definition.tag("stage") or definition.name.split("_")[1]
 
 
+def representative(definitions):
+    """The definition of a family that tests with fast='one' run in the fast tier: the smallest state."""
+    return min(definitions, key=lambda d: (d.const_axes.get("num_v_heads", 0) * d.const_axes.get("head_dim_v", 0),
+                                           d.name))
+
+
 def claimed_cells(definition) -> Cells:
     """Axis -> values this definition claims, from its tags, axes and inputs."""
     cells: Cells = {}
@@ -92,6 +98,13 @@ class Declaration:
     cells: Cells
     tier: str
     """fast, slow or gpu (from the function's or module's pytest marks)."""
+    fast_one: bool = False
+    """Parametrized with family_params(..., fast="one"): in the fast tier for one definition only."""
+
+    def tier_for(self, definition, family_definitions) -> str:
+        if self.tier == "fast" and self.fast_one and definition is not representative(family_definitions):
+            return "slow"
+        return self.tier
 
 
 def _marks(decorators: List[ast.expr]) -> Set[str]:
@@ -118,11 +131,14 @@ def declarations(tests_dir: Path = TESTS_DIR) -> List[Declaration]:
                 continue
             marks = module_marks | _marks(node.decorator_list)
             tier = "gpu" if "gpu" in marks else "slow" if marks & {"slow", "stress"} else "fast"
+            fast_one = any(isinstance(c, ast.Call) and getattr(c.func, "id", "") == "family_params"
+                           and any(kw.arg == "fast" and ast.literal_eval(kw.value) == "one" for kw in c.keywords)
+                           for dec in node.decorator_list for c in ast.walk(dec))
             for d in node.decorator_list:
                 if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "covers":
                     family = ast.literal_eval(d.args[0])
                     cells = {kw.arg: set(ast.literal_eval(kw.value)) for kw in d.keywords}
-                    out.append(Declaration(f"{path.name}::{node.name}", family, cells, tier))
+                    out.append(Declaration(f"{path.name}::{node.name}", family, cells, tier, fast_one))
     return out
 
 
@@ -146,12 +162,17 @@ class Row:
 def coverage_rows(definitions, decls: Optional[List[Declaration]] = None) -> List[Row]:
     """For every definition and every cell it claims: the tests declaring that cell for its family."""
     decls = declarations() if decls is None else decls
+    definitions = list(definitions)
+    families: Dict[str, list] = {}
+    for d in definitions:
+        families.setdefault(family_of(d), []).append(d)
     rows = []
     for d in sorted(definitions, key=lambda d: d.name):
         family = family_of(d)
         for axis, values in sorted(claimed_cells(d).items(), key=lambda kv: list(AXES).index(kv[0])):
             for value in sorted(values):
-                tests = [(x.test, x.tier) for x in decls if x.family == family and value in x.cells.get(axis, ())]
+                tests = [(x.test, x.tier_for(d, families[family])) for x in decls
+                         if x.family == family and value in x.cells.get(axis, ())]
                 rows.append(Row(d.name, family, axis, value, tests))
     return rows
 
@@ -161,7 +182,7 @@ def render_text(rows: List[Row]) -> str:
     lines = []
     for r in rows:
         tests = ", ".join(f"{t} [{tier}]" for t, tier in r.tests) or "NOT COVERED"
-        lines.append(f"{r.definition:42s} {r.axis}={r.value:12s} {tests}")
+        lines.append(f"{r.definition:40s} {r.axis + '=' + r.value:26s} {tests}")
     return "\n".join(lines)
 
 

@@ -31,10 +31,9 @@ def test_declarations_are_well_formed():
 def test_fast_tier_covers_what_ci_needs():
     """Dense and varlen, a backward, an in-op gate, GVA, K != V and both state layouts, whenever the
     dataset has them, by tests that run in the default (fast) tier."""
-    fast = [x for x in cc.declarations() if x.tier == "fast"]
-    rows = cc.coverage_rows(kda_definitions(), fast)
+    rows = cc.coverage_rows(kda_definitions())
     claimed = {(r.axis, r.value) for r in rows}
-    covered = {(r.axis, r.value) for r in rows if r.covered}
+    covered = {(r.axis, r.value) for r in rows if any(tier == "fast" for _, tier in r.tests)}
     needed = [("batch", "dense"), ("batch", "varlen"), ("direction", "backward"), ("gate", "safe"),
               ("gate", "unbounded"), ("gva", "on"), ("kv_dims", "differ"), ("state_layout", "kv"),
               ("state_layout", "vk")]
@@ -59,3 +58,15 @@ def test_render_text_lists_every_row():
     text = cc.render_text(rows)
     assert len(text.splitlines()) == len(rows)
     assert "test_ref_prefill.py::test_matches_ground_truth [fast]" in text
+
+
+def test_guard_reports_unexercised_cells():
+    """The run-time guard's rule: a declared axis whose claimed value the run did not exercise is missing."""
+    d = next(d for d in kda_definitions() if d.inputs.get("initial_state") is not None
+             and d.inputs["initial_state"].optional)
+    declared = {"initial_state": {"given", "absent"}, "gva": {"on", "off"}}
+    claimed_gva = cc.claimed_cells(d)["gva"]
+    observed = {"initial_state": {"given"}, "gva": set(claimed_gva)}
+    assert cc.missing_cells(d, declared, observed) == ["initial_state=absent"]
+    observed["initial_state"].add("absent")
+    assert cc.missing_cells(d, declared, observed) == []

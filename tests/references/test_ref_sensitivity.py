@@ -1,0 +1,51 @@
+"""The checks can fail: small, plausible bugs planted in a copy of a reference are caught, each by the
+check meant for it (a test that cannot fail proves nothing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import check_against_truth, custom_workload, definitions
+
+MUTANTS = {
+    # the state rounded to bf16 after every token: o moves by ~1e-3 relative, within a bf16 bound,
+    # so only the float32 run judged at RMS-relative 1e-5 catches it
+    "bf16 state": ("prefill", "        o[tok] = (P @ q_t[..., None])[..., 0]",
+                   "        P = P.to(torch.bfloat16).float()\n        o[tok] = (P @ q_t[..., None])[..., 0]",
+                   "float32 reference vs"),
+    # a wrong decay (half the log decay)
+    "half decay": ("prefill", "        P = P * d_t[:, :, None, :]", "        P = P * d_t[:, :, None, :] ** 0.5",
+                   "float32 reference vs"),
+    # a sequence that has ended keeps re-reading its last token: its last output and final state drift
+    "ended sequences keep running": ("prefill", "tok = torch.where(t < lens, starts + t, T)",
+                                     "tok = torch.where(t < lens, starts + t, starts + lens - 1)",
+                                     "float32 reference vs"),
+    # every pool slot rescaled by one float32 ulp: invisible to any tolerance, caught by the bit check
+    "untouched slots change": ("decode", "new_state_pool = state_pool.clone()",
+                               "new_state_pool = state_pool.clone() * (1 + 2 ** -23)", "untouched pool slots"),
+}
+
+
+def mutant(family: str, old: str, new: str):
+    d = min(definitions(family), key=lambda d: d.const_axes["num_v_heads"])
+    assert d.reference.count(old) == 1, f"{d.name}: the text to mutate is no longer in the reference: {old!r}"
+    return d.model_copy(update={"reference": d.reference.replace(old, new)})
+
+
+def small_workload(d):
+    if "cu_seqlens" in d.inputs:
+        return custom_workload(d, {"total_seq_len": 6, "num_seqs": 3, "len_cu_seqlens": 4}, seq_lens=[2, 1, 3])
+    return custom_workload(d, {"batch_size": 2, "pool_size": 5})
+
+
+@pytest.mark.parametrize("bug", list(MUTANTS))
+def test_planted_bug_is_caught(bug):
+    family, old, new, caught_by = MUTANTS[bug]
+    d = mutant(family, old, new)
+    with pytest.raises(pytest.fail.Exception) as failure:
+        check_against_truth(d, small_workload(d), chunk=2, with_fla_naive=False)
+    message = str(failure.value)
+    assert caught_by in message, f"{bug}: caught, but not by the intended check:\n{message}"
+    if "float32 reference vs" in message:  # the metrics report is printed in full
+        for word in ("RMS-relative", "cosine", "MSE", "max abs", "mean rel", "worst elements", "token"):
+            assert word in message, f"{bug}: report lacks {word!r}:\n{message}"
