@@ -275,11 +275,7 @@ _N_PTRS = 12
 # Compiled kernels only (the interpreter has no launcher to call): see _launch.
 _FAST_LAUNCH_ENABLED = hasattr(_kda_recurrent_kernel, "device_caches")
 _launchers: dict = {}
-
-
-def _int_kind(x: int) -> tuple[bool, bool, bool]:
-    # what Triton specialises an int argument on: == 1, divisible by 16, and i32 vs i64
-    return x == 1, x % 16 == 0, -(2**31) <= x < 2**31
+_I32_LIMIT = 2**31  # ints at or past it are passed as i64 (all ints here are >= 0)
 
 
 def _launch(n_programs: int, args: tuple, consts: tuple, num_warps: int) -> None:
@@ -288,22 +284,30 @@ def _launch(n_programs: int, args: tuple, consts: tuple, num_warps: int) -> None
     `kernel[grid](...)` re-binds and re-specialises every argument in Python on each call, which costs
     tens of microseconds on some hosts: more than a decode step takes on the GPU. The first launch of a
     configuration goes through it (compiling if needed) and keeps the compiled kernel, keyed by everything
-    Triton specialises on (constexprs, warps, device, pointer dtypes and 16-byte alignment, int kinds), so a
-    later call with a differently aligned tensor gets its own compiled kernel, as through `kernel[grid]`.
-    Launch hooks (knobs.runtime.launch_enter_hook, used by profilers) are not called on the fast path."""
+    Triton specialises on: constexprs, warps, device, pointer dtypes, int kinds (== 1, divisible by 16,
+    i32 or i64) and pointer alignment. Only calls whose tensors are all 16-byte aligned (every fresh torch
+    allocation is) take the cached path; any other call goes through `kernel[grid]`, which specialises it.
+    Launch hooks (knobs.runtime.launch_enter_hook, used by profilers) are not called on the cached path."""
+    key = None
     if _FAST_LAUNCH_ENABLED:
-        q = args[0]
-        device = q.get_device()
-        key = (consts, num_warps, device, _int_kind(args[14]), _int_kind(args[15]), _int_kind(args[16]),
-               *[(t.dtype, t.data_ptr() % 16 == 0) for t in args[:_N_PTRS]])
-        entry = _launchers.get(key)
-        if entry is not None:
-            run, function, metadata = entry
-            stream = torch._C._cuda_getCurrentRawStream(device)
-            run(n_programs, 1, 1, stream, function, metadata, None, None, None, *args, *consts)
-            return
+        q, k, v, g, beta, a_log, dt_bias, o, h0, ht, cu, idx = args[:_N_PTRS]
+        T, s0, s1 = args[14], args[15], args[16]
+        aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | g.data_ptr() | beta.data_ptr()
+                        | a_log.data_ptr() | dt_bias.data_ptr() | o.data_ptr() | h0.data_ptr() | ht.data_ptr()
+                        | cu.data_ptr() | idx.data_ptr()) & 15)
+        if aligned:
+            device = q.get_device()
+            key = (consts, num_warps, device, q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype, a_log.dtype,
+                   dt_bias.dtype, o.dtype, h0.dtype, ht.dtype, cu.dtype, idx.dtype, T < _I32_LIMIT,
+                   s0 == 1, s0 % 16 == 0, s0 < _I32_LIMIT, s1 == 1, s1 % 16 == 0, s1 < _I32_LIMIT)
+            entry = _launchers.get(key)
+            if entry is not None:
+                run, function, metadata = entry
+                stream = torch._C._cuda_getCurrentRawStream(device)
+                run(n_programs, 1, 1, stream, function, metadata, None, None, None, *args, *consts)
+                return
     compiled = _kda_recurrent_kernel[(n_programs,)](*args, **dict(zip(_CONST_NAMES, consts)), num_warps=num_warps)
-    if _FAST_LAUNCH_ENABLED and key not in _launchers:
+    if key is not None and key not in _launchers:
         _launchers[key] = _compiled_launcher(compiled)
 
 

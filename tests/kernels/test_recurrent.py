@@ -449,3 +449,21 @@ def test_repeat_launches_new_data_and_misaligned_views():
             assert q.data_ptr() % 16 != 0
         o, ht = kda_recurrent(q, k, v, g, beta, KDAOptions(output_final_state=True), initial_state=h0)
         assert rms_rel(o.cpu(), o_ref) < 1e-5 and rms_rel(ht.cpu(), h_ref) < 1e-5
+
+
+def test_repeat_pool_decode_steps_match_reference():
+    """Three decode steps in a row against one pool (the engine loop; compiled, steps 2 and 3 take the cached
+    launcher), each with its own slots and tokens, checked against the float64 recurrence step by step."""
+    P, B, H, HV, K, V = 5, 2, 1, 2, 16, 16
+    pool_ref = torch.randn(P, HV, K, V, dtype=f64)
+    pool = dev(to_layout(pool_ref.float(), "vk"))[0]
+    opts = KDAOptions(state_layout="vk")
+    for step, slots in enumerate(([1, 3], [3, 0], [4, 1])):
+        q, k, v, g, beta, _ = make(B, 1, H, HV, K, V, seed=30 + step)
+        idx = torch.tensor(slots)
+        o_ref, h_ref = ref_recurrent(q, k, v, g, beta, K ** -0.5, pool_ref[idx])
+        pool_ref[idx] = h_ref
+        o, _ = kda_recurrent(*dev(q, k, v, g, beta), opts, initial_state=pool, state_indices=dev(idx)[0],
+                             inplace_state=True)
+        assert rms_rel(o.cpu(), o_ref) < 1e-5
+        assert rms_rel(from_layout(pool.cpu(), "vk"), pool_ref) < 1e-5
