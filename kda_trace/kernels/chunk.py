@@ -37,8 +37,9 @@ Dot precisions (say where accuracy is spent):
   bf16) and the output (q exp(G) S, A_qk V_new): bf16 tensor cores, fp32 accumulation. The state S itself
   is kept in fp32 between chunks.
 
-Addresses are int64 throughout (row indices are int64 before any multiply), and every load is masked, so
-any K, V <= 256 (powers of two or not), any sequence length >= 1 and any total size work.
+Addresses: the int64 part (a chunk's first row times the row stride) is a scalar base pointer, offsets
+inside a tile are small int32 tensors; every load is masked. So any K, V <= 256 (powers of two or not),
+any sequence length >= 1 and any total size (past 2^31 elements) work.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 
 # Launch settings (warps per program, software-pipelining depth of the state pass, its V-tile: None picks
 # by the number of (sequence, head) pairs). benchmarks/bench_chunk.py sweeps them; the defaults are its pick.
-LAUNCH = dict(gate_warps=4, intra_warps=4, state_warps=4, state_stages=2, state_bv=None, out_warps=4)
+LAUNCH = dict(gate_warps=4, intra_warps=4, intra_bk=32, state_warps=4, state_stages=2, state_bv=None, out_warps=4)
 
 _GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
 _BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
@@ -84,19 +85,25 @@ def _mma(a, b, INTERPRET: tl.constexpr):
         return tl.dot(a, b)
 
 
-# ----------------------------------------------------------------------------------------------------
-# 1. gate, cumulative sum, L2-norm factors
-# ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _chunk_rows(cu_seqlens, chunk_indices, i_c, BT: tl.constexpr):
-    """(first row of chunk i_c, end row of its sequence, sequence id) as int64."""
+    """(first row of chunk i_c, its number of valid rows (1..BT)) as int64."""
     i_n = tl.load(chunk_indices + i_c * 2).to(tl.int64)
     i_t = tl.load(chunk_indices + i_c * 2 + 1).to(tl.int64)
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
     eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    return bos + i_t * BT, eos, i_n
+    r0 = bos + i_t * BT
+    return r0, tl.minimum(eos - r0, BT)
 
 
+# Addressing, in every kernel: the int64 part (first row of the chunk times the row stride, plus the head)
+# goes into a scalar base pointer; offsets inside a tile (< BT rows) are small int32 tensors. Full int64
+# offset tensors would cost two registers per element and spill.
+
+
+# ----------------------------------------------------------------------------------------------------
+# 1. gate, cumulative sum, L2-norm factors
+# ----------------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["lower_bound"])
 def _gate_cumsum_kernel(
     g, A_log, dt_bias, G, q, k, rq, rk, cu_seqlens, chunk_indices, lower_bound,
@@ -106,9 +113,11 @@ def _gate_cumsum_kernel(
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
-    r0, eos, _ = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
-    rows = r0 + tl.arange(0, BT)
-    m_r = rows < eos
+    r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    o_t = tl.arange(0, BT)
+    m_r = o_t < n
+    g += (r0 * HV + i_hv) * K
+    G += (r0 * HV + i_hv) * K
 
     if GATE != 0:
         b_A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
@@ -116,7 +125,8 @@ def _gate_cumsum_kernel(
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
         m = m_r[:, None] & m_k[None, :]
-        b_g = tl.load(g + (rows[:, None] * HV + i_hv) * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+        off = o_t[:, None] * (HV * K) + o_k[None, :]
+        b_g = tl.load(g + off, mask=m, other=0.0).to(tl.float32)
         if GATE != 0:
             x = b_g + tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
             if GATE == 1:
@@ -125,113 +135,53 @@ def _gate_cumsum_kernel(
             else:
                 b_g = lower_bound * tl.sigmoid(b_A * x)
             b_g = tl.where(m, b_g, 0.0)  # rows past the sequence end add nothing to the sum
-        tl.store(G + (rows[:, None] * HV + i_hv) * K + o_k[None, :], tl.cumsum(b_g, axis=0), mask=m)
+        tl.store(G + off, tl.cumsum(b_g, axis=0), mask=m)
 
     if L2NORM:
+        q += (r0 * H + i_h) * K
+        k += (r0 * H + i_h) * K
         ss_q = tl.zeros([BT], dtype=tl.float32)
         ss_k = tl.zeros([BT], dtype=tl.float32)
         for k0 in range(0, K, BK):
             o_k = k0 + tl.arange(0, BK)
             m = m_r[:, None] & (o_k < K)[None, :]
-            off = (rows[:, None] * H + i_h) * K + o_k[None, :]
+            off = o_t[:, None] * (H * K) + o_k[None, :]
             b_q = tl.load(q + off, mask=m, other=0.0).to(tl.float32)
             b_k = tl.load(k + off, mask=m, other=0.0).to(tl.float32)
             ss_q += tl.sum(b_q * b_q, axis=1)
             ss_k += tl.sum(b_k * b_k, axis=1)
-        tl.store(rq + rows * HV + i_hv, 1.0 / tl.sqrt(ss_q + 1e-6), mask=m_r)
-        tl.store(rk + rows * HV + i_hv, 1.0 / tl.sqrt(ss_k + 1e-6), mask=m_r)
+        tl.store(rq + (r0 * HV + i_hv) + o_t * HV, 1.0 / tl.sqrt(ss_q + 1e-6), mask=m_r)
+        tl.store(rk + (r0 * HV + i_hv) + o_t * HV, 1.0 / tl.sqrt(ss_k + 1e-6), mask=m_r)
 
 
 # ----------------------------------------------------------------------------------------------------
 # 2. intra-chunk: A_qk, A_kk, X = (I + A_kk)^-1, W, U, q exp(G), k exp(G_last - G)
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
-def _decayed_block(
-    x, k, G, row_i, row_j, row_c, eos, i_h, i_hv,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-    MAX_EXP: tl.constexpr,
-):
-    """P[i, j] = sum_d x_id k_jd exp(G_id - G_jd) for rows i (from row_i) and j (from row_j), 16 each, as one
-    tf32 product of
-    x_i exp(G_i - G_c) and k_j exp(min(G_c - G_j, MAX_EXP)) with G_c the row `row_c` (at or before every
-    row i). Exact wherever G_c - G_j <= MAX_EXP; also returns, per row i, max_d (G_c - G_id), which the
-    caller compares with MAX_EXP for its own causal part (j <= i)."""
-    rows_i = row_i + tl.arange(0, BC)
-    rows_j = row_j + tl.arange(0, BC)
-    m_i = rows_i < eos
-    m_j = rows_j < eos
-    acc = tl.zeros([BC, BC], dtype=tl.float32)
-    spread = tl.zeros([BC], dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        o_k = k0 + tl.arange(0, BK)
-        m_k = o_k < K
-        b_x = tl.load(x + (rows_i[:, None] * H + i_h) * K + o_k[None, :],
-                      mask=m_i[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-        b_k = tl.load(k + (rows_j[:, None] * H + i_h) * K + o_k[None, :],
-                      mask=m_j[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-        g_i = tl.load(G + (rows_i[:, None] * HV + i_hv) * K + o_k[None, :],
-                      mask=m_i[:, None] & m_k[None, :], other=0.0)
-        g_j = tl.load(G + (rows_j[:, None] * HV + i_hv) * K + o_k[None, :],
-                      mask=m_j[:, None] & m_k[None, :], other=0.0)
-        g_c = tl.load(G + (row_c * HV + i_hv) * K + o_k, mask=m_k & (row_c + 0 * o_k < eos), other=0.0)
-        # rows past the end, and rows before the anchor (their results are not used): exponent 0
-        d_i = tl.where((m_i & (rows_i >= row_c))[:, None], g_i - g_c[None, :], 0.0)
-        spread = tl.maximum(spread, tl.max(-d_i, axis=1))
-        b_a = b_x * tl.exp(d_i)
-        b_b = b_k * tl.exp(tl.minimum(g_c[None, :] - g_j, MAX_EXP))
-        acc += tl.dot(b_a, tl.trans(b_b), input_precision="tf32")
-    return acc, spread
-
-
-@triton.jit
 def _exact_diag_block(
-    x, k, G, row0, eos, i_h, i_hv,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+    x, k, G, i0, n, BC: tl.constexpr, BK: tl.constexpr,
+    SX: tl.constexpr, SG: tl.constexpr, K: tl.constexpr,
 ):
-    """P[i, j] = sum_d x_id k_jd exp(min(G_id - G_jd, 0)) for the 16 rows of one sub-chunk, element-wise
-    in fp32 (no product of two exps): the fallback for rows whose decay exceeds MAX_EXP."""
-    rows = row0 + tl.arange(0, BC)
-    m_r = rows < eos
+    """P[i, j] = sum_d x_id k_jd exp(min(G_id - G_jd, 0)) for the 16 rows from i0 (of n valid chunk rows),
+    element-wise in fp32, no product of two exps: the fallback for rows whose decay exceeds MAX_EXP.
+    x, k: chunk-row-0 pointers with row stride SX; G: with row stride SG."""
+    o_i = i0 + tl.arange(0, BC)
+    m_i = o_i < n
     o_j = tl.arange(0, BC)
     acc = tl.zeros([BC, BC], dtype=tl.float32)
     for j in range(0, BC):
-        row_j = row0 + j
         col = tl.zeros([BC], dtype=tl.float32)
         for k0 in range(0, K, BK):
             o_k = k0 + tl.arange(0, BK)
             m_k = o_k < K
-            m = m_r[:, None] & m_k[None, :]
-            b_x = tl.load(x + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
-            g_i = tl.load(G + (rows[:, None] * HV + i_hv) * K + o_k[None, :], mask=m, other=0.0)
-            m_kj = m_k & (row_j + 0 * o_k < eos)
-            b_kj = tl.load(k + (row_j * H + i_h) * K + o_k, mask=m_kj, other=0.0).to(tl.float32)
-            g_j = tl.load(G + (row_j * HV + i_hv) * K + o_k, mask=m_kj, other=0.0)
+            m = m_i[:, None] & m_k[None, :]
+            b_x = tl.load(x + o_i[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+            g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m, other=0.0)
+            m_kj = m_k & (o_k * 0 + i0 + j < n)
+            b_kj = tl.load(k + (i0 + j) * SX + o_k, mask=m_kj, other=0.0).to(tl.float32)
+            g_j = tl.load(G + (i0 + j) * SG + o_k, mask=m_kj, other=0.0)
             col += tl.sum(b_x * b_kj[None, :] * tl.exp(tl.minimum(g_i - g_j[None, :], 0.0)), axis=1)
         acc += tl.where(o_j[None, :] == j, col[:, None], 0.0)
-    return acc
-
-
-@triton.jit
-def _diag_block(
-    x, k, G, row0, eos, i_h, i_hv,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-    MAX_EXP: tl.constexpr, CHECK_RANGE: tl.constexpr,
-):
-    """P[i, j] = sum_d x_id k_jd exp(G_id - G_jd) on a 16x16 diagonal block for j <= i (the caller masks).
-    Rows 0-7 use the anchor row 0, rows 8-15 the anchor row 8 (each row's anchor is at or before it), so
-    the positive exp arguments span at most 7 steps of the gate."""
-    o_i = tl.arange(0, BC)
-    lo, spread_lo = _decayed_block(x, k, G, row0, row0, row0, eos, i_h, i_hv, H, HV, K, BC, BK, MAX_EXP)
-    hi, spread_hi = _decayed_block(x, k, G, row0, row0, row0 + BC // 2, eos, i_h, i_hv,
-                                   H, HV, K, BC, BK, MAX_EXP)
-    upper = o_i >= BC // 2
-    acc = tl.where(upper[:, None], hi, lo)
-    if CHECK_RANGE:
-        # row i is exact when G_c - G_j <= MAX_EXP for all j <= i, i.e. when G_c - G_i <= MAX_EXP
-        ok = tl.where(upper, spread_hi, spread_lo) <= MAX_EXP
-        if tl.min(ok.to(tl.int32), axis=0) == 0:
-            exact = _exact_diag_block(x, k, G, row0, eos, i_h, i_hv, H, HV, K, BC, BK)
-            acc = tl.where(ok[:, None], acc, exact)
     return acc
 
 
@@ -249,6 +199,17 @@ def _inverse_unit_lower(L, BC: tl.constexpr):
     return X
 
 
+@triton.jit
+def _beta_at(beta, rows, m, BETA: tl.constexpr):
+    """beta for the given (masked) rows: as given, sigmoid(b) or 2 sigmoid(b); 0 on masked rows."""
+    b = tl.load(beta + rows, mask=m, other=0.0).to(tl.float32)
+    if BETA == 1:
+        b = tl.sigmoid(b)
+    elif BETA == 2:
+        b = 2.0 * tl.sigmoid(b)
+    return tl.where(m, b, 0.0)
+
+
 @triton.jit(do_not_specialize=["scale"])
 def _intra_kernel(
     q, k, v, beta, G, rq, rk, Xs, Aqk, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
@@ -260,102 +221,150 @@ def _intra_kernel(
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
-    r0, eos, _ = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    # chunk-row-0 pointers; row strides SX (q, k), SG (G, W, QG, KG), SV (v, U), SA (A_qk), HV (beta, r)
+    SX: tl.constexpr = H * K
+    SG: tl.constexpr = HV * K
+    SV: tl.constexpr = HV * V
+    SA: tl.constexpr = HV * BT
+    q += (r0 * H + i_h) * K
+    k += (r0 * H + i_h) * K
+    G += (r0 * HV + i_hv) * K
+    W += (r0 * HV + i_hv) * K
+    QG += (r0 * HV + i_hv) * K
+    KG += (r0 * HV + i_hv) * K
+    v += (r0 * HV + i_hv) * V
+    U += (r0 * HV + i_hv) * V
+    Aqk += (r0 * HV + i_hv) * BT
+    beta += r0 * HV + i_hv
+    rq += r0 * HV + i_hv
+    rk += r0 * HV + i_hv
+    Xs += (i_c * HV + i_hv) * (BT * BT)  # this program's [BT, BT] fp32 scratch for X
+
     o_c = tl.arange(0, BC)
     o_t = tl.arange(0, BT)
-    xs = Xs + (i_c * HV + i_hv) * (BT * BT)  # this program's [BT, BT] fp32 scratch for X
-
-    # X, one block row of 16 at a time: (I + A_II) X_I = E_I - sum_{J<I} A_IJ X_J.
-    # A_qk rows are produced in the same pass (same blocks, q instead of k).
-    for I in tl.static_range(BT // BC):
-        rows_i = r0 + I * BC + o_c
-        m_i = rows_i < eos
-        b_beta = tl.load(beta + rows_i * HV + i_hv, mask=m_i, other=0.0).to(tl.float32)
-        if BETA == 1:
-            b_beta = tl.sigmoid(b_beta)
-        elif BETA == 2:
-            b_beta = 2.0 * tl.sigmoid(b_beta)
-        b_beta = tl.where(m_i, b_beta, 0.0)
-        if L2NORM:
-            b_rq = tl.load(rq + rows_i * HV + i_hv, mask=m_i, other=0.0)
-            b_rk = tl.load(rk + rows_i * HV + i_hv, mask=m_i, other=0.0)
-        else:
-            b_rq = tl.full([BC], 1.0, tl.float32)
-            b_rk = tl.full([BC], 1.0, tl.float32)
-        a_row = (rows_i * HV + i_hv) * BT  # row offsets into A_qk [T, HV, BT]
-
-        # diagonal blocks: strictly lower for A_kk, lower with the diagonal for A_qk
-        kk = _diag_block(k, k, G, r0 + I * BC, eos, i_h, i_hv, H, HV, K, BC, BK, MAX_EXP, CHECK_RANGE)
-        kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * b_rk)[:, None] * b_rk[None, :], 0.0)
-        qk = _diag_block(q, k, G, r0 + I * BC, eos, i_h, i_hv, H, HV, K, BC, BK, MAX_EXP, CHECK_RANGE)
-        qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * b_rq)[:, None] * b_rk[None, :], 0.0)
-        tl.store(Aqk + a_row[:, None] + I * BC + o_c[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None])
-
-        # right-hand side E_I - sum_{J<I} A_IJ X_J, as a [16, BT] block row
-        rhs = tl.where(o_t[None, :] == I * BC + o_c[:, None], 1.0, 0.0)
-        for J in tl.static_range(I):
-            rows_j = r0 + J * BC + o_c
-            if L2NORM:
-                b_rkj = tl.load(rk + rows_j * HV + i_hv, mask=rows_j < eos, other=0.0)
-            else:
-                b_rkj = tl.full([BC], 1.0, tl.float32)
-            # off-diagonal: anchor = first row of block I, every exp argument <= 0
-            kk_ij, _ = _decayed_block(k, k, G, r0 + I * BC, r0 + J * BC, r0 + I * BC, eos, i_h, i_hv,
-                                      H, HV, K, BC, BK, MAX_EXP)
-            kk_ij = kk_ij * (b_beta * b_rk)[:, None] * b_rkj[None, :]
-            qk_ij, _ = _decayed_block(q, k, G, r0 + I * BC, r0 + J * BC, r0 + I * BC, eos, i_h, i_hv,
-                                      H, HV, K, BC, BK, MAX_EXP)
-            qk_ij = qk_ij * (scale * b_rq)[:, None] * b_rkj[None, :]
-            tl.store(Aqk + a_row[:, None] + J * BC + o_c[None, :], _bf16(qk_ij, INTERPRET),
-                     mask=m_i[:, None])
-            x_j = tl.load(xs + (J * BC + o_c[:, None]) * BT + o_t[None, :])
-            rhs -= tl.dot(kk_ij, x_j, input_precision="ieee")
-        x_i = tl.dot(_inverse_unit_lower(kk, BC), rhs, input_precision="ieee")
-        tl.store(xs + (I * BC + o_c[:, None]) * BT + o_t[None, :], x_i)
-        tl.debug_barrier()  # block row I is read back by later block rows and below
-
-    # W = X (beta k exp(G)), q exp(G) and k exp(G_last - G), per K-tile
-    rows = r0 + o_t
-    m_r = rows < eos
-    b_X = _bf16(tl.load(xs + o_t[:, None] * BT + o_t[None, :]), INTERPRET)
-    b_beta = tl.load(beta + rows * HV + i_hv, mask=m_r, other=0.0).to(tl.float32)
-    if BETA == 1:
-        b_beta = tl.sigmoid(b_beta)
-    elif BETA == 2:
-        b_beta = 2.0 * tl.sigmoid(b_beta)
-    b_beta = tl.where(m_r, b_beta, 0.0)
+    m_t = o_t < n
     if L2NORM:
-        b_rq = tl.load(rq + rows * HV + i_hv, mask=m_r, other=0.0)
-        b_rk = tl.load(rk + rows * HV + i_hv, mask=m_r, other=0.0)
+        rk_t = tl.load(rk + o_t * HV, mask=m_t, other=0.0)
     else:
-        b_rq = tl.full([BT], 1.0, tl.float32)
-        b_rk = tl.full([BT], 1.0, tl.float32)
-    row_last = tl.minimum(r0 + BT, eos) - 1
+        rk_t = tl.full([BT], 1.0, tl.float32)
+
+    # One block row of 16 at a time (I), only as many as the chunk has rows:
+    #   A_qk / A_kk rows of block I: columns before the block (one product over the whole chunk, anchor =
+    #   the block's first row, every exponent <= 0) and the 16x16 diagonal block (two anchors, see top);
+    #   then X_I = (I + A_II)^-1 (E_I - A_I,<I X_<I).
+    for I in range(0, tl.cdiv(n, BC)):
+        i0 = I * BC
+        o_i = i0 + o_c
+        m_i = o_i < n
+        off_lo = tl.zeros([BC, BT], dtype=tl.float32)  # sum_d x_id k_jd exp(G_id - G_jd), j < i0 (k and q)
+        off_qlo = tl.zeros([BC, BT], dtype=tl.float32)
+        kk_lo = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, anchor row i0
+        qk_lo = tl.zeros([BC, BC], dtype=tl.float32)
+        kk_hi = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, anchor row i0 + 8
+        qk_hi = tl.zeros([BC, BC], dtype=tl.float32)
+        spread = tl.zeros([BC], dtype=tl.float32)
+        hi_row = tl.minimum(i0 + BC // 2, n - 1)  # (a block with <= 8 rows never uses it)
+        for k0 in range(0, K, BK):
+            o_k = k0 + tl.arange(0, BK)
+            m_k = o_k < K
+            m_ik = m_i[:, None] & m_k[None, :]
+            b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
+            b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
+            g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0)
+            g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
+            g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
+            # row-side factors: exp(G_i - anchor) <= 1 for rows at or after the anchor (others: unused, 0)
+            d_lo = tl.where(m_i[:, None], g_i - g_c[None, :], 0.0)
+            d_hi = tl.where((m_i & (o_c >= BC // 2))[:, None], g_i - g_c8[None, :], 0.0)
+            spread = tl.maximum(spread, tl.max(tl.where(o_c[:, None] >= BC // 2, -d_hi, -d_lo), axis=1))
+            e_lo = tl.exp(d_lo)
+            e_hi = tl.exp(d_hi)
+            # column-side factors for the diagonal block: exp(anchor - G_j), bounded by MAX_EXP
+            kc_lo = b_k * tl.exp(tl.minimum(g_c[None, :] - g_i, MAX_EXP))
+            kc_hi = b_k * tl.exp(tl.minimum(g_c8[None, :] - g_i, MAX_EXP))
+            kr_lo = b_k * e_lo
+            qr_lo = b_q * e_lo
+            kk_lo += tl.dot(kr_lo, tl.trans(kc_lo), input_precision="tf32")
+            qk_lo += tl.dot(qr_lo, tl.trans(kc_lo), input_precision="tf32")
+            kk_hi += tl.dot(b_k * e_hi, tl.trans(kc_hi), input_precision="tf32")
+            qk_hi += tl.dot(b_q * e_hi, tl.trans(kc_hi), input_precision="tf32")
+            if I > 0:
+                # earlier rows of the chunk, k_j exp(G_i0 - G_j) (<= 1); rows from i0 on are zeroed
+                m_jk = (o_t < i0)[:, None] & m_k[None, :]
+                b_kj = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
+                g_j = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
+                b_kj = b_kj * tl.exp(tl.where(m_jk, g_c[None, :] - g_j, 0.0))
+                off_lo += tl.dot(kr_lo, tl.trans(b_kj), input_precision="tf32")
+                off_qlo += tl.dot(qr_lo, tl.trans(b_kj), input_precision="tf32")
+
+        upper = (o_c >= BC // 2)[:, None]
+        kk = tl.where(upper, kk_hi, kk_lo)
+        qk = tl.where(upper, qk_hi, qk_lo)
+        if CHECK_RANGE:
+            # row i is exact when anchor - G_j <= MAX_EXP for all j <= i, i.e. when anchor - G_i <= MAX_EXP
+            ok = (spread <= MAX_EXP) | (o_c >= n - i0)
+            if tl.min(ok.to(tl.int32), axis=0) == 0:
+                kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K))
+                qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K))
+
+        # row and column factors: beta, L2 norms, scale
+        b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
+        if L2NORM:
+            rq_i = tl.load(rq + o_i * HV, mask=m_i, other=0.0)
+            rk_i = tl.load(rk + o_i * HV, mask=m_i, other=0.0)
+        else:
+            rq_i = tl.full([BC], 1.0, tl.float32)
+            rk_i = tl.full([BC], 1.0, tl.float32)
+        kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
+        qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
+        off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
+        off_q = off_qlo * (scale * rq_i)[:, None] * rk_t[None, :]
+
+        # A_qk row block: columns < i0 from the chunk-wide product, the diagonal block at i0
+        tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(off_q, INTERPRET),
+                 mask=m_i[:, None] & (o_t < i0)[None, :])
+        tl.store(Aqk + o_i[:, None] * SA + (i0 + o_c)[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None])
+
+        # X_I = (I + A_II)^-1 (E_I - A_I,<I X_<I); X rows >= i0 are not written yet and load as 0
+        x_prev = tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=(o_t < i0)[:, None], other=0.0)
+        rhs = tl.where(o_t[None, :] == o_i[:, None], 1.0, 0.0)
+        rhs -= tl.dot(off_k, x_prev, input_precision="ieee")
+        x_i = tl.dot(_inverse_unit_lower(kk, BC), rhs, input_precision="ieee")
+        tl.store(Xs + o_i[:, None] * BT + o_t[None, :], x_i)
+        tl.debug_barrier()  # block row I is read back by the next block rows and below
+
+    # W = X (beta k exp(G)), q exp(G) and k exp(G_last - G), per K-tile. Rows past n: X rows/columns
+    # there are never read (masked), their k, q are 0 and nothing is stored for them.
+    m_x = m_t[:, None] & m_t[None, :]
+    b_X = _bf16(tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0), INTERPRET)
+    b_beta = _beta_at(beta, o_t * HV, m_t, BETA)
+    if L2NORM:
+        rq_t = tl.load(rq + o_t * HV, mask=m_t, other=0.0)
+    else:
+        rq_t = tl.full([BT], 1.0, tl.float32)
     for k0 in range(0, K, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
-        m = m_r[:, None] & m_k[None, :]
-        b_k = tl.load(k + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
-        b_q = tl.load(q + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
-        off_g = (rows[:, None] * HV + i_hv) * K + o_k[None, :]
-        b_g = tl.load(G + off_g, mask=m, other=0.0)
-        g_last = tl.load(G + (row_last * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
-        b_k = b_k * b_rk[:, None]
+        m = m_t[:, None] & m_k[None, :]
+        b_k = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32) * rk_t[:, None]
+        b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
+        g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
+        off = o_t[:, None] * SG + o_k[None, :]
         b_kb = _bf16(b_k * (b_beta[:, None] * tl.exp(b_g)), INTERPRET)
-        tl.store(W + off_g, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
-        tl.store(QG + off_g, _bf16(b_q * (scale * b_rq)[:, None] * tl.exp(b_g), INTERPRET), mask=m)
-        # rows past the end have G = 0 >= G_last: their exponent is clamped (their k is 0 anyway)
-        b_kg = b_k * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0))
-        tl.store(KG + off_g, _bf16(b_kg, INTERPRET), mask=m)
+        tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
+        # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
+        tl.store(KG + off, _bf16(b_k * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0)), INTERPRET), mask=m)
+        b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+        tl.store(QG + off, _bf16(b_q * (scale * rq_t)[:, None] * tl.exp(b_g), INTERPRET), mask=m)
 
     # U = X (beta v), per V-tile
     for v0 in range(0, V, BV):
         o_v = v0 + tl.arange(0, BV)
-        m = m_r[:, None] & (o_v < V)[None, :]
-        off_v = (rows[:, None] * HV + i_hv) * V + o_v[None, :]
-        b_v = tl.load(v + off_v, mask=m, other=0.0).to(tl.float32)
-        b_vb = _bf16(b_v * b_beta[:, None], INTERPRET)
-        tl.store(U + off_v, _bf16(_mma(b_X, b_vb, INTERPRET), INTERPRET), mask=m)
+        m = m_t[:, None] & (o_v < V)[None, :]
+        off = o_t[:, None] * SV + o_v[None, :]
+        b_v = tl.load(v + off, mask=m, other=0.0).to(tl.float32)
+        tl.store(U + off, _bf16(_mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET), INTERPRET), mask=m)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -383,38 +392,49 @@ def _state_kernel(
     # element (k, v) of a state in memory: [K, V] or [V, K]
     S_K: tl.constexpr = 1 if STATE_VK else V
     S_V: tl.constexpr = K if STATE_VK else 1
-    off_s = (i_n * HV + i_hv) * (K * V) + o_k[:, None] * S_K + o_v[None, :] * S_V
+    off_s = o_k[:, None] * S_K + o_v[None, :] * S_V
+    s_base = (i_n * HV + i_hv) * (K * V)
 
     if USE_H0:
-        b_s = tl.load(h0 + off_s, mask=m_kv, other=0.0).to(tl.float32)
+        b_s = tl.load(h0 + s_base + off_s, mask=m_kv, other=0.0).to(tl.float32)
     else:
         b_s = tl.zeros([BK, BV], dtype=tl.float32)
 
-    n_chunks = tl.cdiv(eos - bos, BT)
-    for t in range(0, n_chunks):
-        rows = bos + t * BT + o_t
-        m_r = rows < eos
-        # the state at the chunk start, for the output kernel ([K, V], bf16)
-        off_h = ((c0 + t) * HV + i_hv) * (K * V) + o_k[:, None] * V + o_v[None, :]
+    # per-chunk pointers advance by BT rows; h (the state at each chunk start, [K, V] bf16) by one chunk
+    p_w = W + (bos * HV + i_hv) * K
+    p_kg = KG + (bos * HV + i_hv) * K
+    p_g = G + (bos * HV + i_hv) * K
+    p_u = U + (bos * HV + i_hv) * V
+    p_vn = v_new + (bos * HV + i_hv) * V
+    p_h = h + (c0 * HV + i_hv) * (K * V)
+    off_tk = o_t[:, None] * (HV * K) + o_k[None, :]
+    off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
+    off_h = o_k[:, None] * V + o_v[None, :]
+    n_tok = eos - bos
+    for t in range(0, tl.cdiv(n_tok, BT)):
+        n = tl.minimum(n_tok - t * BT, BT)
+        m_r = o_t < n
         b_sb = _bf16(b_s, INTERPRET)
-        tl.store(h + off_h, b_sb, mask=m_kv)
+        tl.store(p_h + off_h, b_sb, mask=m_kv)
 
-        off_k = (rows[:, None] * HV + i_hv) * K + o_k[None, :]
-        off_v = (rows[:, None] * HV + i_hv) * V + o_v[None, :]
-        m_rk = m_r[:, None] & m_k[None, :]
-        m_rv = m_r[:, None] & m_v[None, :]
-        b_w = tl.load(W + off_k, mask=m_rk, other=0.0)
-        b_u = tl.load(U + off_v, mask=m_rv, other=0.0).to(tl.float32)
+        b_w = tl.load(p_w + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+        b_u = tl.load(p_u + off_tv, mask=m_r[:, None] & m_v[None, :], other=0.0).to(tl.float32)
         b_vn = _bf16(b_u - _mma(b_w, b_sb, INTERPRET), INTERPRET)
-        tl.store(v_new + off_v, b_vn, mask=m_rv)
+        tl.store(p_vn + off_tv, b_vn, mask=m_r[:, None] & m_v[None, :])
 
-        row_last = tl.minimum(bos + t * BT + BT, eos) - 1
-        g_last = tl.load(G + (row_last * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
-        b_kg = tl.load(KG + off_k, mask=m_rk, other=0.0)
+        g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=m_k, other=0.0)
+        b_kg = tl.load(p_kg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
         b_s = b_s * tl.exp(g_last)[:, None] + _mma(tl.trans(b_kg), b_vn, INTERPRET)
 
+        p_w += BT * HV * K
+        p_kg += BT * HV * K
+        p_g += BT * HV * K
+        p_u += BT * HV * V
+        p_vn += BT * HV * V
+        p_h += HV * K * V
+
     if STORE_HT:
-        tl.store(ht + off_s, b_s, mask=m_kv)
+        tl.store(ht + s_base + off_s, b_s, mask=m_kv)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -429,18 +449,22 @@ def _output_kernel(
     i_v = tl.program_id(0).to(tl.int64)
     i_c = tl.program_id(1).to(tl.int64)
     i_hv = tl.program_id(2).to(tl.int64)
-    r0, eos, _ = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     o_t = tl.arange(0, BT)
-    rows = r0 + o_t
-    m_r = rows < eos
+    m_r = o_t < n
     o_v = i_v * BV + tl.arange(0, BV)
     m_v = o_v < V
     m_rv = m_r[:, None] & m_v[None, :]
+    QG += (r0 * HV + i_hv) * K
+    Aqk += (r0 * HV + i_hv) * BT
+    v_new += (r0 * HV + i_hv) * V
+    o += (r0 * HV + i_hv) * V
+    h += (i_c * HV + i_hv) * (K * V)
 
     # A_qk V_new: A_qk is lower triangular; its upper half was never written, so it is masked off here
     m_a = m_r[:, None] & (o_t[None, :] <= o_t[:, None])
-    b_a = tl.load(Aqk + (rows[:, None] * HV + i_hv) * BT + o_t[None, :], mask=m_a, other=0.0)
-    off_v = (rows[:, None] * HV + i_hv) * V + o_v[None, :]
+    b_a = tl.load(Aqk + o_t[:, None] * (HV * BT) + o_t[None, :], mask=m_a, other=0.0)
+    off_v = o_t[:, None] * (HV * V) + o_v[None, :]
     b_vn = tl.load(v_new + off_v, mask=m_rv, other=0.0)
     acc = _mma(b_a, b_vn, INTERPRET)
 
@@ -448,10 +472,8 @@ def _output_kernel(
     for k0 in range(0, K, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
-        b_qg = tl.load(QG + (rows[:, None] * HV + i_hv) * K + o_k[None, :],
-                       mask=m_r[:, None] & m_k[None, :], other=0.0)
-        b_h = tl.load(h + (i_c * HV + i_hv) * (K * V) + o_k[:, None] * V + o_v[None, :],
-                      mask=m_k[:, None] & m_v[None, :], other=0.0)
+        b_qg = tl.load(QG + o_t[:, None] * (HV * K) + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0.0)
+        b_h = tl.load(h + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0.0)
         acc += _mma(b_qg, b_h, INTERPRET)
     if o.dtype.element_ty == tl.bfloat16:
         acc = _bf16(acc, INTERPRET)
@@ -571,7 +593,8 @@ def kda_chunk(
     _intra_kernel[(NT, HV)](
         q, k, v, beta, G, rq, rk, Xs, Aqk, W, U, QG, KG, cu_seqlens, chunk_indices,
         opts.resolved_scale(K),
-        H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=BKg, BV=min(64, max(16, triton.next_power_of_2(V))),
+        H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
+        BV=min(64, max(16, triton.next_power_of_2(V))),
         BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
         INTERPRET=interp,
         num_warps=LAUNCH["intra_warps"],
