@@ -180,10 +180,10 @@ def sweep(name):
     x = make_inputs(H, lens, mode)
     base = dict(ours.LAUNCH)
     grid = [dict()]
-    grid += [dict(intra_warps=w) for w in (2, 8)]
+    grid += [dict(intra_warps=w, intra_bk=b) for w in (4, 8) for b in (32, 64) if (w, b) != (8, 32)]
     grid += [dict(state_warps=w, state_stages=s) for w in (4, 8) for s in (1, 2, 3) if (w, s) != (4, 2)]
     grid += [dict(state_bv=b) for b in (16, 32, 64)]
-    grid += [dict(out_warps=w) for w in (2, 8)]
+    grid += [dict(out_warps=w) for w in (4,)]
     grid += [dict(gate_warps=w) for w in (2, 8)]
     print(f"\nsweep on {name}:")
     for change in grid:
