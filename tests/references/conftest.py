@@ -83,26 +83,32 @@ def family_params(family: str, fast: str = "all") -> List[Any]:
     return [pytest.param(d, id=d.name, marks=() if d is smallest else pytest.mark.slow) for d in defs]
 
 
-def workload_params(family: str, tags_excluded=("stress",), max_tokens: Optional[int] = None) -> List[Any]:
-    """pytest params over every dataset workload of a family ("defname-N" ids). Workloads tagged
-    stress, or with more than max_tokens tokens x value heads, are marked stress (pytest -m stress)."""
+def workload_params(family: str, max_tokens: int = 8192) -> List[Any]:
+    """pytest params over every dataset workload of a family ("defname-N" ids), marked slow; workloads
+    tagged stress, or of more than max_tokens tokens, are marked stress instead (pytest -m stress)."""
     out = []
     for d in definitions(family):
         for i, w in enumerate(dataset().workloads_of(d.name)):
-            size = workload_size(d, w)
-            big = bool(set(w.tags) & set(tags_excluded)) or (max_tokens is not None and size > max_tokens)
-            out.append(pytest.param(d, w, id=f"{d.name}-{i}", marks=pytest.mark.stress if big else ()))
+            big = "stress" in w.tags or workload_tokens(d, w) > max_tokens
+            out.append(pytest.param(d, w, id=f"{d.name}-{i}", marks=pytest.mark.stress if big else pytest.mark.slow))
     return out
+
+
+def workload_tokens(d: Definition, w: Workload) -> int:
+    """Tokens of a workload (packed tokens, batch x tokens, or requests x tokens)."""
+    axes = {**d.const_axes, **w.axes}
+    if "total_seq_len" in axes:
+        return axes["total_seq_len"]
+    tokens = 1
+    for a in ("batch_size", "seq_len", "num_tokens"):
+        tokens *= axes.get(a, 1)
+    return tokens
 
 
 def workload_size(d: Definition, w: Workload) -> int:
     """Tokens x value heads of a workload (its cost driver)."""
     axes = {**d.const_axes, **w.axes}
-    tokens = 1
-    for a in ("total_seq_len", "batch_size", "seq_len", "num_tokens"):
-        if a in axes and not (a == "batch_size" and "total_seq_len" in axes):
-            tokens *= axes[a]
-    return tokens * axes.get("num_v_heads", axes.get("num_heads", 1))
+    return workload_tokens(d, w) * axes.get("num_v_heads", axes.get("num_heads", 1))
 
 
 @lru_cache(maxsize=None)
@@ -307,7 +313,8 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(autouse=True)
 def coverage_guard(request):
     """For a test with @covers: after it passed, every declared axis must have been exercised with the
-    values its definition claims (the adapters record what they did)."""
+    values its definition claims (the adapters record what they did). The check is per test item, so a
+    test run once per dataset workload declares only what every workload exercises."""
     mark = request.node.get_closest_marker("kda_covers")
     if mark is None:
         yield

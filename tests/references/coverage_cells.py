@@ -130,6 +130,10 @@ def declarations(tests_dir: Path = TESTS_DIR) -> List[Declaration]:
             if not isinstance(node, ast.FunctionDef):
                 continue
             marks = module_marks | _marks(node.decorator_list)
+            calls = {getattr(c.func, "id", "") for dec in node.decorator_list for c in ast.walk(dec)
+                     if isinstance(c, ast.Call)}
+            if "workload_params" in calls:  # conftest.workload_params marks every param slow (or stress)
+                marks.add("slow")
             tier = "gpu" if "gpu" in marks else "slow" if marks & {"slow", "stress"} else "fast"
             fast_one = any(isinstance(c, ast.Call) and getattr(c.func, "id", "") == "family_params"
                            and any(kw.arg == "fast" and ast.literal_eval(kw.value) == "one" for kw in c.keywords)

@@ -44,7 +44,6 @@ def test_requests_are_independent(d):
     assert_close(d, "new_state_pool", ref["new_state_pool"], got["new_state_pool"], "fp32", "permuted requests")
 
 
-@pytest.mark.slow
 @covers("decode", batch=("pool",), gate=("safe", "unbounded"))
 @pytest.mark.parametrize("d,w", workload_params(FAMILY))
 def test_dataset_workloads(d, w):

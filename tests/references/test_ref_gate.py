@@ -44,7 +44,7 @@ def check_gate(d, x, out, what):
         assert bool((out["g"] <= 0).all()), f"{d.name}: log decay above 0"
 
 
-def workload_params(fast: bool):
+def gate_workloads(fast: bool):
     out = []
     for d in [p.values[0] for p in family_params(FAMILY)]:
         if d is None:
@@ -56,7 +56,7 @@ def workload_params(fast: bool):
 
 
 @covers("gate", gate=("safe", "unbounded"))
-@pytest.mark.parametrize("d,w", workload_params(fast=True))
+@pytest.mark.parametrize("d,w", gate_workloads(fast=True))
 def test_dataset_workloads(d, w):
     """The dataset's small workloads (smoke and edge: strongly positive and negative raw gates)."""
     x = inputs_of(d, w)
@@ -67,7 +67,7 @@ def test_dataset_workloads(d, w):
 
 @pytest.mark.slow
 @covers("gate", gate=("safe", "unbounded"))
-@pytest.mark.parametrize("d,w", workload_params(fast=False))
+@pytest.mark.parametrize("d,w", gate_workloads(fast=False))
 def test_dataset_workloads_large(d, w):
     """The dataset's large gate workloads."""
     x = inputs_of(d, w, DEVICE)

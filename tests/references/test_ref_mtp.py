@@ -64,7 +64,6 @@ def test_prefix_and_continuation(d):
                  "continuation vs full run")
 
 
-@pytest.mark.slow
 @covers("mtp", batch=("pool",), gate=("safe", "unbounded"))
 @pytest.mark.parametrize("d,w", workload_params(FAMILY))
 def test_dataset_workloads(d, w):

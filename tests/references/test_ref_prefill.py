@@ -108,9 +108,8 @@ def test_prefix_and_continuation(d):
     assert_close(d, "final_state", full["final_state"], tail["final_state"], "fp32", "continuation vs full run")
 
 
-@pytest.mark.slow
-@covers("prefill", batch=("varlen",), gate=("safe", "unbounded"), initial_state=("given", "absent"))
-@pytest.mark.parametrize("d,w", workload_params(FAMILY, max_tokens=8192 * 96))
+@covers("prefill", batch=("varlen",), gate=("safe", "unbounded"))
+@pytest.mark.parametrize("d,w", workload_params(FAMILY))
 def test_dataset_workloads(d, w):
     """Every (non-stress) dataset workload, large packed traces included, against the chunked truth."""
     check_against_truth(d, w, device=DEVICE, with_fla_naive=False)
