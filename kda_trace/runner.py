@@ -390,8 +390,8 @@ class WorkerContext:
                 m.bit_identical_violations = violations
                 if violations:
                     m.passed = False
-                    m.reason = "; ".join(filter(None, [m.reason, f"{violations} elements that the reference leaves "
-                                                       f"bit-identical to input {d.inplace[name]!r} were changed"]))
+                    m.reason = "; ".join(filter(None, [m.reason, f"{violations} elements of slots that the reference "
+                                                       f"leaves bit-identical to input {d.inplace[name]!r} were changed"]))
             metrics[name] = m
         lengths = {}
         for name, spec in d.outputs.items():

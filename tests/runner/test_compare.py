@@ -86,3 +86,12 @@ def test_inplace_violations_count_changed_untouched_elements():
     assert inplace_violations(pool, ref, out) == 0
     out[2, 0] += 1e-7  # a slot the reference left alone
     assert inplace_violations(pool, ref, out) == 1
+
+
+def test_inplace_written_slot_may_differ_by_rounding():
+    pool = torch.randn(4, 3)
+    ref = pool.clone()
+    ref[1, :2] += 1  # the reference writes slot 1, but element [1, 2] keeps its bits (rounding)
+    out = ref.clone()
+    out[1, 2] = torch.nextafter(out[1, 2], torch.tensor(10.0))  # a solution one ulp away there
+    assert inplace_violations(pool, ref, out) == 0
