@@ -293,7 +293,12 @@ class WorkerContext:
         for spec in task.solutions:
             if self.fatal:
                 return  # the CUDA context is gone: the main process restarts this worker
-            yield self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec)
+            try:
+                yield self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec)
+            except Exception as e:  # noqa: BLE001 - e.g. out of memory while comparing: record it, go on
+                self.fatal = _is_fatal_cuda_error(e)
+                yield rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: evaluating the outputs failed: "
+                                                 f"{_short_traceback(e)}")
 
     def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec) -> Trace:
         from .solutions import registry
