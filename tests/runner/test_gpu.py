@@ -1,0 +1,24 @@
+"""The runner on a GPU: CUDA-event and CUDA-graph timing, fla against the reference (pytest -m gpu)."""
+
+import json
+
+import pytest
+
+from kda_trace import platform
+from kda_trace.cli import main
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.skipif(not platform.has_cuda(), reason="needs a CUDA device")
+@pytest.mark.parametrize("graph", [False, True])
+def test_fla_decode_on_gpu(tmp_path, graph):
+    argv = ["run", "--definition", "kda_decode_h32_d128_k_last", "--solution", "fla", "--solution", "reference",
+            "--size", "smoke", "--out", str(tmp_path)] + (["--cuda-graph"] if graph else [])
+    assert main(argv) == 0
+    lines = (tmp_path / "traces" / "kda" / "kda_decode_h32_d128_k_last.jsonl").read_text().splitlines()
+    for rec in map(json.loads, lines):
+        perf = rec["evaluation"]["performance"]
+        assert perf["mode"] == ("cuda_graph" if graph else "cuda_events")
+        assert perf["repetitions"] >= 10 and perf["latency_ms"] > 0 and perf["reference_latency_ms"] > 0
+        assert rec["evaluation"]["environment"]["libs"].get("driver")
