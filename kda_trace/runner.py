@@ -169,8 +169,9 @@ def normalize_outputs(definition: Definition, result: Any) -> Tuple[Optional[Dic
     return None, f"returned one {type(result).__name__}, the definition has {len(names)} outputs ({', '.join(names)})"
 
 
-def check_outputs(definition: Definition, outputs: Dict[str, Any], axes: Dict[str, int]) -> Tuple[Optional[S], str]:
-    """Types, shapes and dtypes of a solution's outputs: (status, message) on the first problem."""
+def check_outputs(definition: Definition, outputs: Dict[str, Any], axes: Dict[str, int],
+                  device: Optional[str] = None) -> Tuple[Optional[S], str]:
+    """Types, devices, shapes and dtypes of a solution's outputs: (status, message) on the first problem."""
     import torch
 
     from .inputs import torch_dtype
@@ -179,6 +180,8 @@ def check_outputs(definition: Definition, outputs: Dict[str, Any], axes: Dict[st
         value = outputs[name]
         if not isinstance(value, torch.Tensor):
             return S.INCORRECT_SHAPE, f"output {name!r} is a {type(value).__name__}, not a tensor"
+        if device is not None and value.device.type != torch.device(device).type:
+            return S.RUNTIME_ERROR, f"output {name!r} is on {value.device}, the inputs were on {device}"
         want = definition.shape_of(spec, axes) or []
         if list(value.shape) != want:
             return S.INCORRECT_SHAPE, f"output {name!r} has shape {list(value.shape)}, expected {want} {spec.shape}"
@@ -334,7 +337,7 @@ class WorkerContext:
         outputs, why = normalize_outputs(d, result)
         if outputs is None:
             return rec(spec, S.INCORRECT_SHAPE, why)
-        status, why = check_outputs(d, outputs, axes)
+        status, why = check_outputs(d, outputs, axes, self.device)
         if status is not None:
             return rec(spec, status, why)
 
@@ -360,7 +363,7 @@ class WorkerContext:
         second, why = normalize_outputs(d, timing.final_outputs)
         status = None
         if second is not None:
-            status, why = check_outputs(d, second, axes)
+            status, why = check_outputs(d, second, axes, self.device)
         if second is None or status is not None:
             return rec(spec, status or S.INCORRECT_SHAPE, f"second input set (last call of the timing loop): {why}",
                        correctness=correctness)
