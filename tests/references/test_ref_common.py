@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from coverage_cells import family_of
-from conftest import assert_bits_equal, check_output_specs, dataset, inputs_of, run_reference, smoke_workloads, workload_size
+from conftest import DEVICE, assert_bits_equal, check_output_specs, dataset, inputs_of, run_reference, smoke_workloads, workload_size
 
 
 def all_definitions():
@@ -31,10 +31,10 @@ def test_smoke_workload_is_deterministic(d):
     smoke = smoke_workloads(d)
     assert smoke, f"{d.name} has no smoke workload"
     w = min(smoke, key=lambda w: workload_size(d, w))
-    first = run_reference(d, inputs_of(d, w))
+    first = run_reference(d, inputs_of(d, w, DEVICE))
     check_output_specs(d, w, first)
     for name, t in first.items():
         assert bool(torch.isfinite(t).all()), f"{d.name}: output {name} has non-finite values on workload {w.uuid}"
-    second = run_reference(d, inputs_of(d, w))
+    second = run_reference(d, inputs_of(d, w, DEVICE))
     for name, t in first.items():
         assert_bits_equal(second[name], t, f"{d.name} {name}: second run with the same seed")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ground_truth as gt
 from conftest import (DEVICE, assert_close, check_against_truth, custom_workload, family_params, inputs_of,
@@ -137,3 +139,14 @@ def test_fla_triton(d, kernel):
     what = f"fla {kernel} kernel (bf16) vs reference"
     assert_close(d, "o", ref["o"].float(), o[0].float(), "triton_bf16", what, x["cu_seqlens"])
     assert_close(d, "final_state", ref["final_state"], ht.float(), "triton_bf16", what)
+
+
+@pytest.mark.slow
+@covers("prefill", batch=("varlen",))
+@pytest.mark.parametrize("d", family_params(FAMILY))
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq_lens=st.lists(st.integers(1, 40), min_size=1, max_size=6), with_state=st.booleans())
+def test_random_packings(d, seq_lens, with_state):
+    """Hypothesis: random packings (lengths 1..40, 1..6 sequences), with or without initial states."""
+    w = packed(d, seq_lens, absent=() if with_state else ("initial_state",))
+    check_against_truth(d, w, device=DEVICE, with_fla_naive=False)
