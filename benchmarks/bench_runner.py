@@ -142,8 +142,8 @@ def main() -> int:
     print(text)
     if args.json:
         Path(args.json).write_text(text + "\n")
-    print(f"\n| definition | workload | solution calls | reference calls | wall ms | in calls ms | overhead ms | "
-          f"overhead / solution call ms |\n|---|---|---|---|---|---|---|---|")
+    print("\n| definition | workload | solution calls | reference calls | wall ms | in calls ms | overhead ms | "
+          "overhead / solution call ms |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['definition']} | {r['workload']} | {r['solution_calls']} | {r['reference_calls']} | "
               f"{r['wall_ms']:.1f} | {r['in_calls_ms']:.1f} | {r['overhead_ms']:.1f} | "

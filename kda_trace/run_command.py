@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import List, Tuple
 
 from .commands import add_dataset_argument, add_filter_arguments
 
@@ -71,8 +71,7 @@ def command_run(args) -> int:
     from .dataset import is_remote, load_dataset, resolve_root
     from .inputs import DEFAULT_SEED
     from .reference import check_reference_source
-    from .runner import (RunConfig, Runner, Task, TraceWriter, finished_keys, in_shard, make_record,
-                         select_workloads)
+    from .runner import RunConfig, Task, TraceWriter, finished_keys, in_shard, make_record, select_workloads
     from .schema import EvaluationStatus as S
     from .solutions.registry import DEFAULT_SOLUTIONS, SolutionError, resolve
     from .timing import TimingConfig
@@ -207,7 +206,14 @@ def command_run(args) -> int:
 
 
 def _run_with_progress(config, tasks, total, record, counts, main_env, console) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from .runner import Runner
 

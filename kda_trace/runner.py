@@ -31,8 +31,18 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from .schema import (Correctness, Definition, Environment, Evaluation, EvaluationStatus, OutputMetrics,
-                     Performance, Tolerance, Trace, Workload)
+from .schema import (
+    Correctness,
+    Definition,
+    Environment,
+    Evaluation,
+    EvaluationStatus,
+    OutputMetrics,
+    Performance,
+    Tolerance,
+    Trace,
+    Workload,
+)
 
 S = EvaluationStatus
 SECOND_SEED_OFFSET = 1
@@ -304,9 +314,9 @@ class WorkerContext:
                                                  f"{_short_traceback(e)}")
 
     def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec) -> Trace:
-        from .solutions import registry
         from .compare import bits_equal
         from .inputs import clone_inputs
+        from .solutions import registry
         from .timing import measure
 
         d, w = task.definition, task.workload

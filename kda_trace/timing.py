@@ -64,7 +64,7 @@ def defaults_for(device: str, config: TimingConfig) -> TimingConfig:
         warmup=config.warmup if config.warmup is not None else (3 if gpu else 0),
         min_reps=config.min_reps if config.min_reps is not None else (10 if gpu else 1),
         max_reps=config.max_reps if config.max_reps is not None else (200 if gpu else 5),
-        budget_s=config.budget_s if config.budget_s is not None else (1.0 if gpu else 1.0),
+        budget_s=config.budget_s if config.budget_s is not None else 1.0,
         cuda_graph=config.cuda_graph and gpu,
     )
 
@@ -90,12 +90,12 @@ def _refresh(work: Dict[str, Any], source: Dict[str, Any]) -> None:
             work[name] = value
 
 
-def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config: TimingConfig = TimingConfig(),
+def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config: Optional[TimingConfig] = None,
             final_inputs: Optional[Dict[str, Any]] = None, estimate_s: Optional[float] = None) -> TimingResult:
     """Time `run(**inputs)`; the last repetition uses `final_inputs` (default `inputs`) and its outputs are
     returned in `final_outputs`. `estimate_s`, the duration of an earlier call, sizes the repetitions
     when there is no warm-up to measure one."""
-    cfg = defaults_for(device, config)
+    cfg = defaults_for(device, config or TimingConfig())
     final_inputs = final_inputs if final_inputs is not None else inputs
     work = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
     gpu = device.startswith("cuda")

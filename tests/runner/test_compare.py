@@ -1,14 +1,21 @@
 """Metrics, verdicts, tolerances and coordinates (compare.py), without worker processes."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from kda_trace.compare import (DEFAULT_TOLERANCES, ToleranceSyntaxError, compare_output, describe_index,
-                               inplace_violations, parse_tolerance_override, tolerance_for)
+from kda_trace.compare import (
+    DEFAULT_TOLERANCES,
+    ToleranceSyntaxError,
+    compare_output,
+    describe_index,
+    inplace_violations,
+    parse_tolerance_override,
+    tolerance_for,
+)
 from kda_trace.dataset import load_dataset
-from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ds"
 
