@@ -9,15 +9,16 @@ inputs from kda_trace.inputs.make_inputs: the same path the runner takes.
 from __future__ import annotations
 
 import uuid as uuidlib
-from functools import lru_cache
+from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
-
-import pytest
-import torch
+from typing import Any
 
 import coverage_cells
 import ground_truth as gt
+import pytest
+import torch
+
 from kda_trace.compare import compare_output
 from kda_trace.dataset import load_dataset
 from kda_trace.inputs import DEFAULT_SEED, make_inputs
@@ -41,7 +42,7 @@ f64 = torch.float64
 # whatever their input dtype), and is also judged with "bf16_cast", the bound that rounding to bf16
 # alone allows (half an ulp: 2^-9 relative). final_state stays float32 in both runs and is judged
 # tightly either way.
-TOLERANCES: Dict[str, Tolerance] = {
+TOLERANCES: dict[str, Tolerance] = {
     # float32 computation against float64 truth (o, states, gates)
     "fp32": Tolerance(atol=1e-5, rtol=1e-4, min_matched_ratio=1.0, max_rms_rel_error=1e-5, min_cosine=0.9999999),
     # float32 gradients (through a T-step recurrence) against float64 autograd
@@ -59,19 +60,19 @@ TOLERANCES: Dict[str, Tolerance] = {
 
 
 # -------------------------------------------------------------------------------------- dataset
-@lru_cache(maxsize=None)
+@cache
 def dataset():
     """The repository's dataset (loaded once)."""
     ds = load_dataset(REPO)
     return ds
 
 
-def definitions(family: str) -> List[Definition]:
+def definitions(family: str) -> list[Definition]:
     """Definitions of one family (`stage:` tag), sorted by name."""
     return [d for d in dataset().select(op_type="kda") if coverage_cells.family_of(d) == family]
 
 
-def family_params(family: str, fast: str = "all") -> List[Any]:
+def family_params(family: str, fast: str = "all") -> list[Any]:
     """pytest params over a family's definitions. fast='all': every definition runs in the fast tier;
     fast='one': only the one with the fewest value heads does, the others are marked slow."""
     defs = definitions(family)
@@ -83,7 +84,7 @@ def family_params(family: str, fast: str = "all") -> List[Any]:
     return [pytest.param(d, id=d.name, marks=() if d is smallest else pytest.mark.slow) for d in defs]
 
 
-def workload_params(family: str, max_tokens: int = 8192) -> List[Any]:
+def workload_params(family: str, max_tokens: int = 8192) -> list[Any]:
     """pytest params over every dataset workload of a family ("defname-N" ids), marked slow; workloads
     tagged stress, or of more than max_tokens tokens, are marked stress instead (pytest -m stress)."""
     out = []
@@ -111,7 +112,7 @@ def workload_size(d: Definition, w: Workload) -> int:
     return workload_tokens(d, w) * axes.get("num_v_heads", axes.get("num_heads", 1))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compiled(name: str, source: str):
     return compile_reference(source, name)
 
@@ -121,15 +122,15 @@ def reference(d: Definition):
     return _compiled(d.name, d.reference)
 
 
-def smoke_workloads(d: Definition) -> List[Workload]:
+def smoke_workloads(d: Definition) -> list[Workload]:
     return [w for w in dataset().workloads_of(d.name) if "smoke" in w.tags]
 
 
-def custom_workload(d: Definition, axes: Dict[str, int], seq_lens: Optional[List[int]] = None,
-                    absent: Sequence[str] = (), generators: Optional[Dict[str, dict]] = None) -> Workload:
+def custom_workload(d: Definition, axes: dict[str, int], seq_lens: list[int] | None = None,
+                    absent: Sequence[str] = (), generators: dict[str, dict] | None = None) -> Workload:
     """A small workload of `d` made here (token counts of our choosing; heads and dims are the
     definition's). `absent`: optional inputs set to None. scale = head_dim_k ** -0.5."""
-    inputs: Dict[str, Any] = {}
+    inputs: dict[str, Any] = {}
     for name, spec in d.inputs.items():
         if spec.shape is None:
             inputs[name] = ScalarInput(value=d.const_axes.get("head_dim_k", 128) ** -0.5)
@@ -144,18 +145,18 @@ def custom_workload(d: Definition, axes: Dict[str, int], seq_lens: Optional[List
                     seq_lens=seq_lens, tags=["reference-test"])
 
 
-def inputs_of(d: Definition, w: Workload, device: str = "cpu", seed: int = DEFAULT_SEED) -> Dict[str, Any]:
+def inputs_of(d: Definition, w: Workload, device: str = "cpu", seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """Fresh inputs of a workload (make_inputs: the runner's path)."""
     return make_inputs(d, w, seed=seed, device=device, root=REPO)
 
 
-def upcast(inputs: Dict[str, Any]) -> Dict[str, Any]:
+def upcast(inputs: dict[str, Any]) -> dict[str, Any]:
     """The same values with every bf16/fp16 tensor as float32 (exact)."""
     return {k: v.float() if isinstance(v, torch.Tensor) and v.dtype in (torch.bfloat16, torch.float16) else v
             for k, v in inputs.items()}
 
 
-def run_reference(d: Definition, inputs: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+def run_reference(d: Definition, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Call the reference and name its outputs in the definition's order."""
     out = reference(d)(**inputs)
     out = out if isinstance(out, (tuple, list)) else (out,)
@@ -163,7 +164,7 @@ def run_reference(d: Definition, inputs: Dict[str, Any]) -> Dict[str, torch.Tens
     return dict(zip(d.outputs, out))
 
 
-def check_output_specs(d: Definition, w: Workload, outputs: Dict[str, torch.Tensor], dtypes: bool = True) -> None:
+def check_output_specs(d: Definition, w: Workload, outputs: dict[str, torch.Tensor], dtypes: bool = True) -> None:
     """Every output has the definition's shape (for this workload's axes) and dtype."""
     from kda_trace.inputs import torch_dtype
 
@@ -194,10 +195,10 @@ def report(d: Definition, output: str, metrics, what: str) -> str:
     """The failure message: every metric and the five worst elements by axis name."""
     m = metrics
     lines = [f"{d.name} {output} ({what}): {m.reason}",
-             f"  max abs {m.max_abs_error:.3e}  mean abs {m.mean_abs_error:.3e}  max rel {m.max_rel_error:.3e}  "
-             f"mean rel {m.mean_rel_error:.3e}",
-             f"  RMS-relative {m.rms_rel_error:.3e}  cosine {m.cosine:.10f}  MSE {m.mse:.3e}  "
-             f"matched {m.matched_ratio:.6f}  NaN {m.nan_count} Inf {m.inf_count}",
+             (f"  max abs {m.max_abs_error:.3e}  mean abs {m.mean_abs_error:.3e}  max rel {m.max_rel_error:.3e}  "
+              f"mean rel {m.mean_rel_error:.3e}"),
+             (f"  RMS-relative {m.rms_rel_error:.3e}  cosine {m.cosine:.10f}  MSE {m.mse:.3e}  "
+              f"matched {m.matched_ratio:.6f}  NaN {m.nan_count} Inf {m.inf_count}"),
              f"  tolerance {m.tolerance.model_dump(exclude_none=True)}",
              "  worst elements:"]
     lines += [f"    {x.where}: truth {x.reference:.8g}, got {x.value:.8g} (|err| {x.abs_error:.3e})" for x in m.worst]
@@ -205,7 +206,7 @@ def report(d: Definition, output: str, metrics, what: str) -> str:
 
 
 def assert_close(d: Definition, output: str, truth: torch.Tensor, got: torch.Tensor, tol: str, what: str,
-                 cu_seqlens: Optional[torch.Tensor] = None):
+                 cu_seqlens: torch.Tensor | None = None):
     """Judge `got` against `truth` with TOLERANCES[tol]; on failure print the metrics and fail."""
     assert tuple(truth.shape) == tuple(got.shape), f"{d.name} {output} ({what}): shape {tuple(got.shape)} != {tuple(truth.shape)}"
     if torch.isnan(truth).any() or torch.isinf(truth).any():
@@ -236,7 +237,7 @@ def tags(d: Definition):
             d.tag("state_layout"))
 
 
-def to_problem(d: Definition, x: Dict[str, Any], fla_ops: bool = False) -> gt.Problem:
+def to_problem(d: Definition, x: dict[str, Any], fla_ops: bool = False) -> gt.Problem:
     """A definition's inputs as a float64 ground-truth Problem (fla convention), the gate, beta and
     norm applied by the ground truth (ours, or fla's gate with fla_ops=True). Records the cells it
     exercised for the coverage guard."""
@@ -245,13 +246,13 @@ def to_problem(d: Definition, x: Dict[str, Any], fla_ops: bool = False) -> gt.Pr
     q, k, v = x["q"], x["k"], x["v"]
     cu = x.get("cu_seqlens")
     if cu is not None:                       # packed [T, ...] -> [1, T, ...]
-        lift = lambda t: t[None]             # noqa: E731
+        lift = lambda t: t[None]
         batch = "varlen"
     elif family == "decode":                 # [B, ...] -> one token per request: [B, 1, ...]
-        lift = lambda t: t[:, None]          # noqa: E731
+        lift = lambda t: t[:, None]
         batch = "pool"
     else:
-        lift = lambda t: t                   # noqa: E731
+        lift = lambda t: t
         batch = "pool" if "state_pool" in x else "dense"
 
     if gate == "precomputed":
@@ -280,7 +281,7 @@ def to_problem(d: Definition, x: Dict[str, Any], fla_ops: bool = False) -> gt.Pr
                       scale=float(x["scale"]), h0=h0, cu_seqlens=None if cu is None else cu.tolist())
 
 
-def from_truth(d: Definition, x: Dict[str, Any], o: torch.Tensor, ht: torch.Tensor) -> Dict[str, torch.Tensor]:
+def from_truth(d: Definition, x: dict[str, Any], o: torch.Tensor, ht: torch.Tensor) -> dict[str, torch.Tensor]:
     """Ground-truth (o [B, T, HV, V], ht [N, HV, K, V]) as the definition's outputs, float64."""
     layout = d.tag("state_layout")
     family = coverage_cells.family_of(d)
@@ -338,7 +339,7 @@ def coverage_guard(request):
 
 # ------------------------------------------------------------------ the reference vs ground truth
 def check_against_truth(d: Definition, w: Workload, device: str = "cpu", chunk: int = 16,
-                        with_fla_naive: bool = True) -> Dict[str, torch.Tensor]:
+                        with_fla_naive: bool = True) -> dict[str, torch.Tensor]:
     """The main comparison of a forward-type family (prefill, forward, decode, mtp) on one workload:
 
     1. the reference on the workload's inputs: outputs have the definition's shapes and dtypes;
@@ -376,7 +377,7 @@ def check_against_truth(d: Definition, w: Workload, device: str = "cpu", chunk: 
     return out32
 
 
-def check_untouched_slots(d: Definition, x: Dict[str, Any], new_pool: torch.Tensor) -> None:
+def check_untouched_slots(d: Definition, x: dict[str, Any], new_pool: torch.Tensor) -> None:
     """Pool slots not named by state_indices are bit-identical to the input pool."""
     touched = torch.zeros(new_pool.shape[0], dtype=torch.bool, device=new_pool.device)
     touched[x["state_indices"].long()] = True

@@ -17,12 +17,12 @@ This module imports nothing from pytest at import time: `kda-trace coverage` can
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 # The axes of the coverage matrix and their values (the issue's list, in its order).
-AXES: Dict[str, Tuple[str, ...]] = {
+AXES: dict[str, tuple[str, ...]] = {
     "batch": ("dense", "varlen", "pool"),
     "direction": ("forward", "backward"),
     "gate": ("safe", "unbounded", "precomputed"),
@@ -37,7 +37,7 @@ AXES: Dict[str, Tuple[str, ...]] = {
 TAG_AXES = ("batch", "gate", "beta", "qk_norm", "state_layout")  # read from `key:value` tags
 TESTS_DIR = Path(__file__).resolve().parent
 
-Cells = Dict[str, Set[str]]
+Cells = dict[str, set[str]]
 
 
 def family_of(definition) -> str:
@@ -107,7 +107,7 @@ class Declaration:
         return self.tier
 
 
-def _marks(decorators: List[ast.expr]) -> Set[str]:
+def _marks(decorators: list[ast.expr]) -> set[str]:
     names = set()
     for d in decorators:
         node = d.func if isinstance(d, ast.Call) else d
@@ -116,12 +116,12 @@ def _marks(decorators: List[ast.expr]) -> Set[str]:
     return names
 
 
-def declarations(tests_dir: Path = TESTS_DIR) -> List[Declaration]:
+def declarations(tests_dir: Path = TESTS_DIR) -> list[Declaration]:
     """Every `@covers(...)` in tests_dir/test_*.py, read from the syntax trees (nothing is imported)."""
     out = []
     for path in sorted(Path(tests_dir).glob("test_*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
-        module_marks: Set[str] = set()
+        module_marks: set[str] = set()
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets):
                 values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
@@ -155,7 +155,7 @@ class Row:
     family: str
     axis: str
     value: str
-    tests: List[Tuple[str, str]] = field(default_factory=list)
+    tests: list[tuple[str, str]] = field(default_factory=list)
     """(test, tier) pairs."""
 
     @property
@@ -163,11 +163,11 @@ class Row:
         return bool(self.tests)
 
 
-def coverage_rows(definitions, decls: Optional[List[Declaration]] = None) -> List[Row]:
+def coverage_rows(definitions, decls: list[Declaration] | None = None) -> list[Row]:
     """For every definition and every cell it claims: the tests declaring that cell for its family."""
     decls = declarations() if decls is None else decls
     definitions = list(definitions)
-    families: Dict[str, list] = {}
+    families: dict[str, list] = {}
     for d in definitions:
         families.setdefault(family_of(d), []).append(d)
     rows = []
@@ -181,7 +181,7 @@ def coverage_rows(definitions, decls: Optional[List[Declaration]] = None) -> Lis
     return rows
 
 
-def render_text(rows: List[Row]) -> str:
+def render_text(rows: list[Row]) -> str:
     """The matrix as plain text: one line per claimed cell; uncovered cells are marked."""
     lines = []
     for r in rows:
@@ -207,7 +207,7 @@ class Observed:
     """What the ground-truth adapters did during one test: definition name -> axis -> values."""
 
     def __init__(self) -> None:
-        self.cells: Dict[str, Cells] = {}
+        self.cells: dict[str, Cells] = {}
 
     def add(self, definition_name: str, **cells: str) -> None:
         for axis, value in cells.items():
@@ -215,7 +215,7 @@ class Observed:
             self.cells.setdefault(definition_name, {}).setdefault(axis, set()).add(value)
 
 
-CURRENT: List[Observed] = []  # the record of the running test (set by conftest's fixture)
+CURRENT: list[Observed] = []  # the record of the running test (set by conftest's fixture)
 
 
 def observe(definition_name: str, **cells: str) -> None:
@@ -224,7 +224,7 @@ def observe(definition_name: str, **cells: str) -> None:
         CURRENT[-1].add(definition_name, **cells)
 
 
-def missing_cells(definition, declared: Cells, observed: Cells) -> List[str]:
+def missing_cells(definition, declared: Cells, observed: Cells) -> list[str]:
     """Declared axes whose claimed values this run did not exercise, as 'axis=value' strings."""
     claimed = claimed_cells(definition)
     out = []

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass, replace
-from typing import List, Optional, Tuple
 
 import torch
 
@@ -41,10 +40,10 @@ class Problem:
     g: torch.Tensor
     beta: torch.Tensor
     scale: float
-    h0: Optional[torch.Tensor] = None
-    cu_seqlens: Optional[List[int]] = None
+    h0: torch.Tensor | None = None
+    cu_seqlens: list[int] | None = None
 
-    def sequences(self) -> List[Tuple[int, int, int]]:
+    def sequences(self) -> list[tuple[int, int, int]]:
         """(batch row, first token, end token) of every sequence."""
         B, T = self.q.shape[:2]
         if self.cu_seqlens is None:
@@ -53,7 +52,7 @@ class Problem:
         c = list(self.cu_seqlens)
         return [(0, c[i], c[i + 1]) for i in range(len(c) - 1)]
 
-    def to(self, dtype=f64, device=None) -> "Problem":
+    def to(self, dtype=f64, device=None) -> Problem:
         """The same problem with every float tensor converted (values are upcast exactly)."""
         def cv(x):
             return None if x is None else x.to(device=device or x.device, dtype=dtype)
@@ -67,7 +66,7 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
     return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
 
 
-def gate(g_raw, A_log, dt_bias, lower_bound: Optional[float] = None) -> torch.Tensor:
+def gate(g_raw, A_log, dt_bias, lower_bound: float | None = None) -> torch.Tensor:
     """Our float64 gate: raw gate [..., HV, K], A_log [HV], dt_bias [HV, K] (or [HV * K]) -> log decay.
 
     unbounded: -exp(A_log) * softplus(g_raw + dt_bias); safe: lower_bound / (1 + exp(-exp(A_log) * x))."""
@@ -79,7 +78,7 @@ def gate(g_raw, A_log, dt_bias, lower_bound: Optional[float] = None) -> torch.Te
     return lower_bound / (1.0 + torch.exp(-rate * x))
 
 
-def fla_gate(g_raw, A_log, dt_bias, lower_bound: Optional[float] = None) -> torch.Tensor:
+def fla_gate(g_raw, A_log, dt_bias, lower_bound: float | None = None) -> torch.Tensor:
     """fla's pure-PyTorch gates (float32 inside), returned as float64."""
     from fla.ops.kda.gate import naive_kda_gate, naive_kda_lowerbound_gate
 
@@ -117,7 +116,7 @@ def _fla_naive_float64():
                               fn.__defaults__, fn.__closure__)
 
 
-def fla_recurrent(p: Problem) -> Tuple[torch.Tensor, torch.Tensor]:
+def fla_recurrent(p: Problem) -> tuple[torch.Tensor, torch.Tensor]:
     """fla's naive_recurrent_kda run in float64, one call per sequence: (o [B, T, HV, V], ht [N, HV, K, V]).
 
     Differentiable (autograd flows through it), which the backward tests use."""
@@ -167,7 +166,7 @@ def _chunked_sequence(q, k, v, g, beta, S, chunk: int):
     return torch.cat(out, 1).transpose(0, 1), S
 
 
-def chunked(p: Problem, chunk: int = 16) -> Tuple[torch.Tensor, torch.Tensor]:
+def chunked(p: Problem, chunk: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
     """Our chunked KDA in float64: (o [B, T, HV, V], ht [N, HV, K, V])."""
     p = p.to(f64)
     H, K = p.q.shape[2:]
@@ -209,26 +208,26 @@ class RawCall:
     g: torch.Tensor
     beta: torch.Tensor
     scale: float
-    h0: Optional[torch.Tensor] = None
-    cu_seqlens: Optional[torch.Tensor] = None
-    A_log: Optional[torch.Tensor] = None
-    dt_bias: Optional[torch.Tensor] = None
-    lower_bound: Optional[float] = None
+    h0: torch.Tensor | None = None
+    cu_seqlens: torch.Tensor | None = None
+    A_log: torch.Tensor | None = None
+    dt_bias: torch.Tensor | None = None
+    lower_bound: float | None = None
     beta_logits: bool = False
     qk_l2norm: bool = False
     layout: str = "kv"
 
 
-def fla_triton(call: RawCall, kernel: str = "chunk") -> Tuple[torch.Tensor, torch.Tensor]:
+def fla_triton(call: RawCall, kernel: str = "chunk") -> tuple[torch.Tensor, torch.Tensor]:
     """fla's Triton `chunk_kda` (kernel='chunk') or `fused_recurrent_kda` ('recurrent') on a CUDA device.
     Returns (o [B, T, HV, V] in v's dtype, final state [N, HV, ...] float32 in call.layout)."""
     from fla.ops.kda import chunk_kda, fused_recurrent_kda
 
     in_gate = call.A_log is not None
-    kwargs = dict(scale=call.scale, initial_state=call.h0, output_final_state=True,
-                  use_qk_l2norm_in_kernel=call.qk_l2norm, use_gate_in_kernel=in_gate,
-                  use_beta_sigmoid_in_kernel=call.beta_logits, state_v_first=call.layout == "vk",
-                  cu_seqlens=call.cu_seqlens)
+    kwargs = {"scale": call.scale, "initial_state": call.h0, "output_final_state": True,
+              "use_qk_l2norm_in_kernel": call.qk_l2norm, "use_gate_in_kernel": in_gate,
+              "use_beta_sigmoid_in_kernel": call.beta_logits, "state_v_first": call.layout == "vk",
+              "cu_seqlens": call.cu_seqlens}
     if in_gate:
         kwargs.update(A_log=call.A_log.float(), dt_bias=call.dt_bias.float().reshape(-1),
                       lower_bound=call.lower_bound)

@@ -3,14 +3,13 @@ reference that matches one of them matches the operator, not an artefact of one 
 
 from __future__ import annotations
 
+import ground_truth as gt
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import require_cuda
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import ground_truth as gt
-from conftest import require_cuda
 
 f64 = torch.float64
 
@@ -63,10 +62,10 @@ def test_fla_naive_really_runs_in_float64():
     from fla.ops.kda.naive import naive_recurrent_kda
 
     p = random_problem(seed=1, lens=[33], H=2, group=2, K=16, V=8, h0=True, gate_scale=1.0)
-    o64, s64 = gt.fla_recurrent(p)
-    o32, s32 = naive_recurrent_kda(p.q.float(), p.k.float(), p.v.float(), p.g.float(), p.beta.float(), p.scale,
+    o64, _ = gt.fla_recurrent(p)
+    o32, _ = naive_recurrent_kda(p.q.float(), p.k.float(), p.v.float(), p.g.float(), p.beta.float(), p.scale,
                                    p.h0.float(), output_final_state=True)
-    oc, sc = gt.chunked(p)
+    oc, _ = gt.chunked(p)
     assert o32.dtype == torch.float32
     assert 1e-9 < max_rel(o32.to(f64), o64) < 1e-5
     assert max_rel(oc, o64) < 1e-12

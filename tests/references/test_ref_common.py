@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-
+from conftest import (
+    DEVICE,
+    assert_bits_equal,
+    check_output_specs,
+    dataset,
+    inputs_of,
+    run_reference,
+    smoke_workloads,
+    workload_size,
+)
 from coverage_cells import family_of
-from conftest import DEVICE, assert_bits_equal, check_output_specs, dataset, inputs_of, run_reference, smoke_workloads, workload_size
 
 
 def all_definitions():

@@ -4,12 +4,24 @@ independence of the requests of a batch."""
 
 from __future__ import annotations
 
+import ground_truth as gt
 import pytest
 import torch
-
-import ground_truth as gt
-from conftest import (DEVICE, assert_bits_equal, assert_close, check_against_truth, custom_workload, family_params,
-                      inputs_of, require_cuda, run_reference, tags, to_problem, upcast, workload_params)
+from conftest import (
+    DEVICE,
+    assert_bits_equal,
+    assert_close,
+    check_against_truth,
+    custom_workload,
+    family_params,
+    inputs_of,
+    require_cuda,
+    run_reference,
+    tags,
+    to_problem,
+    upcast,
+    workload_params,
+)
 from coverage_cells import covers
 
 FAMILY = "decode"

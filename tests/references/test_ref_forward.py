@@ -4,12 +4,22 @@ of a dense batch. The family holds the GVA (qk16_v32) and K != V (dk128_dv256) d
 
 from __future__ import annotations
 
+import ground_truth as gt
 import pytest
 import torch
-
-import ground_truth as gt
-from conftest import (DEVICE, assert_close, check_against_truth, custom_workload, family_params, inputs_of,
-                      require_cuda, run_reference, to_problem, upcast, workload_params)
+from conftest import (
+    DEVICE,
+    assert_close,
+    check_against_truth,
+    custom_workload,
+    family_params,
+    inputs_of,
+    require_cuda,
+    run_reference,
+    to_problem,
+    upcast,
+    workload_params,
+)
 from coverage_cells import covers
 
 FAMILY = "forward"

@@ -4,15 +4,24 @@ on a GPU."""
 
 from __future__ import annotations
 
+import ground_truth as gt
 import pytest
 import torch
+from conftest import (
+    DEVICE,
+    assert_close,
+    check_output_specs,
+    custom_workload,
+    dataset,
+    family_params,
+    inputs_of,
+    require_cuda,
+    run_reference,
+    workload_size,
+)
+from coverage_cells import covers, observe
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import ground_truth as gt
-from conftest import (DEVICE, assert_close, check_output_specs, custom_workload, dataset, family_params,
-                      inputs_of, require_cuda, run_reference, workload_size)
-from coverage_cells import covers, observe
 
 FAMILY = "gate"
 FLOAT32_TINY = torch.finfo(torch.float32).tiny  # smallest normal float32, 1.2e-38

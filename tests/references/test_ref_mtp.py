@@ -4,12 +4,22 @@ independence, and prefix / continuation through the pool."""
 
 from __future__ import annotations
 
-import pytest
-import torch
-
 import ground_truth as gt
-from conftest import (DEVICE, assert_close, check_against_truth, custom_workload, family_params, inputs_of,
-                      require_cuda, run_reference, tags, to_problem, upcast, workload_params)
+import pytest
+from conftest import (
+    DEVICE,
+    assert_close,
+    check_against_truth,
+    custom_workload,
+    family_params,
+    inputs_of,
+    require_cuda,
+    run_reference,
+    tags,
+    to_problem,
+    upcast,
+    workload_params,
+)
 from coverage_cells import covers
 
 FAMILY = "mtp"

@@ -3,15 +3,26 @@ definition's reference against ground truth, and the structure of a packed batch
 
 from __future__ import annotations
 
+import ground_truth as gt
 import pytest
 import torch
+from conftest import (
+    DEVICE,
+    assert_close,
+    check_against_truth,
+    custom_workload,
+    family_params,
+    inputs_of,
+    require_cuda,
+    run_reference,
+    tags,
+    to_problem,
+    upcast,
+    workload_params,
+)
+from coverage_cells import covers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import ground_truth as gt
-from conftest import (DEVICE, assert_close, check_against_truth, custom_workload, family_params, inputs_of,
-                      require_cuda, run_reference, tags, to_problem, upcast, workload_params)
-from coverage_cells import covers
 
 FAMILY = "prefill"
 
@@ -130,7 +141,7 @@ def test_fla_triton(d, kernel):
     x = inputs_of(d, packed(d, seq_lens), device="cuda")
     to_problem(d, x)
     ref = run_reference(d, x)
-    gate, lower_bound, _, _, layout = tags(d)
+    _, lower_bound, _, _, layout = tags(d)
     call = gt.RawCall(q=x["q"][None], k=x["k"][None], v=x["v"][None], g=x["g_raw"][None], beta=x["b"][None],
                       scale=float(x["scale"]), h0=x["initial_state"].contiguous(), cu_seqlens=x["cu_seqlens"],
                       A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=lower_bound, beta_logits=True,

@@ -4,7 +4,6 @@ check meant for it (a test that cannot fail proves nothing)."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import check_against_truth, custom_workload, definitions
 
 MUTANTS = {
