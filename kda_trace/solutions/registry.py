@@ -62,7 +62,11 @@ class FileSolution:
         return self._module
 
     def supports(self, definition: Definition) -> str | None:
-        check = getattr(self._load(), "supports", None)
+        try:
+            module = self._load()
+        except Exception:  # noqa: BLE001 - a module that fails to import fails in build: COMPILE_ERROR
+            return None
+        check = getattr(module, "supports", None)
         return check(definition) if callable(check) else None
 
     def build(self, definition: Definition, device: str) -> Callable[..., Any]:
