@@ -19,7 +19,7 @@ import ground_truth as gt
 import pytest
 import torch
 
-from kda_trace.compare import compare_output
+from kda_trace.compare import compare_output, tolerance_for
 from kda_trace.dataset import load_dataset
 from kda_trace.inputs import DEFAULT_SEED, make_inputs
 from kda_trace.platform import default_device, has_cuda
@@ -51,12 +51,16 @@ TOLERANCES: dict[str, Tolerance] = {
     # a float32 result rounded once to bf16, against float64 truth
     "bf16_cast": Tolerance(atol=1e-6, rtol=2.0 ** -8, min_matched_ratio=1.0, max_rms_rel_error=3e-3,
                            min_cosine=0.99999),
-    # fla's Triton kernels on bf16 inputs against the reference (GPU tier): fla's own test bound
-    "triton_bf16": Tolerance(atol=2e-2, rtol=5e-2, min_matched_ratio=0.999, max_rms_rel_error=5e-3,
-                             min_cosine=0.9999),
-    # two float64 formulations of the same math against each other
-    "f64": Tolerance(atol=1e-10, rtol=1e-8, min_matched_ratio=1.0, max_rms_rel_error=1e-10, min_cosine=1 - 1e-12),
 }
+# Bounds of the ground truths themselves (test_ground_truth.py): two float64 formulations agree to
+# TRUTH_AGREEMENT (max error relative to the largest value); fla's Triton kernels on float32 inputs reach
+# FLA_FP32_RMS (RMS-relative) against float64: fused_recurrent_kda is float32 throughout, chunk_kda's
+# tensor-core products round to tf32.
+TRUTH_AGREEMENT = 1e-10
+FLA_FP32_RMS = {"recurrent": 1e-5, "chunk": 5e-3}
+# fla's Triton kernels on bf16 inputs against the reference (GPU tier) are judged with tol="definition":
+# each output's own tolerance from the definition (kda_trace.compare.tolerance_for), the verdict the runner
+# gives a solution, so that test also shows that a production kernel can meet the dataset's bounds.
 
 
 # -------------------------------------------------------------------------------------- dataset
@@ -207,11 +211,13 @@ def report(d: Definition, output: str, metrics, what: str) -> str:
 
 def assert_close(d: Definition, output: str, truth: torch.Tensor, got: torch.Tensor, tol: str, what: str,
                  cu_seqlens: torch.Tensor | None = None):
-    """Judge `got` against `truth` with TOLERANCES[tol]; on failure print the metrics and fail."""
+    """Judge `got` against `truth` with TOLERANCES[tol] (or the definition's own tolerance when
+    tol == "definition"); on failure print the metrics and fail."""
     assert tuple(truth.shape) == tuple(got.shape), f"{d.name} {output} ({what}): shape {tuple(got.shape)} != {tuple(truth.shape)}"
     if torch.isnan(truth).any() or torch.isinf(truth).any():
         pytest.fail(f"{d.name} {output} ({what}): the ground truth itself is not finite")
-    m = compare_output(d, output, truth.detach().cpu(), got.detach().cpu(), TOLERANCES[tol],
+    tolerance = tolerance_for(d, output) if tol == "definition" else TOLERANCES[tol]
+    m = compare_output(d, output, truth.detach().cpu(), got.detach().cpu(), tolerance,
                        cu_seqlens=None if cu_seqlens is None else cu_seqlens.cpu())
     if not m.passed:
         pytest.fail(report(d, output, m, what), pytrace=False)

@@ -7,7 +7,7 @@ import ground_truth as gt
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import require_cuda
+from conftest import FLA_FP32_RMS, TRUTH_AGREEMENT, require_cuda
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,7 +45,7 @@ problems = st.builds(
 @settings(max_examples=15, deadline=None)
 @given(problem=problems, chunk=st.sampled_from([1, 3, 16, 64]))
 def test_chunked_matches_fla_naive_float64(problem, chunk):
-    """Our chunked form and fla's recurrence in float64 agree to ~1e-12 for any chunk size, GVA, K != V,
+    """Our chunked form and fla's recurrence in float64 agree to TRUTH_AGREEMENT (1e-10; measured ~1e-15) for any chunk size, GVA, K != V,
     packed or dense batches, strong gates (20x logsigmoid), with or without initial states."""
     if problem["dense_batch"]:
         problem["lens"] = [problem["lens"][0]] * len(problem["lens"])
@@ -53,7 +53,7 @@ def test_chunked_matches_fla_naive_float64(problem, chunk):
     o1, s1 = gt.fla_recurrent(p)
     o2, s2 = gt.chunked(p, chunk=chunk)
     assert o1.dtype == f64 and s1.dtype == f64
-    assert max_rel(o2, o1) < 1e-10 and max_rel(s2, s1) < 1e-10, (max_rel(o2, o1), max_rel(s2, s1))
+    assert max_rel(o2, o1) < TRUTH_AGREEMENT and max_rel(s2, s1) < TRUTH_AGREEMENT, (max_rel(o2, o1), max_rel(s2, s1))
 
 
 def test_fla_naive_really_runs_in_float64():
@@ -68,7 +68,7 @@ def test_fla_naive_really_runs_in_float64():
     oc, _ = gt.chunked(p)
     assert o32.dtype == torch.float32
     assert 1e-9 < max_rel(o32.to(f64), o64) < 1e-5
-    assert max_rel(oc, o64) < 1e-12
+    assert max_rel(oc, o64) < TRUTH_AGREEMENT
 
 
 def test_state_passes_between_sequences_never():
@@ -79,7 +79,7 @@ def test_state_passes_between_sequences_never():
     alone = gt.Problem(q=p.q[:, 5:14], k=p.k[:, 5:14], v=p.v[:, 5:14], g=p.g[:, 5:14], beta=p.beta[:, 5:14],
                        scale=p.scale, h0=p.h0[1:2], cu_seqlens=[0, 9])
     o1, s1 = gt.fla_recurrent(alone)
-    assert max_rel(o[:, 5:14], o1) < 1e-12 and max_rel(s[1:2], s1) < 1e-12
+    assert max_rel(o[:, 5:14], o1) < TRUTH_AGREEMENT and max_rel(s[1:2], s1) < TRUTH_AGREEMENT
 
 
 @settings(max_examples=25, deadline=None)
@@ -125,7 +125,7 @@ def test_fla_triton_matches_chunked(kernel, gate, layout, varlen):
                       lower_bound=lb, beta_logits=True, qk_l2norm=True, layout=layout)
     o, s = gt.fla_triton(call, kernel)
     s = gt.state_to_kv(s, layout)
-    bound = 5e-3 if kernel == "chunk" else 1e-5
+    bound = FLA_FP32_RMS[kernel]
 
     def rms(a, b):
         return float((a.double().cpu() - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt())

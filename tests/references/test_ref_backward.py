@@ -92,5 +92,5 @@ def test_fla_triton(d):
                       initial_state=leaves["initial_state"], output_final_state=True)
     torch.autograd.backward((o, ht), (x["do"], x["dht"]))
     for out, name in GRAD_OF.items():
-        assert_close(d, out, ref[out].float(), leaves[name].grad.float(), "triton_bf16",
+        assert_close(d, out, ref[out].float(), leaves[name].grad.float(), "definition",
                      "fla chunk_kda backward (bf16) vs reference")
