@@ -88,15 +88,29 @@ def family_params(family: str, fast: str = "all") -> list[Any]:
     return [pytest.param(d, id=d.name, marks=() if d is smallest else pytest.mark.slow) for d in defs]
 
 
-def workload_params(family: str, max_tokens: int = 8192) -> list[Any]:
+def workload_params(family: str, max_tokens: int = 8192, max_elements: int = 2 ** 27) -> list[Any]:
     """pytest params over every dataset workload of a family ("defname-N" ids), marked slow; workloads
-    tagged stress, or of more than max_tokens tokens, are marked stress instead (pytest -m stress)."""
+    tagged stress, of more than max_tokens tokens, or with a tensor of more than max_elements elements
+    (a 512-slot pool of 96 heads is 805M) are marked stress instead (pytest -m stress)."""
     out = []
     for d in definitions(family):
         for i, w in enumerate(dataset().workloads_of(d.name)):
-            big = "stress" in w.tags or workload_tokens(d, w) > max_tokens
+            big = ("stress" in w.tags or workload_tokens(d, w) > max_tokens
+                   or largest_tensor(d, w) > max_elements)
             out.append(pytest.param(d, w, id=f"{d.name}-{i}", marks=pytest.mark.stress if big else pytest.mark.slow))
     return out
+
+
+def largest_tensor(d: Definition, w: Workload) -> int:
+    """Elements of the workload's largest input or output."""
+    axes = {**d.const_axes, **w.axes}
+    sizes = [1]
+    for spec in [*d.inputs.values(), *d.outputs.values()]:
+        n = 1
+        for dim in d.shape_of(spec, axes) or []:
+            n *= dim
+        sizes.append(n)
+    return max(sizes)
 
 
 def workload_tokens(d: Definition, w: Workload) -> int:
@@ -296,9 +310,9 @@ def from_truth(d: Definition, x: dict[str, Any], o: torch.Tensor, ht: torch.Tens
     elif family == "decode":
         o = o[:, 0]
     state = gt.state_from_kv(ht, layout)
-    if "state_pool" in x:
-        pool = x["state_pool"].to(f64).clone()
-        pool[x["state_indices"].long()] = state
+    if "state_pool" in x:  # built on the CPU (where compare_output works anyway): pools can be large
+        pool = x["state_pool"].to("cpu", f64)
+        pool[x["state_indices"].long().cpu()] = state.cpu()
         return {"o": o, "new_state_pool": pool}
     return {"o": o, "final_state": state}
 

@@ -116,6 +116,15 @@ def _marks(decorators: list[ast.expr]) -> set[str]:
     return names
 
 
+def _slow_params(call: ast.Call) -> bool:
+    """A parametrization whose params are all marked slow (or stress): conftest.workload_params(...) and
+    test_ref_gate.gate_workloads(fast=False)."""
+    name = getattr(call.func, "id", "")
+    fast = [kw.value for kw in call.keywords if kw.arg == "fast"]
+    return name == "workload_params" or (name == "gate_workloads" and bool(fast)
+                                         and isinstance(fast[0], ast.Constant) and fast[0].value is False)
+
+
 def declarations(tests_dir: Path = TESTS_DIR) -> list[Declaration]:
     """Every `@covers(...)` in tests_dir/test_*.py, read from the syntax trees (nothing is imported)."""
     out = []
@@ -130,9 +139,8 @@ def declarations(tests_dir: Path = TESTS_DIR) -> list[Declaration]:
             if not isinstance(node, ast.FunctionDef):
                 continue
             marks = module_marks | _marks(node.decorator_list)
-            calls = {getattr(c.func, "id", "") for dec in node.decorator_list for c in ast.walk(dec)
-                     if isinstance(c, ast.Call)}
-            if "workload_params" in calls:  # conftest.workload_params marks every param slow (or stress)
+            calls = [c for dec in node.decorator_list for c in ast.walk(dec) if isinstance(c, ast.Call)]
+            if any(_slow_params(c) for c in calls):
                 marks.add("slow")
             tier = "gpu" if "gpu" in marks else "slow" if marks & {"slow", "stress"} else "fast"
             fast_one = any(isinstance(c, ast.Call) and getattr(c.func, "id", "") == "family_params"

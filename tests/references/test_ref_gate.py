@@ -15,6 +15,7 @@ from conftest import (
     dataset,
     family_params,
     inputs_of,
+    largest_tensor,
     require_cuda,
     run_reference,
     workload_size,
@@ -54,13 +55,17 @@ def check_gate(d, x, out, what):
 
 
 def gate_workloads(fast: bool):
+    """The fast tier's small dataset workloads, or the others (slow; stress past 2^27 elements)."""
     out = []
     for d in [p.values[0] for p in family_params(FAMILY)]:
         if d is None:
             continue
         for i, w in enumerate(dataset().workloads_of(d.name)):
-            if (workload_size(d, w) <= FAST_SIZE) == fast and "stress" not in w.tags:
-                out.append(pytest.param(d, w, id=f"{d.name}-{i}"))
+            if (workload_size(d, w) <= FAST_SIZE) != fast:
+                continue
+            big = "stress" in w.tags or largest_tensor(d, w) > 2 ** 27
+            marks = () if fast else pytest.mark.stress if big else pytest.mark.slow
+            out.append(pytest.param(d, w, id=f"{d.name}-{i}", marks=marks))
     return out
 
 
@@ -74,7 +79,6 @@ def test_dataset_workloads(d, w):
     check_gate(d, x, out, f"workload {w.uuid}")
 
 
-@pytest.mark.slow
 @covers("gate", gate=("safe", "unbounded"))
 @pytest.mark.parametrize("d,w", gate_workloads(fast=False))
 def test_dataset_workloads_large(d, w):
