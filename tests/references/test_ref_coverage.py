@@ -70,3 +70,11 @@ def test_guard_reports_unexercised_cells():
     assert cc.missing_cells(d, declared, observed) == ["initial_state=absent"]
     observed["initial_state"].add("absent")
     assert cc.missing_cells(d, declared, observed) == []
+
+
+def test_loads_by_path_outside_pytest():
+    """How `kda-trace coverage` would use it: load the file by path and build the rows."""
+    module = cc.load_module()
+    assert module is not cc and module.__file__ == cc.__file__
+    rows = module.coverage_rows(kda_definitions())
+    assert rows and all(r.covered for r in rows)
