@@ -1,4 +1,4 @@
-"""Chunked KDA forward (prefill) in four Triton kernels.
+"""Chunked KDA forward (prefill) in five Triton kernels.
 
 Each sequence is cut into chunks of BT = 64 tokens (the last one may be shorter); a chunk is handled as
 four sub-chunks of 16 rows. With G the inclusive cumulative sum of the log decay g inside a chunk
@@ -16,11 +16,11 @@ Kernels, in launch order:
 1. `_gate_cumsum_kernel`, per (chunk, value head): gate (precomputed, unbounded or safe), cumulative sum
    G (fp32), and the q/k L2-norm factors 1 / sqrt(sum x^2 + 1e-6).
 2. `_intra_kernel`, per (chunk, value head): A_qk, A_kk, X by 16x16 block forward substitution (the
-   diagonal 16x16 inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)), then
-   W, U, q exp(G) and k exp(G_last - G).
-3. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
-   at every chunk start (bf16, for kernel 4), V_new, and the final state.
-4. `_output_kernel`, per (chunk, value head, V-tile): O.
+   diagonal 16x16 inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)).
+3. `_wu_kernel`, per (chunk, value head): W, U, q exp(G) and k exp(G_last - G).
+4. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
+   at every chunk start (bf16, for kernel 5), V_new, and the final state.
+5. `_output_kernel`, per (chunk, value head, V-tile): O.
 
 Decays are taken relative to a row inside the chunk, never the chunk end for a row before it, so every
 exp has an argument <= 0, except one bounded case: the 16x16 diagonal blocks of A_kk / A_qk are tensor-core
@@ -33,7 +33,8 @@ Every anchor row is at or before the row it serves, so no output depends on late
 
 Dot precisions (say where accuracy is spent):
 - A_kk, A_qk blocks: tf32 (fp32 operands scaled by the decays).
-- the triangular solve (16x16 diagonal inverses as a product of powers, block merges): ieee fp32.
+- the triangular solve (16x16 diagonal inverses as a product of powers, block merges): tf32x3 (three tf32
+  tensor-core products with the low parts, about fp32 accuracy, on tensor cores instead of fp32 FMAs).
 - W, U (X rounded to bf16 times bf16 operands), the state pass (W S, k^T V_new with S and V_new rounded to
   bf16) and the output (q exp(G) S, A_qk V_new): bf16 tensor cores, fp32 accumulation. The state S itself
   is kept in fp32 between chunks.
@@ -54,11 +55,12 @@ from kda_trace.platform import triton_interpreted
 
 BT = 64  # chunk length
 BC = 16  # sub-chunk length (the diagonal blocks of the solve)
+SOLVE_PRECISION = tl.constexpr("tf32x3")  # the solve's fp32 products: 3 tf32 MMAs, about fp32 accuracy
 MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
 
 # Launch settings (warps per program, software-pipelining depth of the state pass, its V-tile: None picks
 # by the number of (sequence, head) pairs). benchmarks/bench_chunk.py sweeps them; the defaults are its pick.
-LAUNCH = dict(gate_warps=4, intra_warps=4, intra_bk=32, state_warps=4, state_stages=2, state_bv=None, out_warps=8)
+LAUNCH = dict(gate_warps=4, intra_warps=4, intra_bk=32, wu_warps=4, wu_bk=32, wu_bv=32, state_warps=4, state_stages=2, state_bv=None, out_warps=8)
 
 _GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
 _BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
@@ -156,9 +158,9 @@ def _gate_cumsum_kernel(
 
 
 # ----------------------------------------------------------------------------------------------------
-# 2. intra-chunk: A_qk, A_kk, X = (I + A_kk)^-1, W, U, q exp(G), k exp(G_last - G)
+# 2. intra-chunk: A_qk, A_kk, X = (I + A_kk)^-1; 3. W, U, q exp(G), k exp(G_last - G)
 # ----------------------------------------------------------------------------------------------------
-@triton.jit
+@triton.jit(noinline=True)  # rarely taken: kept out of the fast path's registers
 def _exact_diag_block(
     x, k, G, i0, n, BC: tl.constexpr, BK: tl.constexpr,
     SX: tl.constexpr, SG: tl.constexpr, K: tl.constexpr,
@@ -188,17 +190,17 @@ def _exact_diag_block(
 
 @triton.jit
 def _inverse_unit_lower(L, BC: tl.constexpr):
-    """(I + L)^-1 for a strictly lower-triangular 16x16 L (ieee fp32). L is nilpotent (L^16 = 0), so
+    """(I + L)^-1 for a strictly lower-triangular 16x16 L (fp32 products). L is nilpotent (L^16 = 0), so
     (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8): six small products instead of 15 dependent row steps
     of forward substitution (each of which needs two cross-thread reductions)."""
     o_i = tl.arange(0, BC)
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
-    L2 = tl.dot(L, L, input_precision="ieee")
-    L4 = tl.dot(L2, L2, input_precision="ieee")
-    L8 = tl.dot(L4, L4, input_precision="ieee")
-    X = tl.dot(eye - L, eye + L2, input_precision="ieee")
-    X = tl.dot(X, eye + L4, input_precision="ieee")
-    return tl.dot(X, eye + L8, input_precision="ieee")
+    L2 = tl.dot(L, L, input_precision=SOLVE_PRECISION)
+    L4 = tl.dot(L2, L2, input_precision=SOLVE_PRECISION)
+    L8 = tl.dot(L4, L4, input_precision=SOLVE_PRECISION)
+    X = tl.dot(eye - L, eye + L2, input_precision=SOLVE_PRECISION)
+    X = tl.dot(X, eye + L4, input_precision=SOLVE_PRECISION)
+    return tl.dot(X, eye + L8, input_precision=SOLVE_PRECISION)
 
 
 @triton.jit
@@ -214,9 +216,9 @@ def _beta_at(beta, rows, m, BETA: tl.constexpr):
 
 @triton.jit(do_not_specialize=["scale"])
 def _intra_kernel(
-    q, k, v, beta, G, rq, rk, Xs, Aqk, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    q, k, beta, G, rq, rk, Xs, Aqk, cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, MAX_EXP: tl.constexpr, CHECK_RANGE: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
@@ -224,19 +226,13 @@ def _intra_kernel(
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
-    # chunk-row-0 pointers; row strides SX (q, k), SG (G, W, QG, KG), SV (v, U), SA (A_qk), HV (beta, r)
+    # chunk-row-0 pointers; row strides SX (q, k), SG (G), SA (A_qk), HV (beta, r)
     SX: tl.constexpr = H * K
     SG: tl.constexpr = HV * K
-    SV: tl.constexpr = HV * V
     SA: tl.constexpr = HV * BT
     q += (r0 * H + i_h) * K
     k += (r0 * H + i_h) * K
     G += (r0 * HV + i_hv) * K
-    W += (r0 * HV + i_hv) * K
-    QG += (r0 * HV + i_hv) * K
-    KG += (r0 * HV + i_hv) * K
-    v += (r0 * HV + i_hv) * V
-    U += (r0 * HV + i_hv) * V
     Aqk += (r0 * HV + i_hv) * BT
     beta += r0 * HV + i_hv
     rq += r0 * HV + i_hv
@@ -331,10 +327,47 @@ def _intra_kernel(
         # X_I = (I + A_II)^-1 (E_I - A_I,<I X_<I); X rows >= i0 are not written yet and load as 0
         x_prev = tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=(o_t < i0)[:, None], other=0.0)
         rhs = tl.where(o_t[None, :] == o_i[:, None], 1.0, 0.0)
-        rhs -= tl.dot(off_k, x_prev, input_precision="ieee")
-        x_i = tl.dot(_inverse_unit_lower(kk, BC), rhs, input_precision="ieee")
+        rhs -= tl.dot(off_k, x_prev, input_precision=SOLVE_PRECISION)
+        x_i = tl.dot(_inverse_unit_lower(kk, BC), rhs, input_precision=SOLVE_PRECISION)
         tl.store(Xs + o_i[:, None] * BT + o_t[None, :], x_i)
         tl.debug_barrier()  # block row I is read back by the next block rows and below
+
+
+@triton.jit(do_not_specialize=["scale"])
+def _wu_kernel(
+    q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """W = X (beta k exp(G)), U = X (beta v), q exp(G) and k exp(G_last - G) for one (chunk, value head),
+    from the X that `_intra_kernel` left in Xs. (A separate kernel: fused into `_intra_kernel` it made
+    that kernel spill registers.)"""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    i_h = i_hv // (HV // H)
+    r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    SX: tl.constexpr = H * K
+    SG: tl.constexpr = HV * K
+    SV: tl.constexpr = HV * V
+    q += (r0 * H + i_h) * K
+    k += (r0 * H + i_h) * K
+    G += (r0 * HV + i_hv) * K
+    W += (r0 * HV + i_hv) * K
+    QG += (r0 * HV + i_hv) * K
+    KG += (r0 * HV + i_hv) * K
+    v += (r0 * HV + i_hv) * V
+    U += (r0 * HV + i_hv) * V
+    beta += r0 * HV + i_hv
+    rq += r0 * HV + i_hv
+    rk += r0 * HV + i_hv
+    Xs += (i_c * HV + i_hv) * (BT * BT)
+    o_t = tl.arange(0, BT)
+    m_t = o_t < n
+    if L2NORM:
+        rk_t = tl.load(rk + o_t * HV, mask=m_t, other=0.0)
+    else:
+        rk_t = tl.full([BT], 1.0, tl.float32)
 
     # W = X (beta k exp(G)), q exp(G) and k exp(G_last - G), per K-tile. Rows past n: X rows/columns
     # there are never read (masked), their k, q are 0 and nothing is stored for them.
@@ -370,7 +403,7 @@ def _intra_kernel(
 
 
 # ----------------------------------------------------------------------------------------------------
-# 3. state pass: sequential over a sequence's chunks
+# 4. state pass: sequential over a sequence's chunks
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _state_kernel(
@@ -440,7 +473,7 @@ def _state_kernel(
 
 
 # ----------------------------------------------------------------------------------------------------
-# 4. output
+# 5. output
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _output_kernel(
@@ -587,19 +620,23 @@ def kda_chunk(
 
     Xs = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
+    check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
+    _intra_kernel[(NT, HV)](
+        q, k, beta, G, rq, rk, Xs, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+        H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
+        BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
+        INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
+    )
+
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     QG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     KG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     U = torch.empty(TT, HV, V, dtype=bf16, device=dev)
-    check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
-    _intra_kernel[(NT, HV)](
-        q, k, v, beta, G, rq, rk, Xs, Aqk, W, U, QG, KG, cu_seqlens, chunk_indices,
-        opts.resolved_scale(K),
-        H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
-        BV=min(64, max(16, triton.next_power_of_2(V))),
-        BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
-        INTERPRET=interp,
-        num_warps=LAUNCH["intra_warps"],
+    _wu_kernel[(NT, HV)](
+        q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
+        BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
+        BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, INTERPRET=interp, num_warps=LAUNCH["wu_warps"],
     )
 
     h = torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
