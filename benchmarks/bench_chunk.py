@@ -176,26 +176,31 @@ def profile(name):
 
 
 def sweep(name):
+    """Greedy, one setting at a time: keep each change that is faster; leaves the best in ours.LAUNCH."""
     H, lens, mode = SHAPES[name]
     x = make_inputs(H, lens, mode)
-    base = dict(ours.LAUNCH)
-    grid = [dict()]
-    grid += [dict(intra_warps=w, intra_bk=b) for w in (4, 8) for b in (32, 64) if (w, b) != (8, 32)]
-    grid += [dict(state_warps=w, state_stages=s) for w in (4, 8) for s in (1, 2, 3) if (w, s) != (4, 2)]
-    grid += [dict(state_bv=b) for b in (16, 32, 64)]
-    grid += [dict(out_warps=w) for w in (4,)]
-    grid += [dict(gate_warps=w) for w in (2, 8)]
-    print(f"\nsweep on {name}:")
-    for change in grid:
-        ours.LAUNCH.clear()
-        ours.LAUNCH.update(base, **change)
-        try:
-            t = bench(lambda: run_ours(x, mode))
-            print(f"  {change or 'defaults'}: {t:.3f} ms")
-        except Exception as e:  # noqa: BLE001
-            print(f"  {change}: failed {type(e).__name__}: {str(e)[:200]}")
-    ours.LAUNCH.clear()
-    ours.LAUNCH.update(base)
+    options = [
+        ("intra_warps", (4, 8)), ("intra_bk", (32, 64)), ("wu_warps", (8, 4)), ("state_stages", (2, 3)), ("state_bv", (None, 16, 64)),
+        ("out_warps", (8, 4)),
+    ]
+    best = bench(lambda: run_ours(x, mode))
+    print(f"\nsweep on {name}: defaults {dict(ours.LAUNCH)}: {best:.3f} ms")
+    for key, values in options:
+        keep = ours.LAUNCH[key]
+        for value in values:
+            if value == keep:
+                continue
+            ours.LAUNCH[key] = value
+            try:
+                t = bench(lambda: run_ours(x, mode))
+            except Exception as e:  # noqa: BLE001
+                print(f"  {key}={value}: failed {type(e).__name__}: {str(e)[:200]}")
+                continue
+            print(f"  {key}={value}: {t:.3f} ms")
+            if t < best * 0.98:
+                best, keep = t, value
+        ours.LAUNCH[key] = keep
+    print(f"  kept {dict(ours.LAUNCH)}: {best:.3f} ms")
 
 
 def main():

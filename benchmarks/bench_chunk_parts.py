@@ -25,7 +25,7 @@ from kda_trace.kernels.options import KDAOptions  # noqa: E402
 
 VARIANTS = {
     "full": [],
-    "no W/U phase": [("    # W = X (beta k exp(G)), q exp(G)", "    return\n    # W = X (beta k exp(G)), q exp(G)")],
+
     "no off-diagonal product": [("            if I > 0:\n", "            if I < 0:\n")],
     "no diagonal products": [
         ('kk_lo += tl.dot(kr_lo, tl.trans(kc_lo), input_precision="tf32")', 'kk_lo += tl.sum(kc_lo) * 0'),

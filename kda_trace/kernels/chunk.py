@@ -60,7 +60,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 
 # Launch settings (warps per program, software-pipelining depth of the state pass, its V-tile: None picks
 # by the number of (sequence, head) pairs). benchmarks/bench_chunk.py sweeps them; the defaults are its pick.
-LAUNCH = dict(gate_warps=4, intra_warps=4, intra_bk=32, wu_warps=4, wu_bk=32, wu_bv=32, state_warps=4, state_stages=2, state_bv=None, out_warps=8)
+LAUNCH = dict(gate_warps=4, intra_warps=4, intra_bk=32, wu_warps=8, wu_bk=32, wu_bv=32, state_warps=4, state_stages=2, state_bv=None, out_warps=8)
 
 _GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
 _BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
