@@ -210,6 +210,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="only the smoke workloads")
     ap.add_argument("--only", action="append", default=[], help="definition names containing this")
     ap.add_argument("--no-fla", action="store_true", help="time the references only")
+    ap.add_argument("--wrong-max-tokens", type=int, default=600,
+                    help="run the deliberately wrong fla variants only on workloads up to this many tokens")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting workloads after this many seconds")
     args = ap.parse_args()
     if args.render:
@@ -223,8 +225,9 @@ def main() -> None:
     order = ["prefill", "decode", "mtp", "forward", "backward", "gate"]  # most important first, in case of --budget-s
     defs = sorted((d for d in ds.definitions.values() if d.op_type == "kda"),
                   key=lambda d: (order.index(d.tag("stage")) if d.tag("stage") in order else 99, d.name))
-    if args.only:
-        defs = [d for d in defs if any(o in d.name for o in args.only)]
+    if args.only:  # in the order of the --only arguments
+        defs = [d for o in args.only for d in defs if o in d.name]
+        defs = [d for i, d in enumerate(defs) if d not in defs[:i]]
     start = time.time()
     log = (args.out / "references.jsonl").open("w")
     summary = {}
@@ -253,11 +256,16 @@ def main() -> None:
                 for name, fn in fla_runs(d, x).items():
                     if device != "cuda" and "chunk" in name:
                         continue  # chunk_kda's autotuner needs a GPU
+                    if name.startswith("wrong") and x["q"].shape[0] > args.wrong_max_tokens:
+                        continue
                     try:
+                        t1 = time.perf_counter()
                         with torch.no_grad():
                             out = fn()
                         sync()
+                        fla_s = time.perf_counter() - t1
                         rec["fla"][name] = judge(d, ref, tuple(out))
+                        rec["fla"][name]["seconds"] = fla_s  # first call of a shape includes compile/autotune
                         if d.tag("stage") in ("decode", "mtp"):  # untouched slots must be bit-identical
                             keep = torch.ones(x["state_pool"].shape[0], dtype=torch.bool, device=device)
                             keep[x["state_indices"]] = False
@@ -269,6 +277,7 @@ def main() -> None:
             s = summary.setdefault(d.name, {"n": 0, "ref_s": 0.0, "skipped": 0})
             s["n"] += 1
             s["ref_s"] += ref_s
+            rec["wall_s"] = time.perf_counter() - t0
             verdicts = {k: (v.get("error") and "error") or all(m["pass"] for m in v.values() if isinstance(m, dict))
                         for k, v in rec["fla"].items()}
             print(f"{d.name:42s} {str(w.axes):70s} ref {ref_s:7.3f}s  {verdicts}", flush=True)

@@ -46,7 +46,7 @@ MODELS = [
 # 1.5e-5 of the elements. The atol values are set against the typical magnitudes of these generators
 # (o ~ 0.01-0.05 since scale = K^-0.5 and q is unit norm; states ~ 0.1-0.5).
 TOL_O = {"atol": 2e-3, "rtol": 2e-2, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-2, "min_cosine": 0.9999}
-TOL_STATE = {"atol": 1e-2, "rtol": 2e-2, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-2, "min_cosine": 0.9999}
+TOL_STATE = {"atol": 2e-2, "rtol": 2e-2, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-2, "min_cosine": 0.9999}
 # Gate alone: pure fp32 element-wise math; only transcendental rounding (exp, log1p vs log(1 + x)) differs.
 TOL_GATE = {"atol": 1e-5, "rtol": 1e-5, "min_matched_ratio": 1.0, "max_rms_rel_error": 1e-5, "min_cosine": 0.999999}
 # Backward: fla's own tests allow ~1e-2 on gradients in bf16; dg sums over chains of products and is noisier.
