@@ -160,7 +160,7 @@ def _gate_cumsum_kernel(
 # ----------------------------------------------------------------------------------------------------
 # 2. intra-chunk: A_qk, A_kk, X = (I + A_kk)^-1; 3. W, U, q exp(G), k exp(G_last - G)
 # ----------------------------------------------------------------------------------------------------
-@triton.jit(noinline=True)  # rarely taken: kept out of the fast path's registers
+@triton.jit
 def _exact_diag_block(
     x, k, G, i0, n, BC: tl.constexpr, BK: tl.constexpr,
     SX: tl.constexpr, SG: tl.constexpr, K: tl.constexpr,
@@ -412,9 +412,11 @@ def _state_kernel(
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    i_v = tl.program_id(0).to(tl.int64)
-    i_n = tl.program_id(1).to(tl.int64)
-    i_hv = tl.program_id(2).to(tl.int64)
+    # grid (sequences x V-tiles, value heads): only axis 0 may exceed 65535
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_n = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
+    i_hv = tl.program_id(1).to(tl.int64)
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
     eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
@@ -481,9 +483,11 @@ def _output_kernel(
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    i_v = tl.program_id(0).to(tl.int64)
-    i_c = tl.program_id(1).to(tl.int64)
-    i_hv = tl.program_id(2).to(tl.int64)
+    # grid (chunks x V-tiles, value heads): only axis 0 may exceed 65535; a chunk's V-tiles are neighbours
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_c = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
+    i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     o_t = tl.arange(0, BT)
     m_r = o_t < n
@@ -644,7 +648,7 @@ def kda_chunk(
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
     BK = max(16, triton.next_power_of_2(K))
     BV = LAUNCH["state_bv"] or _state_bv(N * HV, BK, V)
-    _state_kernel[(triton.cdiv(V, BV), N, HV)](
+    _state_kernel[(N * triton.cdiv(V, BV), HV)](
         W, U, KG, G, h, v_new,
         initial_state if initial_state is not None else G, final_state if final_state is not None else G,
         cu_seqlens, chunk_offsets,
@@ -655,7 +659,7 @@ def kda_chunk(
 
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
     BVo = min(64, max(16, triton.next_power_of_2(V)))
-    _output_kernel[(triton.cdiv(V, BVo), NT, HV)](
+    _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
         QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
         HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=LAUNCH["out_warps"],
     )
