@@ -25,7 +25,6 @@ from kda_trace.kernels.options import KDAOptions  # noqa: E402
 
 VARIANTS = {
     "full": [],
-
     "no off-diagonal product": [("            if I > 0:\n", "            if I < 0:\n")],
     "no diagonal products": [
         ('kk_lo += tl.dot(kr_lo, tl.trans(kc_lo), input_precision="tf32")', 'kk_lo += tl.sum(kc_lo) * 0'),
@@ -33,9 +32,10 @@ VARIANTS = {
         ('kk_hi += tl.dot(b_k * e_hi, tl.trans(kc_hi), input_precision="tf32")', 'kk_hi += tl.sum(kc_hi) * 0'),
         ('qk_hi += tl.dot(b_q * e_hi, tl.trans(kc_hi), input_precision="tf32")', 'qk_hi += tl.sum(e_hi) * 0'),
     ],
-    "no inverse": [('        x_i = tl.dot(_inverse_unit_lower(kk, BC), rhs, input_precision="ieee")',
+    "no inverse": [('        x_i = tl.dot(_inverse_unit_lower(kk, BC), rhs, input_precision=SOLVE_PRECISION)',
                     '        x_i = rhs + tl.sum(kk) * 0')],
-    "no block merge": [('        rhs -= tl.dot(off_k, x_prev, input_precision="ieee")', '        rhs -= tl.sum(off_k) * 0')],
+    "no block merge": [('        rhs -= tl.dot(off_k, x_prev, input_precision=SOLVE_PRECISION)',
+                        '        rhs -= tl.sum(off_k) * 0')],
     "no range check": [("        if CHECK_RANGE:\n            # row i is exact", "        if False:\n            # row i is exact")],
 }
 
