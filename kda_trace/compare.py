@@ -103,11 +103,14 @@ def packed_axis(definition: Definition) -> Optional[tuple[str, str]]:
 def describe_index(index: Sequence[int], axes: Sequence[str], packed: Optional[tuple[str, Any]] = None) -> str:
     """Coordinates named by axis; a packed token axis is named as token t of sequence s."""
     parts = []
+    both_dims = "head_dim_k" in axes and "head_dim_v" in axes  # a state: say which dim is which
     for i, axis in zip(index, axes):
         if packed is not None and axis == packed[0] and packed[1] is not None:
             cu = packed[1]
             seq = max(0, int(torch.searchsorted(cu, torch.tensor([i]), right=True).item()) - 1)
             parts.append(f"token {i - int(cu[seq])} of sequence {seq}")
+        elif both_dims and axis in ("head_dim_k", "head_dim_v"):
+            parts.append(f"{axis[-1]}-dim {i}")
         else:
             parts.append(f"{AXIS_WORDS.get(axis, axis)} {i}")
     return ", ".join(parts)

@@ -63,6 +63,9 @@ def test_packed_axis_is_named_by_sequence_and_token(ds):
     d = ds.definitions["toy_packed"]
     cu = torch.tensor([0, 3, 10, 12])
     assert describe_index([8, 2], ["total_seq_len", "dim"], ("total_seq_len", cu)) == "token 5 of sequence 1, dim 2"
+    assert describe_index([3, 12, 77], ["total_seq_len", "num_v_heads", "head_dim_v"]) == "token 3, head 12, dim 77"
+    state = ["pool_size", "num_v_heads", "head_dim_v", "head_dim_k"]
+    assert describe_index([5, 1, 7, 9], state) == "slot 5, head 1, v-dim 7, k-dim 9"
     ref = torch.randn(12, 4)
     out = ref.clone()
     out[3, 0] += 1.0  # first token of sequence 1
