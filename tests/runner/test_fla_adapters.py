@@ -1,0 +1,69 @@
+"""The fla adapters' mapping of each family's inputs and tags onto fla.ops.kda, checked on the CPU.
+
+fla's chunk_kda needs a GPU driver, so for the chunk families `chunk_kda` is replaced by a shim onto
+`fused_recurrent_kda` (same math, same flags, runs under TRITON_INTERPRET=1): what is checked is the
+adapter (shapes, flags, gate, beta, layout, cu_seqlens), not fla's chunk kernel.
+"""
+
+import os
+
+import pytest
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+from kda_trace.compare import compare_output, tolerance_for  # noqa: E402
+from kda_trace.dataset import load_dataset  # noqa: E402
+from kda_trace.inputs import clone_inputs, make_inputs  # noqa: E402
+from kda_trace.reference import compile_reference  # noqa: E402
+from kda_trace.runner import normalize_outputs  # noqa: E402
+
+fla_kda = pytest.importorskip("fla.ops.kda")
+
+
+def _chunk_via_recurrent(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                         safe_gate=False, **kw):
+    kw.pop("chunk_size", None)
+    return fla_kda.fused_recurrent_kda(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                       output_final_state=output_final_state, **kw)
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return load_dataset()
+
+
+def check(ds, name, monkeypatch, device_claim):
+    from kda_trace.solutions.fla_adapters import FlaSolution
+
+    if name not in ds.definitions:
+        pytest.skip(f"{name} is not in the dataset")
+    d = ds.definitions[name]
+    w = min((w for w in ds.workloads_of(name) if "smoke" in w.tags), key=lambda w: sum(w.axes.values()))
+    monkeypatch.setattr(fla_kda, "chunk_kda", _chunk_via_recurrent)
+    sol = FlaSolution(device_claim)
+    assert sol.supports(d) is None
+    run = sol.build(d, "cpu")
+    inputs = make_inputs(d, w, device="cpu")
+    ref, _ = normalize_outputs(d, compile_reference(d.reference, d.name)(**clone_inputs(inputs)))
+    out, why = normalize_outputs(d, run(**clone_inputs(inputs)))
+    assert out is not None, why
+    cu = inputs.get("cu_seqlens")
+    for o in d.outputs:
+        m = compare_output(d, o, ref[o], out[o], tolerance_for(d, o), cu)
+        assert m.passed, f"{name} {o}: {m.reason}"
+
+
+@pytest.mark.parametrize("name", [
+    "kda_prefill_h8_d128_k_last",
+    pytest.param("kda_prefill_h16_d128_k_last_safe_gate", marks=pytest.mark.slow),  # ~10 s interpreted
+    pytest.param("kda_fwd_qk16_v32_d128_v_last", marks=pytest.mark.slow),  # ~20 s interpreted
+])
+def test_chunk_family_mapping(ds, name, monkeypatch):
+    check(ds, name, monkeypatch, device_claim="cuda")  # claim a GPU so that supports() accepts chunk families
+
+
+def test_chunk_families_unsupported_on_cpu(ds):
+    from kda_trace.solutions.fla_adapters import FlaSolution
+
+    reason = FlaSolution("cpu").supports(ds.definitions["kda_prefill_h8_d128_k_last"])
+    assert reason and "GPU" in reason
