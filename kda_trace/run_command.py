@@ -37,7 +37,9 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="skip (definition, workload, solution) already in --out")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds one phase of an evaluation may take (build, run, timing) before it is "
-                             "killed as a hang (default: 300 on a GPU, 600 on the CPU)")
+                             "killed as a hang (default: 300 on a GPU, 600 on the CPU). A solution's first "
+                             "call includes its compilation and autotuning: fla's chunk kernels can autotune "
+                             "for minutes on a GPU, raise --timeout for them")
     parser.add_argument("--tolerance", dest="tolerances", action="append", default=[], metavar="OUTPUT=FIELD:V,...",
                         help="override an output's tolerance, e.g. o=atol:1e-2,rtol:1e-2 or "
                              "'*=max_rms_rel_error:1e-2' (fields: atol, rtol, min_matched_ratio, "
