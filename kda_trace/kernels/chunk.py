@@ -522,21 +522,24 @@ def _output_kernel(
 # ----------------------------------------------------------------------------------------------------
 # wrapper
 # ----------------------------------------------------------------------------------------------------
-def _chunk_tables(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _chunk_tables(lens: list[int], device) -> tuple[torch.Tensor, torch.Tensor, int]:
     """chunk_indices [NT, 2] int32 (sequence, chunk within it), chunk_offsets [N] int64 (first global
-    chunk of each sequence) and NT. Reads the lengths on the host once (to size the grids and reject
-    empty sequences)."""
-    lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
-    lens_host = lens.tolist()
-    if any(n <= 0 for n in lens_host):
-        raise ValueError(f"every sequence needs at least one token; cu_seqlens gives lengths {lens_host}")
-    n_chunks = (lens + BT - 1) // BT
+    chunk of each sequence) and NT, for sequence lengths known on the host. Built on the host and copied
+    once, asynchronously from pinned memory on a GPU, so that the device never waits for the host here."""
+    if any(n <= 0 for n in lens):
+        raise ValueError(f"every sequence needs at least one token; cu_seqlens gives lengths {lens}")
+    n_chunks = (torch.tensor(lens, dtype=torch.int64) + BT - 1) // BT
     offsets = torch.cumsum(n_chunks, 0) - n_chunks
-    nt = sum((n + BT - 1) // BT for n in lens_host)
-    seq = torch.repeat_interleave(torch.arange(len(lens_host), device=cu_seqlens.device), n_chunks)
-    local = torch.arange(nt, device=cu_seqlens.device) - offsets[seq]
-    indices = torch.stack([seq, local], dim=1).to(torch.int32).contiguous()
-    return indices, offsets.contiguous(), nt
+    nt = int(n_chunks.sum())
+    seq = torch.repeat_interleave(torch.arange(len(lens)), n_chunks)
+    local = torch.arange(nt) - offsets[seq]
+    # one int64 buffer: [offsets (N) | indices as int32 pairs (NT * 2 int32 = NT int64)]
+    buf = torch.cat([offsets, torch.stack([seq, local], dim=1).to(torch.int32).view(torch.int64).flatten()])
+    if torch.device(device).type == "cuda":
+        buf = buf.pin_memory().to(device, non_blocking=True)
+    else:
+        buf = buf.to(device)
+    return buf[len(lens):].view(torch.int32).view(nt, 2), buf[: len(lens)], nt
 
 
 def kda_chunk(
@@ -567,7 +570,8 @@ def kda_chunk(
         initial_state: `[N, HV, K, V]` (`state_layout="kv"`) or `[N, HV, V, K]` ("vk") fp32, or None for
             zeros.
         cu_seqlens: `[N + 1]` int32/int64 cumulative lengths of a packed batch (B must be 1), or None for
-            N = B dense sequences of T tokens. Every length must be >= 1 (checked on the host).
+            N = B dense sequences of T tokens. Every length must be >= 1 (checked on the host: the
+            lengths are read once, a device sync; dense inputs need none).
 
     Returns:
         o: `[B, T, HV, V]` in v's dtype.
@@ -589,10 +593,9 @@ def kda_chunk(
         if B != 1:
             raise ValueError(f"with cu_seqlens the batch size must be 1, got {B}")
         N = cu_seqlens.shape[0] - 1
+        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the one host sync (grid sizes)
     else:
-        if T < 1:
-            raise ValueError("every sequence needs at least one token (T = 0)")
-        N = B
+        N, lens = B, [T] * B
         cu_seqlens = torch.arange(0, (B + 1) * T, T, dtype=torch.int64, device=q.device)
     vk = opts.state_layout == "vk"
     state_shape = (N, HV, V, K) if vk else (N, HV, K, V)
@@ -606,7 +609,7 @@ def kda_chunk(
 
     # the packed view: all kernels see [total_tokens, heads, dim]
     q, k, v, g, beta = (x.reshape(B * T, *x.shape[2:]).contiguous() for x in (q, k, v, g, beta))
-    chunk_indices, chunk_offsets, NT = _chunk_tables(cu_seqlens)
+    chunk_indices, chunk_offsets, NT = _chunk_tables(lens, q.device)
     TT, dev = B * T, q.device
     interp = triton_interpreted()
     f32, bf16 = torch.float32, torch.bfloat16
