@@ -30,8 +30,8 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from kda_trace.kernels import chunk as ours  # noqa: E402
-from kda_trace.kernels.options import KDAOptions  # noqa: E402
+from kda_trace.kernels import chunk as ours
+from kda_trace.kernels.options import KDAOptions
 
 # name -> (heads, sequence lengths, mode); mode: "pre" = precomputed g, "safe_l2" = safe gate + L2 norm in
 # the kernel; dense (B sequences of T, no cu_seqlens) when the name says "dense"
@@ -78,7 +78,7 @@ def make_inputs(H, lens, mode, seed=0):
     cu = None
     if not dense:
         cu = torch.tensor([0, *itertools.accumulate(lens)], device=dev, dtype=torch.int64)
-    return dict(q=q, k=k, v=v, g=g, beta=beta, h0=h0, A_log=A_log, dt_bias=dt_bias, cu=cu)
+    return {"q": q, "k": k, "v": v, "g": g, "beta": beta, "h0": h0, "A_log": A_log, "dt_bias": dt_bias, "cu": cu}
 
 
 def run_ours(x, mode):
@@ -91,7 +91,7 @@ def run_ours(x, mode):
 def run_fla(x, mode):
     from fla.ops.kda import chunk_kda
 
-    kw = dict(initial_state=x["h0"], output_final_state=True, cu_seqlens=x["cu"])
+    kw = {"initial_state": x["h0"], "output_final_state": True, "cu_seqlens": x["cu"]}
     if mode == "safe_l2":
         kw.update(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, safe_gate=True, lower_bound=-5.0,
                   A_log=x["A_log"], dt_bias=x["dt_bias"].flatten())
@@ -115,9 +115,9 @@ def speed(names, log):
         H, lens, mode = SHAPES[name]
         x = make_inputs(H, lens, mode)
         T = sum(lens)
-        t_ours = bench(lambda: run_ours(x, mode))
+        t_ours = bench(lambda x=x, mode=mode: run_ours(x, mode))
         try:
-            t_fla = bench(lambda: run_fla(x, mode))
+            t_fla = bench(lambda x=x, mode=mode: run_fla(x, mode))
         except Exception as e:  # noqa: BLE001 -- report, keep going
             print(f"{name}: fla failed: {e!r}", file=log)
             t_fla = float("nan")
@@ -126,10 +126,11 @@ def speed(names, log):
         o2, h2 = run_fla(x, mode)
         agree = metrics(o1, o2)[0], metrics(h1, h2)[0]
         fl = flops_per_token_head() * T * H
-        row = dict(shape=name, heads=H, tokens=T, seqs=len(lens), mode=mode, ours_ms=t_ours, fla_ms=t_fla,
-                   ours_mtok_s=T / t_ours / 1e3, fla_mtok_s=T / t_fla / 1e3,
-                   ours_tflops=fl / t_ours / 1e9, fla_tflops=fl / t_fla / 1e9, speedup=t_fla / t_ours,
-                   rms_vs_fla_o=agree[0], rms_vs_fla_state=agree[1])
+        row = {"shape": name, "heads": H, "tokens": T, "seqs": len(lens), "mode": mode,
+               "ours_ms": t_ours, "fla_ms": t_fla,
+                   "ours_mtok_s": T / t_ours / 1e3, "fla_mtok_s": T / t_fla / 1e3,
+                   "ours_tflops": fl / t_ours / 1e9, "fla_tflops": fl / t_fla / 1e9, "speedup": t_fla / t_ours,
+                   "rms_vs_fla_o": agree[0], "rms_vs_fla_state": agree[1]}
         rows.append(row)
         print(json.dumps(row), file=log, flush=True)
         del x
@@ -153,7 +154,7 @@ def accuracy(log):
         for who, fn in (("ours", run_ours), ("fla", run_fla)):
             o, h = fn(x, "pre")
             (ro, co), (rh, ch) = metrics(o, ref_o), metrics(h, ref_h)
-            line = dict(who=who, heads=H, tokens=T, o_rms=ro, o_cos=co, state_rms=rh, state_cos=ch)
+            line = {"who": who, "heads": H, "tokens": T, "o_rms": ro, "o_cos": co, "state_rms": rh, "state_cos": ch}
             print(json.dumps(line), file=log, flush=True)
             print(f"  {who:5s} H={H:3d} T={T:6d}: o {ro:.2e} / {co:.7f}   state {rh:.2e} / {ch:.7f}")
 
@@ -180,7 +181,8 @@ def sweep(name):
     H, lens, mode = SHAPES[name]
     x = make_inputs(H, lens, mode)
     options = [
-        ("intra_warps", (4, 8)), ("intra_bk", (32, 64)), ("wu_warps", (8, 4)), ("state_stages", (2, 3)), ("state_bv", (None, 16, 64)),
+        ("intra_warps", (4, 8)), ("intra_bk", (32, 64)), ("wu_warps", (8, 4)), ("state_stages", (2, 3)),
+        ("state_bv", (None, 16, 64)),
         ("out_warps", (8, 4)),
     ]
     best = bench(lambda: run_ours(x, mode))

@@ -20,8 +20,8 @@ import triton
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from kda_trace.kernels import chunk  # noqa: E402
-from kda_trace.kernels.options import KDAOptions  # noqa: E402
+from kda_trace.kernels import chunk
+from kda_trace.kernels.options import KDAOptions
 
 VARIANTS = {
     "full": [],
@@ -41,7 +41,8 @@ VARIANTS = {
 
 
 def load_variant(name, subs, tmp):
-    src = open(chunk.__file__).read()
+    with open(chunk.__file__) as f:
+        src = f.read()
     for old, new in subs:
         if src.count(old) != 1:
             raise SystemExit(f"variant {name!r}: substitution not found once: {old[:60]!r}")
@@ -68,7 +69,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, subs in VARIANTS.items():
             mod = load_variant(name, subs, tmp)
-            ms = triton.testing.do_bench(lambda: mod.kda_chunk(q, k, v, g, beta, opts), warmup=25, rep=150,
+            ms = triton.testing.do_bench(lambda mod=mod: mod.kda_chunk(q, k, v, g, beta, opts), warmup=25, rep=150,
                                          return_mode="median")
             print(f"{name:28s} {ms:7.3f} ms", flush=True)
 

@@ -59,9 +59,17 @@ SOLVE_PRECISION = tl.constexpr("tf32x3")  # the solve's fp32 products: 3 tf32 MM
 MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
 
 # Launch settings (warps per program, software-pipelining depth of the state pass, its V-tile: None picks
-# by the number of (sequence, head) pairs). benchmarks/bench_chunk.py sweeps them; the defaults are its pick.
-LAUNCH = dict(gate_warps=4, intra_warps=4, intra_bk=32, wu_warps=8, wu_bk=32, wu_bv=32, state_warps=4, state_stages=2, state_bv=None, out_warps=8)
+# by the number of (sequence, head) pairs). benchmarks/bench_chunk.py sweeps them; the defaults come from an
+# H100 sweep of the first version and from ptxas register / spill reports of this one.
+LAUNCH = {
+    "gate_warps": 4,
+    "intra_warps": 4, "intra_bk": 32,
+    "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
+    "state_warps": 4, "state_stages": 2, "state_bv": None,
+    "out_warps": 8,
+}
 
+_DEFAULT_OPTIONS = KDAOptions()
 _GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
 _BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
 
@@ -172,7 +180,7 @@ def _exact_diag_block(
     m_i = o_i < n
     o_j = tl.arange(0, BC)
     acc = tl.zeros([BC, BC], dtype=tl.float32)
-    for j in range(0, BC):
+    for j in range(BC):
         col = tl.zeros([BC], dtype=tl.float32)
         for k0 in range(0, K, BK):
             o_k = k0 + tl.arange(0, BK)
@@ -251,7 +259,7 @@ def _intra_kernel(
     #   A_qk / A_kk rows of block I: columns before the block (one product over the whole chunk, anchor =
     #   the block's first row, every exponent <= 0) and the 16x16 diagonal block (two anchors, see top);
     #   then X_I = (I + A_II)^-1 (E_I - A_I,<I X_<I).
-    for I in range(0, tl.cdiv(n, BC)):
+    for I in range(tl.cdiv(n, BC)):
         i0 = I * BC
         o_i = i0 + o_c
         m_i = o_i < n
@@ -448,7 +456,7 @@ def _state_kernel(
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
     off_h = o_k[:, None] * V + o_v[None, :]
     n_tok = eos - bos
-    for t in range(0, tl.cdiv(n_tok, BT)):
+    for t in range(tl.cdiv(n_tok, BT)):
         n = tl.minimum(n_tok - t * BT, BT)
         m_r = o_t < n
         b_sb = _bf16(b_s, INTERPRET)
@@ -548,7 +556,7 @@ def kda_chunk(
     v: torch.Tensor,
     g: torch.Tensor,
     beta: torch.Tensor,
-    opts: KDAOptions = KDAOptions(),
+    opts: KDAOptions = _DEFAULT_OPTIONS,
     *,
     A_log: torch.Tensor | None = None,
     dt_bias: torch.Tensor | None = None,

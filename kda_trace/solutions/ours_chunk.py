@@ -11,7 +11,7 @@ compiled or interpreted Triton (`kda_trace.platform.ensure_triton_can_run`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from kda_trace.solutions.ours_recurrent import (
     _check_cu_seqlens,

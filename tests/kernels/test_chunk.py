@@ -23,8 +23,8 @@ from kda_trace.platform import default_device, ensure_triton_can_run
 DEVICE = default_device()
 ensure_triton_can_run(DEVICE)
 
-from kda_trace.kernels.chunk import kda_chunk  # noqa: E402
-from kda_trace.kernels.options import KDAOptions  # noqa: E402
+from kda_trace.kernels.chunk import kda_chunk
+from kda_trace.kernels.options import KDAOptions
 
 f64 = torch.float64
 BUDGET = 5e-3
@@ -88,14 +88,14 @@ def rms_rel(x, ref):
 def make(B, T, H, HV, K, V, seed, dtype=torch.float32, gate="precomputed", n_seqs=None):
     """Random inputs: raw q/k (normalised unless the kernel does it), v, g (log decay or raw gate), beta."""
     gen = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    r = lambda *s: torch.randn(*s, generator=gen)
     q, k, v = r(B, T, H, K), r(B, T, H, K), r(B, T, HV, V)
     g = F.logsigmoid(r(B, T, HV, K)) if gate == "precomputed" else r(B, T, HV, K) * 2
     beta = torch.rand(B, T, HV, generator=gen)
     h0 = r(n_seqs or B, HV, K, V)
     A_log, dt_bias = r(HV) * 0.5, r(HV, K)
-    return dict(q=q.to(dtype), k=k.to(dtype), v=v.to(dtype), g=g, beta=beta.to(dtype), h0=h0,
-                A_log=A_log, dt_bias=dt_bias)
+    return {"q": q.to(dtype), "k": k.to(dtype), "v": v.to(dtype), "g": g, "beta": beta.to(dtype), "h0": h0,
+                "A_log": A_log, "dt_bias": dt_bias}
 
 
 def run_case(x, opts, cu_seqlens=None, use_h0=True):
@@ -103,7 +103,7 @@ def run_case(x, opts, cu_seqlens=None, use_h0=True):
     K = x["q"].shape[-1]
     h0 = x["h0"] if use_h0 else None
     h0_kernel = None if h0 is None else (h0.transpose(-1, -2).contiguous() if opts.state_layout == "vk" else h0)
-    dv = lambda t: None if t is None else t.to(DEVICE)  # noqa: E731
+    dv = lambda t: None if t is None else t.to(DEVICE)
     o, ht = kda_chunk(dv(x["q"]), dv(x["k"]), dv(x["v"]), dv(x["g"]), dv(x["beta"]), opts,
                       A_log=dv(x["A_log"]), dt_bias=dv(x["dt_bias"]), initial_state=dv(h0_kernel),
                       cu_seqlens=dv(cu_seqlens))
@@ -337,11 +337,11 @@ def test_adapter_prefill_vs_family_reference(safe):
             *(["gate:safe", "lower_bound:-5"] if safe else ["gate:unbounded"])]
     run = ours_chunk.build(FakeDefinition(f"kda_prefill_h{H}_d{K}_k_last", tags, ("head_dim_v", "head_dim_k")))
     gen = torch.Generator().manual_seed(13)
-    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    r = lambda *s: torch.randn(*s, generator=gen)
     T, bf = 50, torch.bfloat16
-    inputs = dict(q=r(T, H, K).to(bf), k=r(T, H, K).to(bf), v=r(T, HV, V).to(bf), g_raw=r(T, HV, K).to(bf),
-                  A_log=r(HV) * 0.5, dt_bias=r(HV, K), b=r(T, HV).to(bf), initial_state=r(3, HV, V, K),
-                  cu_seqlens=torch.tensor([0, 5, 30, 50]), scale=K ** -0.5)
+    inputs = {"q": r(T, H, K).to(bf), "k": r(T, H, K).to(bf), "v": r(T, HV, V).to(bf), "g_raw": r(T, HV, K).to(bf),
+                  "A_log": r(HV) * 0.5, "dt_bias": r(HV, K), "b": r(T, HV).to(bf), "initial_state": r(3, HV, V, K),
+                  "cu_seqlens": torch.tensor([0, 5, 30, 50]), "scale": K ** -0.5}
     if safe:
         inputs["initial_state"] = None
     o_ref, h_ref = ref.run(**{n: (x.float() if n == "v" else x) for n, x in inputs.items()})
@@ -358,7 +358,7 @@ def test_adapter_forward_vs_family_reference():
     run = ours_chunk.build(FakeDefinition("kda_fwd_h1_d16_v_last", ["stage:forward"], ("head_dim_k", "head_dim_v")))
     x = make(2, 40, H, HV, K, V, seed=14, dtype=torch.bfloat16)
     q, k = (F.normalize(x[n].float(), dim=-1).bfloat16() for n in ("q", "k"))
-    inputs = dict(q=q, k=k, v=x["v"], g=x["g"], beta=x["beta"], initial_state=x["h0"], scale=0.25)
+    inputs = {"q": q, "k": k, "v": x["v"], "g": x["g"], "beta": x["beta"], "initial_state": x["h0"], "scale": 0.25}
     o_ref, h_ref = ref.run(**{n: (t.float() if n == "v" else t) for n, t in inputs.items()})
     o, ht = run(**{n: t.to(DEVICE) if torch.is_tensor(t) else t for n, t in inputs.items()})
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
