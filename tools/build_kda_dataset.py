@@ -36,15 +36,18 @@ MODELS = [
 ]
 
 # --------------------------------------------------------------------------- tolerances
-# Calibration (KDA.md and benchmarks/RESULTS.md): fla 0.6.0's bf16 Triton kernels reach an RMS-relative
-# error of ~3.3e-3 (chunk_kda) and ~1.7e-3 (fused_recurrent_kda) on o against the fp32 recurrence, and
-# bf16 rounding of o alone costs ~1.1e-3. The bounds leave about 3x headroom over a correct bf16 kernel
-# and stay far below what real bugs give: a dropped initial state, a state leaking between sequences, a
-# wrong gate or a skipped L2 norm give errors of 1e-1 to 1 (tests/test_dataset_kda.py checks such
-# mutants fail). The element-wise bound (atol + rtol * |ref|) with min_matched_ratio 0.99999 catches a
-# single wrong token that the RMS of a long packed batch would dilute: one wrong token of 65536 is
-# 1.5e-5 of the elements. The atol values are set against the typical magnitudes of these generators
-# (o ~ 0.01-0.05 since scale = K^-0.5 and q is unit norm; states ~ 0.1-0.5).
+# Calibration (benchmarks/RESULTS.md, "Reference timing"): on an H100, fla 0.6.0's bf16 chunk_kda reaches an
+# RMS-relative error of at most 5.3e-3 on o and 4.2e-3 on the final state against these references over the
+# prefill workloads (the long-memory gates here make it higher than KDA.md's 3.3e-3); fused_recurrent_kda
+# stays below 4.1e-4; bf16 rounding of o alone costs ~1.1e-3 (~3.3e-3 under the Triton interpreter, which
+# rounds toward zero). The RMS bound of 1e-2 leaves about 2x headroom over chunk_kda and stays far below
+# what real bugs give: a dropped initial state, the other gate kind, a state leaking between sequences, a
+# skipped L2 norm give errors of 0.1 to 2.5 (fla variants on the GPU, mutants in tests/test_dataset_kda.py).
+# Keeping the inter-chunk state in bf16 gives 1e-3 to 2.5e-3 and passes: the bounds separate bugs from
+# precision choices. The element-wise bound (atol + rtol * |ref|) with min_matched_ratio 0.99999 catches a
+# single wrong token that the RMS of a long packed batch would dilute (one wrong token of 65536 is 1.5e-5 of
+# the elements); its atol is set against the typical magnitudes of these generators (o ~ 0.01-0.05 since
+# scale = K^-0.5 and q is unit norm; states ~ 0.1-0.5). chunk_kda stays within 0.62 of these bounds.
 TOL_O = {"atol": 2e-3, "rtol": 2e-2, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-2, "min_cosine": 0.9999}
 TOL_STATE = {"atol": 2e-2, "rtol": 2e-2, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-2, "min_cosine": 0.9999}
 # Gate alone: pure fp32 element-wise math; only transcendental rounding (exp, log1p vs log(1 + x)) differs.
@@ -177,8 +180,8 @@ def prefill_definition(model: str, model_text: str, gate: str, tp: int, h: int) 
             f"are L2-normalised in the op; the {gate_text(gate)} and beta = sigmoid(b) are computed in the op; "
             f"each sequence starts from its own initial state gathered from the engine's pool (or zeros when "
             f"initial_state is None) and returns its final state, both K-last [V, K] in float32. "
-            f"Tolerances: ~3x the error of fla's bf16 Triton kernels (RMS-relative ~3e-3 on o), with an "
-            f"element-wise bound that a single wrong token fails."
+            f"Tolerances: about 2x the worst error of fla's bf16 chunk_kda on these workloads (RMS-relative "
+            f"5.3e-3 on o, H100), with an element-wise bound that a single wrong token fails."
         ),
         "tags": ["stage:prefill", f"model:{model}", *gate_tags(gate), "beta:logits", "qk_norm:l2",
                  "state_layout:vk", "batch:varlen", f"tp:{tp}"],
@@ -297,7 +300,7 @@ def pool_definition(stage: str, model: str, model_text: str, gate: str, tp: int,
             f"States live in a float32 pool [pool_size, H, V, K] (K-last, the vLLM / SGLang layout); request i "
             f"reads and writes slot state_indices[i]; slots not in state_indices stay bit-identical (the op may "
             f"update the pool in place). q and k are L2-normalised in the op; the {gate_text(gate)} and "
-            f"beta = sigmoid(b) are computed in the op. Tolerances as the prefill family (~3x a correct bf16 kernel)."
+            f"beta = sigmoid(b) are computed in the op. Tolerances as the prefill family (about 2x the error of fla's bf16 chunk_kda)."
         ),
         "tags": [f"stage:{stage}", f"model:{model}", *gate_tags(gate), "beta:logits", "qk_norm:l2",
                  "state_layout:vk", "batch:pool", f"tp:{tp}"],
@@ -428,7 +431,7 @@ def forward_definition(suffix, model, tp, h, hv, dk, dv, text) -> dict:
         "description": (
             f"{text}. fla's chunk_kda with its defaults: a dense batch, q and k unit-norm from the caller, g the "
             f"precomputed log decay, beta a probability, state [K, V] per head (fla's layout) in float32. "
-            f"Tolerances: ~3x the error of fla's bf16 chunk_kda (RMS-relative ~3e-3 on o)."
+            f"Tolerances: about 2x the worst error of fla's bf16 chunk_kda on the prefill workloads (RMS-relative 5.3e-3 on o)."
         ),
         "tags": ["stage:forward", f"model:{model}", "gate:precomputed", "beta:prob", "qk_norm:none",
                  "state_layout:kv", "batch:dense", f"tp:{tp}"],
