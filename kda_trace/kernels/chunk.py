@@ -22,11 +22,12 @@ Kernels, in launch order:
    at every chunk start (bf16, for kernel 5), V_new, and the final state.
 5. `_output_kernel`, per (chunk, value head, V-tile): O.
 
-Decays are taken relative to a row inside the chunk, never the chunk end for a row before it, so every
-exp has an argument <= 0, except one bounded case: the 16x16 diagonal blocks of A_kk / A_qk are tensor-core
-products (x_i exp(G_i - G_c)) . (k_j exp(G_c - G_j)) with G_c the row at the start of the row's 8-row
-half; exp(G_c - G_j) >= 1 there, and it is used only where G_c - G_j <= MAX_EXP (= 60, so nothing
-overflows fp32). A row whose decay within its half exceeds that (a strong unbounded or precomputed gate)
+Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
+i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
+later chunks). Every exp argument is <= 0, except one bounded case: the 16x16 diagonal blocks of A_kk / A_qk
+are tensor-core products (x_i exp(G_i - G_c)) . (k_j exp(G_c - G_j)) with G_c the row at the start of the
+row's 8-row half; exp(G_c - G_j) >= 1 there, and it is used only where G_c - G_j <= MAX_EXP (= 60, so
+nothing overflows fp32). A row whose decay within its half exceeds that (a strong unbounded or precomputed gate)
 falls back to an exact element-wise sum with exp(min(G_i - G_j, 0)). The "safe" gate (lower_bound >= -8)
 keeps every half-block within range by construction (7 steps * 8 < 60) and skips that check.
 Every anchor row is at or before the row it serves, so no output depends on later tokens' gates.
