@@ -219,6 +219,17 @@ def test_causal_later_tokens_do_not_change_earlier_outputs():
     assert not torch.equal(o1[:, 37:], o2[:, 37:])
 
 
+def test_chunk_tables():
+    """Chunk list of a packing: (sequence, chunk within it) per global chunk, first chunk per sequence."""
+    from kda_trace.kernels.chunk import _chunk_tables
+
+    indices, offsets, nt = _chunk_tables([1, 64, 65, 130], "cpu")
+    assert nt == 7
+    assert indices.tolist() == [[0, 0], [1, 0], [2, 0], [2, 1], [3, 0], [3, 1], [3, 2]]
+    assert offsets.tolist() == [0, 1, 2, 4]
+    assert indices.dtype == torch.int32 and offsets.dtype == torch.int64
+
+
 def test_rejects_bad_inputs():
     x = make(1, 8, 1, 1, 16, 16, seed=9)
     args = [x[n] for n in ("q", "k", "v", "g", "beta")]
