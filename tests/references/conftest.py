@@ -22,12 +22,13 @@ import torch
 from kda_trace.compare import compare_output, tolerance_for
 from kda_trace.dataset import load_dataset
 from kda_trace.inputs import DEFAULT_SEED, make_inputs
-from kda_trace.platform import default_device, has_cuda
+from kda_trace.platform import default_device, ensure_triton_can_run, has_cuda
 from kda_trace.reference import compile_reference
 from kda_trace.schema import Definition, RandomInput, ScalarInput, Tolerance, Workload
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICE = default_device()
+ensure_triton_can_run(DEVICE)  # without CUDA, fla's Triton kernels can only run interpreted (set before fla loads)
 f64 = torch.float64
 
 # ----------------------------------------------------------------------------------- tolerances
@@ -336,8 +337,8 @@ def coverage_guard(request):
     """For a test with @covers: after it passed, every declared axis must have been exercised with the
     values its definition claims (the adapters record what they did). The check is per test item, so a
     test run once per dataset workload declares only what every workload exercises."""
-    mark = request.node.get_closest_marker("kda_covers")
-    if mark is None:
+    marks = list(request.node.iter_markers("kda_covers"))
+    if not marks:
         yield
         return
     record = coverage_cells.Observed()
@@ -348,13 +349,18 @@ def coverage_guard(request):
         coverage_cells.CURRENT.remove(record)
     if not getattr(request.node, "kda_call_passed", False):
         return
-    declared = mark.kwargs["cells"]
     if not record.cells:
-        pytest.fail(f"{request.node.nodeid} declares coverage cells {sorted(declared)} but exercised no definition")
+        pytest.fail(f"{request.node.nodeid} declares coverage cells but exercised no definition")
     for name, observed in record.cells.items():
-        missing = coverage_cells.missing_cells(dataset().definitions[name], declared, observed)
-        if missing:
-            pytest.fail(f"{request.node.nodeid} declares {', '.join(missing)} for {name} but did not exercise it")
+        d = dataset().definitions[name]
+        family = coverage_cells.family_of(d)
+        declared = [m.kwargs["cells"] for m in marks if m.kwargs["family"] == family]
+        if not declared:
+            pytest.fail(f"{request.node.nodeid} exercised {name} (family {family}) without declaring that family")
+        for cells in declared:
+            missing = coverage_cells.missing_cells(d, cells, observed)
+            if missing:
+                pytest.fail(f"{request.node.nodeid} declares {', '.join(missing)} for {name} but did not exercise it")
 
 
 # ------------------------------------------------------------------ the reference vs ground truth
@@ -404,3 +410,52 @@ def check_untouched_slots(d: Definition, x: dict[str, Any], new_pool: torch.Tens
     if bool(touched.all()):
         return  # a workload that uses every slot has none to check
     assert_bits_equal(new_pool[~touched], x["state_pool"][~touched], f"{d.name}: untouched pool slots")
+
+
+# ------------------------------------------------------------------------------ fla's Triton kernels
+def fla_call(d: Definition, x: dict[str, Any]) -> gt.RawCall:
+    """A definition's inputs as a call of fla's kernels, which then do the gate, beta sigmoid, L2 norm
+    and state layout themselves (a pool's slots are gathered here)."""
+    gate, lower_bound, beta_kind, qk_norm, layout = tags(d)
+    if "cu_seqlens" in x:
+        lift = lambda t: t[None]
+    elif coverage_cells.family_of(d) == "decode":
+        lift = lambda t: t[:, None]
+    else:
+        lift = lambda t: t
+    pool = "state_pool" in x
+    h0 = x["state_pool"][x["state_indices"].long()].contiguous() if pool else x.get("initial_state")
+    in_gate = gate != "precomputed"
+    return gt.RawCall(q=lift(x["q"]), k=lift(x["k"]), v=lift(x["v"]), g=lift(x["g_raw"] if in_gate else x["g"]),
+                      beta=lift(x["b"] if beta_kind == "logits" else x["beta"]), scale=float(x["scale"]), h0=h0,
+                      cu_seqlens=x.get("cu_seqlens"), A_log=x["A_log"] if in_gate else None,
+                      dt_bias=x["dt_bias"] if in_gate else None, lower_bound=lower_bound,
+                      beta_logits=beta_kind == "logits", qk_l2norm=qk_norm == "l2", layout=layout)
+
+
+def fla_outputs(d: Definition, x: dict[str, Any], o: torch.Tensor, ht: torch.Tensor) -> dict[str, torch.Tensor]:
+    """fla's (o [B, T, HV, V], final states in the definition's layout) as the definition's outputs."""
+    if "cu_seqlens" in x:
+        o = o[0]
+    elif coverage_cells.family_of(d) == "decode":
+        o = o[:, 0]
+    if "state_pool" in x:
+        pool = x["state_pool"].clone()
+        pool[x["state_indices"].long()] = ht.to(pool.dtype)
+        return {"o": o, "new_state_pool": pool}
+    return {"o": o, "final_state": ht}
+
+
+def check_against_fla(d: Definition, w: Workload, kernel: str, device: str, fp32: bool = False) -> None:
+    """The reference against fla's Triton `chunk_kda` or `fused_recurrent_kda` on the same inputs: the
+    workload's own dtypes judged with the definition's tolerance, or (fp32=True) the values upcast to
+    float32 judged with TOLERANCES["fp32"]."""
+    x = inputs_of(d, w, device)
+    x = upcast(x) if fp32 else x
+    to_problem(d, x)  # records the cells exercised
+    ref = run_reference(d, x)
+    got = fla_outputs(d, x, *gt.fla_triton(fla_call(d, x), kernel))
+    what = f"fla {kernel} kernel ({'float32' if fp32 else 'workload dtypes'}) vs reference"
+    for name in d.outputs:
+        assert_close(d, name, ref[name].float(), got[name].float(), "fp32" if fp32 else "definition", what,
+                     x.get("cu_seqlens"))

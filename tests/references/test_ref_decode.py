@@ -4,20 +4,17 @@ independence of the requests of a batch."""
 
 from __future__ import annotations
 
-import ground_truth as gt
 import pytest
-import torch
 from conftest import (
     DEVICE,
-    assert_bits_equal,
     assert_close,
+    check_against_fla,
     check_against_truth,
     custom_workload,
     family_params,
     inputs_of,
     require_cuda,
     run_reference,
-    tags,
     to_problem,
     upcast,
     workload_params,
@@ -71,21 +68,4 @@ def test_fla_triton(d):
     """fla's fused_recurrent_kda (gate, beta sigmoid, L2 norm and V-first state inside the kernel) on
     the gathered states, against the reference, bf16 inputs on the GPU."""
     require_cuda()
-    x = inputs_of(d, pool(d, 64, 160), device="cuda")
-    to_problem(d, x)
-    ref = run_reference(d, x)
-    _, lower_bound, _, _, layout = tags(d)
-    slots = x["state_indices"].long()
-    call = gt.RawCall(q=x["q"][:, None], k=x["k"][:, None], v=x["v"][:, None], g=x["g_raw"][:, None],
-                      beta=x["b"][:, None], scale=float(x["scale"]), h0=x["state_pool"][slots].contiguous(),
-                      A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=lower_bound, beta_logits=True,
-                      qk_l2norm=True, layout=layout)
-    o, ht = gt.fla_triton(call, "recurrent")
-    what = "fla fused_recurrent_kda (bf16) vs reference"
-    assert_close(d, "o", ref["o"].float(), o[:, 0].float(), "definition", what)
-    want_pool = x["state_pool"].clone()
-    want_pool[slots] = ht.float()
-    assert_close(d, "new_state_pool", ref["new_state_pool"], want_pool, "definition", what)
-    untouched = torch.ones(x["state_pool"].shape[0], dtype=torch.bool, device="cuda")
-    untouched[slots] = False
-    assert_bits_equal(ref["new_state_pool"][untouched], x["state_pool"][untouched], f"{d.name}: untouched slots")
+    check_against_fla(d, pool(d, 64, 160), "recurrent", "cuda")

@@ -4,12 +4,12 @@ of a dense batch. The family holds the GVA (qk16_v32) and K != V (dk128_dv256) d
 
 from __future__ import annotations
 
-import ground_truth as gt
 import pytest
 import torch
 from conftest import (
     DEVICE,
     assert_close,
+    check_against_fla,
     check_against_truth,
     custom_workload,
     family_params,
@@ -97,12 +97,4 @@ def test_dataset_workloads(d, w):
 def test_fla_triton(d, kernel):
     """fla's Triton chunk_kda / fused_recurrent_kda against the reference, bf16 inputs on the GPU."""
     require_cuda()
-    x = inputs_of(d, dense(d, 2, 1000), device="cuda")
-    to_problem(d, x)
-    ref = run_reference(d, x)
-    call = gt.RawCall(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], scale=float(x["scale"]),
-                      h0=x["initial_state"], layout="kv")
-    o, ht = gt.fla_triton(call, kernel)
-    what = f"fla {kernel} kernel (bf16) vs reference"
-    assert_close(d, "o", ref["o"].float(), o.float(), "definition", what)
-    assert_close(d, "final_state", ref["final_state"], ht.float(), "definition", what)
+    check_against_fla(d, dense(d, 2, 1000), kernel, "cuda")

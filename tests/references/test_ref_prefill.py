@@ -3,19 +3,18 @@ definition's reference against ground truth, and the structure of a packed batch
 
 from __future__ import annotations
 
-import ground_truth as gt
 import pytest
 import torch
 from conftest import (
     DEVICE,
     assert_close,
+    check_against_fla,
     check_against_truth,
     custom_workload,
     family_params,
     inputs_of,
     require_cuda,
     run_reference,
-    tags,
     to_problem,
     upcast,
     workload_params,
@@ -137,19 +136,7 @@ def test_fla_triton(d, kernel):
     """fla's Triton kernels, with the gate, beta sigmoid, L2 norm and V-first state done inside them,
     against the reference, both on bf16 inputs on the GPU."""
     require_cuda()
-    seq_lens = [300, 1, 700, 23]
-    x = inputs_of(d, packed(d, seq_lens), device="cuda")
-    to_problem(d, x)
-    ref = run_reference(d, x)
-    _, lower_bound, _, _, layout = tags(d)
-    call = gt.RawCall(q=x["q"][None], k=x["k"][None], v=x["v"][None], g=x["g_raw"][None], beta=x["b"][None],
-                      scale=float(x["scale"]), h0=x["initial_state"].contiguous(), cu_seqlens=x["cu_seqlens"],
-                      A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=lower_bound, beta_logits=True,
-                      qk_l2norm=True, layout=layout)
-    o, ht = gt.fla_triton(call, kernel)
-    what = f"fla {kernel} kernel (bf16) vs reference"
-    assert_close(d, "o", ref["o"].float(), o[0].float(), "definition", what, x["cu_seqlens"])
-    assert_close(d, "final_state", ref["final_state"], ht.float(), "definition", what)
+    check_against_fla(d, packed(d, [300, 1, 700, 23]), kernel, "cuda")
 
 
 @pytest.mark.slow
