@@ -272,12 +272,12 @@ def main() -> None:
                             rec["fla"][name]["untouched_identical"] = bool(torch.equal(out[1][keep], x["state_pool"][keep]))
                     except Exception as e:  # noqa: BLE001 - record and go on
                         rec["fla"][name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            rec["wall_s"] = time.perf_counter() - t0
             log.write(json.dumps(rec) + "\n")
             log.flush()
             s = summary.setdefault(d.name, {"n": 0, "ref_s": 0.0, "skipped": 0})
             s["n"] += 1
             s["ref_s"] += ref_s
-            rec["wall_s"] = time.perf_counter() - t0
             verdicts = {k: (v.get("error") and "error") or all(m["pass"] for m in v.values() if isinstance(m, dict))
                         for k, v in rec["fla"].items()}
             print(f"{d.name:42s} {str(w.axes):70s} ref {ref_s:7.3f}s  {verdicts}", flush=True)
