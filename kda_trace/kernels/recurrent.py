@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from kda_trace.kernels.options import KDAOptions
+from kda_trace.platform import triton_interpreted
 
 _DEFAULT_OPTIONS = KDAOptions()
 _GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
@@ -144,6 +145,9 @@ def _tile_config(n_heads_total: int, K: int, V: int, vk: bool) -> tuple[int, int
     small tiles so that enough programs exist. [V, K] states (K contiguous, reductions inside a warp) like
     64 state elements a thread; [K, V] states (V contiguous) like wider V-tiles, 128 a thread."""
     BK = _next_pow2(K)
+    if triton_interpreted():
+        # the interpreter pays per program, not per element: one program for the whole V
+        return BK, _next_pow2(V), 1
     if vk:
         elems, num_warps = (512 if n_heads_total <= 64 else 2048), 1
     elif n_heads_total <= 64:

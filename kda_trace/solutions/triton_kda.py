@@ -8,6 +8,10 @@
 | forward | `ours_chunk.build_forward`, else `ours_recurrent.build_forward` |
 | backward, gate | `ours_chunk.build_backward` / `build_gate` when such a builder exists |
 
+Inputs no longer than one chunk (`SHORT_TOKENS` tokens per sequence of a dense batch, or in a whole packed
+batch) go to the token-by-token kernel even for prefill and forward: the chunked algorithm has nothing to
+gain there, and under the CPU interpreter the chunked kernel costs several times more per token.
+
 A builder is `build_X(definition) -> run` (or `build_X(definition, device)`). Builder modules are imported lazily; a missing module
 or function makes the pair unsupported with the reason, never an error.
 """
@@ -48,6 +52,26 @@ def find_builder(stage: Optional[str]) -> Tuple[Optional[Callable], List[str]]:
     return None, why
 
 
+SHORT_TOKENS = 64
+
+
+def _with_short_route(definition: Definition, chunked: Callable) -> Callable:
+    """Wrap a chunked prefill/forward run so that short inputs use the token-by-token kernel."""
+    from . import ours_recurrent
+
+    stage = definition.tag("stage")
+    short = getattr(ours_recurrent, f"build_{stage}")(definition)
+    # prefill: q is [total_seq_len, H, K]; forward: q is [batch, seq_len, H, K]
+    token_dim = 0 if stage == "prefill" else 1
+
+    def run(**inputs):
+        if inputs["q"].shape[token_dim] <= SHORT_TOKENS:
+            return short(**inputs)
+        return chunked(**inputs)
+
+    return run
+
+
 class TritonSolution:
     """Our Triton KDA kernels (see the module docstring for the routing)."""
 
@@ -77,5 +101,9 @@ class TritonSolution:
             raise RuntimeError(f"no Triton builder for {definition.name}: {'; '.join(why)}")
         # builders take (definition) and pick up the device from their inputs, or (definition, device)
         if len(inspect.signature(builder).parameters) >= 2:
-            return builder(definition, device)
-        return builder(definition)
+            run = builder(definition, device)
+        else:
+            run = builder(definition)
+        if builder.__module__.endswith("ours_chunk") and definition.tag("stage") in ("prefill", "forward"):
+            run = _with_short_route(definition, run)
+        return run
