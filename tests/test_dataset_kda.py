@@ -304,3 +304,15 @@ def test_coverage_reports_a_missing_cell():
     matrix = coverage_matrix(without_mtp, DATASET.workloads)
     assert matrix.missing == [("kimi-k3", 4, "mtp")]
     assert "MISSING" in render_coverage(matrix)
+
+
+def test_backward_reference_runs_under_inference_mode():
+    """Runners may call references under torch.inference_mode(); the backward reference still differentiates."""
+    d = DATASET.definitions["kda_bwd_h32_d128_v_last"]
+    run = compile_reference(d.reference, d.name)
+    w = next(w for w in DATASET.workloads_of(d.name) if "edge" in w.tags and w.axes["seq_len"] == 1)
+    x = make_inputs(d, w, seed=2, device="cpu")
+    plain = run(**x)
+    with torch.inference_mode():
+        inside = run(**{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in x.items()})
+    assert all(torch.equal(a, b) for a, b in zip(plain, inside))

@@ -50,13 +50,19 @@ def recurrence(q, k, v, g, beta, S, scale):
 
 def run(q, k, v, g, beta, initial_state, scale, do, dht):
     check_inputs(q, k, v, g, beta, initial_state, do, dht)
+    # autograd must work even when the caller runs under torch.no_grad() or torch.inference_mode()
+    with torch.inference_mode(False), torch.enable_grad():
+        return gradients(q, k, v, g, beta, initial_state, scale, do, dht)
+
+
+def gradients(q, k, v, g, beta, initial_state, scale, do, dht):
     T = q.shape[1]
-    inputs = [x.float() for x in (q, k, v, g, beta)]
-    do, dht = do.float(), dht.float()
+    inputs = [x.float().clone() for x in (q, k, v, g, beta)]  # clone: plain tensors, even from inference mode
+    do, dht = do.float().clone(), dht.float().clone()
     bounds = list(range(0, T, SEGMENT)) + [T]
 
     # Pass 1 (no autograd): the state at the start of every segment.
-    starts = [initial_state.float()]
+    starts = [initial_state.float().clone()]
     with torch.no_grad():
         for a, b in zip(bounds[:-2], bounds[1:-1]):
             starts.append(recurrence(*[x[:, a:b] for x in inputs], starts[-1], scale)[1])
@@ -66,11 +72,10 @@ def run(q, k, v, g, beta, initial_state, scale, do, dht):
     dS = dht
     for i in reversed(range(len(bounds) - 1)):
         a, b = bounds[i], bounds[i + 1]
-        with torch.enable_grad():
-            span = [x[:, a:b].detach().requires_grad_() for x in inputs]
-            S0 = starts[i].detach().requires_grad_()
-            o, S_end = recurrence(*span, S0, scale)
-            *d_span, dS = torch.autograd.grad((o, S_end), (*span, S0), (do[:, a:b], dS))
+        span = [x[:, a:b].detach().requires_grad_() for x in inputs]
+        S0 = starts[i].detach().requires_grad_()
+        o, S_end = recurrence(*span, S0, scale)
+        *d_span, dS = torch.autograd.grad((o, S_end), (*span, S0), (do[:, a:b], dS))
         for grad, d in zip(grads, d_span):
             grad[:, a:b] = d
     dq, dk, dv, dg, dbeta = grads
