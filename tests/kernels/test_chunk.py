@@ -30,59 +30,7 @@ f64 = torch.float64
 BUDGET = 5e-3
 
 
-# ----------------------------------------------------------------------------------------------------------
-# independent float64 reference
-def ref_gate(g_raw, A_log, dt_bias, gate, lower_bound=-5.0):
-    """Log decay from the raw gate in float64. g_raw [..., HV, K], A_log [HV], dt_bias [HV, K]."""
-    if gate == "precomputed":
-        return g_raw.to(f64)
-    HV, K = g_raw.shape[-2:]
-    x = g_raw.to(f64) + dt_bias.to(f64).view(HV, K)
-    a = A_log.to(f64).exp().view(HV, 1)
-    if gate == "unbounded":
-        return -a * torch.where(x > 20, x, torch.log1p(torch.exp(x.clamp(max=20))))
-    return lower_bound * torch.sigmoid(a * x)
-
-
-def ref_beta(b, kind):
-    b = b.to(f64)
-    return {"prob": b, "logits": torch.sigmoid(b), "logits_x2": 2 * torch.sigmoid(b)}[kind]
-
-
-def ref_kda(q, k, v, g, beta, scale, h0=None, cu_seqlens=None, l2norm=False):
-    """o [B, T, HV, V] and final states [N, HV, K, V] ([K, V] layout), float64, token by token.
-    g is the log decay, beta a probability, h0 [N, HV, K, V] or None."""
-    q, k, v, g, beta = (x.to(f64) for x in (q, k, v, g, beta))
-    B, T, H, K = q.shape
-    HV, V = v.shape[2:]
-    if l2norm:
-        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
-        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
-    q = q.repeat_interleave(HV // H, dim=2) * scale
-    k = k.repeat_interleave(HV // H, dim=2)
-    if cu_seqlens is None:
-        spans = [(b, 0, T) for b in range(B)]
-    else:
-        c = cu_seqlens.tolist()
-        spans = [(0, c[i], c[i + 1]) for i in range(len(c) - 1)]
-    o = torch.zeros(B, T, HV, V, dtype=f64)
-    states = []
-    for n, (b, s, e) in enumerate(spans):
-        S = torch.zeros(HV, K, V, dtype=f64) if h0 is None else h0[n].to(f64).clone()
-        for t in range(s, e):
-            S = S * g[b, t].exp()[..., None]
-            u = v[b, t] - torch.einsum("hk,hkv->hv", k[b, t], S)
-            S = S + torch.einsum("hk,hv->hkv", k[b, t], beta[b, t][:, None] * u)
-            o[b, t] = torch.einsum("hk,hkv->hv", q[b, t], S)
-        states.append(S)
-    return o, torch.stack(states)
-
-
-def rms_rel(x, ref):
-    x, ref = x.detach().cpu().to(f64), ref.detach().cpu().to(f64)
-    assert torch.isfinite(x).all(), "non-finite values in the kernel's output"
-    assert torch.isfinite(ref).all(), "non-finite values in the reference"
-    return ((x - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+from kernel_ground_truth import ref_beta, ref_gate, ref_kda, rms_rel
 
 
 def make(B, T, H, HV, K, V, seed, dtype=torch.float32, gate="precomputed", n_seqs=None):
@@ -117,25 +65,6 @@ def run_case(x, opts, cu_seqlens=None, use_h0=True):
 
 
 # ----------------------------------------------------------------------------------------------------------
-def test_reference_agrees_with_fla_naive():
-    """Our float64 reference and gates match fla's naive implementations (fp32) on the same inputs."""
-    naive = pytest.importorskip("fla.ops.kda.naive")
-    gate_mod = pytest.importorskip("fla.ops.kda.gate")
-    x = make(1, 40, 1, 2, 8, 4, seed=0)
-    q, k = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
-    o_ref, h_ref = ref_kda(q, k, x["v"], x["g"], x["beta"], 0.4, x["h0"])
-    o_fla, h_fla = naive.naive_recurrent_kda(q, k, x["v"], x["g"], x["beta"], scale=0.4, initial_state=x["h0"],
-                                             output_final_state=True)
-    assert rms_rel(o_fla, o_ref) < 1e-5 and rms_rel(h_fla, h_ref) < 1e-5
-    raw = x["g"] * 3
-    ours = ref_gate(raw, x["A_log"], x["dt_bias"], "unbounded")
-    theirs = gate_mod.naive_kda_gate(raw, x["A_log"], x["dt_bias"].flatten())
-    assert rms_rel(theirs, ours) < 1e-6
-    ours = ref_gate(raw, x["A_log"], x["dt_bias"], "safe", -5.0)
-    theirs = gate_mod.naive_kda_lowerbound_gate(raw, x["A_log"], x["dt_bias"].flatten(), lower_bound=-5.0)
-    assert rms_rel(theirs, ours) < 1e-6
-
-
 def test_dense_two_batches_ragged_tail():
     """B = 2 dense sequences of 100 tokens (one full chunk and a partial one), initial state, final state
     ([K, V] layout; [V, K] is in the varlen test)."""

@@ -22,54 +22,8 @@ from kda_trace.kernels.recurrent import kda_recurrent
 f64 = torch.float64
 
 
-# ----------------------------------------------------------------------------------------------------------
-# independent float64 reference
-def ref_gate(g_raw, A_log, dt_bias, gate, lower_bound=-5.0):
-    """Log decay from the raw gate, float64. g_raw [..., HV, K], A_log [HV], dt_bias [HV, K]."""
-    HV, K = g_raw.shape[-2:]
-    x = g_raw.to(f64) + dt_bias.to(f64).view(HV, K)
-    a = A_log.to(f64).exp().view(HV, 1)
-    if gate == "unbounded":
-        return -a * torch.where(x > 20, x, torch.log1p(torch.exp(x.clamp(max=20))))
-    if gate == "safe":
-        return lower_bound * torch.sigmoid(a * x)
-    return g_raw.to(f64)
-
-
-def ref_recurrent(q, k, v, g, beta, scale, h0=None, cu_seqlens=None, l2norm=False):
-    """o [B, T, HV, V] and final states [N, HV, K, V] (kv layout), all float64.
-
-    g is the log decay, beta a probability. h0 [N, HV, K, V] or None."""
-    q, k, v, g, beta = (x.to(f64) for x in (q, k, v, g, beta))
-    B, T, H, K = q.shape
-    HV, V = v.shape[2:]
-    if l2norm:
-        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
-        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
-    q = q.repeat_interleave(HV // H, dim=2) * scale
-    k = k.repeat_interleave(HV // H, dim=2)
-    if cu_seqlens is None:
-        spans = [(b, 0, T) for b in range(B)]
-    else:
-        c = cu_seqlens.tolist()
-        spans = [(0, c[i], c[i + 1]) for i in range(len(c) - 1)]
-    o = torch.zeros(B, T, HV, V, dtype=f64)
-    hts = []
-    for n, (b, s, e) in enumerate(spans):
-        S = torch.zeros(HV, K, V, dtype=f64) if h0 is None else h0[n].to(f64).clone()
-        for t in range(s, e):
-            S = S * g[b, t].exp()[..., None]
-            u = v[b, t] - torch.einsum("hk,hkv->hv", k[b, t], S)
-            S = S + torch.einsum("hk,hv->hkv", k[b, t], beta[b, t][:, None] * u)
-            o[b, t] = torch.einsum("hk,hkv->hv", q[b, t], S)
-        hts.append(S)
-    return o, torch.stack(hts)
-
-
-def rms_rel(x, ref):
-    x, ref = x.to(f64), ref.to(f64)
-    assert torch.isfinite(x).all(), "non-finite values"
-    return ((x - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+from kernel_ground_truth import ref_gate, rms_rel
+from kernel_ground_truth import ref_kda as ref_recurrent
 
 
 def bf16_rounding_of_backend(ref):
