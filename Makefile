@@ -31,7 +31,7 @@ test-gpu: install
 	$(BIN)/pytest -q -m gpu --durations=10
 
 lint: install
-	$(BIN)/ruff check kda_trace tests
+	$(BIN)/ruff check kda_trace tests tools benchmarks
 
 validate: install
 	$(BIN)/kda-trace validate

@@ -11,7 +11,6 @@ workloads' inputs; the references are also run on the real (bf16) inputs to chec
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -92,7 +91,7 @@ def truth_pool(d, x):
     pool, slots = x["state_pool"], x["state_indices"].tolist()
     new_pool, o = pool.clone(), torch.zeros_like(x["v"])
     for i, slot in enumerate(slots):
-        pick = (lambda t: t[i]) if mtp else (lambda t: t[i:i + 1])  # -> [T, ...]
+        pick = (lambda t, i=i: t[i]) if mtp else (lambda t, i=i: t[i:i + 1])  # -> [T, ...]
         g = naive_gate(d, pick(x["g_raw"]), x["A_log"], x["dt_bias"])
         o_i, s_i = fla_naive.naive_recurrent_kda(
             l2(pick(x["q"]))[None], l2(pick(x["k"]))[None], pick(x["v"])[None], g[None],

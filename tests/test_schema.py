@@ -1,6 +1,5 @@
 """The models, their checked-in JSON Schemas, and FlashInfer-Bench compatibility of our files."""
 
-import json
 from pathlib import Path
 
 import pytest

@@ -556,7 +556,7 @@ def gate_definition(model: str, model_text: str, gate: str, h: int) -> dict:
             f"{gate_text(gate)}, in float32 (what engines run before a kernel that takes a precomputed g, e.g. "
             f"fla's fused_kda_gate). Tolerances: float32 element-wise math, only transcendental rounding differs."
         ),
-        "tags": ["stage:gate", f"model:{model}", *gate_tags(gate), f"tp:1"],
+        "tags": ["stage:gate", f"model:{model}", *gate_tags(gate), "tp:1"],
         "axes": {N: axis_var("tokens"), "num_heads": axis_const(h, "heads"), "head_dim_k": axis_const(D, "key dim")},
         "constraints": [],
         "inputs": {

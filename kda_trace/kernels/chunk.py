@@ -260,7 +260,7 @@ def _intra_kernel(
     #   A_qk / A_kk rows of block I: columns before the block (one product over the whole chunk, anchor =
     #   the block's first row, every exponent <= 0) and the 16x16 diagonal block (two anchors, see top);
     #   then X_I = (I + A_II)^-1 (E_I - A_I,<I X_<I).
-    for I in range(tl.cdiv(n, BC)):
+    for I in range(tl.cdiv(n, BC)):  # noqa: E741 - block index I as in the math above
         i0 = I * BC
         o_i = i0 + o_c
         m_i = o_i < n
