@@ -105,4 +105,24 @@ def command_coverage(args) -> int:
     from . import coverage
 
     ds = load_dataset(resolve_root(args.dataset))
-    return int(coverage.print_coverage(ds, ds.select(args.op_type or "kda", args.names, args.tags)) or 0)
+    definitions = ds.select(args.op_type or "kda", args.names, args.tags)
+    status = int(coverage.print_coverage(ds, definitions) or 0)
+    tests = _reference_test_coverage()
+    if tests is not None:
+        print("\nWhich tests in tests/references cover which cells (fast / slow / gpu tier):")
+        print(tests.render_text(tests.coverage_rows(definitions)))
+    return status
+
+
+def _reference_test_coverage():
+    """tests/references/coverage_cells.py of this checkout, loaded by path (None outside a checkout)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "tests" / "references" / "coverage_cells.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("kda_reference_coverage", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    return module
