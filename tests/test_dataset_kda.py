@@ -153,36 +153,6 @@ def test_reference_output_dtypes_and_no_input_mutation(definition):
         assert torch.equal(v, inputs[k]), f"the reference modified its input {k!r}"
 
 
-POOL_DEFS = [d for d in KDA if family(d) in ("decode", "mtp")]
-
-
-@pytest.mark.parametrize("definition", POOL_DEFS, ids=[d.name for d in POOL_DEFS])
-def test_pool_untouched_slots_bit_identical(definition):
-    workload = next(w for w in DATASET.workloads_of(definition.name) if "smoke" in w.tags and w.axes["batch_size"] > 1)
-    inputs = make_inputs(definition, workload, seed=3, device="cpu")
-    _, new_pool = compile_reference(definition.reference, definition.name)(**inputs)
-    untouched = torch.ones(inputs["state_pool"].shape[0], dtype=torch.bool)
-    untouched[inputs["state_indices"]] = False
-    assert untouched.any()
-    assert torch.equal(new_pool[untouched], inputs["state_pool"][untouched])
-    assert not torch.equal(new_pool[~untouched], inputs["state_pool"][~untouched])
-
-
-def test_prefill_sequences_are_independent():
-    """Each packed sequence equals the same sequence run alone (state never leaks across the boundary)."""
-    d = DATASET.definitions["kda_prefill_h8_d128_k_last"]
-    run = compile_reference(d.reference, d.name)
-    w = next(w for w in DATASET.workloads_of(d.name) if w.seq_lens and len(w.seq_lens) == 3 and "smoke" in w.tags)
-    x = fp32(make_inputs(d, w, seed=5, device="cpu"))
-    o, s = run(**x)
-    cu = x["cu_seqlens"].tolist()
-    for n, (a, e) in enumerate(zip(cu[:-1], cu[1:])):
-        alone = dict(x, q=x["q"][a:e], k=x["k"][a:e], v=x["v"][a:e], g_raw=x["g_raw"][a:e], b=x["b"][a:e],
-                     initial_state=x["initial_state"][n:n + 1], cu_seqlens=torch.tensor([0, e - a]))
-        o_n, s_n = run(**alone)
-        assert torch.allclose(o_n, o[a:e], atol=1e-6) and torch.allclose(s_n[0], s[n], atol=1e-6)
-
-
 def test_prefill_rejects_zero_length_sequence():
     d = DATASET.definitions["kda_prefill_h8_d128_k_last"]
     run = compile_reference(d.reference, d.name)
@@ -230,9 +200,10 @@ def test_prefill_tolerance_accepts_bf16_rounding_and_rejects_bugs():
             assert not within(tol_s, s[-1], s_bug[-1]), bug
         else:
             assert not (within(tol_o, o, o_bug) and within(tol_s, s, s_bug)), bug
-    # a single wrong output token (of the 20) fails o's element-wise bound
+    # a single wrong output token fails o's element-wise bound
     o_bug = o.clone()
-    o_bug[9] = -o_bug[9]
+    mid = o.shape[0] // 2
+    o_bug[mid] = -o_bug[mid]
     assert not within(tol_o, o, o_bug)
 
 
