@@ -10,16 +10,9 @@ compiled or interpreted Triton (`kda_trace.platform.ensure_triton_can_run`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
-from kda_trace.solutions.ours_recurrent import (
-    _check_cu_seqlens,
-    _check_layout,
-    _scaled,
-    options_from_tags,
-    stage_of,
-)
+from kda_trace.solutions.ours_recurrent import forward_adapter, options_from_tags, prefill_adapter, stage_of
 
 
 def _kernel():
@@ -30,32 +23,12 @@ def _kernel():
 
 def build_prefill(definition):
     """Packed varlen prefill: q [total_seq_len, H, K], cu_seqlens [N + 1] -> (o, final_state)."""
-    opts = dataclasses.replace(options_from_tags(definition, "prefill"), output_final_state=True)
-    _check_layout(definition, opts, "initial_state")
-    kernel, with_scale = _kernel(), _scaled(opts)
-
-    def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale=None):
-        _check_cu_seqlens(cu_seqlens, q.shape[0])
-        o, final_state = kernel(q[None], k[None], v[None], g_raw[None], b[None], with_scale(scale),
-                                A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
-                                cu_seqlens=cu_seqlens)
-        return o[0], final_state
-
-    return run
+    return prefill_adapter(definition, _kernel())
 
 
 def build_forward(definition):
     """Dense forward (fla chunk_kda's interface): q [B, T, H, K], precomputed g -> (o, final_state)."""
-    opts = dataclasses.replace(options_from_tags(definition, "forward"), output_final_state=True)
-    _check_layout(definition, opts, "initial_state")
-    if opts.gate != "precomputed":
-        raise ValueError(f"{definition.name}: the forward family takes a precomputed g, not gate:{opts.gate}")
-    kernel, with_scale = _kernel(), _scaled(opts)
-
-    def run(q, k, v, g, beta, initial_state=None, scale=None):
-        return kernel(q, k, v, g, beta, with_scale(scale), initial_state=initial_state)
-
-    return run
+    return forward_adapter(definition, _kernel())
 
 
 BUILDERS = {"prefill": build_prefill, "forward": build_forward}

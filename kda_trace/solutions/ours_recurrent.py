@@ -114,11 +114,12 @@ def build_mtp(definition):
     return run
 
 
-def build_prefill(definition):
-    """Packed varlen prefill token by token: q [total_seq_len, H, K], cu_seqlens [N + 1] -> (o, final_state)."""
+def prefill_adapter(definition, kernel):
+    """run() of the packed varlen prefill family on `kernel` (ours: recurrent or chunked; same signature):
+    q [total_seq_len, H, K], cu_seqlens [N + 1] -> (o, final_state)."""
     opts = dataclasses.replace(options_from_tags(definition, "prefill"), output_final_state=True)
     _check_layout(definition, opts, "initial_state")
-    kernel, with_scale = _kernel(), _scaled(opts)
+    with_scale = _scaled(opts)
 
     def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale=None):
         _check_cu_seqlens(cu_seqlens, q.shape[0])
@@ -130,18 +131,29 @@ def build_prefill(definition):
     return run
 
 
-def build_forward(definition):
-    """Dense forward (fla chunk_kda's interface) computed token by token: q [B, T, H, K] -> (o, final_state)."""
+def forward_adapter(definition, kernel):
+    """run() of the dense forward family (fla chunk_kda's interface) on `kernel`:
+    q [B, T, H, K], precomputed g -> (o, final_state)."""
     opts = dataclasses.replace(options_from_tags(definition, "forward"), output_final_state=True)
     _check_layout(definition, opts, "initial_state")
     if opts.gate != "precomputed":
         raise ValueError(f"{definition.name}: the forward family takes a precomputed g, not gate:{opts.gate}")
-    kernel, with_scale = _kernel(), _scaled(opts)
+    with_scale = _scaled(opts)
 
     def run(q, k, v, g, beta, initial_state=None, scale=None):
         return kernel(q, k, v, g, beta, with_scale(scale), initial_state=initial_state)
 
     return run
+
+
+def build_prefill(definition):
+    """Packed varlen prefill, token by token."""
+    return prefill_adapter(definition, _kernel())
+
+
+def build_forward(definition):
+    """Dense forward, token by token."""
+    return forward_adapter(definition, _kernel())
 
 
 BUILDERS = {"decode": build_decode, "mtp": build_mtp, "prefill": build_prefill, "forward": build_forward}
