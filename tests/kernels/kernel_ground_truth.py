@@ -5,6 +5,9 @@ gates, so neither kernel is ever judged against itself."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 
 f64 = torch.float64
@@ -61,3 +64,35 @@ def rms_rel(x, ref):
     assert torch.isfinite(x).all(), "non-finite values in the kernel's output"
     assert torch.isfinite(ref).all(), "non-finite values in the reference"
     return ((x - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+
+
+# --------------------------------------------------------------------------- adapter tests
+REFS = Path(__file__).resolve().parents[2] / "tools" / "kda_references"
+
+
+class FakeDefinition:
+    """The few Definition attributes the adapters read."""
+
+    def __init__(self, name, tags, state_name=None, state_axes=("head_dim_v", "head_dim_k")):
+        self.name, self.tags, self.const_axes = name, tags, {}
+        shape = ["pool_size", "num_v_heads", *state_axes]
+        self.inputs = {state_name: type("Spec", (), {"shape": shape})()} if state_name else {}
+
+    def tag(self, key, default=None):
+        vals = [t.partition(":")[2] for t in self.tags if t.partition(":")[0] == key]
+        return vals[0] if vals else default
+
+
+def load_reference(family, **consts):
+    """The family's reference module with its definition constants set to small values."""
+    import importlib.util
+
+    path = REFS / f"{family}.py"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    spec = importlib.util.spec_from_file_location(f"ref_{family}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name, value in consts.items():
+        setattr(mod, name, value)
+    return mod

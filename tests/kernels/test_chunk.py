@@ -30,7 +30,7 @@ f64 = torch.float64
 BUDGET = 5e-3
 
 
-from kernel_ground_truth import ref_beta, ref_gate, ref_kda, rms_rel
+from kernel_ground_truth import FakeDefinition, load_reference, ref_beta, ref_gate, ref_kda, rms_rel
 
 
 def make(B, T, H, HV, K, V, seed, dtype=torch.float32, gate="precomputed", n_seqs=None):
@@ -234,36 +234,6 @@ def test_matches_fla_chunk_kda_on_gpu():
 
 # ----------------------------------------------------------------------------------------------------------
 # adapters (kda_trace/solutions/ours_chunk.py) against the families' own reference code
-REFS = __import__("pathlib").Path(__file__).resolve().parents[2] / "tools" / "kda_references"
-
-
-class FakeDefinition:
-    """The few Definition attributes the adapters read."""
-
-    def __init__(self, name, tags, state_axes):
-        self.name, self.tags, self.const_axes = name, tags, {}
-        self.inputs = {"initial_state": type("Spec", (), {"shape": ["num_seqs", "num_v_heads", *state_axes]})()}
-
-    def tag(self, key, default=None):
-        vals = [t.partition(":")[2] for t in self.tags if t.partition(":")[0] == key]
-        return vals[0] if vals else default
-
-
-def load_reference(family, **consts):
-    """The family's reference module with its definition constants set to small values."""
-    import importlib.util
-
-    path = REFS / f"{family}.py"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    spec = importlib.util.spec_from_file_location(f"ref_chunk_{family}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    for name, value in consts.items():
-        setattr(mod, name, value)
-    return mod
-
-
 @pytest.mark.parametrize("safe", [False, True])
 def test_adapter_prefill_vs_family_reference(safe):
     """The prefill family's reference vs the adapter: with an initial state (unbounded gate) or without
@@ -275,7 +245,7 @@ def test_adapter_prefill_vs_family_reference(safe):
                          LOWER_BOUND=-5.0 if safe else None)
     tags = ["stage:prefill", "beta:logits", "qk_norm:l2", "state_layout:vk",
             *(["gate:safe", "lower_bound:-5"] if safe else ["gate:unbounded"])]
-    run = ours_chunk.build(FakeDefinition(f"kda_prefill_h{H}_d{K}_k_last", tags, ("head_dim_v", "head_dim_k")))
+    run = ours_chunk.build(FakeDefinition(f"kda_prefill_h{H}_d{K}_k_last", tags, "initial_state"))
     gen = torch.Generator().manual_seed(13)
     r = lambda *s: torch.randn(*s, generator=gen)
     T, bf = 50, torch.bfloat16
@@ -295,11 +265,11 @@ def test_adapter_forward_vs_family_reference():
 
     H, HV, K, V = 1, 2, 16, 32
     ref = load_reference("forward", NUM_HEADS=H, NUM_V_HEADS=HV, HEAD_DIM_K=K, HEAD_DIM_V=V)
-    run = ours_chunk.build(FakeDefinition("kda_fwd_h1_d16_v_last", ["stage:forward"], ("head_dim_k", "head_dim_v")))
+    run = ours_chunk.build(FakeDefinition("kda_fwd_h1_d16_v_last", ["stage:forward"], "initial_state", ("head_dim_k", "head_dim_v")))
     x = make(2, 40, H, HV, K, V, seed=14, dtype=torch.bfloat16)
     q, k = (F.normalize(x[n].float(), dim=-1).bfloat16() for n in ("q", "k"))
     inputs = {"q": q, "k": k, "v": x["v"], "g": x["g"], "beta": x["beta"], "initial_state": x["h0"], "scale": 0.25}
     o_ref, h_ref = ref.run(**{n: (t.float() if n == "v" else t) for n, t in inputs.items()})
     o, ht = run(**{n: t.to(DEVICE) if torch.is_tensor(t) else t for n, t in inputs.items()})
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
-    assert ours_chunk.supports(FakeDefinition("kda_decode_h1_d16_k_last", ["stage:decode"], ())) is not None
+    assert ours_chunk.supports(FakeDefinition("kda_decode_h1_d16_k_last", ["stage:decode"])) is not None

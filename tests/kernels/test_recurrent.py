@@ -22,7 +22,7 @@ from kda_trace.kernels.recurrent import kda_recurrent
 f64 = torch.float64
 
 
-from kernel_ground_truth import ref_gate, rms_rel
+from kernel_ground_truth import FakeDefinition, load_reference, ref_gate, rms_rel
 from kernel_ground_truth import ref_kda as ref_recurrent
 
 
@@ -278,37 +278,6 @@ def test_matches_fla_fused_recurrent_on_gpu():
 
 # ----------------------------------------------------------------------------------------------------------
 # adapters (kda_trace/solutions/ours_recurrent.py) against the families' own reference code
-REFS = __import__("pathlib").Path(__file__).resolve().parents[2] / "tools" / "kda_references"
-
-
-class FakeDefinition:
-    """The few Definition attributes the adapters read."""
-
-    def __init__(self, name, tags, state_name=None, state_axes=("head_dim_v", "head_dim_k")):
-        self.name, self.tags = name, tags
-        shape = ["pool_size", "num_v_heads", *state_axes]
-        self.inputs = {state_name: type("Spec", (), {"shape": shape})()} if state_name else {}
-
-    def tag(self, key, default=None):
-        vals = [t.partition(":")[2] for t in self.tags if t.partition(":")[0] == key]
-        return vals[0] if vals else default
-
-
-def load_reference(family, **consts):
-    """The family's reference module with its definition constants set to small values."""
-    import importlib.util
-
-    path = REFS / f"{family}.py"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    spec = importlib.util.spec_from_file_location(f"ref_{family}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    for name, value in consts.items():
-        setattr(mod, name, value)
-    return mod
-
-
 def engine_inputs(shape_qk, HV, V, seed):
     """Random raw inputs of the engine families (decode / mtp / prefill) with token dims `shape_qk[:-2]`."""
     gen = torch.Generator().manual_seed(seed)
