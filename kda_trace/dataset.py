@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Optional
 import jsonschema
 from pydantic import ValidationError
 
-from .schema import Definition, RandomInput, ScalarInput, Workload
+from .schema import Definition, Generator, RandomInput, ScalarInput, Workload
 
 SAFE_BUILTINS = {"min": min, "max": max, "abs": abs, "len": len, "sum": sum, "all": all, "any": any,
                  "True": True, "False": False, "None": None}
@@ -252,6 +252,30 @@ def check_workload(definition: Definition, workload: Workload) -> List[str]:
     return problems
 
 
+def generator_problem(name: str, gen: Generator, shape: Optional[list[int]], workload: Workload,
+                      axes: Dict[str, int]) -> Optional[tuple[str, str]]:
+    """(field, message) when a structural generator (`cu_seqlens`, `slot_indices`) cannot serve this
+    workload, else None. The loader reports it; make_input raises it."""
+    if gen.kind == "cu_seqlens":
+        lens = workload.seq_lens
+        if lens is None:
+            return "seq_lens", f"input {name!r}: generator 'cu_seqlens' needs the workload's 'seq_lens'"
+        if shape != [len(lens) + 1]:
+            return "seq_lens", (f"input {name!r}: {len(lens)} seq_lens need shape [{len(lens) + 1}], "
+                                f"the definition gives {shape}")
+        if gen.total_axis and sum(lens) != axes.get(gen.total_axis):
+            return "seq_lens", (f"input {name!r}: seq_lens sum to {sum(lens)} but axis {gen.total_axis!r} "
+                                f"is {axes.get(gen.total_axis)}")
+    elif gen.kind == "slot_indices":
+        count = 1
+        for d in shape or []:
+            count *= d
+        if count > axes.get(gen.pool_axis, 0):
+            return f"axes.{gen.pool_axis}", (f"input {name!r}: {count} distinct slots asked from a pool of "
+                                             f"{axes.get(gen.pool_axis)}")
+    return None
+
+
 def _check_generators(definition: Definition, workload: Workload, axes: Dict[str, int]) -> List[str]:
     problems = []
     for name, spec in definition.inputs.items():
@@ -259,23 +283,9 @@ def _check_generators(definition: Definition, workload: Workload, axes: Dict[str
         gen = (source.generator if isinstance(source, RandomInput) else None) or spec.generator
         if not isinstance(source, RandomInput) or gen is None:
             continue
-        if gen.kind == "cu_seqlens":
-            shape = definition.shape_of(spec, axes)
-            if workload.seq_lens is None:
-                problems.append(f"field seq_lens: input {name!r} is built from seq_lens, which the workload does not give")
-            elif shape != [len(workload.seq_lens) + 1]:
-                problems.append(f"field seq_lens: {len(workload.seq_lens)} sequences need {name!r} of shape "
-                                f"[{len(workload.seq_lens) + 1}], the axes give {shape}")
-            elif gen.total_axis and sum(workload.seq_lens) != axes.get(gen.total_axis):
-                problems.append(f"field seq_lens: lengths sum to {sum(workload.seq_lens)}, axis "
-                                f"{gen.total_axis!r} is {axes.get(gen.total_axis)}")
-        elif gen.kind == "slot_indices":
-            count = 1
-            for d in definition.shape_of(spec, axes) or []:
-                count *= d
-            if count > axes.get(gen.pool_axis, 0):
-                problems.append(f"field axes.{gen.pool_axis}: {count} distinct slots for {name!r} do not fit a "
-                                f"pool of {axes.get(gen.pool_axis)}")
+        problem = generator_problem(name, gen, definition.shape_of(spec, axes), workload, axes)
+        if problem is not None:
+            problems.append(f"field {problem[0]}: {problem[1]}")
     return problems
 
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
+from .dataset import generator_problem
 from .schema import Definition, Generator, RandomInput, SafetensorsInput, ScalarInput, TensorSpec, Workload
 
 DEFAULT_SEED = 20261122
@@ -62,31 +63,19 @@ def _draw(gen: Generator, shape: list[int], rng: torch.Generator, device: str) -
     raise InputError(f"generator {gen.kind!r} cannot make float values")
 
 
-def _cu_seqlens(name: str, spec: TensorSpec, gen: Generator, shape: list[int], workload: Workload,
-                axes: Dict[str, int], device: str) -> torch.Tensor:
-    if workload.seq_lens is None:
-        raise InputError(f"input {name!r}: generator 'cu_seqlens' needs the workload's 'seq_lens'")
-    if shape != [len(workload.seq_lens) + 1]:
-        raise InputError(f"input {name!r}: {len(workload.seq_lens)} seq_lens need shape "
-                         f"[{len(workload.seq_lens) + 1}], the definition gives {shape}")
-    if gen.total_axis and sum(workload.seq_lens) != axes.get(gen.total_axis):
-        raise InputError(f"input {name!r}: seq_lens sum to {sum(workload.seq_lens)} but axis "
-                         f"{gen.total_axis!r} is {axes.get(gen.total_axis)}")
+def _cu_seqlens(spec: TensorSpec, workload: Workload, device: str) -> torch.Tensor:
     offsets = [0]
     for n in workload.seq_lens:
         offsets.append(offsets[-1] + n)
     return torch.tensor(offsets, dtype=torch_dtype(spec.dtype), device=device)
 
 
-def _slot_indices(name: str, spec: TensorSpec, gen: Generator, shape: list[int], axes: Dict[str, int],
+def _slot_indices(spec: TensorSpec, gen: Generator, shape: list[int], axes: Dict[str, int],
                   rng: torch.Generator, device: str) -> torch.Tensor:
-    pool = axes[gen.pool_axis]
     count = 1
     for d in shape:
         count *= d
-    if count > pool:
-        raise InputError(f"input {name!r}: {count} distinct slots asked from a pool of {pool}")
-    perm = torch.randperm(pool, generator=rng, device=device)[:count]
+    perm = torch.randperm(axes[gen.pool_axis], generator=rng, device=device)[:count]
     return perm.reshape(shape).to(torch_dtype(spec.dtype))
 
 
@@ -111,10 +100,13 @@ def make_input(definition: Definition, workload: Workload, name: str, axes: Dict
         raise InputError(f"input {name!r}: scalar inputs need {{'type': 'scalar', 'value': ...}} in the workload")
     rng = torch.Generator(device=device)
     rng.manual_seed(input_seed(seed, workload.uuid, name))
+    problem = generator_problem(name, gen, shape, workload, axes)
+    if problem is not None:
+        raise InputError(problem[1])
     if gen.kind == "cu_seqlens":
-        return _cu_seqlens(name, spec, gen, shape, workload, axes, device)
+        return _cu_seqlens(spec, workload, device)
     if gen.kind == "slot_indices":
-        return _slot_indices(name, spec, gen, shape, axes, rng, device)
+        return _slot_indices(spec, gen, shape, axes, rng, device)
     return _draw(gen, shape, rng, device).to(torch_dtype(spec.dtype))
 
 
