@@ -54,8 +54,11 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-graph", action="store_true", help="time solutions by replaying a CUDA graph")
     parser.add_argument("--workers", type=int, default=None,
                         help="worker processes (default: one per GPU; on the CPU min(2, cores))")
-    parser.add_argument("--warmup", type=int, default=None, help="warm-up calls before timing")
-    parser.add_argument("--reps", type=int, default=None, help="fewest timed repetitions (more fit the time budget)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="warm-up calls before timing (none after a call slower than the 1 s time budget)")
+    parser.add_argument("--reps", type=int, default=None,
+                        help="fewest timed repetitions (more fit the 1 s time budget; a call slower than the "
+                             "budget is timed once)")
     parser.add_argument("--max-reps", type=int, default=None, help="most timed repetitions")
 
 

@@ -3,7 +3,8 @@
 Every repetition first copies the inputs into the working tensors (so an in-place solution always sees
 fresh state), then flushes the L2 cache (GPU), and only then starts the clock: input preparation and the
 flush are never timed. The number of repetitions adapts to a time budget between a minimum and a
-maximum; the median, min and max are reported.
+maximum; the median, min and max are reported. A call slower than the budget is not warmed up (again)
+and is timed once: a 20 s reference call would otherwise cost minutes per workload.
 
 The last repetition runs on a different input set (`final_inputs`) and its outputs are returned, so
 the caller can check correctness on an input set taken from inside the timing loop: a solution that
@@ -94,22 +95,40 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
             final_inputs: Optional[Dict[str, Any]] = None, estimate_s: Optional[float] = None) -> TimingResult:
     """Time `run(**inputs)`; the last repetition uses `final_inputs` (default `inputs`) and its outputs are
     returned in `final_outputs`. `estimate_s`, the duration of an earlier call, sizes the repetitions
-    when there is no warm-up to measure one."""
+    when there is no warm-up to measure one.
+
+    A call slower than `budget_s` (by `estimate_s` or a warm-up) is not warmed up again and is timed with
+    one repetition (CUDA events, never a graph), with a note saying so. When `estimate_s` was slow but the
+    timed call is not (the earlier call included compilation), the usual warm-up and repetitions follow."""
     cfg = defaults_for(device, config or TimingConfig())
     final_inputs = final_inputs if final_inputs is not None else inputs
     work = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
     gpu = device.startswith("cuda")
+    mode = "cuda_events" if gpu else "cpu_wall"
     notes: List[str] = []
 
-    # warm-up (compilation, autotuning, allocator); the last one estimates the cost of a call
     per_call = estimate_s or 0.0
-    for _ in range(cfg.warmup):
+    if per_call > cfg.budget_s:
+        times, outputs = _time_reps(run, work, inputs, final_inputs, 1, device)
+        if times[0] / 1e3 > cfg.budget_s:
+            notes.append(_slow_note(per_call, cfg.budget_s, 0))
+            return TimingResult(times, mode, outputs, notes)
+        per_call = times[0] / 1e3  # the earlier call included compilation: time as usual
+
+    # warm-up (compilation, autotuning, allocator); the last one estimates the cost of a call
+    warmups = 0
+    while warmups < cfg.warmup and per_call <= cfg.budget_s:
         _refresh(work, inputs)
         _sync(device)
         t0 = time.perf_counter()
         run(**work)
         _sync(device)
         per_call = time.perf_counter() - t0
+        warmups += 1
+    if per_call > cfg.budget_s:
+        times, outputs = _time_reps(run, work, inputs, final_inputs, 1, device)
+        notes.append(_slow_note(per_call, cfg.budget_s, warmups))
+        return TimingResult(times, mode, outputs, notes)
     reps = int(cfg.budget_s / max(per_call, 1e-6))
     reps = max(cfg.min_reps, min(cfg.max_reps, reps))
 
@@ -119,11 +138,19 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
             times, outputs = _time_gpu(graph_call[0], work, inputs, final_inputs, reps, device,
                                        static_outputs=graph_call[1])
             return TimingResult(times, "cuda_graph", outputs, notes)
-    if gpu:
-        times, outputs = _time_gpu(lambda: run(**work), work, inputs, final_inputs, reps, device)
-        return TimingResult(times, "cuda_events", outputs, notes)
-    times, outputs = _time_cpu(run, work, inputs, final_inputs, reps)
-    return TimingResult(times, "cpu_wall", outputs, notes)
+    times, outputs = _time_reps(run, work, inputs, final_inputs, reps, device)
+    return TimingResult(times, mode, outputs, notes)
+
+
+def _slow_note(per_call: float, budget_s: float, warmups: int) -> str:
+    return (f"a call took {per_call:.3g} s, more than the {budget_s:g} s timing budget: timed with 1 repetition "
+            f"after {warmups} warm-up(s)")
+
+
+def _time_reps(run, work, inputs, final_inputs, reps, device):
+    if device.startswith("cuda"):
+        return _time_gpu(lambda: run(**work), work, inputs, final_inputs, reps, device)
+    return _time_cpu(run, work, inputs, final_inputs, reps)
 
 
 def _sync(device: str) -> None:

@@ -104,3 +104,9 @@ def packed_one_bad_token(x, cu_seqlens, scale):
     y = packed_good(x, cu_seqlens, scale)
     y[int(cu_seqlens[1]) + 5, 2] += 10.0
     return y
+
+
+def slow_good(x, state_pool, state_indices, scale):
+    """Correct but slower than the runner's 1 s timing budget."""
+    time.sleep(1.1)
+    return good(x, state_pool, state_indices, scale)

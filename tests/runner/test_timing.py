@@ -1,0 +1,80 @@
+"""timing.measure's rule for slow calls: a call slower than the budget is not warmed up again and is timed once."""
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from kda_trace.cli import main
+from kda_trace.runner import time_reference
+from kda_trace.timing import TimingConfig, measure
+
+HERE = Path(__file__).parent
+DS = str(HERE / "fixtures" / "ds")
+BAD = str(HERE / "bad_solutions.py")
+
+CFG = TimingConfig(warmup=3, min_reps=10, max_reps=20, budget_s=0.05)
+
+
+class Counted:
+    """A callable that sleeps `seconds` per call (after `first` extra seconds on its first call) and records
+    which input set (x[0]) each call saw."""
+
+    def __init__(self, seconds, first=0.0):
+        self.seconds, self.first, self.seen = seconds, first, []
+
+    def __call__(self, x):
+        time.sleep(self.seconds + (self.first if not self.seen else 0.0))
+        self.seen.append(float(x[0]))
+        return x * 2
+
+
+A, B = {"x": torch.zeros(4)}, {"x": torch.ones(4)}
+
+
+def test_slow_estimate_times_once_without_warmup():
+    run = Counted(0.07)
+    r = measure(run, A, "cpu", CFG, final_inputs=B, estimate_s=0.07)
+    assert run.seen == [1.0]  # one call, on the final input set, no warm-up
+    assert len(r.times_ms) == 1 and r.times_ms[0] >= 70 and torch.equal(r.final_outputs, 2 * B["x"])
+    assert "timed with 1 repetition after 0 warm-up" in r.notes[0]
+
+
+def test_slow_warmup_stops_warming_up():
+    run = Counted(0.07)
+    r = measure(run, A, "cpu", CFG, final_inputs=B)
+    assert run.seen == [0.0, 1.0]  # one warm-up showed the call is slow: one timed call
+    assert len(r.times_ms) == 1 and "after 1 warm-up" in r.notes[0]
+
+
+def test_estimate_inflated_by_compilation_still_gets_full_timing():
+    run = Counted(0.001)
+    r = measure(run, A, "cpu", CFG, final_inputs=B, estimate_s=2.0)  # e.g. a first call that autotuned
+    assert len(r.times_ms) >= CFG.min_reps and not r.notes
+    assert len(run.seen) == 1 + CFG.warmup + len(r.times_ms) and run.seen[-1] == 1.0
+
+
+def test_fast_call_keeps_warmups_and_min_reps():
+    run = Counted(0.001)
+    r = measure(run, A, "cpu", CFG, final_inputs=B, estimate_s=0.001)
+    assert CFG.min_reps <= len(r.times_ms) <= CFG.max_reps and not r.notes
+    assert len(run.seen) == CFG.warmup + len(r.times_ms) and run.seen[-1] == 1.0
+
+
+def test_reference_on_cpu_is_timed_by_its_correctness_calls():
+    r = time_reference(Counted(0.0), A, [5.0, 7.0], "cpu")
+    assert r.times_ms == [5.0, 7.0] and r.mode == "cpu_wall" and "correctness calls" in r.notes[0]
+
+
+def test_runner_times_a_slow_solution_once_and_says_so(tmp_path):
+    # asked for 2 warm-ups and 3 reps; each call takes 1.1 s > the 1 s budget: timed once, no warm-up
+    assert main(["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--solution",
+                 f"{BAD}::slow_good", "--warmup", "2", "--reps", "3", "--out", str(tmp_path)]) == 0
+    line = (tmp_path / "traces" / "toy" / "toy_scan.jsonl").read_text().splitlines()[0]
+    ev = json.loads(line)["evaluation"]
+    assert ev["status"] == "PASSED" and ev["performance"]["repetitions"] == 1
+    assert ev["performance"]["latency_ms"] >= 1100
+    assert "timing budget: timed with 1 repetition after 0 warm-up" in ev["log"]
+    assert "reference timing: its 2 correctness calls" in ev["log"]
+    assert json.loads((tmp_path / "summary.json").read_text())["totals"]["passed"] == 1
