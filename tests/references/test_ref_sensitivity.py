@@ -9,8 +9,8 @@ from conftest import check_against_truth, custom_workload, definitions
 MUTANTS = {
     # the state rounded to bf16 after every token: o moves by ~1e-3 relative, within a bf16 bound,
     # so only the float32 run judged at RMS-relative 1e-5 catches it
-    "bf16 state": ("prefill", "        o[tok] = (P @ q_t[..., None])[..., 0]",
-                   "        P = P.to(torch.bfloat16).float()\n        o[tok] = (P @ q_t[..., None])[..., 0]",
+    "bf16 state": ("prefill", "            o_s[i] = (P @ q_t[..., None])[..., 0]",
+                   "            P = P.to(torch.bfloat16).float()\n            o_s[i] = (P @ q_t[..., None])[..., 0]",
                    "float32 reference vs"),
     # a wrong decay (half the log decay)
     "half decay": ("prefill", "        P = P * d_t[:, :, None, :]", "        P = P * d_t[:, :, None, :] ** 0.5",

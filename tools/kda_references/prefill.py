@@ -80,11 +80,18 @@ def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale):
     starts = cu_seqlens[:-1].long()
     lens = cu_seqlens[1:].long() - starts
     # All sequences advance together: step t handles token t of every sequence that is still running.
-    for t in range(int(lens.max())):
-        tok = torch.where(t < lens, starts + t, T)                            # [N]
-        q_t, k_t, v_t, d_t, b_t = qs[tok], ks[tok], vs[tok], decay[tok], beta[tok]
-        P = P * d_t[:, :, None, :]                                            # decay each key column
-        predicted = (P @ k_t[..., None])[..., 0]                              # S^T k: [N, HV, V]
-        P = P + (b_t[..., None] * (v_t - predicted))[..., None] * k_t[:, :, None, :]  # delta-rule write
-        o[tok] = (P @ q_t[..., None])[..., 0]                                 # read the updated state
+    # The rows of STEPS steps are gathered at once ([STEPS, N, HV, ...]), so a step only indexes a view.
+    steps, STEPS = int(lens.max()), 64
+    for t0 in range(0, steps, STEPS):
+        t = torch.arange(t0, min(t0 + STEPS, steps), device=q.device)[:, None]
+        tok = torch.where(t < lens, starts + t, T)                            # [STEPS, N]
+        q_s, k_s, v_s, d_s, b_s = qs[tok], ks[tok], vs[tok], decay[tok], beta[tok]
+        o_s = torch.empty_like(v_s)
+        for i in range(tok.shape[0]):
+            q_t, k_t, v_t, d_t, b_t = q_s[i], k_s[i], v_s[i], d_s[i], b_s[i]
+            P = P * d_t[:, :, None, :]                                        # decay each key column
+            predicted = (P @ k_t[..., None])[..., 0]                          # S^T k: [N, HV, V]
+            P = P + (b_t[..., None] * (v_t - predicted))[..., None] * k_t[:, :, None, :]  # delta-rule write
+            o_s[i] = (P @ q_t[..., None])[..., 0]                             # read the updated state
+        o[tok] = o_s
     return o[:T].to(v.dtype), P
