@@ -1,0 +1,13 @@
+# Sourced by benchmarks/gpu_*.sh on the GPU machine (repository root, .whl and .whl_test carried): installs the
+# wheels into /tmp/site, imports from the checkout, keeps Triton's cache (with fla's autotuning results) under
+# .gpu_out/triton, and writes the machine and versions to $OUT/env_HHMMSS.txt.
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl .whl_test/*.whl
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.gpu_out/triton
+mkdir -p "$TRITON_CACHE_DIR"
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+    python3 -m pip list 2>/dev/null | grep -iE "^(pytest|pytest-xdist|hypothesis|fla-core|rich|numpy|safetensors|pydantic) "
+    nproc
+} > "$OUT/env_$(date +%H%M%S).txt" 2>&1
