@@ -181,7 +181,8 @@ def sweep(name):
     H, lens, mode = SHAPES[name]
     x = make_inputs(H, lens, mode)
     options = [
-        ("intra_warps", (4, 8)), ("intra_bk", (32, 64)), ("wu_warps", (8, 4)), ("state_stages", (2, 3)),
+        ("intra_warps", (2, 4, 8)), ("intra_bk", (32, 64)), ("solve_warps", (1, 2, 4)), ("wu_warps", (8, 4)),
+        ("state_warps", (2, 4, 8)), ("state_stages", (1, 2, 3)),
         ("state_bv", (None, 16, 64)),
         ("out_warps", (8, 4)),
     ]

@@ -64,9 +64,9 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # H100 sweep of the first version and from ptxas register / spill reports of this one.
 LAUNCH = {
     "gate_warps": 4,
-    "intra_warps": 4, "intra_bk": 32,
+    "intra_warps": 2, "intra_bk": 64, "solve_warps": 1,
     "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
-    "state_warps": 4, "state_stages": 2, "state_bv": None,
+    "state_warps": 4, "state_stages": 3, "state_bv": None,
     "out_warps": 8,
 }
 
@@ -225,16 +225,24 @@ def _beta_at(beta, rows, m, BETA: tl.constexpr):
 
 @triton.jit(do_not_specialize=["scale"])
 def _intra_kernel(
-    q, k, beta, G, rq, rk, Xs, Aqk, cu_seqlens, chunk_indices, scale,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, MAX_EXP: tl.constexpr, CHECK_RANGE: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    i_c = tl.program_id(0).to(tl.int64)
+    """Rows of one 16-row block I of a chunk: A_qk (bf16, into Aqk) and A_kk (fp32, into the chunk's
+    [BT, BT] scratch Akk), the columns before the block and the 16x16 diagonal block. One program per
+    (chunk x block, value head): the blocks of a chunk are independent here (the solve is kernel 3)."""
+    NB: tl.constexpr = BT // BC
+    i_c = tl.program_id(0).to(tl.int64) // NB
+    I = (tl.program_id(0) % NB).to(tl.int32)  # noqa: E741 - block index I as in the math
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    i0 = I * BC
+    if i0 >= n:
+        return
     # chunk-row-0 pointers; row strides SX (q, k), SG (G), SA (A_qk), HV (beta, r)
     SX: tl.constexpr = H * K
     SG: tl.constexpr = HV * K
@@ -246,100 +254,150 @@ def _intra_kernel(
     beta += r0 * HV + i_hv
     rq += r0 * HV + i_hv
     rk += r0 * HV + i_hv
-    Xs += (i_c * HV + i_hv) * (BT * BT)  # this program's [BT, BT] fp32 scratch for X
+    Akk += (i_c * HV + i_hv) * (BT * BT)
 
     o_c = tl.arange(0, BC)
     o_t = tl.arange(0, BT)
+    o_i = i0 + o_c
+    m_i = o_i < n
     m_t = o_t < n
+
+    # Columns before the block: one product over the whole chunk, anchor = the block's first row (every
+    # exponent <= 0). The 16x16 diagonal block: two anchors (see top).
+    off_lo = tl.zeros([BC, BT], dtype=tl.float32)  # sum_d x_id k_jd exp(G_id - G_jd), j < i0 (k and q)
+    off_qlo = tl.zeros([BC, BT], dtype=tl.float32)
+    kk_lo = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, anchor row i0
+    qk_lo = tl.zeros([BC, BC], dtype=tl.float32)
+    kk_hi = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, anchor row i0 + 8
+    qk_hi = tl.zeros([BC, BC], dtype=tl.float32)
+    spread = tl.zeros([BC], dtype=tl.float32)
+    hi_row = tl.minimum(i0 + BC // 2, n - 1)  # (a block with <= 8 rows never uses it)
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m_ik = m_i[:, None] & m_k[None, :]
+        b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
+        b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
+        g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0)
+        g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
+        g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
+        # row-side factors: exp(G_i - anchor) <= 1 for rows at or after the anchor (others: unused, 0)
+        d_lo = tl.where(m_i[:, None], g_i - g_c[None, :], 0.0)
+        d_hi = tl.where((m_i & (o_c >= BC // 2))[:, None], g_i - g_c8[None, :], 0.0)
+        spread = tl.maximum(spread, tl.max(tl.where(o_c[:, None] >= BC // 2, -d_hi, -d_lo), axis=1))
+        e_lo = tl.exp(d_lo)
+        e_hi = tl.exp(d_hi)
+        # column-side factors for the diagonal block: exp(anchor - G_j), bounded by MAX_EXP
+        kc_lo = b_k * tl.exp(tl.minimum(g_c[None, :] - g_i, MAX_EXP))
+        kc_hi = b_k * tl.exp(tl.minimum(g_c8[None, :] - g_i, MAX_EXP))
+        kr_lo = b_k * e_lo
+        qr_lo = b_q * e_lo
+        kk_lo += tl.dot(kr_lo, tl.trans(kc_lo), input_precision="tf32")
+        qk_lo += tl.dot(qr_lo, tl.trans(kc_lo), input_precision="tf32")
+        kk_hi += tl.dot(b_k * e_hi, tl.trans(kc_hi), input_precision="tf32")
+        qk_hi += tl.dot(b_q * e_hi, tl.trans(kc_hi), input_precision="tf32")
+        if I > 0:
+            # earlier rows of the chunk, k_j exp(G_i0 - G_j) (<= 1); rows from i0 on are zeroed
+            m_jk = (o_t < i0)[:, None] & m_k[None, :]
+            b_kj = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
+            g_j = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
+            b_kj = b_kj * tl.exp(tl.where(m_jk, g_c[None, :] - g_j, 0.0))
+            off_lo += tl.dot(kr_lo, tl.trans(b_kj), input_precision="tf32")
+            off_qlo += tl.dot(qr_lo, tl.trans(b_kj), input_precision="tf32")
+
+    upper = (o_c >= BC // 2)[:, None]
+    kk = tl.where(upper, kk_hi, kk_lo)
+    qk = tl.where(upper, qk_hi, qk_lo)
+    if CHECK_RANGE:
+        # row i is exact when anchor - G_j <= MAX_EXP for all j <= i, i.e. when anchor - G_i <= MAX_EXP
+        ok = (spread <= MAX_EXP) | (o_c >= n - i0)
+        if tl.min(ok.to(tl.int32), axis=0) == 0:
+            kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K))
+            qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K))
+
+    # row and column factors: beta, L2 norms, scale
+    b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
     if L2NORM:
+        rq_i = tl.load(rq + o_i * HV, mask=m_i, other=0.0)
+        rk_i = tl.load(rk + o_i * HV, mask=m_i, other=0.0)
         rk_t = tl.load(rk + o_t * HV, mask=m_t, other=0.0)
     else:
+        rq_i = tl.full([BC], 1.0, tl.float32)
+        rk_i = tl.full([BC], 1.0, tl.float32)
         rk_t = tl.full([BT], 1.0, tl.float32)
+    kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
+    qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
+    m_lo = m_i[:, None] & (o_t < i0)[None, :]
+    # A_qk row block: columns < i0 from the chunk-wide product, the diagonal block at i0
+    off_q = off_qlo * (scale * rq_i)[:, None] * rk_t[None, :]
+    tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(off_q, INTERPRET), mask=m_lo)
+    tl.store(Aqk + o_i[:, None] * SA + o_i[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None])
+    # A_kk row block, fp32, in the chunk's scratch (rows past n are never read)
+    off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
+    tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo)
+    tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None])
 
-    # One block row of 16 at a time (I), only as many as the chunk has rows:
-    #   A_qk / A_kk rows of block I: columns before the block (one product over the whole chunk, anchor =
-    #   the block's first row, every exponent <= 0) and the 16x16 diagonal block (two anchors, see top);
-    #   then X_I = (I + A_II)^-1 (E_I - A_I,<I X_<I).
-    for I in range(tl.cdiv(n, BC)):  # noqa: E741 - block index I as in the math above
-        i0 = I * BC
-        o_i = i0 + o_c
-        m_i = o_i < n
-        off_lo = tl.zeros([BC, BT], dtype=tl.float32)  # sum_d x_id k_jd exp(G_id - G_jd), j < i0 (k and q)
-        off_qlo = tl.zeros([BC, BT], dtype=tl.float32)
-        kk_lo = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, anchor row i0
-        qk_lo = tl.zeros([BC, BC], dtype=tl.float32)
-        kk_hi = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, anchor row i0 + 8
-        qk_hi = tl.zeros([BC, BC], dtype=tl.float32)
-        spread = tl.zeros([BC], dtype=tl.float32)
-        hi_row = tl.minimum(i0 + BC // 2, n - 1)  # (a block with <= 8 rows never uses it)
-        for k0 in range(0, K, BK):
-            o_k = k0 + tl.arange(0, BK)
-            m_k = o_k < K
-            m_ik = m_i[:, None] & m_k[None, :]
-            b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
-            b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
-            g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0)
-            g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
-            g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
-            # row-side factors: exp(G_i - anchor) <= 1 for rows at or after the anchor (others: unused, 0)
-            d_lo = tl.where(m_i[:, None], g_i - g_c[None, :], 0.0)
-            d_hi = tl.where((m_i & (o_c >= BC // 2))[:, None], g_i - g_c8[None, :], 0.0)
-            spread = tl.maximum(spread, tl.max(tl.where(o_c[:, None] >= BC // 2, -d_hi, -d_lo), axis=1))
-            e_lo = tl.exp(d_lo)
-            e_hi = tl.exp(d_hi)
-            # column-side factors for the diagonal block: exp(anchor - G_j), bounded by MAX_EXP
-            kc_lo = b_k * tl.exp(tl.minimum(g_c[None, :] - g_i, MAX_EXP))
-            kc_hi = b_k * tl.exp(tl.minimum(g_c8[None, :] - g_i, MAX_EXP))
-            kr_lo = b_k * e_lo
-            qr_lo = b_q * e_lo
-            kk_lo += tl.dot(kr_lo, tl.trans(kc_lo), input_precision="tf32")
-            qk_lo += tl.dot(qr_lo, tl.trans(kc_lo), input_precision="tf32")
-            kk_hi += tl.dot(b_k * e_hi, tl.trans(kc_hi), input_precision="tf32")
-            qk_hi += tl.dot(b_q * e_hi, tl.trans(kc_hi), input_precision="tf32")
-            if I > 0:
-                # earlier rows of the chunk, k_j exp(G_i0 - G_j) (<= 1); rows from i0 on are zeroed
-                m_jk = (o_t < i0)[:, None] & m_k[None, :]
-                b_kj = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
-                g_j = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
-                b_kj = b_kj * tl.exp(tl.where(m_jk, g_c[None, :] - g_j, 0.0))
-                off_lo += tl.dot(kr_lo, tl.trans(b_kj), input_precision="tf32")
-                off_qlo += tl.dot(qr_lo, tl.trans(b_kj), input_precision="tf32")
 
-        upper = (o_c >= BC // 2)[:, None]
-        kk = tl.where(upper, kk_hi, kk_lo)
-        qk = tl.where(upper, qk_hi, qk_lo)
-        if CHECK_RANGE:
-            # row i is exact when anchor - G_j <= MAX_EXP for all j <= i, i.e. when anchor - G_i <= MAX_EXP
-            ok = (spread <= MAX_EXP) | (o_c >= n - i0)
-            if tl.min(ok.to(tl.int32), axis=0) == 0:
-                kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K))
-                qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K))
+@triton.jit
+def _akk_block(Akk, I: tl.constexpr, J: tl.constexpr, n, BT: tl.constexpr, BC: tl.constexpr):
+    """Block (I, J) of the chunk's A_kk scratch; rows and columns past n (never written) load as 0."""
+    o = tl.arange(0, BC)
+    rows = I * BC + o
+    cols = J * BC + o
+    m = (rows < n)[:, None] & (cols < n)[None, :]
+    return tl.load(Akk + rows[:, None] * BT + cols[None, :], mask=m, other=0.0)
 
-        # row and column factors: beta, L2 norms, scale
-        b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
-        if L2NORM:
-            rq_i = tl.load(rq + o_i * HV, mask=m_i, other=0.0)
-            rk_i = tl.load(rk + o_i * HV, mask=m_i, other=0.0)
-        else:
-            rq_i = tl.full([BC], 1.0, tl.float32)
-            rk_i = tl.full([BC], 1.0, tl.float32)
-        kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
-        qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
-        off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
-        off_q = off_qlo * (scale * rq_i)[:, None] * rk_t[None, :]
 
-        # A_qk row block: columns < i0 from the chunk-wide product, the diagonal block at i0
-        tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(off_q, INTERPRET),
-                 mask=m_i[:, None] & (o_t < i0)[None, :])
-        tl.store(Aqk + o_i[:, None] * SA + (i0 + o_c)[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None])
+@triton.jit
+def _store_x_block(Xs, x, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                   INTERPRET: tl.constexpr):
+    o = tl.arange(0, BC)
+    tl.store(Xs + (I * BC + o)[:, None] * BT + (J * BC + o)[None, :], _bf16(x, INTERPRET))
 
-        # X_I = (I + A_II)^-1 (E_I - A_I,<I X_<I); X rows >= i0 are not written yet and load as 0
-        x_prev = tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=(o_t < i0)[:, None], other=0.0)
-        rhs = tl.where(o_t[None, :] == o_i[:, None], 1.0, 0.0)
-        rhs -= tl.dot(off_k, x_prev, input_precision=SOLVE_PRECISION)
-        x_i = tl.dot(_inverse_unit_lower(kk, BC), rhs, input_precision=SOLVE_PRECISION)
-        tl.store(Xs + o_i[:, None] * BT + o_t[None, :], x_i)
-        tl.debug_barrier()  # block row I is read back by the next block rows and below
+
+@triton.jit
+def _mm(a, b):
+    return tl.dot(a, b, input_precision=SOLVE_PRECISION)
+
+
+@triton.jit
+def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """X = (I + A_kk)^-1 for one (chunk, value head), by 16x16 blocks, all in registers:
+    X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ. Written as bf16 (the lower blocks only;
+    kernel 4 masks the upper triangle). Written out for BT = 4 * BC."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    Akk += (i_c * HV + i_hv) * (BT * BT)
+    Xs += (i_c * HV + i_hv) * (BT * BT)
+
+    X00 = _inverse_unit_lower(_akk_block(Akk, 0, 0, n, BT, BC), BC)
+    X11 = _inverse_unit_lower(_akk_block(Akk, 1, 1, n, BT, BC), BC)
+    X22 = _inverse_unit_lower(_akk_block(Akk, 2, 2, n, BT, BC), BC)
+    X33 = _inverse_unit_lower(_akk_block(Akk, 3, 3, n, BT, BC), BC)
+    A10 = _akk_block(Akk, 1, 0, n, BT, BC)
+    A20 = _akk_block(Akk, 2, 0, n, BT, BC)
+    A21 = _akk_block(Akk, 2, 1, n, BT, BC)
+    A30 = _akk_block(Akk, 3, 0, n, BT, BC)
+    A31 = _akk_block(Akk, 3, 1, n, BT, BC)
+    A32 = _akk_block(Akk, 3, 2, n, BT, BC)
+    X10 = -_mm(X11, _mm(A10, X00))
+    X21 = -_mm(X22, _mm(A21, X11))
+    X20 = -_mm(X22, _mm(A20, X00) + _mm(A21, X10))
+    X32 = -_mm(X33, _mm(A32, X22))
+    X31 = -_mm(X33, _mm(A31, X11) + _mm(A32, X21))
+    X30 = -_mm(X33, _mm(A30, X00) + _mm(A31, X10) + _mm(A32, X20))
+    _store_x_block(Xs, X00, 0, 0, BT, BC, INTERPRET)
+    _store_x_block(Xs, X10, 1, 0, BT, BC, INTERPRET)
+    _store_x_block(Xs, X11, 1, 1, BT, BC, INTERPRET)
+    _store_x_block(Xs, X20, 2, 0, BT, BC, INTERPRET)
+    _store_x_block(Xs, X21, 2, 1, BT, BC, INTERPRET)
+    _store_x_block(Xs, X22, 2, 2, BT, BC, INTERPRET)
+    _store_x_block(Xs, X30, 3, 0, BT, BC, INTERPRET)
+    _store_x_block(Xs, X31, 3, 1, BT, BC, INTERPRET)
+    _store_x_block(Xs, X32, 3, 2, BT, BC, INTERPRET)
+    _store_x_block(Xs, X33, 3, 3, BT, BC, INTERPRET)
 
 
 @triton.jit(do_not_specialize=["scale"])
@@ -380,8 +438,8 @@ def _wu_kernel(
 
     # W = X (beta k exp(G)), q exp(G) and k exp(G_last - G), per K-tile. Rows past n: X rows/columns
     # there are never read (masked), their k, q are 0 and nothing is stored for them.
-    m_x = m_t[:, None] & m_t[None, :]
-    b_X = _bf16(tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0), INTERPRET)
+    m_x = m_t[:, None] & (o_t[None, :] <= o_t[:, None])  # X is lower triangular (upper blocks not written)
+    b_X = tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0)
     b_beta = _beta_at(beta, o_t * HV, m_t, BETA)
     if L2NORM:
         rq_t = tl.load(rq + o_t * HV, mask=m_t, other=0.0)
@@ -634,15 +692,18 @@ def kda_chunk(
         num_warps=LAUNCH["gate_warps"],
     )
 
-    Xs = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
+    Akk = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
-    _intra_kernel[(NT, HV)](
-        q, k, beta, G, rq, rk, Xs, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+    _intra_kernel[(NT * (BT // BC), HV)](
+        q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K),
         H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
         BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
         INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
     )
+    Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
+    _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
+                            num_warps=LAUNCH["solve_warps"])
 
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     QG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
