@@ -1,15 +1,17 @@
 """Where the time of the intra-chunk kernel goes: time kda_chunk with parts of `_intra_kernel` cut out.
 
-    python benchmarks/bench_chunk_parts.py
+    python benchmarks/bench_chunk_parts.py [OTHER_CHUNK_PY ...]
 
 Each variant is the kernel module with one text substitution (results are wrong on purpose; only the time
 matters), written to a temporary directory and imported there. Shape: 32 heads, one 16384-token sequence,
-K = V = 128, bf16, precomputed g. Prints the median ms of the whole forward per variant.
+K = V = 128, bf16, precomputed g. Prints the median ms of the whole forward per variant and per-kernel times (torch.profiler), then
+the state pass's time over its launch settings.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import sys
 import tempfile
@@ -25,23 +27,33 @@ from kda_trace.kernels.options import KDAOptions
 
 VARIANTS = {
     "full": [],
-    "no off-diagonal product": [("            if I > 0:\n", "            if I < 0:\n")],
-    "no diagonal products": [
-        ('kk_lo += tl.dot(kr_lo, tl.trans(kc_lo), input_precision="tf32")', 'kk_lo += tl.sum(kc_lo) * 0'),
-        ('qk_lo += tl.dot(qr_lo, tl.trans(kc_lo), input_precision="tf32")', 'qk_lo += tl.sum(qr_lo) * 0'),
-        ('kk_hi += tl.dot(b_k * e_hi, tl.trans(kc_hi), input_precision="tf32")', 'kk_hi += tl.sum(kc_hi) * 0'),
-        ('qk_hi += tl.dot(b_q * e_hi, tl.trans(kc_hi), input_precision="tf32")', 'qk_hi += tl.sum(e_hi) * 0'),
-    ],
-    "no inverse": [('        x_i = tl.dot(_inverse_unit_lower(kk, BC), rhs, input_precision=SOLVE_PRECISION)',
-                    '        x_i = rhs + tl.sum(kk) * 0')],
-    "no block merge": [('        rhs -= tl.dot(off_k, x_prev, input_precision=SOLVE_PRECISION)',
-                        '        rhs -= tl.sum(off_k) * 0')],
-    "no range check": [("        if CHECK_RANGE:\n            # row i is exact", "        if False:\n            # row i is exact")],
+    "intra: one launch per block": [('"intra_per_block": False', '"intra_per_block": True')],
+    "intra: no products": [('        acc_k += tl.dot(b_k * e_i, b_kj, input_precision="tf32")',
+                            '        acc_k += tl.sum(b_kj) * tl.sum(b_k * e_i) * 0'),
+                           ('        acc_q += tl.dot(b_q * e_i, b_kj, input_precision="tf32")',
+                            '        acc_q += tl.sum(b_q) * 0')],
+    "intra: no range check": [("    if CHECK_RANGE:\n        # row i is exact", "    if False:\n        # row i is exact")],
+    "solve: no inverses": [("def _inverse_unit_lower(L, BC: tl.constexpr):",
+                            "def _inverse_unit_lower(L, BC: tl.constexpr):\n    return L")],
 }
 
 
-def load_variant(name, subs, tmp):
-    with open(chunk.__file__) as f:
+def kernel_times(mod, call, reps=10):
+    """Median-free per-kernel averages (us) over `reps` calls, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            call()
+        torch.cuda.synchronize()
+    return {e.key: e.device_time_total / reps for e in prof.key_averages() if e.key.startswith("_")}
+
+
+def load_variant(name, subs, tmp, base=None):
+    with open(base or chunk.__file__) as f:
         src = f.read()
     for old, new in subs:
         if src.count(old) != 1:
@@ -66,12 +78,21 @@ def main():
     g = F.logsigmoid(torch.randn(B, T, H, K, device="cuda"))
     beta = torch.rand(B, T, H, device="cuda").to(bf)
     opts = KDAOptions(output_final_state=True)
+    bases = [(f"full ({path})", [], path) for path in sys.argv[1:]]  # other versions of chunk.py to compare
     with tempfile.TemporaryDirectory() as tmp:
-        for name, subs in VARIANTS.items():
-            mod = load_variant(name, subs, tmp)
-            ms = triton.testing.do_bench(lambda mod=mod: mod.kda_chunk(q, k, v, g, beta, opts), warmup=25, rep=150,
-                                         return_mode="median")
-            print(f"{name:28s} {ms:7.3f} ms", flush=True)
+        for name, subs, base in bases + [(name, subs, None) for name, subs in VARIANTS.items()]:
+            mod = load_variant(name, subs, tmp, base)
+            call = lambda mod=mod: mod.kda_chunk(q, k, v, g, beta, opts)  # noqa: E731
+            ms = triton.testing.do_bench(call, warmup=25, rep=150, return_mode="median")
+            per = kernel_times(mod, call)
+            parts = "  ".join(f"{key.strip('_').replace('_kernel', '')} {us:.0f}" for key, us in per.items())
+            print(f"{name:28s} {ms:7.3f} ms   per kernel (us): {parts}", flush=True)
+        # the state pass alone, over its launch settings
+        for bv, warps, stages in itertools.product((16, 32), (2, 4), (2, 3, 4)):
+            chunk.LAUNCH.update(state_bv=bv, state_warps=warps, state_stages=stages)
+            per = kernel_times(chunk, lambda: chunk.kda_chunk(q, k, v, g, beta, opts))
+            print(f"state BV={bv:2d} warps={warps} stages={stages}: {per.get('_state_kernel', float('nan')):.0f} us",
+                  flush=True)
 
 
 if __name__ == "__main__":

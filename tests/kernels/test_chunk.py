@@ -100,6 +100,18 @@ def test_safe_gate_logits_x2_no_final_state():
     assert rms_rel(o, o_ref) <= BUDGET
 
 
+def test_saturated_safe_gate_takes_the_exact_path():
+    """Lower bound -5 with the gate saturated (every g = -5): over a 16-row block the decay reaches 75,
+    past the range a tensor-core product may use (MAX_EXP = 60), so those rows must take the exact path."""
+    x = make(1, 90, 1, 1, 16, 16, seed=8, gate="safe")
+    x["dt_bias"] = torch.full_like(x["dt_bias"], 30.0)  # sigmoid(exp(A_log) * (g_raw + 30)) ~ 1: g ~ -5
+    x["A_log"] = torch.zeros_like(x["A_log"])
+    opts = KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-5.0, output_final_state=True)
+    o, ht, o_ref, h_ref = run_case(x, opts)
+    assert torch.isfinite(o).all() and torch.isfinite(ht).all()
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+
+
 def test_strong_gates_take_the_exact_path():
     """Gates far beyond what a 16-row tensor-core block can factor (exp(+x) would overflow fp32): strong
     unbounded gates (A_log = 3, softplus of large inputs) and precomputed decays down to -200 per token.
