@@ -27,11 +27,7 @@ from kda_trace.kernels.options import KDAOptions
 
 VARIANTS = {
     "full": [],
-    "intra: one launch per block": [('"intra_per_block": False', '"intra_per_block": True')],
-    "intra: no products": [('        acc_k += tl.dot(b_k * e_i, b_kj, input_precision="tf32")',
-                            '        acc_k += tl.sum(b_kj) * tl.sum(b_k * e_i) * 0'),
-                           ('        acc_q += tl.dot(b_q * e_i, b_kj, input_precision="tf32")',
-                            '        acc_q += tl.sum(b_q) * 0')],
+    "intra: no off-diagonal products": [("        if I > 0:\n", "        if I < 0:\n")],
     "intra: no range check": [("    if CHECK_RANGE:\n        # row i is exact", "    if False:\n        # row i is exact")],
     "solve: no inverses": [("def _inverse_unit_lower(L, BC: tl.constexpr):",
                             "def _inverse_unit_lower(L, BC: tl.constexpr):\n    return L")],

@@ -15,8 +15,8 @@ algorithm"):
 Kernels, in launch order:
 1. `_gate_cumsum_kernel`, per (chunk, value head): gate (precomputed, unbounded or safe), cumulative sum
    G (fp32), and the q/k L2-norm factors 1 / sqrt(sum x^2 + 1e-6).
-2. `_intra_kernel`, per (16-row block of a chunk, value head): that block's rows of A_qk (bf16) and A_kk
-   (fp32 scratch): the columns before the block and the 16x16 diagonal block.
+2. `_intra_kernel`, per (chunk, value head), one launch per 16-row block index: that block's rows of A_qk
+   (bf16) and A_kk (fp32 scratch): the columns before the block and the 16x16 diagonal block.
 3. `_solve_kernel`, per (chunk, value head): X = (I + A_kk)^-1 by 16x16 blocks in registers (the diagonal
    inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)), stored as bf16.
 4. `_wu_kernel`, per (chunk, value head): W, U, q exp(G) and k exp(G_last - G).
@@ -66,7 +66,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # H100 sweep of the first version and from ptxas register / spill reports of this one.
 LAUNCH = {
     "gate_warps": 4,
-    "intra_warps": 2, "intra_bk": 64, "intra_per_block": False, "solve_warps": 1,
+    "intra_warps": 2, "intra_bk": 64, "solve_warps": 1,
     "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
     "state_warps": 4, "state_stages": 3, "state_bv": None,
     "out_warps": 8,
@@ -173,17 +173,16 @@ def _gate_cumsum_kernel(
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _exact_diag_block(
-    x, k, G, i0, n, BC: tl.constexpr, BJ: tl.constexpr, BK: tl.constexpr,
+    x, k, G, i0, n, BC: tl.constexpr, BK: tl.constexpr,
     SX: tl.constexpr, SG: tl.constexpr, K: tl.constexpr,
 ):
-    """P[i, i0 + j] = sum_d x_id k_jd exp(min(G_id - G_jd, 0)) for the 16 rows i from i0 (of n valid chunk
-    rows) and the 16 columns of their diagonal block, placed in a [BC, BJ] tile (other columns 0),
+    """P[i, j] = sum_d x_id k_jd exp(min(G_id - G_jd, 0)) for the 16 rows from i0 (of n valid chunk rows),
     element-wise in fp32, no product of two exps: the fallback for rows whose decay exceeds MAX_EXP.
     x, k: chunk-row-0 pointers with row stride SX; G: with row stride SG."""
     o_i = i0 + tl.arange(0, BC)
     m_i = o_i < n
-    o_j = tl.arange(0, BJ)
-    acc = tl.zeros([BC, BJ], dtype=tl.float32)
+    o_j = tl.arange(0, BC)
+    acc = tl.zeros([BC, BC], dtype=tl.float32)
     for j in range(BC):
         col = tl.zeros([BC], dtype=tl.float32)
         for k0 in range(0, K, BK):
@@ -196,7 +195,7 @@ def _exact_diag_block(
             b_kj = tl.load(k + (i0 + j) * SX + o_k, mask=m_kj, other=0.0).to(tl.float32)
             g_j = tl.load(G + (i0 + j) * SG + o_k, mask=m_kj, other=0.0)
             col += tl.sum(b_x * b_kj[None, :] * tl.exp(tl.minimum(g_i - g_j[None, :], 0.0)), axis=1)
-        acc += tl.where(o_j[None, :] == i0 + j, col[:, None], 0.0)
+        acc += tl.where(o_j[None, :] == j, col[:, None], 0.0)
     return acc
 
 
@@ -230,20 +229,15 @@ def _beta_at(beta, rows, m, BETA: tl.constexpr):
 def _intra_kernel(
     q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
-    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BLOCK: tl.constexpr, BJ: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, MAX_EXP: tl.constexpr, CHECK_RANGE: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    """Rows of one 16-row block I of a chunk: A_qk (bf16, into Aqk) and A_kk (fp32, into the chunk's
-    [BT, BT] scratch Akk), columns 0 .. i0 + 15 (the blocks before it and the diagonal block). One program
-    per (chunk, value head) for the block BLOCK, or per (chunk x block, value head) when BLOCK = -1: the
-    blocks of a chunk are independent here (the solve is kernel 3). BJ >= (I + 1) * BC columns."""
-    if BLOCK >= 0:
-        i_c = tl.program_id(0).to(tl.int64)
-        I = BLOCK  # noqa: E741 - block index I as in the math
-    else:
-        i_c = tl.program_id(0).to(tl.int64) // (BT // BC)
-        I = (tl.program_id(0) % (BT // BC)).to(tl.int32)  # noqa: E741
+    """Rows of the 16-row block I of a chunk: A_qk (bf16, into Aqk) and A_kk (fp32, into the chunk's
+    [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I columns) and the 16x16
+    diagonal block. One launch per block index, one program per (chunk, value head): the blocks of a chunk
+    are independent here (the solve is kernel 3), and a constant I sizes the tiles to the block."""
+    i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
@@ -264,64 +258,85 @@ def _intra_kernel(
     Akk += (i_c * HV + i_hv) * (BT * BT)
 
     o_c = tl.arange(0, BC)
+    o_t = tl.arange(0, BJ)  # the columns before the block: o_t < i0
     o_i = i0 + o_c
     m_i = o_i < n
-    o_j = tl.arange(0, BJ)
-    m_j = (o_j < i0 + BC) & (o_j < n)
+    m_t = o_t < i0
 
-    # One product for the whole row block, anchor = its first row i0:
-    #   (x_i exp(G_i - G_i0)) . (k_j exp(G_i0 - G_j)),
-    # the row factor <= 1; the column factor <= 1 for j < i0 and >= 1 inside the block, where it is used
-    # only while G_i0 - G_j <= MAX_EXP (checked below, rows past that are recomputed element-wise).
-    acc_k = tl.zeros([BC, BJ], dtype=tl.float32)
-    acc_q = tl.zeros([BC, BJ], dtype=tl.float32)
+    # Columns before the block: one product, anchor = the block's first row (every exponent <= 0).
+    # The 16x16 diagonal block: two anchors (see top).
+    off_lo = tl.zeros([BC, BJ], dtype=tl.float32)  # sum_d x_id k_jd exp(G_id - G_jd), j < i0 (k and q)
+    off_qlo = tl.zeros([BC, BJ], dtype=tl.float32)
+    kk_lo = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, anchor row i0
+    qk_lo = tl.zeros([BC, BC], dtype=tl.float32)
+    kk_hi = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, anchor row i0 + 8
+    qk_hi = tl.zeros([BC, BC], dtype=tl.float32)
     spread = tl.zeros([BC], dtype=tl.float32)
+    hi_row = tl.minimum(i0 + BC // 2, n - 1)  # (a block with <= 8 rows never uses it)
     for k0 in range(0, K, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
         m_ik = m_i[:, None] & m_k[None, :]
-        m_jk = m_j[:, None] & m_k[None, :]
-        g_a = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
-        d_i = tl.where(m_ik, tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0) - g_a[None, :], 0.0)
-        if CHECK_RANGE:
-            spread = tl.maximum(spread, tl.max(-d_i, axis=1))
-        e_i = tl.exp(d_i)
-        b_kj = tl.load(k + o_j[:, None] * SX + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
-        g_j = tl.load(G + o_j[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
-        b_kj = tl.trans(b_kj * tl.exp(tl.minimum(tl.where(m_jk, g_a[None, :] - g_j, 0.0), MAX_EXP)))
         b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
         b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
-        acc_k += tl.dot(b_k * e_i, b_kj, input_precision="tf32")
-        acc_q += tl.dot(b_q * e_i, b_kj, input_precision="tf32")
+        g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0)
+        g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
+        g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
+        # row-side factors: exp(G_i - anchor) <= 1 for rows at or after the anchor (others: unused, 0)
+        d_lo = tl.where(m_i[:, None], g_i - g_c[None, :], 0.0)
+        d_hi = tl.where((m_i & (o_c >= BC // 2))[:, None], g_i - g_c8[None, :], 0.0)
+        spread = tl.maximum(spread, tl.max(tl.where(o_c[:, None] >= BC // 2, -d_hi, -d_lo), axis=1))
+        e_lo = tl.exp(d_lo)
+        e_hi = tl.exp(d_hi)
+        # column-side factors for the diagonal block: exp(anchor - G_j), bounded by MAX_EXP
+        kc_lo = b_k * tl.exp(tl.minimum(g_c[None, :] - g_i, MAX_EXP))
+        kc_hi = b_k * tl.exp(tl.minimum(g_c8[None, :] - g_i, MAX_EXP))
+        kr_lo = b_k * e_lo
+        qr_lo = b_q * e_lo
+        kk_lo += tl.dot(kr_lo, tl.trans(kc_lo), input_precision="tf32")
+        qk_lo += tl.dot(qr_lo, tl.trans(kc_lo), input_precision="tf32")
+        kk_hi += tl.dot(b_k * e_hi, tl.trans(kc_hi), input_precision="tf32")
+        qk_hi += tl.dot(b_q * e_hi, tl.trans(kc_hi), input_precision="tf32")
+        if I > 0:
+            # earlier rows of the chunk, k_j exp(G_i0 - G_j) (<= 1); rows from i0 on are zeroed
+            m_jk = (o_t < i0)[:, None] & m_k[None, :]
+            b_kj = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
+            g_j = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
+            b_kj = b_kj * tl.exp(tl.where(m_jk, g_c[None, :] - g_j, 0.0))
+            off_lo += tl.dot(kr_lo, tl.trans(b_kj), input_precision="tf32")
+            off_qlo += tl.dot(qr_lo, tl.trans(b_kj), input_precision="tf32")
 
+    upper = (o_c >= BC // 2)[:, None]
+    kk = tl.where(upper, kk_hi, kk_lo)
+    qk = tl.where(upper, qk_hi, qk_lo)
     if CHECK_RANGE:
-        # row i is exact when G_i0 - G_j <= MAX_EXP for all j <= i, i.e. when G_i0 - G_i <= MAX_EXP
+        # row i is exact when anchor - G_j <= MAX_EXP for all j <= i, i.e. when anchor - G_i <= MAX_EXP
         ok = (spread <= MAX_EXP) | (o_c >= n - i0)
         if tl.min(ok.to(tl.int32), axis=0) == 0:
-            bad = (~ok)[:, None] & (o_j[None, :] >= i0) & (o_j[None, :] < i0 + BC)
-            acc_k = tl.where(bad, _exact_diag_block(k, k, G, i0, n, BC, BJ, BK, SX, SG, K), acc_k)
-            acc_q = tl.where(bad, _exact_diag_block(q, k, G, i0, n, BC, BJ, BK, SX, SG, K), acc_q)
+            kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K))
+            qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K))
 
-    # causal masks and the row / column factors: beta, L2 norms, scale
+    # row and column factors: beta, L2 norms, scale
     b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
-    rq_i, rk_i = _norm_factors(rq, rk, o_i, m_i, HV, L2NORM)
-    _, rk_j = _norm_factors(rq, rk, o_j, m_j, HV, L2NORM)
-    acc_k = tl.where(o_i[:, None] > o_j[None, :], acc_k * (b_beta * rk_i)[:, None] * rk_j[None, :], 0.0)
-    acc_q = tl.where(o_i[:, None] >= o_j[None, :], acc_q * (scale * rq_i)[:, None] * rk_j[None, :], 0.0)
-    m = m_i[:, None] & m_j[None, :]
-    tl.store(Aqk + o_i[:, None] * SA + o_j[None, :], _bf16(acc_q, INTERPRET), mask=m)
-    # A_kk in fp32, in the chunk's [BT, BT] scratch (rows past n are never read)
-    tl.store(Akk + o_i[:, None] * BT + o_j[None, :], acc_k, mask=m)
-
-
-@triton.jit
-def _norm_factors(rq, rk, rows, m, HV: tl.constexpr, L2NORM: tl.constexpr):
-    """(1 / |q|, 1 / |k|) at the given rows when the kernel L2-normalises q and k, else ones."""
     if L2NORM:
-        return tl.load(rq + rows * HV, mask=m, other=0.0), tl.load(rk + rows * HV, mask=m, other=0.0)
+        rq_i = tl.load(rq + o_i * HV, mask=m_i, other=0.0)
+        rk_i = tl.load(rk + o_i * HV, mask=m_i, other=0.0)
+        rk_t = tl.load(rk + o_t * HV, mask=m_t, other=0.0)
     else:
-        one = tl.full(rows.shape, 1.0, tl.float32)
-        return one, one
+        rq_i = tl.full([BC], 1.0, tl.float32)
+        rk_i = tl.full([BC], 1.0, tl.float32)
+        rk_t = tl.full([BJ], 1.0, tl.float32)
+    kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
+    qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
+    m_lo = m_i[:, None] & (o_t < i0)[None, :]
+    # A_qk row block: columns < i0 from the first product, the diagonal block at i0
+    off_q = off_qlo * (scale * rq_i)[:, None] * rk_t[None, :]
+    tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(off_q, INTERPRET), mask=m_lo)
+    tl.store(Aqk + o_i[:, None] * SA + o_i[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None])
+    # A_kk row block, fp32, in the chunk's scratch (rows past n are never read)
+    off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
+    tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo)
+    tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None])
 
 
 @triton.jit
@@ -680,20 +695,15 @@ def kda_chunk(
 
     Akk = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
-    # one anchor per 16-row block: its column factors reach exp(15 |g|); the safe gate keeps that in range
-    check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC - 1) <= MAX_EXP)
-    intra = dict(
-        H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
-        BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
-        INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
-    )
-    intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K))
-    if LAUNCH["intra_per_block"]:  # one launch per block index, each with a tile of just its columns
-        for block in range(BT // BC):
-            bj = min(BT, triton.next_power_of_2((block + 1) * BC))
-            _intra_kernel[(NT, HV)](*intra_args, BLOCK=block, BJ=bj, **intra)
-    else:
-        _intra_kernel[(NT * (BT // BC), HV)](*intra_args, BLOCK=-1, BJ=BT, **intra)
+    check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
+    for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
+        _intra_kernel[(NT, HV)](
+            q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+            H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
+            I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
+            BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
+            INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
+        )
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
     _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
                             num_warps=LAUNCH["solve_warps"])
