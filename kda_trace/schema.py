@@ -486,7 +486,8 @@ class Performance(Model):
     max_ms: Optional[float] = None
     repetitions: Optional[int] = None
     mode: Optional[str] = None
-    """`cuda_events`, `cuda_graph`, or `cpu_wall` (interpreter timing: not a speed figure)."""
+    """`cuda_events`, `cuda_graph`, `cuda_sync_wall` (a slow reference timed by its device-synchronised
+    correctness calls) or `cpu_wall` (interpreter timing: not a speed figure)."""
     tflops: Optional[float] = None
     """Achieved TFLOP/s from the definition's cost."""
     tbps: Optional[float] = None

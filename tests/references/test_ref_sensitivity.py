@@ -15,10 +15,12 @@ MUTANTS = {
     # a wrong decay (half the log decay)
     "half decay": ("prefill", "        P = P * d_t[:, :, None, :]", "        P = P * d_t[:, :, None, :] ** 0.5",
                    "float32 reference vs"),
-    # a sequence that has ended keeps re-reading its last token: its last output and final state drift
+    # a sequence that has ended keeps re-reading its last token: its last output and final state drift. The
+    # mutant writes that output row several times in one `o[tok] = ...` (duplicate indices, an order torch does
+    # not define), so the bf16-vs-float32 bit check may see it before the comparison with the truth does.
     "ended sequences keep running": ("prefill", "tok = torch.where(t < lens, starts + t, T)",
                                      "tok = torch.where(t < lens, starts + t, starts + lens - 1)",
-                                     "float32 reference vs"),
+                                     ("float32 reference vs", "bf16-input run vs float32-input run")),
     # every pool slot rescaled by one float32 ulp: invisible to any tolerance, caught by the bit check
     "untouched slots change": ("decode", "new_state_pool = state_pool.clone()",
                                "new_state_pool = state_pool.clone() * (1 + 2 ** -23)", "untouched pool slots"),
@@ -44,7 +46,8 @@ def test_planted_bug_is_caught(bug):
     with pytest.raises(pytest.fail.Exception) as failure:
         check_against_truth(d, small_workload(d), chunk=2, with_fla_naive=False)
     message = str(failure.value)
-    assert caught_by in message, f"{bug}: caught, but not by the intended check:\n{message}"
+    intended = caught_by if isinstance(caught_by, tuple) else (caught_by,)
+    assert any(c in message for c in intended), f"{bug}: caught, but not by the intended check:\n{message}"
     if "float32 reference vs" in message:  # the metrics report is printed in full
         for word in ("RMS-relative", "cosine", "MSE", "max abs", "mean rel", "worst elements", "token"):
             assert word in message, f"{bug}: report lacks {word!r}:\n{message}"
