@@ -109,13 +109,19 @@ def metrics(out, ref):
     return rms, cos
 
 
-def speed(names, log):
+def speed(names, log, with_fla=True):
+    """Ours (printed as soon as measured: fla's first call per shape autotunes for minutes) and fla."""
     rows = []
     for name in names:
         H, lens, mode = SHAPES[name]
         x = make_inputs(H, lens, mode)
         T = sum(lens)
         t_ours = bench(lambda x=x, mode=mode: run_ours(x, mode))
+        print(f"{name}: ours {t_ours:.3f} ms", flush=True)
+        if not with_fla:
+            print(json.dumps({"shape": name, "heads": H, "tokens": T, "seqs": len(lens), "mode": mode,
+                              "ours_ms": t_ours}), file=log, flush=True)
+            continue
         try:
             t_fla = bench(lambda x=x, mode=mode: run_fla(x, mode))
         except Exception as e:  # noqa: BLE001 -- report, keep going
@@ -213,6 +219,7 @@ def main():
     ap.add_argument("--profile", default=None)
     ap.add_argument("--sweep", default=None)
     ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--no-fla", action="store_true", help="time ours only (fla autotunes for minutes per shape)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     import fla
@@ -225,7 +232,7 @@ def main():
         if a.sweep:
             sweep(a.sweep)
         if not a.no_speed:
-            speed(a.shapes.split(","), log)
+            speed(a.shapes.split(","), log, with_fla=not a.no_fla)
         if a.accuracy:
             accuracy(log)
 
