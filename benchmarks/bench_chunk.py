@@ -1,6 +1,6 @@
 """Our chunked KDA forward (kda_trace/kernels/chunk.py) side by side with fla's chunk_kda, on one GPU.
 
-    python benchmarks/bench_chunk.py [--shapes a,b] [--accuracy] [--profile SHAPE] [--sweep SHAPE] [--out DIR]
+    python benchmarks/bench_chunk.py [--shapes a,b] [--no-fla] [--accuracy] [--profile SHAPE] [--sweep SHAPE] [--out DIR]
 
 Per shape: median ms (triton.testing.do_bench, 25 ms warm-up, 200 ms of repeats) of ours and fla with
 the same options and inputs (bf16 q/k/v/beta, fp32 g and states, K = V = 128, initial state given and final
