@@ -53,6 +53,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kda_trace.kernels.common import BETA_CODES, GATE_CODES, beta_value, check_inputs, log_decay
 from kda_trace.kernels.options import KDAOptions
 from kda_trace.platform import triton_interpreted
 
@@ -73,8 +74,6 @@ LAUNCH = {
 }
 
 _DEFAULT_OPTIONS = KDAOptions()
-_GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
-_BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
 
 
 @triton.jit
@@ -143,12 +142,8 @@ def _gate_cumsum_kernel(
         b_g = tl.load(g + off, mask=m, other=0.0).to(tl.float32)
         if GATE != 0:
             x = b_g + tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
-            if GATE == 1:
-                # softplus(x) = x above 20; the clamp keeps exp finite in the branch not taken
-                b_g = -b_A * tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-            else:
-                b_g = lower_bound * tl.sigmoid(b_A * x)
-            b_g = tl.where(m, b_g, 0.0)  # rows past the sequence end add nothing to the sum
+            # rows past the sequence end add nothing to the sum
+            b_g = tl.where(m, log_decay(x, b_A, lower_bound, GATE), 0.0)
         tl.store(G + off, tl.cumsum(b_g, axis=0), mask=m)
 
     if L2NORM:
@@ -215,14 +210,18 @@ def _inverse_unit_lower(L, BC: tl.constexpr):
 
 
 @triton.jit
+def _inv_norm_at(r, rows, m, L2NORM: tl.constexpr):
+    """1 / |x| at the given rows (computed by the gate kernel) when the kernel L2-normalises q and k, else 1."""
+    if L2NORM:
+        return tl.load(r + rows, mask=m, other=0.0)
+    else:
+        return tl.full(rows.shape, 1.0, tl.float32)
+
+
+@triton.jit
 def _beta_at(beta, rows, m, BETA: tl.constexpr):
     """beta for the given (masked) rows: as given, sigmoid(b) or 2 sigmoid(b); 0 on masked rows."""
-    b = tl.load(beta + rows, mask=m, other=0.0).to(tl.float32)
-    if BETA == 1:
-        b = tl.sigmoid(b)
-    elif BETA == 2:
-        b = 2.0 * tl.sigmoid(b)
-    return tl.where(m, b, 0.0)
+    return tl.where(m, beta_value(tl.load(beta + rows, mask=m, other=0.0).to(tl.float32), BETA), 0.0)
 
 
 @triton.jit(do_not_specialize=["scale"])
@@ -318,14 +317,9 @@ def _intra_kernel(
 
     # row and column factors: beta, L2 norms, scale
     b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
-    if L2NORM:
-        rq_i = tl.load(rq + o_i * HV, mask=m_i, other=0.0)
-        rk_i = tl.load(rk + o_i * HV, mask=m_i, other=0.0)
-        rk_t = tl.load(rk + o_t * HV, mask=m_t, other=0.0)
-    else:
-        rq_i = tl.full([BC], 1.0, tl.float32)
-        rk_i = tl.full([BC], 1.0, tl.float32)
-        rk_t = tl.full([BJ], 1.0, tl.float32)
+    rq_i = _inv_norm_at(rq, o_i * HV, m_i, L2NORM)
+    rk_i = _inv_norm_at(rk, o_i * HV, m_i, L2NORM)
+    rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
     kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
     qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
     m_lo = m_i[:, None] & (o_t < i0)[None, :]
@@ -432,20 +426,14 @@ def _wu_kernel(
     Xs += (i_c * HV + i_hv) * (BT * BT)
     o_t = tl.arange(0, BT)
     m_t = o_t < n
-    if L2NORM:
-        rk_t = tl.load(rk + o_t * HV, mask=m_t, other=0.0)
-    else:
-        rk_t = tl.full([BT], 1.0, tl.float32)
+    rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
+    rq_t = _inv_norm_at(rq, o_t * HV, m_t, L2NORM)
 
     # W = X (beta k exp(G)), q exp(G) and k exp(G_last - G), per K-tile. Rows past n: X rows/columns
     # there are never read (masked), their k, q are 0 and nothing is stored for them.
     m_x = m_t[:, None] & (o_t[None, :] <= o_t[:, None])  # X is lower triangular (upper blocks not written)
     b_X = tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0)
     b_beta = _beta_at(beta, o_t * HV, m_t, BETA)
-    if L2NORM:
-        rq_t = tl.load(rq + o_t * HV, mask=m_t, other=0.0)
-    else:
-        rq_t = tl.full([BT], 1.0, tl.float32)
     for k0 in range(0, K, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
@@ -647,23 +635,13 @@ def kda_chunk(
     """
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
-    if k.shape != q.shape or v.shape[:2] != (B, T) or g.shape != (B, T, HV, K) or beta.shape != (B, T, HV):
-        raise ValueError(
-            f"shape mismatch: q {tuple(q.shape)} k {tuple(k.shape)} v {tuple(v.shape)} g {tuple(g.shape)} "
-            f"beta {tuple(beta.shape)}; expected k like q, v [B, T, HV, V], g [B, T, HV, K], beta [B, T, HV]")
-    if HV % H:
-        raise ValueError(f"value heads ({HV}) must be a multiple of q/k heads ({H})")
+    N = check_inputs(q, k, v, g, beta, opts, A_log, dt_bias, cu_seqlens)
     if K > 256 or V > 256:
         raise ValueError(f"head dims up to 256 are supported, got K={K}, V={V}")
-    if opts.gate != "precomputed" and (A_log is None or dt_bias is None):
-        raise ValueError(f"gate {opts.gate!r} needs A_log and dt_bias")
     if cu_seqlens is not None:
-        if B != 1:
-            raise ValueError(f"with cu_seqlens the batch size must be 1, got {B}")
-        N = cu_seqlens.shape[0] - 1
         lens = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the one host sync (grid sizes)
     else:
-        N, lens = B, [T] * B
+        lens = [T] * B
         cu_seqlens = torch.arange(0, (B + 1) * T, T, dtype=torch.int64, device=q.device)
     vk = opts.state_layout == "vk"
     state_shape = (N, HV, V, K) if vk else (N, HV, K, V)
@@ -689,7 +667,7 @@ def kda_chunk(
     gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
     _gate_cumsum_kernel[(NT, HV)](
         g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
-        H=H, HV=HV, K=K, BT=BT, BK=BKg, GATE=_GATE_CODES[opts.gate], L2NORM=opts.use_qk_l2norm,
+        H=H, HV=HV, K=K, BT=BT, BK=BKg, GATE=GATE_CODES[opts.gate], L2NORM=opts.use_qk_l2norm,
         num_warps=LAUNCH["gate_warps"],
     )
 
@@ -701,7 +679,7 @@ def kda_chunk(
             q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K),
             H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
             I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
-            BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
+            BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
             INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
         )
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
@@ -716,7 +694,7 @@ def kda_chunk(
         q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
         H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
-        BETA=_BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, INTERPRET=interp, num_warps=LAUNCH["wu_warps"],
+        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, INTERPRET=interp, num_warps=LAUNCH["wu_warps"],
     )
 
     h = torch.empty(NT, HV, K, V, dtype=bf16, device=dev)

@@ -20,12 +20,11 @@ import torch
 import triton
 import triton.language as tl
 
+from kda_trace.kernels.common import BETA_CODES, GATE_CODES, beta_value, check_inputs, log_decay
 from kda_trace.kernels.options import KDAOptions
 from kda_trace.platform import triton_interpreted
 
 _DEFAULT_OPTIONS = KDAOptions()
-_GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
-_BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
 
 
 @triton.jit(do_not_specialize=["T", "scale", "lower_bound"])
@@ -103,16 +102,9 @@ def _kda_recurrent_kernel(
             b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6)
             b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
         b_q = b_q * scale
-        if GATE == 1:
-            x = b_g + b_bias
-            # softplus(x) = x above 20; the clamp keeps exp finite in the branch not taken
-            b_g = -b_A * tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-        elif GATE == 2:
-            b_g = lower_bound * tl.sigmoid(b_A * (b_g + b_bias))
-        if BETA == 1:
-            b_beta = tl.sigmoid(b_beta)
-        elif BETA == 2:
-            b_beta = 2.0 * tl.sigmoid(b_beta)
+        if GATE != 0:
+            b_g = log_decay(b_g + b_bias, b_A, lower_bound, GATE)
+        b_beta = beta_value(b_beta, BETA)
 
         # decay, delta-rule write with the decayed state, then read with the updated state
         b_h = b_h * tl.exp(b_g)[None, :]
@@ -209,20 +201,7 @@ def kda_recurrent(
     """
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
-    if k.shape != q.shape or v.shape[:2] != (B, T) or g.shape != (B, T, HV, K) or beta.shape != (B, T, HV):
-        raise ValueError(
-            f"shape mismatch: q {tuple(q.shape)} k {tuple(k.shape)} v {tuple(v.shape)} g {tuple(g.shape)} "
-            f"beta {tuple(beta.shape)}; expected k like q, v [B, T, HV, V], g [B, T, HV, K], beta [B, T, HV]")
-    if HV % H:
-        raise ValueError(f"value heads ({HV}) must be a multiple of q/k heads ({H})")
-    if cu_seqlens is not None:
-        if B != 1:
-            raise ValueError(f"with cu_seqlens the batch size must be 1, got {B}")
-        N = cu_seqlens.shape[0] - 1
-    else:
-        N = B
-    if opts.gate != "precomputed" and (A_log is None or dt_bias is None):
-        raise ValueError(f"gate {opts.gate!r} needs A_log and dt_bias")
+    N = check_inputs(q, k, v, g, beta, opts, A_log, dt_bias, cu_seqlens)
     if state_indices is not None and initial_state is None:
         raise ValueError("state_indices needs initial_state (the pool)")
     if inplace_state and initial_state is None:
@@ -264,7 +243,7 @@ def kda_recurrent(
             opts.resolved_scale(K), float(opts.lower_bound), T,
             initial_state.stride(0) if initial_state is not None else 0,
             final_state.stride(0) if final_state is not None else 0)
-    consts = (H, HV, K, V, BK, BV, _GATE_CODES[opts.gate], _BETA_CODES[opts.beta], opts.use_qk_l2norm, vk,
+    consts = (H, HV, K, V, BK, BV, GATE_CODES[opts.gate], BETA_CODES[opts.beta], opts.use_qk_l2norm, vk,
               initial_state is not None, final_state is not None, inplace_state, cu_seqlens is not None,
               state_indices is not None)
     _launch(N * HV * ((V + BV - 1) // BV), args, consts, num_warps)

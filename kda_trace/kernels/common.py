@@ -1,0 +1,52 @@
+"""What our two KDA kernels (recurrent.py, chunk.py) share: the gate and beta formulas inside a kernel, their
+constexpr codes, and the host-side checks of the common inputs. Defines @triton.jit functions, so it is
+imported (by those modules) only after the caller chose compiled or interpreted Triton."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+GATE_CODES = {"precomputed": 0, "unbounded": 1, "safe": 2}
+BETA_CODES = {"prob": 0, "logits": 1, "logits_x2": 2}
+
+
+@triton.jit
+def log_decay(x, a, lower_bound, GATE: tl.constexpr):
+    """The log decay from x = g_raw + dt_bias and a = exp(A_log): -a softplus(x) (GATE 1, unbounded) or
+    lower_bound sigmoid(a x) (GATE 2, safe)."""
+    if GATE == 1:
+        # softplus(x) = x above 20; the clamp keeps exp finite in the branch not taken
+        return -a * tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+    else:
+        return lower_bound * tl.sigmoid(a * x)
+
+
+@triton.jit
+def beta_value(b, BETA: tl.constexpr):
+    """beta as given (BETA 0), sigmoid(b) (1) or 2 sigmoid(b) (2)."""
+    if BETA == 1:
+        b = tl.sigmoid(b)
+    elif BETA == 2:
+        b = 2.0 * tl.sigmoid(b)
+    return b
+
+
+def check_inputs(q, k, v, g, beta, opts, A_log, dt_bias, cu_seqlens) -> int:
+    """Check the shapes both kernels take (q, k [B, T, H, K]; v [B, T, HV, V]; g [B, T, HV, K];
+    beta [B, T, HV]; B == 1 with cu_seqlens) and the gate's parameters; return the number of sequences."""
+    B, T, H, K = q.shape
+    HV = v.shape[2]
+    if k.shape != q.shape or v.shape[:2] != (B, T) or g.shape != (B, T, HV, K) or beta.shape != (B, T, HV):
+        raise ValueError(
+            f"shape mismatch: q {tuple(q.shape)} k {tuple(k.shape)} v {tuple(v.shape)} g {tuple(g.shape)} "
+            f"beta {tuple(beta.shape)}; expected k like q, v [B, T, HV, V], g [B, T, HV, K], beta [B, T, HV]")
+    if HV % H:
+        raise ValueError(f"value heads ({HV}) must be a multiple of q/k heads ({H})")
+    if opts.gate != "precomputed" and (A_log is None or dt_bias is None):
+        raise ValueError(f"gate {opts.gate!r} needs A_log and dt_bias")
+    if cu_seqlens is None:
+        return B
+    if B != 1:
+        raise ValueError(f"with cu_seqlens the batch size must be 1, got {B}")
+    return cu_seqlens.shape[0] - 1
