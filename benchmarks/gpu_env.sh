@@ -11,3 +11,6 @@ mkdir -p "$TRITON_CACHE_DIR"
     python3 -m pip list 2>/dev/null | grep -iE "^(pytest|pytest-xdist|hypothesis|fla-core|rich|numpy|safetensors|pydantic) "
     nproc
 } > "$OUT/env_$(date +%H%M%S).txt" 2>&1
+# fla's autotuning results come back in $OUT/autotune.tar.gz on exit; unpack them into .gpu_out/triton here
+# so the next call skips the minutes of first-use tuning (tar xzf autotune.tar.gz -C .gpu_out/triton).
+trap '(cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" | tar czf "$OUT/autotune.tar.gz" -T -)' EXIT
