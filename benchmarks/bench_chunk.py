@@ -1,6 +1,6 @@
 """Our chunked KDA forward (kda_trace/kernels/chunk.py) side by side with fla's chunk_kda, on one GPU.
 
-    python benchmarks/bench_chunk.py [--shapes a,b] [--no-fla] [--accuracy] [--profile SHAPE] [--sweep SHAPE] [--out DIR]
+    python benchmarks/bench_chunk.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--accuracy] [--profile SHAPE] [--sweep SHAPE] [--out DIR]
 
 Per shape: median ms (triton.testing.do_bench, 25 ms warm-up, 200 ms of repeats) of ours and fla with
 the same options and inputs (bf16 q/k/v/beta, fp32 g and states, K = V = 128, initial state given and final
@@ -13,6 +13,9 @@ pass W S and k^T V_new 2*K*V, the output q S K*V and A_qk V_new C*V/2. For K = V
 --accuracy: RMS-relative error and cosine of o and the final state for ours and fla against fla's
 naive_recurrent_kda run in fp32 on the GPU, at 1K and 64K tokens (32 heads, 4 heads at 64K to keep the
 token-by-token reference short), bf16 inputs, L2-normalised q/k, g = logsigmoid(randn).
+--fla-tune-each: fla autotunes its kernels on the first call per autotuning key, and its keys leave out the
+number of tokens, so in one process (or with its on-disk results) a shape runs with the settings tuned on an
+earlier, maybe much smaller, input. This flag makes fla tune on every shape (about a minute each).
 --profile SHAPE: per-kernel times of ours (torch.profiler). --sweep SHAPE: launch settings of ours.
 """
 
@@ -109,7 +112,19 @@ def metrics(out, ref):
     return rms, cos
 
 
-def speed(names, log, with_fla=True):
+def reset_fla_autotuning():
+    """Forget every autotuning result of fla's kernels in this process, so that the next fla call tunes on
+    its own inputs (fla tunes once per key, and its keys leave out the number of tokens)."""
+    from triton.runtime.autotuner import Autotuner
+
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("fla.") and mod is not None:
+            for obj in vars(mod).values():
+                if isinstance(obj, Autotuner):
+                    obj.cache.clear()
+
+
+def speed(names, log, with_fla=True, fla_tune_each=False):
     """Ours (printed as soon as measured: fla's first call per shape autotunes for minutes) and fla."""
     rows = []
     for name in names:
@@ -123,6 +138,8 @@ def speed(names, log, with_fla=True):
                               "ours_ms": t_ours}), file=log, flush=True)
             continue
         try:
+            if fla_tune_each:
+                reset_fla_autotuning()
             t_fla = bench(lambda x=x, mode=mode: run_fla(x, mode))
         except Exception as e:  # noqa: BLE001 -- report, keep going
             print(f"{name}: fla failed: {e!r}", file=log)
@@ -188,6 +205,7 @@ def sweep(name):
     x = make_inputs(H, lens, mode)
     options = [
         ("intra_warps", (2, 4, 8)), ("intra_bk", (32, 64)), ("solve_warps", (1, 2, 4)), ("wu_warps", (8, 4)),
+        ("wu_bk", (32, 64)), ("wu_bv", (32, 64)),
         ("state_warps", (2, 4, 8)), ("state_stages", (1, 2, 3)),
         ("state_bv", (None, 16, 64)),
         ("out_warps", (8, 4)),
@@ -220,8 +238,12 @@ def main():
     ap.add_argument("--sweep", default=None)
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-fla", action="store_true", help="time ours only (fla autotunes for minutes per shape)")
+    ap.add_argument("--fla-tune-each", action="store_true",
+                    help="autotune fla on every shape (in-process and disk caches off; about a minute a shape)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
+    if a.fla_tune_each:
+        os.environ["FLA_CACHE_RESULTS"] = "0"  # read when fla is imported: no results from earlier runs
     import fla
 
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
@@ -232,7 +254,7 @@ def main():
         if a.sweep:
             sweep(a.sweep)
         if not a.no_speed:
-            speed(a.shapes.split(","), log, with_fla=not a.no_fla)
+            speed(a.shapes.split(","), log, with_fla=not a.no_fla, fla_tune_each=a.fla_tune_each)
         if a.accuracy:
             accuracy(log)
 
