@@ -106,3 +106,22 @@ def test_inplace_written_slot_may_differ_by_rounding():
     out = ref.clone()
     out[1, 2] = torch.nextafter(out[1, 2], torch.tensor(10.0))  # a solution one ulp away there
     assert inplace_violations(pool, ref, out) == 0
+
+
+def test_reference_below_the_absolute_floor_is_judged_by_absolute_rms(ds):
+    # the gate workload with g_raw ~ N(-25, 1): the reference log decay is ~-2e-9, a kernel whose softplus
+    # underflows returns -0.0; RMS-relative error 1 and cosine 0 there would only measure rounding noise
+    d = ds.definitions["toy_scan"]
+    tight = parse_tolerance_override("y=atol:1e-5,rtol:1e-5,min_matched_ratio:1,max_rms_rel_error:1e-5,min_cosine:0.999999")[1]
+    tol = tolerance_for(d, "y", {"y": tight})
+    ref = -2.2e-9 * (1 + 0.1 * torch.rand(2, 6, 8))
+    m = compare_output(d, "y", ref, torch.zeros_like(ref) * -1.0, tol)
+    assert m.passed, m.reason
+    assert m.rms_rel_error == pytest.approx(1.0) and m.cosine == 0.0  # still measured and reported
+    # an error above the floor still fails, now named against atol
+    m = compare_output(d, "y", ref, ref + 3e-5, tol)
+    assert not m.passed and "RMS error" in m.reason and "below atol" in m.reason
+    # a reference above the floor keeps the relative bounds: a 1% error on every element fails on RMS
+    ref = torch.randn(2, 6, 8)
+    m = compare_output(d, "y", ref, ref * 1.01, tol)
+    assert not m.passed and "RMS-relative" in m.reason
