@@ -54,6 +54,12 @@ TOL_STATE = {"atol": 2e-2, "rtol": 2e-2, "min_matched_ratio": 0.99999, "max_rms_
 TOL_GATE = {"atol": 1e-5, "rtol": 1e-5, "min_matched_ratio": 1.0, "max_rms_rel_error": 1e-5, "min_cosine": 0.999999}
 # Backward: fla's own tests allow ~1e-2 on gradients in bf16; dg sums over chains of products and is noisier.
 TOL_GRAD = {"atol": 5e-3, "rtol": 5e-2, "min_matched_ratio": 0.9999, "max_rms_rel_error": 2e-2, "min_cosine": 0.9998}
+# dk and dbeta reach |x| ~ 2-3.5 at the last tokens of these workloads, where one bf16 rounding is 2^-6 = 0.0156;
+# an element that is small but computed as a difference of such terms keeps that absolute error. On the H100
+# (benchmarks/RESULTS.md, "H100 dataset run"), fla's chunk_kda backward was off by exactly 0.0156 on a few such
+# elements (dk 3 of 8192 elements, dbeta 1 of 768) and failed an atol of 5e-3, with RMS-relative errors of
+# 3.4e-3 to 5.4e-3. Their atol is one such rounding, rounded up; dq and dv (|x| < 0.35) keep 5e-3.
+TOL_GRAD_WIDE = {**TOL_GRAD, "atol": 2e-2}
 TOL_DG = {"atol": 2e-2, "rtol": 5e-2, "min_matched_ratio": 0.9999, "max_rms_rel_error": 3e-2, "min_cosine": 0.9995}
 
 # --------------------------------------------------------------------------- generators
@@ -511,10 +517,10 @@ def backward_definition() -> dict:
         "inputs": spec,
         "outputs": {
             "dq": tensor([*S, "num_heads", "head_dim_k"], "bfloat16", "gradient of q", tolerance=TOL_GRAD, sequence_axis="seq_len"),
-            "dk": tensor([*S, "num_heads", "head_dim_k"], "bfloat16", "gradient of k", tolerance=TOL_GRAD, sequence_axis="seq_len"),
+            "dk": tensor([*S, "num_heads", "head_dim_k"], "bfloat16", "gradient of k", tolerance=TOL_GRAD_WIDE, sequence_axis="seq_len"),
             "dv": tensor([*S, "num_v_heads", "head_dim_v"], "bfloat16", "gradient of v", tolerance=TOL_GRAD, sequence_axis="seq_len"),
             "dg": tensor([*S, "num_v_heads", "head_dim_k"], "float32", "gradient of g", tolerance=TOL_DG, sequence_axis="seq_len"),
-            "dbeta": tensor([*S, "num_v_heads"], "bfloat16", "gradient of beta", tolerance=TOL_GRAD, sequence_axis="seq_len"),
+            "dbeta": tensor([*S, "num_v_heads"], "bfloat16", "gradient of beta", tolerance=TOL_GRAD_WIDE, sequence_axis="seq_len"),
             "dh0": tensor(["batch_size", "num_v_heads", "head_dim_k", "head_dim_v"], "float32",
                           "gradient of the initial state", tolerance=TOL_STATE),
         },
