@@ -27,11 +27,12 @@ Kernels, in launch order:
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
 i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
 later chunks). Every exp argument is <= 0, except one bounded case: the 16x16 diagonal blocks of A_kk / A_qk
-are tensor-core products (x_i exp(G_i - G_c)) . (k_j exp(G_c - G_j)) with G_c the row at the start of the
-row's 8-row half; exp(G_c - G_j) >= 1 there, and it is used only where G_c - G_j <= MAX_EXP (= 60, so
-nothing overflows fp32). A row whose decay within its half exceeds that (a strong unbounded or precomputed gate)
-falls back to an exact element-wise sum with exp(min(G_i - G_j, 0)). The "safe" gate (lower_bound >= -8)
-keeps every half-block within range by construction (7 steps * 8 < 60) and skips that check.
+are tensor-core products (x_i exp(G_i - G_a)) . (k_j exp(G_a - G_j)) with a the first row of the 8-row half
+that holds column j (two products: rows scaled to the block's first row, and rows scaled to their own half's
+first row); exp(G_a - G_j) >= 1 there, and it is used only where G_a - G_j <= MAX_EXP (= 60, so nothing
+overflows fp32). A row that reads a column beyond that (a strong unbounded or precomputed gate) falls back to an
+exact element-wise sum with exp(min(G_i - G_j, 0)). The "safe" gate (lower_bound >= -8) keeps every half-block
+within range by construction (7 steps * 8 < 60) and skips that check.
 Every anchor row is at or before the row it serves, so no output depends on later tokens' gates.
 
 Dot precisions (say where accuracy is spent):
@@ -218,9 +219,9 @@ def _intra_kernel(
     # The 16x16 diagonal block: two anchors (see top).
     off_lo = tl.zeros([BC, BJ], dtype=tl.float32)  # sum_d x_id k_jd exp(G_id - G_jd), j < i0 (k and q)
     off_qlo = tl.zeros([BC, BJ], dtype=tl.float32)
-    kk_lo = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, anchor row i0
+    kk_lo = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, columns 0-7 (anchor row i0)
     qk_lo = tl.zeros([BC, BC], dtype=tl.float32)
-    kk_hi = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, anchor row i0 + 8
+    kk_hi = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, columns 8-15 (anchor row i0 + 8)
     qk_hi = tl.zeros([BC, BC], dtype=tl.float32)
     spread = tl.zeros([BC], dtype=tl.float32)
     ss_q = tl.zeros([BC], dtype=tl.float32)  # sums of squares of the block's q and k rows (L2 norm)
@@ -247,24 +248,25 @@ def _intra_kernel(
             g_base = tl.zeros([BK], dtype=tl.float32)
         g_i = g_base[None, :] + tl.cumsum(b_d, axis=0)
         tl.store(G + o_i[:, None] * SG + o_k[None, :], g_i, mask=m_ik)
-        # the anchors: G at the block's first row and at its row 8
+        # the anchors: G at the block's first row (g_c) and at its row 8 (g_c8); a(i) = g_c for rows 0-7 of
+        # the block, g_c8 for rows 8-15
         g_c = tl.sum(tl.where(o_c[:, None] == 0, g_i, 0.0), axis=0)
         g_c8 = tl.sum(tl.where(o_c[:, None] == hi_row, g_i, 0.0), axis=0)
-        # row-side factors: exp(G_i - anchor) <= 1 for rows at or after the anchor (others: unused, 0)
-        d_lo = tl.where(m_i[:, None], g_i - g_c[None, :], 0.0)
-        d_hi = tl.where((m_i & (o_c >= BC // 2))[:, None], g_i - g_c8[None, :], 0.0)
-        spread = tl.maximum(spread, tl.max(tl.where(o_c[:, None] >= BC // 2, -d_hi, -d_lo), axis=1))
-        e_lo = tl.exp(d_lo)
-        e_hi = tl.exp(d_hi)
-        # column-side factors for the diagonal block: exp(anchor - G_j), bounded by MAX_EXP
-        kc_lo = b_k * tl.exp(tl.minimum(g_c[None, :] - g_i, MAX_EXP))
-        kc_hi = b_k * tl.exp(tl.minimum(g_c8[None, :] - g_i, MAX_EXP))
-        kr_lo = b_k * e_lo
-        qr_lo = b_q * e_lo
-        kk_lo += tl.dot(kr_lo, tl.trans(kc_lo), input_precision="tf32")
-        qk_lo += tl.dot(qr_lo, tl.trans(kc_lo), input_precision="tf32")
-        kk_hi += tl.dot(b_k * e_hi, tl.trans(kc_hi), input_precision="tf32")
-        qk_hi += tl.dot(b_q * e_hi, tl.trans(kc_hi), input_precision="tf32")
+        upper = (o_c >= BC // 2)[:, None]
+        d = tl.where(m_i[:, None], g_i - tl.where(upper, g_c8[None, :], g_c[None, :]), 0.0)  # G_i - a(i) <= 0
+        spread = tl.maximum(spread, tl.max(-d, axis=1))
+        e_row = tl.exp(d)  # exp(G_i - a(i)) <= 1
+        k_col = b_k * tl.exp(tl.minimum(-d, MAX_EXP))  # k_j exp(a(j) - G_j), exact where -d <= MAX_EXP
+        # exp(G_i - G_c) <= 1 for every row: e_row, times exp(g_c8 - g_c) on rows 8-15
+        r_lo = e_row * tl.where(upper, tl.exp(g_c8 - g_c)[None, :], 1.0)
+        kr_lo = b_k * r_lo
+        qr_lo = b_q * r_lo
+        # anchor g_c on both sides: right for the columns 0-7 of the block (any row)
+        kk_lo += tl.dot(kr_lo, tl.trans(k_col), input_precision="tf32")
+        qk_lo += tl.dot(qr_lo, tl.trans(k_col), input_precision="tf32")
+        # anchor a(i) = a(j): right for columns 0-7 of rows 0-7 and columns 8-15 of rows 8-15
+        kk_hi += tl.dot(b_k * e_row, tl.trans(k_col), input_precision="tf32")
+        qk_hi += tl.dot(b_q * e_row, tl.trans(k_col), input_precision="tf32")
         if I > 0:
             # earlier rows of the chunk, k_j exp(G_i0 - G_j) (<= 1); rows from i0 on are zeroed
             m_jk = (o_t < i0)[:, None] & m_k[None, :]
@@ -274,12 +276,16 @@ def _intra_kernel(
             off_lo += tl.dot(kr_lo, tl.trans(b_kj), input_precision="tf32")
             off_qlo += tl.dot(qr_lo, tl.trans(b_kj), input_precision="tf32")
 
-    upper = (o_c >= BC // 2)[:, None]
-    kk = tl.where(upper, kk_hi, kk_lo)
-    qk = tl.where(upper, qk_hi, qk_lo)
+    right = (o_c >= BC // 2)[None, :]
+    kk = tl.where(right, kk_hi, kk_lo)
+    qk = tl.where(right, qk_hi, qk_lo)
     if CHECK_RANGE:
-        # row i is exact when anchor - G_j <= MAX_EXP for all j <= i, i.e. when anchor - G_i <= MAX_EXP
+        # a column factor is exact where a(j) - G_j <= MAX_EXP; row i reads the columns j <= i, and since G
+        # does not increase, those of its own half are within range when row i is (spread_i <= MAX_EXP).
+        # Rows 8-15 also read columns 0-7: they need row 7 (the last of them) within range too.
         ok = (spread <= MAX_EXP) | (o_c >= n - i0)
+        ok_lower = tl.min(tl.where(o_c < BC // 2, ok, True).to(tl.int32), axis=0) > 0
+        ok = ok & ((o_c < BC // 2) | ok_lower)
         if tl.min(ok.to(tl.int32), axis=0) == 0:
             tl.debug_barrier()  # the fallback reads this block's G rows, stored above by other threads
             kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K))
