@@ -13,16 +13,16 @@ algorithm"):
                           S     = diag(exp(G_last)) S + (k exp(G_last - G))^T V_new
 
 Kernels, in launch order:
-1. `_intra_kernel`, per (chunk, value head), one launch per 16-row block index: that block's rows of G
-   (gate: precomputed, unbounded or safe; cumulative sum continuing the previous block's, fp32), of the q/k
-   L2-norm factors 1 / sqrt(sum x^2 + 1e-6), of A_qk (bf16) and of A_kk (fp32 scratch): the columns before
-   the block and the 16x16 diagonal block.
-2. `_solve_kernel`, per (chunk, value head): X = (I + A_kk)^-1 by 16x16 blocks in registers (the diagonal
+1. `_gate_cumsum_kernel`, per (chunk, value head): gate (precomputed, unbounded or safe), cumulative sum
+   G (fp32), and the q/k L2-norm factors 1 / sqrt(sum x^2 + 1e-6).
+2. `_intra_kernel`, per (chunk, value head), one launch per 16-row block index: that block's rows of A_qk
+   (bf16) and A_kk (fp32 scratch): the columns before the block and the 16x16 diagonal block.
+3. `_solve_kernel`, per (chunk, value head): X = (I + A_kk)^-1 by 16x16 blocks in registers (the diagonal
    inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)), stored as bf16.
-3. `_wu_kernel`, per (chunk, value head): W, U, q exp(G) and k exp(G_last - G).
-4. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
-   at every chunk start (bf16, for kernel 5), V_new, and the final state.
-5. `_output_kernel`, per (chunk, value head, V-tile): O.
+4. `_wu_kernel`, per (chunk, value head): W, U, q exp(G) and k exp(G_last - G).
+5. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
+   at every chunk start (bf16, for kernel 6), V_new, and the final state.
+6. `_output_kernel`, per (chunk, value head, V-tile): O.
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
 i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
@@ -67,6 +67,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # by the number of (sequence, head) pairs). benchmarks/bench_chunk.py sweeps them; the defaults come from an
 # H100 sweep of the first version and from ptxas register / spill reports of this one.
 LAUNCH = {
+    "gate_warps": 4,
     "intra_warps": 2, "intra_bk": 64, "solve_warps": 1,
     "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
     "state_warps": 4, "state_stages": 3, "state_bv": None,
@@ -115,7 +116,56 @@ def _chunk_rows(cu_seqlens, chunk_indices, i_c, BT: tl.constexpr):
 
 
 # ----------------------------------------------------------------------------------------------------
-# 1. intra-chunk: G, A_qk, A_kk; 2. X = (I + A_kk)^-1; 3. W, U, q exp(G), k exp(G_last - G)
+# 1. gate, cumulative sum, L2-norm factors
+# ----------------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["lower_bound"])
+def _gate_cumsum_kernel(
+    g, A_log, dt_bias, G, q, k, rq, rk, cu_seqlens, chunk_indices, lower_bound,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+    GATE: tl.constexpr, L2NORM: tl.constexpr,
+):
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    i_h = i_hv // (HV // H)
+    r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    o_t = tl.arange(0, BT)
+    m_r = o_t < n
+    g += (r0 * HV + i_hv) * K
+    G += (r0 * HV + i_hv) * K
+
+    if GATE != 0:
+        b_A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m = m_r[:, None] & m_k[None, :]
+        off = o_t[:, None] * (HV * K) + o_k[None, :]
+        b_g = tl.load(g + off, mask=m, other=0.0).to(tl.float32)
+        if GATE != 0:
+            x = b_g + tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
+            # rows past the sequence end add nothing to the sum
+            b_g = tl.where(m, log_decay(x, b_A, lower_bound, GATE), 0.0)
+        tl.store(G + off, tl.cumsum(b_g, axis=0), mask=m)
+
+    if L2NORM:
+        q += (r0 * H + i_h) * K
+        k += (r0 * H + i_h) * K
+        ss_q = tl.zeros([BT], dtype=tl.float32)
+        ss_k = tl.zeros([BT], dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            o_k = k0 + tl.arange(0, BK)
+            m = m_r[:, None] & (o_k < K)[None, :]
+            off = o_t[:, None] * (H * K) + o_k[None, :]
+            b_q = tl.load(q + off, mask=m, other=0.0).to(tl.float32)
+            b_k = tl.load(k + off, mask=m, other=0.0).to(tl.float32)
+            ss_q += tl.sum(b_q * b_q, axis=1)
+            ss_k += tl.sum(b_k * b_k, axis=1)
+        tl.store(rq + (r0 * HV + i_hv) + o_t * HV, 1.0 / tl.sqrt(ss_q + 1e-6), mask=m_r)
+        tl.store(rk + (r0 * HV + i_hv) + o_t * HV, 1.0 / tl.sqrt(ss_k + 1e-6), mask=m_r)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 2. intra-chunk: A_qk, A_kk, X = (I + A_kk)^-1; 3. W, U, q exp(G), k exp(G_last - G)
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _exact_diag_block(
@@ -175,19 +225,18 @@ def _beta_at(beta, rows, m, BETA: tl.constexpr):
     return tl.where(m, beta_value(tl.load(beta + rows, mask=m, other=0.0).to(tl.float32), BETA), 0.0)
 
 
-@triton.jit(do_not_specialize=["scale", "lower_bound"])
+@triton.jit(do_not_specialize=["scale"])
 def _intra_kernel(
-    q, k, g, A_log, dt_bias, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, lower_bound,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
-    GATE: tl.constexpr, BETA: tl.constexpr, L2NORM: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, INTERPRET: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, MAX_EXP: tl.constexpr, CHECK_RANGE: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
-    """The 16-row block I of a chunk: its rows of G (the gate and its cumulative sum, continuing block
-    I - 1's, which the previous launch wrote) and of the L2-norm factors rq, rk; then its rows of A_qk (bf16,
-    into Aqk) and A_kk (fp32, into the chunk's [BT, BT] scratch Akk): the columns before the block (a tile of
-    BJ >= 16 I columns) and the 16x16 diagonal block. One launch per block index, one program per (chunk,
-    value head); a constant I sizes the tiles to the block."""
+    """Rows of the 16-row block I of a chunk: A_qk (bf16, into Aqk) and A_kk (fp32, into the chunk's
+    [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I columns) and the 16x16
+    diagonal block. One launch per block index, one program per (chunk, value head): the blocks of a chunk
+    are independent here (the solve is kernel 3), and a constant I sizes the tiles to the block."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
@@ -201,7 +250,6 @@ def _intra_kernel(
     SA: tl.constexpr = HV * BT
     q += (r0 * H + i_h) * K
     k += (r0 * H + i_h) * K
-    g += (r0 * HV + i_hv) * K
     G += (r0 * HV + i_hv) * K
     Aqk += (r0 * HV + i_hv) * BT
     beta += r0 * HV + i_hv
@@ -224,34 +272,17 @@ def _intra_kernel(
     kk_hi = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, columns 8-15 (anchor row i0 + 8)
     qk_hi = tl.zeros([BC, BC], dtype=tl.float32)
     spread = tl.zeros([BC], dtype=tl.float32)
-    ss_q = tl.zeros([BC], dtype=tl.float32)  # sums of squares of the block's q and k rows (L2 norm)
-    ss_k = tl.zeros([BC], dtype=tl.float32)
-    hi_row = tl.minimum(BC // 2, n - 1 - i0)  # (a block with <= 8 rows never uses it)
-    if GATE != 0:
-        b_A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+    hi_row = tl.minimum(i0 + BC // 2, n - 1)  # (a block with <= 8 rows never uses it)
     for k0 in range(0, K, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
         m_ik = m_i[:, None] & m_k[None, :]
         b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
         b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
-        ss_q += tl.sum(b_q * b_q, axis=1)
-        ss_k += tl.sum(b_k * b_k, axis=1)
-        # G of the block's rows: the last row of block I - 1 plus the cumulative sum of this block's decays
-        b_d = tl.load(g + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
-        if GATE != 0:
-            x = b_d + tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
-            b_d = tl.where(m_ik, log_decay(x, b_A, lower_bound, GATE), 0.0)  # rows past the end add nothing
-        if I > 0:
-            g_base = tl.load(G + (i0 - 1) * SG + o_k, mask=m_k, other=0.0)
-        else:
-            g_base = tl.zeros([BK], dtype=tl.float32)
-        g_i = g_base[None, :] + tl.cumsum(b_d, axis=0)
-        tl.store(G + o_i[:, None] * SG + o_k[None, :], g_i, mask=m_ik)
-        # the anchors: G at the block's first row (g_c) and at its row 8 (g_c8); a(i) = g_c for rows 0-7 of
-        # the block, g_c8 for rows 8-15
-        g_c = tl.sum(tl.where(o_c[:, None] == 0, g_i, 0.0), axis=0)
-        g_c8 = tl.sum(tl.where(o_c[:, None] == hi_row, g_i, 0.0), axis=0)
+        g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0)
+        g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
+        g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
+        # the anchors: a(i) = g_c (the block's first row) for rows 0-7 of the block, g_c8 (its row 8) for rows 8-15
         upper = (o_c >= BC // 2)[:, None]
         d = tl.where(m_i[:, None], g_i - tl.where(upper, g_c8[None, :], g_c[None, :]), 0.0)  # G_i - a(i) <= 0
         spread = tl.maximum(spread, tl.max(-d, axis=1))
@@ -287,21 +318,14 @@ def _intra_kernel(
         ok_lower = tl.min(tl.where(o_c < BC // 2, ok, True).to(tl.int32), axis=0) > 0
         ok = ok & ((o_c < BC // 2) | ok_lower)
         if tl.min(ok.to(tl.int32), axis=0) == 0:
-            tl.debug_barrier()  # the fallback reads this block's G rows, stored above by other threads
             kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K))
             qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K))
 
     # row and column factors: beta, L2 norms, scale
     b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
-    if L2NORM:
-        rq_i = 1.0 / tl.sqrt(ss_q + 1e-6)
-        rk_i = 1.0 / tl.sqrt(ss_k + 1e-6)
-        tl.store(rq + o_i * HV, rq_i, mask=m_i)
-        tl.store(rk + o_i * HV, rk_i, mask=m_i)
-    else:
-        rq_i = tl.full([BC], 1.0, tl.float32)
-        rk_i = tl.full([BC], 1.0, tl.float32)
-    rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)  # the earlier blocks' rows (earlier launches)
+    rq_i = _inv_norm_at(rq, o_i * HV, m_i, L2NORM)
+    rk_i = _inv_norm_at(rk, o_i * HV, m_i, L2NORM)
+    rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
     kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
     qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
     m_lo = m_i[:, None] & (o_t < i0)[None, :]
@@ -342,7 +366,7 @@ def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.c
                   INTERPRET: tl.constexpr):
     """X = (I + A_kk)^-1 for one (chunk, value head), by 16x16 blocks, all in registers:
     X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ. Written as bf16 (the lower blocks only;
-    kernel 3 masks the upper triangle). Written out for BT = 4 * BC."""
+    kernel 4 masks the upper triangle). Written out for BT = 4 * BC."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
@@ -647,15 +671,21 @@ def kda_chunk(
     rq = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
     rk = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
     gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
+    _gate_cumsum_kernel[(NT, HV)](
+        g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
+        H=H, HV=HV, K=K, BT=BT, BK=BKg, GATE=GATE_CODES[opts.gate], L2NORM=opts.use_qk_l2norm,
+        num_warps=LAUNCH["gate_warps"],
+    )
+
     Akk = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
     for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
         _intra_kernel[(NT, HV)](
-            q, k, g, *gate_args, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K),
-            float(opts.lower_bound), H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
+            q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+            H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
             I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
-            GATE=GATE_CODES[opts.gate], BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
+            BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
             INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
         )
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)

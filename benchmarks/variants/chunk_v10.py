@@ -1,0 +1,705 @@
+"""Chunked KDA forward (prefill) in five Triton kernels.
+
+Each sequence is cut into chunks of BT = 64 tokens (the last one may be shorter); a chunk is handled as
+four sub-chunks of 16 rows. With G the inclusive cumulative sum of the log decay g inside a chunk
+(per key channel, G <= 0 and non-increasing), the recurrence of KDA.md becomes (KDA.md, "The chunked
+algorithm"):
+
+    A_kk[i, j] = beta_i sum_d k_id k_jd exp(G_id - G_jd)        j < i
+    A_qk[i, j] = scale  sum_d q_id k_jd exp(G_id - G_jd)        j <= i
+    X = (I + A_kk)^-1,  W = X (beta k exp(G)),  U = X (beta v)
+    per chunk, in order:  V_new = U - W S
+                          O     = (scale q exp(G)) S + A_qk V_new
+                          S     = diag(exp(G_last)) S + (k exp(G_last - G))^T V_new
+
+Kernels, in launch order:
+1. `_intra_kernel`, per (chunk, value head), one launch per 16-row block index: that block's rows of G
+   (gate: precomputed, unbounded or safe; cumulative sum continuing the previous block's, fp32), of the q/k
+   L2-norm factors 1 / sqrt(sum x^2 + 1e-6), of A_qk (bf16) and of A_kk (fp32 scratch): the columns before
+   the block and the 16x16 diagonal block.
+2. `_solve_kernel`, per (chunk, value head): X = (I + A_kk)^-1 by 16x16 blocks in registers (the diagonal
+   inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)), stored as bf16.
+3. `_wu_kernel`, per (chunk, value head): W, U, q exp(G) and k exp(G_last - G).
+4. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
+   at every chunk start (bf16, for kernel 5), V_new, and the final state.
+5. `_output_kernel`, per (chunk, value head, V-tile): O.
+
+Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
+i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
+later chunks). Every exp argument is <= 0, except one bounded case: the 16x16 diagonal blocks of A_kk / A_qk
+are tensor-core products (x_i exp(G_i - G_a)) . (k_j exp(G_a - G_j)) with a the first row of the 8-row half
+that holds column j (two products: rows scaled to the block's first row, and rows scaled to their own half's
+first row); exp(G_a - G_j) >= 1 there, and it is used only where G_a - G_j <= MAX_EXP (= 60, so nothing
+overflows fp32). A row that reads a column beyond that (a strong unbounded or precomputed gate) falls back to an
+exact element-wise sum with exp(min(G_i - G_j, 0)). The "safe" gate (lower_bound >= -8) keeps every half-block
+within range by construction (7 steps * 8 < 60) and skips that check.
+Every anchor row is at or before the row it serves, so no output depends on later tokens' gates.
+
+Dot precisions (say where accuracy is spent):
+- A_kk, A_qk blocks: tf32 (fp32 operands scaled by the decays).
+- the triangular solve (16x16 diagonal inverses as a product of powers, block merges): tf32x3 (three tf32
+  tensor-core products with the low parts, about fp32 accuracy, on tensor cores instead of fp32 FMAs).
+- W, U (X rounded to bf16 times bf16 operands), the state pass (W S, k^T V_new with S and V_new rounded to
+  bf16) and the output (q exp(G) S, A_qk V_new): bf16 tensor cores, fp32 accumulation. The state S itself
+  is kept in fp32 between chunks.
+
+Addresses: the int64 part (a chunk's first row times the row stride) is a scalar base pointer, offsets
+inside a tile are small int32 tensors; every load is masked. So any K, V <= 256 (powers of two or not),
+any sequence length >= 1 and any total size (past 2^31 elements) work.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kda_trace.kernels.common import BETA_CODES, GATE_CODES, beta_value, check_inputs, log_decay
+from kda_trace.kernels.options import KDAOptions
+from kda_trace.platform import triton_interpreted
+
+BT = 64  # chunk length
+BC = 16  # sub-chunk length (the diagonal blocks of the solve)
+SOLVE_PRECISION = tl.constexpr("tf32x3")  # the solve's fp32 products: 3 tf32 MMAs, about fp32 accuracy
+MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
+
+# Launch settings (warps per program, software-pipelining depth of the state pass, its V-tile: None picks
+# by the number of (sequence, head) pairs). benchmarks/bench_chunk.py sweeps them; the defaults come from an
+# H100 sweep of the first version and from ptxas register / spill reports of this one.
+LAUNCH = {
+    "intra_warps": 2, "intra_bk": 64, "solve_warps": 1,
+    "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
+    "state_warps": 4, "state_stages": 3, "state_bv": None,
+    "out_warps": 8,
+}
+
+_DEFAULT_OPTIONS = KDAOptions()
+
+
+@triton.jit
+def _bf16(x, INTERPRET: tl.constexpr):
+    """x rounded to bf16 (nearest even). Triton 3.9's interpreter truncates fp32 -> bf16 instead, which
+    biases every rounding the same way; there the rounding is done on the bits first (finite x)."""
+    if INTERPRET:
+        bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
+    else:
+        return x.to(tl.bfloat16)
+
+
+@triton.jit
+def _mma(a, b, INTERPRET: tl.constexpr):
+    """a @ b for bf16 operands with fp32 accumulation (tensor cores). Triton 3.9's interpreter computes
+    bf16 dots wrongly, so there the (already bf16-rounded) operands are multiplied in fp32 instead."""
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def _chunk_rows(cu_seqlens, chunk_indices, i_c, BT: tl.constexpr):
+    """(first row of chunk i_c, its number of valid rows (1..BT)) as int64."""
+    i_n = tl.load(chunk_indices + i_c * 2).to(tl.int64)
+    i_t = tl.load(chunk_indices + i_c * 2 + 1).to(tl.int64)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    r0 = bos + i_t * BT
+    return r0, tl.minimum(eos - r0, BT)
+
+
+# Addressing, in every kernel: the int64 part (first row of the chunk times the row stride, plus the head)
+# goes into a scalar base pointer; offsets inside a tile (< BT rows) are small int32 tensors. Full int64
+# offset tensors would cost two registers per element and spill.
+
+
+# ----------------------------------------------------------------------------------------------------
+# 1. intra-chunk: G, A_qk, A_kk; 2. X = (I + A_kk)^-1; 3. W, U, q exp(G), k exp(G_last - G)
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _exact_diag_block(
+    x, k, G, i0, n, BC: tl.constexpr, BK: tl.constexpr,
+    SX: tl.constexpr, SG: tl.constexpr, K: tl.constexpr,
+):
+    """P[i, j] = sum_d x_id k_jd exp(min(G_id - G_jd, 0)) for the 16 rows from i0 (of n valid chunk rows),
+    element-wise in fp32, no product of two exps: the fallback for rows whose decay exceeds MAX_EXP.
+    x, k: chunk-row-0 pointers with row stride SX; G: with row stride SG."""
+    o_i = i0 + tl.arange(0, BC)
+    m_i = o_i < n
+    o_j = tl.arange(0, BC)
+    acc = tl.zeros([BC, BC], dtype=tl.float32)
+    for j in range(BC):
+        col = tl.zeros([BC], dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            o_k = k0 + tl.arange(0, BK)
+            m_k = o_k < K
+            m = m_i[:, None] & m_k[None, :]
+            b_x = tl.load(x + o_i[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+            g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m, other=0.0)
+            m_kj = m_k & (o_k * 0 + i0 + j < n)
+            b_kj = tl.load(k + (i0 + j) * SX + o_k, mask=m_kj, other=0.0).to(tl.float32)
+            g_j = tl.load(G + (i0 + j) * SG + o_k, mask=m_kj, other=0.0)
+            col += tl.sum(b_x * b_kj[None, :] * tl.exp(tl.minimum(g_i - g_j[None, :], 0.0)), axis=1)
+        acc += tl.where(o_j[None, :] == j, col[:, None], 0.0)
+    return acc
+
+
+@triton.jit
+def _inverse_unit_lower(L, BC: tl.constexpr):
+    """(I + L)^-1 for a strictly lower-triangular 16x16 L (fp32 products). L is nilpotent (L^16 = 0), so
+    (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8): six small products instead of 15 dependent row steps
+    of forward substitution (each of which needs two cross-thread reductions)."""
+    o_i = tl.arange(0, BC)
+    eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
+    L2 = tl.dot(L, L, input_precision=SOLVE_PRECISION)
+    L4 = tl.dot(L2, L2, input_precision=SOLVE_PRECISION)
+    L8 = tl.dot(L4, L4, input_precision=SOLVE_PRECISION)
+    X = tl.dot(eye - L, eye + L2, input_precision=SOLVE_PRECISION)
+    X = tl.dot(X, eye + L4, input_precision=SOLVE_PRECISION)
+    return tl.dot(X, eye + L8, input_precision=SOLVE_PRECISION)
+
+
+@triton.jit
+def _inv_norm_at(r, rows, m, L2NORM: tl.constexpr):
+    """1 / |x| at the given rows (computed by the gate kernel) when the kernel L2-normalises q and k, else 1."""
+    if L2NORM:
+        return tl.load(r + rows, mask=m, other=0.0)
+    else:
+        return tl.full(rows.shape, 1.0, tl.float32)
+
+
+@triton.jit
+def _beta_at(beta, rows, m, BETA: tl.constexpr):
+    """beta for the given (masked) rows: as given, sigmoid(b) or 2 sigmoid(b); 0 on masked rows."""
+    return tl.where(m, beta_value(tl.load(beta + rows, mask=m, other=0.0).to(tl.float32), BETA), 0.0)
+
+
+@triton.jit(do_not_specialize=["scale", "lower_bound"])
+def _intra_kernel(
+    q, k, g, A_log, dt_bias, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, lower_bound,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
+    GATE: tl.constexpr, BETA: tl.constexpr, L2NORM: tl.constexpr, MAX_EXP: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """The 16-row block I of a chunk: its rows of G (the gate and its cumulative sum, continuing block
+    I - 1's, which the previous launch wrote) and of the L2-norm factors rq, rk; then its rows of A_qk (bf16,
+    into Aqk) and A_kk (fp32, into the chunk's [BT, BT] scratch Akk): the columns before the block (a tile of
+    BJ >= 16 I columns) and the 16x16 diagonal block. One launch per block index, one program per (chunk,
+    value head); a constant I sizes the tiles to the block."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    i_h = i_hv // (HV // H)
+    r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    i0 = I * BC
+    if i0 >= n:
+        return
+    # chunk-row-0 pointers; row strides SX (q, k), SG (G), SA (A_qk), HV (beta, r)
+    SX: tl.constexpr = H * K
+    SG: tl.constexpr = HV * K
+    SA: tl.constexpr = HV * BT
+    q += (r0 * H + i_h) * K
+    k += (r0 * H + i_h) * K
+    g += (r0 * HV + i_hv) * K
+    G += (r0 * HV + i_hv) * K
+    Aqk += (r0 * HV + i_hv) * BT
+    beta += r0 * HV + i_hv
+    rq += r0 * HV + i_hv
+    rk += r0 * HV + i_hv
+    Akk += (i_c * HV + i_hv) * (BT * BT)
+
+    o_c = tl.arange(0, BC)
+    o_t = tl.arange(0, BJ)  # the columns before the block: o_t < i0
+    o_i = i0 + o_c
+    m_i = o_i < n
+    m_t = o_t < i0
+
+    # Columns before the block: one product, anchor = the block's first row (every exponent <= 0).
+    # The 16x16 diagonal block: two anchors (see top).
+    off_lo = tl.zeros([BC, BJ], dtype=tl.float32)  # sum_d x_id k_jd exp(G_id - G_jd), j < i0 (k and q)
+    off_qlo = tl.zeros([BC, BJ], dtype=tl.float32)
+    kk_lo = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, columns 0-7 (anchor row i0)
+    qk_lo = tl.zeros([BC, BC], dtype=tl.float32)
+    kk_hi = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, columns 8-15 (anchor row i0 + 8)
+    qk_hi = tl.zeros([BC, BC], dtype=tl.float32)
+    spread = tl.zeros([BC], dtype=tl.float32)
+    ss_q = tl.zeros([BC], dtype=tl.float32)  # sums of squares of the block's q and k rows (L2 norm)
+    ss_k = tl.zeros([BC], dtype=tl.float32)
+    hi_row = tl.minimum(BC // 2, n - 1 - i0)  # (a block with <= 8 rows never uses it)
+    if GATE != 0:
+        b_A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m_ik = m_i[:, None] & m_k[None, :]
+        b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
+        b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
+        ss_q += tl.sum(b_q * b_q, axis=1)
+        ss_k += tl.sum(b_k * b_k, axis=1)
+        # G of the block's rows: the last row of block I - 1 plus the cumulative sum of this block's decays
+        b_d = tl.load(g + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
+        if GATE != 0:
+            x = b_d + tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
+            b_d = tl.where(m_ik, log_decay(x, b_A, lower_bound, GATE), 0.0)  # rows past the end add nothing
+        if I > 0:
+            g_base = tl.load(G + (i0 - 1) * SG + o_k, mask=m_k, other=0.0)
+        else:
+            g_base = tl.zeros([BK], dtype=tl.float32)
+        g_i = g_base[None, :] + tl.cumsum(b_d, axis=0)
+        tl.store(G + o_i[:, None] * SG + o_k[None, :], g_i, mask=m_ik)
+        # the anchors: G at the block's first row (g_c) and at its row 8 (g_c8); a(i) = g_c for rows 0-7 of
+        # the block, g_c8 for rows 8-15
+        g_c = tl.sum(tl.where(o_c[:, None] == 0, g_i, 0.0), axis=0)
+        g_c8 = tl.sum(tl.where(o_c[:, None] == hi_row, g_i, 0.0), axis=0)
+        upper = (o_c >= BC // 2)[:, None]
+        d = tl.where(m_i[:, None], g_i - tl.where(upper, g_c8[None, :], g_c[None, :]), 0.0)  # G_i - a(i) <= 0
+        spread = tl.maximum(spread, tl.max(-d, axis=1))
+        e_row = tl.exp(d)  # exp(G_i - a(i)) <= 1
+        k_col = b_k * tl.exp(tl.minimum(-d, MAX_EXP))  # k_j exp(a(j) - G_j), exact where -d <= MAX_EXP
+        # exp(G_i - G_c) <= 1 for every row: e_row, times exp(g_c8 - g_c) on rows 8-15
+        r_lo = e_row * tl.where(upper, tl.exp(g_c8 - g_c)[None, :], 1.0)
+        kr_lo = b_k * r_lo
+        qr_lo = b_q * r_lo
+        # anchor g_c on both sides: right for the columns 0-7 of the block (any row)
+        kk_lo += tl.dot(kr_lo, tl.trans(k_col), input_precision="tf32")
+        qk_lo += tl.dot(qr_lo, tl.trans(k_col), input_precision="tf32")
+        # anchor a(i) = a(j): right for columns 0-7 of rows 0-7 and columns 8-15 of rows 8-15
+        kk_hi += tl.dot(b_k * e_row, tl.trans(k_col), input_precision="tf32")
+        qk_hi += tl.dot(b_q * e_row, tl.trans(k_col), input_precision="tf32")
+        if I > 0:
+            # earlier rows of the chunk, k_j exp(G_i0 - G_j) (<= 1); rows from i0 on are zeroed
+            m_jk = (o_t < i0)[:, None] & m_k[None, :]
+            b_kj = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
+            g_j = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
+            b_kj = b_kj * tl.exp(tl.where(m_jk, g_c[None, :] - g_j, 0.0))
+            off_lo += tl.dot(kr_lo, tl.trans(b_kj), input_precision="tf32")
+            off_qlo += tl.dot(qr_lo, tl.trans(b_kj), input_precision="tf32")
+
+    right = (o_c >= BC // 2)[None, :]
+    kk = tl.where(right, kk_hi, kk_lo)
+    qk = tl.where(right, qk_hi, qk_lo)
+    if CHECK_RANGE:
+        # a column factor is exact where a(j) - G_j <= MAX_EXP; row i reads the columns j <= i, and since G
+        # does not increase, those of its own half are within range when row i is (spread_i <= MAX_EXP).
+        # Rows 8-15 also read columns 0-7: they need row 7 (the last of them) within range too.
+        ok = (spread <= MAX_EXP) | (o_c >= n - i0)
+        ok_lower = tl.min(tl.where(o_c < BC // 2, ok, True).to(tl.int32), axis=0) > 0
+        ok = ok & ((o_c < BC // 2) | ok_lower)
+        if tl.min(ok.to(tl.int32), axis=0) == 0:
+            tl.debug_barrier()  # the fallback reads this block's G rows, stored above by other threads
+            kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K))
+            qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K))
+
+    # row and column factors: beta, L2 norms, scale
+    b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
+    if L2NORM:
+        rq_i = 1.0 / tl.sqrt(ss_q + 1e-6)
+        rk_i = 1.0 / tl.sqrt(ss_k + 1e-6)
+        tl.store(rq + o_i * HV, rq_i, mask=m_i)
+        tl.store(rk + o_i * HV, rk_i, mask=m_i)
+    else:
+        rq_i = tl.full([BC], 1.0, tl.float32)
+        rk_i = tl.full([BC], 1.0, tl.float32)
+    rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)  # the earlier blocks' rows (earlier launches)
+    kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
+    qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
+    m_lo = m_i[:, None] & (o_t < i0)[None, :]
+    # A_qk row block: columns < i0 from the first product, the diagonal block at i0
+    off_q = off_qlo * (scale * rq_i)[:, None] * rk_t[None, :]
+    tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(off_q, INTERPRET), mask=m_lo)
+    tl.store(Aqk + o_i[:, None] * SA + o_i[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None])
+    # A_kk row block, fp32, in the chunk's scratch (rows past n are never read)
+    off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
+    tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo)
+    tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None])
+
+
+@triton.jit
+def _akk_block(Akk, I: tl.constexpr, J: tl.constexpr, n, BT: tl.constexpr, BC: tl.constexpr):  # noqa: E741
+    """Block (I, J) of the chunk's A_kk scratch; rows and columns past n (never written) load as 0."""
+    o = tl.arange(0, BC)
+    rows = I * BC + o
+    cols = J * BC + o
+    m = (rows < n)[:, None] & (cols < n)[None, :]
+    return tl.load(Akk + rows[:, None] * BT + cols[None, :], mask=m, other=0.0)
+
+
+@triton.jit
+def _store_x_block(Xs, x, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,  # noqa: E741
+                   INTERPRET: tl.constexpr):
+    o = tl.arange(0, BC)
+    tl.store(Xs + (I * BC + o)[:, None] * BT + (J * BC + o)[None, :], _bf16(x, INTERPRET))
+
+
+@triton.jit
+def _mm(a, b):
+    return tl.dot(a, b, input_precision=SOLVE_PRECISION)
+
+
+@triton.jit
+def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """X = (I + A_kk)^-1 for one (chunk, value head), by 16x16 blocks, all in registers:
+    X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ. Written as bf16 (the lower blocks only;
+    kernel 3 masks the upper triangle). Written out for BT = 4 * BC."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    Akk += (i_c * HV + i_hv) * (BT * BT)
+    Xs += (i_c * HV + i_hv) * (BT * BT)
+
+    X00 = _inverse_unit_lower(_akk_block(Akk, 0, 0, n, BT, BC), BC)
+    X11 = _inverse_unit_lower(_akk_block(Akk, 1, 1, n, BT, BC), BC)
+    X22 = _inverse_unit_lower(_akk_block(Akk, 2, 2, n, BT, BC), BC)
+    X33 = _inverse_unit_lower(_akk_block(Akk, 3, 3, n, BT, BC), BC)
+    A10 = _akk_block(Akk, 1, 0, n, BT, BC)
+    A20 = _akk_block(Akk, 2, 0, n, BT, BC)
+    A21 = _akk_block(Akk, 2, 1, n, BT, BC)
+    A30 = _akk_block(Akk, 3, 0, n, BT, BC)
+    A31 = _akk_block(Akk, 3, 1, n, BT, BC)
+    A32 = _akk_block(Akk, 3, 2, n, BT, BC)
+    X10 = -_mm(X11, _mm(A10, X00))
+    X21 = -_mm(X22, _mm(A21, X11))
+    X20 = -_mm(X22, _mm(A20, X00) + _mm(A21, X10))
+    X32 = -_mm(X33, _mm(A32, X22))
+    X31 = -_mm(X33, _mm(A31, X11) + _mm(A32, X21))
+    X30 = -_mm(X33, _mm(A30, X00) + _mm(A31, X10) + _mm(A32, X20))
+    _store_x_block(Xs, X00, 0, 0, BT, BC, INTERPRET)
+    _store_x_block(Xs, X10, 1, 0, BT, BC, INTERPRET)
+    _store_x_block(Xs, X11, 1, 1, BT, BC, INTERPRET)
+    _store_x_block(Xs, X20, 2, 0, BT, BC, INTERPRET)
+    _store_x_block(Xs, X21, 2, 1, BT, BC, INTERPRET)
+    _store_x_block(Xs, X22, 2, 2, BT, BC, INTERPRET)
+    _store_x_block(Xs, X30, 3, 0, BT, BC, INTERPRET)
+    _store_x_block(Xs, X31, 3, 1, BT, BC, INTERPRET)
+    _store_x_block(Xs, X32, 3, 2, BT, BC, INTERPRET)
+    _store_x_block(Xs, X33, 3, 3, BT, BC, INTERPRET)
+
+
+@triton.jit(do_not_specialize=["scale"])
+def _wu_kernel(
+    q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """W = X (beta k exp(G)), U = X (beta v), q exp(G) and k exp(G_last - G) for one (chunk, value head),
+    from the X that `_solve_kernel` left in Xs. (A separate kernel: fused into `_intra_kernel` it made
+    that kernel spill registers.)"""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    i_h = i_hv // (HV // H)
+    r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    SX: tl.constexpr = H * K
+    SG: tl.constexpr = HV * K
+    SV: tl.constexpr = HV * V
+    q += (r0 * H + i_h) * K
+    k += (r0 * H + i_h) * K
+    G += (r0 * HV + i_hv) * K
+    W += (r0 * HV + i_hv) * K
+    QG += (r0 * HV + i_hv) * K
+    KG += (r0 * HV + i_hv) * K
+    v += (r0 * HV + i_hv) * V
+    U += (r0 * HV + i_hv) * V
+    beta += r0 * HV + i_hv
+    rq += r0 * HV + i_hv
+    rk += r0 * HV + i_hv
+    Xs += (i_c * HV + i_hv) * (BT * BT)
+    o_t = tl.arange(0, BT)
+    m_t = o_t < n
+    rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
+    rq_t = _inv_norm_at(rq, o_t * HV, m_t, L2NORM)
+
+    # W = X (beta k exp(G)), q exp(G) and k exp(G_last - G), per K-tile. Rows past n: X rows/columns
+    # there are never read (masked), their k, q are 0 and nothing is stored for them.
+    m_x = m_t[:, None] & (o_t[None, :] <= o_t[:, None])  # X is lower triangular (upper blocks not written)
+    b_X = tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0)
+    b_beta = _beta_at(beta, o_t * HV, m_t, BETA)
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m = m_t[:, None] & m_k[None, :]
+        b_k = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32) * rk_t[:, None]
+        b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
+        g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
+        off = o_t[:, None] * SG + o_k[None, :]
+        b_kb = _bf16(b_k * (b_beta[:, None] * tl.exp(b_g)), INTERPRET)
+        tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
+        # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
+        tl.store(KG + off, _bf16(b_k * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0)), INTERPRET), mask=m)
+        b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+        tl.store(QG + off, _bf16(b_q * (scale * rq_t)[:, None] * tl.exp(b_g), INTERPRET), mask=m)
+
+    # U = X (beta v), per V-tile
+    for v0 in range(0, V, BV):
+        o_v = v0 + tl.arange(0, BV)
+        m = m_t[:, None] & (o_v < V)[None, :]
+        off = o_t[:, None] * SV + o_v[None, :]
+        b_v = tl.load(v + off, mask=m, other=0.0).to(tl.float32)
+        tl.store(U + off, _bf16(_mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET), INTERPRET), mask=m)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 4. state pass: sequential over a sequence's chunks
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _state_kernel(
+    W, U, KG, G, h, v_new, h0, ht, cu_seqlens, chunk_offsets,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    # grid (sequences x V-tiles, value heads): only axis 0 may exceed 65535
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_n = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
+    i_hv = tl.program_id(1).to(tl.int64)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    o_t = tl.arange(0, BT)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    # element (k, v) of a state in memory: [K, V] or [V, K]
+    S_K: tl.constexpr = 1 if STATE_VK else V
+    S_V: tl.constexpr = K if STATE_VK else 1
+    off_s = o_k[:, None] * S_K + o_v[None, :] * S_V
+    s_base = (i_n * HV + i_hv) * (K * V)
+
+    if USE_H0:
+        b_s = tl.load(h0 + s_base + off_s, mask=m_kv, other=0.0).to(tl.float32)
+    else:
+        b_s = tl.zeros([BK, BV], dtype=tl.float32)
+
+    # per-chunk pointers advance by BT rows; h (the state at each chunk start, [K, V] bf16) by one chunk
+    p_w = W + (bos * HV + i_hv) * K
+    p_kg = KG + (bos * HV + i_hv) * K
+    p_g = G + (bos * HV + i_hv) * K
+    p_u = U + (bos * HV + i_hv) * V
+    p_vn = v_new + (bos * HV + i_hv) * V
+    p_h = h + (c0 * HV + i_hv) * (K * V)
+    off_tk = o_t[:, None] * (HV * K) + o_k[None, :]
+    off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
+    off_h = o_k[:, None] * V + o_v[None, :]
+    n_tok = eos - bos
+    for t in range(tl.cdiv(n_tok, BT)):
+        n = tl.minimum(n_tok - t * BT, BT)
+        m_r = o_t < n
+        b_sb = _bf16(b_s, INTERPRET)
+        tl.store(p_h + off_h, b_sb, mask=m_kv)
+
+        b_w = tl.load(p_w + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+        b_u = tl.load(p_u + off_tv, mask=m_r[:, None] & m_v[None, :], other=0.0).to(tl.float32)
+        b_vn = _bf16(b_u - _mma(b_w, b_sb, INTERPRET), INTERPRET)
+        tl.store(p_vn + off_tv, b_vn, mask=m_r[:, None] & m_v[None, :])
+
+        g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=m_k, other=0.0)
+        b_kg = tl.load(p_kg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+        b_s = b_s * tl.exp(g_last)[:, None] + _mma(tl.trans(b_kg), b_vn, INTERPRET)
+
+        p_w += BT * HV * K
+        p_kg += BT * HV * K
+        p_g += BT * HV * K
+        p_u += BT * HV * V
+        p_vn += BT * HV * V
+        p_h += HV * K * V
+
+    if STORE_HT:
+        tl.store(ht + s_base + off_s, b_s, mask=m_kv)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 5. output
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _output_kernel(
+    QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    # grid (chunks x V-tiles, value heads): only axis 0 may exceed 65535; a chunk's V-tiles are neighbours
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_c = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
+    i_hv = tl.program_id(1).to(tl.int64)
+    r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    o_t = tl.arange(0, BT)
+    m_r = o_t < n
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_v = o_v < V
+    m_rv = m_r[:, None] & m_v[None, :]
+    QG += (r0 * HV + i_hv) * K
+    Aqk += (r0 * HV + i_hv) * BT
+    v_new += (r0 * HV + i_hv) * V
+    o += (r0 * HV + i_hv) * V
+    h += (i_c * HV + i_hv) * (K * V)
+
+    # A_qk V_new: A_qk is lower triangular; its upper half was never written, so it is masked off here
+    m_a = m_r[:, None] & (o_t[None, :] <= o_t[:, None])
+    b_a = tl.load(Aqk + o_t[:, None] * (HV * BT) + o_t[None, :], mask=m_a, other=0.0)
+    off_v = o_t[:, None] * (HV * V) + o_v[None, :]
+    b_vn = tl.load(v_new + off_v, mask=m_rv, other=0.0)
+    acc = _mma(b_a, b_vn, INTERPRET)
+
+    # + (scale q exp(G)) S, S = the state at the chunk start
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        b_qg = tl.load(QG + o_t[:, None] * (HV * K) + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0.0)
+        b_h = tl.load(h + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0.0)
+        acc += _mma(b_qg, b_h, INTERPRET)
+    if o.dtype.element_ty == tl.bfloat16:
+        acc = _bf16(acc, INTERPRET)
+    tl.store(o + off_v, acc.to(o.dtype.element_ty), mask=m_rv)
+
+
+# ----------------------------------------------------------------------------------------------------
+# wrapper
+# ----------------------------------------------------------------------------------------------------
+def _chunk_tables(lens: list[int], device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """chunk_indices [NT, 2] int32 (sequence, chunk within it), chunk_offsets [N] int64 (first global
+    chunk of each sequence) and NT, for sequence lengths known on the host. Built on the host and copied
+    once, asynchronously from pinned memory on a GPU, so that the device never waits for the host here."""
+    if any(n <= 0 for n in lens):
+        raise ValueError(f"every sequence needs at least one token; cu_seqlens gives lengths {lens}")
+    n_chunks = (torch.tensor(lens, dtype=torch.int64) + BT - 1) // BT
+    offsets = torch.cumsum(n_chunks, 0) - n_chunks
+    nt = int(n_chunks.sum())
+    seq = torch.repeat_interleave(torch.arange(len(lens)), n_chunks)
+    local = torch.arange(nt) - offsets[seq]
+    # one int64 buffer: [offsets (N) | indices as int32 pairs (NT * 2 int32 = NT int64)]
+    buf = torch.cat([offsets, torch.stack([seq, local], dim=1).to(torch.int32).view(torch.int64).flatten()])
+    if torch.device(device).type == "cuda":
+        buf = buf.pin_memory().to(device, non_blocking=True)
+    else:
+        buf = buf.to(device)
+    return buf[len(lens):].view(torch.int32).view(nt, 2), buf[: len(lens)], nt
+
+
+def kda_chunk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    opts: KDAOptions = _DEFAULT_OPTIONS,
+    *,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    r"""Chunked KDA forward (prefill / extend), dense or packed variable-length.
+
+    Args:
+        q, k: `[B, T, H, K]` queries / keys (bf16, fp16 or fp32), K <= 256.
+        v: `[B, T, HV, V]` values, V <= 256; HV a multiple of H (GVA: value head hv uses q/k head
+            hv // (HV // H)).
+        g: `[B, T, HV, K]`: the log decay (<= 0) when `opts.gate == "precomputed"`, else the raw gate input.
+        beta: `[B, T, HV]`: a probability (`opts.beta == "prob"`) or logits ("logits", "logits_x2").
+        opts: scale, in-kernel q/k L2 norm, gate kind and lower bound, beta form, state layout,
+            whether to return the final state.
+        A_log: `[HV]` fp32, needed by the "unbounded" and "safe" gates.
+        dt_bias: `[HV, K]` or `[HV * K]` fp32, needed by the "unbounded" and "safe" gates.
+        initial_state: `[N, HV, K, V]` (`state_layout="kv"`) or `[N, HV, V, K]` ("vk") fp32, or None for
+            zeros.
+        cu_seqlens: `[N + 1]` int32/int64 cumulative lengths of a packed batch (B must be 1), or None for
+            N = B dense sequences of T tokens. Every length must be >= 1 (checked on the host: the
+            lengths are read once, a device sync; dense inputs need none).
+
+    Returns:
+        o: `[B, T, HV, V]` in v's dtype.
+        final_state: `[N, HV, K, V]` / `[N, HV, V, K]` fp32 when `opts.output_final_state`, else None.
+    """
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    N = check_inputs(q, k, v, g, beta, opts, A_log, dt_bias, cu_seqlens)
+    if K > 256 or V > 256:
+        raise ValueError(f"head dims up to 256 are supported, got K={K}, V={V}")
+    if cu_seqlens is not None:
+        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the one host sync (grid sizes)
+    else:
+        lens = [T] * B
+        cu_seqlens = torch.arange(0, (B + 1) * T, T, dtype=torch.int64, device=q.device)
+    vk = opts.state_layout == "vk"
+    state_shape = (N, HV, V, K) if vk else (N, HV, K, V)
+    if initial_state is not None:
+        if tuple(initial_state.shape) != state_shape:
+            raise ValueError(f"initial_state must be {list(state_shape)} ({opts.state_layout} layout), "
+                             f"got {list(initial_state.shape)}")
+        if initial_state.dtype != torch.float32:
+            raise ValueError(f"initial_state must be float32, got {initial_state.dtype}")
+        initial_state = initial_state.contiguous()
+
+    # the packed view: all kernels see [total_tokens, heads, dim]
+    q, k, v, g, beta = (x.reshape(B * T, *x.shape[2:]).contiguous() for x in (q, k, v, g, beta))
+    chunk_indices, chunk_offsets, NT = _chunk_tables(lens, q.device)
+    TT, dev = B * T, q.device
+    interp = triton_interpreted()
+    f32, bf16 = torch.float32, torch.bfloat16
+
+    BKg = min(64, max(16, triton.next_power_of_2(K)))
+    G = torch.empty(TT, HV, K, dtype=f32, device=dev)
+    rq = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
+    rk = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
+    gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
+    Akk = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
+    Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
+    check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
+    for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
+        _intra_kernel[(NT, HV)](
+            q, k, g, *gate_args, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+            float(opts.lower_bound), H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
+            I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
+            GATE=GATE_CODES[opts.gate], BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
+            INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
+        )
+    Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
+    _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
+                            num_warps=LAUNCH["solve_warps"])
+
+    W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    QG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    KG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    U = torch.empty(TT, HV, V, dtype=bf16, device=dev)
+    _wu_kernel[(NT, HV)](
+        q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
+        BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
+        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, INTERPRET=interp, num_warps=LAUNCH["wu_warps"],
+    )
+
+    h = torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
+    v_new = torch.empty(TT, HV, V, dtype=bf16, device=dev)
+    final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
+    BK = max(16, triton.next_power_of_2(K))
+    BV = LAUNCH["state_bv"] or _state_bv(N * HV, BK, V)
+    _state_kernel[(N * triton.cdiv(V, BV), HV)](
+        W, U, KG, G, h, v_new,
+        initial_state if initial_state is not None else G, final_state if final_state is not None else G,
+        cu_seqlens, chunk_offsets,
+        HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
+        STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None, INTERPRET=interp,
+        num_warps=LAUNCH["state_warps"], num_stages=LAUNCH["state_stages"],
+    )
+
+    o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
+    BVo = min(64, max(16, triton.next_power_of_2(V)))
+    _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
+        QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
+        HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=LAUNCH["out_warps"],
+    )
+    return o.view(B, T, HV, V), final_state
+
+
+def _state_bv(n_heads_total: int, BK: int, V: int) -> int:
+    """V-tile of the state pass: the pass is sequential over chunks, so few (sequence, head) pairs want
+    narrow tiles (more programs in flight); the [BK, BV] fp32 state must also fit in registers."""
+    BV = 64 if n_heads_total >= 256 else (32 if n_heads_total > 64 else 16)
+    if BK > 128:
+        BV = min(BV, 32)
+    return max(16, min(BV, triton.next_power_of_2(V)))
