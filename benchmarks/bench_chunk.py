@@ -159,9 +159,9 @@ def speed(names, log, with_fla=True, fla_tune_each=False):
         fl = flops_per_token_head() * T * H
         row = {"shape": name, "heads": H, "tokens": T, "seqs": len(lens), "mode": mode,
                "ours_ms": t_ours, "fla_ms": t_fla,
-                   "ours_mtok_s": T / t_ours / 1e3, "fla_mtok_s": T / t_fla / 1e3,
-                   "ours_tflops": fl / t_ours / 1e9, "fla_tflops": fl / t_fla / 1e9, "speedup": t_fla / t_ours,
-                   "rms_vs_fla_o": agree[0], "rms_vs_fla_state": agree[1]}
+               "ours_mtok_s": T / t_ours / 1e3, "fla_mtok_s": T / t_fla / 1e3,
+               "ours_tflops": fl / t_ours / 1e9, "fla_tflops": fl / t_fla / 1e9, "speedup": t_fla / t_ours,
+               "rms_vs_fla_o": agree[0], "rms_vs_fla_state": agree[1]}
         rows.append(row)
         print(json.dumps(row), file=log, flush=True)
         del x

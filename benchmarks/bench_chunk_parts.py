@@ -2,6 +2,9 @@
 
     python benchmarks/bench_chunk_parts.py [OTHER_CHUNK_PY ...]
 
+OTHER_CHUNK_PY: earlier versions of kda_trace/kernels/chunk.py to time beside the current one, written out
+from git first (`git show 97eefea:kda_trace/kernels/chunk.py > chunk_v8.py`; untracked files travel to the GPU
+machine). Versions timed so far: v8 97eefea, v9 61a0dab, v10 8a21393 (benchmarks/RESULTS.md).
 Each variant is the kernel module with one text substitution (results are wrong on purpose; only the time
 matters), written to a temporary directory and imported there. Shape: 32 heads, one 16384-token sequence,
 K = V = 128, bf16, precomputed g. Prints the median ms of the whole forward per variant and per-kernel times (torch.profiler), then

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The chunked kernel on the GPU machine (carry .whl, .whl_test, .gpu_out):
-#     [PHASES="ours parts tests fla accuracy"] [SWEEP=shape] bash benchmarks/gpu_bench_chunk.sh FLA_S [fla shapes]
+#     [PHASES="ours parts tests fla accuracy"] [SWEEP=shape] [OLD_CHUNKS="a.py b.py"] bash benchmarks/gpu_bench_chunk.sh FLA_S [fla shapes]
 # ours: ours alone on every shape, per-kernel times at 32 heads x 16384 tokens and 96 heads x 8192 (safe gate,
 #       L2 norm), the launch-setting sweep on $SWEEP if set;
-# parts: bench_chunk_parts.py against the older versions in benchmarks/variants/;
+# parts: bench_chunk_parts.py, with the older chunk.py files named in $OLD_CHUNKS (see its docstring);
 # tests: the GPU tests of both kernels;
 # fla: ours against fla on the brief's shapes, fla autotuned on each shape (--fla-tune-each), at most FLA_S s;
 # accuracy: both against the fp32 reference (at most 150 s). Logs in $OUT.
@@ -16,7 +16,7 @@ if [[ $phases == *" ours "* ]]; then
     python3 benchmarks/bench_chunk.py --no-speed --profile h96_dense_1x8192_safe_l2 ${SWEEP:+--sweep $SWEEP} 2>&1 | tee -a "$OUT/ours_only.txt"
 fi
 if [[ $phases == *" parts "* ]]; then
-    python3 benchmarks/bench_chunk_parts.py benchmarks/variants/chunk_*.py 2>&1 | tee "$OUT/parts.txt"
+    python3 benchmarks/bench_chunk_parts.py $OLD_CHUNKS 2>&1 | tee "$OUT/parts.txt"
 fi
 if [[ $phases == *" tests "* ]]; then
     python3 -m pytest tests/kernels -o addopts= -m gpu -q -p no:cacheprovider -rfEs 2>&1 | tail -15 | tee "$OUT/pytest_kernels_gpu.txt"

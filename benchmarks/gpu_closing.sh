@@ -1,20 +1,16 @@
 #!/usr/bin/env bash
 # Closing GPU call(s) for the chunked kernel (carry .whl, .whl_test, .gpu_out):
 #     bash benchmarks/gpu_closing.sh UNTIL_S [FIRST]
-# With FIRST=1: ours alone on every bench shape, the kernels' GPU tests, ours against fla (autotuned on each
-# shape) on the three headline shapes, and the accuracy of both. Then, in every call, `kda-trace run --name
-# prefill --solution triton` on the non-stress prefill workloads into .gpu_out/prefill_final with --resume,
-# stopped (SIGINT) UNTIL_S seconds after the start; the run comes back as $OUT/prefill_final.tar.gz (unpack it
-# into .gpu_out/ and carry .gpu_out to the next call to go on).
+# With FIRST=1: gpu_bench_chunk.sh's phases ours, tests, fla (the three headline shapes, at most 200 s) and
+# accuracy. Then, in every call, `kda-trace run --name prefill --solution triton` on the non-stress prefill
+# workloads into .gpu_out/prefill_final with --resume, stopped (SIGINT) UNTIL_S seconds after the start; the run
+# comes back as $OUT/prefill_final.tar.gz (unpack it into .gpu_out/ and carry .gpu_out to the next call).
 set -o pipefail
 source benchmarks/gpu_env.sh
 start=$(date +%s)
 if [[ ${2:-0} == 1 ]]; then
-    python3 benchmarks/bench_chunk.py --no-fla 2>&1 | tee "$OUT/ours_only.txt"
-    python3 -m pytest tests/kernels -o addopts= -m gpu -q -p no:cacheprovider -rfEs 2>&1 | tail -15 | tee "$OUT/pytest_kernels_gpu.txt"
-    timeout -s INT -k 15 200 python3 benchmarks/bench_chunk.py --fla-tune-each \
-        --shapes h32_dense_1x16384,h96_dense_1x8192,h16_dense_2x16384 2>&1 | tee "$OUT/bench_chunk.txt"
-    timeout -s INT -k 15 100 python3 benchmarks/bench_chunk.py --no-speed --accuracy 2>&1 | tee "$OUT/accuracy.txt"
+    PHASES="ours tests fla accuracy" bash benchmarks/gpu_bench_chunk.sh 200 \
+        h32_dense_1x16384,h96_dense_1x8192,h16_dense_2x16384
 fi
 left=$(($1 - ($(date +%s) - start)))
 timeout -s INT -k 15 "$left" python3 -m kda_trace.cli run --op-type kda --name prefill --solution triton \
