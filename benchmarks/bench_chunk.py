@@ -17,6 +17,8 @@ token-by-token reference short), bf16 inputs, L2-normalised q/k, g = logsigmoid(
 number of tokens, so in one process (or with its on-disk results) a shape runs with the settings tuned on an
 earlier, maybe much smaller, input. This flag makes fla tune on every shape (about a minute each).
 --profile SHAPE: per-kernel times of ours (torch.profiler). --sweep SHAPE: launch settings of ours.
+--host SHAPE: host cost per call of ours and fla (wall time of 20 calls issued back to back, GPU time from
+do_bench beside it, and a cProfile of ours' wrapper).
 """
 
 from __future__ import annotations
@@ -207,6 +209,39 @@ def profile(name):
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12))
 
 
+def host(name, with_fla=True):
+    """Host (Python) time per call against GPU time: a call costs max(host, GPU) when launches overlap the
+    previous call's kernels, and host + GPU when the wrapper waits for the device (a sync)."""
+    import cProfile
+    import pstats
+
+    H, lens, mode = SHAPES[name]
+    x = make_inputs(H, lens, mode)
+    who = [("ours", run_ours)] + ([("fla", run_fla)] if with_fla else [])
+    print(f"\nhost cost, {name}:")
+    for label, fn in who:
+        for _ in range(5):
+            fn(x, mode)
+        torch.cuda.synchronize()
+        n = 20
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn(x, mode)
+        t_issue = (time.perf_counter() - t0) / n * 1e3
+        torch.cuda.synchronize()
+        t_all = (time.perf_counter() - t0) / n * 1e3
+        t_gpu = bench(lambda fn=fn: fn(x, mode))
+        print(f"  {label}: host {t_issue:.3f} ms per call issued, {t_all:.3f} ms per call to completion "
+              f"(20 back to back), do_bench {t_gpu:.3f} ms")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(20):
+        run_ours(x, mode)
+    prof.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+
 def sweep(name):
     """Greedy, one setting at a time: keep each change that is faster; leaves the best in ours.LAUNCH."""
     H, lens, mode = SHAPES[name]
@@ -244,6 +279,7 @@ def main():
     ap.add_argument("--accuracy", action="store_true")
     ap.add_argument("--profile", default=None)
     ap.add_argument("--sweep", default=None)
+    ap.add_argument("--host", default=None, help="host cost per call on this shape (comma-separated shapes)")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-fla", action="store_true", help="time ours only (fla autotunes for minutes per shape)")
     ap.add_argument("--fla-tune-each", action="store_true",
@@ -261,6 +297,8 @@ def main():
             profile(a.profile)
         if a.sweep:
             sweep(a.sweep)
+        for name in (a.host.split(",") if a.host else []):
+            host(name, with_fla=not a.no_fla)
         if not a.no_speed:
             speed(a.shapes.split(","), log, with_fla=not a.no_fla, fla_tune_each=a.fla_tune_each)
         if a.accuracy:

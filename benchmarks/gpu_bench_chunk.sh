@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The chunked kernel on the GPU machine (carry .whl, .whl_test, .gpu_out):
-#     [PHASES="ours parts tests fla accuracy"] [SWEEP=shape] [OLD_CHUNKS="a.py b.py"] bash benchmarks/gpu_bench_chunk.sh FLA_S [fla shapes]
+#     [PHASES="host ours parts tests fla accuracy"] [SWEEP=shape] [OLD_CHUNKS="a.py b.py"] bash benchmarks/gpu_bench_chunk.sh FLA_S [fla shapes]
+# host: host (Python) cost per call of ours and fla on the host-bound shapes (bench_chunk.py --host);
 # ours: ours alone on every shape, per-kernel times at 32 heads x 16384 tokens and 96 heads x 8192 (safe gate,
 #       L2 norm), the launch-setting sweep on $SWEEP if set;
 # parts: bench_chunk_parts.py, with the older chunk.py files named in $OLD_CHUNKS (see its docstring);
@@ -11,6 +12,9 @@ set -o pipefail
 source benchmarks/gpu_env.sh
 phases=" ${PHASES:-ours parts tests fla accuracy} "
 all=h32_dense_1x4096,h32_dense_1x16384,h32_varlen_16x4096,h32_varlen_8x2048,h16_dense_2x16384,h96_dense_1x8192,h96_dense_1x8192_safe_l2,h32_varlen_1x16384_safe_l2,h64_dense_1x8192,h24_dense_1x8192,h8_dense_1x16384,h32_varlen_real_8192
+if [[ $phases == *" host "* ]]; then
+    python3 benchmarks/bench_chunk.py --no-speed --host h32_dense_1x4096,h32_varlen_8x2048,h32_varlen_real_8192 2>&1 | tee "$OUT/host.txt"
+fi
 if [[ $phases == *" ours "* ]]; then
     python3 benchmarks/bench_chunk.py --no-fla --shapes "$all" --profile h32_dense_1x16384 2>&1 | tee "$OUT/ours_only.txt"
     python3 benchmarks/bench_chunk.py --no-speed --profile h96_dense_1x8192_safe_l2 ${SWEEP:+--sweep $SWEEP} 2>&1 | tee -a "$OUT/ours_only.txt"

@@ -50,6 +50,8 @@ any sequence length >= 1 and any total size (past 2^31 elements) work.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 import triton
 import triton.language as tl
@@ -584,24 +586,66 @@ def _output_kernel(
 # ----------------------------------------------------------------------------------------------------
 # wrapper
 # ----------------------------------------------------------------------------------------------------
-def _chunk_tables(lens: list[int], device) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """chunk_indices [NT, 2] int32 (sequence, chunk within it), chunk_offsets [N] int64 (first global
-    chunk of each sequence) and NT, for sequence lengths known on the host. Built on the host and copied
-    once, asynchronously from pinned memory on a GPU, so that the device never waits for the host here."""
+def _chunk_tables(lens: list[int], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """For sequence lengths known on the host: cu_seqlens [N + 1] int64, chunk_indices [NT, 2] int32
+    (sequence, chunk within it), chunk_offsets [N] int64 (first global chunk of each sequence) and NT.
+    Built on the host and copied in one piece, asynchronously from pinned memory on a GPU, so that the
+    device never waits for the host here."""
     if any(n <= 0 for n in lens):
         raise ValueError(f"every sequence needs at least one token; cu_seqlens gives lengths {lens}")
-    n_chunks = (torch.tensor(lens, dtype=torch.int64) + BT - 1) // BT
+    lens_t = torch.tensor(lens, dtype=torch.int64)
+    n_chunks = (lens_t + BT - 1) // BT
     offsets = torch.cumsum(n_chunks, 0) - n_chunks
+    cu = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lens_t, 0)])
     nt = int(n_chunks.sum())
     seq = torch.repeat_interleave(torch.arange(len(lens)), n_chunks)
     local = torch.arange(nt) - offsets[seq]
-    # one int64 buffer: [offsets (N) | indices as int32 pairs (NT * 2 int32 = NT int64)]
-    buf = torch.cat([offsets, torch.stack([seq, local], dim=1).to(torch.int32).view(torch.int64).flatten()])
+    # one int64 buffer: [cu_seqlens (N + 1) | offsets (N) | indices as int32 pairs (NT * 2 int32 = NT int64)]
+    buf = torch.cat([cu, offsets, torch.stack([seq, local], dim=1).to(torch.int32).view(torch.int64).flatten()])
     if torch.device(device).type == "cuda":
         buf = buf.pin_memory().to(device, non_blocking=True)
     else:
         buf = buf.to(device)
-    return buf[len(lens):].view(torch.int32).view(nt, 2), buf[: len(lens)], nt
+    n = len(lens)
+    return buf[: n + 1], buf[2 * n + 1:].view(torch.int32).view(nt, 2), buf[n + 1: 2 * n + 1], nt
+
+
+_TABLES: OrderedDict = OrderedDict()  # key -> (cu_seqlens given or None, tables of _chunk_tables)
+_TABLES_KEPT = 16
+
+
+def _sequence_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device):
+    """_chunk_tables for dense (B sequences of T tokens) or packed (cu_seqlens) inputs, cached.
+
+    Packed lengths are read from the device once per cu_seqlens tensor (a host sync, which also makes the
+    host wait for every kernel queued before): the cache holds the tensor object and its version counter,
+    as fla does, so the layers of a forward pass that share one cu_seqlens launch without waiting. Change a
+    cu_seqlens tensor's values only through torch operations (they bump the version), or pass a new one.
+    Inference-mode tensors have no version counter; there the tensor object alone is the key."""
+    if cu_seqlens is None:
+        key = ("dense", B, T, str(device))
+    else:
+        try:
+            version = cu_seqlens._version
+        except RuntimeError:  # inference tensors do not track versions
+            version = None
+        key = ("packed", id(cu_seqlens), version, str(device))
+    hit = _TABLES.get(key)
+    if hit is not None and hit[0] is cu_seqlens:
+        _TABLES.move_to_end(key)
+        return hit[1]
+    if cu_seqlens is None:
+        lens = [T] * B
+    else:
+        offsets = cu_seqlens.tolist()  # the one host sync (grid sizes)
+        if len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != B * T:
+            raise ValueError(f"cu_seqlens must run from 0 to {B * T} tokens, got {offsets[:1]}..{offsets[-1:]}")
+        lens = [e - s for s, e in zip(offsets, offsets[1:])]
+    tables = _chunk_tables(lens, device)
+    _TABLES[key] = (cu_seqlens, tables)
+    if len(_TABLES) > _TABLES_KEPT:
+        _TABLES.popitem(last=False)
+    return tables
 
 
 def kda_chunk(
@@ -633,7 +677,7 @@ def kda_chunk(
             zeros.
         cu_seqlens: `[N + 1]` int32/int64 cumulative lengths of a packed batch (B must be 1), or None for
             N = B dense sequences of T tokens. Every length must be >= 1 (checked on the host: the
-            lengths are read once, a device sync; dense inputs need none).
+            lengths are read once per cu_seqlens tensor, a device sync; see `_sequence_tables`).
 
     Returns:
         o: `[B, T, HV, V]` in v's dtype.
@@ -644,11 +688,6 @@ def kda_chunk(
     N = check_inputs(q, k, v, g, beta, opts, A_log, dt_bias, cu_seqlens)
     if K > 256 or V > 256:
         raise ValueError(f"head dims up to 256 are supported, got K={K}, V={V}")
-    if cu_seqlens is not None:
-        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # the one host sync (grid sizes)
-    else:
-        lens = [T] * B
-        cu_seqlens = torch.arange(0, (B + 1) * T, T, dtype=torch.int64, device=q.device)
     vk = opts.state_layout == "vk"
     state_shape = (N, HV, V, K) if vk else (N, HV, K, V)
     if initial_state is not None:
@@ -661,7 +700,7 @@ def kda_chunk(
 
     # the packed view: all kernels see [total_tokens, heads, dim]
     q, k, v, g, beta = (x.reshape(B * T, *x.shape[2:]).contiguous() for x in (q, k, v, g, beta))
-    chunk_indices, chunk_offsets, NT = _chunk_tables(lens, q.device)
+    cu_seqlens, chunk_indices, chunk_offsets, NT = _sequence_tables(cu_seqlens, B, T, q.device)
     TT, dev = B * T, q.device
     interp = triton_interpreted()
     f32, bf16 = torch.float32, torch.bfloat16

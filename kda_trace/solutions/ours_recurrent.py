@@ -114,15 +114,17 @@ def build_mtp(definition):
     return run
 
 
-def prefill_adapter(definition, kernel):
+def prefill_adapter(definition, kernel, check_cu_seqlens=True):
     """run() of the packed varlen prefill family on `kernel` (ours: recurrent or chunked; same signature):
-    q [total_seq_len, H, K], cu_seqlens [N + 1] -> (o, final_state)."""
+    q [total_seq_len, H, K], cu_seqlens [N + 1] -> (o, final_state). `check_cu_seqlens=False` for a kernel
+    that checks cu_seqlens itself (the chunked one, which reads it once per tensor anyway)."""
     opts = dataclasses.replace(options_from_tags(definition, "prefill"), output_final_state=True)
     _check_layout(definition, opts, "initial_state")
     with_scale = _scaled(opts)
 
     def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale=None):
-        _check_cu_seqlens(cu_seqlens, q.shape[0])
+        if check_cu_seqlens:
+            _check_cu_seqlens(cu_seqlens, q.shape[0])
         o, final_state = kernel(q[None], k[None], v[None], g_raw[None], b[None], with_scale(scale),
                                 A_log=A_log, dt_bias=dt_bias, initial_state=initial_state,
                                 cu_seqlens=cu_seqlens)

@@ -164,11 +164,32 @@ def test_chunk_tables():
     """Chunk list of a packing: (sequence, chunk within it) per global chunk, first chunk per sequence."""
     from kda_trace.kernels.chunk import _chunk_tables
 
-    indices, offsets, nt = _chunk_tables([1, 64, 65, 130], "cpu")
+    cu, indices, offsets, nt = _chunk_tables([1, 64, 65, 130], "cpu")
     assert nt == 7
+    assert cu.tolist() == [0, 1, 65, 130, 260] and cu.dtype == torch.int64
     assert indices.tolist() == [[0, 0], [1, 0], [2, 0], [2, 1], [3, 0], [3, 1], [3, 2]]
     assert offsets.tolist() == [0, 1, 2, 4]
     assert indices.dtype == torch.int32 and offsets.dtype == torch.int64
+
+
+def test_cu_seqlens_read_once_per_tensor_and_version():
+    """The chunk tables are cached per cu_seqlens tensor; an in-place change of its values must not reuse
+    them (the cache key holds the version counter), and a new tensor with other values gets its own."""
+    x = make(1, 80, 1, 1, 16, 16, seed=12, n_seqs=2)
+    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    opts = KDAOptions(output_final_state=True)
+    cu = torch.tensor([0, 70, 80], device=DEVICE)
+    o1, h1, o1_ref, h1_ref = run_case(x, opts, cu_seqlens=cu)
+    assert rms_rel(o1, o1_ref) <= BUDGET
+    o1b, h1b, *_ = run_case(x, opts, cu_seqlens=cu)  # the cached tables
+    assert torch.equal(o1b, o1) and torch.equal(h1b, h1)
+    with torch.no_grad():
+        cu[1] = 10  # in place: bumps the version
+    o2, h2, o2_ref, h2_ref = run_case(x, opts, cu_seqlens=cu)
+    assert rms_rel(o2, o2_ref) <= BUDGET and rms_rel(h2, h2_ref) <= BUDGET
+    assert rms_rel(h2, h1_ref) > 0.1  # the other split really gives other states
+    o3, h3, *_ = run_case(x, opts, cu_seqlens=torch.tensor([0, 70, 80], device=DEVICE))
+    assert torch.equal(o3, o1) and torch.equal(h3, h1)
 
 
 def test_rejects_bad_inputs():
@@ -176,6 +197,8 @@ def test_rejects_bad_inputs():
     args = [x[n] for n in ("q", "k", "v", "g", "beta")]
     with pytest.raises(ValueError, match="at least one token"):
         kda_chunk(*args, cu_seqlens=torch.tensor([0, 4, 4, 8]))
+    with pytest.raises(ValueError, match="must run from 0 to 8 tokens"):
+        kda_chunk(*args, cu_seqlens=torch.tensor([0, 4, 7]))
     with pytest.raises(ValueError, match="multiple"):
         kda_chunk(x["q"].repeat(1, 1, 2, 1), x["k"].repeat(1, 1, 2, 1), *args[2:])
     with pytest.raises(ValueError, match="needs A_log"):
