@@ -249,7 +249,7 @@ def sweep(name):
     options = [
         ("intra_warps", (2, 4, 8)), ("intra_bk", (32, 64)), ("solve_warps", (1, 2, 4)), ("wu_warps", (8, 4)),
         ("wu_bk", (32, 64)), ("wu_bv", (32, 64)),
-        ("state_warps", (2, 4, 8)), ("state_stages", (1, 2, 3)),
+        ("state_warps", (2, 4, 8)), ("state_stages", (None, 1, 2, 3)),
         ("state_bv", (None, 16, 64)),
         ("out_warps", (8, 4)),
     ]

@@ -65,14 +65,14 @@ BC = 16  # sub-chunk length (the diagonal blocks of the solve)
 SOLVE_PRECISION = tl.constexpr("tf32x3")  # the solve's fp32 products: 3 tf32 MMAs, about fp32 accuracy
 MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
 
-# Launch settings (warps per program, software-pipelining depth of the state pass, its V-tile: None picks
-# by the number of (sequence, head) pairs). benchmarks/bench_chunk.py sweeps them; the defaults come from an
+# Launch settings (warps per program, software-pipelining depth of the state pass and its V-tile: None picks
+# by the number of (sequence, head) pairs, see _state_launch). benchmarks/bench_chunk.py sweeps them; the defaults come from an
 # H100 sweep of the first version and from ptxas register / spill reports of this one.
 LAUNCH = {
     "gate_warps": 4,
-    "intra_warps": 2, "intra_bk": 64, "solve_warps": 1,
+    "intra_warps": 2, "intra_bk": 32, "solve_warps": 1,
     "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
-    "state_warps": 4, "state_stages": 3, "state_bv": None,
+    "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 8,
 }
 
@@ -746,14 +746,14 @@ def kda_chunk(
     v_new = torch.empty(TT, HV, V, dtype=bf16, device=dev)
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
     BK = max(16, triton.next_power_of_2(K))
-    BV = LAUNCH["state_bv"] or _state_bv(N * HV, BK, V)
+    BV, stages = _state_launch(N * HV, BK, V)
     _state_kernel[(N * triton.cdiv(V, BV), HV)](
         W, U, KG, G, h, v_new,
         initial_state if initial_state is not None else G, final_state if final_state is not None else G,
         cu_seqlens, chunk_offsets,
         HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None, INTERPRET=interp,
-        num_warps=LAUNCH["state_warps"], num_stages=LAUNCH["state_stages"],
+        num_warps=LAUNCH["state_warps"], num_stages=stages,
     )
 
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
@@ -765,10 +765,13 @@ def kda_chunk(
     return o.view(B, T, HV, V), final_state
 
 
-def _state_bv(n_heads_total: int, BK: int, V: int) -> int:
-    """V-tile of the state pass: the pass is sequential over chunks, so few (sequence, head) pairs want
-    narrow tiles (more programs in flight); the [BK, BV] fp32 state must also fit in registers."""
+def _state_launch(n_heads_total: int, BK: int, V: int) -> tuple[int, int]:
+    """V-tile and pipelining depth of the state pass. The pass is sequential over chunks, so few (sequence,
+    head) pairs want narrow tiles (more programs in flight); the [BK, BV] fp32 state must also fit in
+    registers. On the H100 (benchmarks/RESULTS.md, fourth session) 3 stages helped the 16-wide tiles and
+    cost the wider ones (h96: 707 -> 573 us with 1 stage; h32 x 16384, BV 16: 2.42 -> 2.19 ms with 3)."""
     BV = 64 if n_heads_total >= 256 else (32 if n_heads_total > 64 else 16)
     if BK > 128:
         BV = min(BV, 32)
-    return max(16, min(BV, triton.next_power_of_2(V)))
+    BV = LAUNCH["state_bv"] or max(16, min(BV, triton.next_power_of_2(V)))
+    return BV, LAUNCH["state_stages"] or (3 if BV <= 16 else 1)
