@@ -43,10 +43,12 @@ def input_seed(seed: int, uuid: str, name: str) -> int:
 def _draw(gen: Generator, shape: list[int], rng: torch.Generator, device: str) -> torch.Tensor:
     """Values of a float generator, in float32."""
     def randn() -> torch.Tensor:
-        return torch.randn(shape, generator=rng, device=device, dtype=torch.float32)
+        """N(mean, std): the normal that randn draws, and that logsigmoid and sigmoid map."""
+        x = torch.randn(shape, generator=rng, device=device, dtype=torch.float32)
+        return x * (1.0 if gen.std is None else gen.std) + (gen.mean or 0.0)
 
     if gen.kind == "randn":
-        return randn() * (1.0 if gen.std is None else gen.std) + (gen.mean or 0.0)
+        return randn()
     if gen.kind == "uniform":
         low, high = gen.low or 0.0, 1.0 if gen.high is None else gen.high
         return torch.rand(shape, generator=rng, device=device, dtype=torch.float32) * (high - low) + low

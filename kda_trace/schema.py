@@ -83,9 +83,9 @@ class Generator(Model):
     kind: GeneratorKind
     """Distribution or construction."""
     mean: Optional[float] = None
-    """randn: mean (default 0)."""
+    """randn, logsigmoid, sigmoid: mean of the normal drawn (default 0)."""
     std: Optional[float] = None
-    """randn: standard deviation (default 1)."""
+    """randn, logsigmoid, sigmoid: standard deviation of the normal drawn (default 1)."""
     low: Optional[float] = None
     """uniform: lower end (default 0)."""
     high: Optional[float] = None

@@ -47,6 +47,19 @@ def test_generators_respect_their_ranges_and_dtypes():
     assert x["scale"] == 0.25
 
 
+def test_logsigmoid_and_sigmoid_take_the_mean_and_std_of_their_normal():
+    """logsigmoid(N(mean, std)) and sigmoid(N(mean, std)): the same seed and draws, mapped."""
+    base = make_inputs(_definition(), _workload(), seed=3)
+    d = _definition()
+    d.inputs["g"].generator.mean, d.inputs["g"].generator.std = -4.0, 0.5
+    d.inputs["beta"].generator.mean, d.inputs["beta"].generator.std = 3.0, 2.0
+    x = make_inputs(d, _workload(), seed=3)
+    z = torch.logit(base["beta"].double())  # the standard normal drawn for beta
+    assert torch.allclose(x["beta"].double(), torch.sigmoid(z * 2.0 + 3.0), atol=1e-6)
+    assert (x["g"] < base["g"].clamp(max=-0.01)).float().mean() > 0.9  # mean -4: stronger decays
+    assert (x["g"] >= -5).all()  # lower_bound still clamps
+
+
 def test_same_seed_same_bits_other_seed_other_values():
     a = make_inputs(_definition(), _workload(), seed=1)
     b = make_inputs(_definition(), _workload(), seed=1)
