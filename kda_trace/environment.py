@@ -1,7 +1,8 @@
-"""Where an evaluation ran: device name, driver, library versions, dataset revision, seed."""
+"""Where an evaluation ran: device name, driver, library versions, dataset revision and digests, seed."""
 
 from __future__ import annotations
 
+import hashlib
 import platform as _platform
 import subprocess
 from functools import lru_cache
@@ -65,6 +66,31 @@ def _libs(device: str) -> tuple:
     return tuple(sorted(libs.items()))
 
 
+def _digest(root: Path, patterns: tuple[str, ...]) -> Optional[str]:
+    """sha256 over the files under `root` matching `patterns` (relative path and bytes, in path order), first
+    16 hex digits; None when there is no such file."""
+    files = sorted({p for pattern in patterns for p in root.glob(pattern) if p.is_file()})
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=None)
+def dataset_digest(root: str) -> Optional[str]:
+    """Digest of the dataset's definitions and workloads (JSON, JSONL and the safetensors files they name)."""
+    return _digest(Path(root), ("definitions/**/*.json", "workloads/**/*.jsonl", "workloads/**/*.safetensors"))
+
+
+@lru_cache(maxsize=None)
+def code_digest() -> Optional[str]:
+    """Digest of this kda_trace package's Python source."""
+    return _digest(Path(__file__).resolve().parent, ("**/*.py",))
+
+
 def capture(device: str, seed: Optional[int], dataset_root: Optional[Path | str]) -> Environment:
     """The environment of this process for `device`."""
     return Environment(
@@ -72,4 +98,6 @@ def capture(device: str, seed: Optional[int], dataset_root: Optional[Path | str]
         libs=dict(_libs(device)),
         seed=seed,
         dataset_revision=dataset_revision(str(dataset_root)) if dataset_root is not None else None,
+        dataset_digest=dataset_digest(str(dataset_root)) if dataset_root is not None else None,
+        code_digest=code_digest(),
     )

@@ -167,6 +167,12 @@ def print_summary(summary: dict, console=None) -> None:
         console.print("[yellow]Timing mode cpu_wall: CPU / Triton-interpreter wall time, not a GPU speed figure.[/]")
 
 
+def _digests(env: dict) -> str:
+    """'; dataset digest X; code digest Y' for the digests an environment has (older records have none)."""
+    return "".join(f"; {label} {env[key]}" for key, label in (("dataset_digest", "dataset digest"),
+                                                               ("code_digest", "code digest")) if env.get(key))
+
+
 def render_markdown(summary: dict) -> str:
     """summary.md."""
     t = summary["totals"]
@@ -176,7 +182,7 @@ def render_markdown(summary: dict) -> str:
     for env in summary["environments"]:
         libs = ", ".join(f"{k} {v}" for k, v in sorted(env.get("libs", {}).items()))
         lines.append(f"- environment: {env.get('hardware')}; {libs}; seed {env.get('seed')}; "
-                     f"dataset revision {env.get('dataset_revision')}")
+                     f"dataset revision {env.get('dataset_revision')}{_digests(env)}")
     lines += ["", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(r) + " |" for r in summary_rows(summary)]
     if summary["skipped"]:
@@ -263,7 +269,7 @@ def render_html(summary: dict, ts: TraceSet) -> str:
     for env in summary["environments"]:
         libs = ", ".join(f"{k} {v}" for k, v in sorted(env.get("libs", {}).items()))
         parts.append(f"<li>{e(str(env.get('hardware')))}; {e(libs)}; seed {env.get('seed')}; "
-                     f"dataset revision {e(str(env.get('dataset_revision')))}</li>")
+                     f"dataset revision {e(str(env.get('dataset_revision')))}{e(_digests(env))}</li>")
     parts.append("</ul><table><tr>" + "".join(f"<th>{h}</th>" for h in HEADERS) + "</tr>")
     for row in summary_rows(summary):
         parts.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>")

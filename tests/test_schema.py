@@ -66,3 +66,19 @@ def test_repo_files_load_with_flashinfer_bench_models():
                 w = fib.Workload.model_validate_json(line)
                 assert w.uuid
     assert names
+
+
+def test_trace_records_load_with_flashinfer_bench_models():
+    """A record as the runner writes it now (environment with digests included) reads as a FlashInfer-Bench
+    Trace, and so does a checked-in GPU record."""
+    fib = pytest.importorskip("flashinfer_bench.data", reason="flashinfer-bench is not installed")
+    from kda_trace import environment
+    from kda_trace.schema import Trace
+
+    path = REPO / "benchmarks" / "h100_run_s4" / "traces" / "kda" / "kda_decode_h8_d128_k_last.jsonl"
+    line = path.read_text().splitlines()[0]
+    fib.Trace.model_validate_json(line)
+    t = Trace.model_validate_json(line)
+    t.evaluation.environment = environment.capture("cpu", 1, REPO)
+    back = fib.Trace.model_validate_json(t.model_dump_json())  # as runner.py writes it
+    assert back.evaluation.environment.hardware == t.evaluation.environment.hardware
