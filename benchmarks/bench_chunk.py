@@ -1,6 +1,7 @@
 """Our chunked KDA forward (kda_trace/kernels/chunk.py) side by side with fla's chunk_kda, on one GPU.
 
-    python benchmarks/bench_chunk.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--accuracy] [--profile SHAPE] [--sweep SHAPE] [--out DIR]
+    python benchmarks/bench_chunk.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--accuracy] [--profile SHAPE]
+        [--profile-fla SHAPE] [--sweep SHAPE] [--host SHAPES] [--no-speed] [--out DIR]
 
 Per shape: median ms (triton.testing.do_bench, 25 ms warm-up, 200 ms of repeats) of ours and fla with
 the same options and inputs (bf16 q/k/v/beta, fp32 g and states, K = V = 128, initial state given and final
@@ -16,7 +17,8 @@ token-by-token reference short), bf16 inputs, L2-normalised q/k, g = logsigmoid(
 --fla-tune-each: fla autotunes its kernels on the first call per autotuning key, and its keys leave out the
 number of tokens, so in one process (or with its on-disk results) a shape runs with the settings tuned on an
 earlier, maybe much smaller, input. This flag makes fla tune on every shape (about a minute each).
---profile SHAPE: per-kernel times of ours (torch.profiler). --sweep SHAPE: launch settings of ours.
+--profile SHAPE: per-kernel times of ours (torch.profiler); --profile-fla SHAPE: the same for fla.
+--sweep SHAPE: launch settings of ours.
 --host SHAPE: host cost per call of ours and fla (wall time of 20 calls issued back to back, GPU time from
 do_bench beside it, and a cProfile of ours' wrapper).
 """
@@ -192,20 +194,21 @@ def accuracy(log):
             print(f"  {who:5s} H={H:3d} T={T:6d}: o {ro:.2e} / {co:.7f}   state {rh:.2e} / {ch:.7f}")
 
 
-def profile(name):
+def profile(name, fn=run_ours, who="ours"):
+    """Per-kernel CUDA time of `fn` (ours, or fla with --profile-fla: fla autotunes on the first call)."""
     H, lens, mode = SHAPES[name]
     x = make_inputs(H, lens, mode)
     for _ in range(3):
-        run_ours(x, mode)
+        fn(x, mode)
     torch.cuda.synchronize()
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as tprof
 
     with tprof(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(10):
-            run_ours(x, mode)
+            fn(x, mode)
         torch.cuda.synchronize()
-    print(f"\nper-kernel, {name} (10 calls):")
+    print(f"\nper-kernel, {who}, {name} (10 calls):")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12))
 
 
@@ -247,6 +250,7 @@ def sweep(name):
     H, lens, mode = SHAPES[name]
     x = make_inputs(H, lens, mode)
     options = [
+        ("gate_warps", (4, 8, 2)), ("gate_bk", (64, 32)),
         ("intra_warps", (2, 4, 8)), ("intra_bk", (32, 64)), ("solve_warps", (1, 2, 4)), ("wu_warps", (8, 4)),
         ("wu_bk", (32, 64)), ("wu_bv", (32, 64)),
         ("state_warps", (2, 4, 8)), ("state_stages", (None, 1, 2, 3)),
@@ -278,6 +282,7 @@ def main():
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--accuracy", action="store_true")
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--profile-fla", default=None, help="per-kernel times of fla's chunk_kda on this shape")
     ap.add_argument("--sweep", default=None)
     ap.add_argument("--host", default=None, help="host cost per call on this shape (comma-separated shapes)")
     ap.add_argument("--no-speed", action="store_true")
@@ -295,6 +300,8 @@ def main():
     with open(os.path.join(a.out, "bench_chunk.jsonl"), "a") as log:
         if a.profile:
             profile(a.profile)
+        if a.profile_fla:
+            profile(a.profile_fla, run_fla, "fla")
         if a.sweep:
             sweep(a.sweep)
         for name in (a.host.split(",") if a.host else []):

@@ -69,7 +69,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # by the number of (sequence, head) pairs, see _state_launch). benchmarks/bench_chunk.py sweeps them; the defaults come from an
 # H100 sweep of the first version and from ptxas register / spill reports of this one.
 LAUNCH = {
-    "gate_warps": 4,
+    "gate_warps": 4, "gate_bk": 64,
     "intra_warps": 2, "intra_bk": 32, "solve_warps": 1,
     "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
     "state_warps": 4, "state_stages": None, "state_bv": None,
@@ -712,7 +712,8 @@ def kda_chunk(
     gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
     _gate_cumsum_kernel[(NT, HV)](
         g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
-        H=H, HV=HV, K=K, BT=BT, BK=BKg, GATE=GATE_CODES[opts.gate], L2NORM=opts.use_qk_l2norm,
+        H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), GATE=GATE_CODES[opts.gate],
+        L2NORM=opts.use_qk_l2norm,
         num_warps=LAUNCH["gate_warps"],
     )
 
