@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# Closing GPU call(s) for the chunked kernel (carry .whl, .whl_test, .gpu_out):
-#     bash benchmarks/gpu_closing.sh UNTIL_S [FIRST]
-# With FIRST=1: gpu_bench_chunk.sh's phases ours, tests, fla (the three headline shapes, at most 200 s) and
-# accuracy. Then, in every call, `kda-trace run --name prefill --solution triton` on the non-stress prefill
-# workloads into .gpu_out/prefill_final with --resume, stopped (SIGINT) UNTIL_S seconds after the start; the run
-# comes back as $OUT/prefill_final.tar.gz (unpack it into .gpu_out/ and carry .gpu_out to the next call).
+# A closing GPU call (carry .whl, .whl_test, .gpu_out): some gpu_bench_chunk.sh phases, then a resumable
+# `kda-trace run` slice, all within UNTIL_S seconds:
+#     [PHASES="tests accuracy"] [FLA_S=200] [SEED_RUN=benchmarks/h100_run_s4] [RUN_DIR=.gpu_out/run_s4] \
+#     [SOLUTIONS="triton reference fla"] bash benchmarks/gpu_closing.sh UNTIL_S [kda-trace run arguments]
+# PHASES (default none) and FLA_S are passed to gpu_bench_chunk.sh. When RUN_DIR has no traces yet and SEED_RUN
+# names a checked-in run, its traces are copied in first, so --resume finishes that run instead of starting over.
+# The rest is gpu_dataset_run.sh (SOLUTIONS, RUN_DIR; the run comes back in $OUT/gpu_out.tar.gz). Example, the
+# evaluations the fourth session did not reach:
+#     PHASES="tests accuracy" SEED_RUN=benchmarks/h100_run_s4 RUN_DIR=.gpu_out/run_s4 \
+#         bash benchmarks/gpu_closing.sh 560 --name kda_prefill_h96 --max-reps 30
 set -o pipefail
-source benchmarks/gpu_env.sh
 start=$(date +%s)
-if [[ ${2:-0} == 1 ]]; then
-    PHASES="ours tests fla accuracy" bash benchmarks/gpu_bench_chunk.sh 200 \
-        h32_dense_1x16384,h96_dense_1x8192,h16_dense_2x16384
+if [[ -n ${PHASES:-} ]]; then
+    PHASES=$PHASES bash benchmarks/gpu_bench_chunk.sh "${FLA_S:-200}"
 fi
-left=$(($1 - ($(date +%s) - start)))
-timeout -s INT -k 15 "$left" python3 -m kda_trace.cli run --op-type kda --name prefill --solution triton \
-    --out .gpu_out/prefill_final --resume 2>&1 | tee -a "$OUT/prefill_log.txt"
-echo "kda-trace run exit status $? after $(($(date +%s) - start)) s" | tee -a "$OUT/prefill_log.txt"
-python3 -m kda_trace.cli report .gpu_out/prefill_final > "$OUT/prefill_report_log.txt" 2>&1
-tar czf "$OUT/prefill_final.tar.gz" -C .gpu_out prefill_final
+export RUN_DIR=${RUN_DIR:-.gpu_out/run}
+if [[ ! -d $RUN_DIR/traces && -n ${SEED_RUN:-} ]]; then
+    mkdir -p "$RUN_DIR" && cp -r "$SEED_RUN/traces" "$RUN_DIR/"
+fi
+bash benchmarks/gpu_dataset_run.sh $(($1 - ($(date +%s) - start))) "${@:2}"

@@ -640,7 +640,9 @@ def describe_exit(code: Optional[int]) -> str:
         return "no exit code"
     if code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            name = signal.Signals(-code).name
+            # the kernel's out-of-memory killer sends SIGKILL; a hang is killed by the runner, which says so
+            return f"killed by {name}" + (" (out of host memory?)" if name == "SIGKILL" else "")
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"

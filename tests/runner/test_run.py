@@ -191,3 +191,13 @@ def test_usage_errors_exit_2(tmp_path):
         run("--shard", "2/2")
     assert e.value.code == 2
     assert main(["report", str(tmp_path / "nothing")]) == 2
+
+
+def test_exit_descriptions_name_the_signal_and_the_likely_cause():
+    import signal
+
+    from kda_trace.runner import describe_exit
+
+    assert describe_exit(-signal.SIGSEGV) == "killed by SIGSEGV"
+    assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL (out of host memory?)"
+    assert describe_exit(3) == "exit code 3" and describe_exit(None) == "no exit code"
