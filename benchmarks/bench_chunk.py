@@ -250,7 +250,7 @@ def sweep(name):
     H, lens, mode = SHAPES[name]
     x = make_inputs(H, lens, mode)
     options = [
-        ("gate_warps", (4, 8, 2)), ("gate_bk", (64, 32)),
+        ("l2_in_intra", (False, True)), ("gate_warps", (4, 8, 2)), ("gate_bk", (64, 32)),
         ("intra_warps", (2, 4, 8)), ("intra_bk", (32, 64)), ("solve_warps", (1, 2, 4)), ("wu_warps", (8, 4)),
         ("wu_bk", (32, 64)), ("wu_bv", (32, 64)),
         ("state_warps", (2, 4, 8)), ("state_stages", (None, 1, 2, 3)),

@@ -14,7 +14,8 @@ algorithm"):
 
 Kernels, in launch order:
 1. `_gate_cumsum_kernel`, per (chunk, value head): gate (precomputed, unbounded or safe), cumulative sum
-   G (fp32), and the q/k L2-norm factors 1 / sqrt(sum x^2 + 1e-6).
+   G (fp32), and the q/k L2-norm factors 1 / sqrt(sum x^2 + 1e-6) (in kernel 2 instead with the launch
+   setting `l2_in_intra`).
 2. `_intra_kernel`, per (chunk, value head), one launch per 16-row block index: that block's rows of A_qk
    (bf16) and A_kk (fp32 scratch): the columns before the block and the 16x16 diagonal block.
 3. `_solve_kernel`, per (chunk, value head): X = (I + A_kk)^-1 by 16x16 blocks in registers (the diagonal
@@ -65,11 +66,13 @@ BC = 16  # sub-chunk length (the diagonal blocks of the solve)
 SOLVE_PRECISION = tl.constexpr("tf32x3")  # the solve's fp32 products: 3 tf32 MMAs, about fp32 accuracy
 MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
 
+# l2_in_intra: the intra kernel computes the q/k L2-norm factors of its own rows (the gate kernel then does
+# not read q and k); off by default until timed on a GPU (bench_chunk.py --sweep tries it).
 # Launch settings (warps per program, software-pipelining depth of the state pass and its V-tile: None picks
 # by the number of (sequence, head) pairs, see _state_launch). benchmarks/bench_chunk.py sweeps them; the defaults come from an
 # H100 sweep of the first version and from ptxas register / spill reports of this one.
 LAUNCH = {
-    "gate_warps": 4, "gate_bk": 64,
+    "gate_warps": 4, "gate_bk": 64, "l2_in_intra": False,
     "intra_warps": 2, "intra_bk": 32, "solve_warps": 1,
     "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
     "state_warps": 4, "state_stages": None, "state_bv": None,
@@ -232,13 +235,15 @@ def _intra_kernel(
     q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
-    BETA: tl.constexpr, L2NORM: tl.constexpr, MAX_EXP: tl.constexpr, CHECK_RANGE: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Rows of the 16-row block I of a chunk: A_qk (bf16, into Aqk) and A_kk (fp32, into the chunk's
     [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I columns) and the 16x16
     diagonal block. One launch per block index, one program per (chunk, value head): the blocks of a chunk
-    are independent here (the solve is kernel 3), and a constant I sizes the tiles to the block."""
+    are independent here (the solve is kernel 3), and a constant I sizes the tiles to the block. With
+    L2_HERE, the L2-norm factors of the block's rows are computed here and stored for the later launches
+    (columns before the block) and for kernel 4."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
@@ -274,6 +279,8 @@ def _intra_kernel(
     kk_hi = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, columns 8-15 (anchor row i0 + 8)
     qk_hi = tl.zeros([BC, BC], dtype=tl.float32)
     spread = tl.zeros([BC], dtype=tl.float32)
+    ss_q = tl.zeros([BC], dtype=tl.float32)  # sums of squares of the block's q / k rows (L2_HERE)
+    ss_k = tl.zeros([BC], dtype=tl.float32)
     hi_row = tl.minimum(i0 + BC // 2, n - 1)  # (a block with <= 8 rows never uses it)
     for k0 in range(0, K, BK):
         o_k = k0 + tl.arange(0, BK)
@@ -281,6 +288,9 @@ def _intra_kernel(
         m_ik = m_i[:, None] & m_k[None, :]
         b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
         b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
+        if L2_HERE:
+            ss_q += tl.sum(b_q * b_q, axis=1)
+            ss_k += tl.sum(b_k * b_k, axis=1)
         g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0)
         g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
         g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
@@ -325,8 +335,14 @@ def _intra_kernel(
 
     # row and column factors: beta, L2 norms, scale
     b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
-    rq_i = _inv_norm_at(rq, o_i * HV, m_i, L2NORM)
-    rk_i = _inv_norm_at(rk, o_i * HV, m_i, L2NORM)
+    if L2_HERE:
+        rq_i = 1.0 / tl.sqrt(ss_q + 1e-6)
+        rk_i = 1.0 / tl.sqrt(ss_k + 1e-6)
+        tl.store(rq + o_i * HV, rq_i, mask=m_i)
+        tl.store(rk + o_i * HV, rk_i, mask=m_i)
+    else:
+        rq_i = _inv_norm_at(rq, o_i * HV, m_i, L2NORM)
+        rk_i = _inv_norm_at(rk, o_i * HV, m_i, L2NORM)
     rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
     kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
     qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
@@ -706,6 +722,7 @@ def kda_chunk(
     f32, bf16 = torch.float32, torch.bfloat16
 
     BKg = min(64, max(16, triton.next_power_of_2(K)))
+    l2_in_intra = bool(LAUNCH["l2_in_intra"])
     G = torch.empty(TT, HV, K, dtype=f32, device=dev)
     rq = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
     rk = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
@@ -713,7 +730,7 @@ def kda_chunk(
     _gate_cumsum_kernel[(NT, HV)](
         g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
         H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), GATE=GATE_CODES[opts.gate],
-        L2NORM=opts.use_qk_l2norm,
+        L2NORM=opts.use_qk_l2norm and not l2_in_intra,
         num_warps=LAUNCH["gate_warps"],
     )
 
@@ -725,7 +742,8 @@ def kda_chunk(
             q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K),
             H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
             I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
-            BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
+            BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
+            MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
             INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
         )
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)

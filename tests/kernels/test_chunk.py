@@ -76,7 +76,16 @@ def test_dense_two_batches_ragged_tail():
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
-def test_varlen_gva_odd_dims_every_in_kernel_option():
+@pytest.fixture(params=["gate kernel", "intra kernel"])
+def l2_where(request, monkeypatch):
+    """Run a test with the L2-norm factors computed by either kernel (the launch setting l2_in_intra)."""
+    from kda_trace.kernels import chunk
+
+    monkeypatch.setitem(chunk.LAUNCH, "l2_in_intra", request.param == "intra kernel")
+    return request.param
+
+
+def test_varlen_gva_odd_dims_every_in_kernel_option(l2_where):
     """Packed lengths 1, 16, 83 and 20 (length one, shorter than a chunk, ragged tails), GVA (HV = 2 H),
     K = 48 and V = 40 (not powers of two), unbounded gate, beta logits, L2 norm, [V, K] state, no initial
     state, custom scale."""
@@ -89,7 +98,7 @@ def test_varlen_gva_odd_dims_every_in_kernel_option():
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
-def test_safe_gate_logits_x2_no_final_state():
+def test_safe_gate_logits_x2_no_final_state(l2_where):
     """Lower-bound gate computed in the kernel, beta = 2 sigmoid(b), K != V, final state not asked for."""
     cu = torch.tensor([0, 70, 100])
     x = make(1, 100, 1, 1, 32, 16, seed=3, gate="safe", n_seqs=2)
@@ -100,7 +109,7 @@ def test_safe_gate_logits_x2_no_final_state():
     assert rms_rel(o, o_ref) <= BUDGET
 
 
-def test_saturated_safe_gate_takes_the_exact_path():
+def test_saturated_safe_gate_takes_the_exact_path(l2_where):
     """Lower bound -5 with the gate saturated (every g = -5): over a 16-row block the decay reaches 75,
     past the range a tensor-core product may use (MAX_EXP = 60), so those rows must take the exact path."""
     x = make(1, 90, 1, 1, 16, 16, seed=8, gate="safe")
