@@ -81,8 +81,9 @@ def _digest(root: Path, patterns: tuple[str, ...]) -> Optional[str]:
 
 @lru_cache(maxsize=None)
 def dataset_digest(root: str) -> Optional[str]:
-    """Digest of the dataset's definitions and workloads (JSON, JSONL and the safetensors files they name)."""
-    return _digest(Path(root), ("definitions/**/*.json", "workloads/**/*.jsonl", "workloads/**/*.safetensors"))
+    """Digest of the dataset's definition JSON and workload JSONL files (not of the safetensors files that
+    workloads may name: those can be gigabytes, read at every run)."""
+    return _digest(Path(root), ("definitions/**/*.json", "workloads/**/*.jsonl"))
 
 
 @lru_cache(maxsize=None)

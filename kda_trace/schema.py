@@ -508,7 +508,7 @@ class Environment(Model):
     dataset_revision: Optional[str] = None
     """Git revision of the dataset root, when it is a repository."""
     dataset_digest: Optional[str] = None
-    """sha256 of the dataset's definition and workload files (first 16 hex digits): the dataset that ran, even
+    """sha256 of the dataset's definition JSON and workload JSONL files (first 16 hex digits): the dataset that ran, even
     where the git state is missing or stale (a copy of a working tree)."""
     code_digest: Optional[str] = None
     """sha256 of kda_trace's Python source (first 16 hex digits): which runner and kernels ran."""
