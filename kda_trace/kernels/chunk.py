@@ -66,11 +66,11 @@ BC = 16  # sub-chunk length (the diagonal blocks of the solve)
 SOLVE_PRECISION = tl.constexpr("tf32x3")  # the solve's fp32 products: 3 tf32 MMAs, about fp32 accuracy
 MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
 
-# l2_in_intra: the intra kernel computes the q/k L2-norm factors of its own rows (the gate kernel then does
-# not read q and k); off by default until timed on a GPU (bench_chunk.py --sweep tries it).
-# Launch settings (warps per program, software-pipelining depth of the state pass and its V-tile: None picks
-# by the number of (sequence, head) pairs, see _state_launch). benchmarks/bench_chunk.py sweeps them; the defaults come from an
-# H100 sweep of the first version and from ptxas register / spill reports of this one.
+# Launch settings: warps per program, K/V tiles, and the state pass's pipelining depth and V-tile (None picks
+# by the number of (sequence, head) pairs, see _state_launch). benchmarks/bench_chunk.py --sweep tries them;
+# the defaults come from H100 sweeps (RESULTS.md) and ptxas register / spill reports. l2_in_intra: the intra
+# kernel computes the q/k L2-norm factors of its own rows, so the gate kernel does not read q and k; off
+# until timed on a GPU.
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": False,
     "intra_warps": 2, "intra_bk": 32, "solve_warps": 1,
