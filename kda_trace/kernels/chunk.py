@@ -637,7 +637,9 @@ def _sequence_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device):
     host wait for every kernel queued before): the cache holds the tensor object and its version counter,
     as fla does, so the layers of a forward pass that share one cu_seqlens launch without waiting. Change a
     cu_seqlens tensor's values only through torch operations (they bump the version), or pass a new one.
-    Inference-mode tensors have no version counter; there the tensor object alone is the key."""
+    Inference-mode tensors have no version counter; there the tensor object alone is the key. A CUDA graph
+    can capture a call whose tables are cached (a call before the capture); the graph then uses the cached
+    device tensors, which stay alive while they are among the last _TABLES_KEPT used."""
     if cu_seqlens is None:
         key = ("dense", B, T, str(device))
     else:
@@ -650,6 +652,9 @@ def _sequence_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device):
     if hit is not None and hit[0] is cu_seqlens:
         _TABLES.move_to_end(key)
         return hit[1]
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("kda_chunk builds its chunk tables on the host, which a CUDA graph capture cannot "
+                           "record: call it once with the same cu_seqlens tensor (or dense shape) before capturing")
     if cu_seqlens is None:
         lens = [T] * B
     else:

@@ -201,6 +201,19 @@ def test_cu_seqlens_read_once_per_tensor_and_version():
     assert torch.equal(o3, o1) and torch.equal(h3, h1)
 
 
+def test_graph_capture_needs_cached_tables(monkeypatch):
+    """Under a CUDA graph capture, a cache miss (host work) is a clear error; a cached shape goes through."""
+    x = make(1, 70, 1, 1, 16, 16, seed=13)
+    args = [x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")]
+    o1, _ = kda_chunk(*args)  # caches the dense (1, 70) tables
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    o2, _ = kda_chunk(*args)
+    assert torch.equal(o1, o2)
+    with pytest.raises(RuntimeError, match="before capturing"):
+        kda_chunk(*[a[:, :69] for a in args])
+
+
 def test_rejects_bad_inputs():
     x = make(1, 8, 1, 1, 16, 16, seed=9)
     args = [x[n] for n in ("q", "k", "v", "g", "beta")]
