@@ -57,7 +57,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kda_trace.kernels.common import BETA_CODES, GATE_CODES, beta_value, check_inputs, log_decay
+from kda_trace.kernels.common import BETA_CODES, GATE_CODES, beta_value, check_inputs, log_decay, sequence_lengths
 from kda_trace.kernels.options import KDAOptions
 from kda_trace.platform import triton_interpreted
 
@@ -603,12 +603,10 @@ def _output_kernel(
 # wrapper
 # ----------------------------------------------------------------------------------------------------
 def _chunk_tables(lens: list[int], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """For sequence lengths known on the host: cu_seqlens [N + 1] int64, chunk_indices [NT, 2] int32
-    (sequence, chunk within it), chunk_offsets [N] int64 (first global chunk of each sequence) and NT.
+    """For sequence lengths (each >= 1) known on the host: cu_seqlens [N + 1] int64, chunk_indices [NT, 2]
+    int32 (sequence, chunk within it), chunk_offsets [N] int64 (first global chunk of each sequence) and NT.
     Built on the host and copied in one piece, asynchronously from pinned memory on a GPU, so that the
     device never waits for the host here."""
-    if any(n <= 0 for n in lens):
-        raise ValueError(f"every sequence needs at least one token; cu_seqlens gives lengths {lens}")
     lens_t = torch.tensor(lens, dtype=torch.int64)
     n_chunks = (lens_t + BT - 1) // BT
     offsets = torch.cumsum(n_chunks, 0) - n_chunks
@@ -655,13 +653,9 @@ def _sequence_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device):
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("kda_chunk builds its chunk tables on the host, which a CUDA graph capture cannot "
                            "record: call it once with the same cu_seqlens tensor (or dense shape) before capturing")
-    if cu_seqlens is None:
-        lens = [T] * B
-    else:
-        offsets = cu_seqlens.tolist()  # the one host sync (grid sizes)
-        if len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != B * T:
-            raise ValueError(f"cu_seqlens must run from 0 to {B * T} tokens, got {offsets[:1]}..{offsets[-1:]}")
-        lens = [e - s for s, e in zip(offsets, offsets[1:])]
+    # the one host sync (grid sizes) for packed inputs; dense offsets are known
+    offsets = cu_seqlens.tolist() if cu_seqlens is not None else [i * T for i in range(B + 1)]
+    lens = sequence_lengths(offsets, B * T)
     tables = _chunk_tables(lens, device)
     _TABLES[key] = (cu_seqlens, tables)
     if len(_TABLES) > _TABLES_KEPT:

@@ -1,5 +1,5 @@
 """What our two KDA kernels (recurrent.py, chunk.py) share: the gate and beta formulas inside a kernel, their
-constexpr codes, and the host-side checks of the common inputs. Defines @triton.jit functions, so it is
+constexpr codes, and the host-side checks of the common inputs and of packed sequence offsets. Defines @triton.jit functions, so it is
 imported (by those modules) only after the caller chose compiled or interpreted Triton."""
 
 from __future__ import annotations
@@ -50,3 +50,16 @@ def check_inputs(q, k, v, g, beta, opts, A_log, dt_bias, cu_seqlens) -> int:
     if B != 1:
         raise ValueError(f"with cu_seqlens the batch size must be 1, got {B}")
     return cu_seqlens.shape[0] - 1
+
+
+def sequence_lengths(offsets: list[int], total: int) -> list[int]:
+    """The sequence lengths of a packed batch from its cu_seqlens values (read to the host), checked: the
+    offsets run from 0 to `total` tokens and every sequence has at least one token."""
+    if len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != total:
+        raise ValueError(f"cu_seqlens must run from 0 to {total} tokens, got {offsets[:1]}..{offsets[-1:]}")
+    lens = [e - s for s, e in zip(offsets, offsets[1:])]
+    for i, n in enumerate(lens):
+        if n <= 0:
+            raise ValueError(f"cu_seqlens holds a zero-length (or decreasing) sequence {i} (length {n}); every "
+                             f"sequence needs at least one token")
+    return lens

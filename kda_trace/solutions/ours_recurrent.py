@@ -11,7 +11,6 @@ compiled or interpreted Triton (`kda_trace.platform.ensure_triton_can_run`).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable
 
 from kda_trace.kernels.options import KDAOptions
@@ -184,8 +183,6 @@ def build(definition) -> Callable:
 def _check_cu_seqlens(cu_seqlens, total: int) -> None:
     """Reject zero-length sequences and offsets that do not cover the packed tokens (one host sync: fine
     for prefill, which is why this check lives here and not in the kernel wrapper decode also uses)."""
-    offsets = cu_seqlens.tolist()
-    if len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != total:
-        raise ValueError(f"cu_seqlens must run from 0 to {total} tokens, got {offsets[:1]}..{offsets[-1:]}")
-    if any(e <= s for s, e in itertools.pairwise(offsets)):
-        raise ValueError("cu_seqlens holds a zero-length (or decreasing) sequence; every sequence needs >= 1 token")
+    from kda_trace.kernels.common import sequence_lengths
+
+    sequence_lengths(cu_seqlens.tolist(), total)
