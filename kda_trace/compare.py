@@ -42,7 +42,7 @@ AXIS_WORDS = {
 }
 TOP_WORST = 5
 MAX_POSITION_BUCKETS = 64
-WIDE_METRICS_MAX_ELEMENTS = 1 << 26
+METRIC_CHUNK_ELEMENTS = 1 << 24
 
 
 class ToleranceSyntaxError(ValueError):
@@ -122,36 +122,70 @@ def describe_index(index: Sequence[int], axes: Sequence[str], packed: Optional[t
 
 def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: torch.Tensor,
                    tolerance: Tolerance, cu_seqlens: Optional[torch.Tensor] = None) -> OutputMetrics:
-    """Full metrics and the verdict for one output. `ref` and `out` must have the same shape."""
+    """Full metrics and the verdict for one output. `ref` and `out` must have the same shape.
+
+    The metrics are accumulated in float64 over slices of at most METRIC_CHUNK_ELEMENTS elements, so the
+    temporaries stay small whatever the output's size (a stress workload's output has over 2^31 elements)."""
     spec = definition.outputs[output]
     axes = list(spec.shape or [])
-    # float64 metrics, or float32 for huge tensors (stress workloads) to bound the memory of the temporaries
-    wide = torch.float64 if ref.numel() <= WIDE_METRICS_MAX_ELEMENTS else torch.float32
-    r = ref.detach().to(wide)
-    o = out.detach().to(wide)
-    nan_count = int(torch.isnan(o).sum())
-    inf_count = int(torch.isinf(o).sum())
-    err = (r - o).abs()
-    if r.numel() == 0:
+    atol = tolerance.atol or 0.0
+    rtol = tolerance.rtol or 0.0
+    n = ref.numel()
+    if n == 0:
         return OutputMetrics(passed=True, max_abs_error=0.0, mean_abs_error=0.0, max_rel_error=0.0, mean_rel_error=0.0,
                              rms_rel_error=0.0, cosine=1.0, mse=0.0, matched_ratio=1.0, nan_count=0, inf_count=0,
                              tolerance=tolerance)
-    atol = tolerance.atol or 0.0
-    rtol = tolerance.rtol or 0.0
-    rel = err / r.abs().clamp_min(max(atol, 1e-30))
-    bound = atol + rtol * r.abs()
-    within = err <= bound  # NaN compares False: a NaN element is never within
-    rms_ref = float(r.pow(2).mean().sqrt())
-    rms_err = float(err.pow(2).mean().sqrt())
+    packed = None
+    pk = packed_axis(definition)
+    if pk is not None and pk[0] in axes and cu_seqlens is not None:
+        packed = (pk[0], cu_seqlens.detach().to("cpu", torch.int64))
+    positions = _position_buckets(ref.shape, axes, spec.sequence_axis, packed, ref.device)
+
+    rf, of = ref.detach().reshape(-1), out.detach().reshape(-1)
+    sums = torch.zeros(9, dtype=torch.float64, device=ref.device)
+    # sum err, sum rel, sum err^2, sum ref^2, sum out^2, sum ref*out, within, NaN in out, Inf in out
+    err_max = torch.zeros((), dtype=torch.float64, device=ref.device)
+    rel_max = torch.zeros((), dtype=torch.float64, device=ref.device)
+    err_nan = torch.zeros((), dtype=torch.bool, device=ref.device)
+    worst_values, worst_flat = [], []
+    if positions is not None:
+        bucket_of_index, inner, length, n_buckets = positions
+        e_sum = torch.zeros(n_buckets, dtype=torch.float64, device=ref.device)
+        r_sum = torch.zeros(n_buckets, dtype=torch.float64, device=ref.device)
+    for start in range(0, n, METRIC_CHUNK_ELEMENTS):
+        stop = min(start + METRIC_CHUNK_ELEMENTS, n)
+        r = rf[start:stop].to(torch.float64)
+        o = of[start:stop].to(torch.float64)
+        err = (r - o).abs()
+        r_abs = r.abs()
+        rel = err / r_abs.clamp_min(max(atol, 1e-30))
+        within = err <= atol + rtol * r_abs  # NaN compares False: a NaN element is never within
+        sums += torch.stack([err.sum(), rel.sum(), err.pow(2).sum(), r.pow(2).sum(), o.pow(2).sum(), (r * o).sum(),
+                             within.sum(), torch.isnan(o).sum(), torch.isinf(o).sum()]).to(torch.float64)
+        err_max = torch.maximum(err_max, torch.nan_to_num(err, nan=0.0, posinf=float("inf")).max())
+        rel_max = torch.maximum(rel_max, torch.nan_to_num(rel, nan=0.0, posinf=float("inf")).max())
+        err_nan |= torch.isnan(err).any()
+        values, flat = torch.topk(torch.nan_to_num(err, nan=float("inf"), posinf=float("inf")), min(TOP_WORST, stop - start))
+        worst_values.append(values)
+        worst_flat.append(flat + start)
+        if positions is not None:
+            b = bucket_of_index(torch.arange(start, stop, device=ref.device))
+            e_sum.index_add_(0, b, err.pow(2))
+            r_sum.index_add_(0, b, r.pow(2))
+    (sum_err, sum_rel, sum_e2, sum_r2, sum_o2, dot, within_count, nan_count, inf_count) = sums.tolist()
+    nan_count, inf_count = int(nan_count), int(inf_count)
+    any_nan = bool(err_nan)
+
+    rms_ref = (sum_r2 / n) ** 0.5
+    rms_err = (sum_e2 / n) ** 0.5
     rms_rel = rms_err / rms_ref if rms_ref > 0 else (0.0 if rms_err == 0 else float("inf"))
-    rn, on = r.flatten(), o.flatten()
-    denom = float(rn.norm() * on.norm())
-    cosine = float((rn @ on) / denom) if denom > 0 else (1.0 if float(rn.norm()) == float(on.norm()) else 0.0)
+    denom = sum_r2 ** 0.5 * sum_o2 ** 0.5
+    cosine = dot / denom if denom > 0 else (1.0 if sum_r2 == sum_o2 else 0.0)
+    matched = within_count / n
 
     reasons = []
     if nan_count or inf_count:
         reasons.append(f"{nan_count} NaN and {inf_count} Inf elements")
-    matched = float(within.sum()) / within.numel()
     if tolerance.min_matched_ratio is not None and not matched >= tolerance.min_matched_ratio:
         reasons.append(f"{matched:.6f} of elements within atol {atol:g} + rtol {rtol:g}*|ref| "
                        f"(needs {tolerance.min_matched_ratio:g})")
@@ -166,58 +200,55 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
         if tolerance.min_cosine is not None and not cosine >= tolerance.min_cosine:
             reasons.append(f"cosine {cosine:.7f} < {tolerance.min_cosine:g}")
 
-    packed = None
-    pk = packed_axis(definition)
-    if pk is not None and pk[0] in axes and cu_seqlens is not None:
-        packed = (pk[0], cu_seqlens.detach().to("cpu", torch.int64))
+    by_position = None
+    if positions is not None:
+        by_position = [float(x) for x in (e_sum / r_sum.clamp_min(torch.finfo(torch.float64).tiny)).sqrt().tolist()]
     return OutputMetrics(
         passed=not reasons,
         reason="; ".join(reasons),
-        max_abs_error=float(err.max()) if not torch.isnan(err).any() else float("nan"),
-        mean_abs_error=float(err.mean()),
-        max_rel_error=float(rel.max()) if not torch.isnan(rel).any() else float("nan"),
-        mean_rel_error=float(rel.mean()),
+        max_abs_error=float("nan") if any_nan else float(err_max),
+        mean_abs_error=sum_err / n,
+        max_rel_error=float("nan") if any_nan else float(rel_max),
+        mean_rel_error=sum_rel / n,
         rms_rel_error=rms_rel,
         cosine=cosine,
-        mse=float(err.pow(2).mean()),
+        mse=sum_e2 / n,
         matched_ratio=matched,
         nan_count=nan_count,
         inf_count=inf_count,
         tolerance=tolerance,
-        worst=worst_elements(r, o, err, axes, packed),
-        error_by_position=error_by_position(r, err, axes, spec.sequence_axis, packed),
+        worst=worst_elements(rf, of, torch.cat(worst_values), torch.cat(worst_flat), ref.shape, axes, packed),
+        error_by_position=by_position,
     )
 
 
-def worst_elements(r: torch.Tensor, o: torch.Tensor, err: torch.Tensor, axes: List[str],
-                   packed: Optional[tuple]) -> List[WorstElement]:
-    """The TOP_WORST elements with the largest absolute error (NaN counts as the worst)."""
-    key = torch.nan_to_num(err.flatten(), nan=float("inf"))
-    k = min(TOP_WORST, key.numel())
-    values, flat = torch.topk(key, k)
+def worst_elements(rf: torch.Tensor, of: torch.Tensor, values: torch.Tensor, flat: torch.Tensor, shape,
+                   axes: List[str], packed: Optional[tuple]) -> List[WorstElement]:
+    """The TOP_WORST elements with the largest absolute error (NaN counts as the worst), from the candidates
+    (`values` at flat indices `flat` of the flattened reference `rf` and output `of`)."""
+    # largest error first, ties (NaN and Inf both rank as Inf) by position, so the slicing never shows
+    ranked = sorted(zip(values.tolist(), flat.tolist()), key=lambda vf: (-vf[0], vf[1]))[:TOP_WORST]
     out = []
-    for v, f in zip(values.tolist(), flat.tolist()):
+    for v, f in ranked:
         if v == 0:
             break
-        index = list(torch.unravel_index(torch.tensor(f), r.shape)) if r.dim() else []
-        index = [int(i) for i in index]
-        out.append(WorstElement(index=index, where=describe_index(index, axes, packed),
-                                reference=float(r.flatten()[f]), value=float(o.flatten()[f]),
-                                abs_error=float(err.flatten()[f])))
+        index = [int(i) for i in torch.unravel_index(torch.tensor(f), tuple(shape))] if len(shape) else []
+        r, o = float(rf[f]), float(of[f])
+        out.append(WorstElement(index=index, where=describe_index(index, axes, packed), reference=r, value=o,
+                                abs_error=abs(r - o)))
     return out
 
 
-def error_by_position(r: torch.Tensor, err: torch.Tensor, axes: List[str], sequence_axis: Optional[str],
-                      packed: Optional[tuple]) -> Optional[List[float]]:
-    """RMS(err) / RMS(ref) per bucket of positions along the sequence axis (at most 64 buckets).
+def _position_buckets(shape, axes: List[str], sequence_axis: Optional[str], packed: Optional[tuple], device):
+    """How a flat element index maps to a bucket of positions along the sequence axis (at most
+    MAX_POSITION_BUCKETS), for the error-by-position curve; None when the output has no sequence axis.
 
     On a packed token axis the position is the token's index within its own sequence, so the curve shows
-    error growth along sequences rather than along the packed buffer.
-    """
+    error growth along sequences rather than along the packed buffer."""
     if not sequence_axis or sequence_axis not in axes:
         return None
     dim = axes.index(sequence_axis)
-    n = r.shape[dim]
+    n = shape[dim]
     if n == 0:
         return None
     if packed is not None and packed[0] == sequence_axis:
@@ -229,16 +260,11 @@ def error_by_position(r: torch.Tensor, err: torch.Tensor, axes: List[str], seque
         positions = torch.arange(n)
     length = int(positions.max()) + 1
     n_buckets = min(MAX_POSITION_BUCKETS, length)
-    bucket = (positions * n_buckets) // length
-    # sum of squares per position, reduced over every other axis
-    other = [d for d in range(r.dim()) if d != dim]
-    err2 = err.pow(2).sum(dim=other) if other else err.pow(2)
-    ref2 = r.pow(2).sum(dim=other) if other else r.pow(2)
-    b = bucket.to(err2.device)
-    e_sum = torch.zeros(n_buckets, dtype=err2.dtype, device=err2.device).index_add_(0, b, err2)
-    r_sum = torch.zeros(n_buckets, dtype=ref2.dtype, device=err2.device).index_add_(0, b, ref2)
-    ratio = (e_sum / r_sum.clamp_min(torch.finfo(r_sum.dtype).tiny)).sqrt()
-    return [float(x) for x in ratio.tolist()]
+    bucket = ((positions * n_buckets) // length).to(device)
+    inner = 1
+    for size in shape[dim + 1:]:
+        inner *= size
+    return (lambda index: bucket[(index // inner) % n]), inner, length, n_buckets
 
 
 def nonfinite_counts(t: torch.Tensor) -> tuple[int, int]:

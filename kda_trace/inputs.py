@@ -148,6 +148,8 @@ def make_inputs(definition: Definition, workload: Workload, seed: int = DEFAULT_
     return out
 
 
-def clone_inputs(inputs: Dict[str, Any]) -> Dict[str, Any]:
-    """A fresh copy of every tensor, so a solution can never change another's inputs."""
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+def clone_inputs(inputs: Dict[str, Any], device: Optional[str] = None) -> Dict[str, Any]:
+    """A fresh copy of every tensor (on `device`, default where it is), so a solution can never change
+    another's inputs."""
+    return {k: (v.to(device, copy=True) if device else v.clone()) if isinstance(v, torch.Tensor) else v
+            for k, v in inputs.items()}

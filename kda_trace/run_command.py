@@ -44,9 +44,10 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
                         help="override an output's tolerance, e.g. o=atol:1e-2,rtol:1e-2 or "
                              "'*=max_rms_rel_error:1e-2' (fields: atol, rtol, min_matched_ratio, "
                              "max_rms_rel_error, min_cosine; 'none' turns a bound off)")
-    parser.add_argument("--size", choices=["smoke", "all", "stress"], default=None,
+    parser.add_argument("--size", choices=["smoke", "all", "stress", "stress-only"], default=None,
                         help="smoke: workloads tagged smoke (default on the CPU); all: all but stress (default "
-                             "on a GPU); stress: everything")
+                             "on a GPU); stress: everything; stress-only: only the workloads tagged stress "
+                             "(int64 addressing; on a GPU of at least 80 GB)")
     parser.add_argument("--shard", type=_shard, default=None, metavar="I/N",
                         help="evaluate only shard I of N (0-based; a stable hash of definition and workload)")
     parser.add_argument("--trust-code", action="store_true",
@@ -60,6 +61,10 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
                         help="fewest timed repetitions (more fit the 1 s time budget; a call slower than the "
                              "budget is timed once)")
     parser.add_argument("--max-reps", type=int, default=None, help="most timed repetitions")
+    parser.add_argument("--inputs-on-host", action="store_true", default=None,
+                        help="keep each workload's input sets and reference outputs in host memory and copy them "
+                             "to the GPU per call (default: only for an input set larger than 1/8 of the GPU's "
+                             "memory, as the stress workloads have)")
 
 
 def _usage(message: str) -> int:
@@ -187,7 +192,7 @@ def command_run(args) -> int:
         devices = [device] * (args.workers or min(2, os.cpu_count() or 1))
     config = RunConfig(dataset_root=root, out=out, device=device, seed=seed,
                        timeout=args.timeout or (300.0 if gpu else 600.0), trust_code=args.trust_code,
-                       tolerances=tolerances, devices=devices,
+                       tolerances=tolerances, devices=devices, inputs_on_host=args.inputs_on_host,
                        timing=TimingConfig(warmup=args.warmup, min_reps=args.reps, max_reps=args.max_reps,
                                            cuda_graph=args.cuda_graph))
     total = sum(len(t.solutions) for t in tasks)

@@ -102,7 +102,8 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
     timed call is not (the earlier call included compilation), the usual warm-up and repetitions follow."""
     cfg = defaults_for(device, config or TimingConfig())
     final_inputs = final_inputs if final_inputs is not None else inputs
-    work = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    # the call's own copy, on the device (the inputs themselves may be kept in host memory)
+    work = {k: (v.to(device, copy=True) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
     gpu = device.startswith("cuda")
     mode = "cuda_events" if gpu else "cpu_wall"
     notes: List[str] = []

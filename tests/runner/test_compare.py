@@ -1,5 +1,6 @@
 """Metrics, verdicts, tolerances and coordinates (compare.py), without worker processes."""
 
+import json
 import math
 from pathlib import Path
 
@@ -125,3 +126,55 @@ def test_reference_below_the_absolute_floor_is_judged_by_absolute_rms(ds):
     ref = torch.randn(2, 6, 8)
     m = compare_output(d, "y", ref, ref * 1.01, tol)
     assert not m.passed and "RMS-relative" in m.reason
+
+
+@pytest.mark.parametrize("name, output", [("toy_scan", "y"), ("toy_packed", "y")])
+def test_metrics_do_not_depend_on_the_chunk_size(ds, monkeypatch, name, output):
+    """compare_output accumulates over slices (bounded memory for stress outputs): slicing an output into
+    tiny chunks must give the metrics of one whole-tensor pass, NaN, Inf and worst elements included."""
+    from kda_trace import compare
+
+    d = ds.definitions[name]
+    shape, cu = ((3, 10, 8), None) if name == "toy_scan" else ((13, 8), torch.tensor([0, 4, 5, 13], dtype=torch.int32))
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.randn(shape, generator=gen)
+    out = ref + 1e-3 * torch.randn(shape, generator=gen)
+    out.view(-1)[[7, 50]] = torch.tensor([float("nan"), float("inf")])
+    out.view(-1)[33] += 0.25
+    tol = tolerance_for(d, output)
+    whole = compare_output(d, output, ref, out, tol, cu)
+    monkeypatch.setattr(compare, "METRIC_CHUNK_ELEMENTS", 7)
+    sliced = compare_output(d, output, ref, out, tol, cu)
+    a, b = whole.model_dump(), sliced.model_dump()
+    for key in ("max_abs_error", "max_rel_error"):
+        assert math.isnan(a.pop(key)) and math.isnan(b.pop(key))
+    for key in ("mean_abs_error", "mean_rel_error", "rms_rel_error", "mse"):  # NaN or Inf in the sums
+        assert not math.isfinite(a.pop(key)) and not math.isfinite(b.pop(key))
+    for key in ("cosine",):
+        x, y = a.pop(key), b.pop(key)
+        assert x == y or (math.isnan(x) and math.isnan(y))
+    assert a.pop("error_by_position") == pytest.approx(b.pop("error_by_position"), nan_ok=True)
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN-aware equality (worst elements)
+    assert whole.nan_count == 1 and whole.inf_count == 1 and not whole.passed
+    assert [w.index for w in whole.worst][:2] in ([list(torch.unravel_index(torch.tensor(i), shape)) for i in (7, 50)],
+                                                  [list(torch.unravel_index(torch.tensor(i), shape)) for i in (50, 7)])
+    assert len(whole.worst) == 5 and whole.error_by_position is not None
+
+
+def test_chunked_metrics_match_a_direct_computation(ds, monkeypatch):
+    from kda_trace import compare
+
+    d = ds.definitions["toy_scan"]
+    gen = torch.Generator().manual_seed(1)
+    ref = torch.randn(2, 6, 8, generator=gen, dtype=torch.float64)
+    out = ref + 0.01 * torch.randn(2, 6, 8, generator=gen, dtype=torch.float64)
+    monkeypatch.setattr(compare, "METRIC_CHUNK_ELEMENTS", 5)
+    m = compare_output(d, "y", ref, out, tolerance_for(d, "y"))
+    err = (ref - out).abs()
+    assert m.max_abs_error == pytest.approx(float(err.max()), rel=1e-12)
+    assert m.rms_rel_error == pytest.approx(float(err.pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()), rel=1e-12)
+    assert m.cosine == pytest.approx(float(torch.nn.functional.cosine_similarity(ref.flatten(), out.flatten(), dim=0)),
+                                     rel=1e-12)
+    per_token = (err.pow(2).sum(dim=(0, 2)) / ref.pow(2).sum(dim=(0, 2))).sqrt()
+    assert m.error_by_position == pytest.approx(per_token.tolist(), rel=1e-12)
+    assert m.worst[0].abs_error == pytest.approx(float(err.max()), rel=1e-12)

@@ -39,3 +39,24 @@ def test_slow_reference_is_timed_by_its_correctness_calls():
     fast = time_reference(reference, inputs, [0.5, 0.4], "cuda", budget_s=1.0)
     assert fast.mode == "cuda_events" and len(fast.times_ms) >= 3 and len(calls) == 1 + len(fast.times_ms)
     assert f"{len(fast.times_ms)} repetitions" in fast.notes[-1]
+
+
+@pytest.mark.skipif(not platform.has_cuda(), reason="needs a CUDA device")
+def test_inputs_on_host_gives_the_same_verdicts(tmp_path):
+    """--inputs-on-host (automatic for the stress workloads) copies each call's inputs from host memory: the
+    records must match a run that keeps everything on the GPU, error for error."""
+    runs = {}
+    for label, extra in (("gpu", []), ("host", ["--inputs-on-host"])):
+        out = tmp_path / label
+        argv = ["run", "--definition", "kda_prefill_h8_d128_k_last", "--definition", "kda_decode_h8_d128_k_last",
+                "--solution", "triton", "--size", "smoke", "--max-reps", "3", "--out", str(out)] + extra
+        assert main(argv) == 0
+        runs[label] = {}
+        for path in sorted((out / "traces" / "kda").glob("*.jsonl")):
+            for rec in map(json.loads, path.read_text().splitlines()):
+                ev = rec["evaluation"]
+                assert ev["status"] == "PASSED", (label, rec["workload"]["uuid"], ev["log"])
+                outputs = ev["correctness"]["outputs"]
+                runs[label][(rec["definition"], rec["workload"]["uuid"])] = {
+                    name: (m["rms_rel_error"], m["max_abs_error"]) for name, m in outputs.items()}
+    assert runs["gpu"] and runs["gpu"] == runs["host"]

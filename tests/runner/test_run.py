@@ -201,3 +201,13 @@ def test_exit_descriptions_name_the_signal_and_the_likely_cause():
     assert describe_exit(-signal.SIGSEGV) == "killed by SIGSEGV"
     assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL (out of host memory?)"
     assert describe_exit(3) == "exit code 3" and describe_exit(None) == "no exit code"
+
+
+def test_size_selects_workloads():
+    from types import SimpleNamespace
+
+    from kda_trace.runner import select_workloads
+
+    wls = [SimpleNamespace(uuid=u, tags=t) for u, t in (("a", ["smoke"]), ("b", []), ("c", ["stress"]))]
+    picked = {size: [w.uuid for w in select_workloads(wls, size)] for size in ("smoke", "all", "stress", "stress-only")}
+    assert picked == {"smoke": ["a"], "all": ["a", "b"], "stress": ["a", "b", "c"], "stress-only": ["c"]}

@@ -31,21 +31,27 @@ def run(q, k, v, g, beta, initial_state, scale):
     B, T = q.shape[:2]
     group = NUM_V_HEADS // NUM_HEADS  # value head hv reads q/k head hv // group
 
-    qs = q.float().repeat_interleave(group, dim=2) * scale   # [B, T, HV, K]
-    ks = k.float().repeat_interleave(group, dim=2)           # [B, T, HV, K]
-    vs = v.float()                                           # [B, T, HV, V]
-    decay = torch.exp(g.float())                             # [B, T, HV, K]
-    beta = beta.float()                                      # [B, T, HV]
-
     if initial_state is None:
         S = torch.zeros(B, NUM_V_HEADS, HEAD_DIM_K, HEAD_DIM_V, dtype=torch.float32, device=q.device)
     else:
         S = initial_state.float().clone()                    # [B, HV, K, V]
-    o = torch.zeros_like(vs)
-    for t in range(T):
-        k_t = ks[:, t]
-        S = S * decay[:, t, :, :, None]                                      # decay each key row
-        predicted = (k_t[:, :, None, :] @ S)[:, :, 0]                        # S^T k: [B, HV, V]
-        S = S + k_t[..., None] * (beta[:, t, :, None] * (vs[:, t] - predicted))[:, :, None, :]
-        o[:, t] = (qs[:, t, :, None, :] @ S)[:, :, 0]                        # read the updated state
-    return o.to(v.dtype), S
+    o = torch.empty_like(v)  # each token's output is cast to v's dtype as it is written
+
+    # The tokens of STEPS steps are brought to float32 at once, so no float32 copy of the whole batch is made.
+    STEPS = 64
+    for t0 in range(0, T, STEPS):
+        block = slice(t0, min(t0 + STEPS, T))
+        qs = q[:, block].float().repeat_interleave(group, dim=2) * scale   # [B, STEPS, HV, K]
+        ks = k[:, block].float().repeat_interleave(group, dim=2)           # [B, STEPS, HV, K]
+        vs = v[:, block].float()                                           # [B, STEPS, HV, V]
+        decay = torch.exp(g[:, block].float())                             # [B, STEPS, HV, K]
+        b_s = beta[:, block].float()                                       # [B, STEPS, HV]
+        o_s = torch.empty_like(vs)
+        for i in range(qs.shape[1]):
+            k_t = ks[:, i]
+            S = S * decay[:, i, :, :, None]                                  # decay each key row
+            predicted = (k_t[:, :, None, :] @ S)[:, :, 0]                    # S^T k: [B, HV, V]
+            S = S + k_t[..., None] * (b_s[:, i, :, None] * (vs[:, i] - predicted))[:, :, None, :]
+            o_s[:, i] = (qs[:, i, :, None, :] @ S)[:, :, 0]                  # read the updated state
+        o[:, block] = o_s.to(o.dtype)
+    return o, S

@@ -53,39 +53,33 @@ def check_inputs(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens):
 
 def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale):
     check_inputs(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens)
-    T, HV, K, V = q.shape[0], NUM_V_HEADS, HEAD_DIM_K, HEAD_DIM_V
+    HV, K, V = NUM_V_HEADS, HEAD_DIM_K, HEAD_DIM_V
     N = cu_seqlens.numel() - 1
     group = NUM_V_HEADS // NUM_HEADS  # value head hv reads q/k head hv // group
 
-    # Per-token operands in float32, one row per value head: [T, HV, ...].
-    qs = l2_normalize(q.float()).repeat_interleave(group, dim=1) * scale
-    ks = l2_normalize(k.float()).repeat_interleave(group, dim=1)
-    vs = v.float()
-    decay = torch.exp(kda_gate(g_raw, A_log, dt_bias))
-    beta = torch.sigmoid(b.float())
-
-    # Row T is a no-op token (decay 1, beta 0, q = k = v = 0): a sequence that has already ended reads it,
-    # which leaves its state exactly unchanged, and writes its output to the scratch row o[T].
-    def pad(x, value):
-        return torch.cat([x, torch.full_like(x[:1], value)])
-    qs, ks, vs, decay, beta = pad(qs, 0.0), pad(ks, 0.0), pad(vs, 0.0), pad(decay, 1.0), pad(beta, 0.0)
-
+    starts = cu_seqlens[:-1].long()
+    lens = cu_seqlens[1:].long() - starts
     # P[n, hv] is the state S^T of sequence n, [V, K] (K-last).
     if initial_state is None:
         P = torch.zeros(N, HV, V, K, dtype=torch.float32, device=q.device)
     else:
         P = initial_state.float().clone()
-    o = torch.zeros(T + 1, HV, V, dtype=torch.float32, device=q.device)
+    o = torch.empty_like(v)  # each token's output is cast to v's dtype as it is written
 
-    starts = cu_seqlens[:-1].long()
-    lens = cu_seqlens[1:].long() - starts
     # All sequences advance together: step t handles token t of every sequence that is still running.
-    # The rows of STEPS steps are gathered at once ([STEPS, N, HV, ...]), so a step only indexes a view.
+    # The tokens of STEPS steps are gathered and brought to float32 at once ([STEPS, N, HV, ...]), so a
+    # step only indexes a view and no float32 copy of the whole batch is ever made.
     steps, STEPS = int(lens.max()), 64
     for t0 in range(0, steps, STEPS):
         t = torch.arange(t0, min(t0 + STEPS, steps), device=q.device)[:, None]
-        tok = torch.where(t < lens, starts + t, T)                            # [STEPS, N]
-        q_s, k_s, v_s, d_s, b_s = qs[tok], ks[tok], vs[tok], decay[tok], beta[tok]
+        running = t < lens                                                    # [STEPS, N]
+        # A sequence that has ended reads token 0 as a no-op: decay 1 and beta 0 leave its state unchanged.
+        tok = torch.where(running, starts + t, 0)                             # [STEPS, N]
+        q_s = l2_normalize(q[tok].float()).repeat_interleave(group, dim=2) * scale
+        k_s = l2_normalize(k[tok].float()).repeat_interleave(group, dim=2)
+        v_s = v[tok].float()
+        d_s = torch.where(running[..., None, None], torch.exp(kda_gate(g_raw[tok], A_log, dt_bias)), 1.0)
+        b_s = torch.where(running[..., None], torch.sigmoid(b[tok].float()), 0.0)
         o_s = torch.empty_like(v_s)
         for i in range(tok.shape[0]):
             q_t, k_t, v_t, d_t, b_t = q_s[i], k_s[i], v_s[i], d_s[i], b_s[i]
@@ -93,5 +87,5 @@ def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale):
             predicted = (P @ k_t[..., None])[..., 0]                          # S^T k: [N, HV, V]
             P = P + (b_t[..., None] * (v_t - predicted))[..., None] * k_t[:, :, None, :]  # delta-rule write
             o_s[i] = (P @ q_t[..., None])[..., 0]                             # read the updated state
-        o[tok] = o_s
-    return o[:T].to(v.dtype), P
+        o[tok[running]] = o_s[running].to(o.dtype)
+    return o, P
