@@ -63,7 +63,7 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-reps", type=int, default=None, help="most timed repetitions")
     parser.add_argument("--inputs-on-host", action="store_true", default=None,
                         help="keep each workload's input sets and reference outputs in host memory and copy them "
-                             "to the GPU per call (default: only for an input set larger than 1/8 of the GPU's "
+                             "to the GPU per call (default: only for an input set larger than 1/10 of the GPU's "
                              "memory, as the stress workloads have)")
 
 

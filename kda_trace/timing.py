@@ -1,7 +1,7 @@
 """Timing of one callable on prepared inputs: CUDA events (or a CUDA graph) on a GPU, wall time on the CPU.
 
 Every repetition first copies the inputs into the working tensors (so an in-place solution always sees
-fresh state), then flushes the L2 cache (GPU), and only then starts the clock: input preparation and the
+fresh state; with `mutable` given, only those inputs, the ones a call may write), then flushes the L2 cache (GPU), and only then starts the clock: input preparation and the
 flush are never timed. The number of repetitions adapts to a time budget between a minimum and a
 maximum; the median, min and max are reported. A call slower than the budget is not warmed up (again)
 and is timed once: a 20 s reference call would otherwise cost minutes per workload.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 
@@ -83,8 +83,10 @@ def flush_l2(device: str) -> None:
     buf.zero_()
 
 
-def _refresh(work: Dict[str, Any], source: Dict[str, Any]) -> None:
+def _refresh(work: Dict[str, Any], source: Dict[str, Any], names=None) -> None:
     for name, value in source.items():
+        if names is not None and name not in names:
+            continue
         if isinstance(value, torch.Tensor):
             work[name].copy_(value)
         else:
@@ -92,16 +94,20 @@ def _refresh(work: Dict[str, Any], source: Dict[str, Any]) -> None:
 
 
 def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config: Optional[TimingConfig] = None,
-            final_inputs: Optional[Dict[str, Any]] = None, estimate_s: Optional[float] = None) -> TimingResult:
+            final_inputs: Optional[Dict[str, Any]] = None, estimate_s: Optional[float] = None,
+            mutable: Optional[Set[str]] = None) -> TimingResult:
     """Time `run(**inputs)`; the last repetition uses `final_inputs` (default `inputs`) and its outputs are
     returned in `final_outputs`. `estimate_s`, the duration of an earlier call, sizes the repetitions
-    when there is no warm-up to measure one.
+    when there is no warm-up to measure one. `mutable` (default: all) names the inputs restored before
+    each repetition: the runner passes the in-place ones, as it has already checked that the others are
+    left alone, which spares a copy of a stress workload's inputs from host memory per repetition.
 
     A call slower than `budget_s` (by `estimate_s` or a warm-up) is not warmed up again and is timed with
     one repetition (CUDA events, never a graph), with a note saying so. When `estimate_s` was slow but the
     timed call is not (the earlier call included compilation), the usual warm-up and repetitions follow."""
     cfg = defaults_for(device, config or TimingConfig())
     final_inputs = final_inputs if final_inputs is not None else inputs
+    restore = _Restore(inputs, final_inputs, mutable)
     # the call's own copy, on the device (the inputs themselves may be kept in host memory)
     work = {k: (v.to(device, copy=True) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
     gpu = device.startswith("cuda")
@@ -110,7 +116,7 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
 
     per_call = estimate_s or 0.0
     if per_call > cfg.budget_s:
-        times, outputs = _time_reps(run, work, inputs, final_inputs, 1, device)
+        times, outputs = _time_reps(run, work, restore, 1, device)
         if times[0] / 1e3 > cfg.budget_s:
             notes.append(_slow_note(per_call, cfg.budget_s, 0))
             return TimingResult(times, mode, outputs, notes)
@@ -119,7 +125,7 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
     # warm-up (compilation, autotuning, allocator); the last one estimates the cost of a call
     warmups = 0
     while warmups < cfg.warmup and per_call <= cfg.budget_s:
-        _refresh(work, inputs)
+        restore(work, last=False)
         _sync(device)
         t0 = time.perf_counter()
         run(**work)
@@ -127,7 +133,7 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
         per_call = time.perf_counter() - t0
         warmups += 1
     if per_call > cfg.budget_s:
-        times, outputs = _time_reps(run, work, inputs, final_inputs, 1, device)
+        times, outputs = _time_reps(run, work, restore, 1, device)
         notes.append(_slow_note(per_call, cfg.budget_s, warmups))
         return TimingResult(times, mode, outputs, notes)
     reps = int(cfg.budget_s / max(per_call, 1e-6))
@@ -136,10 +142,10 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
     if gpu and cfg.cuda_graph:
         graph_call = _capture(run, work, inputs, device, notes)
         if graph_call is not None:
-            times, outputs = _time_gpu(graph_call[0], work, inputs, final_inputs, reps, device,
+            times, outputs = _time_gpu(graph_call[0], work, restore, reps, device,
                                        static_outputs=graph_call[1])
             return TimingResult(times, "cuda_graph", outputs, notes)
-    times, outputs = _time_reps(run, work, inputs, final_inputs, reps, device)
+    times, outputs = _time_reps(run, work, restore, reps, device)
     return TimingResult(times, mode, outputs, notes)
 
 
@@ -148,10 +154,29 @@ def _slow_note(per_call: float, budget_s: float, warmups: int) -> str:
             f"after {warmups} warm-up(s)")
 
 
-def _time_reps(run, work, inputs, final_inputs, reps, device):
+class _Restore:
+    """Prepares the working tensors before a repetition: the mutable inputs from `inputs`, or every input
+    from `final_inputs` before the last repetition."""
+
+    def __init__(self, inputs, final_inputs, mutable):
+        self.inputs, self.final_inputs, self.mutable = inputs, final_inputs, mutable
+        self.fresh = True  # `work` was just copied from `inputs`
+        self.holds_final = False
+
+    def __call__(self, work, last: bool) -> None:
+        if last:
+            _refresh(work, self.final_inputs)
+        elif self.holds_final:
+            _refresh(work, self.inputs)
+        elif not self.fresh:
+            _refresh(work, self.inputs, self.mutable)
+        self.fresh, self.holds_final = False, last
+
+
+def _time_reps(run, work, restore, reps, device):
     if device.startswith("cuda"):
-        return _time_gpu(lambda: run(**work), work, inputs, final_inputs, reps, device)
-    return _time_cpu(run, work, inputs, final_inputs, reps)
+        return _time_gpu(lambda: run(**work), work, restore, reps, device)
+    return _time_cpu(run, work, restore, reps)
 
 
 def _sync(device: str) -> None:
@@ -159,23 +184,23 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time_cpu(run, work, inputs, final_inputs, reps):
+def _time_cpu(run, work, restore, reps):
     times = []
     outputs = None
     for i in range(reps):
-        _refresh(work, final_inputs if i == reps - 1 else inputs)
+        restore(work, last=i == reps - 1)
         t0 = time.perf_counter()
         outputs = run(**work)
         times.append((time.perf_counter() - t0) * 1e3)
     return times, outputs
 
 
-def _time_gpu(call, work, inputs, final_inputs, reps, device, static_outputs=None):
+def _time_gpu(call, work, restore, reps, device, static_outputs=None):
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     outputs = None
     for i in range(reps):
-        _refresh(work, final_inputs if i == reps - 1 else inputs)  # prepared before the flush
+        restore(work, last=i == reps - 1)  # prepared before the flush
         flush_l2(device)
         starts[i].record()
         outputs = call()

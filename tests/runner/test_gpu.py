@@ -10,6 +10,13 @@ from kda_trace.cli import main
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(autouse=True)
+def compiled_triton(monkeypatch):
+    """Workers inherit the environment: another test module of the session (test_fla_adapters) sets
+    TRITON_INTERPRET=1 at import, which would run these GPU runs through the interpreter."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
 @pytest.mark.skipif(not platform.has_cuda(), reason="needs a CUDA device")
 @pytest.mark.parametrize("graph", [False, True])
 def test_fla_decode_on_gpu(tmp_path, graph):

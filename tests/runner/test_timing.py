@@ -78,3 +78,24 @@ def test_runner_times_a_slow_solution_once_and_says_so(tmp_path):
     assert "timing budget: timed with 1 repetition after 0 warm-up" in ev["log"]
     assert "reference timing: its 2 correctness calls" in ev["log"]
     assert json.loads((tmp_path / "summary.json").read_text())["totals"]["passed"] == 1
+
+
+def test_mutable_inputs_are_restored_before_every_repetition_and_the_last_sees_the_final_set():
+    """With `mutable`, only those inputs are copied back between repetitions (the runner has already checked
+    that a solution leaves the others alone); the last repetition gets the whole final set."""
+    seen = []
+
+    def run(state, x):
+        seen.append((float(state[0]), float(x[0])))
+        state += 1  # in place, as a state pool is written
+        x += 10  # a mutation the runner would have rejected before timing: not undone between repetitions
+        return state.clone()
+
+    cfg = TimingConfig(warmup=1, min_reps=3, max_reps=3, budget_s=1.0)
+    inputs = {"state": torch.zeros(2), "x": torch.zeros(2)}
+    final = {"state": torch.full((2,), 5.0), "x": torch.full((2,), 7.0)}
+    r = measure(run, inputs, "cpu", cfg, final_inputs=final, mutable={"state"})
+    assert [s for s, _ in seen] == [0.0, 0.0, 0.0, 5.0]  # every call starts from a restored state
+    assert [x for _, x in seen] == [0.0, 10.0, 20.0, 7.0]
+    assert torch.equal(r.final_outputs, torch.full((2,), 6.0))
+    assert torch.equal(inputs["state"], torch.zeros(2)) and torch.equal(final["x"], torch.full((2,), 7.0))
