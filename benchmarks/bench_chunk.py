@@ -1,7 +1,8 @@
 """Our chunked KDA forward (kda_trace/kernels/chunk.py) side by side with fla's chunk_kda, on one GPU.
 
     python benchmarks/bench_chunk.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--accuracy] [--profile SHAPE]
-        [--profile-fla SHAPE] [--sweep SHAPE] [--host SHAPES] [--no-speed] [--out DIR]
+        [--profile-fla SHAPE] [--sweep SHAPE] [--ab SHAPE:KEY=VALUE[,KEY=VALUE...]] [--host SHAPES] [--no-speed]
+        [--out DIR]
 
 Per shape: median ms (triton.testing.do_bench, 25 ms warm-up, 200 ms of repeats) of ours and fla with
 the same options and inputs (bf16 q/k/v/beta, fp32 g and states, K = V = 128, initial state given and final
@@ -18,7 +19,9 @@ token-by-token reference short), bf16 inputs, L2-normalised q/k, g = logsigmoid(
 number of tokens, so in one process (or with its on-disk results) a shape runs with the settings tuned on an
 earlier, maybe much smaller, input. This flag makes fla tune on every shape (about a minute each).
 --profile SHAPE: per-kernel times of ours (torch.profiler); --profile-fla SHAPE: the same for fla.
---sweep SHAPE: launch settings of ours.
+--sweep SHAPE: launch settings of ours, greedily, each timed once (order effects included).
+--ab SHAPE:KEY=VALUE,...: the default launch settings against the given changes, timed in alternation
+(default, changed, default, ...) for AB_ROUNDS rounds; prints both medians and their ratio. Repeatable.
 --host SHAPE: host cost per call of ours and fla (wall time of 20 calls issued back to back, GPU time from
 do_bench beside it, and a cProfile of ours' wrapper).
 """
@@ -277,6 +280,34 @@ def sweep(name):
     print(f"  kept {dict(ours.LAUNCH)}: {best:.3f} ms")
 
 
+AB_ROUNDS = 7
+
+
+def ab(spec):
+    """Defaults against `KEY=VALUE,...` on one shape, alternating, so clock and order effects hit both alike."""
+    name, _, changes_text = spec.partition(":")
+    changes = {}
+    for item in changes_text.split(","):
+        key, _, value = item.partition("=")
+        if key not in ours.LAUNCH:
+            raise SystemExit(f"--ab {spec}: {key!r} is not a launch setting ({', '.join(ours.LAUNCH)})")
+        changes[key] = None if value == "None" else (value == "True" if value in ("True", "False") else int(value))
+    H, lens, mode = SHAPES[name]
+    x = make_inputs(H, lens, mode)
+    defaults = dict(ours.LAUNCH)
+    times = {"default": [], "changed": []}
+    for _ in range(AB_ROUNDS):
+        for label, launch in (("default", defaults), ("changed", {**defaults, **changes})):
+            ours.LAUNCH.update(launch)
+            times[label].append(bench(lambda: run_ours(x, mode)))
+    ours.LAUNCH.update(defaults)
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    print(f"\nA/B on {name}, {changes}: default {med['default']:.3f} ms, changed {med['changed']:.3f} ms "
+          f"(default / changed = {med['default'] / med['changed']:.3f}; medians of {AB_ROUNDS} alternating rounds)")
+    print("  default: " + " ".join(f"{t:.3f}" for t in times["default"]))
+    print("  changed: " + " ".join(f"{t:.3f}" for t in times["changed"]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(SHAPES))
@@ -284,6 +315,8 @@ def main():
     ap.add_argument("--profile", default=None)
     ap.add_argument("--profile-fla", default=None, help="per-kernel times of fla's chunk_kda on this shape")
     ap.add_argument("--sweep", default=None)
+    ap.add_argument("--ab", action="append", default=[], metavar="SHAPE:KEY=VALUE,...",
+                    help="defaults against these launch settings, timed in alternation (repeatable)")
     ap.add_argument("--host", default=None, help="host cost per call on this shape (comma-separated shapes)")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-fla", action="store_true", help="time ours only (fla autotunes for minutes per shape)")
@@ -304,6 +337,8 @@ def main():
             profile(a.profile_fla, run_fla, "fla")
         if a.sweep:
             sweep(a.sweep)
+        for spec in a.ab:
+            ab(spec)
         for name in (a.host.split(",") if a.host else []):
             host(name, with_fla=not a.no_fla)
         if not a.no_speed:

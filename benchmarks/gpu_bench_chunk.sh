@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The chunked kernel on the GPU machine (carry .whl, .whl_test, .gpu_out):
-#     [PHASES="host ours fla_profile parts tests fla accuracy"] [SWEEP=shape] [OLD_CHUNKS="a.py b.py"] bash benchmarks/gpu_bench_chunk.sh FLA_S [fla shapes]
+#     [PHASES="host ours ab fla_profile parts tests fla accuracy"] [SWEEP=shape] [AB="shape:key=value,... ..."]
+#     [OLD_CHUNKS="a.py b.py"] bash benchmarks/gpu_bench_chunk.sh FLA_S [fla shapes]
 # host: host (Python) cost per call of ours and fla on the host-bound shapes (bench_chunk.py --host);
 # ours: ours alone on every shape, per-kernel times at 32 heads x 16384 tokens and 96 heads x 8192 (safe gate,
 #       L2 norm), the launch-setting sweep on $SWEEP if set;
+# ab: each $AB entry (shape:key=value,...) against the default launch settings, timed in alternation;
 # fla_profile: fla's per-kernel times at 96 heads x 8192 with and without safe gate + L2 norm (fla tunes first);
 # parts: bench_chunk_parts.py, with the older chunk.py files named in $OLD_CHUNKS (see its docstring);
 # tests: the GPU tests of both kernels;
@@ -19,6 +21,11 @@ fi
 if [[ $phases == *" ours "* ]]; then
     python3 benchmarks/bench_chunk.py --no-fla --shapes "$all" --profile h32_dense_1x16384 2>&1 | tee "$OUT/ours_only.txt"
     python3 benchmarks/bench_chunk.py --no-speed --profile h96_dense_1x8192_safe_l2 ${SWEEP:+--sweep $SWEEP} 2>&1 | tee -a "$OUT/ours_only.txt"
+fi
+if [[ $phases == *" ab "* ]]; then
+    ab_args=()
+    for spec in ${AB:-}; do ab_args+=(--ab "$spec"); done
+    python3 benchmarks/bench_chunk.py --no-speed "${ab_args[@]}" 2>&1 | tee "$OUT/ab.txt"
 fi
 if [[ $phases == *" fla_profile "* ]]; then
     python3 benchmarks/bench_chunk.py --no-speed --profile-fla h96_dense_1x8192_safe_l2 2>&1 | tee "$OUT/fla_profile.txt"

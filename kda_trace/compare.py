@@ -149,7 +149,7 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
     err_nan = torch.zeros((), dtype=torch.bool, device=ref.device)
     worst_values, worst_flat = [], []
     if positions is not None:
-        bucket_of_index, inner, length, n_buckets = positions
+        bucket_of_index, n_buckets = positions
         e_sum = torch.zeros(n_buckets, dtype=torch.float64, device=ref.device)
         r_sum = torch.zeros(n_buckets, dtype=torch.float64, device=ref.device)
     for start in range(0, n, METRIC_CHUNK_ELEMENTS):
@@ -240,8 +240,8 @@ def worst_elements(rf: torch.Tensor, of: torch.Tensor, values: torch.Tensor, fla
 
 
 def _position_buckets(shape, axes: List[str], sequence_axis: Optional[str], packed: Optional[tuple], device):
-    """How a flat element index maps to a bucket of positions along the sequence axis (at most
-    MAX_POSITION_BUCKETS), for the error-by-position curve; None when the output has no sequence axis.
+    """(flat element index -> bucket of positions along the sequence axis, number of buckets) for the
+    error-by-position curve (at most MAX_POSITION_BUCKETS buckets); None when the output has no sequence axis.
 
     On a packed token axis the position is the token's index within its own sequence, so the curve shows
     error growth along sequences rather than along the packed buffer."""
@@ -264,7 +264,7 @@ def _position_buckets(shape, axes: List[str], sequence_axis: Optional[str], pack
     inner = 1
     for size in shape[dim + 1:]:
         inner *= size
-    return (lambda index: bucket[(index // inner) % n]), inner, length, n_buckets
+    return (lambda index: bucket[(index // inner) % n]), n_buckets
 
 
 def nonfinite_counts(t: torch.Tensor) -> tuple[int, int]:
