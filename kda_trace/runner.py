@@ -186,10 +186,18 @@ def _is_fatal_cuda_error(e: BaseException) -> bool:
                                    "device-side assert", "unspecified launch failure"))
 
 
+OUT_OF_GPU_MEMORY_HINT = ("[out of GPU memory: this machine's GPU is too small for the workload, or for the runner's "
+                          "copies of it; --inputs-on-host keeps the input sets and reference outputs in host memory]")
+
+
 def _short_traceback(e: BaseException, limit: int = 6) -> str:
+    import torch
+
     lines = traceback.format_exception(type(e), e, e.__traceback__)
     tail = "".join(lines[-limit:]).strip()
-    return f"{type(e).__name__}: {e}\n{tail}"
+    # said first: the error's own text is long and gets cut in tables
+    hint = OUT_OF_GPU_MEMORY_HINT + " " if isinstance(e, torch.OutOfMemoryError) else ""
+    return f"{hint}{type(e).__name__}: {e}\n{tail}"
 
 
 def normalize_outputs(definition: Definition, result: Any) -> Tuple[Optional[Dict[str, Any]], str]:

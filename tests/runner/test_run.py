@@ -211,3 +211,20 @@ def test_size_selects_workloads():
     wls = [SimpleNamespace(uuid=u, tags=t) for u, t in (("a", ["smoke"]), ("b", []), ("c", ["stress"]))]
     picked = {size: [w.uuid for w in select_workloads(wls, size)] for size in ("smoke", "all", "stress", "stress-only")}
     assert picked == {"smoke": ["a"], "all": ["a", "b"], "stress": ["a", "b", "c"], "stress-only": ["c"]}
+
+
+def test_out_of_gpu_memory_is_named_as_such():
+    """A CUDA out-of-memory error reads as a machine limit, with the option that may help, before its long text."""
+    import torch
+
+    from kda_trace.runner import OUT_OF_GPU_MEMORY_HINT, _short_traceback
+
+    try:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.12 GiB.")
+    except torch.OutOfMemoryError as e:
+        text = _short_traceback(e)
+    assert text.startswith(OUT_OF_GPU_MEMORY_HINT) and "--inputs-on-host" in text and "8.12 GiB" in text
+    try:
+        raise ValueError("bad shape")
+    except ValueError as e:
+        assert _short_traceback(e).startswith("ValueError: bad shape")
