@@ -1,10 +1,11 @@
 """Timing of one callable on prepared inputs: CUDA events (or a CUDA graph) on a GPU, wall time on the CPU.
 
 Every repetition first copies the inputs into the working tensors (so an in-place solution always sees
-fresh state; with `mutable` given, only those inputs, the ones a call may write), then flushes the L2 cache (GPU), and only then starts the clock: input preparation and the
-flush are never timed. The number of repetitions adapts to a time budget between a minimum and a
-maximum; the median, min and max are reported. A call slower than the budget is not warmed up (again)
-and is timed once: a 20 s reference call would otherwise cost minutes per workload.
+fresh state; with `mutable` given, only those inputs, the ones a call may write), then flushes the L2 cache
+(GPU), and only then starts the clock: input preparation and the flush are never timed. The number of
+repetitions adapts to a time budget between a minimum and a maximum; the median, min and max are reported.
+A call slower than the budget is not warmed up (again) and is timed once: a 20 s reference call would
+otherwise cost minutes per workload.
 
 The last repetition runs on a different input set (`final_inputs`) and its outputs are returned, so
 the caller can check correctness on an input set taken from inside the timing loop: a solution that
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
+
+from .inputs import clone_inputs
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than the L2 of any current GPU (H100: 50 MB, B200: 126 MB)
 
@@ -108,8 +111,7 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
     cfg = defaults_for(device, config or TimingConfig())
     final_inputs = final_inputs if final_inputs is not None else inputs
     restore = _Restore(inputs, final_inputs, mutable)
-    # the call's own copy, on the device (the inputs themselves may be kept in host memory)
-    work = {k: (v.to(device, copy=True) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    work = clone_inputs(inputs, device)  # the call's own copy, on the device (the inputs may be in host memory)
     gpu = device.startswith("cuda")
     mode = "cuda_events" if gpu else "cpu_wall"
     notes: List[str] = []

@@ -1,6 +1,7 @@
 """What our two KDA kernels (recurrent.py, chunk.py) share: the gate and beta formulas inside a kernel, their
-constexpr codes, and the host-side checks of the common inputs and of packed sequence offsets. Defines @triton.jit functions, so it is
-imported (by those modules) only after the caller chose compiled or interpreted Triton."""
+constexpr codes, and the host-side checks of the common inputs and of packed sequence offsets. Defines
+@triton.jit functions, so it is imported (by those modules) only after the caller chose compiled or
+interpreted Triton."""
 
 from __future__ import annotations
 
