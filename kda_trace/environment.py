@@ -79,11 +79,15 @@ def _digest(root: Path, patterns: tuple[str, ...]) -> Optional[str]:
     return h.hexdigest()[:16]
 
 
+DATASET_FILES = ("definitions/**/*.json", "workloads/**/*.jsonl")
+"""What dataset_digest covers: not the safetensors files that workloads may name (they can be gigabytes, read
+at every run)."""
+
+
 @lru_cache(maxsize=None)
 def dataset_digest(root: str) -> Optional[str]:
-    """Digest of the dataset's definition JSON and workload JSONL files (not of the safetensors files that
-    workloads may name: those can be gigabytes, read at every run)."""
-    return _digest(Path(root), ("definitions/**/*.json", "workloads/**/*.jsonl"))
+    """Digest of the dataset's DATASET_FILES under `root`."""
+    return _digest(Path(root), DATASET_FILES)
 
 
 @lru_cache(maxsize=None)

@@ -12,13 +12,13 @@ def test_dataset_digest_follows_the_dataset_files(tmp_path):
     """Same files, same digest; a changed workload line changes it; files outside the dataset do not."""
     for sub in ("definitions", "workloads"):
         shutil.copytree(ROOT / sub / "kda", tmp_path / sub / "kda", dirs_exist_ok=True)
-    first = environment._digest(tmp_path, ("definitions/**/*.json", "workloads/**/*.jsonl"))
+    first = environment._digest(tmp_path, environment.DATASET_FILES)
     assert first == environment.dataset_digest(str(ROOT))
     (tmp_path / "notes.txt").write_text("not part of the dataset")
-    assert environment._digest(tmp_path, ("definitions/**/*.json", "workloads/**/*.jsonl")) == first
+    assert environment._digest(tmp_path, environment.DATASET_FILES) == first
     wl = sorted((tmp_path / "workloads" / "kda").glob("*.jsonl"))[0]
     wl.write_text(wl.read_text().replace('"uuid"', '"uuid" ', 1))
-    assert environment._digest(tmp_path, ("definitions/**/*.json", "workloads/**/*.jsonl")) != first
+    assert environment._digest(tmp_path, environment.DATASET_FILES) != first
 
 
 def test_capture_records_both_digests():
