@@ -19,20 +19,30 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from .schema import Definition, OutputMetrics, Tolerance, WorstElement
+from .schema import Definition, OutputMetrics, Tolerance, WorstElement, WorstRow
 
 # The ONE table of default tolerances, by output dtype. A definition's per-output tolerance overrides
 # field by field; `--tolerance` overrides both. bf16 bounds follow fla's own check (RMS-relative < 5e-3).
+# The per-row bound (Tolerance.max_row_rel_error) by output dtype. A wrong, zeroed, stale or neighbour's row
+# has a row error of about 1 (1.4 for an uncorrelated row); honest kernels stay far below these (calibrated
+# on the GPU over every dataset workload: benchmarks/RESULTS.md, "Per-row bound"). Aggregate bounds cannot
+# do this job: one row of 65536 tokens x 32 heads is 5e-7 of an output.
+ROW_BOUNDS = {"bfloat16": 0.1, "float16": 0.1, "float32": 0.1, "float64": 1e-4}
 DEFAULT_TOLERANCES: Dict[str, Tolerance] = {
-    "bfloat16": Tolerance(atol=1e-2, rtol=2e-2, min_matched_ratio=0.999, max_rms_rel_error=5e-3, min_cosine=0.9999),
-    "float16": Tolerance(atol=2e-3, rtol=5e-3, min_matched_ratio=0.999, max_rms_rel_error=2e-3, min_cosine=0.99999),
-    "float32": Tolerance(atol=1e-3, rtol=1e-3, min_matched_ratio=0.999, max_rms_rel_error=1e-3, min_cosine=0.99999),
-    "float64": Tolerance(atol=1e-6, rtol=1e-6, min_matched_ratio=1.0, max_rms_rel_error=1e-6, min_cosine=0.999999),
+    "bfloat16": Tolerance(atol=1e-2, rtol=2e-2, min_matched_ratio=0.999, max_rms_rel_error=5e-3, min_cosine=0.9999,
+                          max_row_rel_error=ROW_BOUNDS["bfloat16"]),
+    "float16": Tolerance(atol=2e-3, rtol=5e-3, min_matched_ratio=0.999, max_rms_rel_error=2e-3, min_cosine=0.99999,
+                         max_row_rel_error=ROW_BOUNDS["float16"]),
+    "float32": Tolerance(atol=1e-3, rtol=1e-3, min_matched_ratio=0.999, max_rms_rel_error=1e-3, min_cosine=0.99999,
+                         max_row_rel_error=ROW_BOUNDS["float32"]),
+    "float64": Tolerance(atol=1e-6, rtol=1e-6, min_matched_ratio=1.0, max_rms_rel_error=1e-6, min_cosine=0.999999,
+                         max_row_rel_error=ROW_BOUNDS["float64"]),
 }
 # Integer and bool outputs must match exactly.
 EXACT = Tolerance(atol=0.0, rtol=0.0, min_matched_ratio=1.0, max_rms_rel_error=0.0, min_cosine=None)
 
-TOLERANCE_FIELDS = ("atol", "rtol", "min_matched_ratio", "max_rms_rel_error", "min_cosine")
+TOLERANCE_FIELDS = ("atol", "rtol", "min_matched_ratio", "max_rms_rel_error", "min_cosine", "max_row_rel_error",
+                    "row_atol")
 
 # How coordinates along an axis read in messages ("token 417 of sequence 3, head 12, dim 77").
 AXIS_WORDS = {
@@ -52,7 +62,7 @@ class ToleranceSyntaxError(ValueError):
 def parse_tolerance_override(text: str) -> tuple[str, Tolerance]:
     """Parse `OUTPUT=atol:1e-2,rtol:1e-3,...` (OUTPUT `*` = every output) into (output, Tolerance).
 
-    Fields: atol, rtol, min_matched_ratio, max_rms_rel_error, min_cosine; `none` switches a bound off.
+    Fields: TOLERANCE_FIELDS; `none` switches a bound off.
     """
     name, sep, body = text.partition("=")
     if not sep or not name.strip() or not body.strip():
@@ -120,6 +130,25 @@ def describe_index(index: Sequence[int], axes: Sequence[str], packed: Optional[t
     return ", ".join(parts)
 
 
+def row_layout(shape: Sequence[int], axes: Sequence[str]) -> tuple[int, List[int], List[str]]:
+    """(elements per row, leading shape, leading axis names) of an output under the per-row bound.
+
+    A row is the output's trailing `head_dim*` axes (one (token, head) of o, one (slot, head) of a state pool),
+    or its last axis when it has none (one token's values over all heads of beta); a scalar is one row."""
+    shape, axes = list(shape), list(axes)
+    if not shape:
+        return 1, [], []
+    lead = len(shape)
+    while lead > 0 and lead <= len(axes) and axes[lead - 1].startswith("head_dim"):
+        lead -= 1
+    if lead == len(shape):
+        lead -= 1
+    size = 1
+    for n in shape[lead:]:
+        size *= n
+    return size, shape[:lead], axes[:lead]
+
+
 def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: torch.Tensor,
                    tolerance: Tolerance, cu_seqlens: Optional[torch.Tensor] = None) -> OutputMetrics:
     """Full metrics and the verdict for one output. `ref` and `out` must have the same shape.
@@ -141,9 +170,16 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
         packed = (pk[0], cu_seqlens.detach().to("cpu", torch.int64))
     positions = _position_buckets(ref.shape, axes, spec.sequence_axis, packed, ref.device)
 
+    row_size, lead_shape, lead_axes = row_layout(ref.shape, axes)
+    row_atol = tolerance.row_atol if tolerance.row_atol is not None else atol
+    row_max = torch.full((), -1.0, dtype=torch.float64, device=ref.device)
+    row_arg = torch.zeros((), dtype=torch.int64, device=ref.device)
+    rows_over = torch.zeros((), dtype=torch.int64, device=ref.device)
+    row_bound = tolerance.max_row_rel_error
+
     rf, of = ref.detach().reshape(-1), out.detach().reshape(-1)
-    sums = torch.zeros(9, dtype=torch.float64, device=ref.device)
-    # sum err, sum rel, sum err^2, sum ref^2, sum out^2, sum ref*out, within, NaN in out, Inf in out
+    sums = torch.zeros(10, dtype=torch.float64, device=ref.device)
+    # sum err, sum rel, sum err^2, sum ref^2, sum out^2, sum ref*out, within, NaN in out, Inf in out, non-finite ref
     err_max = torch.zeros((), dtype=torch.float64, device=ref.device)
     rel_max = torch.zeros((), dtype=torch.float64, device=ref.device)
     err_nan = torch.zeros((), dtype=torch.bool, device=ref.device)
@@ -152,8 +188,9 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
         bucket_of_index, n_buckets = positions
         e_sum = torch.zeros(n_buckets, dtype=torch.float64, device=ref.device)
         r_sum = torch.zeros(n_buckets, dtype=torch.float64, device=ref.device)
-    for start in range(0, n, METRIC_CHUNK_ELEMENTS):
-        stop = min(start + METRIC_CHUNK_ELEMENTS, n)
+    step = max(row_size, METRIC_CHUNK_ELEMENTS // row_size * row_size)  # slices hold whole rows
+    for start in range(0, n, step):
+        stop = min(start + step, n)
         r = rf[start:stop].to(torch.float64)
         o = of[start:stop].to(torch.float64)
         err = (r - o).abs()
@@ -161,18 +198,25 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
         rel = err / r_abs.clamp_min(max(atol, 1e-30))
         within = err <= atol + rtol * r_abs  # NaN compares False: a NaN element is never within
         sums += torch.stack([err.sum(), rel.sum(), err.pow(2).sum(), r.pow(2).sum(), o.pow(2).sum(), (r * o).sum(),
-                             within.sum(), torch.isnan(o).sum(), torch.isinf(o).sum()]).to(torch.float64)
+                             within.sum(), torch.isnan(o).sum(), torch.isinf(o).sum(),
+                             (~torch.isfinite(r)).sum()]).to(torch.float64)
         err_max = torch.maximum(err_max, torch.nan_to_num(err, nan=0.0, posinf=float("inf")).max())
         rel_max = torch.maximum(rel_max, torch.nan_to_num(rel, nan=0.0, posinf=float("inf")).max())
         err_nan |= torch.isnan(err).any()
         values, flat = torch.topk(torch.nan_to_num(err, nan=float("inf"), posinf=float("inf")), min(TOP_WORST, stop - start))
         worst_values.append(values)
         worst_flat.append(flat + start)
+        row_err = _row_errors(err, r, row_size, row_atol)
+        local = torch.argmax(row_err)
+        if row_err[local] > row_max:
+            row_max, row_arg = row_err[local], local + start // row_size
+        if row_bound is not None:
+            rows_over += (row_err > row_bound).sum()
         if positions is not None:
             b = bucket_of_index(torch.arange(start, stop, device=ref.device))
             e_sum.index_add_(0, b, err.pow(2))
             r_sum.index_add_(0, b, r.pow(2))
-    (sum_err, sum_rel, sum_e2, sum_r2, sum_o2, dot, within_count, nan_count, inf_count) = sums.tolist()
+    (sum_err, sum_rel, sum_e2, sum_r2, sum_o2, dot, within_count, nan_count, inf_count, ref_nonfinite) = sums.tolist()
     nan_count, inf_count = int(nan_count), int(inf_count)
     any_nan = bool(err_nan)
 
@@ -184,6 +228,8 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
     matched = within_count / n
 
     reasons = []
+    if ref_nonfinite:  # the runner calls this INVALID_REFERENCE first; here too nothing may match an Inf
+        reasons.append(f"the reference has {int(ref_nonfinite)} NaN/Inf elements: no output matches them")
     if nan_count or inf_count:
         reasons.append(f"{nan_count} NaN and {inf_count} Inf elements")
     if tolerance.min_matched_ratio is not None and not matched >= tolerance.min_matched_ratio:
@@ -199,6 +245,20 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
             reasons.append(f"RMS-relative error {rms_rel:.3e} > {tolerance.max_rms_rel_error:g}")
         if tolerance.min_cosine is not None and not cosine >= tolerance.min_cosine:
             reasons.append(f"cosine {cosine:.7f} < {tolerance.min_cosine:g}")
+
+    row_max_value = float(row_max)
+    worst_row = None
+    if row_max_value > 0:
+        lead_index = [int(i) for i in torch.unravel_index(row_arg.cpu(), tuple(lead_shape))] if lead_shape else []
+        r_row = rf[int(row_arg) * row_size:(int(row_arg) + 1) * row_size].to(torch.float64)
+        o_row = of[int(row_arg) * row_size:(int(row_arg) + 1) * row_size].to(torch.float64)
+        worst_row = WorstRow(index=lead_index, where=describe_index(lead_index, lead_axes, packed) or "the whole output",
+                             row_rel_error=row_max_value, reference_rms=float(r_row.pow(2).mean().sqrt()),
+                             error_rms=float((r_row - o_row).pow(2).mean().sqrt()))
+    if row_bound is not None and not row_max_value <= row_bound:
+        reasons.append(f"{int(rows_over)} row(s) of {row_size} elements over the per-row bound {row_bound:g}, the worst "
+                       f"at {worst_row.where if worst_row else '?'}: RMS error / max(RMS reference, {row_atol:g}) = "
+                       f"{row_max_value:.3e}")
 
     by_position = None
     if positions is not None:
@@ -219,7 +279,18 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
         tolerance=tolerance,
         worst=worst_elements(rf, of, torch.cat(worst_values), torch.cat(worst_flat), ref.shape, axes, packed),
         error_by_position=by_position,
+        max_row_rel_error=row_max_value,
+        rows_over_bound=int(rows_over) if row_bound is not None else None,
+        worst_row=worst_row,
     )
+
+
+def _row_errors(err: torch.Tensor, ref: torch.Tensor, row_size: int, row_atol: float) -> torch.Tensor:
+    """Per-row RMS(error) / max(RMS(ref), row_atol) of a slice holding whole rows; NaN rows (a NaN in the
+    output, or a non-finite reference) count as Inf."""
+    e = err.pow(2).view(-1, row_size).mean(1).sqrt()
+    r = ref.pow(2).view(-1, row_size).mean(1).sqrt()
+    return torch.nan_to_num(e / r.clamp_min(max(row_atol, 1e-30)), nan=float("inf"))
 
 
 def worst_elements(rf: torch.Tensor, of: torch.Tensor, values: torch.Tensor, flat: torch.Tensor, shape,

@@ -125,6 +125,12 @@ class Tolerance(Model):
     """Largest allowed RMS(ref - out) / RMS(ref)."""
     min_cosine: Optional[float] = Field(default=None, ge=-1, le=1)
     """Smallest allowed cosine similarity of the flattened tensors."""
+    max_row_rel_error: Optional[float] = Field(default=None, ge=0)
+    """Largest allowed error of any one row (a row: the output's trailing `head_dim*` axes, or its last axis when
+    it has none; e.g. one (token, head) of o, one (sequence, head) of a state): RMS(ref_row - out_row) /
+    max(RMS(ref_row), row_atol). One wrong, zeroed or stale row fails it at any output size."""
+    row_atol: Optional[float] = Field(default=None, ge=0)
+    """Absolute floor of the per-row bound's denominator, for rows near zero (default: atol)."""
 
 
 class TensorSpec(Model):
@@ -405,6 +411,10 @@ class EvaluationStatus(str, Enum):
     """Ours: the workload's inputs could not be made."""
     UNSUPPORTED = "UNSUPPORTED"
     """Ours: the solution does not support this definition (listed as skipped)."""
+    REWARD_HACK = "REWARD_HACK"
+    """Ours (SOL-ExecBench's name): the solution reached around the runner: it changed the harness, torch or the
+    timer, left work running after it returned (another stream or thread), returned memory it does not own, or
+    was timed below the workload's physical floor. The log says what was seen. Never a pass, whatever its outputs."""
 
 
 class WorstElement(Model):
@@ -422,6 +432,23 @@ class WorstElement(Model):
     """Solution value."""
     abs_error: float
     """|reference - value|."""
+
+
+class WorstRow(Model):
+    """The worst row of an output under the per-row bound."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", ser_json_inf_nan="strings")
+
+    index: List[int]
+    """Coordinates of the row along the output's leading (non-row) axes."""
+    where: str
+    """Coordinates named by axis, e.g. 'token 4 of sequence 2, head 12'."""
+    row_rel_error: float
+    """RMS(ref_row - out_row) / max(RMS(ref_row), row_atol)."""
+    reference_rms: float
+    """RMS of the reference row."""
+    error_rms: float
+    """RMS of the error over the row."""
 
 
 class OutputMetrics(Model):
@@ -454,6 +481,12 @@ class OutputMetrics(Model):
     """RMS-relative error per bucket of the sequence axis (for plots)."""
     bit_identical_violations: Optional[int] = None
     """For in-place outputs: elements the reference left unchanged that the solution changed."""
+    max_row_rel_error: Optional[float] = None
+    """The largest per-row error (see Tolerance.max_row_rel_error); NaN rows count as Inf."""
+    rows_over_bound: Optional[int] = None
+    """How many rows exceed Tolerance.max_row_rel_error."""
+    worst_row: Optional["WorstRow"] = None
+    """The row with the largest per-row error."""
 
 
 class Correctness(Model):
