@@ -159,6 +159,9 @@ def command_run(args) -> int:
         refused = [] if args.trust_code else check_reference_source(d.reference, d.name)
         reasons = {}
         for spec, sol in solutions.items():
+            if getattr(sol, "imports_user_code", False):
+                reasons[spec] = None  # asked in the solution's own process: user code is never imported here
+                continue
             try:
                 reasons[spec] = sol.supports(d)
             except Exception as e:  # noqa: BLE001

@@ -46,6 +46,7 @@ from .schema import (
 
 S = EvaluationStatus
 SECOND_SEED_OFFSET = 1
+HOST_STARTING = "starting the solution's process"  # solution_host.STARTING (not imported: the main process stays light)
 REFERENCE_TIMING = {"warmup": 1, "min_reps": 3, "max_reps": 20, "budget_s": 1.0}
 """How the reference is timed on a GPU (timing.TimingConfig fields); when both correctness calls took longer
 than the budget, those two calls are its timing instead."""
@@ -252,12 +253,22 @@ class WorkerContext:
             import torch
 
             torch.cuda.set_device(torch.device(device))
-        self.config, self.device, self.notify = config, device, notify
+        self.config, self.device, self._notify = config, device, notify
         self.environment = environment.capture(device, config.seed, config.dataset_root)
         self.references: Dict[str, Any] = {}
-        self.solutions: Dict[str, Any] = {}
-        self.built: Dict[Tuple[str, str], Any] = {}
+        self.hosts: Dict[str, Any] = {}
+        """Solution spec -> solution_host.SolutionHost."""
+        self.copy_bandwidth: Optional[float] = None
+        self.last_phase = "starting"
         self.fatal = False
+
+    def notify(self, spec: Optional[str], phase: str) -> None:
+        self.last_phase = phase
+        self._notify(spec, phase)
+
+    def close(self) -> None:
+        for host in self.hosts.values():
+            host.close()
 
     def reference(self, definition: Definition):
         from .reference import ReferenceError, compile_reference
@@ -353,78 +364,70 @@ class WorkerContext:
             if self.fatal:
                 return  # the CUDA context is gone: the main process restarts this worker
             try:
-                record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec)
+                record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
+                                                on_host)
             except Exception as e:  # noqa: BLE001 - e.g. out of memory while comparing: record it, go on
                 self.fatal = _is_fatal_cuda_error(e)
                 record = rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: evaluating the outputs failed: "
                                                     f"{_short_traceback(e)}")
             yield record  # outside `except`: a live exception would keep its frames' GPU tensors alive
 
-    def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec) -> Trace:
-        from .compare import bits_equal
-        from .inputs import clone_inputs
-        from .solutions import registry
-        from .timing import measure
+    def host(self, spec: str, name: str):
+        """The process that runs solution `spec` (solution_host.SolutionHost), started on first use."""
+        from .solution_host import SolutionHost
+
+        if spec not in self.hosts:
+            self.hosts[spec] = SolutionHost(mp.get_context("spawn"), spec, name, self.device, self.config.trust_code,
+                                            self.config.dataset_root, self.notify)
+        return self.hosts[spec]
+
+    def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec,
+                          on_host: bool = False) -> Trace:
+        """One solution on one workload, run in the solution's own process (solution_host.py); judged here."""
+        from .solution_host import HostDied, load_checked
 
         d, w = task.definition, task.workload
         axes = {**d.const_axes, **w.axes}
-        self.notify(spec, "build")
+        host = self.host(spec, task.names[spec])
         try:
-            key = (spec, d.name)
-            if key not in self.built:
-                if spec not in self.solutions:
-                    self.solutions[spec] = registry.resolve(spec, self.device, self.config.trust_code)
-                self.built[key] = self.solutions[spec].build(d, self.device)
-            run = self.built[key]
-        except Exception as e:  # noqa: BLE001
-            self.fatal = _is_fatal_cuda_error(e)
-            return rec(spec, S.COMPILE_ERROR, f"building {task.names[spec]} for {d.name} failed: {_short_traceback(e)}")
-
-        self.notify(spec, "run")
-        args = clone_inputs(inputs_a, self.device)
-        try:
-            self.sync()
-            t0 = time.perf_counter()
-            result = run(**args)
-            self.sync()
-            first_call_s = time.perf_counter() - t0
-        except Exception as e:  # noqa: BLE001
-            self.fatal = _is_fatal_cuda_error(e)
-            return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {_short_traceback(e)}")
-        outputs, why = normalize_outputs(d, result)
+            reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
+                                 name=task.names[spec], seed=self.config.seed,
+                                 seed_b=self.config.seed + SECOND_SEED_OFFSET, on_host=on_host)
+        except HostDied as e:
+            return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} in phase {self.last_phase!r}")
+        if reply.get("kind") == "status":
+            return rec(spec, _status(reply), str(reply.get("log", "")))
+        outputs, why = load_checked(host, "first", self.device)
         if outputs is None:
-            return rec(spec, S.INCORRECT_SHAPE, why)
-        status, why = check_outputs(d, outputs, axes, self.device)
+            return rec(spec, S.RUNTIME_ERROR, why)
+        status, why = check_outputs(d, {n: outputs.get(n) for n in d.outputs}, axes, self.device)
         if status is not None:
             return rec(spec, status, why)
-
-        mutated = [n for n, v in inputs_a.items() if n not in d.inplace.values() and hasattr(v, "shape")
-                   and not bool(bits_equal(args[n], v.to(args[n].device)).all())]
-        del args, result  # the copy of the inputs (outputs written in place stay alive through `outputs`)
         correctness = self.correctness(d, inputs_a, ref_a, outputs)
-        del outputs  # the first call's GPU memory is free before timing (stress workloads)
+        del outputs  # free before timing (stress workloads)
+        mutated = [str(n) for n in reply.get("mutated") or []]
         if mutated:
+            host.request(kind="skip")
             return rec(spec, S.INPUT_MUTATED, f"the solution changed input(s) {mutated}, which it may not write",
                        correctness=correctness)
         failed = {n: m.reason for n, m in correctness.outputs.items() if not m.passed}
         if failed:
+            host.request(kind="skip")
             return rec(spec, S.INCORRECT_NUMERICAL, "; ".join(f"{n}: {r}" for n, r in failed.items()),
                        correctness=correctness)
 
-        self.notify(spec, "timing")
         try:
-            timing = measure(run, inputs_a, self.device, self.config.timing, final_inputs=inputs_b,
-                             estimate_s=first_call_s, mutable=set(d.inplace.values()))
-        except Exception as e:  # noqa: BLE001
-            self.fatal = _is_fatal_cuda_error(e)
-            return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: failed while timing: {_short_traceback(e)}",
-                       correctness=correctness)
-        second, why = normalize_outputs(d, timing.final_outputs)
+            reply = host.request(kind="time", timing=_timing_fields(self.config.timing))
+        except HostDied as e:
+            return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} while timing", correctness=correctness)
+        if reply.get("kind") == "status":
+            return rec(spec, _status(reply), str(reply.get("log", "")), correctness=correctness)
+        second, why = load_checked(host, "final", self.device)
         status = None
         if second is not None:
-            status, why = check_outputs(d, second, axes, self.device)
+            status, why = check_outputs(d, {n: second.get(n) for n in d.outputs}, axes, self.device)
         if second is None or status is not None:
-            return rec(spec, status or S.INCORRECT_SHAPE, f"second input set (last call of the timing loop): {why}",
+            return rec(spec, status or S.RUNTIME_ERROR, f"second input set (last call of the timing loop): {why}",
                        correctness=correctness)
         check_b = self.correctness(d, inputs_b, ref_b, second)
         correctness.extra = {**(correctness.extra or {}), "second_input_set": {
@@ -439,9 +442,32 @@ class WorkerContext:
                        f"{self.config.seed + SECOND_SEED_OFFSET}, last call of the timing loop; a cached or "
                        "input-independent result?): " + "; ".join(f"{n}: {r}" for n, r in failed.items()),
                        correctness=correctness)
+        from .timing import TimingResult
+
+        timing = TimingResult([float(t) for t in reply["times_ms"]], str(reply["mode"]),
+                              notes=[str(n) for n in reply.get("notes") or []])
+        floor = self.physical_floor_ms(d, w)
+        if floor is not None and timing.median_ms < floor[0]:
+            return rec(spec, S.REWARD_HACK, f"timed at {timing.median_ms:.4g} ms, below the physical floor of this "
+                       f"workload, {floor[0]:.4g} ms ({floor[1]:.4g} GB, the fewest bytes the definition's cost "
+                       f"says it must move, at {floor[2]:.3g} TB/s, {FLOOR_BANDWIDTH_MARGIN:g} x this device's "
+                       "measured copy bandwidth): no time is reported", correctness=correctness)
         notes = timing.notes + (ref_timing.notes if ref_timing is not None else [])
         return rec(spec, S.PASSED, "; ".join(notes), correctness=correctness,
                    performance=self.performance(d, w, timing, ref_timing))
+
+    def physical_floor_ms(self, d: Definition, w: Workload) -> Optional[Tuple[float, float, float]]:
+        """(floor in ms, GB, TB/s) for a GPU: the definition's fewest bytes at FLOOR_BANDWIDTH_MARGIN x the
+        device's copy bandwidth (measured once per worker); None on the CPU or without a cost."""
+        if not self.device.startswith("cuda"):
+            return None
+        _, nbytes = cost_of(d, w)
+        if not nbytes:
+            return None
+        if self.copy_bandwidth is None:
+            self.copy_bandwidth = measure_copy_bandwidth(self.device)
+        tbps = FLOOR_BANDWIDTH_MARGIN * self.copy_bandwidth / 1e12
+        return nbytes / (tbps * 1e12) * 1e3, nbytes / 1e9, tbps
 
     def correctness(self, d: Definition, inputs, refs, outputs) -> Correctness:
         from .compare import compare_output, inplace_violations, packed_axis, tolerance_for
@@ -535,6 +561,47 @@ def cost_of(d: Definition, w: Workload) -> Tuple[Optional[float], Optional[float
     return values[0], values[1]
 
 
+FLOOR_BANDWIDTH_MARGIN = 1.25
+"""A solution is never reported faster than its bytes at this multiple of the device's measured copy bandwidth:
+the margin covers a copy benchmark that misses the peak and writes that end in the L2 cache."""
+
+
+def measure_copy_bandwidth(device: str, nbytes: int = 1 << 30, reps: int = 5) -> float:
+    """Bytes per second of a device-to-device copy (read + write counted), the median of `reps`."""
+    import statistics
+
+    import torch
+
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps + 1):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize(device)
+        times.append(start.elapsed_time(end) / 1e3)
+    del src, dst
+    return 2 * nbytes / statistics.median(times[1:])
+
+
+def _status(reply: Dict[str, Any]) -> S:
+    """The status a solution's process reported (an unknown name is the process's fault: RUNTIME_ERROR)."""
+    try:
+        return S(str(reply.get("status")))
+    except ValueError:
+        return S.RUNTIME_ERROR
+
+
+def _timing_fields(timing) -> Dict[str, Any]:
+    from dataclasses import asdict
+
+    from .timing import TimingConfig
+
+    return asdict(timing if timing is not None else TimingConfig())
+
+
 def worker_main(conn, config: RunConfig, device: str) -> None:
     """Worker process: receive Tasks, send ('phase', spec, name) / ('record', json) / ('done',) messages."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
@@ -548,8 +615,9 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
         try:
             task = conn.recv()
         except EOFError:
-            return
+            task = None
         if task is None:
+            ctx.close()
             return
         for trace in ctx.evaluate_task(task):
             conn.send(("record", trace.model_dump_json()))
@@ -588,7 +656,7 @@ class Runner:
 
     def _start(self, w: _Worker) -> None:
         parent, child = self.ctx.Pipe()
-        w.process = self.ctx.Process(target=worker_main, args=(child, self.config, w.device), daemon=True)
+        w.process = self.ctx.Process(target=worker_main, args=(child, self.config, w.device), daemon=False)  # it starts solution processes
         w.process.start()
         child.close()
         w.conn, w.ready, w.task = parent, False, None
@@ -636,7 +704,8 @@ class Runner:
                 if msg[0] == "ready":
                     w.ready = True
                 elif msg[0] == "phase":
-                    w.phase, w.deadline = (msg[1], msg[2]), time.monotonic() + self.config.timeout
+                    allowed = self.startup_timeout if msg[2] == HOST_STARTING else self.config.timeout
+                    w.phase, w.deadline = (msg[1], msg[2]), time.monotonic() + allowed
                 elif msg[0] == "record":
                     try:
                         trace = Trace.model_validate_json(msg[1])

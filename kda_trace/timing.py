@@ -10,6 +10,12 @@ otherwise cost minutes per workload.
 The last repetition runs on a different input set (`final_inputs`) and its outputs are returned, so
 the caller can check correctness on an input set taken from inside the timing loop: a solution that
 caches its first result cannot pass.
+
+The clocks are the ones this module captured when it was imported (before any solution is): the C
+implementations of CUDA event record / elapsed time and of device synchronisation, and `time.perf_counter`.
+A solution that patches `torch.cuda.Event` or `time` cannot change what is measured. On a GPU every
+repetition is also timed by the host clock between two device-wide synchronisations; events that measure far
+less than that (work left on another stream) are reported in `TimingResult.outside_stream_ms`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,20 @@ import torch
 from .inputs import clone_inputs
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than the L2 of any current GPU (H100: 50 MB, B200: 126 MB)
+
+# Captured at import, before any solution code runs (see the module docstring).
+_perf_counter = time.perf_counter
+_EventBase = torch._C._CudaEventBase
+_event_new = _EventBase.__new__
+_event_record = getattr(_EventBase, "record", None)  # absent from CPU builds of torch
+_event_elapsed = getattr(_EventBase, "elapsed_time", None)
+_cuda_synchronize = getattr(torch._C, "_cuda_synchronize", None)
+_current_stream = torch.cuda.current_stream
+_clone = torch.Tensor.clone
+
+OUTSIDE_STREAM_FACTOR, OUTSIDE_STREAM_SLACK_MS = 2.0, 0.03
+"""Host-clock repetitions (between device-wide synchronisations) longer than FACTOR x the events + SLACK, in
+the median, mean work the events did not see. Honest calls differ by the synchronisation latency (~10-20 us)."""
 
 
 @dataclass
@@ -46,6 +66,13 @@ class TimingResult:
     """`cuda_events`, `cuda_graph` or `cpu_wall` (interpreter / CPU timing: not a GPU speed figure)."""
     final_outputs: Any = None
     notes: List[str] = field(default_factory=list)
+    final_snapshot: Any = None
+    """The last repetition's outputs copied on the caller's stream the moment it returned (integrity.snapshot)."""
+    wall_ms: List[float] = field(default_factory=list)
+    """GPU: each repetition by the host clock between device-wide synchronisations."""
+    outside_stream_ms: Optional[float] = None
+    """Set when the host clock's median exceeds the events' by more than OUTSIDE_STREAM_FACTOR / SLACK: the
+    median host-clock time, the one the events missed."""
 
     @property
     def median_ms(self) -> float:
@@ -118,10 +145,10 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
 
     per_call = estimate_s or 0.0
     if per_call > cfg.budget_s:
-        times, outputs = _time_reps(run, work, restore, 1, device)
+        times, outputs, snap, walls = _time_reps(run, work, restore, 1, device)
         if times[0] / 1e3 > cfg.budget_s:
             notes.append(_slow_note(per_call, cfg.budget_s, 0))
-            return TimingResult(times, mode, outputs, notes)
+            return _result(times, mode, outputs, notes, snap, walls)
         per_call = times[0] / 1e3  # the earlier call included compilation: time as usual
 
     # warm-up (compilation, autotuning, allocator); the last one estimates the cost of a call
@@ -129,26 +156,35 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
     while warmups < cfg.warmup and per_call <= cfg.budget_s:
         restore(work, last=False)
         _sync(device)
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
         run(**work)
         _sync(device)
-        per_call = time.perf_counter() - t0
+        per_call = _perf_counter() - t0
         warmups += 1
     if per_call > cfg.budget_s:
-        times, outputs = _time_reps(run, work, restore, 1, device)
+        times, outputs, snap, walls = _time_reps(run, work, restore, 1, device)
         notes.append(_slow_note(per_call, cfg.budget_s, warmups))
-        return TimingResult(times, mode, outputs, notes)
+        return _result(times, mode, outputs, notes, snap, walls)
     reps = int(cfg.budget_s / max(per_call, 1e-6))
     reps = max(cfg.min_reps, min(cfg.max_reps, reps))
 
     if gpu and cfg.cuda_graph:
         graph_call = _capture(run, work, inputs, device, notes)
         if graph_call is not None:
-            times, outputs = _time_gpu(graph_call[0], work, restore, reps, device,
-                                       static_outputs=graph_call[1])
-            return TimingResult(times, "cuda_graph", outputs, notes)
-    times, outputs = _time_reps(run, work, restore, reps, device)
-    return TimingResult(times, mode, outputs, notes)
+            times, outputs, snap, walls = _time_gpu(graph_call[0], work, restore, reps, device,
+                                                    static_outputs=graph_call[1])
+            return _result(times, "cuda_graph", outputs, notes, snap, walls)
+    times, outputs, snap, walls = _time_reps(run, work, restore, reps, device)
+    return _result(times, mode, outputs, notes, snap, walls)
+
+
+def _result(times, mode, outputs, notes, snap, walls) -> TimingResult:
+    result = TimingResult(times, mode, outputs, notes, final_snapshot=snap, wall_ms=walls)
+    if walls:
+        wall = statistics.median(walls)
+        if wall > OUTSIDE_STREAM_FACTOR * result.median_ms + OUTSIDE_STREAM_SLACK_MS:
+            result.outside_stream_ms = wall
+    return result
 
 
 def _slow_note(per_call: float, budget_s: float, warmups: int) -> str:
@@ -183,33 +219,56 @@ def _time_reps(run, work, restore, reps, device):
 
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
+        _cuda_synchronize()  # the whole current device (the solution process serves one device), all streams
+
+
+def _snapshot(outputs):
+    if isinstance(outputs, torch.Tensor):
+        return _clone(outputs)
+    if isinstance(outputs, (tuple, list)):
+        return type(outputs)(_snapshot(o) for o in outputs)
+    if isinstance(outputs, dict):
+        return {k: _snapshot(v) for k, v in outputs.items()}
+    return outputs
 
 
 def _time_cpu(run, work, restore, reps):
     times = []
-    outputs = None
+    outputs = snap = None
     for i in range(reps):
         restore(work, last=i == reps - 1)
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
         outputs = run(**work)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times, outputs
+        times.append((_perf_counter() - t0) * 1e3)
+    snap = _snapshot(outputs)
+    return times, outputs, snap, []
+
+
+def _new_event():
+    return _event_new(_EventBase, enable_timing=True)
 
 
 def _time_gpu(call, work, restore, reps, device, static_outputs=None):
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    outputs = None
+    starts = [_new_event() for _ in range(reps)]
+    ends = [_new_event() for _ in range(reps)]
+    outputs = snap = None
+    walls = []
     for i in range(reps):
-        restore(work, last=i == reps - 1)  # prepared before the flush
+        last = i == reps - 1
+        restore(work, last=last)  # prepared before the flush
         flush_l2(device)
-        starts[i].record()
+        stream = _current_stream()
+        _cuda_synchronize()
+        t0 = _perf_counter()
+        _event_record(starts[i], stream)
         outputs = call()
-        ends[i].record()
-    torch.cuda.synchronize(device)
-    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return times, (static_outputs if static_outputs is not None else outputs)
+        _event_record(ends[i], stream)
+        if last:
+            snap = _snapshot(static_outputs if static_outputs is not None else outputs)
+        _cuda_synchronize()
+        walls.append((_perf_counter() - t0) * 1e3)
+    times = [_event_elapsed(s, e) for s, e in zip(starts, ends)]
+    return times, (static_outputs if static_outputs is not None else outputs), snap, walls
 
 
 def _capture(run, work, inputs, device, notes):
@@ -217,10 +276,10 @@ def _capture(run, work, inputs, device, notes):
     try:
         _refresh(work, inputs)
         stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
+        stream.wait_stream(_current_stream(device))
         with torch.cuda.stream(stream):
             run(**work)  # a side-stream warm-up, as torch.cuda.graph requires
-        torch.cuda.current_stream(device).wait_stream(stream)
+        _current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             static_outputs = run(**work)

@@ -49,7 +49,10 @@ def _import_file(path: Path, extra_path: Path | None = None):
 
 
 class FileSolution:
-    """`path.py::fn` from the user's disk (trusted: the user named it)."""
+    """`path.py::fn` from the user's disk. Its module is imported only in the solution's own process
+    (solution_host.py), so its optional `supports()` is asked there, per workload, not while the run is planned."""
+
+    imports_user_code = True
 
     def __init__(self, path: str, fn: str):
         self.path, self.fn = Path(path), fn

@@ -1,0 +1,148 @@
+"""Checks that a solution did not reach around the runner, made in the solution's own process.
+
+A solution runs in a process of its own (solution_host.py), so whatever it patches stays there. These checks
+say whether it tried, so that its own record cannot lie either:
+- `HarnessFingerprint`: the identity of every function and class attribute of the modules the harness relies
+  on (torch, torch.cuda, time, threading, builtins, gc, kda_trace's own modules, the tensor and CUDA event
+  classes), taken before the solution is imported and compared after every call;
+- `new_threads`: Python threads the solution left running after it returned;
+- `foreign_memory`: outputs that share memory with an input (other than the in-place pairs the definition
+  declares);
+- `snapshot` / `changed_after_return`: the outputs copied on the caller's stream the moment the call returned,
+  then compared with the same tensors after the device is idle: work left on another stream or thread that is
+  still writing them shows up as a difference.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+from typing import Any, Dict, Iterable, List, Optional, Set
+
+import torch
+
+WATCHED_MODULES = ("torch", "torch.cuda", "torch.nn.functional", "torch._C", "torch.testing", "torch.linalg",
+                   "time", "threading", "builtins", "gc", "os", "multiprocessing.connection", "safetensors.torch",
+                   "json", "pickle", "statistics")
+WATCHED_CLASSES = (torch.Tensor, torch._C.TensorBase, torch.cuda.Event, torch._C._CudaEventBase, torch.cuda.Stream,
+                   torch.Generator, threading.Thread)
+AFTER_RETURN_WAIT_S = 0.02
+"""How long the outputs must stay unchanged after the call returned and the device went idle (a thread that
+fills them 2 ms later is seen)."""
+
+
+def _identity(value: Any) -> int:
+    code = getattr(value, "__code__", None)  # a replaced function body keeps the function object
+    return hash((id(value), id(code) if code is not None else 0))
+
+
+class HarnessFingerprint:
+    """Who is who among the harness's functions and classes; `changes` names what a solution replaced."""
+
+    def __init__(self, entries: Dict[str, int]):
+        self.entries = entries
+
+    @classmethod
+    def capture(cls) -> "HarnessFingerprint":
+        entries: Dict[str, int] = {}
+        names = list(WATCHED_MODULES) + sorted(n for n in sys.modules if n == "kda_trace" or n.startswith("kda_trace."))
+        for name in names:
+            module = sys.modules.get(name)
+            if module is None:
+                continue
+            entries[f"sys.modules[{name!r}]"] = id(module)
+            for attr, value in list(vars(module).items()):
+                if callable(value) or isinstance(value, types.ModuleType):
+                    entries[f"{name}.{attr}"] = _identity(value)
+                    if isinstance(value, type) and getattr(value, "__module__", "").startswith("kda_trace"):
+                        cls._add_class(entries, f"{name}.{attr}", value)
+        for klass in WATCHED_CLASSES:
+            cls._add_class(entries, f"{klass.__module__}.{klass.__qualname__}", klass)
+        return cls(entries)
+
+    @staticmethod
+    def _add_class(entries: Dict[str, int], prefix: str, klass: type) -> None:
+        # every name the class resolves, inherited ones included (a patch may shadow a base class's method),
+        # read from the class dictionaries as they are: getattr would make a new bound method each time
+        seen = set()
+        for base in klass.__mro__:
+            for attr, value in list(vars(base).items()):
+                if attr in seen:
+                    continue
+                seen.add(attr)
+                if callable(value) or isinstance(value, (property, staticmethod, classmethod)):
+                    entries[f"{prefix}.{attr}"] = _identity(value)
+
+    def changes(self, now: Optional["HarnessFingerprint"] = None) -> List[str]:
+        """Entries replaced or removed since this fingerprint was taken (new names are not changes)."""
+        now = now or HarnessFingerprint.capture()
+        return sorted(k for k, v in self.entries.items() if now.entries.get(k) != v)
+
+
+def live_threads() -> Set[int]:
+    return {t.ident for t in threading.enumerate() if t.is_alive()}
+
+
+def new_threads(before: Set[int]) -> List[str]:
+    """Names of Python threads alive now that were not alive in `before`."""
+    return [t.name for t in threading.enumerate() if t.is_alive() and t.ident not in before]
+
+
+def _storage_span(t: torch.Tensor) -> Optional[tuple]:
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):
+        return None
+    start = storage.data_ptr()
+    return (t.device, start, start + storage.nbytes()) if storage.nbytes() else None
+
+
+def foreign_memory(outputs: Dict[str, Any], inputs: Dict[str, Any], inplace: Dict[str, str]) -> List[str]:
+    """'output o shares memory with input q' for every output that lives in an input's memory, except an
+    in-place output in its own input (Definition.inplace)."""
+    spans = {name: _storage_span(v) for name, v in inputs.items() if isinstance(v, torch.Tensor)}
+    found = []
+    for out_name, value in outputs.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        mine = _storage_span(value)
+        if mine is None:
+            continue
+        for in_name, span in spans.items():
+            if span is None or inplace.get(out_name) == in_name or span[0] != mine[0]:
+                continue
+            if mine[1] < span[2] and span[1] < mine[2]:
+                found.append(f"output {out_name!r} shares memory with input {in_name!r}")
+    return found
+
+
+def snapshot(outputs: Dict[str, Any]) -> Dict[str, Any]:
+    """Copies of the output tensors, made on the current stream (so after everything the solution ordered
+    there, and before anything it left elsewhere)."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in outputs.items()}
+
+
+def changed_after_return(live: Dict[str, Any], copies: Dict[str, Any], sync, wait_s: float = AFTER_RETURN_WAIT_S,
+                         sleep=time.sleep) -> List[str]:
+    """Outputs whose bits differ between the copies taken at return and the live tensors once the device is
+    idle and `wait_s` has passed."""
+    from .compare import bits_equal
+
+    sync()
+    sleep(wait_s)
+    sync()
+    changed = []
+    for name, value in live.items():
+        copy = copies.get(name)
+        if isinstance(value, torch.Tensor) and isinstance(copy, torch.Tensor) and value.shape == copy.shape \
+                and value.dtype == copy.dtype and not bool(bits_equal(value, copy).all()):
+            changed.append(name)
+    return changed
+
+
+def describe(problems: Iterable[str], limit: int = 6) -> str:
+    problems = list(problems)
+    more = f" (+{len(problems) - limit} more)" if len(problems) > limit else ""
+    return "; ".join(problems[:limit]) + more

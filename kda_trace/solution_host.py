@@ -1,0 +1,360 @@
+"""Every solution runs in a process of its own, apart from the judge.
+
+The worker (runner.WorkerContext) makes the inputs, runs the reference and judges; it never imports solution
+code. Each solution gets a `SolutionHost`: a spawned process that imports the solution, makes its own copies of
+the workload's inputs from the same seeds, calls it, times it and hands back its outputs. So:
+- a solution cannot read the reference's outputs, or memory that held them: they live in another process
+  (KernelBench's freed-memory reuse, a `gc` scan for the expected tensor);
+- whatever it patches (torch, time, the runner's modules) stays in its own process and cannot touch another
+  solution's record; the host still reports it (integrity.HarnessFingerprint, checked after every call), so
+  that its own record does not lie either;
+- what comes back is data only: metadata as JSON and tensors as safetensors files, never a pickle that could
+  run code in the judge.
+
+Per evaluation the host: builds the solution for the definition (once), calls it on input set A, copies the
+outputs on the caller's stream the moment it returns, checks them (threads left running, outputs changed after
+return, memory shared with an input, a patched harness, changed inputs) and writes the copies; then, if the
+judge found them correct, times it (the last repetition on input set B) and writes that call's outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+STARTING = "starting the solution's process"
+"""The phase name while a host process starts (the main process allows it the worker start-up time)."""
+
+
+# ============================================================================ the solution's process
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when the worker that started it dies (a worker killed for a timeout
+    must not leave its solution running on the GPU)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str, workdir: str) -> None:
+    """The solution process: requests in, JSON replies and safetensors files out."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from .platform import ensure_triton_can_run
+
+    ensure_triton_can_run(device)
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    # everything the checks use is imported before the fingerprint, and the fingerprint before the solution
+    import safetensors.torch  # noqa: F401
+
+    from . import compare, inputs, integrity, runner, timing  # noqa: F401
+    from .solutions import registry
+
+    baseline = integrity.HarnessFingerprint.capture()
+    host = _Host(conn, spec, device, trust_code, Path(dataset_root), Path(workdir), baseline, registry)
+    conn.send_bytes(json.dumps({"kind": "ready"}).encode())
+    while True:
+        try:
+            request = json.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        if request.get("kind") == "stop":
+            return
+        host.handle(request)
+        if host.exit_after_reply:
+            os._exit(3)
+
+
+class _Host:
+    def __init__(self, conn, spec, device, trust_code, dataset_root, workdir, baseline, registry):
+        self.conn, self.spec, self.device, self.trust_code = conn, spec, device, trust_code
+        self.dataset_root, self.workdir, self.baseline, self.registry = dataset_root, workdir, baseline, registry
+        self.solution = None
+        self.built: Dict[str, Any] = {}
+        self.exit_after_reply = False
+        self.pending = None  # (definition, run, inputs_a, inputs_b, first_call_s) between "first" and "time"
+
+    def reply(self, **fields) -> None:
+        self.conn.send_bytes(json.dumps(fields, default=str).encode())
+
+    def phase(self, name: str) -> None:
+        self.reply(kind="phase", phase=name)
+
+    def fail(self, status: str, log: str, fatal: bool = False) -> None:
+        self.pending = None
+        self.exit_after_reply = self.exit_after_reply or fatal
+        self.reply(kind="status", status=status, log=log)
+
+    def tampered(self, when: str) -> bool:
+        changed = self.baseline.changes()
+        if changed:
+            from .integrity import describe
+
+            self.fail("REWARD_HACK", f"the solution replaced parts of the harness or of torch ({when}): "
+                      f"{describe(changed)}", fatal=True)  # a patched process is not reused
+        return bool(changed)
+
+    def handle(self, request: Dict[str, Any]) -> None:
+        try:
+            if request["kind"] == "first":
+                self.first(request)
+            elif request["kind"] == "time":
+                self.time(request)
+            elif request["kind"] == "skip":  # the judge found the first call wrong: no timing
+                self.pending = None
+                self.reply(kind="skipped")
+        except Exception as e:  # noqa: BLE001 - the harness's own failure: still one record, not a hang
+            from .runner import _is_fatal_cuda_error, _short_traceback
+
+            self.fail("RUNTIME_ERROR", f"{_short_traceback(e)}", fatal=_is_fatal_cuda_error(e))
+
+    # ------------------------------------------------------------------ the first call, on input set A
+
+    def first(self, request: Dict[str, Any]) -> None:
+        from . import integrity
+        from .inputs import clone_inputs, make_inputs
+        from .runner import _is_fatal_cuda_error, _short_traceback, normalize_outputs, to_host
+        from .schema import Definition, Workload
+
+        d = Definition.model_validate_json(request["definition"])
+        w = Workload.model_validate_json(request["workload"])
+        self.phase("build")
+        try:
+            if self.solution is None:
+                self.solution = self.registry.resolve(self.spec, self.device, self.trust_code)
+            if d.name not in self.built:
+                reason = self.solution.supports(d) if hasattr(self.solution, "supports") else None
+                self.built[d.name] = reason if reason is not None else self.solution.build(d, self.device)
+            run = self.built[d.name]
+        except Exception as e:  # noqa: BLE001
+            self.fail("COMPILE_ERROR", f"building {request['name']} for {d.name} failed: {_short_traceback(e)}",
+                      fatal=_is_fatal_cuda_error(e))
+            return
+        if isinstance(run, str):
+            self.fail("UNSUPPORTED", run)
+            return
+        if self.tampered("while being imported or built"):
+            return
+
+        self.phase("inputs")
+        inputs_a = make_inputs(d, w, request["seed"], self.device, self.dataset_root)
+        inputs_b = make_inputs(d, w, request["seed_b"], self.device, self.dataset_root)
+        if request["on_host"]:
+            inputs_a, inputs_b = to_host(inputs_a), to_host(inputs_b)
+
+        self.phase("run")
+        args = clone_inputs(inputs_a, self.device)
+        threads = integrity.live_threads()
+        sync = _syncer(self.device)
+        try:
+            sync()
+            t0 = time.perf_counter()
+            result = run(**args)
+            outputs, why = normalize_outputs(d, result)
+            copies = integrity.snapshot(outputs) if outputs is not None else None
+            sync()
+            first_call_s = time.perf_counter() - t0
+        except Exception as e:  # noqa: BLE001
+            self.fail("RUNTIME_ERROR", f"workload {w.uuid}: {_short_traceback(e)}", fatal=_is_fatal_cuda_error(e))
+            return
+        if outputs is None:
+            self.fail("INCORRECT_SHAPE", why)
+            return
+        if self.after_call_problems("the first call", d, outputs, copies, args, threads, sync):
+            return
+        mutated = _mutated_inputs(d, inputs_a, args)
+        del args, result, outputs
+        self.save("first", copies)
+        self.pending = (d, run, inputs_a, inputs_b, first_call_s)
+        self.reply(kind="first", first_call_s=first_call_s, mutated=mutated)
+
+    def after_call_problems(self, which, d, outputs, copies, args, threads, sync) -> bool:
+        """REWARD_HACK for what a call left behind; True when one was found."""
+        from . import integrity
+
+        problems = integrity.foreign_memory(outputs, args, d.inplace)
+        problems += [f"output {n!r} changed after the call returned (work left running on another stream or "
+                     "thread)" for n in integrity.changed_after_return(outputs, copies, sync)]
+        alive = integrity.new_threads(threads)
+        if alive:
+            problems.append(f"threads started by the call were still running after it returned: {alive}")
+        if problems:
+            self.fail("REWARD_HACK", f"{which}: {integrity.describe(problems)}", fatal=bool(alive))
+            return True
+        return self.tampered(f"during {which}")
+
+    # ------------------------------------------------------------------ timing, the last call on input set B
+
+    def time(self, request: Dict[str, Any]) -> None:
+        from . import integrity
+        from .runner import _is_fatal_cuda_error, _short_traceback, normalize_outputs
+        from .timing import TimingConfig, measure
+
+        if self.pending is None:
+            self.fail("RUNTIME_ERROR", "internal error: timing asked for before a first call")
+            return
+        d, run, inputs_a, inputs_b, first_call_s = self.pending
+        self.pending = None
+        self.phase("timing")
+        threads = integrity.live_threads()
+        try:
+            timing = measure(run, inputs_a, self.device, TimingConfig(**request["timing"]), final_inputs=inputs_b,
+                             estimate_s=first_call_s, mutable=set(d.inplace.values()))
+        except Exception as e:  # noqa: BLE001
+            self.fail("RUNTIME_ERROR", f"failed while timing: {_short_traceback(e)}", fatal=_is_fatal_cuda_error(e))
+            return
+        final, why = normalize_outputs(d, timing.final_outputs)
+        copies, _ = normalize_outputs(d, timing.final_snapshot)
+        if final is None or copies is None:
+            self.fail("INCORRECT_SHAPE", f"second input set (last call of the timing loop): {why}")
+            return
+        if self.after_call_problems("the timing loop's last call", d, final, copies, {}, threads, _syncer(self.device)):
+            return
+        if timing.outside_stream_ms is not None:
+            self.fail("REWARD_HACK", f"timing: CUDA events on the caller's stream measured {timing.median_ms:.4g} ms "
+                      f"but each call took {timing.outside_stream_ms:.4g} ms between device-wide synchronisations "
+                      "(work launched on another stream, not joined to the caller's)")
+            return
+        self.save("final", copies)
+        self.reply(kind="timed", times_ms=timing.times_ms, mode=timing.mode, notes=timing.notes,
+                   wall_ms=timing.wall_ms)
+
+    def save(self, label: str, outputs: Dict[str, Any]) -> None:
+        import safetensors.torch
+        import torch
+
+        tensors = {}
+        for name, value in outputs.items():
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"output {name!r} is a {type(value).__name__}, not a tensor")
+            tensors[name] = value.detach().contiguous()
+        safetensors.torch.save_file(tensors, str(self.workdir / f"{label}.safetensors"))
+
+
+def _syncer(device: str):
+    from . import timing
+
+    return lambda: timing._sync(device)
+
+
+def _mutated_inputs(d, inputs, args) -> list:
+    """Inputs (other than the in-place ones) whose bits the call changed."""
+    from .compare import bits_equal
+
+    return [n for n, v in inputs.items() if n not in d.inplace.values() and hasattr(v, "shape")
+            and not bool(bits_equal(args[n], v.to(args[n].device)).all())]
+
+
+# ============================================================================ the worker's side
+
+
+class HostDied(Exception):
+    """The solution's process ended during a request."""
+
+
+class SolutionHost:
+    """The worker's handle on one solution's process: started on first use, kept across workloads, started
+    afresh after it died or was caught patching the harness."""
+
+    def __init__(self, ctx, spec: str, name: str, device: str, trust_code: bool, dataset_root: Path,
+                 notify, startup_timeout: float = 300.0):
+        self.ctx, self.spec, self.name, self.device = ctx, spec, name, device
+        self.trust_code, self.dataset_root, self.notify = trust_code, dataset_root, notify
+        self.startup_timeout = startup_timeout
+        self.process = self.conn = None
+        self.workdir = Path(tempfile.mkdtemp(prefix="kda_trace_solution_"))
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    def start(self) -> None:
+        self.notify(self.spec, STARTING)
+        parent, child = self.ctx.Pipe()
+        self.process = self.ctx.Process(target=host_main, daemon=True, args=(
+            child, self.spec, self.device, self.trust_code, str(self.dataset_root), str(self.workdir)))
+        self.process.start()
+        child.close()
+        self.conn = parent
+        reply = self.receive()
+        if reply.get("kind") != "ready":
+            raise HostDied(f"the solution's process did not start properly: {reply}")
+
+    def request(self, **fields) -> Dict[str, Any]:
+        """Send a request; return the first reply that is not a phase (phases go to `notify`)."""
+        if not self.alive():
+            self.start()
+        self.conn.send_bytes(json.dumps(fields).encode())
+        return self.receive()
+
+    def receive(self) -> Dict[str, Any]:
+        from .runner import describe_exit
+
+        while True:
+            try:
+                raw = self.conn.recv_bytes()
+            except (EOFError, OSError):
+                self.process.join(5)
+                code = self.process.exitcode
+                self.stop()
+                raise HostDied(f"the solution's process died ({describe_exit(code)})") from None
+            try:
+                reply = json.loads(raw)
+                if not isinstance(reply, dict):
+                    raise ValueError("not an object")
+            except ValueError as e:
+                self.stop()
+                raise HostDied(f"the solution's process sent an unreadable reply ({e})") from None
+            if reply.get("kind") == "phase":
+                self.notify(self.spec, str(reply.get("phase")))
+                continue
+            return reply
+
+    def load(self, label: str, device: str) -> Dict[str, Any]:
+        """The outputs the process wrote for `label` ('first' or 'final'), read as plain tensors."""
+        import safetensors.torch
+
+        path = self.workdir / f"{label}.safetensors"
+        try:
+            return safetensors.torch.load_file(str(path), device="cpu" if device == "cpu" else device)
+        finally:
+            path.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            if self.process.is_alive():
+                try:
+                    self.conn.send_bytes(json.dumps({"kind": "stop"}).encode())
+                    self.process.join(2)
+                except (OSError, ValueError):
+                    pass
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(5)
+        if self.conn is not None:
+            self.conn.close()
+        self.process = self.conn = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def load_checked(host: SolutionHost, label: str, device: str) -> tuple[Optional[Dict[str, Any]], str]:
+    """The outputs of `label`, or (None, why) when the file is missing or unreadable."""
+    try:
+        return host.load(label, device), ""
+    except Exception as e:  # noqa: BLE001 - a file the solution's process may have tampered with
+        return None, f"the solution's outputs could not be read back ({type(e).__name__}: {e})"
