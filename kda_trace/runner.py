@@ -396,7 +396,7 @@ class WorkerContext:
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} in phase {self.last_phase!r}")
         if reply.get("kind") == "status":
-            return rec(spec, _status(reply), str(reply.get("log", "")))
+            return rec(spec, _status(reply), str(reply.get("log", "")) or "the solution's process claimed a pass")
         outputs, why = load_checked(host, "first", self.device)
         if outputs is None:
             return rec(spec, S.RUNTIME_ERROR, why)
@@ -407,12 +407,12 @@ class WorkerContext:
         del outputs  # free before timing (stress workloads)
         mutated = [str(n) for n in reply.get("mutated") or []]
         if mutated:
-            host.request(kind="skip")
+            _skip(host)
             return rec(spec, S.INPUT_MUTATED, f"the solution changed input(s) {mutated}, which it may not write",
                        correctness=correctness)
         failed = {n: m.reason for n, m in correctness.outputs.items() if not m.passed}
         if failed:
-            host.request(kind="skip")
+            _skip(host)
             return rec(spec, S.INCORRECT_NUMERICAL, "; ".join(f"{n}: {r}" for n, r in failed.items()),
                        correctness=correctness)
 
@@ -587,11 +587,25 @@ def measure_copy_bandwidth(device: str, nbytes: int = 1 << 30, reps: int = 5) ->
 
 
 def _status(reply: Dict[str, Any]) -> S:
-    """The status a solution's process reported (an unknown name is the process's fault: RUNTIME_ERROR)."""
+    """The failure a solution's process reported. Only the judge passes a solution: a process that claims
+    PASSED is cheating; an unknown name is the process's fault (RUNTIME_ERROR)."""
     try:
-        return S(str(reply.get("status")))
+        status = S(str(reply.get("status")))
     except ValueError:
         return S.RUNTIME_ERROR
+    return S.REWARD_HACK if status == S.PASSED else status
+
+
+def _skip(host) -> None:
+    """Tell a solution's process that its first call failed (no timing); a process that does not answer is
+    started afresh next time."""
+    from .solution_host import HostDied
+
+    try:
+        if host.request(kind="skip").get("kind") != "skipped":
+            host.stop()
+    except HostDied:
+        pass
 
 
 def _timing_fields(timing) -> Dict[str, Any]:

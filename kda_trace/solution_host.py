@@ -65,7 +65,7 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
 
     baseline = integrity.HarnessFingerprint.capture()
     host = _Host(conn, spec, device, trust_code, Path(dataset_root), Path(workdir), baseline, registry)
-    conn.send_bytes(json.dumps({"kind": "ready"}).encode())
+    conn.send_bytes(json.dumps({"kind": "ready", "nonce": None}).encode())
     while True:
         try:
             request = json.loads(conn.recv_bytes())
@@ -86,9 +86,10 @@ class _Host:
         self.built: Dict[str, Any] = {}
         self.exit_after_reply = False
         self.pending = None  # (definition, run, inputs_a, inputs_b, first_call_s) between "first" and "time"
+        self.nonce = None
 
     def reply(self, **fields) -> None:
-        self.conn.send_bytes(json.dumps(fields, default=str).encode())
+        self.conn.send_bytes(json.dumps({**fields, "nonce": self.nonce}, default=str).encode())
 
     def phase(self, name: str) -> None:
         self.reply(kind="phase", phase=name)
@@ -108,6 +109,7 @@ class _Host:
         return bool(changed)
 
     def handle(self, request: Dict[str, Any]) -> None:
+        self.nonce = request.get("nonce")
         try:
             if request["kind"] == "first":
                 self.first(request)
@@ -294,10 +296,18 @@ class SolutionHost:
 
     def request(self, **fields) -> Dict[str, Any]:
         """Send a request; return the first reply that is not a phase (phases go to `notify`)."""
+        import secrets
+
         if not self.alive():
             self.start()
-        self.conn.send_bytes(json.dumps(fields).encode())
-        return self.receive()
+        nonce = secrets.token_hex(8)
+        self.conn.send_bytes(json.dumps({**fields, "nonce": nonce}).encode())
+        reply = self.receive()
+        if reply.get("nonce") != nonce:  # e.g. a message the solution wrote on this channel itself
+            self.stop()
+            return {"kind": "status", "status": "REWARD_HACK",
+                    "log": f"a message on the runner's channel did not answer the runner's request: {str(reply)[:200]}"}
+        return reply
 
     def receive(self) -> Dict[str, Any]:
         from .runner import describe_exit

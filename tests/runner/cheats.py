@@ -1,0 +1,241 @@
+"""Solutions that cheat, or hide one small defect, for any KDA definition (and the toy ones): test fixtures.
+
+Each is used as `--solution tests/runner/cheats.py::NAME`. They compute the right answer with an honest
+base (`CHEATS_BASE=reference`, the default, or `CHEATS_BASE=triton` for our kernels) and then break one small
+thing or reach around the runner the way published benchmark exploits do:
+
+| fixture | what it does | source |
+|---|---|---|
+| honest | the base, unchanged | |
+| row_zeroed / row_from_neighbour / row_stale | one row (one token and head of the first output) zeroed, copied from the row before, or taken from another input set | issue 15's table |
+| state_row_zeroed | one row of the last output (a final state, or a written slot of a state pool) zeroed | issue 15 |
+| patches_timer | `time.perf_counter` and `torch.cuda.Event.elapsed_time` report 1/100 of the time | kernelbot / pygpubench |
+| patches_harness | replaces kda_trace.compare.compare_output (always passes) and torch.allclose, then returns zeros | KernelBench adversarial tests |
+| thread_fill | returns empty outputs and fills them from a thread 2 ms later | issue 15, pygpubench |
+| side_stream | runs on a side stream and returns at once (GPU) | FlashInfer-Bench #228, kernelbot |
+| returns_input_memory | writes its answer into an input's memory and returns that | KernelBench |
+| gc_scan | looks for the expected outputs among live tensors (gc) and returns them | kernelbot |
+| caller_frames | looks for the expected outputs in its callers' frames (inspect) | kernelbot |
+| empty_like | returns torch.empty outputs, hoping for freed memory that held the reference's results | KernelBench |
+| illegal_address | a Triton kernel writes far outside any tensor (GPU: the CUDA context is lost) | issue 15 |
+| forged_pass | sends 'PASSED' on the runner's own channel | (ours) |
+"""
+
+import gc
+import inspect
+import os
+import threading
+import time
+
+import torch
+
+_definitions = {}
+
+
+def supports(definition):
+    _definitions["current"] = definition  # asked in the solution's process just before build
+    return None
+
+
+def _base_outputs(**inputs):
+    d = _definitions["current"]
+    if os.environ.get("CHEATS_BASE", "reference") == "triton" and d.op_type == "kda":
+        from kda_trace.solutions.triton_kda import TritonSolution
+
+        fn = _definitions.setdefault(("triton", d.name), TritonSolution(str(_device(inputs))).build(d, str(_device(inputs))))
+    else:
+        from kda_trace.reference import compile_reference
+
+        fn = _definitions.setdefault(("reference", d.name), compile_reference(d.reference, d.name, True))
+    result = fn(**inputs)
+    names = list(d.outputs)
+    if isinstance(result, dict):
+        return {n: result[n] for n in names}
+    if isinstance(result, (tuple, list)):
+        return dict(zip(names, result))
+    return {names[0]: result}
+
+
+def _device(inputs):
+    return next(v.device for v in inputs.values() if isinstance(v, torch.Tensor))
+
+
+def _rows(name, tensor):
+    from kda_trace.compare import row_layout
+
+    spec = _definitions["current"].outputs[name]
+    size, _, _ = row_layout(tensor.shape, spec.shape or [])
+    return tensor.view(-1, size)
+
+
+def honest(**inputs):
+    return _base_outputs(**inputs)
+
+
+def row_zeroed(**inputs):
+    out = _base_outputs(**inputs)
+    name = next(iter(out))
+    _rows(name, out[name])[-1] = 0
+    return out
+
+
+def row_from_neighbour(**inputs):
+    out = _base_outputs(**inputs)
+    name = next(iter(out))
+    rows = _rows(name, out[name])
+    rows[-1] = rows[-2]
+    return out
+
+
+def row_stale(**inputs):
+    """The last row as another input set would give it (inputs with the signs of the floats flipped)."""
+    out = _base_outputs(**inputs)
+    other = _base_outputs(**{k: (-v if isinstance(v, torch.Tensor) and v.is_floating_point() and k not in
+                                 _definitions["current"].inplace.values() else v) for k, v in inputs.items()})
+    name = next(iter(out))
+    _rows(name, out[name])[-1] = _rows(name, other[name])[-1]
+    return out
+
+
+def state_row_zeroed(**inputs):
+    d = _definitions["current"]
+    original = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    out = _base_outputs(**inputs)
+    name = list(out)[-1]
+    rows = _rows(name, out[name])
+    source = d.inplace.get(name)
+    if source is not None:  # a pool: zero a row that this call writes
+        written = (rows != _rows(name, original[source])).any(dim=1).nonzero()
+        rows[int(written[-1])] = 0
+    else:
+        rows[-1] = 0
+    return out
+
+
+def patches_timer(**inputs):
+    real = time.perf_counter
+    time.perf_counter = lambda: real() / 100
+    if torch.cuda.is_available():
+        real_elapsed = torch.cuda.Event.elapsed_time
+        torch.cuda.Event.elapsed_time = lambda self, end: real_elapsed(self, end) / 100
+    return _base_outputs(**inputs)
+
+
+def patches_harness(**inputs):
+    import kda_trace.compare as compare
+
+    original = compare.compare_output
+
+    def always_pass(*args, **kwargs):
+        m = original(*args, **kwargs)
+        m.passed, m.reason = True, ""
+        return m
+
+    compare.compare_output = always_pass
+    torch.allclose = lambda *a, **k: True
+    return {k: torch.zeros_like(v) for k, v in _base_outputs(**inputs).items()}
+
+
+def thread_fill(**inputs):
+    right = _base_outputs(**inputs)
+    empty = {k: torch.zeros_like(v) for k, v in right.items()}
+
+    def fill():
+        time.sleep(0.002)
+        for k in empty:
+            empty[k].copy_(right[k])
+
+    threading.Thread(target=fill).start()
+    return empty
+
+
+def side_stream(**inputs):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = _base_outputs(**inputs)
+    return out  # no current_stream().wait_stream(stream): the caller's stream does not wait
+
+
+def returns_input_memory(**inputs):
+    """Writes each output into an input tensor of the same shape and dtype and returns that input."""
+    out = _base_outputs(**inputs)
+    for name, value in out.items():
+        for k, v in inputs.items():
+            if isinstance(v, torch.Tensor) and v.shape == value.shape and v.dtype == value.dtype \
+                    and k not in _definitions["current"].inplace.values():
+                v.copy_(value)
+                out[name] = v
+                break
+    return out
+
+
+def _shaped_like_outputs(inputs):
+    d = _definitions["current"]
+    from kda_trace.inputs import torch_dtype
+
+    axes = dict(d.const_axes)
+    for name, spec in d.inputs.items():
+        value = inputs.get(name)
+        if isinstance(value, torch.Tensor) and spec.shape:
+            axes.update(zip(spec.shape, value.shape))
+    return {n: (d.shape_of(s, axes) or [], torch_dtype(s.dtype)) for n, s in d.outputs.items()}
+
+
+def gc_scan(**inputs):
+    wanted = _shaped_like_outputs(inputs)
+    mine = {id(v) for v in inputs.values()}
+    found = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and id(obj) not in mine:
+            for name, (shape, dtype) in wanted.items():
+                if name not in found and list(obj.shape) == shape and obj.dtype == dtype:
+                    found[name] = obj.clone()
+    return {n: found.get(n, torch.zeros(s, dtype=t, device=_device(inputs))) for n, (s, t) in wanted.items()}
+
+
+def caller_frames(**inputs):
+    wanted = _shaped_like_outputs(inputs)
+    found = {}
+    for frame_info in inspect.stack():
+        for value in list(frame_info.frame.f_locals.values()):
+            candidates = value.values() if isinstance(value, dict) else [value]
+            for c in candidates:
+                for name, (shape, dtype) in wanted.items():
+                    if isinstance(c, torch.Tensor) and name not in found and list(c.shape) == shape \
+                            and c.dtype == dtype and all(c is not v for v in inputs.values()):
+                        found[name] = c.clone()
+    return {n: found.get(n, torch.zeros(s, dtype=t, device=_device(inputs))) for n, (s, t) in wanted.items()}
+
+
+def empty_like(**inputs):
+    return {n: torch.empty(s, dtype=t, device=_device(inputs)) for n, (s, t) in _shaped_like_outputs(inputs).items()}
+
+
+def illegal_address(**inputs):
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def poke(ptr):
+        tl.store(ptr + 1 << 40, 1.0)
+
+    out = _base_outputs(**inputs)
+    t = next(iter(out.values()))
+    poke[(1,)](t)
+    torch.cuda.synchronize()
+    return out
+
+
+def forged_pass(**inputs):
+    """Finds the runner's pipe in its own process and reports PASSED on it."""
+    import json
+    from multiprocessing.connection import Connection
+
+    for obj in gc.get_objects():
+        if isinstance(obj, Connection):
+            try:
+                obj.send_bytes(json.dumps({"kind": "status", "status": "PASSED", "log": ""}).encode())
+            except OSError:
+                pass
+    return {k: torch.zeros_like(v) for k, v in _base_outputs(**inputs).items()}

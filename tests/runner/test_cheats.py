@@ -1,0 +1,88 @@
+"""Cheating solutions and planted one-row defects (tests/runner/cheats.py) never pass; honest ones still do.
+
+CPU tier: the toy scan and a KDA prefill definition on its smoke workloads, in one `kda-trace run` each.
+The GPU-only cheats (side stream, freed reference memory, illegal address) run in benchmarks/gpu_cheats.sh.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kda_trace.cli import main
+
+HERE = Path(__file__).parent
+DS = str(HERE / "fixtures" / "ds")
+CHEATS = str(HERE / "cheats.py")
+BAD = str(HERE / "bad_solutions.py")
+REPO = HERE.parent.parent
+
+CPU_CHEATS = {
+    "patches_timer": "REWARD_HACK",
+    "patches_harness": "REWARD_HACK",
+    "thread_fill": "REWARD_HACK",
+    "returns_input_memory": "REWARD_HACK",
+    "forged_pass": "REWARD_HACK",
+    "gc_scan": "INCORRECT_NUMERICAL",
+    "caller_frames": "INCORRECT_NUMERICAL",
+    "empty_like": "INCORRECT_NUMERICAL",
+}
+ROW_DEFECTS = ("row_zeroed", "row_from_neighbour", "row_stale", "state_row_zeroed")
+
+
+def statuses(out: Path):
+    got = {}
+    for path in (out / "traces").glob("*/*.jsonl"):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            got.setdefault(r["solution"].split("::")[-1], []).append(r["evaluation"])
+    return got
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cheats")
+    argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--out", str(out)]
+    # the cheats go first: a patch they make must not reach the honest solutions evaluated after them
+    argv += [a for name in CPU_CHEATS for a in ("--solution", f"{CHEATS}::{name}")]
+    argv += ["--solution", f"{CHEATS}::honest", "--solution", f"{BAD}::good"]
+    assert main(argv) == 1
+    return statuses(out)
+
+
+def test_cheats_never_pass_and_say_what_was_seen(toy_run):
+    assert {k: toy_run[k][0]["status"] for k in CPU_CHEATS} == CPU_CHEATS
+    logs = {k: toy_run[k][0]["log"] for k in CPU_CHEATS}
+    assert "time.perf_counter" in logs["patches_timer"]
+    assert "compare_output" in logs["patches_harness"] and "allclose" in logs["patches_harness"]
+    assert "threads" in logs["thread_fill"] or "changed after the call returned" in logs["thread_fill"]
+    assert "shares memory with input 'x'" in logs["returns_input_memory"]
+    assert "did not answer the runner's request" in logs["forged_pass"]
+
+
+def test_honest_solutions_after_the_cheats_pass_with_honest_times(toy_run):
+    for name in ("honest", "good"):
+        ev = toy_run[name][0]
+        assert ev["status"] == "PASSED", ev["log"]
+        assert ev["performance"]["latency_ms"] > 0.001  # a patched perf_counter would have divided it by 100
+
+
+@pytest.fixture(scope="module")
+def kda_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kda_rows")
+    argv = ["run", "--dataset", str(REPO), "--workers", "1", "--name", "kda_prefill_h8_d128_k_last",
+            "--name", "kda_decode_h8_d128_k_last", "--size", "smoke", "--out", str(out),
+            "--solution", f"{CHEATS}::honest"]
+    for name in ROW_DEFECTS:
+        argv += ["--solution", f"{CHEATS}::{name}"]
+    main(argv)
+    return statuses(out)
+
+
+def test_one_wrong_row_fails_every_kda_workload(kda_run):
+    assert kda_run["honest"] and all(ev["status"] == "PASSED" for ev in kda_run["honest"])
+    for name in ROW_DEFECTS:
+        assert kda_run[name], name
+        for ev in kda_run[name]:
+            assert ev["status"] == "INCORRECT_NUMERICAL", (name, ev["log"])
+            assert "per-row bound" in ev["log"], (name, ev["log"])
