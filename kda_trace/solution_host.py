@@ -57,8 +57,10 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
 
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
-    # everything the checks use is imported before the fingerprint, and the fingerprint before the solution
+    # everything the checks use is imported before the fingerprint, and the fingerprint before the solution;
+    # torch._dynamo too, which wraps torch.manual_seed (and more) when a library first imports it
     import safetensors.torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
 
     from . import compare, inputs, integrity, runner, timing  # noqa: F401
     from .solutions import registry
