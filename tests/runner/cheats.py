@@ -218,7 +218,7 @@ def illegal_address(**inputs):
 
     @triton.jit
     def poke(ptr):
-        tl.store(ptr + 1 << 40, 1.0)
+        tl.store(ptr + (1 << 40), 1.0)
 
     out = _base_outputs(**inputs)
     t = next(iter(out.values()))
