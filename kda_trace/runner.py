@@ -259,6 +259,9 @@ class WorkerContext:
         self.hosts: Dict[str, Any] = {}
         """Solution spec -> solution_host.SolutionHost."""
         self.copy_bandwidth: Optional[float] = None
+        self.caught: Dict[str, str] = {}
+        """Solution spec -> the REWARD_HACK log of the workload where it was caught: its remaining workloads on
+        this worker are not run, and their records say why."""
         self.last_phase = "starting"
         self.fatal = False
 
@@ -363,6 +366,10 @@ class WorkerContext:
         for spec in task.solutions:
             if self.fatal:
                 return  # the CUDA context is gone: the main process restarts this worker
+            if spec in self.caught:
+                yield rec(spec, S.REWARD_HACK, f"not run: this solution was caught reaching around the runner earlier "
+                                               f"in this run ({self.caught[spec]})")
+                continue
             try:
                 record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
                                                 on_host)
@@ -370,6 +377,8 @@ class WorkerContext:
                 self.fatal = _is_fatal_cuda_error(e)
                 record = rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: evaluating the outputs failed: "
                                                     f"{_short_traceback(e)}")
+            if record.evaluation.status == S.REWARD_HACK:
+                self.caught[spec] = f"workload {w.uuid}: {record.evaluation.log[:300]}"
             yield record  # outside `except`: a live exception would keep its frames' GPU tensors alive
 
     def host(self, spec: str, name: str):

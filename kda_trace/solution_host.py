@@ -113,6 +113,18 @@ class _Host:
     def handle(self, request: Dict[str, Any]) -> None:
         self.nonce = request.get("nonce")
         try:
+            self._handle(request)
+        finally:
+            if self.pending is None and self.device.startswith("cuda"):
+                import gc
+
+                import torch
+
+                gc.collect()
+                torch.cuda.empty_cache()  # a process per solution: cached blocks would add up on the GPU
+
+    def _handle(self, request: Dict[str, Any]) -> None:
+        try:
             if request["kind"] == "first":
                 self.first(request)
             elif request["kind"] == "time":
@@ -181,9 +193,34 @@ class _Host:
             return
         mutated = _mutated_inputs(d, inputs_a, args)
         del args, result, outputs
+        if self.device.startswith("cuda") and self.unjoined_streams(d, run, inputs_a, sync):
+            return
         self.save("first", copies)
         self.pending = (d, run, inputs_a, inputs_b, first_call_s)
         self.reply(kind="first", first_call_s=first_call_s, mutated=mutated)
+
+    def unjoined_streams(self, d, run, inputs_a, sync) -> bool:
+        """A second call with the caller's stream held back on the GPU (GATE_CYCLES) until the call has returned
+        and its outputs' copies are queued behind the hold: work the call put on another stream after waiting
+        for the caller's stream runs at the same moment as those copies, so the copies differ from the final
+        outputs. (The first call cannot do this: it may include compilation, which outlasts any hold.)"""
+        import torch
+
+        from . import integrity
+        from .runner import normalize_outputs
+
+        args = _clone(inputs_a, self.device)
+        sync()
+        torch.cuda._sleep(GATE_CYCLES)
+        outputs, _ = normalize_outputs(d, run(**args))
+        if outputs is None:
+            return False  # judged on the first call's outputs
+        copies = integrity.snapshot(outputs)
+        changed = integrity.changed_after_return(outputs, copies, sync, wait_s=0.0)
+        if changed:
+            self.fail("REWARD_HACK", f"outputs {changed} were still being written after the call returned: work on "
+                      "another stream that the caller's stream does not wait for")
+        return bool(changed)
 
     def after_call_problems(self, which, d, outputs, copies, args, threads, sync) -> bool:
         """REWARD_HACK for what a call left behind; True when one was found."""
@@ -246,6 +283,16 @@ class _Host:
                 raise TypeError(f"output {name!r} is a {type(value).__name__}, not a tensor")
             tensors[name] = value.detach().contiguous()
         safetensors.torch.save_file(tensors, str(self.workdir / f"{label}.safetensors"))
+
+
+GATE_CYCLES = 50_000_000
+"""About 30 ms of GPU clock: longer than a compiled call's host time, short beside a workload's evaluation."""
+
+
+def _clone(inputs, device):
+    from .inputs import clone_inputs
+
+    return clone_inputs(inputs, device)
 
 
 def _syncer(device: str):
