@@ -116,12 +116,13 @@ class _Host:
             self._handle(request)
         finally:
             if self.pending is None and self.device.startswith("cuda"):
-                import gc
-
                 import torch
 
-                gc.collect()
-                torch.cuda.empty_cache()  # a process per solution: cached blocks would add up on the GPU
+                try:  # a process per solution: cached blocks would add up on the GPU
+                    if torch.cuda.memory_reserved() > CACHE_LIMIT_BYTES:
+                        torch.cuda.empty_cache()
+                except Exception:  # noqa: BLE001 - a lost CUDA context: the process ends after its reply
+                    self.exit_after_reply = True
 
     def _handle(self, request: Dict[str, Any]) -> None:
         try:
@@ -285,6 +286,8 @@ class _Host:
         safetensors.torch.save_file(tensors, str(self.workdir / f"{label}.safetensors"))
 
 
+CACHE_LIMIT_BYTES = 1 << 30
+"""A solution's process gives its cached GPU memory back after an evaluation when it holds more than this."""
 GATE_CYCLES = 50_000_000
 """About 30 ms of GPU clock: longer than a compiled call's host time, short beside a workload's evaluation."""
 
