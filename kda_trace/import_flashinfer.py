@@ -419,11 +419,16 @@ def _import_workload(result: Imported, defn: dict, def_path: Path, wl: dict, whe
     blob = f"blob/kda/{ours['name']}/{uuid}.safetensors"
     inputs: Dict[str, dict] = {}
     tensors: Dict[str, torch.Tensor] = {}
+    sizes = {**{a: v["value"] for a, v in ours["axes"].items() if v["type"] == "const"}, **m.axes}
     for name, spec in ours["inputs"].items():
         if name == "scale":
             inputs[name] = {"type": "scalar", "value": m.scale}
         elif name in m.tensors:
             t = m.tensors[name]
+            want_shape = [sizes[a] for a in spec["shape"]]
+            if list(t.shape) != want_shape:
+                raise ImportProblem(where, f"inputs ({name} of our {m.family} family)",
+                                    f"recorded shape {list(t.shape)} != {want_shape} (from the definition's axes)")
             want = spec["dtype"]
             t = t.to(getattr(torch, want)).contiguous()
             tensors[name] = t

@@ -186,3 +186,14 @@ def test_fixtures_are_what_flashinfer_writes(tmp_path):
             fresh = mk.write_definition(getattr(kda, template_name), fi_api, tmp_path / folder, **call)
             stored = json.loads((FIX / folder / "definitions" / "kda" / f"{fresh['name']}.json").read_text())
             assert fresh == stored, fresh["name"]
+
+
+def test_recorded_shapes_must_match_the_definition(tmp_path):
+    src = tmp_path / "trace"
+    shutil.copytree(FIX / "good", src)
+    dpath = src / "definitions" / "kda" / f"{FI_DEF}.json"
+    defn = json.loads(dpath.read_text())
+    defn["axes"]["num_q_heads"]["value"] = 4  # the recorded q has 2 heads
+    dpath.write_text(json.dumps(defn))
+    problems = "\n".join(read_flashinfer_trace(src).problems)
+    assert f"{FI_DEF}.jsonl:1: inputs (q of our decode family): recorded shape [2, 2, 64] != [2, 4, 64]" in problems
