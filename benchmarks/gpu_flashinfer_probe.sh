@@ -8,7 +8,7 @@
 # checks them, installs flashinfer and its needs into /tmp/fi_site, then runs
 # benchmarks/gpu_flashinfer_probe.py (table + $OUT/flashinfer_probe.json) and the gpu tier of
 # tests/references/test_ref_flashinfer.py ($OUT/flashinfer_ref_tests.log). run evaluates the flashinfer
-# solution beside ours on the decode and mtp definitions (--size all) and returns $OUT/flashinfer_run.tar.gz.
+# solution beside ours and fla's on the decode and mtp definitions (--size all) and returns $OUT/flashinfer_run.tar.gz.
 # .fi_carry1 / .fi_carry2 come from benchmarks/flashinfer_wheels.sh; .whl from ../shared/device/fetch-wheels.sh.
 set -uo pipefail
 mode=${1:?usage: gpu_flashinfer_probe.sh stage1|probe|run}
@@ -45,7 +45,7 @@ run)
   [ -d $site/flashinfer ] || { echo "no $site: run stage1 and probe first, on this same warm machine" >&2; exit 3; }
   [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
   setup_env
-  timeout 540 python3 -m kda_trace.cli run --name kda_decode --name kda_mtp --solution flashinfer --solution triton \
+  timeout 540 python3 -m kda_trace.cli run --name kda_decode --name kda_mtp --solution flashinfer --solution triton --solution fla \
     --size all --out /tmp/fi_run 2>&1 | tail -40 | tee "$OUT/flashinfer_run.log"
   tar -C /tmp -czf "$OUT/flashinfer_run.tar.gz" fi_run ;;
 *)
