@@ -261,6 +261,9 @@ def main():
         report["import_error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}"
         print(report["import_error"])
         fi = None
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "flashinfer_probe.json"
+    path.write_text(json.dumps(report, indent=1))
     if fi is not None:
         for step in (probe_facade, probe_packed_decode, probe_fused, probe_wrapper):
             try:
@@ -268,13 +271,12 @@ def main():
             except Exception as e:  # noqa: BLE001
                 report["results"].append({"entry_point": step.__name__, "ran": False,
                                           "error": f"probe step failed: {type(e).__name__}: {e}"[:600]})
+            path.write_text(json.dumps(report, indent=1))  # after each step: a timeout keeps what was found
             print(f"-- {step.__name__} done", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "flashinfer_probe.json").write_text(json.dumps(report, indent=1))
     print(f"\n{'entry point':<52} {'backend':<20} {'case':<36} {'result'}")
     for rec in report["results"]:
         print(f"{rec['entry_point']:<52} {rec.get('backend', ''):<20} {rec.get('case', ''):<36} {fmt_errors(rec)}")
-    print(f"\nwrote {args.out / 'flashinfer_probe.json'}")
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":
