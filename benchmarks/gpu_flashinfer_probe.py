@@ -96,11 +96,13 @@ def attempt(record, fn, *args, **kwargs):
         result, record["first_call_ms"] = timed(fn, args, kwargs)
         result, record["second_call_ms"] = timed(fn, args, kwargs)
         record["ran"] = True
+        print(f"  {record['entry_point']} [{record['backend']}] {record['case']}: ran", flush=True)
         return result
     except Exception as e:  # noqa: BLE001 - every failure is the finding
         record["ran"] = False
         record["error"] = f"{type(e).__name__}: {str(e)[:600]}"
         record["traceback_tail"] = traceback.format_exc()[-1500:]
+        print(f"  {record['entry_point']} [{record['backend']}] {record['case']}: {record['error'][:160]}", flush=True)
         return None
 
 
