@@ -24,6 +24,7 @@ import platform
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 
 import torch
@@ -106,25 +107,44 @@ def attempt(record, fn, *args, **kwargs):
         return None
 
 
+class PerQHeadGate:
+    """FlashInfer with GVA: its kernels read A_log [H] and dt_bias [H*K] per q/k head (index hv // (HV/H)), ours
+    are per value head. The GVA case makes ours equal within each group and hands FlashInfer one per q/k head."""
+
+    def __init__(self, fi):
+        self.fi = fi
+
+    def recurrent_kda(self, q, k, v, g, beta, A_log=None, dt_bias=None, **kw):
+        group = v.shape[2] // q.shape[2]
+        return self.fi.recurrent_kda(q, k, v, g, beta, A_log=A_log[::group].contiguous(),
+                                     dt_bias=dt_bias.view(A_log.shape[0], -1)[::group].reshape(-1), **kw)
+
+
 def probe_facade(fi, results, device):
     from kda_trace.solutions.flashinfer_adapters import decode, mtp, options, prefill
 
     call = {"decode": decode, "mtp": mtp, "prefill": prefill}
     for label, family, h, hv, d, lb, axes, seq_lens in CASES:
         defn, x = case_inputs(family, h, hv, d, lb, axes, seq_lens, device)
+        fi_case = fi
+        if hv != h:  # gate parameters equal within each group of value heads: both conventions agree
+            x["A_log"] = x["A_log"][:: hv // h].repeat_interleave(hv // h)
+            x["dt_bias"] = x["dt_bias"][:: hv // h].repeat_interleave(hv // h, dim=0)
+            fi_case = PerQHeadGate(fi)
         ref = compile_reference(defn.reference, defn.name)(**clone(x))
         for backend in FACADE_BACKENDS:
             rec = {"entry_point": "flashinfer.recurrent_kda", "backend": backend, "case": label}
-            got = attempt(rec, lambda f, m, y, o, b: f(m, clone(y), o, b), call[family], fi, x, options(defn), backend)
+            got = attempt(rec, lambda f, m, y, o, b: f(m, clone(y), o, b), call[family], fi_case, x, options(defn), backend)
             if got is not None:
                 rec["errors"] = errors(defn, ref, got)
             results.append(rec)
         if family == "decode":  # the deprecated decode facade, and a bf16 pool passed with its indices
             from flashinfer import kda_decode
 
-            shim = type("shim", (), {})()
+            shim = PerQHeadGate(types.SimpleNamespace(recurrent_kda=kda_decode.recurrent_kda))
+            if hv == h:
+                shim = types.SimpleNamespace(recurrent_kda=kda_decode.recurrent_kda)
             for backend in DECODE_FACADE_BACKENDS:
-                shim.recurrent_kda = kda_decode.recurrent_kda
                 rec = {"entry_point": "flashinfer.kda_decode.recurrent_kda", "backend": backend, "case": label}
                 got = attempt(rec, lambda m, y, o, b: decode(m, clone(y), o, b), shim, x, options(defn), backend)
                 if got is not None:
@@ -135,7 +155,7 @@ def probe_facade(fi, results, device):
             ref_b = compile_reference(defn.reference, defn.name)(**clone(xb))
             rec = {"entry_point": "flashinfer.recurrent_kda (bf16 pool + ssm_state_indices)", "backend": "cute-dsl",
                    "case": label}
-            got = attempt(rec, lambda m, y, o: decode(m, clone(y), o, "cute-dsl"), fi, xb, options(defn))
+            got = attempt(rec, lambda m, y, o: decode(m, clone(y), o, "cute-dsl"), fi_case, xb, options(defn))
             if got is not None:
                 rec["errors"] = errors(defn, ref_b, got)
             results.append(rec)

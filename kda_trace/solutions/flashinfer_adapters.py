@@ -6,7 +6,8 @@ Every family mapped here reads raw q/k (`qk_norm:l2` -> use_qk_l2norm_in_kernel=
 A_log / dt_bias (`gate:unbounded` -> use_gate_in_kernel=True, lower_bound=None; `gate:safe` -> the same
 with lower_bound from the `lower_bound:<x>` tag), beta logits (`beta:logits` -> beta_is_logit=True) and
 K-last states [N, HV, V, K] (`state_layout:vk`, FlashInfer's only layout). dt_bias [HV, K] is passed
-flattened to [HV * K], as FlashInfer documents it.
+flattened to [HV * K]. FlashInfer takes A_log and dt_bias per q/k head ([H], [H * K]) where ours are per
+value head, so only definitions without GVA (num_v_heads == num_heads) are served.
 
 | family | FlashInfer call |
 |---|---|
@@ -84,6 +85,10 @@ def unsupported_reason(d: Definition, capability: Optional[tuple]) -> Optional[s
         return f"recurrent_kda needs head_dim_k == head_dim_v in (64, 128), got {dk} and {dv}"
     if not h or not hv or hv % h:
         return f"recurrent_kda needs num_v_heads a multiple of num_heads, got {h} and {hv}"
+    if hv != h:
+        return (f"recurrent_kda reads A_log [H] and dt_bias [H*K] per q/k head (its kernels index them by "
+                f"hv // (HV/H)); our families give them per value head, so with GVA ({h} q/k heads, {hv} value "
+                f"heads) the gates differ")
     for name in ("q", "k", "v", "g_raw", "b"):
         if d.inputs[name].dtype != "bfloat16":
             return f"recurrent_kda takes bfloat16 {name}, the definition has {d.inputs[name].dtype}"

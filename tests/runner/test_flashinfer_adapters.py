@@ -40,7 +40,7 @@ def _stand_in_recurrent_kda(calls):
         assert A_log.dtype == torch.float32 and dt_bias.dtype == torch.float32 and dt_bias.ndim == 1
         B, T, H, K = q.shape
         HV, V = v.shape[2], v.shape[3]
-        assert dt_bias.numel() == HV * K and A_log.shape == (HV,)
+        assert dt_bias.numel() == H * K and A_log.shape == (H,)  # per q/k head, as FlashInfer documents them
         group = HV // H
         qf = q.float()
         kf = k.float()
@@ -49,8 +49,8 @@ def _stand_in_recurrent_kda(calls):
             kf = kf / torch.sqrt((kf * kf).sum(-1, keepdim=True) + 1e-6)
         qf = qf.repeat_interleave(group, 2) * (scale if scale is not None else K ** -0.5)
         kf = kf.repeat_interleave(group, 2)
-        x = g.float() + dt_bias.view(HV, K)
-        a = torch.exp(A_log)[:, None]
+        x = g.float() + dt_bias.view(H, K).repeat_interleave(group, 0)  # value head hv uses q/k head hv // group
+        a = torch.exp(A_log).repeat_interleave(group, 0)[:, None]
         gate = -a * F.softplus(x) if lower_bound is None else lower_bound * torch.sigmoid(a * x)
         bf = torch.sigmoid(beta.float()) if beta_is_logit else beta.float()
         o = torch.zeros(B, T, HV, V)
@@ -204,6 +204,10 @@ def test_unsupported_reasons(ds):
     assert "no KDA backward" in fa.unsupported_reason(defs["kda_bwd_h32_d128_v_last"], (10, 0))
     assert "gate" in fa.unsupported_reason(defs["kda_gate_h32_d128"], (10, 0))
     assert "dense" in fa.unsupported_reason(defs["kda_fwd_h32_d128_v_last"], (10, 0))
+    from kda_trace.import_flashinfer import family_definition
+
+    gva = type(defs["kda_decode_h8_d128_k_last"]).model_validate(family_definition("decode", 4, 8, 128, None, "test"))
+    assert "per q/k head" in fa.unsupported_reason(gva, (9, 0))
     data = defs["kda_decode_h8_d128_k_last"].model_dump(mode="json")
     data["tags"] = [t for t in data["tags"] if not t.startswith("beta:")] + ["beta:prob"]
     odd = type(defs["kda_decode_h8_d128_k_last"]).model_validate(data)
