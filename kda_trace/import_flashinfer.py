@@ -23,6 +23,7 @@ import importlib.util
 import json
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -62,6 +63,7 @@ class Imported:
 
 # --------------------------------------------------------------------------- our definitions
 
+@lru_cache(maxsize=None)
 def _builder():
     """tools/build_kda_dataset.py of this checkout: the generator whose definitions and references we reuse."""
     path = Path(__file__).resolve().parent.parent / "tools" / "build_kda_dataset.py"
