@@ -17,6 +17,7 @@ COMMANDS = {
     "report": "kda_trace.run_command",
     "export": "kda_trace.hub",
     "publish": "kda_trace.hub",
+    "import-flashinfer": "kda_trace.import_flashinfer",
 }
 
 
@@ -30,13 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
             if e.name != module_name:
                 raise
             continue  # a command whose module is not there yet
-        configure = getattr(module, f"configure_{name}", None)
+        attr = name.replace("-", "_")  # import-flashinfer -> configure_import_flashinfer
+        configure = getattr(module, f"configure_{attr}", None)
         if configure is None:
             continue
-        help_text = (getattr(module, f"command_{name}").__doc__ or "").strip().splitlines()[0]
+        help_text = (getattr(module, f"command_{attr}").__doc__ or "").strip().splitlines()[0]
         p = sub.add_parser(name, help=help_text, description=help_text)
         configure(p)
-        p.set_defaults(func=getattr(module, f"command_{name}"))
+        p.set_defaults(func=getattr(module, f"command_{attr}"))
     return parser
 
 

@@ -50,7 +50,7 @@ def dataset_revision(root: str) -> Optional[str]:
 @lru_cache(maxsize=None)
 def _libs(device: str) -> tuple:
     libs: Dict[str, str] = {"python": _platform.python_version()}
-    for package in ("torch", "triton", "fla-core", "kda-trace"):
+    for package in ("torch", "triton", "fla-core", "flashinfer-python", "kda-trace"):
         v = _version(package)
         if v:
             libs[package] = v

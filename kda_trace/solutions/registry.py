@@ -1,7 +1,8 @@
 """Resolve a `--solution` argument into a Solution.
 
 Forms:
-- a built-in name: `reference` (the definition's own code), `triton` (our kernels), `fla` (fla-core);
+- a built-in name: `reference` (the definition's own code), `triton` (our kernels), `fla` (fla-core),
+  `flashinfer` (flashinfer-python's recurrent_kda);
 - a user file, `path/to/file.py::fn`: `fn(**inputs)` returns the outputs; the module may define
   `supports(definition) -> None | reason` to decline definitions;
 - a FlashInfer-style Solution JSON file (schema.SolutionSpec): python / triton sources are written to a
@@ -26,7 +27,7 @@ from ..dataset import pydantic_problems
 from ..inputs import torch_dtype
 from ..schema import Definition, SolutionSpec
 
-BUILTIN = ("reference", "triton", "fla")
+BUILTIN = ("reference", "triton", "fla", "flashinfer")
 DEFAULT_SOLUTIONS = ["triton"]
 _module_ids = itertools.count()
 
@@ -160,6 +161,10 @@ def resolve(spec: str, device: str = "cpu", trust_code: bool = False):
         from .fla_adapters import FlaSolution
 
         return FlaSolution(device)
+    if spec == "flashinfer":
+        from .flashinfer_adapters import FlashInferSolution
+
+        return FlashInferSolution(device)
     if "::" in spec:
         path, _, fn = spec.rpartition("::")
         if not Path(path).is_file():

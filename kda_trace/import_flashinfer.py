@@ -1,0 +1,500 @@
+"""`kda-trace import-flashinfer DIR`: FlashInfer-Trace KDA files (what an engine dumps) as a kda-trace dataset.
+
+What is read (docs/KDA_FAMILIES.md, "Importing FlashInfer-Trace files", has the whole mapping):
+- definitions: every `*.json` under DIR whose `op_type` is `kda`, as FlashInfer's templates
+  (flashinfer/trace/templates/kda.py) write them with FLASHINFER_TRACE_DUMP=1: `recurrent_kda_*`,
+  `recurrent_kda_decode_*`, `packed_kda_decode_*` map onto our decode / mtp / prefill families;
+  `fused_kda_decode_*` and `packed_fused_kda_decode_*` (causal conv + KDA + gated RMSNorm) have no family;
+- workloads: every `*.jsonl` under DIR, one FlashInfer-Bench workload a line, either a workload trace
+  `{"definition": NAME, "workload": {uuid, axes, inputs}}` (what flashinfer-bench's tracing writes) or a bare
+  workload `{uuid, axes, inputs}` in `<definition name>.jsonl`; inputs `random`, `scalar` or `safetensors`
+  (path relative to DIR, or to the .jsonl file's folder).
+
+What is written to `--out`: our family's definition (name, axes, tolerances and the reference our generator
+embeds: tools/build_kda_dataset.py and tools/kda_references/), one workload per FlashInfer workload (same
+uuid) and a safetensors file per workload holding the recorded tensors, reshaped to our layout. A file or
+field that cannot be mapped is one problem naming the file, line and field; the others are still imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+SOURCE_TAG = "source:flashinfer-trace"
+NO_FAMILY = {
+    "packed_fused_kda_decode": "it fuses a width-4 causal convolution and a gated RMSNorm around the recurrence "
+                               "(inputs x, weight, conv_state, output_gate, norm_weight); no kda-trace family has that interface",
+    "fused_kda_decode": "it fuses a width-4 causal convolution and a gated RMSNorm around the recurrence "
+                        "(inputs x, weight, conv_state, output_gate, norm_weight); no kda-trace family has that interface",
+}
+TEMPLATES = ("packed_fused_kda_decode", "packed_kda_decode", "fused_kda_decode", "recurrent_kda_decode", "recurrent_kda")
+# recurrent_kda arguments our families have no equivalent of: importing a call that used one would be wrong.
+UNMAPPABLE_TENSORS = ("initial_state_source", "initial_state_indices", "state_checkpoints", "checkpoint_cu_starts",
+                      "correction_cache", "kg_cache")
+SMOKE_TOKENS = 8  # imported workloads with at most this many tokens are tagged smoke (the CPU run's size)
+
+
+class ImportProblem(ValueError):
+    """One FlashInfer-Trace file, line or field that cannot be imported; the message names it."""
+
+    def __init__(self, where: str, field_name: str, why: str):
+        super().__init__(f"{where}: {field_name}: {why}" if field_name else f"{where}: {why}")
+
+
+@dataclass
+class Imported:
+    """The result of an import: our definitions and workloads, and every problem met."""
+
+    definitions: Dict[str, dict] = field(default_factory=dict)
+    workloads: Dict[str, List[dict]] = field(default_factory=dict)
+    blobs: Dict[str, Dict[str, torch.Tensor]] = field(default_factory=dict)  # relative path -> tensors
+    problems: List[str] = field(default_factory=list)
+    skipped: List[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- our definitions
+
+@lru_cache(maxsize=None)
+def _builder():
+    """tools/build_kda_dataset.py of this checkout: the generator whose definitions and references we reuse."""
+    path = Path(__file__).resolve().parent.parent / "tools" / "build_kda_dataset.py"
+    if not path.is_file():
+        raise ImportProblem(str(path), "", "the dataset generator is missing (import-flashinfer runs from a kda-trace checkout)")
+    spec = importlib.util.spec_from_file_location("kda_trace_build_kda_dataset", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def definition_name(family: str, h: int, hv: int, d: int, lower_bound: Optional[float]) -> str:
+    """Our name for a family and its constants (the generator's scheme, with GVA and other bounds spelled out)."""
+    heads = f"h{h}" if h == hv else f"qk{h}_v{hv}"
+    gate = "" if lower_bound is None else "_safe_gate" + ("" if lower_bound == -5 else f"_lb{lower_bound:g}".replace("-", "m"))
+    return f"kda_{family}_{heads}_d{d}_k_last{gate}"
+
+
+def family_definition(family: str, h: int, hv: int, d: int, lower_bound: Optional[float], source: str) -> dict:
+    """Our `family` definition for these constants, built by the dataset generator and re-labelled."""
+    b = _builder()
+    gate = "unbounded" if lower_bound is None else "safe"
+    b.D = d  # the generator's head dim is a module constant
+    defn = b.prefill_definition("x", "x", gate, 1, h) if family == "prefill" else b.pool_definition(family, "x", "x", gate, 1, h)
+    defn["name"] = definition_name(family, h, hv, d, lower_bound)
+    defn["axes"]["num_v_heads"]["value"] = hv
+    defn["reference"] = b.reference_source(family, NUM_HEADS=h, NUM_V_HEADS=hv, HEAD_DIM_K=d, HEAD_DIM_V=d,
+                                           LOWER_BOUND=lower_bound)
+    tags = [t for t in defn["tags"] if not t.startswith(("model:", "tp:", "lower_bound:"))]
+    if lower_bound is not None:
+        tags.insert(tags.index("gate:safe") + 1, f"lower_bound:{lower_bound:g}")
+    defn["tags"] = tags + [SOURCE_TAG]
+    gate_text = (f"g = {lower_bound:g} * sigmoid(exp(A_log) * (g_raw + dt_bias))" if lower_bound is not None
+                 else "g = -exp(A_log) * softplus(g_raw + dt_bias)")
+    defn["description"] = (
+        f"The {family} family of docs/KDA_FAMILIES.md ({h} q/k heads, {hv} value heads, head dim {d}; raw q/k "
+        f"L2-normalised in the op, {gate_text}, beta = sigmoid(b), K-last float32 states), imported by "
+        f"`kda-trace import-flashinfer` from FlashInfer-Trace definition {source}. The recorded inputs are replayed "
+        f"through this family's reference; A_log and dt_bias, which FlashInfer's KDA templates do not record, "
+        f"come from the generators. Tolerances as the generated {family} definitions.")
+    return defn
+
+
+# --------------------------------------------------------------------------- reading FlashInfer-Trace files
+
+class _Source:
+    """The inputs of one FlashInfer workload: tensors from safetensors, scalars, or 'random' (not recorded)."""
+
+    def __init__(self, where: str, inputs: dict, roots: List[Path], cache: Dict[Path, dict]):
+        self.where, self.inputs, self.roots, self.cache = where, inputs, roots, cache
+
+    def kind(self, name: str) -> str:
+        spec = self.inputs.get(name)
+        return "absent" if spec is None else str(spec.get("type", "?"))
+
+    def tensor(self, name: str) -> Optional[torch.Tensor]:
+        """The recorded tensor, or None when it was not recorded (absent or random)."""
+        spec = self.inputs.get(name)
+        if spec is None or spec.get("type") == "random":
+            return None
+        if spec.get("type") != "safetensors":
+            raise ImportProblem(self.where, f"inputs.{name}", f"a tensor input recorded as {spec.get('type')!r}")
+        rel = spec.get("path")
+        key = spec.get("tensor_key")
+        if not rel or not key:
+            raise ImportProblem(self.where, f"inputs.{name}", "a safetensors input needs 'path' and 'tensor_key'")
+        for root in self.roots:
+            path = (root / rel).resolve()
+            if path.is_file():
+                break
+        else:
+            raise ImportProblem(self.where, f"inputs.{name}.path", f"file {rel!r} not found under {', '.join(map(str, self.roots))}")
+        if path not in self.cache:
+            from safetensors.torch import load_file
+
+            self.cache[path] = load_file(str(path), device="cpu")
+        if key not in self.cache[path]:
+            raise ImportProblem(self.where, f"inputs.{name}.tensor_key", f"{rel!r} has no tensor {key!r}")
+        return self.cache[path][key]
+
+    def scalar(self, name: str, default: Any) -> Any:
+        """A scalar argument's value; FlashInfer's default when it was not recorded."""
+        spec = self.inputs.get(name)
+        if spec is None or spec.get("type") == "random":
+            return default
+        if spec.get("type") == "scalar":
+            return spec.get("value")
+        t = self.tensor(name)
+        if t.numel() != 1:
+            raise ImportProblem(self.where, f"inputs.{name}", f"a scalar recorded as a tensor of shape {list(t.shape)}")
+        return t.item()
+
+
+def _const(defn: dict, where: str, axis: str) -> int:
+    value = defn.get("axes", {}).get(axis, {}).get("value")
+    if not isinstance(value, int):
+        raise ImportProblem(where, f"axes.{axis}.value", "missing: FlashInfer writes it when the call passed the tensor that carries it")
+    return value
+
+
+def _template(defn: dict, where: str) -> str:
+    name = str(defn.get("name", ""))
+    for prefix in TEMPLATES:
+        if name == prefix or name.startswith(prefix + "_"):
+            return prefix
+    raise ImportProblem(where, "name", f"{name!r} is not a KDA template of FlashInfer ({', '.join(TEMPLATES)})")
+
+
+@dataclass
+class _Mapped:
+    """One FlashInfer workload in our family's terms."""
+
+    family: str
+    h: int
+    hv: int
+    d: int
+    lower_bound: Optional[float]
+    axes: Dict[str, int]
+    tensors: Dict[str, torch.Tensor]          # our input name -> recorded tensor (our layout and dtype)
+    generated: Dict[str, dict] = field(default_factory=dict)  # our input name -> {"type": "random", ...}
+    scale: float = 0.0
+    seq_lens: Optional[List[int]] = None
+
+
+def _indices(t: torch.Tensor, where: str, name: str, pool: Optional[int]) -> torch.Tensor:
+    idx = t.to(torch.int64)
+    if (idx < 0).any():
+        raise ImportProblem(where, f"inputs.{name}", "negative slots (FlashInfer's padding rows) have no equivalent in our pool families")
+    if pool is not None and (idx >= pool).any():
+        raise ImportProblem(where, f"inputs.{name}", f"a slot past the pool's {pool} slots")
+    if idx.unique().numel() != idx.numel():
+        raise ImportProblem(where, f"inputs.{name}", "repeated slots: our pool families take distinct slots")
+    return idx
+
+
+def _map_recurrent(defn: dict, src: _Source, axes: dict) -> _Mapped:
+    """A recurrent_kda (or recurrent_kda_decode) call: decode, mtp or prefill by its shapes and scalars."""
+    where = src.where
+    h, hv, d = (_const(defn, where, a) for a in ("num_q_heads", "num_v_heads", "head_dim"))
+    if not src.scalar("use_gate_in_kernel", False):
+        raise ImportProblem(where, "inputs.use_gate_in_kernel",
+                            "not 1 (or not recorded; FlashInfer's default is a precomputed gate): our decode, mtp and "
+                            "prefill families take the raw gate with A_log and dt_bias")
+    if not src.scalar("use_qk_l2norm_in_kernel", True):
+        raise ImportProblem(where, "inputs.use_qk_l2norm_in_kernel", "0: our pool and packed families normalise q and k in the op")
+    if not src.scalar("beta_is_logit", False):
+        raise ImportProblem(where, "inputs.beta_is_logit",
+                            "not 1 (or not recorded; FlashInfer's default is beta as a probability): our families take beta logits")
+    if src.scalar("disable_state_update", 0):
+        raise ImportProblem(where, "inputs.disable_state_update", "1 (frozen verify) has no kda-trace family")
+    if src.scalar("checkpoint_every_n_tokens", 0):
+        raise ImportProblem(where, "inputs.checkpoint_every_n_tokens", "state checkpoints have no kda-trace family")
+    for name in UNMAPPABLE_TENSORS:
+        if src.kind(name) == "safetensors":
+            raise ImportProblem(where, f"inputs.{name}", "recorded, but our families have no equivalent input")
+    lb = src.scalar("lower_bound", None)
+    lb = None if lb is None else float(lb)
+    spec = src.scalar("num_spec_tokens", None)
+    scale = src.scalar("scale", None)
+    scale = float(scale) if scale is not None else d ** -0.5
+
+    q = src.tensor("q")
+    B = int(q.shape[0]) if q is not None else axes.get("batch_size")
+    T = int(q.shape[1]) if q is not None else axes.get("seq_len")
+    if not isinstance(B, int) or not isinstance(T, int):
+        raise ImportProblem(where, "axes.batch_size / axes.seq_len", "missing (and q was not recorded)")
+    state = src.tensor("initial_state")
+    ssi = src.tensor("ssm_state_indices")
+    pool = int(state.shape[0]) if state is not None else axes.get("state_pool_size")
+    renames = {"q": "q", "k": "k", "v": "v", "g": "g_raw", "beta": "b"}
+    recorded = {ours: src.tensor(theirs) for theirs, ours in renames.items()}
+    m = _Mapped(family="", h=h, hv=hv, d=d, lower_bound=lb, axes={}, tensors={}, scale=scale)
+
+    if spec is not None or (T > 1 and ssi is not None and ssi.ndim == 2):
+        if spec is None or int(spec) + 1 != T:
+            raise ImportProblem(where, "inputs.num_spec_tokens", f"{spec} does not match seq_len {T} (speculative decode has 1 + num_spec_tokens tokens)")
+        m.family = "mtp"
+        m.tensors = {n: t for n, t in recorded.items() if t is not None}
+        if ssi is not None:
+            if ssi.ndim != 2 or tuple(ssi.shape) != (B, T):
+                raise ImportProblem(where, "inputs.ssm_state_indices", f"shape {list(ssi.shape)}; speculative decode takes [{B}, {T}]")
+            first = ssi[:, 0]  # the slot each request's state is read from (num_accepted_tokens is not recorded)
+        else:
+            first = torch.arange(B) * T  # FlashInfer's batched shim: slot n * T holds request n's state
+        m.axes = {"batch_size": B, "num_tokens": T}
+    elif T == 1:
+        m.family = "decode"
+        m.tensors = {n: t[:, 0] for n, t in recorded.items() if t is not None}
+        m.axes = {"batch_size": B}
+        first = ssi if ssi is not None else (torch.arange(B) if src.kind("ssm_state_indices") != "random" else None)
+    else:
+        m.family = "prefill"
+        m.tensors = {n: t.reshape(B * T, *t.shape[2:]) for n, t in recorded.items() if t is not None}
+        m.axes = {"total_seq_len": B * T, "num_seqs": B, "len_cu_seqlens": B + 1}
+        m.seq_lens = [T] * B  # FlashInfer's template does not record cu_seqlens: each batch row is one sequence
+        m.generated["cu_seqlens"] = {"type": "random"}
+        if state is not None:
+            rows = _indices(ssi, where, "ssm_state_indices", pool) if ssi is not None else torch.arange(B)
+            if state.shape[0] < B and ssi is None:
+                raise ImportProblem(where, "inputs.initial_state", f"{state.shape[0]} states for {B} sequences")
+            m.tensors["initial_state"] = state[rows].float()
+        elif src.kind("initial_state") == "random":
+            m.generated["initial_state"] = {"type": "random"}
+        else:
+            m.generated["initial_state"] = {"type": "random", "generator": {"kind": "none"}}
+        return m
+
+    # decode and mtp: a float32 pool (bfloat16 states widen exactly) and one distinct slot per request
+    if state is not None:
+        m.tensors["state_pool"] = state.float()
+    elif src.kind("initial_state") == "random":
+        m.generated["state_pool"] = {"type": "random"}
+    else:  # FlashInfer starts from zeros: a pool of zero states, one per request
+        pool = B * (T if m.family == "mtp" else 1)
+        m.generated["state_pool"] = {"type": "random", "generator": {"kind": "constant", "value": 0.0}}
+    if not isinstance(pool, int):
+        raise ImportProblem(where, "axes.state_pool_size", "missing (and initial_state was not recorded)")
+    m.axes["pool_size"] = pool
+    if first is not None:
+        m.tensors["state_indices"] = _indices(first, where, "ssm_state_indices", pool)
+    else:
+        m.generated["state_indices"] = {"type": "random"}
+    return m
+
+
+def _map_packed_decode(defn: dict, src: _Source, axes: dict) -> _Mapped:
+    """packed_kda_decode: Kimi K3's T=1 decode from a packed post-convolution QKV row (fixed safe gate -5)."""
+    where = src.where
+    h, d = _const(defn, where, "num_heads"), _const(defn, where, "head_dim")
+    m = _Mapped(family="decode", h=h, hv=h, d=d, lower_bound=-5.0, axes={}, tensors={}, scale=d ** -0.5)
+    mixed = src.tensor("mixed_qkv")
+    B = int(mixed.shape[0]) if mixed is not None else axes.get("batch_size")
+    if not isinstance(B, int):
+        raise ImportProblem(where, "axes.batch_size", "missing (and mixed_qkv was not recorded)")
+    if mixed is not None:
+        if tuple(mixed.shape) != (B, 3 * h * d):
+            raise ImportProblem(where, "inputs.mixed_qkv", f"shape {list(mixed.shape)}, expected [{B}, {3 * h * d}]")
+        for i, name in enumerate(("q", "k", "v")):
+            m.tensors[name] = mixed[:, i * h * d:(i + 1) * h * d].reshape(B, h, d)
+    for theirs, ours, shape in (("raw_gate", "g_raw", (B, h, d)), ("raw_beta", "b", (B, h)), ("A_log", "A_log", (h,)),
+                                ("dt_bias", "dt_bias", (h, d))):
+        t = src.tensor(theirs)
+        if t is not None:
+            m.tensors[ours] = t.reshape(shape)
+    state = src.tensor("state")
+    pool = int(state.shape[0]) if state is not None else axes.get("state_pool_size")
+    if state is not None:
+        m.tensors["state_pool"] = state.float()
+    else:
+        m.generated["state_pool"] = {"type": "random"}
+    if not isinstance(pool, int):
+        raise ImportProblem(where, "axes.state_pool_size", "missing (and state was not recorded)")
+    m.axes = {"batch_size": B, "pool_size": pool}
+    idx = src.tensor("state_indices")
+    if idx is not None:
+        m.tensors["state_indices"] = _indices(idx, where, "state_indices", pool)
+    else:
+        m.generated["state_indices"] = {"type": "random"}
+    return m
+
+
+def _workload_lines(path: Path) -> List[Tuple[int, dict]]:
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                out.append((i, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise ImportProblem(f"{path}:{i}", "", f"not valid JSON: {e.msg}") from None
+    return out
+
+
+def read_flashinfer_trace(src_dir: Path) -> Imported:
+    """Map every KDA definition and workload under `src_dir` onto our families (nothing is written)."""
+    src_dir = Path(src_dir)
+    result = Imported()
+    if not src_dir.is_dir():
+        result.problems.append(f"{src_dir}: not a directory")
+        return result
+    fi_defs: Dict[str, Tuple[Path, dict]] = {}
+    for path in sorted(src_dir.rglob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            result.problems.append(f"{path}: not valid JSON: {e}")
+            continue
+        if not isinstance(data, dict) or "op_type" not in data or "inputs" not in data:
+            continue  # not a definition (e.g. a solution or a config file)
+        if data["op_type"] != "kda":
+            result.skipped.append(f"{path} (op_type {data['op_type']})")
+            continue
+        fi_defs[str(data.get("name"))] = (path, data)
+
+    used = set()
+    cache: Dict[Path, dict] = {}
+    for path in sorted(src_dir.rglob("*.jsonl")):
+        try:
+            lines = _workload_lines(path)
+        except (OSError, ImportProblem) as e:
+            result.problems.append(str(e))
+            continue
+        for line_no, row in lines:
+            where = f"{path}:{line_no}"
+            wl = row.get("workload", row) if isinstance(row, dict) else None
+            name = row.get("definition", path.stem) if isinstance(row, dict) else None
+            if not isinstance(wl, dict) or not isinstance(wl.get("inputs"), dict):
+                result.problems.append(f"{where}: not a FlashInfer-Bench workload (no 'inputs' object)")
+                continue
+            if name not in fi_defs:
+                result.problems.append(f"{where}: definition: {name!r} is not among the KDA definitions under {src_dir}")
+                continue
+            def_path, defn = fi_defs[name]
+            used.add(name)
+            try:
+                _import_workload(result, defn, def_path, wl, where, [src_dir, path.parent], cache)
+            except ImportProblem as e:
+                result.problems.append(str(e))
+    for name, (path, defn) in fi_defs.items():
+        try:
+            template = _template(defn, str(path))
+            if template in NO_FAMILY:
+                raise ImportProblem(str(path), "name", f"{defn['name']!r}: {NO_FAMILY[template]}")
+            if name in used:
+                continue
+            if template == "packed_kda_decode":  # its gate and layout are fixed: the definition alone maps
+                h, d = _const(defn, str(path), "num_heads"), _const(defn, str(path), "head_dim")
+                _add_definition(result, family_definition("decode", h, h, d, -5.0, f"{name!r} ({path.name})"))
+            else:
+                raise ImportProblem(str(path), "workloads", "none found: FlashInfer's recurrent_kda template records "
+                                    "shapes only; the stage and gate form come from a workload's inputs "
+                                    "(use_gate_in_kernel, lower_bound, beta_is_logit, num_spec_tokens)")
+        except ImportProblem as e:
+            result.problems.append(str(e))
+    return result
+
+
+def _add_definition(result: Imported, defn: dict) -> None:
+    result.definitions.setdefault(defn["name"], defn)
+    result.workloads.setdefault(defn["name"], [])
+
+
+def _import_workload(result: Imported, defn: dict, def_path: Path, wl: dict, where: str, roots, cache) -> None:
+    template = _template(defn, str(def_path))
+    if template in NO_FAMILY:
+        raise ImportProblem(str(def_path), "name", f"{defn['name']!r}: {NO_FAMILY[template]}")
+    uuid = wl.get("uuid")
+    if not isinstance(uuid, str) or not uuid:
+        raise ImportProblem(where, "uuid", "missing")
+    src = _Source(where, wl["inputs"], roots, cache)
+    axes = wl.get("axes") or {}
+    m = _map_packed_decode(defn, src, axes) if template == "packed_kda_decode" else _map_recurrent(defn, src, axes)
+    ours = family_definition(m.family, m.h, m.hv, m.d, m.lower_bound, f"{defn['name']!r} ({def_path.name})")
+    _add_definition(result, ours)
+    ours = result.definitions[ours["name"]]
+    blob = f"blob/kda/{ours['name']}/{uuid}.safetensors"
+    inputs: Dict[str, dict] = {}
+    tensors: Dict[str, torch.Tensor] = {}
+    sizes = {**{a: v["value"] for a, v in ours["axes"].items() if v["type"] == "const"}, **m.axes}
+    for name, spec in ours["inputs"].items():
+        if name == "scale":
+            inputs[name] = {"type": "scalar", "value": m.scale}
+        elif name in m.tensors:
+            t = m.tensors[name]
+            want_shape = [sizes[a] for a in spec["shape"]]
+            if list(t.shape) != want_shape:
+                raise ImportProblem(where, f"inputs ({name} of our {m.family} family)",
+                                    f"recorded shape {list(t.shape)} != {want_shape} (from the definition's axes)")
+            want = spec["dtype"]
+            t = t.to(getattr(torch, want)).contiguous()
+            tensors[name] = t
+            inputs[name] = {"type": "safetensors", "path": blob, "tensor_key": name}
+        else:
+            inputs[name] = m.generated.get(name, {"type": "random"})
+    tokens = m.axes.get("total_seq_len", m.axes.get("batch_size", 0) * m.axes.get("num_tokens", 1))
+    out = {"uuid": uuid, "axes": m.axes, "inputs": inputs}
+    if m.seq_lens is not None:
+        out["seq_lens"] = m.seq_lens
+    out["tags"] = ["imported"] + (["smoke"] if tokens <= SMOKE_TOKENS else [])
+    out["description"] = f"imported from {where} (FlashInfer-Trace definition {defn['name']!r})"
+    if tensors:
+        result.blobs[blob] = tensors
+    result.workloads[ours["name"]].append(out)
+
+
+def write_dataset(result: Imported, out_dir: Path) -> None:
+    """Write (or add to) a dataset root: definitions, workloads (an existing uuid is not written twice), blobs."""
+    from safetensors.torch import save_file
+
+    ddir, wdir = out_dir / "definitions" / "kda", out_dir / "workloads" / "kda"
+    ddir.mkdir(parents=True, exist_ok=True)
+    wdir.mkdir(parents=True, exist_ok=True)
+    for name, defn in result.definitions.items():
+        path = ddir / f"{name}.json"
+        if not path.exists():
+            path.write_text(json.dumps(defn, indent=2) + "\n")
+        wpath = wdir / f"{name}.jsonl"
+        seen = {json.loads(line)["uuid"] for line in wpath.read_text().splitlines() if line.strip()} if wpath.exists() else set()
+        new = [w for w in result.workloads.get(name, []) if w["uuid"] not in seen]
+        with wpath.open("a") as f:
+            f.writelines(json.dumps(w) + "\n" for w in new)
+    for rel, tensors in result.blobs.items():
+        path = out_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, str(path))
+
+
+# --------------------------------------------------------------------------- command line
+
+def configure_import_flashinfer(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", type=Path, help="a folder of FlashInfer-Trace files (FLASHINFER_TRACE_DUMP_DIR, or a "
+                        "flashinfer-bench trace set: definitions/, workloads/, blob/)")
+    parser.add_argument("--out", type=Path, default=Path("flashinfer-import"),
+                        help="dataset root to write (or add to); default ./flashinfer-import")
+
+
+def command_import_flashinfer(args) -> int:
+    """Import FlashInfer-Trace KDA definitions and workloads as a kda-trace dataset."""
+    result = read_flashinfer_trace(args.dir)
+    for p in result.problems:
+        print(p, file=sys.stderr)
+    for s in result.skipped:
+        print(f"skipped {s}: not a KDA definition")
+    if result.definitions:
+        write_dataset(result, args.out)
+        from .dataset import load_dataset
+
+        ds = load_dataset(args.out)
+        for p in ds.problems:
+            print(f"written dataset: {p}", file=sys.stderr)
+        result.problems.extend(str(p) for p in ds.problems)
+    n = sum(len(w) for w in result.workloads.values())
+    print(f"imported {len(result.definitions)} definitions and {n} workloads into {args.out}; "
+          f"{len(result.problems)} problems")
+    return 1 if result.problems else 0

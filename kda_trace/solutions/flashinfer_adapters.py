@@ -1,0 +1,183 @@
+"""The `flashinfer` solution: the KDA families whose interface a FlashInfer entry point serves, mapped onto
+`flashinfer.recurrent_kda` (flashinfer-python 0.7.2.post1; docs/flashinfer_kda.md has what was read in
+the wheel and what runs where).
+
+Every family mapped here reads raw q/k (`qk_norm:l2` -> use_qk_l2norm_in_kernel=True), the raw gate with
+A_log / dt_bias (`gate:unbounded` -> use_gate_in_kernel=True, lower_bound=None; `gate:safe` -> the same
+with lower_bound from the `lower_bound:<x>` tag), beta logits (`beta:logits` -> beta_is_logit=True) and
+K-last states [N, HV, V, K] (`state_layout:vk`, FlashInfer's only layout). dt_bias [HV, K] is passed
+flattened to [HV * K]. FlashInfer takes A_log and dt_bias per q/k head ([H], [H * K]) where ours are per
+value head, so only definitions without GVA (num_v_heads == num_heads) are served.
+
+| family | FlashInfer call |
+|---|---|
+| decode (pool) | `recurrent_kda` on [B, 1, ...]. A bfloat16 pool is passed as it is, with `ssm_state_indices` (int32): FlashInfer updates the slots in place. A float32 pool is gathered into a bfloat16 copy of the batch's slots (FlashInfer's decode kernel keeps states in bfloat16), run in place, and written back to those slots as float32 |
+| mtp (pool) | speculative decode: `num_spec_tokens = num_tokens - 1` on [B, T, ...] with a scratch pool of B * T bfloat16 slots and `ssm_state_indices` [B, T]: slot [n, 0] holds request n's state before its first token, and FlashInfer writes the state after token t into slot [n, t]; the last one goes back to the pool. num_tokens = 1 is the decode call |
+| prefill (packed) | `recurrent_kda` on [1, T, ...] with `cu_seqlens` and `output_final_state=True`; the initial states are cloned first (FlashInfer updates `initial_state` in place, and the runner forbids changed inputs). FlashInfer ships prefill kernels for compute capability 10.0, 10.3 and 12.0 only: elsewhere this family is unsupported |
+
+The decode and mtp calls take `backend="cute-dsl"` (the backend FlashInfer documents for decode on any
+architecture its CuTe DSL supports), the prefill call `backend="auto"`; the environment variable
+KDA_TRACE_FLASHINFER_BACKEND overrides both (the GPU probe tries each). Every conversion above (gather,
+bfloat16 casts, clones, write-back) is inside the timed call.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any, Callable, Dict, Optional
+
+import torch
+
+from ..schema import Definition
+
+FAMILY_INPUTS = {
+    "decode": {"q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "state_pool", "state_indices", "scale"},
+    "mtp": {"q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "state_pool", "state_indices", "scale"},
+    "prefill": {"q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "initial_state", "cu_seqlens", "scale"},
+}
+NO_ENTRY_POINT = {
+    "forward": "FlashInfer has no dense [B, T] KDA forward with a precomputed gate and a [K, V] state",
+    "backward": "FlashInfer has no KDA backward",
+    "gate": "FlashInfer has no stand-alone KDA gate op (the gate is fused into recurrent_kda)",
+}
+PREFILL_CAPABILITIES = {(10, 0), (10, 3), (12, 0)}
+BACKEND_ENV = "KDA_TRACE_FLASHINFER_BACKEND"
+
+
+def flashinfer_available() -> bool:
+    """Whether flashinfer-python can be found here (not imported: importing it is slow)."""
+    return importlib.util.find_spec("flashinfer") is not None
+
+
+def options(d: Definition) -> Dict[str, Any]:
+    """recurrent_kda keyword arguments implied by the definition's tags (the subset every family shares)."""
+    gate = d.tag("gate", "precomputed")
+    return {
+        "use_qk_l2norm_in_kernel": True,
+        "use_gate_in_kernel": True,
+        "lower_bound": float(d.tag("lower_bound", "-5")) if gate == "safe" else None,
+        "beta_is_logit": True,
+    }
+
+
+def unsupported_reason(d: Definition, capability: Optional[tuple]) -> Optional[str]:
+    """Why FlashInfer cannot run `d` (None when it can), from the tags, shapes and dtypes alone.
+
+    `capability` is the CUDA device's (major, minor), or None without CUDA."""
+    if d.op_type != "kda":
+        return f"op_type {d.op_type!r} is not kda"
+    stage = d.tag("stage")
+    if stage in NO_ENTRY_POINT:
+        return NO_ENTRY_POINT[stage]
+    if stage not in FAMILY_INPUTS:
+        return f"no FlashInfer adapter for stage {stage!r}"
+    missing = FAMILY_INPUTS[stage] - set(d.inputs)
+    if missing:
+        return f"inputs {sorted(missing)} of the {stage} family are missing"
+    wanted = {"qk_norm": ("l2",), "gate": ("unbounded", "safe"), "beta": ("logits",), "state_layout": ("vk",)}
+    for key, allowed in wanted.items():
+        if d.tag(key) not in allowed:
+            return f"tag {key}:{d.tag(key)} has no recurrent_kda equivalent (it takes {key}:{'|'.join(allowed)})"
+    axes = d.const_axes
+    h, hv, dk, dv = (axes.get(a) for a in ("num_heads", "num_v_heads", "head_dim_k", "head_dim_v"))
+    if dk != dv or dk not in (64, 128):
+        return f"recurrent_kda needs head_dim_k == head_dim_v in (64, 128), got {dk} and {dv}"
+    if not h or not hv or hv % h:
+        return f"recurrent_kda needs num_v_heads a multiple of num_heads, got {h} and {hv}"
+    if hv != h:
+        return (f"recurrent_kda reads A_log [H] and dt_bias [H*K] per q/k head (its kernels index them by "
+                f"hv // (HV/H)); our families give them per value head, so with GVA ({h} q/k heads, {hv} value "
+                f"heads) the gates differ")
+    for name in ("q", "k", "v", "g_raw", "b"):
+        if d.inputs[name].dtype != "bfloat16":
+            return f"recurrent_kda takes bfloat16 {name}, the definition has {d.inputs[name].dtype}"
+    if capability is None:
+        return "FlashInfer's KDA kernels need a CUDA device"
+    if stage == "prefill" and tuple(capability) not in PREFILL_CAPABILITIES:
+        return (f"FlashInfer 0.7.2.post1 has KDA prefill kernels for compute capability 10.0, 10.3 and 12.0 only "
+                f"(this device: {capability[0]}.{capability[1]}); elsewhere recurrent_kda hands a packed prefill "
+                f"to its decode kernel, which reads one token per sequence")
+    return None
+
+
+class FlashInferSolution:
+    """Adapters from the decode, mtp and prefill families onto flashinfer.recurrent_kda (module docstring)."""
+
+    name = "flashinfer"
+
+    def __init__(self, device: str = "cpu"):
+        self.device = device
+
+    def _capability(self) -> Optional[tuple]:
+        if not self.device.startswith("cuda") or not torch.cuda.is_available():
+            return None
+        return torch.cuda.get_device_capability(torch.device(self.device))
+
+    def supports(self, definition: Definition) -> str | None:
+        if not flashinfer_available():
+            return "flashinfer-python is not installed (pip install 'kda-trace[flashinfer]')"
+        return unsupported_reason(definition, self._capability())
+
+    def build(self, definition: Definition, device: str) -> Callable[..., Any]:
+        import flashinfer
+
+        stage = definition.tag("stage")
+        opts = options(definition)
+        default = "auto" if stage == "prefill" else "cute-dsl"
+        backend = os.environ.get(BACKEND_ENV, default)
+        call = {"decode": decode, "mtp": mtp, "prefill": prefill}[stage]
+        return lambda **inputs: call(flashinfer, inputs, opts, backend)
+
+
+def _common(inputs: Dict[str, Any], opts: Dict[str, Any], backend: str) -> Dict[str, Any]:
+    return {"A_log": inputs["A_log"], "dt_bias": inputs["dt_bias"].reshape(-1), "scale": float(inputs["scale"]),
+            "backend": backend, **opts}
+
+
+def decode(fi, inputs: Dict[str, Any], opts: Dict[str, Any], backend: str):
+    """One token per request against the pool; returns (o [B, HV, V], the pool, updated in place)."""
+    pool, idx = inputs["state_pool"], inputs["state_indices"]
+    seq = {n: inputs[n][:, None] for n in ("q", "k", "v", "g_raw", "b")}  # [B, 1, ...]
+    if pool.dtype == torch.bfloat16:
+        o, _ = fi.recurrent_kda(seq["q"], seq["k"], seq["v"], seq["g_raw"], seq["b"], initial_state=pool,
+                                ssm_state_indices=idx.to(torch.int32), output_final_state=False,
+                                **_common(inputs, opts, backend))
+        return o[:, 0], pool
+    states = pool[idx].to(torch.bfloat16).contiguous()  # [B, HV, V, K]: FlashInfer's decode state dtype
+    o, _ = fi.recurrent_kda(seq["q"], seq["k"], seq["v"], seq["g_raw"], seq["b"], initial_state=states,
+                            output_final_state=False, **_common(inputs, opts, backend))
+    pool[idx] = states.to(pool.dtype)
+    return o[:, 0], pool
+
+
+def mtp(fi, inputs: Dict[str, Any], opts: Dict[str, Any], backend: str):
+    """num_tokens tokens per request as one speculative-decode call; returns (o [B, T, HV, V], the pool)."""
+    q = inputs["q"]
+    B, T = q.shape[:2]
+    if T == 1:
+        o, pool = decode(fi, {**inputs, **{n: inputs[n][:, 0] for n in ("q", "k", "v", "g_raw", "b")}}, opts, backend)
+        return o[:, None], pool
+    pool, idx = inputs["state_pool"], inputs["state_indices"]
+    scratch = torch.zeros(B * T, *pool.shape[1:], dtype=torch.bfloat16, device=pool.device)
+    slots = torch.arange(B * T, dtype=torch.int32, device=pool.device).reshape(B, T)
+    scratch[slots[:, 0].long()] = pool[idx].to(torch.bfloat16)  # slot [n, 0]: the state before token 0
+    o, _ = fi.recurrent_kda(q, inputs["k"], inputs["v"], inputs["g_raw"], inputs["b"], initial_state=scratch,
+                            ssm_state_indices=slots, num_spec_tokens=T - 1, output_final_state=False,
+                            **_common(inputs, opts, backend))
+    pool[idx] = scratch[slots[:, T - 1].long()].to(pool.dtype)  # slot [n, T-1]: the state after the last token
+    return o.reshape(B, T, *o.shape[-2:]), pool
+
+
+def prefill(fi, inputs: Dict[str, Any], opts: Dict[str, Any], backend: str):
+    """A packed varlen batch; returns (o [T, HV, V], final_state [N, HV, V, K] float32)."""
+    init = inputs.get("initial_state")
+    cu = inputs["cu_seqlens"]
+    if init is not None:
+        init = init.clone()  # FlashInfer updates initial_state in place
+    seq = {n: inputs[n][None] for n in ("q", "k", "v", "g_raw", "b")}  # [1, T, ...]
+    o, final = fi.recurrent_kda(seq["q"], seq["k"], seq["v"], seq["g_raw"], seq["b"], initial_state=init,
+                                cu_seqlens=cu, output_final_state=True, **_common(inputs, opts, backend))
+    if final is None:  # some backends update initial_state and return it only through the argument
+        final = init
+    return o[0], final.float()

@@ -1,0 +1,225 @@
+"""The flashinfer adapters' mapping of each family onto `flashinfer.recurrent_kda`, checked on the CPU.
+
+FlashInfer's KDA kernels need a CUDA device, so here `flashinfer` is a STAND-IN module written for this
+test: its `recurrent_kda` records every call's arguments, checks them against the contract FlashInfer
+0.7.2.post1 documents (bfloat16 q/k/v/g/beta, float32 A_log and flat [HV*K] dt_bias, bfloat16 decode
+states [N, HV, V, K], int32 ssm_state_indices, speculative-decode checkpoint slots [N, 1+S], packed
+cu_seqlens) and computes that contract with a plain float32 recurrence. What is checked is the adapter
+(argument building, layouts, gates, beta logits, pools and indices), against our references and their
+tolerances; FlashInfer's own kernels are checked by the gpu-marked tests in tests/references.
+"""
+
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kda_trace.compare import compare_output, tolerance_for
+from kda_trace.dataset import load_dataset
+from kda_trace.inputs import clone_inputs, make_inputs
+from kda_trace.reference import compile_reference
+from kda_trace.runner import normalize_outputs
+from kda_trace.solutions import flashinfer_adapters as fa
+
+
+def _stand_in_recurrent_kda(calls):
+    """FlashInfer's documented recurrent_kda contract in plain PyTorch (float32 math), recording its calls."""
+
+    def recurrent_kda(q, k, v, g, beta, A_log=None, dt_bias=None, scale=None, initial_state=None,
+                      output_final_state=False, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=False,
+                      lower_bound=None, cu_seqlens=None, ssm_state_indices=None, num_spec_tokens=None,
+                      beta_is_logit=False, backend="auto", **rest):
+        calls.append(dict(q=q, k=k, v=v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, scale=scale,
+                          initial_state=initial_state, output_final_state=output_final_state,
+                          use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
+                          lower_bound=lower_bound, cu_seqlens=cu_seqlens, ssm_state_indices=ssm_state_indices,
+                          num_spec_tokens=num_spec_tokens, beta_is_logit=beta_is_logit, backend=backend, rest=rest))
+        for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+            assert t.dtype == torch.bfloat16, name
+        assert A_log.dtype == torch.float32 and dt_bias.dtype == torch.float32 and dt_bias.ndim == 1
+        B, T, H, K = q.shape
+        HV, V = v.shape[2], v.shape[3]
+        assert dt_bias.numel() == H * K and A_log.shape == (H,)  # per q/k head, as FlashInfer documents them
+        group = HV // H
+        qf = q.float()
+        kf = k.float()
+        if use_qk_l2norm_in_kernel:
+            qf = qf / torch.sqrt((qf * qf).sum(-1, keepdim=True) + 1e-6)
+            kf = kf / torch.sqrt((kf * kf).sum(-1, keepdim=True) + 1e-6)
+        qf = qf.repeat_interleave(group, 2) * (scale if scale is not None else K ** -0.5)
+        kf = kf.repeat_interleave(group, 2)
+        x = g.float() + dt_bias.view(H, K).repeat_interleave(group, 0)  # value head hv uses q/k head hv // group
+        a = torch.exp(A_log).repeat_interleave(group, 0)[:, None]
+        gate = -a * F.softplus(x) if lower_bound is None else lower_bound * torch.sigmoid(a * x)
+        bf = torch.sigmoid(beta.float()) if beta_is_logit else beta.float()
+        o = torch.zeros(B, T, HV, V)
+
+        def step(S, b, t):  # one token of row b on state S [HV, V, K]; returns the new state
+            S = S * torch.exp(gate[b, t])[:, None, :]
+            pred = (S @ kf[b, t][..., None])[..., 0]
+            S = S + (bf[b, t][:, None] * (v[b, t].float() - pred))[..., None] * kf[b, t][:, None, :]
+            o[b, t] = (S @ qf[b, t][..., None])[..., 0]
+            return S
+
+        if num_spec_tokens is not None:  # batched speculative decode: slot [n, t] gets the state after token t
+            assert cu_seqlens is None and T == 1 + num_spec_tokens
+            assert initial_state.dtype == torch.bfloat16 and ssm_state_indices.dtype == torch.int32
+            assert ssm_state_indices.shape == (B, T)
+            for b in range(B):
+                S = initial_state[ssm_state_indices[b, 0]].float()
+                for t in range(T):
+                    S = step(S, b, t)
+                    initial_state[ssm_state_indices[b, t]] = S.to(initial_state.dtype)
+            return o.to(q.dtype), None
+        if cu_seqlens is not None:  # packed prefill
+            assert B == 1 and cu_seqlens.dtype in (torch.int32, torch.int64)
+            n = cu_seqlens.numel() - 1
+            state = initial_state if initial_state is not None else torch.zeros(n, HV, V, K)
+            finals = []
+            for i in range(n):
+                S = state[i].float()
+                for t in range(int(cu_seqlens[i]), int(cu_seqlens[i + 1])):
+                    S = step(S, 0, t)
+                state[i] = S.to(state.dtype)
+                finals.append(S)
+            return o.to(q.dtype), (torch.stack(finals) if output_final_state else None)
+        assert T == 1 and initial_state.dtype == torch.bfloat16  # decode: the kernel's states are bfloat16
+        for b in range(B):
+            slot = int(ssm_state_indices[b]) if ssm_state_indices is not None else b
+            if ssm_state_indices is not None:
+                assert ssm_state_indices.dtype == torch.int32
+            initial_state[slot] = step(initial_state[slot].float(), b, 0).to(initial_state.dtype)
+        return o.to(q.dtype), None
+
+    return recurrent_kda
+
+
+@pytest.fixture
+def stand_in():
+    calls = []
+    return types.SimpleNamespace(recurrent_kda=_stand_in_recurrent_kda(calls)), calls
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return load_dataset()
+
+
+def _run_and_compare(ds, name, call, stand_in_module, workload_filter=lambda w: True):
+    d = ds.definitions[name]
+    w = min((w for w in ds.workloads_of(name) if "smoke" in w.tags and workload_filter(w)),
+            key=lambda w: sum(w.axes.values()))
+    inputs = make_inputs(d, w, device="cpu")
+    ref, _ = normalize_outputs(d, compile_reference(d.reference, d.name)(**clone_inputs(inputs)))
+    out, why = normalize_outputs(d, call(stand_in_module, clone_inputs(inputs), fa.options(d), "cute-dsl"))
+    assert out is not None, why
+    for o in d.outputs:
+        m = compare_output(d, o, ref[o], out[o], tolerance_for(d, o), inputs.get("cu_seqlens"))
+        assert m.passed, f"{name} {o}: {m.reason}"
+    return d, inputs
+
+
+@pytest.mark.parametrize("name", ["kda_decode_h8_d128_k_last", "kda_decode_h16_d128_k_last_safe_gate"])
+def test_decode_float32_pool_gathers_bf16_states(ds, stand_in, name):
+    module, calls = stand_in
+    d, inputs = _run_and_compare(ds, name, fa.decode, module)
+    (c,) = calls
+    B = inputs["q"].shape[0]
+    assert c["q"].shape == (B, 1, 8 if "h8" in name else 16, 128)
+    assert c["initial_state"].shape == (B, *inputs["state_pool"].shape[1:])  # the batch's slots, gathered
+    assert c["ssm_state_indices"] is None and c["use_gate_in_kernel"] and c["beta_is_logit"]
+    assert c["lower_bound"] == (-5.0 if "safe" in name else None)
+    assert c["scale"] == pytest.approx(128 ** -0.5) and c["backend"] == "cute-dsl"
+
+
+def test_decode_bfloat16_pool_is_passed_with_its_indices(ds, stand_in):
+    module, calls = stand_in
+    d = ds.definitions["kda_decode_h8_d128_k_last"]
+    w = next(w for w in ds.workloads_of(d.name) if "smoke" in w.tags)
+    inputs = make_inputs(d, w, device="cpu")
+    inputs["state_pool"] = inputs["state_pool"].to(torch.bfloat16)
+    untouched = [s for s in range(inputs["state_pool"].shape[0]) if s not in inputs["state_indices"].tolist()]
+    before = inputs["state_pool"][untouched].clone()
+    ref_o, ref_pool = compile_reference(d.reference, d.name)(**clone_inputs(inputs))
+    o, pool = fa.decode(module, inputs, fa.options(d), "cute-dsl")
+    (c,) = calls
+    assert c["initial_state"] is inputs["state_pool"] and c["ssm_state_indices"].dtype == torch.int32
+    assert torch.equal(c["ssm_state_indices"].long(), inputs["state_indices"])
+    assert pool is inputs["state_pool"] and torch.equal(pool[untouched], before)
+    assert (o.float() - ref_o.float()).abs().max() < 2e-2
+    assert (pool.float() - ref_pool.float()).abs().max() < 5e-2
+
+
+@pytest.mark.parametrize("name", ["kda_mtp_h8_d128_k_last", "kda_mtp_h16_d128_k_last_safe_gate"])
+def test_mtp_is_one_speculative_decode_call(ds, stand_in, name):
+    module, calls = stand_in
+    d, inputs = _run_and_compare(ds, name, fa.mtp, module, lambda w: w.axes["num_tokens"] > 1)
+    (c,) = calls
+    B, T = inputs["q"].shape[:2]
+    assert c["num_spec_tokens"] == T - 1 and c["ssm_state_indices"].shape == (B, T)
+    assert c["initial_state"].shape[0] == B * T and c["initial_state"].dtype == torch.bfloat16
+
+
+def test_mtp_with_one_token_is_a_decode_call(ds, stand_in):
+    module, calls = stand_in
+    d = ds.definitions["kda_mtp_h8_d128_k_last"]
+    w = next(w for w in ds.workloads_of(d.name) if "smoke" in w.tags)
+    inputs = make_inputs(d, w, device="cpu")
+    one = {n: (t[:, :1] if n in ("q", "k", "v", "g_raw", "b") else t) for n, t in inputs.items()}
+    ref_o, ref_pool = compile_reference(d.reference, d.name)(**clone_inputs(one))
+    o, pool = fa.mtp(module, clone_inputs(one), fa.options(d), "cute-dsl")
+    assert calls[0]["num_spec_tokens"] is None and calls[0]["q"].shape[1] == 1
+    assert o.shape == ref_o.shape and (o.float() - ref_o.float()).abs().max() < 2e-2
+    assert (pool - ref_pool).abs().max() < 5e-2
+
+
+@pytest.mark.parametrize("name", ["kda_prefill_h8_d128_k_last", "kda_prefill_h16_d128_k_last_safe_gate"])
+def test_prefill_packs_and_clones_the_initial_state(ds, stand_in, name):
+    module, calls = stand_in
+    d = ds.definitions[name]
+    w = min((w for w in ds.workloads_of(name) if "smoke" in w.tags), key=lambda w: -w.axes["num_seqs"])
+    inputs = make_inputs(d, w, device="cpu")
+    kept = clone_inputs(inputs)
+    ref, _ = normalize_outputs(d, compile_reference(d.reference, d.name)(**clone_inputs(inputs)))
+    out, why = normalize_outputs(d, fa.prefill(module, inputs, fa.options(d), "auto"))
+    assert out is not None, why
+    for o in d.outputs:
+        m = compare_output(d, o, ref[o], out[o], tolerance_for(d, o), inputs["cu_seqlens"])
+        assert m.passed, f"{name} {o}: {m.reason}"
+    (c,) = calls
+    assert c["q"].shape[0] == 1 and c["cu_seqlens"] is inputs["cu_seqlens"] and c["output_final_state"]
+    if inputs["initial_state"] is not None:
+        assert c["initial_state"] is not inputs["initial_state"]  # FlashInfer writes it: a clone
+        assert torch.equal(inputs["initial_state"], kept["initial_state"])
+
+
+def test_unsupported_reasons(ds):
+    defs = ds.definitions
+    assert fa.unsupported_reason(defs["kda_decode_h8_d128_k_last"], None) == "FlashInfer's KDA kernels need a CUDA device"
+    assert fa.unsupported_reason(defs["kda_decode_h8_d128_k_last"], (9, 0)) is None
+    assert fa.unsupported_reason(defs["kda_mtp_h96_d128_k_last_safe_gate"], (9, 0)) is None
+    assert "10.0, 10.3 and 12.0" in fa.unsupported_reason(defs["kda_prefill_h8_d128_k_last"], (9, 0))
+    assert fa.unsupported_reason(defs["kda_prefill_h8_d128_k_last"], (10, 0)) is None
+    assert "no KDA backward" in fa.unsupported_reason(defs["kda_bwd_h32_d128_v_last"], (10, 0))
+    assert "gate" in fa.unsupported_reason(defs["kda_gate_h32_d128"], (10, 0))
+    assert "dense" in fa.unsupported_reason(defs["kda_fwd_h32_d128_v_last"], (10, 0))
+    from kda_trace.import_flashinfer import family_definition
+
+    gva = type(defs["kda_decode_h8_d128_k_last"]).model_validate(family_definition("decode", 4, 8, 128, None, "test"))
+    assert "per q/k head" in fa.unsupported_reason(gva, (9, 0))
+    data = defs["kda_decode_h8_d128_k_last"].model_dump(mode="json")
+    data["tags"] = [t for t in data["tags"] if not t.startswith("beta:")] + ["beta:prob"]
+    odd = type(defs["kda_decode_h8_d128_k_last"]).model_validate(data)
+    assert "beta:prob" in fa.unsupported_reason(odd, (9, 0))
+
+
+def test_solution_is_unsupported_without_cuda_or_package(ds, monkeypatch):
+    from kda_trace.solutions.registry import resolve
+
+    sol = resolve("flashinfer", device="cpu")
+    d = ds.definitions["kda_decode_h8_d128_k_last"]
+    monkeypatch.setattr(fa, "flashinfer_available", lambda: False)
+    assert "not installed" in sol.supports(d)
+    monkeypatch.setattr(fa, "flashinfer_available", lambda: True)
+    assert sol.supports(d) == "FlashInfer's KDA kernels need a CUDA device"
