@@ -178,3 +178,55 @@ def test_chunked_metrics_match_a_direct_computation(ds, monkeypatch):
     per_token = (err.pow(2).sum(dim=(0, 2)) / ref.pow(2).sum(dim=(0, 2))).sqrt()
     assert m.error_by_position == pytest.approx(per_token.tolist(), rel=1e-12)
     assert m.worst[0].abs_error == pytest.approx(float(err.max()), rel=1e-12)
+
+
+def test_row_layout_takes_the_trailing_head_dim_axes_or_the_last_axis():
+    from kda_trace.compare import row_layout
+
+    assert row_layout([5, 3, 8], ["total_seq_len", "num_v_heads", "head_dim_v"]) == (8, [5, 3], ["total_seq_len", "num_v_heads"])
+    assert row_layout([2, 3, 4, 6], ["num_seqs", "num_v_heads", "head_dim_v", "head_dim_k"])[:2] == (24, [2, 3])
+    assert row_layout([2, 7, 3], ["batch_size", "seq_len", "num_v_heads"])[:2] == (3, [2, 7])
+    assert row_layout([], []) == (1, [], [])
+
+
+@pytest.mark.parametrize("tokens", [8192, 65536, 1 << 20])
+def test_one_wrong_row_fails_at_any_size_and_is_named(tokens):
+    """A (token, head) row zeroed, or copied from its neighbour, among up to 1M tokens (the aggregate
+    bounds alone pass both at these sizes)."""
+    d = load_dataset(Path(__file__).parents[2]).definitions["kda_prefill_h8_d128_k_last"]
+    torch.manual_seed(0)
+    ref = (torch.randn(tokens, 1, 16) * 0.03).bfloat16()
+    honest = (ref.float() * (1 + 2e-3 * torch.randn(tokens, 1, 16))).bfloat16()
+    tol = tolerance_for(d, "o")
+    m = compare_output(d, "o", ref, honest, tol)
+    assert m.passed and m.max_row_rel_error < 0.01
+    for defect in ("zeroed", "neighbour"):
+        out = honest.clone()
+        out[tokens - 3, 0] = 0 if defect == "zeroed" else out[tokens - 4, 0]
+        m = compare_output(d, "o", ref, out, tol)
+        assert not m.passed and m.rows_over_bound == 1
+        assert m.worst_row.index == [tokens - 3, 0] and m.worst_row.where == f"token {tokens - 3}, head 0"
+        assert "per-row bound" in m.reason and m.max_row_rel_error > 0.5
+
+
+def test_rows_near_zero_use_the_absolute_floor(ds):
+    d = ds.definitions["toy_scan"]
+    ref = torch.randn(2, 6, 8)
+    ref[1, 2] = 1e-9  # a row of (almost) zeros: relative error would explode
+    out = ref.clone()
+    out[1, 2] = 1e-5  # far below atol: not a wrong row
+    m = compare_output(d, "y", ref, out, tolerance_for(d, "y"))
+    assert m.passed and m.max_row_rel_error < 0.1
+
+
+def test_an_inf_in_the_reference_is_never_matched(ds):
+    d = ds.definitions["toy_scan"]
+    ref = torch.randn(2, 6, 8)
+    ref[0, 1, 2] = float("inf")
+    for value in (float("inf"), 1e30):
+        out = ref.clone()
+        out[0, 1, 2] = value
+        loose = parse_tolerance_override("y=atol:1e9,rtol:1e9,min_matched_ratio:0,max_rms_rel_error:none,"
+                                         "min_cosine:none,max_row_rel_error:none")[1]
+        m = compare_output(d, "y", ref, out, tolerance_for(d, "y", {"y": loose}))
+        assert not m.passed and "reference has 1 NaN/Inf" in m.reason
