@@ -21,9 +21,11 @@ cheats=(honest row_zeroed row_from_neighbour row_stale state_row_zeroed patches_
         side_stream returns_input_memory gc_scan caller_frames empty_like illegal_address forged_pass)
 args=()
 case "$PHASE" in
-cheats)
-    args=(--name kda_prefill_h32_d128_k_last --name kda_prefill_h24_d128_k_last_safe_gate --name kda_decode_h32_d128_k_last
-          --name kda_mtp_h32_d128_k_last --solution triton)
+cheats)  # NAMES overrides the definitions; EXTRA adds solutions (e.g. "fla")
+    for n in ${NAMES:-kda_prefill_h32_d128_k_last kda_prefill_h24_d128_k_last_safe_gate kda_decode_h32_d128_k_last kda_mtp_h32_d128_k_last}; do
+        args+=(--name "$n"); done
+    args+=(--solution triton)
+    for e in ${EXTRA:-}; do args+=(--solution "$e"); done
     for c in "${cheats[@]}"; do args+=(--solution "tests/runner/cheats.py::$c"); done ;;
 calibrate)
     args=(--op-type kda --solution triton --solution reference --solution fla --warmup 1 --reps 3 --max-reps 5) ;;
