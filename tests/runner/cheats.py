@@ -179,6 +179,8 @@ def _shaped_like_outputs(inputs):
         value = inputs.get(name)
         if isinstance(value, torch.Tensor) and spec.shape:
             axes.update(zip(spec.shape, value.shape))
+    if "len_cu_seqlens" in axes:
+        axes.setdefault("num_seqs", axes["len_cu_seqlens"] - 1)
     return {n: (d.shape_of(s, axes) or [], torch_dtype(s.dtype)) for n, s in d.outputs.items()}
 
 
