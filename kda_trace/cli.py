@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from .hub import HubError
+    from .hub_download import HubError
 
     try:
         return int(args.func(args) or 0)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import List, Tuple
 
-from .commands import add_dataset_argument, add_filter_arguments
+from .cli_args import add_dataset_argument, add_filter_arguments
 
 DEFAULT_OUT = "kda-trace-out"
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kda_trace.commands import schema_texts
+from kda_trace.schema_files import schema_texts
 from kda_trace.dataset import load_dataset, schema_problems
 from kda_trace.schema import Definition, Workload
 
