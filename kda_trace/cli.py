@@ -15,6 +15,7 @@ COMMANDS = {
     "coverage": "kda_trace.commands",
     "run": "kda_trace.run_command",
     "report": "kda_trace.run_command",
+    "compare": "kda_trace.compare_runs",
     "export": "kda_trace.hub",
     "publish": "kda_trace.hub",
 }

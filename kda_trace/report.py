@@ -95,7 +95,7 @@ def workload_size(w) -> Tuple[int, Optional[int], str]:
         tokens, n_seq = a["batch_size"], a["batch_size"]
     else:
         tokens = math.prod(a.values()) if a else 0
-    label = f"{tokens:,} tokens"
+    label = f"{tokens:,} {'token' if tokens == 1 else 'tokens'}"
     if n_seq is not None:
         label += f" · {n_seq:,} {'sequence' if n_seq == 1 else 'sequences'}"
     return tokens, n_seq, label
