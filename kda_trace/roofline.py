@@ -36,24 +36,25 @@ class DevicePeak:
 
 
 # (pattern searched in the CUDA device name, case-insensitive; first match wins, so the specific come first).
-# All values are vendor datasheet figures (not measured here): memory bandwidth, and dense BF16 Tensor Core
-# throughput (NVIDIA lists the "with sparsity" figure, twice the dense one, in the same table).
+# All values are NVIDIA datasheet figures (none is measured here; quoted from the datasheets named, not
+# re-read from the PDFs when this table was written): memory bandwidth, and dense BF16 Tensor Core
+# throughput (the datasheets list the "with sparsity" figure, twice the dense one, beside it).
 DEVICE_PEAKS: Tuple[Tuple[str, DevicePeak], ...] = (
-    (r"H100.*NVL", DevicePeak("H100 NVL 94GB", 3.9, 835.5, "datasheet: NVIDIA H100 Tensor Core GPU datasheet")),
-    (r"H100.*PCIe", DevicePeak("H100 PCIe 80GB", 2.0, 756.0, "datasheet: NVIDIA H100 Tensor Core GPU datasheet")),
-    (r"H100", DevicePeak("H100 SXM5 80GB", 3.35, 989.4, "datasheet: NVIDIA H100 Tensor Core GPU datasheet")),
-    (r"H200.*NVL", DevicePeak("H200 NVL 141GB", 4.8, 835.5, "datasheet: NVIDIA H200 Tensor Core GPU datasheet")),
-    (r"H200", DevicePeak("H200 SXM 141GB", 4.8, 989.4, "datasheet: NVIDIA H200 Tensor Core GPU datasheet")),
-    (r"GH200.*144G", DevicePeak("GH200 144GB HBM3e", 4.9, 989.4, "datasheet: NVIDIA GH200 Grace Hopper Superchip")),
-    (r"GH200", DevicePeak("GH200 96GB HBM3", 4.0, 989.4, "datasheet: NVIDIA GH200 Grace Hopper Superchip")),
-    (r"B200", DevicePeak("B200 (HGX, per GPU)", 8.0, 2250.0, "datasheet: NVIDIA HGX B200 (8 GPUs: 64 TB/s, "
+    (r"\bH100\b.*NVL", DevicePeak("H100 NVL 94GB", 3.9, 835.5, "datasheet: NVIDIA H100 Tensor Core GPU datasheet")),
+    (r"\bH100\b.*PCIe", DevicePeak("H100 PCIe 80GB", 2.0, 756.0, "datasheet: NVIDIA H100 Tensor Core GPU datasheet")),
+    (r"\bH100\b", DevicePeak("H100 SXM5 80GB", 3.35, 989.4, "datasheet: NVIDIA H100 Tensor Core GPU datasheet")),
+    (r"\bGH200\b.*144G", DevicePeak("GH200 144GB HBM3e", 4.9, 989.4, "datasheet: NVIDIA GH200 Grace Hopper Superchip")),
+    (r"\bGH200\b", DevicePeak("GH200 96GB HBM3", 4.0, 989.4, "datasheet: NVIDIA GH200 Grace Hopper Superchip")),
+    (r"\bH200\b.*NVL", DevicePeak("H200 NVL 141GB", 4.8, 835.5, "datasheet: NVIDIA H200 Tensor Core GPU datasheet")),
+    (r"\bH200\b", DevicePeak("H200 SXM 141GB", 4.8, 989.4, "datasheet: NVIDIA H200 Tensor Core GPU datasheet")),
+    (r"\bB200\b", DevicePeak("B200 (HGX, per GPU)", 8.0, 2250.0, "datasheet: NVIDIA HGX B200 (8 GPUs: 64 TB/s, "
                                                                 "36 PFLOPS BF16 with sparsity)")),
-    (r"A100.*80GB.*PCIe|A100.*PCIe.*80GB", DevicePeak("A100 PCIe 80GB", 1.935, 312.0,
+    (r"\bA100\b.*80GB.*PCIe|\bA100\b.*PCIe.*80GB", DevicePeak("A100 PCIe 80GB", 1.935, 312.0,
                                                       "datasheet: NVIDIA A100 Tensor Core GPU datasheet")),
-    (r"A100.*80GB", DevicePeak("A100 SXM4 80GB", 2.039, 312.0, "datasheet: NVIDIA A100 Tensor Core GPU datasheet")),
-    (r"A100", DevicePeak("A100 40GB", 1.555, 312.0, "datasheet: NVIDIA A100 Tensor Core GPU datasheet")),
-    (r"L40S", DevicePeak("L40S", 0.864, 362.05, "datasheet: NVIDIA L40S GPU datasheet")),
-    (r"L40", DevicePeak("L40", 0.864, 181.0, "datasheet: NVIDIA L40 GPU datasheet")),
+    (r"\bA100\b.*80GB", DevicePeak("A100 SXM4 80GB", 2.039, 312.0, "datasheet: NVIDIA A100 Tensor Core GPU datasheet")),
+    (r"\bA100\b", DevicePeak("A100 40GB", 1.555, 312.0, "datasheet: NVIDIA A100 Tensor Core GPU datasheet")),
+    (r"\bL40S\b", DevicePeak("L40S", 0.864, 362.05, "datasheet: NVIDIA L40S GPU datasheet")),
+    (r"\bL40\b", DevicePeak("L40", 0.864, 181.0, "datasheet: NVIDIA L40 GPU datasheet")),
     (r"\bL4\b", DevicePeak("L4", 0.3, 121.0, "datasheet: NVIDIA L4 Tensor Core GPU datasheet")),
     (r"\bA10\b", DevicePeak("A10", 0.6, 125.0, "datasheet: NVIDIA A10 Tensor Core GPU datasheet")),
 )
