@@ -449,7 +449,10 @@ def _error_plot(title: str, series: List[Tuple[str, str, List[float], int]]) -> 
     for e in range(math.ceil(lo), math.floor(hi) + 1):
         out.append(f'<text x="{left - 5}" y="{y(10 ** e) + 4}" font-size="11" text-anchor="end">1e{e}</text>')
         out.append(f'<line x1="{left}" y1="{y(10 ** e)}" x2="{w - right}" y2="{y(10 ** e)}" stroke="#eee"/>')
+    decades = [y(10 ** e) for e in range(math.ceil(lo), math.floor(hi) + 1)]
     for edge in (lo, hi):  # label the ends too: a narrow range may hold a single decade line
+        if any(abs(y(10 ** edge) - d) < 12 for d in decades):
+            continue  # a decade label is already there
         out.append(f'<text x="{left - 5}" y="{y(10 ** edge) + 4}" font-size="10" fill="#777" '
                    f'text-anchor="end">{10 ** edge:.1e}</text>')
     for frac in (0, 0.5, 1):
