@@ -6,7 +6,7 @@ were timed, the latency ratio B / A. A row is
 - `new failure`: failed in B, and passed in A or was not in A;
 - `fixed`: failed in A, passed in B;
 - `slower` / `faster`: both passed and B / A is above 1 + threshold / below 1 / (1 + threshold);
-- `new` / `missing`: only in B / only in A (and not a failure);
+- `new` / `missing`: only in B / only in A, or skipped (UNSUPPORTED) in A / in B only (and not a failure);
 - `same` otherwise (skipped pairs included).
 
 The exit status is 1 when any row is a new failure or slower, so a kernel repository can gate its CI on
@@ -77,6 +77,10 @@ def _failed(t: Optional[Trace]) -> bool:
     return t is not None and t.evaluation.status not in (S.PASSED, S.UNSUPPORTED)
 
 
+def _skipped(t: Optional[Trace]) -> bool:
+    return t is not None and t.evaluation.status == S.UNSUPPORTED
+
+
 def _latency(t: Optional[Trace]) -> Optional[float]:
     if t is None or t.evaluation.status != S.PASSED or t.evaluation.performance is None:
         return None
@@ -109,10 +113,10 @@ def compare_runs(a: TraceSet, b: TraceSet, threshold: float = DEFAULT_THRESHOLD)
             verdict = "new failure"
         elif _failed(ta) and tb is not None and tb.evaluation.status == S.PASSED:
             verdict = "fixed"
-        elif ta is None:
-            verdict = "new"
-        elif tb is None:
-            verdict = "missing"
+        elif ta is None or (_skipped(ta) and not _skipped(tb)):
+            verdict, note = "new", "" if ta is None else "skipped in A"
+        elif tb is None or (_skipped(tb) and not _skipped(ta)):
+            verdict, note = "missing", "" if tb is None else "skipped in B"
         elif ratio is not None and ratio > 1 + threshold:
             verdict = "slower"
         elif ratio is not None and ratio < 1 / (1 + threshold):

@@ -86,3 +86,14 @@ def test_usage_errors(runs, tmp_path, capsys):
     assert main(["compare", str(a), str(tmp_path / "empty")]) == 2
     assert "no trace records" in capsys.readouterr().err
     assert main(["compare", str(a), str(a), "--threshold", "-1"]) == 2
+
+
+def test_a_pair_that_became_skipped_or_supported(tmp_path):
+    a = write_run(tmp_path / "a", [record(D, "w-small", "triton", ms=1.0), record(D, "w-mid", "triton", "UNSUPPORTED"),
+                                   record(D, "w-big", "triton", "UNSUPPORTED")])
+    b = write_run(tmp_path / "b", [record(D, "w-small", "triton", "UNSUPPORTED"), record(D, "w-mid", "triton", ms=1.0),
+                                   record(D, "w-big", "triton", "UNSUPPORTED")])
+    cmp = compare_runs(load_traces([a]), load_traces([b]))
+    assert verdicts(cmp) == {("w-small", "triton"): "missing", ("w-mid", "triton"): "new",
+                             ("w-big", "triton"): "same"}
+    assert not cmp.regressions
