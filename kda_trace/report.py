@@ -118,6 +118,26 @@ def record_sol(t: Trace) -> Tuple[Optional[float], Optional[str], bool]:
     return fraction, bound, fraction is not None
 
 
+def peaks_used(ts: TraceSet) -> List[dict]:
+    """The rooflines the SOL fractions of these records are measured against: each record's own `peaks`, or,
+    for older records, the table's entry for its device (as record_sol uses them)."""
+    from .roofline import device_peak
+
+    out: List[dict] = []
+    for t in ts.records.values():
+        env = t.evaluation.environment
+        if t.evaluation.performance is None or t.evaluation.performance.mode == "cpu_wall":
+            continue
+        peak = env.peaks if env.peaks is not None else device_peak(env.hardware)
+        if peak is None:
+            continue
+        entry = {"hardware": env.hardware, "model": peak.model, "tbps": peak.tbps, "tflops": peak.tflops,
+                 "source": peak.source, "in_record": env.peaks is not None}
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
 def baseline_speedups(ts: TraceSet, baseline: Optional[str]) -> Dict[Tuple[str, str, str], float]:
     """(definition, workload, solution) -> the baseline solution's latency / this solution's latency, where
     both passed and were timed on the same workload of the run."""
@@ -190,6 +210,7 @@ def summarize(ts: TraceSet, baseline: Optional[str] = None) -> dict:
                    "failed": sum(totals.values()) - totals[S.PASSED.value] - n_skip, "skipped": n_skip,
                    "by_status": dict(sorted(totals.items()))},
         "solutions": _solution_totals(ts, definitions, vs_base),
+        "peaks": peaks_used(ts),
         "environments": envs,
         "definitions": definitions,
         "baseline_speedups": [{"definition": d, "workload": u, "size": workload_size(ts.records[(d, u, s)].workload)[2],
@@ -305,6 +326,8 @@ def render_markdown(summary: dict) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in summary_rows(summary)]
     lines += ["", SOL_NOTE + (" Some SOL figures were derived at report time from the device table (records "
                               "written before the runner stored them)." if _any_derived(summary) else "")]
+    lines += [f"- {pk['hardware']}: peaks of {pk['model']}, {_fmt(pk['tbps'])} TB/s, {_fmt(pk['tflops'], '.4g')} "
+              f"TFLOP/s ({pk['source']})" for pk in summary.get("peaks", [])]
     if summary.get("baseline"):
         lines += ["", f"`vs {summary['baseline']}`: geometric mean over the workloads where both passed of "
                       f"{summary['baseline']}'s latency / the solution's latency (above 1: faster than "
@@ -523,6 +546,10 @@ def _overview(summary: dict, color: Dict[str, str]) -> List[str]:
         parts.append("</tr>")
     parts.append("</table>")
     notes = [SOL_NOTE]
+    for pk in summary.get("peaks", []):
+        notes.append(f"{pk['hardware']}: peaks of {pk['model']}, {_fmt(pk['tbps'])} TB/s and "
+                     f"{_fmt(pk['tflops'], '.4g')} TFLOP/s ({pk['source']}"
+                     + ("" if pk["in_record"] else "; from the table at report time") + ").")
     if _any_derived(summary):
         notes.append("Some SOL figures were derived at report time from the device table (records written before "
                      "the runner stored them).")

@@ -129,3 +129,9 @@ def test_report_renders_in_a_real_browser(run, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", data[16:24]) == (1400, 1800)
     assert len(data) > 30_000  # a blank page compresses to a few kB
+
+
+def test_the_peaks_used_are_named(run):
+    s = summarize(load_traces([run]))
+    used = {(p["model"], p["tbps"], p["tflops"], p["in_record"]) for p in s["peaks"]}
+    assert used == {("test GPU", 2.0, 100.0, True), ("H100 SXM5 80GB", 3.35, 989.4, False)}
