@@ -15,6 +15,7 @@ COMMANDS = {
     "coverage": "kda_trace.commands",
     "run": "kda_trace.run_command",
     "report": "kda_trace.run_command",
+    "compare": "kda_trace.compare_runs",
     "export": "kda_trace.hub",
     "publish": "kda_trace.hub",
     "import-flashinfer": "kda_trace.import_flashinfer",
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from .hub import HubError
+    from .hub_download import HubError
 
     try:
         return int(args.func(args) or 0)

@@ -7,22 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from .cli_args import add_dataset_argument, add_filter_arguments
 from .dataset import load_dataset, resolve_root
-
-SCHEMA_MODELS = {"definition": "Definition", "workload": "Workload", "trace": "Trace", "solution": "SolutionSpec"}
-
-
-def add_dataset_argument(parser: argparse.ArgumentParser) -> None:
-    """`--dataset`: a local directory or hf://ORG/NAME[@rev]; default: this repository's dataset."""
-    parser.add_argument("--dataset", metavar="DIR|hf://ORG/NAME[@REV]", default=None,
-                        help="dataset root (default: the dataset in this repository)")
-
-
-def add_filter_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--op-type", default=None, help="only definitions of this op_type")
-    parser.add_argument("--name", "--definition", dest="names", action="append", default=[],
-                        help="only definitions whose name contains this (repeatable)")
-    parser.add_argument("--tag", dest="tags", action="append", default=[], help="only definitions with this tag (repeatable)")
+from .schema_files import schema_texts
 
 
 def configure_list(parser: argparse.ArgumentParser) -> None:
@@ -70,14 +57,6 @@ def command_validate(args) -> int:
     summary = f"{len(ds.definitions)} definitions, {n_wl} workloads, {len(ds.problems)} problems in {ds.root}"
     print(summary, file=sys.stderr if ds.problems else sys.stdout)
     return 1 if ds.problems else 0
-
-
-def schema_texts() -> dict:
-    """file name -> JSON Schema text, generated from the models."""
-    from . import schema as models
-
-    return {f"{stem}.schema.json": json.dumps(getattr(models, model).model_json_schema(), indent=2) + "\n"
-            for stem, model in SCHEMA_MODELS.items()}
 
 
 def configure_schemas(parser: argparse.ArgumentParser) -> None:

@@ -326,7 +326,7 @@ def resolve_root(spec: Optional[str]) -> Path:
     if spec is None:
         return default_root()
     if spec.startswith("hf://"):
-        from .hub import download_dataset
+        from .hub_download import download_dataset
 
         return download_dataset(spec)
     return Path(spec)

@@ -1,9 +1,11 @@
-"""Where an evaluation ran: device name, driver, library versions, dataset revision and digests, seed."""
+"""Where an evaluation ran: device (name, index, uuid, peaks), driver, library versions, the project's version and
+commit, dataset revision and digests, seed."""
 
 from __future__ import annotations
 
 import hashlib
 import platform as _platform
+import re
 import subprocess
 from functools import lru_cache
 from importlib import metadata
@@ -11,7 +13,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from . import platform
-from .schema import Environment
+from .schema import DevicePeaks, Environment
 
 
 def _version(package: str) -> Optional[str]:
@@ -32,9 +34,21 @@ def _driver_version() -> Optional[str]:
     return lines[0].strip() if out.returncode == 0 and lines else None
 
 
+def _git(cwd: Path | str, *args: str) -> Optional[str]:
+    """stdout of `git -C cwd args...` (stripped), None when git fails or is missing."""
+    try:
+        out = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 @lru_cache(maxsize=None)
 def dataset_revision(root: str) -> Optional[str]:
-    """`git rev-parse HEAD` of the dataset root (with `-dirty` when its dataset files have changes)."""
+    """`git rev-parse HEAD` of the dataset root (with `-dirty` when its dataset files have changes); None
+    when the dataset files are not tracked there (a copy inside some other repository is not its commit)."""
+    if not _git(root, "ls-files", "--", "definitions", "workloads"):
+        return None
     try:
         head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
@@ -96,13 +110,48 @@ def code_digest() -> Optional[str]:
     return _digest(Path(__file__).resolve().parent, ("**/*.py",))
 
 
+PROJECT_NAME = re.compile(r'^name\s*=\s*"kda-trace"\s*$', re.MULTILINE)
+
+
+@lru_cache(maxsize=None)
+def project_commit(package_dir: Optional[str] = None) -> Optional[str]:
+    """The git commit of this kda_trace package's own checkout (`-dirty` when the package has changes).
+
+    Only when the package directory sits at the top level of a git checkout whose pyproject.toml is
+    kda-trace's: a package installed or copied into some other repository gets None, never that
+    repository's commit."""
+    package = Path(package_dir or Path(__file__).resolve().parent).resolve()
+    top = _git(package, "rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != package.parent:
+        return None
+    pyproject = package.parent / "pyproject.toml"
+    if not pyproject.is_file() or not PROJECT_NAME.search(pyproject.read_text(encoding="utf-8")):
+        return None
+    head = _git(package, "rev-parse", "HEAD")
+    if head is None:
+        return None
+    dirty = _git(package.parent, "status", "--porcelain", "--", package.name)
+    return head + ("-dirty" if dirty else "")
+
+
 def capture(device: str, seed: Optional[int], dataset_root: Optional[Path | str]) -> Environment:
-    """The environment of this process for `device`."""
+    """The environment of this process for `device`. Peaks for the speed of light come from
+    roofline.device_peak (its overrides are environment variables, so worker processes see them)."""
+    from . import __version__, roofline
+
+    hardware = platform.device_name(device)
+    where, uuid = platform.device_identity(device)
+    peak = roofline.device_peak(hardware)
     return Environment(
-        hardware=platform.device_name(device),
+        hardware=hardware,
         libs=dict(_libs(device)),
         seed=seed,
         dataset_revision=dataset_revision(str(dataset_root)) if dataset_root is not None else None,
         dataset_digest=dataset_digest(str(dataset_root)) if dataset_root is not None else None,
         code_digest=code_digest(),
+        device=where,
+        device_uuid=uuid,
+        project_version=__version__,
+        project_commit=project_commit(),
+        peaks=DevicePeaks(model=peak.model, tbps=peak.tbps, tflops=peak.tflops, source=peak.source) if peak else None,
     )

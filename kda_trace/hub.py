@@ -6,7 +6,8 @@
   the Hub viewer and `datasets.load_dataset`, and a `README.md` dataset card generated from the
   definitions. Only a dataset without problems is exported.
 - `publish` exports to a temporary directory and uploads it with `huggingface_hub`.
-- `download_dataset` turns `hf://ORG/NAME[@REV]` into a local snapshot in the Hugging Face cache.
+- `download_dataset` (from `hub_download`) turns `hf://ORG/NAME[@REV]` into a local snapshot in the Hugging
+  Face cache.
 
 Why the tables: definitions and workloads are nested JSON whose keys differ from one definition to the
 next (axes, inputs), which a columnar loader cannot unify into one schema. Each table row keeps the
@@ -28,98 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .commands import add_dataset_argument, schema_texts
+from .cli_args import add_dataset_argument
 from .dataset import Dataset, load_dataset, pydantic_problems, resolve_root
+# HubError and the hf:// download live in hub_download (the dataset loader imports it); re-exported here
+from .hub_download import HF_PREFIX, HubError, HubSpec, check_repo_id, download_dataset, first_line, parse_spec  # noqa: F401
+from .schema_files import schema_texts
 
-HF_PREFIX = "hf://"
 TABLES_DIR = "tables"
 # Directories of the Hub repository that `publish` manages: remote files in them that the export
 # does not contain any more are deleted, so the repository mirrors the export.
 MANAGED_DIRS = ("definitions", "workloads", "traces", "schemas", TABLES_DIR)
 LICENSE = "apache-2.0"
 PLACEHOLDER_REPO = "ORG/NAME"
-
-
-class HubError(Exception):
-    """A problem with exporting, publishing or downloading, as one message for the user."""
-
-
-# --------------------------------------------------------------------------- hf:// specs
-
-
-@dataclass(frozen=True)
-class HubSpec:
-    """A parsed `hf://ORG/NAME[@REV]`."""
-
-    repo_id: str
-    revision: Optional[str] = None
-
-
-def parse_spec(spec: str) -> HubSpec:
-    """Parse `hf://ORG/NAME[@REV]` (also `hf://datasets/ORG/NAME[@REV]`); HubError when malformed."""
-    usage = f"expected {HF_PREFIX}ORG/NAME or {HF_PREFIX}ORG/NAME@REVISION"
-    if not spec.startswith(HF_PREFIX):
-        raise HubError(f"dataset {spec!r}: not a Hub dataset ({usage})")
-    rest = spec[len(HF_PREFIX):].removeprefix("datasets/")
-    repo_id, at, revision = rest.partition("@")
-    if at and not revision:
-        raise HubError(f"dataset {spec!r}: empty revision after '@' ({usage})")
-    check_repo_id(repo_id, f"dataset {spec!r}", f" ({usage})")
-    return HubSpec(repo_id, revision or None)
-
-
-def check_repo_id(repo_id: str, where: str, hint: str = "") -> None:
-    """HubError (prefixed by `where`) unless `repo_id` is a valid ORG/NAME."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    if repo_id.count("/") != 1:
-        raise HubError(f"{where}: the repository must be ORG/NAME{hint}")
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as e:
-        raise HubError(f"{where}: invalid repository id {repo_id!r}: {e}") from None
-
-
-def download_dataset(spec: str, cache_dir: Optional[Path | str] = None) -> Path:
-    """Download (or find in the Hugging Face cache) the dataset `hf://ORG/NAME[@REV]`; its local root.
-
-    Uses `huggingface_hub.snapshot_download(repo_type="dataset")`, so a snapshot already in the cache is
-    used offline (HF_HUB_OFFLINE=1 or no network). Raises HubError with one clear message.
-    """
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    hub = parse_spec(spec)
-    where = f"dataset {spec}"
-    try:
-        path = snapshot_download(hub.repo_id, repo_type="dataset", revision=hub.revision, cache_dir=cache_dir)
-    except RevisionNotFoundError:
-        raise HubError(f"{where}: revision {hub.revision!r} does not exist in {hub.repo_id}") from None
-    except GatedRepoError:
-        raise HubError(f"{where}: the repository is gated: accept its terms on the Hub and log in "
-                       "(`hf auth login` or HF_TOKEN)") from None
-    except RepositoryNotFoundError:
-        raise HubError(f"{where}: no such dataset repository on the Hub (or it is private and no valid token "
-                       "was given: set HF_TOKEN or run `hf auth login`)") from None
-    except LocalEntryNotFoundError as e:
-        raise HubError(f"{where}: the Hub cannot be reached (offline: HF_HUB_OFFLINE=1 or no network) and no "
-                       f"complete copy is in the local cache ({_first_line(e)})") from None
-    except HfHubHTTPError as e:
-        raise HubError(f"{where}: the Hub refused the download: {_first_line(e)}") from None
-    except (OSError, ValueError) as e:
-        raise HubError(f"{where}: download failed: {type(e).__name__}: {_first_line(e)}") from None
-    return Path(path)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 # --------------------------------------------------------------------------- export
@@ -563,10 +484,10 @@ def _upload(export: Export, repo_id: str, revision: Optional[str], create_pr: bo
         if status in (401, 403):
             raise HubError(f"{repo_id}: the Hub refused the token (HTTP {status}): check HF_TOKEN or "
                            "`hf auth login`, and write access to the organisation") from None
-        raise HubError(f"{repo_id}: the Hub refused the upload: {_first_line(e)}") from None
+        raise HubError(f"{repo_id}: the Hub refused the upload: {first_line(e)}") from None
     except (OSError, ValueError, *_transport_errors()) as e:
         # connection errors, offline mode (a ConnectionError), timeouts, arguments the Hub refuses
-        raise HubError(f"{repo_id}: cannot reach {endpoint} to upload ({type(e).__name__}: {_first_line(e)}); "
+        raise HubError(f"{repo_id}: cannot reach {endpoint} to upload ({type(e).__name__}: {first_line(e)}); "
                        "check the network, or use --dry-run") from None
 
 

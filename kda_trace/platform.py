@@ -54,3 +54,16 @@ def device_name(device: str) -> str:
     import platform as _platform
 
     return f"cpu ({_platform.processor() or _platform.machine()})"
+
+
+def device_identity(device: str) -> tuple[str, str | None]:
+    """(`cuda:<index>` or `cpu`, the GPU's UUID as nvidia-smi prints it, or None) for `device`."""
+    if not (device.startswith("cuda") and has_cuda()):
+        return "cpu", None
+    d = torch.device(device)
+    index = d.index if d.index is not None else torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    text = str(uuid) if uuid is not None else None
+    if text and not text.startswith("GPU-"):
+        text = f"GPU-{text}"
+    return f"cuda:{index}", text

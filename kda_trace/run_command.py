@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import List, Tuple
 
-from .commands import add_dataset_argument, add_filter_arguments
+from .cli_args import add_dataset_argument, add_filter_arguments
 
 DEFAULT_OUT = "kda-trace-out"
 
@@ -65,6 +65,19 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
                         help="keep each workload's input sets and reference outputs in host memory and copy them "
                              "to the GPU per call (default: only for an input set larger than 1/10 of the GPU's "
                              "memory, as the stress workloads have)")
+    add_baseline_argument(parser)
+    parser.add_argument("--peak-tbps", type=float, default=None, metavar="TB/S",
+                        help="the device's peak memory bandwidth for the speed-of-light fraction (default: the "
+                             "table in kda_trace/roofline.py for the device's name, or $KDA_TRACE_PEAK_TBPS)")
+    parser.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOP/S",
+                        help="the device's peak dense bf16 tensor throughput (default: the table, or "
+                             "$KDA_TRACE_PEAK_TFLOPS)")
+
+
+def add_baseline_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--baseline", default=None, metavar="SOLUTION",
+                        help="a solution of the run (its name, e.g. fla) to compare the others with: speedups per "
+                             "workload and their geometric mean per definition")
 
 
 def _usage(message: str) -> int:
@@ -128,6 +141,16 @@ def command_run(args) -> int:
     names = {spec: s.name for spec, s in solutions.items()}
     if len(set(names.values())) != len(names):
         return _usage(f"two --solution arguments have the same name: {sorted(names.values())}")
+    if args.baseline is not None and args.baseline not in names.values():
+        return _usage(f"--baseline {args.baseline!r} is not one of this run's solutions: {sorted(names.values())}")
+    from . import roofline
+
+    for value, var, flag in ((args.peak_tbps, roofline.ENV_TBPS, "--peak-tbps"),
+                             (args.peak_tflops, roofline.ENV_TFLOPS, "--peak-tflops")):
+        if value is not None:
+            if not value > 0:
+                return _usage(f"{flag} must be positive")
+            os.environ[var] = repr(value)  # read by environment.capture here and in the worker processes
 
     size = args.size or ("all" if gpu else "smoke")
     seed = DEFAULT_SEED if args.seed is None else args.seed
@@ -211,7 +234,7 @@ def command_run(args) -> int:
 
     from .report import load_traces, print_summary, write_reports
 
-    summary, paths = write_reports(load_traces([out]), out)
+    summary, paths = write_reports(load_traces([out]), out, args.baseline)
     print_summary(summary, console)
     console.print(f"this run: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped; "
                   f"traces in {out / 'traces'}; " + ", ".join(str(p) for p in paths))
@@ -246,6 +269,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
 def configure_report(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directories (several merge, e.g. shards)")
     parser.add_argument("--out", default=None, help="where to write the summary (default: the first DIR)")
+    add_baseline_argument(parser)
 
 
 def command_report(args) -> int:
@@ -265,7 +289,12 @@ def command_report(args) -> int:
     if not ts.records:
         print("kda-trace report: error: no trace records found", file=sys.stderr)
         return 2
-    summary, paths = write_reports(ts, Path(args.out or args.dirs[0]))
+    if args.baseline is not None and not any(sol == args.baseline for (_, _, sol) in ts.records):
+        solutions = sorted({sol for (_, _, sol) in ts.records})
+        print(f"kda-trace report: error: --baseline {args.baseline!r} has no records in {', '.join(args.dirs)} "
+              f"(solutions: {', '.join(solutions)})", file=sys.stderr)
+        return 2
+    summary, paths = write_reports(ts, Path(args.out or args.dirs[0]), args.baseline)
     print_summary(summary, console)
     console.print("wrote " + ", ".join(str(p) for p in paths))
     return 1 if summary["totals"]["failed"] else 0

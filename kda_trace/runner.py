@@ -523,6 +523,9 @@ class WorkerContext:
             perf.tflops = flops / seconds / 1e12
         if nbytes is not None and seconds > 0:
             perf.tbps = nbytes / seconds / 1e12
+        from .roofline import sol_fraction
+
+        perf.sol_fraction, perf.sol_bound = sol_fraction(perf.tbps, perf.tflops, self.environment.peaks)
         return perf
 
 

@@ -525,6 +525,24 @@ class Performance(Model):
     """Achieved TFLOP/s from the definition's cost."""
     tbps: Optional[float] = None
     """Achieved TB/s from the definition's cost."""
+    sol_fraction: Optional[float] = None
+    """Ours: speed-of-light fraction, max(tbps / peak TB/s, tflops / peak TFLOP/s) with the peaks in the
+    environment (kda_trace/roofline.py); absent without peaks (the CPU, an unknown GPU) or without a cost."""
+    sol_bound: Optional[Literal["memory", "compute"]] = None
+    """Ours: the term that gave sol_fraction: memory bandwidth or compute throughput."""
+
+
+class DevicePeaks(Model):
+    """Ours: the roofline a record's speed-of-light fraction is measured against."""
+
+    model: str
+    """Device model the values are for, e.g. 'H100 SXM5 80GB'."""
+    tbps: Optional[float] = None
+    """Peak memory bandwidth, TB/s."""
+    tflops: Optional[float] = None
+    """Peak dense bf16 tensor throughput, TFLOP/s."""
+    source: str
+    """'datasheet: <document>', or 'user' for values given with --peak-tbps / --peak-tflops."""
 
 
 class Environment(Model):
@@ -545,6 +563,17 @@ class Environment(Model):
     where the git state is missing or stale (a copy of a working tree)."""
     code_digest: Optional[str] = None
     """sha256 of kda_trace's Python source (first 16 hex digits): which runner and kernels ran."""
+    device: Optional[str] = None
+    """Ours: the device that ran it, `cuda:<index>` or `cpu`."""
+    device_uuid: Optional[str] = None
+    """Ours: the GPU's UUID (as nvidia-smi prints it), where torch reports one."""
+    project_version: Optional[str] = None
+    """Ours: the kda-trace version that ran (kda_trace.__version__)."""
+    project_commit: Optional[str] = None
+    """Ours: git commit of the kda-trace checkout that ran (`-dirty` with local changes to the package);
+    absent when the package is not the top level of its own checkout (an installed or copied package)."""
+    peaks: Optional[DevicePeaks] = None
+    """Ours: the device's peaks used for sol_fraction; absent on the CPU or an unknown GPU."""
 
 
 class Evaluation(Model):

@@ -19,7 +19,7 @@ import yaml
 
 from kda_trace import hub
 from kda_trace.cli import main
-from kda_trace.commands import schema_texts
+from kda_trace.schema_files import schema_texts
 from kda_trace.dataset import is_remote, load_dataset, resolve_root
 from kda_trace.inputs import make_inputs
 from kda_trace.reference import compile_reference
