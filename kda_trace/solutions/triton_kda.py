@@ -31,7 +31,7 @@ ROUTES = {
     "mtp": [("ours_recurrent", "build_mtp")],
     "prefill": [("ours_chunk", "build_prefill"), ("ours_recurrent", "build_prefill")],
     "forward": [("ours_chunk", "build_forward"), ("ours_recurrent", "build_forward")],
-    "backward": [("ours_chunk", "build_backward")],
+    "backward": [("ours_train", "build_backward")],
     "gate": [("ours_train", "build_gate")],
 }
 
