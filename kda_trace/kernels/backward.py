@@ -48,6 +48,10 @@ from kda_trace.kernels.options import KDAOptions
 CT = 64  # checkpoint interval (tokens); equals chunk.BT so the chunk tables of chunk.py serve here
 SEG = 16  # tokens whose states are held in scratch at a time (a divisor of CT)
 _DEFAULT_OPTIONS = KDAOptions()
+# Launch settings: V-tile (None: on a GPU 32, or V's next power of two below that; under the interpreter the
+# whole V, since it pays per program) and warps per program. Not tuned yet; benchmarks/bench_backward.py --bv /
+# --warps sweep them.
+LAUNCH = {"bv": None, "warps": 4}
 
 
 @triton.jit
@@ -239,11 +243,16 @@ def _launch(xs, sizes, tables, acc, h0, do, dht, scale, forward):
     from kda_trace.platform import triton_interpreted
 
     # the interpreter pays per program, not per element: one V-tile there
-    BV = max(16, triton.next_power_of_2(V)) if triton_interpreted() else min(32, max(16, triton.next_power_of_2(V)))
+    if LAUNCH["bv"]:
+        BV = LAUNCH["bv"]
+    elif triton_interpreted():
+        BV = max(16, triton.next_power_of_2(V))
+    else:
+        BV = min(32, max(16, triton.next_power_of_2(V)))
     n_prog = N * HV * triton.cdiv(V, BV)
     z = torch.empty(1, dtype=acc, device=dev)
     common = dict(H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, SEG=SEG, USE_H0=h0 is not None,
-                  num_warps=4)
+                  num_warps=LAUNCH["warps"])
     if forward:
         o = torch.empty(TT, HV, V, dtype=acc, device=dev)
         ht = torch.empty(N, HV, K, V, dtype=acc, device=dev)

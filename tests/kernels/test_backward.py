@@ -83,10 +83,10 @@ def test_dense_odd_dims_two_checkpoints():
 
 
 def test_packed_varlen_gva_single_token_sequences():
-    """Packed [1, 17, 1, 66] tokens (a single-token sequence first and in the middle), GVA 2 -> 4 heads,
-    K = 12, V = 20; dht absent."""
-    x = make(1, 85, 2, 4, 12, 20, seed=2, n_seqs=4)
-    cu = torch.tensor([0, 1, 18, 19, 85])
+    """Packed [1, 17, 1, 30] tokens (a single-token sequence first and in the middle), GVA 2 -> 4 heads,
+    K = 12, V = 20; dht absent. (Several checkpoints per sequence: the dense test.)"""
+    x = make(1, 49, 2, 4, 12, 20, seed=2, n_seqs=4)
+    cu = torch.tensor([0, 1, 18, 19, 49])
     check(x, cu_seqlens=cu, use_dht=False)
 
 
@@ -120,3 +120,94 @@ def test_rejects_in_kernel_options():
     x = make(1, 3, 1, 1, 4, 4, seed=7)
     with pytest.raises(ValueError, match="precomputed"):
         kda_backward(x["q"], x["k"], x["v"], x["g"], x["beta"], x["do"], KDAOptions(gate="safe"))
+
+
+def test_v_tiles_add_up(monkeypatch):
+    """Several V-tiles (16 wide, V = 36: two full and a partial one) whose dq, dk, dg, dbeta partial sums meet
+    in atomic adds, as on a GPU (the interpreter otherwise runs one tile)."""
+    from kda_trace.kernels import backward
+
+    monkeypatch.setitem(backward.LAUNCH, "bv", 16)
+    check(make(1, 20, 1, 2, 20, 36, seed=8))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU: real head dims, several V-tiles, int64 addressing
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_real_head_dims_packed_gva_on_gpu():
+    """K = V = 128, GVA 4 -> 8 heads, packed [700, 1, 333] tokens, fp32 inputs, strong gates in one
+    sequence: every gradient at fp32 accuracy against float64 autograd (on the CPU)."""
+    x = make(1, 1034, 4, 8, 128, 128, seed=9, n_seqs=3)
+    x["g"][:, 701:] = torch.rand(1, 333, 8, 128) * -8.0
+    x = {n: t.cuda() for n, t in x.items()}
+    cu = torch.tensor([0, 700, 701, 1034])
+    ref = truth({n: t.cpu() for n, t in x.items()}, 128 ** -0.5, cu)
+    gr = kda_backward(x["q"], x["k"], x["v"], x["g"], x["beta"], x["do"], initial_state=x["h0"], dht=x["dht"],
+                      cu_seqlens=cu.cuda())
+    for name, t in (("q", gr.dq), ("k", gr.dk), ("v", gr.dv), ("g", gr.dg), ("beta", gr.dbeta), ("h0", gr.dh0)):
+        assert rms_rel(t, ref[name]) <= BAR, (name, rms_rel(t, ref[name]))
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_bf16_training_step_matches_fla_on_gpu():
+    """bf16 inputs through kda_autograd (safe gate, L2 norm, beta logits in PyTorch around our kernels) and
+    through fla's chunk_kda with the same options: every gradient agrees to bf16 accuracy."""
+    fla = pytest.importorskip("fla.ops.kda")
+    from kda_trace.kernels.autograd import kda_autograd
+
+    gen = torch.Generator(device="cuda").manual_seed(10)
+    r = lambda *s: torch.randn(*s, device="cuda", generator=gen)
+    T, H, K, bf = 1000, 4, 128, torch.bfloat16
+    cu = torch.tensor([0, 100, 613, 1000], device="cuda")
+    leaves = {"q": r(1, T, H, K).to(bf), "k": r(1, T, H, K).to(bf), "v": r(1, T, H, K).to(bf),
+              "g": r(1, T, H, K).to(bf), "b": r(1, T, H).to(bf), "A_log": r(H) * 0.5, "dt_bias": r(H, K),
+              "h0": r(3, H, K, K) * 0.2}
+    do, dht = r(1, T, H, K).to(bf) * 0.1, r(3, H, K, K) * 0.1
+    grads = []
+    for who in ("ours", "fla"):
+        x = {n: t.clone().requires_grad_() for n, t in leaves.items()}
+        if who == "ours":
+            o, ht = kda_autograd(x["q"], x["k"], x["v"], x["g"], x["b"], initial_state=x["h0"], cu_seqlens=cu,
+                                 use_qk_l2norm=True, gate="safe", A_log=x["A_log"], dt_bias=x["dt_bias"],
+                                 beta_kind="logits")
+        else:
+            o, ht = fla.chunk_kda(x["q"], x["k"], x["v"], x["g"], x["b"], initial_state=x["h0"],
+                                  output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                                  use_beta_sigmoid_in_kernel=True, safe_gate=True, lower_bound=-5.0,
+                                  A_log=x["A_log"], dt_bias=x["dt_bias"].view(-1), cu_seqlens=cu)
+        torch.autograd.backward((o, ht), (do, dht))
+        grads.append({n: t.grad for n, t in x.items()})
+    for n in leaves:
+        assert rms_rel(grads[0][n], grads[1][n]) < 2e-2, (n, rms_rel(grads[0][n], grads[1][n]))
+
+
+@pytest.mark.stress
+@needs_gpu
+def test_int64_addressing_past_2_31_elements_backward():
+    """q with more than 2^31 elements (H = 1, K = 256, 8.4M tokens in 1025 sequences; V = 16): the last
+    sequence's gradients must equal those of a run on that sequence alone (bit for bit: one V-tile per
+    program, so no atomic-add reordering). About 45 GB of GPU memory."""
+    H, K, V = 1, 256, 16
+    T = (2**31) // (H * K) + 1000
+    last = 300
+    bounds = list(range(0, T - last, 8192)) + [T - last, T]
+    cu = torch.tensor(bounds, device="cuda")
+    bf = torch.bfloat16
+    q = torch.nn.functional.normalize(torch.randn(1, T, H, K, device="cuda"), dim=-1).to(bf)
+    k = torch.nn.functional.normalize(torch.randn(1, T, H, K, device="cuda"), dim=-1).to(bf)
+    v = torch.randn(1, T, H, V, device="cuda", dtype=bf)
+    g = torch.nn.functional.logsigmoid(torch.randn(1, T, H, K, device="cuda"))
+    beta = torch.rand(1, T, H, device="cuda").to(bf)
+    do = torch.randn(1, T, H, V, device="cuda", dtype=bf)
+    assert q.numel() > 2**31
+    gr = kda_backward(q, k, v, g, beta, do, cu_seqlens=cu)
+    s = slice(T - last, T)
+    one = kda_backward(q[:, s], k[:, s], v[:, s], g[:, s], beta[:, s], do[:, s])
+    for a, b in ((gr.dq, one.dq), (gr.dk, one.dk), (gr.dv, one.dv), (gr.dg, one.dg), (gr.dbeta, one.dbeta)):
+        assert torch.equal(a[:, s], b)
+    assert torch.isfinite(gr.dq[:, :1000].float()).all()
