@@ -48,10 +48,11 @@ from kda_trace.kernels.options import KDAOptions
 CT = 64  # checkpoint interval (tokens); equals chunk.BT so the chunk tables of chunk.py serve here
 SEG = 16  # tokens whose states are held in scratch at a time (a divisor of CT)
 _DEFAULT_OPTIONS = KDAOptions()
-# Launch settings: V-tile (None: on a GPU 32, or V's next power of two below that; under the interpreter the
-# whole V, since it pays per program) and warps per program. Not tuned yet; benchmarks/bench_backward.py --bv /
-# --warps sweep them.
-LAUNCH = {"bv": None, "warps": 4}
+# Launch settings: V-tile (None: 16 on a GPU, the most programs; under the interpreter the whole V, since it
+# pays per program) and warps per program (None: 4, or 8 when the [BK, BV] tile passes 2048 elements). From
+# ptxas -v for sm_90 at K = 128 (no GPU run yet): BV 16 / 4 warps and BV 32 / 8 warps do not spill, BV 32 /
+# 4 warps and BV 64 do. Not timed yet; benchmarks/bench_backward.py --bv / --warps sweep them.
+LAUNCH = {"bv": None, "warps": None}
 
 
 @triton.jit
@@ -248,11 +249,12 @@ def _launch(xs, sizes, tables, acc, h0, do, dht, scale, forward):
     elif triton_interpreted():
         BV = max(16, triton.next_power_of_2(V))
     else:
-        BV = min(32, max(16, triton.next_power_of_2(V)))
+        BV = 16
+    warps = LAUNCH["warps"] or (4 if BK * BV <= 2048 else 8)
     n_prog = N * HV * triton.cdiv(V, BV)
     z = torch.empty(1, dtype=acc, device=dev)
     common = dict(H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, SEG=SEG, USE_H0=h0 is not None,
-                  num_warps=LAUNCH["warps"])
+                  num_warps=warps)
     if forward:
         o = torch.empty(TT, HV, V, dtype=acc, device=dev)
         ht = torch.empty(N, HV, K, V, dtype=acc, device=dev)
