@@ -7,6 +7,7 @@
 # fla: ours against fla's chunk_kda, fla autotuned on each shape, at most FLA_S s (default 900);
 # accuracy: every gradient of ours and fla against float64 autograd. Logs in $OUT.
 set -o pipefail
+fla_s=${1:-900}
 source benchmarks/gpu_env.sh
 phases=" ${PHASES:-tests ours fla accuracy} "
 shapes=h32_dense_1x16384,h32_varlen_real_65536,h96_dense_1x8192_safe_l2
@@ -19,13 +20,13 @@ if [[ $phases == *" ours "* ]]; then
 fi
 if [[ $phases == *" sweep "* ]]; then
     for cfg in "16 4" "16 8" "32 8" "32 4" "64 8"; do
-        set -- $cfg
-        python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384 --bv "$1" --warps "$2" 2>&1 \
+        read -r bv warps <<< "$cfg"
+        python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384 --bv "$bv" --warps "$warps" 2>&1 \
             | tee -a "$OUT/bwd_sweep.txt"
     done
 fi
 if [[ $phases == *" fla "* ]]; then
-    timeout -s INT -k 15 "${1:-900}" python3 benchmarks/bench_backward.py --fla-tune-each --shapes "$shapes" 2>&1 \
+    timeout -s INT -k 15 "$fla_s" python3 benchmarks/bench_backward.py --fla-tune-each --shapes "$shapes" 2>&1 \
         | tee "$OUT/bwd_vs_fla.txt"
 fi
 if [[ $phases == *" accuracy "* ]]; then
