@@ -120,3 +120,49 @@ def kda_autograd(
     elif beta_kind != "prob":
         raise ValueError(f"beta_kind must be prob, logits or logits_x2, got {beta_kind!r}")
     return _KDA.apply(q, k, v, g, beta, initial_state, scale, state_layout, cu_seqlens)
+
+
+def kda_backward_raw(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    do: torch.Tensor,
+    dht: torch.Tensor | None,
+    opts: KDAOptions,
+    *,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor | None]:
+    """Gradients of sum(o * do) + sum(final_state * dht) with respect to the raw inputs of a KDA call with
+    in-op options (`opts`: L2 norm, gate kind and bound, beta form, state layout, scale): the core by
+    kernels/backward.py, the element-wise norm / gate / sigmoid by torch.autograd around it (works under
+    torch.no_grad and inference mode). Returns {"q", "k", "v", "g" (of g or g_raw), "A_log", "dt_bias",
+    "beta" (of beta or its logits), "initial_state"}, each in its input's dtype (None where not given)."""
+    import dataclasses
+
+    from kda_trace.kernels.backward import kda_backward
+
+    core = dataclasses.replace(opts, use_qk_l2norm=False, gate="precomputed", beta="prob")
+    with torch.inference_mode(False), torch.enable_grad():
+        f = (lambda t: t.double()) if q.dtype == torch.float64 else (lambda t: t.float())
+        names = ["q", "k", "g", "beta"] + (["A_log", "dt_bias"] if opts.gate != "precomputed" else [])
+        given = {"q": q, "k": k, "g": g, "beta": beta, "A_log": A_log, "dt_bias": dt_bias}
+        raw = {n: f(given[n]).clone().requires_grad_() for n in names}
+        q_n, k_n = (_l2norm(raw["q"]), _l2norm(raw["k"])) if opts.use_qk_l2norm else (raw["q"], raw["k"])
+        g_n = raw["g"] if opts.gate == "precomputed" else gate_torch(raw["g"], raw["A_log"], raw["dt_bias"], opts.gate,
+                                                                   opts.lower_bound)
+        beta_n = {"prob": lambda b: b, "logits": torch.sigmoid, "logits_x2": lambda b: 2 * torch.sigmoid(b)}[opts.beta](
+            raw["beta"])
+        mid = [q_n, k_n, g_n, beta_n]
+        gr = kda_backward(*(t.detach() for t in mid[:2]), v, *(t.detach() for t in mid[2:]), do, core,
+                          initial_state=initial_state, dht=dht, cu_seqlens=cu_seqlens)
+        d_raw = torch.autograd.grad(mid, [raw[n] for n in names], [gr.dq, gr.dk, gr.dg, gr.dbeta])
+    out = {n: d.to(given[n].dtype) for n, d in zip(names, d_raw)}
+    out.update(v=gr.dv, initial_state=gr.dh0)
+    out.setdefault("A_log", None)
+    out.setdefault("dt_bias", None)
+    return out

@@ -2,8 +2,9 @@
 
 `build_gate(definition)` -> `run(g_raw, A_log, dt_bias) -> g` (kernels/gate.py); the gate kind and lower
 bound come from the definition's `gate:` and `lower_bound:` tags.
-`build_backward(definition)` -> `run(q, k, v, g, beta, initial_state, scale, do, dht) -> (dq, dk, dv, dg,
-dbeta, dh0)` (kernels/backward.py); the options come from the tags, read as the forward family reads them.
+`build_backward(definition)` -> the backward families' `run` (dense, packed, packed through the in-op gate,
+L2 norm and beta logits; kernels/backward.py, kernels/autograd.py); options from the tags, read as the
+forward family reads them.
 
 Kernel modules are imported on first build, after the caller chose compiled or interpreted Triton.
 """
@@ -17,6 +18,8 @@ from kda_trace.solutions.ours_recurrent import options_from_tags, stage_of
 
 _GATE_INPUTS = ("g_raw", "A_log", "dt_bias")
 _BACKWARD_INPUTS = ("q", "k", "v", "g", "beta", "initial_state", "scale", "do", "dht")
+_VARLEN_INPUTS = ("q", "k", "v", "g", "beta", "initial_state", "cu_seqlens", "scale", "do", "dht")
+_FUSED_INPUTS = ("q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "initial_state", "cu_seqlens", "scale", "do", "dht")
 
 
 def gate_options(definition) -> tuple[str, float]:
@@ -49,24 +52,44 @@ def build_gate(definition):
 
 
 def build_backward(definition):
-    """Dense backward of the forward family: the gradients of sum(o * do) + sum(final_state * dht)."""
+    """The backward families: the gradients of sum(o * do) + sum(final_state * dht).
+
+    dense (`kda_bwd_*`: q [B, T, H, K], precomputed g, beta a probability) and packed (`kda_bwd_varlen_*`:
+    q [total_seq_len, H, K] with cu_seqlens) go straight to the backward kernel; the packed backward through
+    the in-op options (`kda_bwd_fused_*`: raw q/k, g_raw, A_log, dt_bias, beta logits) differentiates the
+    element-wise norm, gate and sigmoid with torch.autograd around the kernel (kernels.autograd)."""
+    from kda_trace.kernels.autograd import kda_backward_raw
     from kda_trace.kernels.backward import kda_backward
 
     opts = options_from_tags(definition, "forward")
-    if opts.gate != "precomputed" or opts.beta != "prob" or opts.use_qk_l2norm:
-        raise ValueError(f"{definition.name}: the backward family takes precomputed g, beta as a probability and "
-                         f"q/k as given")
+    names = tuple(definition.inputs)
+    if names == _BACKWARD_INPUTS:
+        def run(q, k, v, g, beta, initial_state, scale, do, dht):
+            o = dataclasses.replace(opts, scale=float(scale))
+            grads = kda_backward(q, k, v, g, beta, do, o, initial_state=initial_state, dht=dht)
+            return grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, grads.dh0
 
-    def run(q, k, v, g, beta, initial_state, scale, do, dht):
+        return run
+    if names == _VARLEN_INPUTS:
+        def run_varlen(q, k, v, g, beta, initial_state, cu_seqlens, scale, do, dht):
+            o = dataclasses.replace(opts, scale=float(scale))
+            gr = kda_backward(q[None], k[None], v[None], g[None], beta[None], do[None], o,
+                              initial_state=initial_state, dht=dht, cu_seqlens=cu_seqlens)
+            return gr.dq[0], gr.dk[0], gr.dv[0], gr.dg[0], gr.dbeta[0], gr.dh0
+
+        return run_varlen
+
+    def run_fused(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale, do, dht):
         o = dataclasses.replace(opts, scale=float(scale))
-        grads = kda_backward(q, k, v, g, beta, do, o, initial_state=initial_state, dht=dht)
-        return grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, grads.dh0
+        gr = kda_backward_raw(q[None], k[None], v[None], g_raw[None], b[None], do[None], dht, o, A_log=A_log,
+                              dt_bias=dt_bias, initial_state=initial_state, cu_seqlens=cu_seqlens)
+        return (gr["q"][0], gr["k"][0], gr["v"][0], gr["g"][0], gr["A_log"], gr["dt_bias"], gr["beta"][0],
+                gr["initial_state"])
 
-    return run
+    return run_fused
 
 
 BUILDERS = {"gate": build_gate, "backward": build_backward}
-_INPUTS = {"gate": _GATE_INPUTS, "backward": _BACKWARD_INPUTS}
 
 
 def supports(definition) -> str | None:
@@ -75,17 +98,21 @@ def supports(definition) -> str | None:
     if stage not in BUILDERS:
         return f"ours_train serves {sorted(BUILDERS)}, not stage {stage!r}"
     names = tuple(getattr(definition, "inputs", {}) or {})
-    if names and names != _INPUTS[stage]:
-        return f"the {stage} family's inputs are {list(_INPUTS[stage])}, got {list(names)}"
     try:
         if stage == "gate":
+            if names and names != _GATE_INPUTS:
+                return f"the gate family's inputs are {list(_GATE_INPUTS)}, got {list(names)}"
             gate_options(definition)
-        else:
-            opts = options_from_tags(definition, "forward")
-            if opts.gate != "precomputed" or opts.beta != "prob" or opts.use_qk_l2norm:
-                return "the backward kernel adapter takes precomputed g, beta:prob and qk_norm:none"
-            if opts.state_layout != "kv":
-                return "the backward family's states are [K, V] (state_layout:kv)"
+            return None
+        families = (_BACKWARD_INPUTS, _VARLEN_INPUTS, _FUSED_INPUTS)
+        if names not in families:
+            return f"a backward family's inputs are one of {[list(f) for f in families]}, got {list(names)}"
+        opts = options_from_tags(definition, "forward")
+        fused = names == _FUSED_INPUTS
+        if fused != (opts.gate != "precomputed") or fused != (opts.beta != "prob"):
+            return f"tags gate:{opts.gate} beta:{opts.beta} disagree with the inputs {list(names)}"
+        if opts.state_layout != "kv":
+            return "the backward families' states are [K, V] (state_layout:kv)"
     except ValueError as e:
         return str(e)
     return None

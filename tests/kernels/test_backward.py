@@ -20,7 +20,7 @@ ensure_triton_can_run(DEVICE)
 from kda_trace.kernels.backward import kda_backward, kda_forward_exact
 from kda_trace.kernels.options import KDAOptions
 
-from kernel_ground_truth import ref_kda, rms_rel
+from kernel_ground_truth import load_reference, ref_kda, rms_rel
 
 f64 = torch.float64
 BAR = 1e-5
@@ -129,6 +129,59 @@ def test_v_tiles_add_up(monkeypatch):
 
     monkeypatch.setitem(backward.LAUNCH, "bv", 16)
     check(make(1, 20, 1, 2, 20, 36, seed=8))
+
+
+class Defn:
+    """The few Definition attributes the backward adapter reads: name, tags, input names in order."""
+
+    def __init__(self, name, tags, inputs):
+        self.name, self.tags, self.const_axes = name, tags, {}
+        self.inputs = dict.fromkeys(inputs)
+
+    def tag(self, key, default=None):
+        vals = [t.partition(":")[2] for t in self.tags if t.partition(":")[0] == key]
+        return vals[0] if vals else default
+
+
+@pytest.mark.parametrize("family,gate", [("backward_varlen", None), ("backward_fused", "unbounded"),
+                                         ("backward_fused", "safe")])
+def test_packed_adapters_vs_family_references(family, gate):
+    """ours_train's packed backward adapters (the fused one: norm, gate and sigmoid differentiated by torch
+    around the kernel) against the families' own references (tools/kda_references/backward_*.py, themselves
+    tested against float64 autograd in tests/references), fp32 inputs, packed [1, 5, 3] tokens, GVA 1 -> 2."""
+    from kda_trace.solutions import ours_train
+
+    H, HV, K, V = 1, 2, 12, 10
+    consts = dict(NUM_HEADS=H, NUM_V_HEADS=HV, HEAD_DIM_K=K, HEAD_DIM_V=V)
+    if family == "backward_fused":
+        consts["LOWER_BOUND"] = -5.0 if gate == "safe" else None
+    ref = load_reference(family, **consts)
+    fused = family == "backward_fused"
+    tags = ["stage:backward", "state_layout:kv", "batch:varlen"]
+    tags += ([f"gate:{gate}", "beta:logits", "qk_norm:l2"] + (["lower_bound:-5"] if gate == "safe" else [])
+             if fused else ["gate:precomputed", "beta:prob", "qk_norm:none"])
+    names = (["q", "k", "v", "g_raw", "A_log", "dt_bias", "b"] if fused else ["q", "k", "v", "g", "beta"]) + \
+        ["initial_state", "cu_seqlens", "scale", "do", "dht"]
+    defn = Defn(f"kda_{family}_test", tags, names)
+    assert ours_train.supports(defn) is None, ours_train.supports(defn)
+    run = ours_train.build(defn)
+    gen = torch.Generator().manual_seed(11)
+    r = lambda *s: torch.randn(*s, generator=gen)
+    T = 9
+    x = {"q": r(T, H, K), "k": r(T, H, K), "v": r(T, HV, V)}
+    if fused:
+        x.update(g_raw=r(T, HV, K), A_log=r(HV) * 0.5, dt_bias=r(HV, K), b=r(T, HV))
+    else:
+        x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+        x.update(g=F.logsigmoid(r(T, HV, K)), beta=torch.rand(T, HV, generator=gen))
+    x.update(initial_state=r(3, HV, K, V) * 0.3, cu_seqlens=torch.tensor([0, 1, 6, 9]), scale=K ** -0.5,
+             do=r(T, HV, V) * 0.1, dht=r(3, HV, K, V) * 0.1)
+    want = ref.run(**x)
+    got = run(**{n: t.to(DEVICE) if torch.is_tensor(t) else t for n, t in x.items()})
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert rms_rel(a, b) < 1e-5, rms_rel(a, b)
 
 
 # ----------------------------------------------------------------------------------------------------------
