@@ -16,7 +16,8 @@ beta or its logits, initial state) for ours and for fla on the same bf16 inputs,
 through the plain token-by-token recurrence (segments of 64 tokens re-run under autograd, like the
 dataset's backward reference), on smaller shapes (the float64 loop is slow).
 
-`--bv` / `--warps`: the backward kernel's V-tile and warps (kernels/backward.py LAUNCH) for a sweep.
+`--bv` / `--warps` / `--seg`: the backward kernel's V-tile, warps and scratch segment (kernels/backward.py
+LAUNCH) for a sweep.
 """
 
 from __future__ import annotations
@@ -221,6 +222,7 @@ def main():
     ap.add_argument("--accuracy", action="store_true")
     ap.add_argument("--bv", type=int, default=None, help="backward kernel V-tile")
     ap.add_argument("--warps", type=int, default=None, help="backward kernel warps")
+    ap.add_argument("--seg", type=int, default=None, help="backward kernel scratch segment (16, 32 or 64 tokens)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     if a.fla_tune_each:
@@ -229,6 +231,8 @@ def main():
         ours_bwd.LAUNCH["bv"] = a.bv
     if a.warps:
         ours_bwd.LAUNCH["warps"] = a.warps
+    if a.seg:
+        ours_bwd.LAUNCH["seg"] = a.seg
     versions = f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
     if not a.no_fla:
         import fla

@@ -3,7 +3,7 @@
 #     [PHASES="tests ours sweep fla accuracy"] bash benchmarks/gpu_bench_backward.sh [FLA_S]
 # tests: the GPU tests of the gate, backward and autograd modules (the int64 stress test with -m stress, separately);
 # ours: ours alone (fwd+bwd, bwd) on the issue's shapes;
-# sweep: the backward's V-tile and warps at 32 heads x 16384 tokens;
+# sweep: the backward's V-tile, warps and scratch segment at 32 heads x 16384 tokens;
 # fla: ours against fla's chunk_kda, fla autotuned on each shape, at most FLA_S s (default 900);
 # accuracy: every gradient of ours and fla against float64 autograd. Logs in $OUT.
 set -o pipefail
@@ -19,9 +19,9 @@ if [[ $phases == *" ours "* ]]; then
     python3 benchmarks/bench_backward.py --no-fla --shapes "$shapes" 2>&1 | tee "$OUT/bwd_ours.txt"
 fi
 if [[ $phases == *" sweep "* ]]; then
-    for cfg in "16 4" "16 8" "32 8" "32 4" "64 8"; do
-        read -r bv warps <<< "$cfg"
-        python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384 --bv "$bv" --warps "$warps" 2>&1 \
+    for cfg in "16 4 16" "16 8 16" "32 8 16" "32 4 16" "64 8 16" "16 4 64" "32 8 64"; do
+        read -r bv warps seg <<< "$cfg"
+        python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384 --bv "$bv" --warps "$warps" --seg "$seg" 2>&1 \
             | tee -a "$OUT/bwd_sweep.txt"
     done
 fi

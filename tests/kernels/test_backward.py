@@ -131,6 +131,14 @@ def test_v_tiles_add_up(monkeypatch):
     check(make(1, 20, 1, 2, 20, 36, seed=8))
 
 
+def test_whole_chunk_scratch(monkeypatch):
+    """LAUNCH["seg"] = 64: a chunk's states held at once, no re-run to reach a segment."""
+    from kda_trace.kernels import backward
+
+    monkeypatch.setitem(backward.LAUNCH, "seg", 64)
+    check(make(1, 70, 1, 1, 12, 10, seed=12))
+
+
 class Defn:
     """The few Definition attributes the backward adapter reads: name, tags, input names in order."""
 
@@ -264,3 +272,4 @@ def test_int64_addressing_past_2_31_elements_backward():
     for a, b in ((gr.dq, one.dq), (gr.dk, one.dk), (gr.dv, one.dv), (gr.dg, one.dg), (gr.dbeta, one.dbeta)):
         assert torch.equal(a[:, s], b)
     assert torch.isfinite(gr.dq[:, :1000].float()).all()
+
