@@ -281,8 +281,9 @@ def _launch(xs, sizes, tables, acc, h0, do, dht, scale, forward):
         dq, dk, dv, dg, dbeta, dh0, checkpoints, scratch, cu, chunk_offsets, scale,
         USE_DHT=dht is not None, FORWARD=False, **common)
     # GVA: the value heads of a group share q/k heads; their contributions add up
-    dq = dq.view(TT, H, HV // H, K).sum(2)
-    dk = dk.view(TT, H, HV // H, K).sum(2)
+    if HV != H:
+        dq = dq.view(TT, H, HV // H, K).sum(2)
+        dk = dk.view(TT, H, HV // H, K).sum(2)
     return dq, dk, dv, dg, dbeta, dh0
 
 
