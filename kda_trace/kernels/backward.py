@@ -51,9 +51,10 @@ _DEFAULT_OPTIONS = KDAOptions()
 # pays per program) and warps per program (None: 4, or 8 when the [BK, BV] tile passes 2048 elements). From
 # ptxas -v for sm_90 at K = 128 (no GPU run yet): BV 16 / 4 warps and BV 32 / 8 warps do not spill, BV 32 /
 # 4 warps and BV 64 do. Not timed yet; benchmarks/bench_backward.py --bv / --warps sweep them.
-# seg: tokens whose states a program holds in its scratch at a time (a divisor of CT): 16 re-runs about 1.5
-# forward passes to reach the segments; CT (64) re-runs none, for 4x the scratch.
-LAUNCH = {"bv": None, "warps": None, "seg": 16}
+# seg: tokens whose states a program holds in its scratch at a time (a divisor of CT; None: 16 on a GPU, 64
+# under the interpreter, which has few programs): 16 re-runs about 1.5 forward passes to reach the segments;
+# CT (64) re-runs none, for 4x the scratch.
+LAUNCH = {"bv": None, "warps": None, "seg": None}
 
 
 @triton.jit
@@ -254,7 +255,7 @@ def _launch(xs, sizes, tables, acc, h0, do, dht, scale, forward):
     warps = LAUNCH["warps"] or (4 if BK * BV <= 2048 else 8)
     n_prog = N * HV * triton.cdiv(V, BV)
     z = torch.empty(1, dtype=acc, device=dev)
-    SEG = LAUNCH["seg"]
+    SEG = LAUNCH["seg"] or (CT if triton_interpreted() else 16)
     if CT % SEG:
         raise ValueError(f"LAUNCH['seg'] must divide {CT}, got {SEG}")
     common = dict(H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, SEG=SEG, USE_H0=h0 is not None,

@@ -77,8 +77,13 @@ def check(x, opts=None, cu_seqlens=None, use_h0=True, use_dht=True, bar=BAR):
     return gr
 
 
-def test_dense_odd_dims_two_checkpoints():
-    """B = 2 rows of 70 tokens (two checkpoints, segments of 16 and a partial one), K = 20, V = 36."""
+@pytest.mark.parametrize("seg", [16, 64])
+def test_dense_odd_dims_two_checkpoints(seg, monkeypatch):
+    """B = 2 rows of 70 tokens (two checkpoints; with seg 16, four segments re-run from the first checkpoint
+    and a partial one; with 64, the whole chunk in scratch), K = 20, V = 36."""
+    from kda_trace.kernels import backward
+
+    monkeypatch.setitem(backward.LAUNCH, "seg", seg)
     check(make(2, 70, 1, 1, 20, 36, seed=1))
 
 
@@ -129,14 +134,6 @@ def test_v_tiles_add_up(monkeypatch):
 
     monkeypatch.setitem(backward.LAUNCH, "bv", 16)
     check(make(1, 20, 1, 2, 20, 36, seed=8))
-
-
-def test_whole_chunk_scratch(monkeypatch):
-    """LAUNCH["seg"] = 64: a chunk's states held at once, no re-run to reach a segment."""
-    from kda_trace.kernels import backward
-
-    monkeypatch.setitem(backward.LAUNCH, "seg", 64)
-    check(make(1, 70, 1, 1, 12, 10, seed=12))
 
 
 class Defn:
