@@ -19,16 +19,18 @@ Every exp has the argument g <= 0: nothing is divided by a decay, so strong gate
 
 The reverse sweep needs S_{t-1} at every token, last to first. Phase 1 runs the forward over the sequence
 and stores the state at each 64-token chunk start (`checkpoints`, fp32 [chunks, HV, K, V]). Phase 2 walks
-the chunks last to first and each chunk's 16-token segments last to first: it re-runs the forward from the
-chunk's checkpoint to the segment, stores the segment's 16 states S_{t-1} in the program's own scratch
-(fp32 [programs, 16, K, BV]), then steps back through the segment. Cost: about 4.5 forward passes of work
-(1 to checkpoint, 1.5 to reach segments, 1 storing, then the reverse step which is about 2 forwards).
+the chunks last to first and each chunk's SEG-token segments last to first (SEG = LAUNCH["seg"], 16 on a
+GPU): it re-runs the forward from the chunk's checkpoint to the segment, stores the segment's SEG states
+S_{t-1} in the program's own scratch (fp32 [programs, SEG, K, BV]), then steps back through the segment.
+Cost with SEG 16: about 4.5 forward passes of work (1 to checkpoint, 1.5 to reach segments, 1 storing, then
+the reverse step, about 2 forwards); with SEG 64 the 1.5 re-run passes go. Everything is sequential over a
+sequence's tokens, so long sequences with few heads leave most of a GPU idle.
 Memory beyond inputs and gradients: checkpoints 4 * K * V bytes per value head per 64 tokens (K = V = 128:
-1 KiB per token per head, e.g. 512 MiB for 16384 tokens x 32 heads), scratch 64 * K * BV bytes per program,
-and fp32 buffers for dq, dk (per value head), dg: 12 * K bytes per token per value head.
+1 KiB per token per head, e.g. 512 MiB for 16384 tokens x 32 heads), scratch 4 * SEG * K * BV bytes per
+program, and fp32 buffers for dq, dk (per value head), dg: 12 * K bytes per token per value head.
 
-With `mode="forward"` the same kernel runs phase 1 alone and writes o and the final state: an exact
-token-by-token forward (in float64 for float64 inputs) used for gradient checks.
+`kda_forward_exact` runs phase 1 alone (FORWARD) and writes o and the final state: an exact token-by-token
+forward (in float64 for float64 inputs) used for gradient checks.
 
 Precision: fp32 throughout (float64 when every float input is float64); inputs are read in their dtype and
 converted. Addresses: per-program bases are int64 scalars; every load and store is masked, so any K, V
