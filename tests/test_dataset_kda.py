@@ -108,11 +108,35 @@ def truth_forward(d, x):
 
 
 def truth_backward(d, x):
+    if "cu_seqlens" in x:
+        return truth_backward_packed(d, x)
     leaves = {k: x[k].clone().requires_grad_() for k in ("q", "k", "v", "g", "beta", "initial_state")}
     o, s = fla_naive.naive_recurrent_kda(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
                                          scale=x["scale"], initial_state=leaves["initial_state"], output_final_state=True)
     ((o * x["do"]).sum() + (s * x["dht"]).sum()).backward()
     return tuple(leaves[k].grad for k in ("q", "k", "v", "g", "beta", "initial_state"))
+
+
+def truth_backward_packed(d, x):
+    """Packed backward (precomputed, or through the in-op gate / L2 norm / beta sigmoid): one naive run per
+    sequence; gradients of every input the definition differentiates (output d<name>, dh0 = initial_state)."""
+    names = ["initial_state" if out == "dh0" else out[1:] for out in d.outputs]
+    leaves = {k: x[k].clone().requires_grad_() for k in names}
+    if "g_raw" in x:
+        q, k = l2(leaves["q"]), l2(leaves["k"])
+        g = naive_gate(d, leaves["g_raw"], leaves["A_log"], leaves["dt_bias"])
+        beta = torch.sigmoid(leaves["b"])
+    else:
+        q, k, g, beta = leaves["q"], leaves["k"], leaves["g"], leaves["beta"]
+    cu = x["cu_seqlens"].tolist()
+    loss = 0.0
+    for n, (a, e) in enumerate(zip(cu[:-1], cu[1:])):
+        o, s = fla_naive.naive_recurrent_kda(q[a:e][None], k[a:e][None], leaves["v"][a:e][None], g[a:e][None],
+                                             beta[a:e][None], scale=x["scale"],
+                                             initial_state=leaves["initial_state"][n][None], output_final_state=True)
+        loss = loss + (o[0] * x["do"][a:e]).sum() + (s[0] * x["dht"][n]).sum()
+    loss.backward()
+    return tuple(leaves[k].grad for k in names)
 
 
 def truth_gate(d, x):

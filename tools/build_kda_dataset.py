@@ -548,6 +548,135 @@ def backward_workloads(name: str) -> list:
     ]
 
 
+# --------------------------------------------------------------------------- packed training backward (issue 16)
+# What training differentiates: packed documents (cu_seqlens), with fla chunk_kda's defaults ("varlen") or
+# with the gate, the q/k L2 norm and the beta sigmoid inside the op ("fused", as Kimi Linear trains). Token
+# axes without a batch axis, as in the prefill family; states [K, V] (fla's training layout).
+GEN_G_STRONG = {"kind": "uniform", "low": -8.0, "high": 0.0}  # precomputed g down to -8: strong decays
+
+
+def packed_backward_definition(fused: bool, model: str, model_text: str, gate: str, h: int) -> dict:
+    T, HV = "total_seq_len", "num_v_heads"
+    state = ["num_seqs", HV, "head_dim_k", "head_dim_v"]
+    if fused:
+        name = f"kda_bwd_fused_h{h}_d{D}_v_last" + ("_safe_gate" if gate == "safe" else "")
+        what = (f"q and k L2-normalised in the op, the {gate_text(gate)} and beta = sigmoid(b) computed in the op "
+                f"(fla chunk_kda with use_qk_l2norm_in_kernel, use_gate_in_kernel and use_beta_sigmoid_in_kernel); "
+                f"gradients reach the raw inputs, A_log and dt_bias (summed over every token)")
+        tags = [*gate_tags(gate), "beta:logits", "qk_norm:l2"]
+        ins = {
+            "q": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "queries, raw (L2-normalised in the op)", generator=GEN_RAW_QK),
+            "k": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "keys, raw (L2-normalised in the op)", generator=GEN_RAW_QK),
+            "v": tensor([T, HV, "head_dim_v"], "bfloat16", "values", generator=GEN_V),
+            "g_raw": tensor([T, HV, "head_dim_k"], "bfloat16", "raw gate input (the gate projection's output)", generator=GEN_G_RAW),
+            "A_log": tensor([HV], "float32", "per-head log decay rate", generator=GEN_A_LOG),
+            "dt_bias": tensor([HV, "head_dim_k"], "float32", "gate bias per head and key channel", generator=GEN_DT_BIAS),
+            "b": tensor([T, HV], "bfloat16", "beta logits: beta = sigmoid(b)", generator=GEN_B),
+        }
+        grads = {
+            "dq": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "gradient of the raw q", tolerance=TOL_GRAD, sequence_axis=T),
+            "dk": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "gradient of the raw k", tolerance=TOL_GRAD_WIDE, sequence_axis=T),
+            "dv": tensor([T, HV, "head_dim_v"], "bfloat16", "gradient of v", tolerance=TOL_GRAD, sequence_axis=T),
+            "dg_raw": tensor([T, HV, "head_dim_k"], "bfloat16", "gradient of g_raw", tolerance=TOL_DG, sequence_axis=T),
+            "dA_log": tensor([HV], "float32", "gradient of A_log (a sum over all tokens and channels)", tolerance=TOL_DG),
+            "ddt_bias": tensor([HV, "head_dim_k"], "float32", "gradient of dt_bias (a sum over all tokens)", tolerance=TOL_DG),
+            "db": tensor([T, HV], "bfloat16", "gradient of the beta logits b", tolerance=TOL_GRAD_WIDE, sequence_axis=T),
+        }
+        reference = reference_source("backward_fused", NUM_HEADS=h, NUM_V_HEADS=h, HEAD_DIM_K=D, HEAD_DIM_V=D,
+                                     LOWER_BOUND=LOWER_BOUND if gate == "safe" else None)
+    else:
+        name = f"kda_bwd_varlen_h{h}_d{D}_v_last"
+        what = "unit-norm q/k from the caller, precomputed g, beta a probability (fla chunk_kda's defaults)"
+        tags = ["gate:precomputed", "beta:prob", "qk_norm:none"]
+        ins = {
+            "q": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "queries, unit L2 norm (normalised by the caller)", generator=GEN_UNIT_QK),
+            "k": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "keys, unit L2 norm (normalised by the caller)", generator=GEN_UNIT_QK),
+            "v": tensor([T, HV, "head_dim_v"], "bfloat16", "values", generator=GEN_V),
+            "g": tensor([T, HV, "head_dim_k"], "float32", "log decay per key channel (<= 0)", generator={"kind": "logsigmoid"}),
+            "beta": tensor([T, HV], "bfloat16", "write strength in (0, 1)", generator=GEN_BETA),
+        }
+        grads = {
+            "dq": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "gradient of q", tolerance=TOL_GRAD, sequence_axis=T),
+            "dk": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "gradient of k", tolerance=TOL_GRAD_WIDE, sequence_axis=T),
+            "dv": tensor([T, HV, "head_dim_v"], "bfloat16", "gradient of v", tolerance=TOL_GRAD, sequence_axis=T),
+            "dg": tensor([T, HV, "head_dim_k"], "float32", "gradient of g", tolerance=TOL_DG, sequence_axis=T),
+            "dbeta": tensor([T, HV], "bfloat16", "gradient of beta", tolerance=TOL_GRAD_WIDE, sequence_axis=T),
+        }
+        reference = reference_source("backward_varlen", NUM_HEADS=h, NUM_V_HEADS=h, HEAD_DIM_K=D, HEAD_DIM_V=D)
+    ins.update({
+        "initial_state": tensor(state, "float32", "state of each sequence before its first token, [K, V] per head",
+                                generator=GEN_STATE),
+        "cu_seqlens": tensor(["len_cu_seqlens"], "int64", "sequence boundaries [0, ..., total_seq_len]",
+                             generator={"kind": "cu_seqlens", "total_axis": T}),
+        "scale": tensor(None, "float32", "query scale, head_dim_k ** -0.5"),
+        "do": tensor([T, HV, "head_dim_v"], "bfloat16", "gradient of o", generator=GEN_DO),
+        "dht": tensor(state, "float32", "gradient of each sequence's final state", generator=GEN_DO),
+    })
+    grads["dh0"] = tensor(state, "float32", "gradient of the initial states", tolerance=TOL_STATE)
+    return {
+        "name": name,
+        "op_type": "kda",
+        "description": (
+            f"{model_text}, TP1 ({h} heads, head dim {D}): the training backward on a packed variable-length "
+            f"batch (documents packed with cu_seqlens, no padding, each sequence from its own initial state): {what}. "
+            f"Gradients of sum(o * do) + sum(final_state * dht); the reference differentiates the float32 "
+            f"recurrence with torch.autograd, sequence by sequence. Tolerances: those of the dense backward "
+            f"(fla's own tests allow ~1e-2 RMS-relative on bf16 gradients; dg and the gate's gradients looser); "
+            f"not yet calibrated against fla on a GPU for this family."
+        ),
+        "tags": ["stage:backward", f"model:{model}", *tags, "state_layout:kv", "batch:varlen", "tp:1"],
+        "axes": {
+            T: axis_var("packed tokens of all sequences"),
+            "num_seqs": axis_var("sequences in the packed batch"),
+            "len_cu_seqlens": axis_var("num_seqs + 1"),
+            **head_axes(h, h, D, D),
+        },
+        "constraints": ["len_cu_seqlens == num_seqs + 1", "total_seq_len >= num_seqs"],
+        "inputs": ins,
+        "outputs": grads,
+        "cost": {
+            "flops": "21 * total_seq_len * num_v_heads * head_dim_k * head_dim_v",  # ~3x the forward
+            "bytes": "total_seq_len * (8 * num_heads * head_dim_k + num_v_heads * (6 * head_dim_v + 8 * head_dim_k + 4))"
+                     " + 12 * num_seqs * num_v_heads * head_dim_k * head_dim_v",
+        },
+        "reference": reference,
+    }
+
+
+def packed_backward_workloads(name: str, fused: bool) -> list:
+    gate_input = "g_raw" if fused else "g"
+    names = (["q", "k", "v", "g_raw", "A_log", "dt_bias", "b"] if fused else ["q", "k", "v", "g", "beta"]) + \
+        ["initial_state", "cu_seqlens"]
+    out = []
+
+    def add(label, lens, tags, description, gate=None):
+        inputs = {x: {"type": "random"} for x in names}
+        if gate is not None:
+            inputs[gate_input] = {"type": "random", "generator": gate}
+        inputs["scale"] = scale_input()
+        inputs["do"] = {"type": "random"}
+        inputs["dht"] = {"type": "random"}
+        axes = {"total_seq_len": sum(lens), "num_seqs": len(lens), "len_cu_seqlens": len(lens) + 1}
+        out.append(workload(name, label, axes, inputs, tags, description, seq_lens=lens))
+
+    strong = GEN_G_RAW_STRONG if fused else GEN_G_STRONG
+    add("smoke_mixed", [1, 3, 5], ["smoke", "edge"], "smoke: three short sequences, one of a single token")
+    add("smoke_single", [8], ["smoke"], "smoke: one short sequence")
+    add("edge_one_token_each", [1, 1, 1], ["edge"], "three one-token sequences")
+    add("edge_ragged_chunks", [65, 1, 130, 64], ["edge"],
+        "sequences that end one token past a chunk, in the middle of one, and on a chunk boundary")
+    add("edge_gate_strong", [200, 77], ["edge"],
+        "strong decays: g_raw ~ N(6, 1) (near the safe gate's bound, or very strong unbounded decays)" if fused
+        else "strong decays: g ~ U(-8, 0)", gate=strong)
+    add("packed_4096_x5", uneven_lengths(4096, 5, f"{name}/4096x5"), ["backward"],
+        "a 4096-token training batch of 5 uneven documents")
+    add("packed_16384_x8", uneven_lengths(16384, 8, f"{name}/16384x8"), ["backward"],
+        "a 16384-token training batch of 8 uneven documents")
+    add("packed_65536_x12", uneven_lengths(65536, 12, f"{name}/65536x12"), ["backward", "long"],
+        "a 65536-token training batch of 12 uneven documents (the reference's token loop takes a while)")
+    return out
+
+
 # --------------------------------------------------------------------------- gate alone
 
 def gate_definition(model: str, model_text: str, gate: str, h: int) -> dict:
@@ -619,6 +748,12 @@ def build() -> dict:
         put(d, forward_workloads(d["name"], h))
     d = backward_definition()
     put(d, backward_workloads(d["name"]))
+    # packed training backward (issue 16)
+    for fused, model, text, gate, h in [(False, "kimi-linear", MODELS[0][1], "precomputed", 32),
+                                        (True, "kimi-linear", MODELS[0][1], "unbounded", 32),
+                                        (True, "kimi-k3", MODELS[1][1], "safe", 96)]:
+        d = packed_backward_definition(fused, model, text, gate, h)
+        put(d, packed_backward_workloads(d["name"], fused))
     for model, text, gate, h in [("kimi-linear", MODELS[0][1], "unbounded", 32), ("kimi-k3", MODELS[1][1], "safe", 96)]:
         d = gate_definition(model, text, gate, h)
         put(d, gate_workloads(d["name"]))

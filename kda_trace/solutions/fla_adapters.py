@@ -9,7 +9,7 @@ lower_bound (tag `lower_bound:<x>`, default -5), `beta:logits` -> use_beta_sigmo
 |---|---|
 | prefill (packed, cu_seqlens) | `chunk_kda` on [1, T, ...] with cu_seqlens (GPU only) |
 | forward (dense) | `chunk_kda` (GPU only) |
-| backward | `chunk_kda` + autograd, gradients of (o, final_state) against (do, dht) (GPU only) |
+| backward | `chunk_kda` + autograd (dense or packed, in-kernel gate / norm / beta logits), gradients of (o, final_state) against (do, dht) (GPU only) |
 | decode (pool) | `fused_recurrent_kda_fwd` with `ssm_state_indices` and `inplace_final_state=True`: fla reads and writes each request's pool slot directly (the vLLM path) |
 | mtp (pool) | gather the slots, `fused_recurrent_kda`, scatter the final states back: fla's in-place pool path indexes a different slot per token (it keeps every intermediate state), not one slot per request |
 | gate | `fused_kda_gate` (GPU only) |
@@ -31,7 +31,7 @@ from ..schema import Definition
 FAMILY_INPUTS = {
     "prefill": {"q", "k", "v", "cu_seqlens", "scale"},
     "forward": {"q", "k", "v", "g", "beta", "scale"},
-    "backward": {"q", "k", "v", "g", "beta", "initial_state", "scale", "do", "dht"},
+    "backward": {"q", "k", "v", "initial_state", "scale", "do", "dht"},
     "decode": {"q", "k", "v", "state_pool", "state_indices", "scale"},
     "mtp": {"q", "k", "v", "state_pool", "state_indices", "scale"},
     "gate": {"g_raw", "A_log", "dt_bias"},
@@ -137,17 +137,28 @@ def _forward(d: Definition, opts):
 
 
 def _backward(d: Definition, opts):
+    """Dense (q [B, T, H, K]) or packed (q [T, H, K] with cu_seqlens); precomputed g and beta, or the raw gate,
+    A_log, dt_bias and beta logits (in fla's kernel); gradients of every input named by an output d<name>
+    (dh0: initial_state), in output order."""
     from fla.ops.kda import chunk_kda
 
+    names = ["initial_state" if out == "dh0" else out[1:] for out in d.outputs]
+
     def run(**inputs):
-        names = ["q", "k", "v", "g", "beta", "initial_state"]
+        packed = inputs.get("cu_seqlens") is not None
+        lift = (lambda t: t[None]) if packed else (lambda t: t)
         with torch.enable_grad():
             leaves = {n: inputs[n].detach().clone().requires_grad_(True) for n in names}
-            o, ht = chunk_kda(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+            g, beta, extra = _gate_and_beta({**inputs, **leaves}, opts)
+            o, ht = chunk_kda(lift(leaves["q"]), lift(leaves["k"]), lift(leaves["v"]), lift(g), lift(beta),
                               scale=float(inputs["scale"]), initial_state=leaves["initial_state"],
                               output_final_state=True, state_v_first=opts["state_v_first"],
-                              use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"])
-            grads = torch.autograd.grad((o, ht), [leaves[n] for n in names], (inputs["do"], inputs["dht"]))
+                              use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"],
+                              use_gate_in_kernel=opts["use_gate_in_kernel"],
+                              use_beta_sigmoid_in_kernel=opts["use_beta_sigmoid_in_kernel"],
+                              safe_gate=opts["lower_bound"] is not None, lower_bound=opts["lower_bound"],
+                              cu_seqlens=inputs.get("cu_seqlens"), **extra)
+            grads = torch.autograd.grad((o, ht), [leaves[n] for n in names], (lift(inputs["do"]), inputs["dht"]))
         return tuple(grads)
 
     return run

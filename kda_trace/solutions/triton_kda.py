@@ -6,7 +6,8 @@
 | mtp | `ours_recurrent.build_mtp` |
 | prefill | `ours_chunk.build_prefill`, else `ours_recurrent.build_prefill` |
 | forward | `ours_chunk.build_forward`, else `ours_recurrent.build_forward` |
-| backward, gate | `ours_chunk.build_backward` / `build_gate` when such a builder exists |
+| backward | `ours_train.build_backward` (kernels/backward.py) |
+| gate | `ours_train.build_gate` (kernels/gate.py) |
 
 Inputs no longer than one chunk (`SHORT_TOKENS` tokens per sequence of a dense batch, or in a whole packed
 batch) go to the token-by-token kernel even for prefill and forward: the chunked algorithm has nothing to
@@ -30,8 +31,8 @@ ROUTES = {
     "mtp": [("ours_recurrent", "build_mtp")],
     "prefill": [("ours_chunk", "build_prefill"), ("ours_recurrent", "build_prefill")],
     "forward": [("ours_chunk", "build_forward"), ("ours_recurrent", "build_forward")],
-    "backward": [("ours_chunk", "build_backward")],
-    "gate": [("ours_chunk", "build_gate"), ("ours_recurrent", "build_gate")],
+    "backward": [("ours_train", "build_backward")],
+    "gate": [("ours_train", "build_gate")],
 }
 
 

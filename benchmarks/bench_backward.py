@@ -1,0 +1,251 @@
+"""Our KDA training path (kda_trace/kernels/autograd.py: chunked forward + kernels/backward.py) against fla's
+chunk_kda, forward + backward and backward alone, on one GPU; and every gradient's error against float64.
+
+    python benchmarks/bench_backward.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--no-speed] [--accuracy]
+        [--bv N] [--warps N] [--out DIR]
+
+Speed (triton.testing.do_bench, median, grads reset between calls), per shape, bf16 q/k/v/beta, fp32 g and
+states, K = V = 128, initial state given, final state returned and differentiated (dht random):
+- fwd+bwd: the forward, then torch.autograd.backward((o, final_state), (do, dht));
+- bwd: the backward alone (the graph of one forward, retained); for both, what the backward itself recomputes.
+`--fla-tune-each` forgets fla's autotuning results before each shape (fla's keys leave out the token count),
+so fla runs tuned on the shape; expect about a minute of tuning per shape.
+
+Accuracy (`--accuracy`): RMS(out - ref) / RMS(ref) of every gradient (q, k, v, g or g_raw / A_log / dt_bias,
+beta or its logits, initial state) for ours and for fla on the same bf16 inputs, against float64 autograd
+through the plain token-by-token recurrence (segments of 64 tokens re-run under autograd, like the
+dataset's backward reference), on smaller shapes (the float64 loop is slow).
+
+`--bv` / `--warps` / `--seg`: the backward kernel's V-tile, warps and scratch segment (kernels/backward.py
+LAUNCH) for a sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+import triton
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from kda_trace.kernels import backward as ours_bwd
+from kda_trace.kernels.autograd import kda_autograd
+
+K = V = 128
+# name -> (heads, sequence lengths, mode): "pre" = precomputed g, beta a probability, unit q/k;
+# "safe_l2" = raw gate with the safe gate (lower bound -5), q/k L2-normalised in the op, beta from logits
+SHAPES = {
+    "h32_dense_1x16384": (32, [16384], "pre"),
+    "h32_varlen_16x4096": (32, [4096] * 16, "pre"),
+    "h32_varlen_real_65536": (32, [812, 95, 1500, 33, 700, 2047, 1, 431, 1280, 300, 900, 93] * 5 + [11044], "pre"),
+    "h96_dense_1x8192_safe_l2": (96, [8192], "safe_l2"),
+    "h32_dense_1x4096": (32, [4096], "pre"),
+}
+ACCURACY_SHAPES = {
+    "h32_dense_1x1024": (32, [1024], "pre"),
+    "h8_varlen_3": (8, [300, 700, 24], "pre"),
+    "h8_dense_1x2048_safe_l2": (8, [2048], "safe_l2"),
+}
+
+
+def make_inputs(H, lens, mode, seed=0, dev="cuda"):
+    """Leaves (requires_grad) and the incoming gradients do, dht."""
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    r = lambda *s: torch.randn(*s, device=dev, generator=gen)
+    T, N = sum(lens), len(lens)
+    dense = len(set(lens)) == 1
+    B, Tb = (N, lens[0]) if dense else (1, T)
+    bf = torch.bfloat16
+    q, k = r(B, Tb, H, K), r(B, Tb, H, K)
+    if mode == "pre":
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        g = F.logsigmoid(r(B, Tb, H, K))
+        beta = torch.rand(B, Tb, H, device=dev, generator=gen)
+    else:
+        g = r(B, Tb, H, K)
+        beta = r(B, Tb, H)
+    x = {"q": q.to(bf), "k": k.to(bf), "v": r(B, Tb, H, V).to(bf), "g": g if mode == "pre" else g.to(bf),
+         "beta": beta.to(bf), "h0": r(N, H, K, V) * 0.2}
+    if mode == "safe_l2":
+        x["A_log"] = torch.log(torch.empty(H, device=dev).uniform_(1, 16, generator=gen))
+        x["dt_bias"] = r(H, K) * 0.5
+    x = {n: t.requires_grad_() for n, t in x.items()}
+    cu = None if dense else torch.tensor([0, *itertools.accumulate(lens)], device=dev, dtype=torch.int64)
+    return x, cu, r(B, Tb, H, V).to(bf) * 0.1, r(N, H, K, V) * 0.1
+
+
+def run_ours(x, cu, mode):
+    if mode == "pre":
+        return kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu)
+    return kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu,
+                        use_qk_l2norm=True, gate="safe", A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=-5.0,
+                        beta_kind="logits")
+
+
+def run_fla(x, cu, mode):
+    from fla.ops.kda import chunk_kda
+
+    kw = {"initial_state": x["h0"], "output_final_state": True, "cu_seqlens": cu}
+    if mode == "safe_l2":
+        kw.update(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, safe_gate=True, lower_bound=-5.0,
+                  A_log=x["A_log"], dt_bias=x["dt_bias"].view(-1), use_beta_sigmoid_in_kernel=True)
+    return chunk_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], **kw)
+
+
+def reset_fla_autotuning():
+    """Forget fla's in-process autotuning results so that its next call tunes on the current shape."""
+    from triton.runtime.autotuner import Autotuner
+
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("fla.") and mod is not None:
+            for obj in vars(mod).values():
+                if isinstance(obj, Autotuner):
+                    obj.cache.clear()
+
+
+def time_pair(fn, x, cu, mode, do, dht):
+    """(fwd+bwd ms, bwd ms) of fn."""
+    leaves = list(x.values())
+
+    def step():
+        o, ht = fn(x, cu, mode)
+        torch.autograd.backward((o, ht), (do, dht))
+
+    step()  # compile / autotune outside the timing
+    t_both = triton.testing.do_bench(step, warmup=25, rep=200, grad_to_none=leaves, return_mode="median")
+    o, ht = fn(x, cu, mode)
+    t_bwd = triton.testing.do_bench(lambda: torch.autograd.backward((o, ht), (do, dht), retain_graph=True),
+                                    warmup=25, rep=200, grad_to_none=leaves, return_mode="median")
+    return t_both, t_bwd
+
+
+def speed(names, log, with_fla, fla_tune_each):
+    for name in names:
+        H, lens, mode = SHAPES[name]
+        x, cu, do, dht = make_inputs(H, lens, mode)
+        row = {"shape": name, "heads": H, "tokens": sum(lens), "seqs": len(lens), "mode": mode,
+               "bwd_launch": dict(ours_bwd.LAUNCH)}
+        row["ours_fwd_bwd_ms"], row["ours_bwd_ms"] = time_pair(run_ours, x, cu, mode, do, dht)
+        print(f"{name}: ours fwd+bwd {row['ours_fwd_bwd_ms']:.3f} ms, bwd {row['ours_bwd_ms']:.3f} ms", flush=True)
+        if with_fla:
+            try:
+                if fla_tune_each:
+                    reset_fla_autotuning()
+                row["fla_fwd_bwd_ms"], row["fla_bwd_ms"] = time_pair(run_fla, x, cu, mode, do, dht)
+                print(f"{name}: fla  fwd+bwd {row['fla_fwd_bwd_ms']:.3f} ms, bwd {row['fla_bwd_ms']:.3f} ms",
+                      flush=True)
+            except Exception as e:  # noqa: BLE001 -- report, keep going
+                print(f"{name}: fla failed: {e!r}", flush=True)
+                row["fla_error"] = repr(e)
+        print(json.dumps(row), file=log, flush=True)
+        del x, do, dht
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------- float64 truth
+def _recurrence64(q, k, v, g, beta, S, scale):
+    """o and the final state over a span of one sequence, float64; q, k [t, H, K] (H = value heads here)."""
+    outs = []
+    for t in range(q.shape[0]):
+        S = S * torch.exp(g[t])[..., None]
+        r = v[t] - torch.einsum("hk,hkv->hv", k[t], S)
+        S = S + torch.einsum("hk,hv->hkv", k[t], beta[t][:, None] * r)
+        outs.append(torch.einsum("hk,hkv->hv", q[t] * scale, S))
+    return torch.stack(outs), S
+
+
+def truth_grads(x, cu, mode, do, dht, seg=64):
+    """Gradients of sum(o do) + sum(ht dht) in float64 through the plain recurrence (per sequence, segments of
+    `seg` tokens re-run under autograd from states recorded without autograd)."""
+    f = {n: t.detach().double().requires_grad_() for n, t in x.items()}
+    q, k, g, beta = f["q"], f["k"], f["g"], f["beta"]
+    if mode == "safe_l2":
+        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+        g = -5.0 * torch.sigmoid(torch.exp(f["A_log"])[:, None] * (g + f["dt_bias"]))
+        beta = torch.sigmoid(beta)
+    flat = [t.reshape(-1, *t.shape[2:]) for t in (q, k, f["v"], g, beta)]
+    do64, dht64 = do.double().reshape(-1, *do.shape[2:]), dht.double()
+    B, Tb = x["q"].shape[:2]
+    bounds = cu.tolist() if cu is not None else [i * Tb for i in range(B + 1)]
+    scale = K ** -0.5
+    for n in range(len(bounds) - 1):
+        a0, a1 = bounds[n], bounds[n + 1]
+        cuts = list(range(a0, a1, seg)) + [a1]
+        starts = [f["h0"][n].detach()]
+        with torch.no_grad():
+            for s, e in zip(cuts[:-2], cuts[1:-1]):
+                starts.append(_recurrence64(*[t[s:e] for t in flat], starts[-1], scale)[1])
+        dS = dht64[n]
+        for i in reversed(range(len(cuts) - 1)):
+            s, e = cuts[i], cuts[i + 1]
+            S0 = starts[i].clone().requires_grad_() if i else None
+            o, S_end = _recurrence64(*[t[s:e] for t in flat], S0 if i else f["h0"][n], scale)
+            torch.autograd.backward((o, S_end), (do64[s:e], dS), retain_graph=True)  # the gate / norm graph is shared
+            if i:
+                dS = S0.grad
+    return {n: t.grad for n, t in f.items()}
+
+
+def rms_rel(a, ref):
+    a, ref = a.double(), ref.double()
+    return ((a - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+
+
+def accuracy(log, with_fla):
+    print("\ngradient RMS-relative error against float64 autograd (bf16 inputs)")
+    for name, (H, lens, mode) in ACCURACY_SHAPES.items():
+        x, cu, do, dht = make_inputs(H, lens, mode, seed=1)
+        ref = truth_grads(x, cu, mode, do, dht)
+        for who, fn in (("ours", run_ours), ("fla", run_fla)) if with_fla else (("ours", run_ours),):
+            for t in x.values():
+                t.grad = None
+            o, ht = fn(x, cu, mode)
+            torch.autograd.backward((o, ht), (do, dht))
+            errs = {n: rms_rel(t.grad, ref[n]) for n, t in x.items()}
+            print(json.dumps({"accuracy": name, "who": who, **errs}), file=log, flush=True)
+            print(f"  {name:26s} {who:5s} " + " ".join(f"d{n} {e:.2e}" for n, e in errs.items()), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="h32_dense_1x16384,h32_varlen_real_65536,h96_dense_1x8192_safe_l2")
+    ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--fla-tune-each", action="store_true")
+    ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--accuracy", action="store_true")
+    ap.add_argument("--bv", type=int, default=None, help="backward kernel V-tile")
+    ap.add_argument("--warps", type=int, default=None, help="backward kernel warps")
+    ap.add_argument("--seg", type=int, default=None, help="backward kernel scratch segment (16, 32 or 64 tokens)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = ap.parse_args()
+    if a.fla_tune_each:
+        os.environ["FLA_CACHE_RESULTS"] = "0"
+    if a.bv:
+        ours_bwd.LAUNCH["bv"] = a.bv
+    if a.warps:
+        ours_bwd.LAUNCH["warps"] = a.warps
+    if a.seg:
+        ours_bwd.LAUNCH["seg"] = a.seg
+    versions = f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
+    if not a.no_fla:
+        import fla
+
+        versions += f", fla {getattr(fla, '__version__', '?')}"
+    print(versions, flush=True)
+    with open(os.path.join(a.out, "bench_backward.jsonl"), "a") as log:
+        print(json.dumps({"versions": versions}), file=log, flush=True)
+        if not a.no_speed:
+            speed(a.shapes.split(","), log, not a.no_fla, a.fla_tune_each)
+        if a.accuracy:
+            accuracy(log, not a.no_fla)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The backward kernel on the GPU machine (carry .whl, .whl_test, .gpu_out like gpu_bench_chunk.sh):
+#     [PHASES="tests ours sweep fla accuracy"] bash benchmarks/gpu_bench_backward.sh [FLA_S]
+# tests: the GPU tests of the gate, backward and autograd modules (the int64 stress test with -m stress, separately);
+# ours: ours alone (fwd+bwd, bwd) on the issue's shapes;
+# sweep: the backward's V-tile, warps and scratch segment at 32 heads x 16384 tokens;
+# fla: ours against fla's chunk_kda, fla autotuned on each shape, at most FLA_S s (default 900);
+# accuracy: every gradient of ours and fla against float64 autograd. Logs in $OUT.
+set -o pipefail
+fla_s=${1:-900}
+source benchmarks/gpu_env.sh
+phases=" ${PHASES:-tests ours fla accuracy} "
+shapes=h32_dense_1x16384,h32_varlen_real_65536,h96_dense_1x8192_safe_l2
+if [[ $phases == *" tests "* ]]; then
+    python3 -m pytest tests/kernels/test_backward.py tests/kernels/test_autograd.py tests/kernels/test_gate.py \
+        -o addopts= -m gpu -q -p no:cacheprovider -rfEs 2>&1 | tail -15 | tee "$OUT/pytest_backward_gpu.txt"
+fi
+if [[ $phases == *" ours "* ]]; then
+    python3 benchmarks/bench_backward.py --no-fla --shapes "$shapes" 2>&1 | tee "$OUT/bwd_ours.txt"
+fi
+if [[ $phases == *" sweep "* ]]; then
+    for cfg in "16 4 16" "16 8 16" "32 8 16" "32 4 16" "64 8 16" "16 4 64" "32 8 64"; do
+        read -r bv warps seg <<< "$cfg"
+        python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384 --bv "$bv" --warps "$warps" --seg "$seg" 2>&1 \
+            | tee -a "$OUT/bwd_sweep.txt"
+    done
+fi
+if [[ $phases == *" fla "* ]]; then
+    timeout -s INT -k 15 "$fla_s" python3 benchmarks/bench_backward.py --fla-tune-each --shapes "$shapes" 2>&1 \
+        | tee "$OUT/bwd_vs_fla.txt"
+fi
+if [[ $phases == *" accuracy "* ]]; then
+    timeout -s INT -k 15 600 python3 benchmarks/bench_backward.py --no-speed --accuracy 2>&1 | tee "$OUT/bwd_accuracy.txt"
+fi

@@ -1,0 +1,168 @@
+"""KDA you can train through: `kda_autograd(...)` returns (o, final_state) and `.backward()` works.
+
+The core is a `torch.autograd.Function` over the precomputed-gate operator:
+- forward: our chunked Triton kernel (kernels/chunk.py; bf16 intermediates, as fla's chunk_kda) for
+  fp32/bf16/fp16 inputs, or the exact token-by-token forward of kernels/backward.py when every input is
+  float64 (so that `torch.autograd.gradcheck` can compare finite differences with the backward);
+- backward: kernels/backward.py (exact fp32 gradients of the recurrence; it recomputes the states from the
+  saved inputs, nothing else is kept from the forward).
+
+The in-kernel options that engines and Kimi Linear's training use (q/k L2 norm, the gate from g_raw, A_log
+and dt_bias, beta from logits) are applied here *around* the core, as plain PyTorch elementwise operations
+whose gradients torch.autograd computes: they are not fused into the Triton kernels in training. Gradients
+reach q, k, v, g or g_raw, A_log, dt_bias, beta or b, and the initial state.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kda_trace.kernels.options import KDAOptions
+
+
+class _KDA(torch.autograd.Function):
+    """(q, k, v, g, beta, h0) -> (o, final_state) with precomputed g and beta a probability."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, h0, scale, state_layout, cu_seqlens):
+        from kda_trace.kernels.backward import kda_forward_exact
+        from kda_trace.kernels.chunk import kda_chunk
+
+        opts = KDAOptions(scale=scale, state_layout=state_layout, output_final_state=True)
+        if all(x.dtype == torch.float64 for x in (q, k, v, g, beta)):
+            o, ht = kda_forward_exact(q, k, v, g, beta, opts, initial_state=h0, cu_seqlens=cu_seqlens)
+        else:
+            o, ht = kda_chunk(q, k, v, g, beta, opts, initial_state=h0, cu_seqlens=cu_seqlens)
+        ctx.save_for_backward(q, k, v, g, beta, h0, cu_seqlens)
+        ctx.opts = opts
+        return o, ht
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        from kda_trace.kernels.backward import kda_backward
+
+        q, k, v, g, beta, h0, cu_seqlens = ctx.saved_tensors
+        if do is None:
+            do = torch.zeros_like(v)
+        gr = kda_backward(q, k, v, g, beta, do, ctx.opts, initial_state=h0, dht=dht, cu_seqlens=cu_seqlens)
+        dh0 = None if h0 is None else gr.dh0.to(h0.dtype)
+        return (gr.dq.to(q.dtype), gr.dk.to(k.dtype), gr.dv.to(v.dtype), gr.dg.to(g.dtype),
+                gr.dbeta.to(beta.dtype), dh0, None, None, None)
+
+
+def _l2norm(x: torch.Tensor) -> torch.Tensor:
+    x = x.float() if x.dtype != torch.float64 else x
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+def gate_torch(g_raw, A_log, dt_bias, gate: str, lower_bound: float = -5.0) -> torch.Tensor:
+    """The log decay from a raw gate in PyTorch (differentiable in g_raw, A_log and dt_bias), fp32 (fp64 for
+    fp64 inputs): unbounded -exp(A_log) softplus(g_raw + dt_bias), or safe lower_bound sigmoid(exp(A_log) x)."""
+    HV, K = g_raw.shape[-2:]
+    wide = g_raw.dtype == torch.float64
+    f = (lambda t: t) if wide else (lambda t: t.float())
+    x = f(g_raw) + f(dt_bias).reshape(HV, K)
+    a = torch.exp(f(A_log)).reshape(HV, 1)
+    if gate == "unbounded":
+        return -a * F.softplus(x)  # torch's softplus: x for x > 20
+    if gate == "safe":
+        return lower_bound * torch.sigmoid(a * x)
+    raise ValueError(f"gate must be unbounded or safe here, got {gate!r}")
+
+
+def kda_autograd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    *,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    use_qk_l2norm: bool = False,
+    gate: str = "precomputed",
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    lower_bound: float = -5.0,
+    beta_kind: str = "prob",
+    state_layout: str = "kv",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Differentiable KDA (dense or packed varlen), forward by our Triton kernels, backward by ours.
+
+    Args:
+        q, k: `[B, T, H, K]`; v: `[B, T, HV, V]` (HV a multiple of H).
+        g: `[B, T, HV, K]`: the log decay (gate "precomputed") or the raw gate g_raw ("unbounded": g =
+            -exp(A_log) softplus(g_raw + dt_bias); "safe": g = lower_bound sigmoid(exp(A_log) (g_raw + dt_bias))).
+        beta: `[B, T, HV]`: a probability (beta_kind "prob") or logits ("logits": sigmoid(b); "logits_x2":
+            2 sigmoid(b)).
+        scale: query scale (None: K ** -0.5).
+        initial_state: `[N, HV, K, V]` ("kv") or `[N, HV, V, K]` ("vk") fp32 (fp64 for checks), or None.
+        cu_seqlens: `[N + 1]` cumulative lengths of a packed batch (B = 1), or None.
+        use_qk_l2norm: L2-normalise q and k (x / sqrt(sum x^2 + 1e-6)) first.
+        A_log `[HV]`, dt_bias `[HV, K]`: the gate's parameters (needed unless gate is "precomputed").
+
+    Returns:
+        o `[B, T, HV, V]` (v's dtype) and the final state (initial_state's layout, fp32 / fp64). Both take
+        part in autograd; gradients reach every tensor argument that requires grad (not cu_seqlens).
+    """
+    if use_qk_l2norm:
+        q, k = _l2norm(q), _l2norm(k)
+    if gate != "precomputed":
+        if A_log is None or dt_bias is None:
+            raise ValueError(f"gate {gate!r} needs A_log and dt_bias")
+        g = gate_torch(g, A_log, dt_bias, gate, lower_bound)
+    if beta_kind == "logits":
+        beta = torch.sigmoid(beta)
+    elif beta_kind == "logits_x2":
+        beta = 2 * torch.sigmoid(beta)
+    elif beta_kind != "prob":
+        raise ValueError(f"beta_kind must be prob, logits or logits_x2, got {beta_kind!r}")
+    return _KDA.apply(q, k, v, g, beta, initial_state, scale, state_layout, cu_seqlens)
+
+
+def kda_backward_raw(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    do: torch.Tensor,
+    dht: torch.Tensor | None,
+    opts: KDAOptions,
+    *,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor | None]:
+    """Gradients of sum(o * do) + sum(final_state * dht) with respect to the raw inputs of a KDA call with
+    in-op options (`opts`: L2 norm, gate kind and bound, beta form, state layout, scale): the core by
+    kernels/backward.py, the element-wise norm / gate / sigmoid by torch.autograd around it (works under
+    torch.no_grad and inference mode). Returns {"q", "k", "v", "g" (of g or g_raw), "A_log", "dt_bias",
+    "beta" (of beta or its logits), "initial_state"}, each in its input's dtype (None where not given)."""
+    import dataclasses
+
+    from kda_trace.kernels.backward import kda_backward
+
+    core = dataclasses.replace(opts, use_qk_l2norm=False, gate="precomputed", beta="prob")
+    with torch.inference_mode(False), torch.enable_grad():
+        f = (lambda t: t.double()) if q.dtype == torch.float64 else (lambda t: t.float())
+        names = ["q", "k", "g", "beta"] + (["A_log", "dt_bias"] if opts.gate != "precomputed" else [])
+        given = {"q": q, "k": k, "g": g, "beta": beta, "A_log": A_log, "dt_bias": dt_bias}
+        raw = {n: f(given[n]).clone().requires_grad_() for n in names}
+        q_n, k_n = (_l2norm(raw["q"]), _l2norm(raw["k"])) if opts.use_qk_l2norm else (raw["q"], raw["k"])
+        g_n = raw["g"] if opts.gate == "precomputed" else gate_torch(raw["g"], raw["A_log"], raw["dt_bias"], opts.gate,
+                                                                   opts.lower_bound)
+        beta_n = {"prob": lambda b: b, "logits": torch.sigmoid, "logits_x2": lambda b: 2 * torch.sigmoid(b)}[opts.beta](
+            raw["beta"])
+        mid = [q_n, k_n, g_n, beta_n]
+        gr = kda_backward(*(t.detach() for t in mid[:2]), v, *(t.detach() for t in mid[2:]), do, core,
+                          initial_state=initial_state, dht=dht, cu_seqlens=cu_seqlens)
+        d_raw = torch.autograd.grad(mid, [raw[n] for n in names], [gr.dq, gr.dk, gr.dg, gr.dbeta])
+    out = {n: d.to(given[n].dtype) for n, d in zip(names, d_raw)}
+    out.update(v=gr.dv, initial_state=gr.dh0)
+    out.setdefault("A_log", None)
+    out.setdefault("dt_bias", None)
+    return out
