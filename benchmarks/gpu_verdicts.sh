@@ -27,8 +27,9 @@ cheats)  # NAMES overrides the definitions; EXTRA adds solutions (e.g. "fla")
     args+=(--solution triton)
     for e in ${EXTRA:-}; do args+=(--solution "$e"); done
     for c in "${cheats[@]}"; do args+=(--solution "tests/runner/cheats.py::$c"); done ;;
-calibrate)
-    args=(--op-type kda --solution triton --solution reference --solution fla --warmup 1 --reps 3 --max-reps 5) ;;
+calibrate)  # SOLUTIONS overrides "triton reference fla"
+    args=(--op-type kda --warmup 1 --reps 3 --max-reps 5)
+    for e in ${SOLUTIONS:-triton reference fla}; do args+=(--solution "$e"); done ;;
 stress)
     args=(--name kda_prefill_h32_d128_k_last --size stress-only --solution triton --solution tests/runner/cheats.py::row_zeroed
           --solution tests/runner/cheats.py::state_row_zeroed --warmup 1 --reps 2 --max-reps 3) ;;
