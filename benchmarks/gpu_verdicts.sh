@@ -31,8 +31,8 @@ calibrate)  # SOLUTIONS overrides "triton reference fla"
     args=(--op-type kda --warmup 1 --reps 3 --max-reps 5)
     for e in ${SOLUTIONS:-triton reference fla}; do args+=(--solution "$e"); done ;;
 stress)
-    args=(--name kda_prefill_h32_d128_k_last --size stress-only --solution triton --solution tests/runner/cheats.py::row_zeroed
-          --solution tests/runner/cheats.py::state_row_zeroed --warmup 1 --reps 2 --max-reps 3) ;;
+    args=(--name "${NAMES:-kda_prefill_h32_d128_k_last}" --size stress-only --solution triton
+          --solution tests/runner/cheats.py::row_zeroed --warmup 0 --reps 1 --max-reps 1) ;;
 esac
 start=$(date +%s)
 timeout -s INT -k 30 "$stop" python3 -m kda_trace.cli run "${args[@]}" --timeout 400 --out "$run_dir" --resume "$@" \
