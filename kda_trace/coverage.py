@@ -20,6 +20,7 @@ REQUIRED: List[Tuple[str, int, str]] = [
       for model in ("kimi-linear", "kimi-k3", "glm-5.3-flash")
       for tp in (1, 4)
       for stage in ("prefill", "decode", "mtp")],
+    *[("kimi-k3", tp, stage) for tp in (8, 2) for stage in ("prefill", "decode", "mtp")],  # 12 / 48 heads
     ("kimi-linear", 1, "forward"),   # training: chunked forward + backward
     ("kimi-linear", 1, "backward"),
     ("kimi-linear", 1, "gate"),      # gate computed outside the kernel (unbounded)

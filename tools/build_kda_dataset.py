@@ -31,7 +31,8 @@ D = 128  # head dim of every shipping KDA model (q, k and v)
 # (model tag, model description, heads at TP1, gate kind, [(tp, heads per GPU), ...])
 MODELS = [
     ("kimi-linear", "Kimi-Linear-48B-A3B (20 of 27 layers are KDA)", "unbounded", [(1, 32), (4, 8)]),
-    ("kimi-k3", "Kimi-K3 (69 of 93 layers are KDA, full-rank safe gate)", "safe", [(1, 96), (4, 24)]),
+    # TP8: 12 heads per GPU (the shape FlashInfer 0.7.2's packed KDA decode is built for); TP2: 48
+    ("kimi-k3", "Kimi-K3 (69 of 93 layers are KDA, full-rank safe gate)", "safe", [(1, 96), (4, 24), (8, 12), (2, 48)]),
     ("glm-5.3-flash", "GLM-5.3-Flash (34 KDA layers)", "safe", [(1, 64), (4, 16)]),
 ]
 
@@ -596,6 +597,53 @@ def gate_workloads(name: str) -> list:
     ]
 
 
+# --------------------------------------------------------------------------- regression workloads (published bugs)
+# Each is tagged `regression:<source>` and names the report in its description. fla #1080 (int32 offsets past
+# 2^31 elements) is what the `stress` workloads already carry; fla #1134 (g loaded unmasked when K is not a
+# power of two) needs a head dim no shipping model has, so no definition here can carry it.
+
+GEN_ZERO = {"kind": "constant", "value": 0.0}
+# g = -exp(A_log) * softplus(g_raw + dt_bias) with A_log = 0 and dt_bias = 0: g = -softplus(g_raw), and
+# g_raw ~ N(8, 0.25) gives g in about [-8.8, -7.2] (softplus(8) = 8.0003): the "g = -8, zero bias" report.
+GEN_G_RAW_MINUS8 = {"kind": "randn", "mean": 8.0, "std": 0.25}
+
+
+def regression_workloads(defn: dict) -> list:
+    """The regression workloads that a definition's family and gate can carry."""
+    name, tags = defn["name"], defn["tags"]
+    stage = next(t.split(":", 1)[1] for t in tags if t.startswith("stage:"))
+    out = []
+    if stage == "prefill":
+        lens = [8191, 1]
+        inputs = {x: {"type": "random"} for x in ("q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "initial_state",
+                                                  "cu_seqlens")}
+        inputs["scale"] = scale_input()
+        out.append(workload(name, "regression_last_seq_one_token", {"total_seq_len": 8192, "num_seqs": 2,
+                                                                     "len_cu_seqlens": 3},
+                            inputs, ["regression:cudnn-frontend-1013", "edge"],
+                            "cuDNN frontend issue #1013 (illegal memory access in a KDA prefill kernel): the last "
+                            "packed sequence has a single token after a long one, cu_seqlens [0, 8191, 8192]",
+                            seq_lens=lens))
+    if "gate:unbounded" in tags and stage in ("prefill", "decode", "mtp"):
+        desc = ("FlashKDA issue #1 (NaN from fla's chunk_kda): strong unbounded decay g ~ -8 with zero bias "
+                "(A_log = 0, dt_bias = 0, g_raw ~ N(8, 0.25), so g = -softplus(g_raw) in about [-8.8, -7.2])")
+        gens = {"g_raw": GEN_G_RAW_MINUS8, "A_log": GEN_ZERO, "dt_bias": GEN_ZERO}
+        if stage == "prefill":
+            lens = [300, 129, 64]
+            inputs = {x: {"type": "random"} for x in ("q", "k", "v", "b", "initial_state", "cu_seqlens")}
+            axes = {"total_seq_len": sum(lens), "num_seqs": len(lens), "len_cu_seqlens": len(lens) + 1}
+        else:
+            lens = None
+            inputs = {x: {"type": "random"} for x in ("q", "k", "v", "b", "state_pool", "state_indices")}
+            axes = {"batch_size": 16, "pool_size": 64, **({"num_tokens": 8} if stage == "mtp" else {})}
+        inputs.update({x: {"type": "random", "generator": g} for x, g in gens.items()})
+        inputs["scale"] = scale_input()
+        inputs = {x: inputs[x] for x in defn["inputs"]}  # the definition's order
+        out.append(workload(name, "regression_strong_decay_zero_bias", axes, inputs,
+                            ["regression:flashkda-1", "edge"], desc, seq_lens=lens))
+    return out
+
+
 # --------------------------------------------------------------------------- all
 
 def build() -> dict:
@@ -622,6 +670,8 @@ def build() -> dict:
     for model, text, gate, h in [("kimi-linear", MODELS[0][1], "unbounded", 32), ("kimi-k3", MODELS[1][1], "safe", 96)]:
         d = gate_definition(model, text, gate, h)
         put(d, gate_workloads(d["name"]))
+    for defn, wls in out.values():
+        wls.extend(regression_workloads(defn))
     return out
 
 
