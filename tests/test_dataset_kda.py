@@ -119,8 +119,27 @@ def truth_gate(d, x):
     return naive_gate(d, x["g_raw"], x["A_log"], x["dt_bias"])
 
 
+def truth_spec_verify(d, x):
+    """Real rows (indices >= 0): one naive run per request and prefix, from the slot of its last accepted
+    token; the state after token t goes to state_indices[n, t]. Padding rows: o zero, nothing written."""
+    pool, idx = x["state_pool"], x["state_indices"].tolist()
+    new_pool, o = pool.clone(), torch.zeros_like(x["v"])
+    for i, row in enumerate(idx):
+        if row[0] < 0:
+            continue
+        h0 = pool[row[int(x["num_accepted_tokens"][i]) - 1]].transpose(-1, -2)[None]
+        g = naive_gate(d, x["g_raw"][i], x["A_log"], x["dt_bias"])
+        for t in range(len(row)):
+            o_i, s_i = fla_naive.naive_recurrent_kda(
+                l2(x["q"][i, :t + 1])[None], l2(x["k"][i, :t + 1])[None], x["v"][i, :t + 1][None], g[None, :t + 1],
+                torch.sigmoid(x["b"][i, :t + 1])[None], scale=x["scale"], initial_state=h0, output_final_state=True)
+            new_pool[row[t]] = s_i[0].transpose(-1, -2)
+        o[i] = o_i[0]
+    return o, new_pool
+
+
 TRUTH = {"prefill": truth_prefill, "decode": truth_pool, "mtp": truth_pool, "forward": truth_forward,
-         "backward": truth_backward, "gate": truth_gate}
+         "backward": truth_backward, "gate": truth_gate, "spec_verify": truth_spec_verify}
 
 
 # --------------------------------------------------------------------------- references vs ground truth

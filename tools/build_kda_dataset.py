@@ -597,6 +597,117 @@ def gate_workloads(name: str) -> list:
     ]
 
 
+# --------------------------------------------------------------------------- speculative-decoding verify (vLLM)
+# (model index in MODELS, tp, heads per GPU): the TP degrees engines run speculative decoding at.
+SPEC_VERIFY_SHAPES = [(0, 1, 32), (0, 4, 8), (1, 8, 12), (1, 2, 48)]
+
+
+def spec_verify_definition(model: str, model_text: str, gate: str, tp: int, h: int) -> dict:
+    """vLLM's verify call of fla's fused_recurrent_kda_fwd: 2-D ssm_state_indices and num_accepted_tokens."""
+    name = f"kda_spec_verify_h{h}_d{D}_k_last" + ("_safe_gate" if gate == "safe" else "")
+    lb = LOWER_BOUND if gate == "safe" else None
+    B, HV, tok = "batch_size", "num_v_heads", ["batch_size", "num_tokens"]
+    return {
+        "name": name,
+        "op_type": "kda",
+        "description": (
+            f"{model_text}, TP{tp} ({h} KDA heads per GPU, head dim {D}): the speculative-decoding verify step "
+            f"of vLLM (fla's fused_recurrent_kda_fwd with a 2-D ssm_state_indices and num_accepted_tokens). "
+            f"Request row n runs num_tokens draft tokens in order, starting from pool slot "
+            f"state_indices[n, num_accepted_tokens[n] - 1] (the state after the last token the previous step "
+            f"accepted), and writes the state after draft token t to slot state_indices[n, t] for every t. "
+            f"Rows whose indices are all -1 (PAD_SLOT_ID) pad a CUDA-graph batch after the real rows: they "
+            f"read and write nothing and their o is zero. States live in a float32 pool [pool_size, H, V, K] "
+            f"(K-last); slots no real row names stay bit-identical. q and k are L2-normalised in the op; the "
+            f"{gate_text(gate)} and beta = sigmoid(b) are computed in the op. Tolerances as the decode family."
+        ),
+        "tags": ["stage:spec_verify", f"model:{model}", *gate_tags(gate), "beta:logits", "qk_norm:l2",
+                 "state_layout:vk", "batch:pool", f"tp:{tp}"],
+        "axes": {
+            B: axis_var("request rows, the padding rows included"),
+            "num_tokens": axis_var("draft positions per request (speculative tokens + 1)"),
+            "pool_size": axis_var("slots in the state pool"),
+            **head_axes(h, h, D, D),
+        },
+        "constraints": ["pool_size >= batch_size * num_tokens", "num_tokens >= 1"],
+        "inputs": {
+            "q": tensor([*tok, "num_heads", "head_dim_k"], "bfloat16", "queries, raw (L2-normalised in the op)", generator=GEN_RAW_QK),
+            "k": tensor([*tok, "num_heads", "head_dim_k"], "bfloat16", "keys, raw (L2-normalised in the op)", generator=GEN_RAW_QK),
+            "v": tensor([*tok, HV, "head_dim_v"], "bfloat16", "values", generator=GEN_V),
+            "g_raw": tensor([*tok, HV, "head_dim_k"], "bfloat16", "raw gate input", generator=GEN_G_RAW),
+            "A_log": tensor([HV], "float32", "per-head log decay rate", generator=GEN_A_LOG),
+            "dt_bias": tensor([HV, "head_dim_k"], "float32", "gate bias per head and key channel", generator=GEN_DT_BIAS),
+            "b": tensor([*tok, HV], "bfloat16", "beta logits: beta = sigmoid(b)", generator=GEN_B),
+            "state_pool": tensor(["pool_size", HV, "head_dim_v", "head_dim_k"], "float32",
+                                 "the engine's state pool, K-last [V, K] per head", generator=GEN_STATE),
+            "state_indices": tensor(tok, "int32",
+                                    "pool slot of each draft position (vLLM's spec_state_indices_tensor); distinct "
+                                    "slots in real rows, -1 (PAD_SLOT_ID) in every position of a padding row",
+                                    generator={"kind": "slot_indices", "pool_axis": "pool_size"}),
+            "num_accepted_tokens": tensor([B], "int32",
+                                          "tokens accepted at the previous step, in [1, num_tokens] (ignored in "
+                                          "padding rows)", generator={"kind": "constant", "value": 1.0}),
+            "scale": tensor(None, "float32", "query scale, head_dim_k ** -0.5"),
+        },
+        "outputs": {
+            "o": tensor([*tok, HV, "head_dim_v"], "bfloat16", "output per draft token (zero in padding rows)",
+                        tolerance=TOL_O, sequence_axis="num_tokens"),
+            "new_state_pool": tensor(["pool_size", HV, "head_dim_v", "head_dim_k"], "float32",
+                                     "the pool after the step: the state after every draft token in its slot, "
+                                     "the other slots untouched", tolerance=TOL_STATE),
+        },
+        "inplace": {"new_state_pool": "state_pool"},
+        "cost": {
+            "flops": "7 * batch_size * num_tokens * num_v_heads * head_dim_k * head_dim_v",
+            "bytes": "2 * batch_size * num_tokens * (2 * num_heads * head_dim_k + num_v_heads * (2 * head_dim_v + head_dim_k + 1))"
+                     " + 4 * batch_size * (num_tokens + 1) * num_v_heads * head_dim_v * head_dim_k",
+        },
+        "reference": reference_source("spec_verify", NUM_HEADS=h, NUM_V_HEADS=h, HEAD_DIM_K=D, HEAD_DIM_V=D,
+                                      LOWER_BOUND=lb),
+    }
+
+
+def spec_verify_workloads(name: str) -> list:
+    def w(label, bs, nt, tags, desc, pad=0, accepted="random", pool=None):
+        pool = pool or max(8, 2 * bs * nt)
+        inputs = pool_inputs()
+        if pad:
+            inputs["state_indices"] = {"type": "random", "generator": {"kind": "slot_indices", "pool_axis": "pool_size",
+                                                                       "pad_rows": pad}}
+        if accepted == "random":  # uniform in [1, nt + 0.5) truncated: 1..nt
+            gen = {"kind": "uniform", "low": 1.0, "high": nt + 0.5}
+        else:
+            gen = {"kind": "constant", "value": float(accepted)}
+        inputs["num_accepted_tokens"] = {"type": "random", "generator": gen}
+        inputs = {x: inputs[x] for x in ("q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "state_pool",
+                                         "state_indices", "num_accepted_tokens", "scale")}
+        return workload(name, label, {"batch_size": bs, "num_tokens": nt, "pool_size": pool}, inputs, tags, desc)
+
+    acc = "num_accepted_tokens uniform in [1, num_tokens]"
+    return [
+        w("smoke_b3_t2_pad1", 3, 2, ["smoke"], f"smoke: two requests of 2 draft positions and one padding row; {acc}",
+          pad=1),
+        w("smoke_b2_t3_all_accepted", 2, 3, ["smoke"], "smoke: two requests of 3 positions, all 3 accepted before",
+          accepted=3),
+        w("b1_t2", 1, 2, ["spec_verify"], f"one request, 1 speculative token; {acc}"),
+        w("b4_t4", 4, 4, ["spec_verify"], f"4 requests, 3 speculative tokens; {acc}"),
+        w("b16_t2_pad3", 16, 2, ["spec_verify"], f"13 requests padded to a CUDA-graph batch of 16; {acc}", pad=3),
+        w("b16_t4", 16, 4, ["spec_verify"], f"16 requests, 3 speculative tokens; {acc}"),
+        w("b32_t8_pad5", 32, 8, ["spec_verify"], f"27 requests padded to 32, 7 speculative tokens; {acc}", pad=5),
+        w("b64_t4_pad8", 64, 4, ["spec_verify"], f"56 requests padded to 64; {acc}", pad=8),
+        w("b128_t2", 128, 2, ["spec_verify"], f"128 requests, 1 speculative token; {acc}", pool=512),
+        w("b128_t4_pad16", 128, 4, ["spec_verify"], f"112 requests padded to 128; {acc}", pad=16, pool=1024),
+        w("b256_t2_pad32", 256, 2, ["spec_verify"], f"224 requests padded to 256; {acc}", pad=32, pool=1024),
+        w("edge_accepted_1", 16, 4, ["edge"], "every request accepted 1 token: start from position 0's slot",
+          accepted=1),
+        w("edge_accepted_all", 16, 4, ["edge"], "every request accepted all 4 tokens: start from the last slot",
+          accepted=4),
+        w("edge_mostly_padding", 8, 4, ["edge"], f"one request and 7 padding rows; {acc}", pad=7),
+        w("edge_one_position", 4, 1, ["edge"], "one draft position (no speculative token): a decode step through "
+          "the verify path", accepted=1),
+    ]
+
+
 # --------------------------------------------------------------------------- regression workloads (published bugs)
 # Each is tagged `regression:<source>` and names the report in its description. fla #1080 (int32 offsets past
 # 2^31 elements) is what the `stress` workloads already carry; fla #1134 (g loaded unmasked when K is not a
@@ -670,6 +781,9 @@ def build() -> dict:
     for model, text, gate, h in [("kimi-linear", MODELS[0][1], "unbounded", 32), ("kimi-k3", MODELS[1][1], "safe", 96)]:
         d = gate_definition(model, text, gate, h)
         put(d, gate_workloads(d["name"]))
+    for m, tp, h in SPEC_VERIFY_SHAPES:
+        d = spec_verify_definition(MODELS[m][0], MODELS[m][1], MODELS[m][2], tp, h)
+        put(d, spec_verify_workloads(d["name"]))
     for defn, wls in out.values():
         wls.extend(regression_workloads(defn))
     return out
