@@ -685,10 +685,9 @@ def spec_verify_workloads(name: str) -> list:
 
     acc = "num_accepted_tokens uniform in [1, num_tokens]"
     return [
-        w("smoke_b3_t2_pad1", 3, 2, ["smoke"], f"smoke: two requests of 2 draft positions and one padding row; {acc}",
-          pad=1),
-        w("smoke_b2_t3_all_accepted", 2, 3, ["smoke"], "smoke: two requests of 3 positions, all 3 accepted before",
-          accepted=3),
+        w("smoke_b3_t2_pad1", 3, 2, ["smoke"], "smoke: two requests of 2 draft positions, both accepted before "
+          "(start from the second slot), and one padding row", pad=1, accepted=2),
+        w("smoke_b2_t3", 2, 3, ["smoke"], f"smoke: two requests of 3 positions; {acc}"),
         w("b1_t2", 1, 2, ["spec_verify"], f"one request, 1 speculative token; {acc}"),
         w("b4_t4", 4, 4, ["spec_verify"], f"4 requests, 3 speculative tokens; {acc}"),
         w("b16_t2_pad3", 16, 2, ["spec_verify"], f"13 requests padded to a CUDA-graph batch of 16; {acc}", pad=3),

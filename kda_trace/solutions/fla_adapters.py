@@ -12,6 +12,7 @@ lower_bound (tag `lower_bound:<x>`, default -5), `beta:logits` -> use_beta_sigmo
 | backward | `chunk_kda` + autograd, gradients of (o, final_state) against (do, dht) (GPU only) |
 | decode (pool) | `fused_recurrent_kda_fwd` with `ssm_state_indices` and `inplace_final_state=True`: fla reads and writes each request's pool slot directly (the vLLM path) |
 | mtp (pool) | gather the slots, `fused_recurrent_kda`, scatter the final states back: fla's in-place pool path indexes a different slot per token (it keeps every intermediate state), not one slot per request |
+| spec_verify (pool) | `fused_recurrent_kda_fwd` with a 2-D `ssm_state_indices`, `num_accepted_tokens` and `inplace_final_state=True`, tokens packed with `cu_seqlens` where padding rows have zero tokens (vLLM's call: fla skips zero-token sequences, so their -1 slots are never touched) |
 | gate | `fused_kda_gate` (GPU only) |
 
 On the CPU, `fused_recurrent_kda` runs under TRITON_INTERPRET=1; `chunk_kda` and the gate kernel are
@@ -34,6 +35,7 @@ FAMILY_INPUTS = {
     "backward": {"q", "k", "v", "g", "beta", "initial_state", "scale", "do", "dht"},
     "decode": {"q", "k", "v", "state_pool", "state_indices", "scale"},
     "mtp": {"q", "k", "v", "state_pool", "state_indices", "scale"},
+    "spec_verify": {"q", "k", "v", "state_pool", "state_indices", "num_accepted_tokens", "scale"},
     "gate": {"g_raw", "A_log", "dt_bias"},
 }
 GPU_ONLY = {"prefill", "forward", "backward", "gate"}
@@ -100,7 +102,7 @@ class FlaSolution:
         stage = definition.tag("stage")
         opts = _options(definition)
         return {"prefill": _prefill, "forward": _forward, "backward": _backward, "decode": _decode,
-                "mtp": _mtp, "gate": _gate}[stage](definition, opts)
+                "mtp": _mtp, "spec_verify": _spec_verify, "gate": _gate}[stage](definition, opts)
 
 
 def _prefill(d: Definition, opts):
@@ -185,6 +187,31 @@ def _mtp(d: Definition, opts):
             lower_bound=opts["lower_bound"], state_v_first=opts["state_v_first"], **extra)
         pool[idx] = ht
         return o, pool
+
+    return run
+
+
+def _spec_verify(d: Definition, opts):
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+
+    def run(**inputs):
+        g, beta, extra = _gate_and_beta(inputs, opts)
+        pool, idx = inputs["state_pool"], inputs["state_indices"]
+        B, T = idx.shape
+        # vLLM packs the verify tokens with spec_query_start_loc; a padding row (indices -1, after the real
+        # rows) is a sequence of zero tokens, which fla's kernel returns from before reading an index.
+        lens = (idx[:, 0] >= 0).to(torch.int32) * T
+        cu_seqlens = torch.nn.functional.pad(torch.cumsum(lens, 0, dtype=torch.int32), (1, 0))
+        flat = lambda t: t.reshape(1, B * T, *t.shape[2:])  # noqa: E731
+        out = torch.zeros_like(flat(inputs["v"]))  # vLLM's output buffer: padding tokens keep zeros
+        fused_recurrent_kda_fwd(
+            q=flat(inputs["q"]), k=flat(inputs["k"]), v=flat(inputs["v"]), g=flat(g), beta=flat(beta),
+            scale=float(inputs["scale"]), initial_state=pool, inplace_final_state=True, cu_seqlens=cu_seqlens,
+            ssm_state_indices=idx, num_accepted_tokens=inputs["num_accepted_tokens"], out=out,
+            use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"], use_gate_in_kernel=opts["use_gate_in_kernel"],
+            use_beta_sigmoid_in_kernel=opts["use_beta_sigmoid_in_kernel"], allow_neg_eigval=opts["allow_neg_eigval"],
+            lower_bound=opts["lower_bound"], state_v_first=opts["state_v_first"], **extra)
+        return out.reshape(inputs["v"].shape), pool
 
     return run
 
