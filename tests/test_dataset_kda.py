@@ -85,6 +85,26 @@ def truth_prefill(d, x):
     return o, torch.stack(states)
 
 
+def truth_prefill_chunk_states(d, x):
+    """truth_prefill, plus the state before every 64-token chunk: the naive final state of each sequence cut
+    after 64 * c tokens (c = 0: the initial state, or zeros)."""
+    o, final = truth_prefill(d, x)
+    cu = x["cu_seqlens"].tolist()
+    chunks = []
+    for n, (a, e) in enumerate(zip(cu[:-1], cu[1:])):
+        for c in range(-(-(e - a) // 64)):
+            cut = dict(x, q=x["q"][a:a + 64 * c], k=x["k"][a:a + 64 * c], v=x["v"][a:a + 64 * c],
+                       g_raw=x["g_raw"][a:a + 64 * c], b=x["b"][a:a + 64 * c],
+                       initial_state=None if x["initial_state"] is None else x["initial_state"][n:n + 1],
+                       cu_seqlens=torch.tensor([0, 64 * c]))
+            if c == 0:
+                h0 = x["initial_state"]
+                chunks.append(torch.zeros_like(final[0]) if h0 is None else h0[n])
+            else:
+                chunks.append(truth_prefill(d, cut)[1][0])
+    return o, final, torch.stack(chunks)
+
+
 def truth_pool(d, x):
     """decode ([B, ...]) and mtp ([B, T, ...]): one naive run per request from its slot."""
     mtp = x["q"].dim() == 4
@@ -139,7 +159,8 @@ def truth_spec_verify(d, x):
 
 
 TRUTH = {"prefill": truth_prefill, "decode": truth_pool, "mtp": truth_pool, "forward": truth_forward,
-         "backward": truth_backward, "gate": truth_gate, "spec_verify": truth_spec_verify}
+         "backward": truth_backward, "gate": truth_gate, "spec_verify": truth_spec_verify,
+         "prefill_chunk_states": truth_prefill_chunk_states}
 
 
 # --------------------------------------------------------------------------- references vs ground truth

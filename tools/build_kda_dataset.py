@@ -707,6 +707,77 @@ def spec_verify_workloads(name: str) -> list:
     ]
 
 
+# --------------------------------------------------------------------------- prefill with chunk states (prefix caching)
+CHUNK = 64  # the chunk length whose boundary states engines cache (fla's chunk_size, SGLang's tracking unit)
+# (model index in MODELS, tp, heads per GPU)
+CHUNK_STATES_SHAPES = [(0, 4, 8), (1, 8, 12), (1, 1, 96)]
+
+
+def chunk_states_definition(model: str, model_text: str, gate: str, tp: int, h: int) -> dict:
+    """The prefill definition plus `chunk_states`, the state before every 64-token chunk of every sequence."""
+    d = prefill_definition(model, model_text, gate, tp, h)
+    lb = LOWER_BOUND if gate == "safe" else None
+    d["name"] = f"kda_prefill_h{h}_d{D}_k_last" + ("_safe_gate" if gate == "safe" else "") + "_chunk_states"
+    d["description"] = d["description"].replace(
+        "the prefill / extend path of an inference engine (vLLM, SGLang)",
+        "the prefill / extend path of an inference engine with prefix caching (SGLang caches the state at "
+        f"every {CHUNK}-token chunk boundary), returning those states too") + (
+        f" chunk_states: for every sequence (in order) and every chunk of {CHUNK} tokens from its first token "
+        f"(the last may be shorter), the state before the chunk's first token, i.e. after the first {CHUNK} * c "
+        f"tokens of the sequence (chunk 0: the initial state; a sequence shorter than a chunk has that one entry), "
+        f"float32 K-last [V, K]: fla's chunk_kda(return_intermediate_states=True) convention, in the pool's "
+        f"layout and dtype.")
+    d["tags"] = ["stage:prefill_chunk_states", "feature:chunk_states"] + [t for t in d["tags"] if not t.startswith("stage:")]
+    d["axes"]["num_chunks"] = axis_var(f"sum over sequences of ceil(len / {CHUNK})")
+    d["constraints"].append(f"num_chunks == sum((n + {CHUNK - 1}) // {CHUNK} for n in seq_lens)")
+    d["outputs"]["chunk_states"] = tensor(["num_chunks", "num_v_heads", "head_dim_v", "head_dim_k"], "float32",
+                                          f"state before each {CHUNK}-token chunk of each sequence, K-last [V, K]",
+                                          tolerance=TOL_STATE)
+    d["cost"]["bytes"] += " + 4 * num_chunks * num_v_heads * head_dim_v * head_dim_k"
+    d["reference"] = reference_source("prefill_chunk_states", NUM_HEADS=h, NUM_V_HEADS=h, HEAD_DIM_K=D,
+                                      HEAD_DIM_V=D, LOWER_BOUND=lb)
+    return d
+
+
+def chunk_states_workloads(name: str, tp: int) -> list:
+    out = []
+
+    def add(label, lens, tags, description, init=True):
+        inputs = {x: {"type": "random"} for x in ("q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "initial_state",
+                                                  "cu_seqlens")}
+        if not init:
+            inputs["initial_state"] = {"type": "random", "generator": GEN_NONE}
+        inputs["scale"] = scale_input()
+        axes = {"total_seq_len": sum(lens), "num_seqs": len(lens), "len_cu_seqlens": len(lens) + 1,
+                "num_chunks": sum(-(-n // CHUNK) for n in lens)}
+        out.append(workload(name, label, axes, inputs, tags, description, seq_lens=lens))
+
+    add("smoke_mixed", [1, 3, 5], ["smoke", "edge"], "smoke: three sequences shorter than a chunk (one entry each: "
+        "the initial state), with initial states")
+    add("smoke_single", [6], ["smoke"], "smoke: one short sequence from a zero state (its one entry is zeros)",
+        init=False)
+    add("edge_ragged_chunks", [65, 1, 130, 64], ["edge"],
+        "sequences that end one token past a chunk, in the middle of one, and on a chunk boundary (2 + 1 + 3 + 1 "
+        "entries)")
+    add("edge_exact_chunks", [128, 64, 192], ["edge"], "lengths that are multiples of 64, from zero states: the "
+        "state after the last chunk is final_state, not an entry", init=False)
+    add("edge_one_token_last", [8191, 1], ["edge", "regression:cudnn-frontend-1013"],
+        "cuDNN frontend issue #1013's packing: a one-token sequence after a long one, cu_seqlens [0, 8191, 8192]")
+    add("single_512", [512], ["prefill"], "one 512-token prompt from a zero state (8 entries)", init=False)
+    add("trace_2000", [15, 85, 200, 900, 800], ["prefill"],
+        "the public 'real trace' packing cu_seqlens [0, 15, 100, 300, 1200, 2000], with cached states")
+    add("packed_8192_x15", uneven_lengths(8192, 15, f"{name}/8192x15"), ["prefill"],
+        "8192 tokens in 15 uneven sequences, with cached states")
+    add("short_8192", short_lengths(8192, 1, 127, f"{name}/short8192"), ["prefill"],
+        "8192 tokens in many short sequences (1-127 tokens), with cached states")
+    add("packed_32768_x20", uneven_lengths(32768, 20, f"{name}/32768x20"), ["prefill"],
+        "32768 tokens in 20 uneven sequences, with cached states")
+    long_len = 65536 if tp == 1 else 32768
+    add(f"single_{long_len}", [long_len], ["prefill", "long"],
+        f"one {long_len}-token prompt from a zero state ({long_len // CHUNK} entries)", init=False)
+    return out
+
+
 # --------------------------------------------------------------------------- regression workloads (published bugs)
 # Each is tagged `regression:<source>` and names the report in its description. fla #1080 (int32 offsets past
 # 2^31 elements) is what the `stress` workloads already carry; fla #1134 (g loaded unmasked when K is not a
@@ -783,6 +854,9 @@ def build() -> dict:
     for m, tp, h in SPEC_VERIFY_SHAPES:
         d = spec_verify_definition(MODELS[m][0], MODELS[m][1], MODELS[m][2], tp, h)
         put(d, spec_verify_workloads(d["name"]))
+    for m, tp, h in CHUNK_STATES_SHAPES:
+        d = chunk_states_definition(MODELS[m][0], MODELS[m][1], MODELS[m][2], tp, h)
+        put(d, chunk_states_workloads(d["name"], tp))
     for defn, wls in out.values():
         wls.extend(regression_workloads(defn))
     return out
