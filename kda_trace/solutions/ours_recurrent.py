@@ -23,6 +23,7 @@ _FAMILY_DEFAULTS = {
     "decode": _ENGINE_DEFAULTS,
     "mtp": _ENGINE_DEFAULTS,
     "spec_verify": _ENGINE_DEFAULTS,
+    "prefill_chunk_states": _ENGINE_DEFAULTS,
     "prefill": _ENGINE_DEFAULTS,
     "forward": {"gate": "precomputed", "beta": "prob", "qk_norm": "none", "state_layout": "kv"},
 }
