@@ -684,10 +684,11 @@ def spec_verify_workloads(name: str) -> list:
         return workload(name, label, {"batch_size": bs, "num_tokens": nt, "pool_size": pool}, inputs, tags, desc)
 
     acc = "num_accepted_tokens uniform in [1, num_tokens]"
+    # one smoke workload (with a padding row and a start slot other than the first): the CPU run stays short
     return [
         w("smoke_b3_t2_pad1", 3, 2, ["smoke"], "smoke: two requests of 2 draft positions, both accepted before "
           "(start from the second slot), and one padding row", pad=1, accepted=2),
-        w("smoke_b2_t3", 2, 3, ["smoke"], f"smoke: two requests of 3 positions; {acc}"),
+        w("edge_b2_t3", 2, 3, ["edge"], f"two requests of 3 positions; {acc}"),
         w("b1_t2", 1, 2, ["spec_verify"], f"one request, 1 speculative token; {acc}"),
         w("b4_t4", 4, 4, ["spec_verify"], f"4 requests, 3 speculative tokens; {acc}"),
         w("b16_t2_pad3", 16, 2, ["spec_verify"], f"13 requests padded to a CUDA-graph batch of 16; {acc}", pad=3),
@@ -752,9 +753,10 @@ def chunk_states_workloads(name: str, tp: int) -> list:
                 "num_chunks": sum(-(-n // CHUNK) for n in lens)}
         out.append(workload(name, label, axes, inputs, tags, description, seq_lens=lens))
 
+    # one smoke workload (the CPU run stays short); under the interpreter a batch this short goes token by token
     add("smoke_mixed", [1, 3, 5], ["smoke", "edge"], "smoke: three sequences shorter than a chunk (one entry each: "
         "the initial state), with initial states")
-    add("smoke_single", [6], ["smoke"], "smoke: one short sequence from a zero state (its one entry is zeros)",
+    add("edge_single_zero_state", [6], ["edge"], "one short sequence from a zero state (its one entry is zeros)",
         init=False)
     add("edge_ragged_chunks", [65, 1, 130, 64], ["edge"],
         "sequences that end one token past a chunk, in the middle of one, and on a chunk boundary (2 + 1 + 3 + 1 "

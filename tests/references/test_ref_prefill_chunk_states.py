@@ -114,3 +114,23 @@ def test_o_and_final_state_are_the_prefill_family(d):
 def test_dataset_workloads(d, w):
     """Every (non-stress) dataset workload against the chunked truth."""
     check_against_truth(d, w, device=DEVICE, with_fla_naive=False)
+
+
+@pytest.mark.gpu
+@covers("prefill_chunk_states", batch=("varlen",), gate=("safe", "unbounded"), state_layout=("vk",))
+@pytest.mark.parametrize("d", family_params(FAMILY))
+def test_fla_chunk_kda_intermediate_states(d):
+    """fla's chunk_kda(return_intermediate_states=True) through the runner's fla adapter (bf16 inputs, its
+    bf16 chunk states converted to float32) against the reference, judged with the definition's tolerances."""
+    from conftest import require_cuda
+
+    from kda_trace.solutions.fla_adapters import FlaSolution
+
+    require_cuda()
+    x = inputs_of(d, packed(d, [700, 1, 64, 129, 300]), "cuda")
+    to_problem(d, upcast(x))
+    ref = run_reference(d, x)
+    got = FlaSolution("cuda").build(d, "cuda")(**{k: (v.clone() if torch.is_tensor(v) else v) for k, v in x.items()})
+    for name, t in zip(d.outputs, got):
+        assert_close(d, name, ref[name].float(), t.float(), "definition", "fla chunk_kda vs reference",
+                     x["cu_seqlens"] if name == "o" else None)

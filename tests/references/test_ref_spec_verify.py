@@ -154,3 +154,27 @@ def test_bad_indices_are_rejected(d):
 def test_dataset_workloads(d, w):
     """Every (non-stress) dataset workload against the chunked truth (untouched slots checked too)."""
     check_against_truth(d, w, device=DEVICE, with_fla_naive=False)
+
+
+@pytest.mark.gpu
+@covers("spec_verify", batch=("pool",), gate=("safe", "unbounded"), state_layout=("vk",))
+@pytest.mark.parametrize("d", family_params(FAMILY))
+def test_fla_fused_recurrent_state_indices(d):
+    """fla's fused_recurrent_kda_fwd on its 2-D ssm_state_indices path (the runner's fla adapter), bf16 inputs
+    on the GPU, against the reference with the definition's tolerances; untouched slots bit-identical."""
+    from conftest import require_cuda
+
+    from kda_trace.solutions.fla_adapters import FlaSolution
+
+    require_cuda()
+    x = inputs_of(d, verify_workload(d, 40, 6, 400, pad=7), "cuda")
+    R = real_rows(x)
+    to_problem(d, {**x, "state_indices": x["state_indices"][:R, 0], **{n: x[n][:R] for n in TOKEN_INPUTS}})
+    ref = run_reference(d, x)
+    pool = x["state_pool"].clone()
+    o, new_pool = FlaSolution("cuda").build(d, "cuda")(**{**x, "state_pool": pool})
+    assert_close(d, "o", ref["o"].float(), o.float(), "definition", "fla vs reference")
+    assert_close(d, "new_state_pool", ref["new_state_pool"], new_pool, "definition", "fla vs reference")
+    from kda_trace.compare import inplace_violations
+
+    assert inplace_violations(x["state_pool"], ref["new_state_pool"], new_pool) == 0
