@@ -55,7 +55,7 @@ class CoverageMatrix:
     heads: Dict[Tuple[str, int], List[int]]
     """Heads per GPU seen in each row (the num_v_heads axis)."""
     features: Dict[str, Dict[str, int]]
-    """Tag key (gate, state_layout, batch, beta, qk_norm) -> value -> number of definitions."""
+    """Tag key (gate, state_layout, batch, beta, qk_norm, feature) -> value -> number of definitions."""
     untagged: List[str]
     """Definitions without a stage, model or tp tag (not placed in the matrix)."""
 
@@ -96,7 +96,7 @@ def coverage_matrix(definitions, workloads: Mapping[str, list]) -> CoverageMatri
         definitions = definitions.values()
     cells: Dict[Tuple[Tuple[str, int], str], Cell] = {}
     heads: Dict[Tuple[str, int], set] = {}
-    features: Dict[str, Dict[str, int]] = {k: {} for k in ("gate", "state_layout", "batch", "beta", "qk_norm")}
+    features: Dict[str, Dict[str, int]] = {k: {} for k in ("gate", "state_layout", "batch", "beta", "qk_norm", "feature")}
     untagged = []
     for model, tp, stage in REQUIRED:
         cells[((model, tp), stage)] = Cell(required=True)
