@@ -2,9 +2,10 @@
 
 One program owns one (sequence, value head, V-tile): it loads that [BV, K] slice of the fp32 state once,
 walks the sequence's tokens keeping the slice in registers, writes o for every token and the state once at
-the end (or, in speculative-verify mode, the state after every token to that token's pool slot). Every token needs the whole k and q of its head (the delta-rule read S^T k and the output S^T q
-reduce over K), so K stays whole in a program and only V is split into tiles; small batches get more
-programs from smaller V-tiles.
+the end (in speculative-verify mode: the state after every token, each to that token's pool slot). Every
+token needs the whole k and q of its head (the delta-rule read S^T k and the output S^T q reduce over K),
+so K stays whole in a program and only V is split into tiles; small batches get more programs from smaller
+V-tiles.
 
 The recurrence (fp32), per token t, for the [K, V] state S (KDA.md):
     S = diag(exp(g_t)) S;  S = S + beta_t k_t (v_t - S^T k_t)^T;  o_t = S^T (scale q_t)
