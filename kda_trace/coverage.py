@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-STAGES = ["prefill", "decode", "mtp", "forward", "backward", "gate"]
+STAGES = ["prefill", "prefill_chunk_states", "decode", "mtp", "spec_verify", "forward", "backward", "gate"]
 
 # (model tag, tp, stage): the cells a real engine or training run uses.
 REQUIRED: List[Tuple[str, int, str]] = [
@@ -20,6 +20,7 @@ REQUIRED: List[Tuple[str, int, str]] = [
       for model in ("kimi-linear", "kimi-k3", "glm-5.3-flash")
       for tp in (1, 4)
       for stage in ("prefill", "decode", "mtp")],
+    *[("kimi-k3", tp, stage) for tp in (8, 2) for stage in ("prefill", "decode", "mtp")],  # 12 / 48 heads
     ("kimi-linear", 1, "forward"),   # training: chunked forward + backward
     ("kimi-linear", 1, "backward"),
     ("kimi-linear", 1, "gate"),      # gate computed outside the kernel (unbounded)
@@ -54,7 +55,7 @@ class CoverageMatrix:
     heads: Dict[Tuple[str, int], List[int]]
     """Heads per GPU seen in each row (the num_v_heads axis)."""
     features: Dict[str, Dict[str, int]]
-    """Tag key (gate, state_layout, batch, beta, qk_norm) -> value -> number of definitions."""
+    """Tag key (gate, state_layout, batch, beta, qk_norm, feature) -> value -> number of definitions."""
     untagged: List[str]
     """Definitions without a stage, model or tp tag (not placed in the matrix)."""
 
@@ -95,7 +96,7 @@ def coverage_matrix(definitions, workloads: Mapping[str, list]) -> CoverageMatri
         definitions = definitions.values()
     cells: Dict[Tuple[Tuple[str, int], str], Cell] = {}
     heads: Dict[Tuple[str, int], set] = {}
-    features: Dict[str, Dict[str, int]] = {k: {} for k in ("gate", "state_layout", "batch", "beta", "qk_norm")}
+    features: Dict[str, Dict[str, int]] = {k: {} for k in ("gate", "state_layout", "batch", "beta", "qk_norm", "feature")}
     untagged = []
     for model, tp, stage in REQUIRED:
         cells[((model, tp), stage)] = Cell(required=True)

@@ -74,11 +74,14 @@ def _cu_seqlens(spec: TensorSpec, workload: Workload, device: str) -> torch.Tens
 
 def _slot_indices(spec: TensorSpec, gen: Generator, shape: list[int], axes: Dict[str, int],
                   rng: torch.Generator, device: str) -> torch.Tensor:
-    count = 1
-    for d in shape:
-        count *= d
+    per_row = 1
+    for d in shape[1:]:
+        per_row *= d
+    pad = gen.pad_rows or 0  # the last `pad` rows are PAD_SLOT_ID (-1); the others draw distinct slots
+    count = per_row * (shape[0] - pad)
     perm = torch.randperm(axes[gen.pool_axis], generator=rng, device=device)[:count]
-    return perm.reshape(shape).to(torch_dtype(spec.dtype))
+    padding = torch.full((per_row * pad,), -1, dtype=perm.dtype, device=device)
+    return torch.cat([perm, padding]).reshape(shape).to(torch_dtype(spec.dtype))
 
 
 def make_input(definition: Definition, workload: Workload, name: str, axes: Dict[str, int], seed: int,

@@ -96,6 +96,9 @@ class Generator(Model):
     """constant: the value of every element."""
     pool_axis: Optional[str] = None
     """slot_indices: the axis whose size is the number of slots."""
+    pad_rows: Optional[int] = Field(default=None, ge=0)
+    """slot_indices: the last pad_rows rows (first axis) are -1, PAD_SLOT_ID (padding entries of an
+    engine's CUDA-graph batch); the other rows hold distinct slots."""
     total_axis: Optional[str] = None
     """cu_seqlens: the token axis that the sequence lengths must sum to."""
 

@@ -85,6 +85,26 @@ def truth_prefill(d, x):
     return o, torch.stack(states)
 
 
+def truth_prefill_chunk_states(d, x):
+    """truth_prefill, plus the state before every 64-token chunk: the naive final state of each sequence cut
+    after 64 * c tokens (c = 0: the initial state, or zeros)."""
+    o, final = truth_prefill(d, x)
+    cu = x["cu_seqlens"].tolist()
+    chunks = []
+    for n, (a, e) in enumerate(zip(cu[:-1], cu[1:])):
+        for c in range(-(-(e - a) // 64)):
+            cut = dict(x, q=x["q"][a:a + 64 * c], k=x["k"][a:a + 64 * c], v=x["v"][a:a + 64 * c],
+                       g_raw=x["g_raw"][a:a + 64 * c], b=x["b"][a:a + 64 * c],
+                       initial_state=None if x["initial_state"] is None else x["initial_state"][n:n + 1],
+                       cu_seqlens=torch.tensor([0, 64 * c]))
+            if c == 0:
+                h0 = x["initial_state"]
+                chunks.append(torch.zeros_like(final[0]) if h0 is None else h0[n])
+            else:
+                chunks.append(truth_prefill(d, cut)[1][0])
+    return o, final, torch.stack(chunks)
+
+
 def truth_pool(d, x):
     """decode ([B, ...]) and mtp ([B, T, ...]): one naive run per request from its slot."""
     mtp = x["q"].dim() == 4
@@ -143,8 +163,28 @@ def truth_gate(d, x):
     return naive_gate(d, x["g_raw"], x["A_log"], x["dt_bias"])
 
 
+def truth_spec_verify(d, x):
+    """Real rows (indices >= 0): one naive run per request and prefix, from the slot of its last accepted
+    token; the state after token t goes to state_indices[n, t]. Padding rows: o zero, nothing written."""
+    pool, idx = x["state_pool"], x["state_indices"].tolist()
+    new_pool, o = pool.clone(), torch.zeros_like(x["v"])
+    for i, row in enumerate(idx):
+        if row[0] < 0:
+            continue
+        h0 = pool[row[int(x["num_accepted_tokens"][i]) - 1]].transpose(-1, -2)[None]
+        g = naive_gate(d, x["g_raw"][i], x["A_log"], x["dt_bias"])
+        for t in range(len(row)):
+            o_i, s_i = fla_naive.naive_recurrent_kda(
+                l2(x["q"][i, :t + 1])[None], l2(x["k"][i, :t + 1])[None], x["v"][i, :t + 1][None], g[None, :t + 1],
+                torch.sigmoid(x["b"][i, :t + 1])[None], scale=x["scale"], initial_state=h0, output_final_state=True)
+            new_pool[row[t]] = s_i[0].transpose(-1, -2)
+        o[i] = o_i[0]
+    return o, new_pool
+
+
 TRUTH = {"prefill": truth_prefill, "decode": truth_pool, "mtp": truth_pool, "forward": truth_forward,
-         "backward": truth_backward, "gate": truth_gate}
+         "backward": truth_backward, "gate": truth_gate, "spec_verify": truth_spec_verify,
+         "prefill_chunk_states": truth_prefill_chunk_states}
 
 
 # --------------------------------------------------------------------------- references vs ground truth

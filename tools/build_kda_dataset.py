@@ -31,7 +31,8 @@ D = 128  # head dim of every shipping KDA model (q, k and v)
 # (model tag, model description, heads at TP1, gate kind, [(tp, heads per GPU), ...])
 MODELS = [
     ("kimi-linear", "Kimi-Linear-48B-A3B (20 of 27 layers are KDA)", "unbounded", [(1, 32), (4, 8)]),
-    ("kimi-k3", "Kimi-K3 (69 of 93 layers are KDA, full-rank safe gate)", "safe", [(1, 96), (4, 24)]),
+    # TP8: 12 heads per GPU (the shape FlashInfer 0.7.2's packed KDA decode is built for); TP2: 48
+    ("kimi-k3", "Kimi-K3 (69 of 93 layers are KDA, full-rank safe gate)", "safe", [(1, 96), (4, 24), (8, 12), (2, 48)]),
     ("glm-5.3-flash", "GLM-5.3-Flash (34 KDA layers)", "safe", [(1, 64), (4, 16)]),
 ]
 
@@ -725,6 +726,236 @@ def gate_workloads(name: str) -> list:
     ]
 
 
+# --------------------------------------------------------------------------- speculative-decoding verify (vLLM)
+# (model index in MODELS, tp, heads per GPU): the TP degrees engines run speculative decoding at.
+SPEC_VERIFY_SHAPES = [(0, 1, 32), (0, 4, 8), (1, 8, 12), (1, 2, 48)]
+
+
+def spec_verify_definition(model: str, model_text: str, gate: str, tp: int, h: int) -> dict:
+    """vLLM's verify call of fla's fused_recurrent_kda_fwd: 2-D ssm_state_indices and num_accepted_tokens."""
+    name = f"kda_spec_verify_h{h}_d{D}_k_last" + ("_safe_gate" if gate == "safe" else "")
+    lb = LOWER_BOUND if gate == "safe" else None
+    B, HV, tok = "batch_size", "num_v_heads", ["batch_size", "num_tokens"]
+    return {
+        "name": name,
+        "op_type": "kda",
+        "description": (
+            f"{model_text}, TP{tp} ({h} KDA heads per GPU, head dim {D}): the speculative-decoding verify step "
+            f"of vLLM (fla's fused_recurrent_kda_fwd with a 2-D ssm_state_indices and num_accepted_tokens). "
+            f"Request row n runs num_tokens draft tokens in order, starting from pool slot "
+            f"state_indices[n, num_accepted_tokens[n] - 1] (the state after the last token the previous step "
+            f"accepted), and writes the state after draft token t to slot state_indices[n, t] for every t. "
+            f"Rows whose indices are all -1 (PAD_SLOT_ID) pad a CUDA-graph batch after the real rows: they "
+            f"read and write nothing and their o is zero. States live in a float32 pool [pool_size, H, V, K] "
+            f"(K-last); slots no real row names stay bit-identical. q and k are L2-normalised in the op; the "
+            f"{gate_text(gate)} and beta = sigmoid(b) are computed in the op. Tolerances as the decode family."
+        ),
+        "tags": ["stage:spec_verify", f"model:{model}", *gate_tags(gate), "beta:logits", "qk_norm:l2",
+                 "state_layout:vk", "batch:pool", f"tp:{tp}"],
+        "axes": {
+            B: axis_var("request rows, the padding rows included"),
+            "num_tokens": axis_var("draft positions per request (speculative tokens + 1)"),
+            "pool_size": axis_var("slots in the state pool"),
+            **head_axes(h, h, D, D),
+        },
+        "constraints": ["pool_size >= batch_size * num_tokens", "num_tokens >= 1"],
+        "inputs": {
+            "q": tensor([*tok, "num_heads", "head_dim_k"], "bfloat16", "queries, raw (L2-normalised in the op)", generator=GEN_RAW_QK),
+            "k": tensor([*tok, "num_heads", "head_dim_k"], "bfloat16", "keys, raw (L2-normalised in the op)", generator=GEN_RAW_QK),
+            "v": tensor([*tok, HV, "head_dim_v"], "bfloat16", "values", generator=GEN_V),
+            "g_raw": tensor([*tok, HV, "head_dim_k"], "bfloat16", "raw gate input", generator=GEN_G_RAW),
+            "A_log": tensor([HV], "float32", "per-head log decay rate", generator=GEN_A_LOG),
+            "dt_bias": tensor([HV, "head_dim_k"], "float32", "gate bias per head and key channel", generator=GEN_DT_BIAS),
+            "b": tensor([*tok, HV], "bfloat16", "beta logits: beta = sigmoid(b)", generator=GEN_B),
+            "state_pool": tensor(["pool_size", HV, "head_dim_v", "head_dim_k"], "float32",
+                                 "the engine's state pool, K-last [V, K] per head", generator=GEN_STATE),
+            "state_indices": tensor(tok, "int32",
+                                    "pool slot of each draft position (vLLM's spec_state_indices_tensor); distinct "
+                                    "slots in real rows, -1 (PAD_SLOT_ID) in every position of a padding row",
+                                    generator={"kind": "slot_indices", "pool_axis": "pool_size"}),
+            "num_accepted_tokens": tensor([B], "int32",
+                                          "tokens accepted at the previous step, in [1, num_tokens] (ignored in "
+                                          "padding rows)", generator={"kind": "constant", "value": 1.0}),
+            "scale": tensor(None, "float32", "query scale, head_dim_k ** -0.5"),
+        },
+        "outputs": {
+            "o": tensor([*tok, HV, "head_dim_v"], "bfloat16", "output per draft token (zero in padding rows)",
+                        tolerance=TOL_O, sequence_axis="num_tokens"),
+            "new_state_pool": tensor(["pool_size", HV, "head_dim_v", "head_dim_k"], "float32",
+                                     "the pool after the step: the state after every draft token in its slot, "
+                                     "the other slots untouched", tolerance=TOL_STATE),
+        },
+        "inplace": {"new_state_pool": "state_pool"},
+        "cost": {
+            "flops": "7 * batch_size * num_tokens * num_v_heads * head_dim_k * head_dim_v",
+            "bytes": "2 * batch_size * num_tokens * (2 * num_heads * head_dim_k + num_v_heads * (2 * head_dim_v + head_dim_k + 1))"
+                     " + 4 * batch_size * (num_tokens + 1) * num_v_heads * head_dim_v * head_dim_k",
+        },
+        "reference": reference_source("spec_verify", NUM_HEADS=h, NUM_V_HEADS=h, HEAD_DIM_K=D, HEAD_DIM_V=D,
+                                      LOWER_BOUND=lb),
+    }
+
+
+def spec_verify_workloads(name: str) -> list:
+    def w(label, bs, nt, tags, desc, pad=0, accepted="random", pool=None):
+        pool = pool or max(8, 2 * bs * nt)
+        inputs = pool_inputs()
+        if pad:
+            inputs["state_indices"] = {"type": "random", "generator": {"kind": "slot_indices", "pool_axis": "pool_size",
+                                                                       "pad_rows": pad}}
+        if accepted == "random":  # uniform in [1, nt + 0.5) truncated: 1..nt
+            gen = {"kind": "uniform", "low": 1.0, "high": nt + 0.5}
+        else:
+            gen = {"kind": "constant", "value": float(accepted)}
+        inputs["num_accepted_tokens"] = {"type": "random", "generator": gen}
+        inputs = {x: inputs[x] for x in ("q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "state_pool",
+                                         "state_indices", "num_accepted_tokens", "scale")}
+        return workload(name, label, {"batch_size": bs, "num_tokens": nt, "pool_size": pool}, inputs, tags, desc)
+
+    acc = "num_accepted_tokens uniform in [1, num_tokens]"
+    # one smoke workload (with a padding row and a start slot other than the first): the CPU run stays short
+    return [
+        w("smoke_b3_t2_pad1", 3, 2, ["smoke"], "smoke: two requests of 2 draft positions, both accepted before "
+          "(start from the second slot), and one padding row", pad=1, accepted=2),
+        w("edge_b2_t3", 2, 3, ["edge"], f"two requests of 3 positions; {acc}"),
+        w("b1_t2", 1, 2, ["spec_verify"], f"one request, 1 speculative token; {acc}"),
+        w("b4_t4", 4, 4, ["spec_verify"], f"4 requests, 3 speculative tokens; {acc}"),
+        w("b16_t2_pad3", 16, 2, ["spec_verify"], f"13 requests padded to a CUDA-graph batch of 16; {acc}", pad=3),
+        w("b16_t4", 16, 4, ["spec_verify"], f"16 requests, 3 speculative tokens; {acc}"),
+        w("b32_t8_pad5", 32, 8, ["spec_verify"], f"27 requests padded to 32, 7 speculative tokens; {acc}", pad=5),
+        w("b64_t4_pad8", 64, 4, ["spec_verify"], f"56 requests padded to 64; {acc}", pad=8),
+        w("b128_t2", 128, 2, ["spec_verify"], f"128 requests, 1 speculative token; {acc}", pool=512),
+        w("b128_t4_pad16", 128, 4, ["spec_verify"], f"112 requests padded to 128; {acc}", pad=16, pool=1024),
+        w("b256_t2_pad32", 256, 2, ["spec_verify"], f"224 requests padded to 256; {acc}", pad=32, pool=1024),
+        w("edge_accepted_1", 16, 4, ["edge"], "every request accepted 1 token: start from position 0's slot",
+          accepted=1),
+        w("edge_accepted_all", 16, 4, ["edge"], "every request accepted all 4 tokens: start from the last slot",
+          accepted=4),
+        w("edge_mostly_padding", 8, 4, ["edge"], f"one request and 7 padding rows; {acc}", pad=7),
+        w("edge_one_position", 4, 1, ["edge"], "one draft position (no speculative token): a decode step through "
+          "the verify path", accepted=1),
+    ]
+
+
+# --------------------------------------------------------------------------- prefill with chunk states (prefix caching)
+CHUNK = 64  # the chunk length whose boundary states engines cache (fla's chunk_size, SGLang's tracking unit)
+# (model index in MODELS, tp, heads per GPU)
+CHUNK_STATES_SHAPES = [(0, 4, 8), (1, 8, 12), (1, 1, 96)]
+
+
+def chunk_states_definition(model: str, model_text: str, gate: str, tp: int, h: int) -> dict:
+    """The prefill definition plus `chunk_states`, the state before every 64-token chunk of every sequence."""
+    d = prefill_definition(model, model_text, gate, tp, h)
+    lb = LOWER_BOUND if gate == "safe" else None
+    d["name"] = f"kda_prefill_h{h}_d{D}_k_last" + ("_safe_gate" if gate == "safe" else "") + "_chunk_states"
+    d["description"] = d["description"].replace(
+        "the prefill / extend path of an inference engine (vLLM, SGLang)",
+        "the prefill / extend path of an inference engine with prefix caching (SGLang caches the state at "
+        f"every {CHUNK}-token chunk boundary), returning those states too") + (
+        f" chunk_states: for every sequence (in order) and every chunk of {CHUNK} tokens from its first token "
+        f"(the last may be shorter), the state before the chunk's first token, i.e. after the first {CHUNK} * c "
+        f"tokens of the sequence (chunk 0: the initial state; a sequence shorter than a chunk has that one entry), "
+        f"float32 K-last [V, K]: fla's chunk_kda(return_intermediate_states=True) convention, in the pool's "
+        f"layout and dtype.")
+    d["tags"] = ["stage:prefill_chunk_states", "feature:chunk_states"] + [t for t in d["tags"] if not t.startswith("stage:")]
+    d["axes"]["num_chunks"] = axis_var(f"sum over sequences of ceil(len / {CHUNK})")
+    d["constraints"].append(f"num_chunks == sum((n + {CHUNK - 1}) // {CHUNK} for n in seq_lens)")
+    d["outputs"]["chunk_states"] = tensor(["num_chunks", "num_v_heads", "head_dim_v", "head_dim_k"], "float32",
+                                          f"state before each {CHUNK}-token chunk of each sequence, K-last [V, K]",
+                                          tolerance=TOL_STATE)
+    d["cost"]["bytes"] += " + 4 * num_chunks * num_v_heads * head_dim_v * head_dim_k"
+    d["reference"] = reference_source("prefill_chunk_states", NUM_HEADS=h, NUM_V_HEADS=h, HEAD_DIM_K=D,
+                                      HEAD_DIM_V=D, LOWER_BOUND=lb)
+    return d
+
+
+def chunk_states_workloads(name: str, tp: int) -> list:
+    out = []
+
+    def add(label, lens, tags, description, init=True):
+        inputs = {x: {"type": "random"} for x in ("q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "initial_state",
+                                                  "cu_seqlens")}
+        if not init:
+            inputs["initial_state"] = {"type": "random", "generator": GEN_NONE}
+        inputs["scale"] = scale_input()
+        axes = {"total_seq_len": sum(lens), "num_seqs": len(lens), "len_cu_seqlens": len(lens) + 1,
+                "num_chunks": sum(-(-n // CHUNK) for n in lens)}
+        out.append(workload(name, label, axes, inputs, tags, description, seq_lens=lens))
+
+    # one smoke workload (the CPU run stays short); under the interpreter a batch this short goes token by token
+    add("smoke_mixed", [1, 3, 5], ["smoke", "edge"], "smoke: three sequences shorter than a chunk (one entry each: "
+        "the initial state), with initial states")
+    add("edge_single_zero_state", [6], ["edge"], "one short sequence from a zero state (its one entry is zeros)",
+        init=False)
+    add("edge_ragged_chunks", [65, 1, 130, 64], ["edge"],
+        "sequences that end one token past a chunk, in the middle of one, and on a chunk boundary (2 + 1 + 3 + 1 "
+        "entries)")
+    add("edge_exact_chunks", [128, 64, 192], ["edge"], "lengths that are multiples of 64, from zero states: the "
+        "state after the last chunk is final_state, not an entry", init=False)
+    add("edge_one_token_last", [8191, 1], ["edge", "regression:cudnn-frontend-1013"],
+        "cuDNN frontend issue #1013's packing: a one-token sequence after a long one, cu_seqlens [0, 8191, 8192]")
+    add("single_512", [512], ["prefill"], "one 512-token prompt from a zero state (8 entries)", init=False)
+    add("trace_2000", [15, 85, 200, 900, 800], ["prefill"],
+        "the public 'real trace' packing cu_seqlens [0, 15, 100, 300, 1200, 2000], with cached states")
+    add("packed_8192_x15", uneven_lengths(8192, 15, f"{name}/8192x15"), ["prefill"],
+        "8192 tokens in 15 uneven sequences, with cached states")
+    add("short_8192", short_lengths(8192, 1, 127, f"{name}/short8192"), ["prefill"],
+        "8192 tokens in many short sequences (1-127 tokens), with cached states")
+    add("packed_32768_x20", uneven_lengths(32768, 20, f"{name}/32768x20"), ["prefill"],
+        "32768 tokens in 20 uneven sequences, with cached states")
+    long_len = 65536 if tp == 1 else 32768
+    add(f"single_{long_len}", [long_len], ["prefill", "long"],
+        f"one {long_len}-token prompt from a zero state ({long_len // CHUNK} entries)", init=False)
+    return out
+
+
+# --------------------------------------------------------------------------- regression workloads (published bugs)
+# Each is tagged `regression:<source>` and names the report in its description. fla #1080 (int32 offsets past
+# 2^31 elements) is what the `stress` workloads already carry; fla #1134 (g loaded unmasked when K is not a
+# power of two) needs a head dim no shipping model has, so no definition here can carry it.
+
+GEN_ZERO = {"kind": "constant", "value": 0.0}
+# g = -exp(A_log) * softplus(g_raw + dt_bias) with A_log = 0 and dt_bias = 0: g = -softplus(g_raw), and
+# g_raw ~ N(8, 0.25) gives g in about [-8.8, -7.2] (softplus(8) = 8.0003): the "g = -8, zero bias" report.
+GEN_G_RAW_MINUS8 = {"kind": "randn", "mean": 8.0, "std": 0.25}
+
+
+def regression_workloads(defn: dict) -> list:
+    """The regression workloads that a definition's family and gate can carry."""
+    name, tags = defn["name"], defn["tags"]
+    stage = next(t.split(":", 1)[1] for t in tags if t.startswith("stage:"))
+    out = []
+    if stage == "prefill":
+        lens = [8191, 1]
+        inputs = {x: {"type": "random"} for x in ("q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "initial_state",
+                                                  "cu_seqlens")}
+        inputs["scale"] = scale_input()
+        out.append(workload(name, "regression_last_seq_one_token", {"total_seq_len": 8192, "num_seqs": 2,
+                                                                     "len_cu_seqlens": 3},
+                            inputs, ["regression:cudnn-frontend-1013", "edge"],
+                            "cuDNN frontend issue #1013 (illegal memory access in a KDA prefill kernel): the last "
+                            "packed sequence has a single token after a long one, cu_seqlens [0, 8191, 8192]",
+                            seq_lens=lens))
+    if "gate:unbounded" in tags and stage in ("prefill", "decode", "mtp"):
+        desc = ("FlashKDA issue #1 (NaN from fla's chunk_kda): strong unbounded decay g ~ -8 with zero bias "
+                "(A_log = 0, dt_bias = 0, g_raw ~ N(8, 0.25), so g = -softplus(g_raw) in about [-8.8, -7.2])")
+        gens = {"g_raw": GEN_G_RAW_MINUS8, "A_log": GEN_ZERO, "dt_bias": GEN_ZERO}
+        if stage == "prefill":
+            lens = [300, 129, 64]
+            inputs = {x: {"type": "random"} for x in ("q", "k", "v", "b", "initial_state", "cu_seqlens")}
+            axes = {"total_seq_len": sum(lens), "num_seqs": len(lens), "len_cu_seqlens": len(lens) + 1}
+        else:
+            lens = None
+            inputs = {x: {"type": "random"} for x in ("q", "k", "v", "b", "state_pool", "state_indices")}
+            axes = {"batch_size": 16, "pool_size": 64, **({"num_tokens": 8} if stage == "mtp" else {})}
+        inputs.update({x: {"type": "random", "generator": g} for x, g in gens.items()})
+        inputs["scale"] = scale_input()
+        inputs = {x: inputs[x] for x in defn["inputs"]}  # the definition's order
+        out.append(workload(name, "regression_strong_decay_zero_bias", axes, inputs,
+                            ["regression:flashkda-1", "edge"], desc, seq_lens=lens))
+    return out
+
+
 # --------------------------------------------------------------------------- all
 
 def build() -> dict:
@@ -757,6 +988,14 @@ def build() -> dict:
     for model, text, gate, h in [("kimi-linear", MODELS[0][1], "unbounded", 32), ("kimi-k3", MODELS[1][1], "safe", 96)]:
         d = gate_definition(model, text, gate, h)
         put(d, gate_workloads(d["name"]))
+    for m, tp, h in SPEC_VERIFY_SHAPES:
+        d = spec_verify_definition(MODELS[m][0], MODELS[m][1], MODELS[m][2], tp, h)
+        put(d, spec_verify_workloads(d["name"]))
+    for m, tp, h in CHUNK_STATES_SHAPES:
+        d = chunk_states_definition(MODELS[m][0], MODELS[m][1], MODELS[m][2], tp, h)
+        put(d, chunk_states_workloads(d["name"], tp))
+    for defn, wls in out.values():
+        wls.extend(regression_workloads(defn))
     return out
 
 

@@ -22,7 +22,8 @@ Kernels, in launch order:
    inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)), stored as bf16.
 4. `_wu_kernel`, per (chunk, value head): W, U, q exp(G) and k exp(G_last - G).
 5. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
-   at every chunk start (bf16, for kernel 6), V_new, and the final state.
+   at every chunk start (bf16, for kernel 6; also in fp32 in the caller's layout when asked, for prefix
+   caching), V_new, and the final state.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
@@ -487,10 +488,11 @@ def _wu_kernel(
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _state_kernel(
-    W, U, KG, G, h, v_new, h0, ht, cu_seqlens, chunk_offsets,
+    W, U, KG, G, h, v_new, h0, ht, hs, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, INTERPRET: tl.constexpr,
+    STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     # grid (sequences x V-tiles, value heads): only axis 0 may exceed 65535
     NV: tl.constexpr = (V + BV - 1) // BV
@@ -524,6 +526,7 @@ def _state_kernel(
     p_u = U + (bos * HV + i_hv) * V
     p_vn = v_new + (bos * HV + i_hv) * V
     p_h = h + (c0 * HV + i_hv) * (K * V)
+    p_hs = hs + (c0 * HV + i_hv) * (K * V)  # fp32 chunk-start states in the caller's layout (STORE_HS)
     off_tk = o_t[:, None] * (HV * K) + o_k[None, :]
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
     off_h = o_k[:, None] * V + o_v[None, :]
@@ -533,6 +536,8 @@ def _state_kernel(
         m_r = o_t < n
         b_sb = _bf16(b_s, INTERPRET)
         tl.store(p_h + off_h, b_sb, mask=m_kv)
+        if STORE_HS:
+            tl.store(p_hs + off_s, b_s, mask=m_kv)
 
         b_w = tl.load(p_w + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
         b_u = tl.load(p_u + off_tv, mask=m_r[:, None] & m_v[None, :], other=0.0).to(tl.float32)
@@ -549,6 +554,7 @@ def _state_kernel(
         p_u += BT * HV * V
         p_vn += BT * HV * V
         p_h += HV * K * V
+        p_hs += HV * K * V
 
     if STORE_HT:
         tl.store(ht + s_base + off_s, b_s, mask=m_kv)
@@ -675,7 +681,8 @@ def kda_chunk(
     dt_bias: torch.Tensor | None = None,
     initial_state: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    output_chunk_states: bool = False,
+) -> tuple[torch.Tensor, ...]:
     r"""Chunked KDA forward (prefill / extend), dense or packed variable-length.
 
     Args:
@@ -693,10 +700,15 @@ def kda_chunk(
         cu_seqlens: `[N + 1]` int32/int64 cumulative lengths of a packed batch (B must be 1), or None for
             N = B dense sequences of T tokens. Every length must be >= 1 (checked on the host: the
             lengths are read once per cu_seqlens tensor, a device sync; see `_sequence_tables`).
+        output_chunk_states: also return the state before every chunk of BT = 64 tokens of every sequence
+            (what an engine's prefix cache stores; fla's return_intermediate_states convention).
 
     Returns:
         o: `[B, T, HV, V]` in v's dtype.
         final_state: `[N, HV, K, V]` / `[N, HV, V, K]` fp32 when `opts.output_final_state`, else None.
+        chunk_states (only with output_chunk_states): `[NT, HV, K, V]` / `[NT, HV, V, K]` fp32, NT = sum over
+            sequences of ceil(len / 64); row sum(ceil(len_m / 64) for m < n) + c is the state of sequence n
+            after its first 64 * c tokens (c = 0: its initial state, or zeros).
     """
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -763,14 +775,16 @@ def kda_chunk(
     h = torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
     v_new = torch.empty(TT, HV, V, dtype=bf16, device=dev)
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
+    chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if output_chunk_states else None
     BK = max(16, triton.next_power_of_2(K))
     BV, stages = _state_launch(N * HV, BK, V)
     _state_kernel[(N * triton.cdiv(V, BV), HV)](
         W, U, KG, G, h, v_new,
         initial_state if initial_state is not None else G, final_state if final_state is not None else G,
-        cu_seqlens, chunk_offsets,
+        chunk_states if chunk_states is not None else G, cu_seqlens, chunk_offsets,
         HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
-        STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None, INTERPRET=interp,
+        STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
+        STORE_HS=chunk_states is not None, INTERPRET=interp,
         num_warps=LAUNCH["state_warps"], num_stages=stages,
     )
 
@@ -780,6 +794,8 @@ def kda_chunk(
         QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
         HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=LAUNCH["out_warps"],
     )
+    if output_chunk_states:
+        return o.view(B, T, HV, V), final_state, chunk_states
     return o.view(B, T, HV, V), final_state
 
 

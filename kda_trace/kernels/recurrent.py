@@ -2,9 +2,10 @@
 
 One program owns one (sequence, value head, V-tile): it loads that [BV, K] slice of the fp32 state once,
 walks the sequence's tokens keeping the slice in registers, writes o for every token and the state once at
-the end. Every token needs the whole k and q of its head (the delta-rule read S^T k and the output S^T q
-reduce over K), so K stays whole in a program and only V is split into tiles; small batches get more
-programs from smaller V-tiles.
+the end (in speculative-verify mode: the state after every token, each to that token's pool slot). Every
+token needs the whole k and q of its head (the delta-rule read S^T k and the output S^T q reduce over K),
+so K stays whole in a program and only V is split into tiles; small batches get more programs from smaller
+V-tiles.
 
 The recurrence (fp32), per token t, for the [K, V] state S (KDA.md):
     S = diag(exp(g_t)) S;  S = S + beta_t k_t (v_t - S^T k_t)^T;  o_t = S^T (scale q_t)
@@ -30,8 +31,8 @@ _DEFAULT_OPTIONS = KDAOptions()
 @triton.jit(do_not_specialize=["T", "scale", "lower_bound"])
 def _kda_recurrent_kernel(
     q, k, v, g, beta, A_log, dt_bias, o,
-    h0, ht, cu_seqlens, state_indices,
-    scale, lower_bound, T, stride_h0, stride_ht,
+    h0, ht, cu_seqlens, state_indices, num_accepted,
+    scale, lower_bound, T, stride_h0, stride_ht, stride_idx,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr,
     GATE: tl.constexpr,  # 0 precomputed, 1 unbounded, 2 safe
@@ -43,6 +44,7 @@ def _kda_recurrent_kernel(
     INPLACE: tl.constexpr,  # final state goes to the slot it was read from (ht is h0)
     IS_VARLEN: tl.constexpr,
     HAS_INDICES: tl.constexpr,
+    SPEC: tl.constexpr,  # speculative verify: state_indices is [N, stride_idx] (one slot per token), see below
 ):
     # Program id -> (sequence n, value head hv, V-tile); V-tiles of one head are neighbours so that
     # neighbouring programs read neighbouring state memory and share q/k in cache.
@@ -71,7 +73,15 @@ def _kda_recurrent_kernel(
     S_K: tl.constexpr = 1 if STATE_VK else V
     off_h = i_hv * (K * V) + o_v[:, None] * S_V + o_k[None, :] * S_K
 
-    if HAS_INDICES:
+    if SPEC:
+        # Row n of state_indices names a slot per token: start from the slot of the last accepted token,
+        # write the state after token t to slot [n, t]. A row starting with -1 (PAD_SLOT_ID) pads the batch:
+        # nothing is read or written, o is left as the caller allocated it.
+        if tl.load(state_indices + i_n * stride_idx) < 0:
+            return
+        i_acc = tl.load(num_accepted + i_n).to(tl.int64) - 1
+        slot = tl.load(state_indices + i_n * stride_idx + i_acc).to(tl.int64)
+    elif HAS_INDICES:
         slot = tl.load(state_indices + i_n).to(tl.int64)
     else:
         slot = i_n
@@ -91,7 +101,7 @@ def _kda_recurrent_kernel(
     p_v = v + (bos * HV + i_hv) * V + o_v
     p_o = o + (bos * HV + i_hv) * V + o_v
     p_beta = beta + bos * HV + i_hv
-    for _ in range(seq_len):
+    for i_t in range(seq_len):
         b_q = tl.load(p_q, mask=mask_k, other=0.0).to(tl.float32)
         b_k = tl.load(p_k, mask=mask_k, other=0.0).to(tl.float32)
         b_g = tl.load(p_g, mask=mask_k, other=0.0).to(tl.float32)
@@ -112,6 +122,10 @@ def _kda_recurrent_kernel(
         b_h = b_h + b_v[:, None] * b_k[None, :]
         b_o = tl.sum(b_h * b_q[None, :], axis=1)
         tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=mask_v)
+        if SPEC:  # the state after this token, into its own slot (a -1 slot is skipped)
+            t_slot = tl.load(state_indices + i_n * stride_idx + i_t).to(tl.int64)
+            if t_slot >= 0:
+                tl.store(ht + t_slot * stride_ht + off_h, b_h, mask=mask_h)
 
         p_q += H * K
         p_k += H * K
@@ -120,7 +134,7 @@ def _kda_recurrent_kernel(
         p_o += HV * V
         p_beta += HV
 
-    if STORE_HT:
+    if STORE_HT and not SPEC:
         if INPLACE:
             out_slot = slot
         else:
@@ -171,6 +185,7 @@ def kda_recurrent(
     cu_seqlens: torch.Tensor | None = None,
     state_indices: torch.Tensor | None = None,
     inplace_state: bool = False,
+    num_accepted_tokens: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     r"""Token-by-token KDA forward (decode, MTP, short prefill).
@@ -192,6 +207,13 @@ def kda_recurrent(
         state_indices: `[N]` int32/int64 distinct pool slots, or None (sequence n uses row n).
         inplace_state: write each final state back into the slot of `initial_state` it was read from
             (slots not read stay bit-identical) and return `initial_state` as the final state.
+        num_accepted_tokens: `[N]` int, speculative verify (vLLM's call of fla's fused_recurrent_kda_fwd):
+            `state_indices` is then `[N, L]` with L >= the tokens of each sequence, sequence n starts from
+            slot `state_indices[n, num_accepted_tokens[n] - 1]` and the state after its token t is written
+            to slot `state_indices[n, t]` (needs inplace_state). A row whose first index is negative
+            (PAD_SLOT_ID) is skipped: no read, no write, its o left as allocated (pass a zeroed `out` for
+            zeros); other negative indices are not written. Not checked here (a device sync): slots in
+            range and distinct across rows, counts in [1, tokens].
         out: optional preallocated `[B, T, HV, V]` output.
 
     Returns:
@@ -217,7 +239,20 @@ def kda_recurrent(
             raise ValueError(f"initial_state must be float32, got {initial_state.dtype}")
         if state_indices is None and initial_state.shape[0] != N:
             raise ValueError(f"initial_state has {initial_state.shape[0]} states for {N} sequences")
-    if state_indices is not None and state_indices.shape != (N,):
+    spec = num_accepted_tokens is not None
+    if spec:
+        if state_indices is None or state_indices.dim() != 2 or state_indices.shape[0] != N:
+            raise ValueError(f"num_accepted_tokens needs state_indices [{N}, L], got "
+                             f"{None if state_indices is None else tuple(state_indices.shape)}")
+        if cu_seqlens is None and state_indices.shape[1] < T:
+            raise ValueError(f"state_indices [{N}, {state_indices.shape[1]}] has fewer slots than the {T} tokens")
+        if num_accepted_tokens.shape != (N,):
+            raise ValueError(f"num_accepted_tokens must be [{N}], got {tuple(num_accepted_tokens.shape)}")
+        if not inplace_state:
+            raise ValueError("num_accepted_tokens (speculative verify) writes into the pool: needs inplace_state")
+        if state_indices.stride(1) != 1:
+            state_indices = state_indices.contiguous()
+    elif state_indices is not None and state_indices.shape != (N,):
         raise ValueError(f"state_indices must be [{N}], got {tuple(state_indices.shape)}")
 
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous() and g.is_contiguous()
@@ -240,21 +275,23 @@ def kda_recurrent(
             final_state if final_state is not None else q,
             cu_seqlens if cu_seqlens is not None else q,
             state_indices if state_indices is not None else q,
+            num_accepted_tokens if spec else q,
             opts.resolved_scale(K), float(opts.lower_bound), T,
             initial_state.stride(0) if initial_state is not None else 0,
-            final_state.stride(0) if final_state is not None else 0)
+            final_state.stride(0) if final_state is not None else 0,
+            state_indices.stride(0) if spec else 0)
     consts = (H, HV, K, V, BK, BV, GATE_CODES[opts.gate], BETA_CODES[opts.beta], opts.use_qk_l2norm, vk,
               initial_state is not None, final_state is not None, inplace_state, cu_seqlens is not None,
-              state_indices is not None)
+              state_indices is not None, spec)
     _launch(N * HV * ((V + BV - 1) // BV), args, consts, num_warps)
     return out, final_state
 
 
 _ARG_NAMES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "o", "h0", "ht", "cu_seqlens", "state_indices",
-              "scale", "lower_bound", "T", "stride_h0", "stride_ht")
+              "num_accepted", "scale", "lower_bound", "T", "stride_h0", "stride_ht", "stride_idx")
 _CONST_NAMES = ("H", "HV", "K", "V", "BK", "BV", "GATE", "BETA", "QK_L2NORM", "STATE_VK", "USE_H0", "STORE_HT",
-                "INPLACE", "IS_VARLEN", "HAS_INDICES")
-_N_PTRS = 12
+                "INPLACE", "IS_VARLEN", "HAS_INDICES", "SPEC")
+_N_PTRS = 13
 # Compiled kernels only (the interpreter has no launcher to call): see _launch.
 _FAST_LAUNCH_ENABLED = hasattr(_kda_recurrent_kernel, "device_caches")
 _launchers: dict = {}
@@ -273,16 +310,17 @@ def _launch(n_programs: int, args: tuple, consts: tuple, num_warps: int) -> None
     Launch hooks (knobs.runtime.launch_enter_hook, used by profilers) are not called on the cached path."""
     key = None
     if _FAST_LAUNCH_ENABLED:
-        q, k, v, g, beta, a_log, dt_bias, o, h0, ht, cu, idx = args[:_N_PTRS]
-        T, s0, s1 = args[14], args[15], args[16]
+        q, k, v, g, beta, a_log, dt_bias, o, h0, ht, cu, idx, acc = args[:_N_PTRS]
+        T, s0, s1, s2 = args[15], args[16], args[17], args[18]
         aligned = not ((q.data_ptr() | k.data_ptr() | v.data_ptr() | g.data_ptr() | beta.data_ptr()
                         | a_log.data_ptr() | dt_bias.data_ptr() | o.data_ptr() | h0.data_ptr() | ht.data_ptr()
-                        | cu.data_ptr() | idx.data_ptr()) & 15)
+                        | cu.data_ptr() | idx.data_ptr() | acc.data_ptr()) & 15)
         if aligned:
             device = q.get_device()
             key = (consts, num_warps, device, q.dtype, k.dtype, v.dtype, g.dtype, beta.dtype, a_log.dtype,
-                   dt_bias.dtype, o.dtype, h0.dtype, ht.dtype, cu.dtype, idx.dtype, T < _I32_LIMIT,
-                   s0 == 1, s0 % 16 == 0, s0 < _I32_LIMIT, s1 == 1, s1 % 16 == 0, s1 < _I32_LIMIT)
+                   dt_bias.dtype, o.dtype, h0.dtype, ht.dtype, cu.dtype, idx.dtype, acc.dtype, T < _I32_LIMIT,
+                   s0 == 1, s0 % 16 == 0, s0 < _I32_LIMIT, s1 == 1, s1 % 16 == 0, s1 < _I32_LIMIT,
+                   s2 == 1, s2 % 16 == 0)
             entry = _launchers.get(key)
             if entry is not None:
                 run, function, metadata = entry

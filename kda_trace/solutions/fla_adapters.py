@@ -8,10 +8,12 @@ lower_bound (tag `lower_bound:<x>`, default -5), `beta:logits` -> use_beta_sigmo
 | family | fla call |
 |---|---|
 | prefill (packed, cu_seqlens) | `chunk_kda` on [1, T, ...] with cu_seqlens (GPU only) |
+| prefill_chunk_states | the same with `return_intermediate_states=True` (under inference mode); fla's bf16 chunk-start states `[1, NT, HV, V, K]` converted to the definition's float32 (GPU only) |
 | forward (dense) | `chunk_kda` (GPU only) |
 | backward | `chunk_kda` + autograd (dense or packed, in-kernel gate / norm / beta logits), gradients of (o, final_state) against (do, dht) (GPU only) |
 | decode (pool) | `fused_recurrent_kda_fwd` with `ssm_state_indices` and `inplace_final_state=True`: fla reads and writes each request's pool slot directly (the vLLM path) |
 | mtp (pool) | gather the slots, `fused_recurrent_kda`, scatter the final states back: fla's in-place pool path indexes a different slot per token (it keeps every intermediate state), not one slot per request |
+| spec_verify (pool) | `fused_recurrent_kda_fwd` with a 2-D `ssm_state_indices`, `num_accepted_tokens` and `inplace_final_state=True`, tokens packed with `cu_seqlens` where padding rows have zero tokens (vLLM's call: fla skips zero-token sequences, so their -1 slots are never touched) |
 | gate | `fused_kda_gate` (GPU only) |
 
 On the CPU, `fused_recurrent_kda` runs under TRITON_INTERPRET=1; `chunk_kda` and the gate kernel are
@@ -30,13 +32,15 @@ from ..schema import Definition
 
 FAMILY_INPUTS = {
     "prefill": {"q", "k", "v", "cu_seqlens", "scale"},
+    "prefill_chunk_states": {"q", "k", "v", "cu_seqlens", "scale"},
     "forward": {"q", "k", "v", "g", "beta", "scale"},
     "backward": {"q", "k", "v", "initial_state", "scale", "do", "dht"},
     "decode": {"q", "k", "v", "state_pool", "state_indices", "scale"},
     "mtp": {"q", "k", "v", "state_pool", "state_indices", "scale"},
+    "spec_verify": {"q", "k", "v", "state_pool", "state_indices", "num_accepted_tokens", "scale"},
     "gate": {"g_raw", "A_log", "dt_bias"},
 }
-GPU_ONLY = {"prefill", "forward", "backward", "gate"}
+GPU_ONLY = {"prefill", "prefill_chunk_states", "forward", "backward", "gate"}
 
 
 def fla_available() -> bool:
@@ -99,8 +103,8 @@ class FlaSolution:
         ensure_triton_can_run(device)
         stage = definition.tag("stage")
         opts = _options(definition)
-        return {"prefill": _prefill, "forward": _forward, "backward": _backward, "decode": _decode,
-                "mtp": _mtp, "gate": _gate}[stage](definition, opts)
+        return {"prefill": _prefill, "prefill_chunk_states": _prefill_chunk_states, "forward": _forward, "backward": _backward, "decode": _decode,
+                "mtp": _mtp, "spec_verify": _spec_verify, "gate": _gate}[stage](definition, opts)
 
 
 def _prefill(d: Definition, opts):
@@ -116,6 +120,30 @@ def _prefill(d: Definition, opts):
             safe_gate=opts["lower_bound"] is not None, lower_bound=opts["lower_bound"],
             state_v_first=opts["state_v_first"], cu_seqlens=inputs["cu_seqlens"], **extra)
         return o[0], ht
+
+    return run
+
+
+def _prefill_chunk_states(d: Definition, opts):
+    from fla.ops.kda import chunk_kda
+
+    def run(**inputs):
+        g, beta, extra = _gate_and_beta(inputs, opts)
+        with torch.inference_mode():  # fla returns the intermediate states only in inference mode
+            o, ht, h = chunk_kda(
+                inputs["q"][None], inputs["k"][None], inputs["v"][None], g[None], beta[None],
+                scale=float(inputs["scale"]), initial_state=inputs.get("initial_state"), output_final_state=True,
+                use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"], use_gate_in_kernel=opts["use_gate_in_kernel"],
+                use_beta_sigmoid_in_kernel=opts["use_beta_sigmoid_in_kernel"], allow_neg_eigval=opts["allow_neg_eigval"],
+                safe_gate=opts["lower_bound"] is not None, lower_bound=opts["lower_bound"],
+                state_v_first=opts["state_v_first"], cu_seqlens=inputs["cu_seqlens"],
+                return_intermediate_states=True, **extra)
+        # h: [1, NT, HV, K, V] bf16, or [1, NT, HV, V, K] with state_v_first (asserted: a layout mix-up fails here)
+        spec_shape = (d.outputs["chunk_states"].shape or [])[-2:]
+        want_vk = spec_shape == ["head_dim_v", "head_dim_k"]
+        if want_vk != opts["state_v_first"]:
+            raise ValueError(f"{d.name}: chunk_states layout {spec_shape} disagrees with the state_layout tag")
+        return o[0], ht, h[0].float()
 
     return run
 
@@ -196,6 +224,31 @@ def _mtp(d: Definition, opts):
             lower_bound=opts["lower_bound"], state_v_first=opts["state_v_first"], **extra)
         pool[idx] = ht
         return o, pool
+
+    return run
+
+
+def _spec_verify(d: Definition, opts):
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+
+    def run(**inputs):
+        g, beta, extra = _gate_and_beta(inputs, opts)
+        pool, idx = inputs["state_pool"], inputs["state_indices"]
+        B, T = idx.shape
+        # vLLM packs the verify tokens with spec_query_start_loc; a padding row (indices -1, after the real
+        # rows) is a sequence of zero tokens, which fla's kernel returns from before reading an index.
+        lens = (idx[:, 0] >= 0).to(torch.int32) * T
+        cu_seqlens = torch.nn.functional.pad(torch.cumsum(lens, 0, dtype=torch.int32), (1, 0))
+        flat = lambda t: t.reshape(1, B * T, *t.shape[2:])  # noqa: E731
+        out = torch.zeros_like(flat(inputs["v"]))  # vLLM's output buffer: padding tokens keep zeros
+        fused_recurrent_kda_fwd(
+            q=flat(inputs["q"]), k=flat(inputs["k"]), v=flat(inputs["v"]), g=flat(g), beta=flat(beta),
+            scale=float(inputs["scale"]), initial_state=pool, inplace_final_state=True, cu_seqlens=cu_seqlens,
+            ssm_state_indices=idx, num_accepted_tokens=inputs["num_accepted_tokens"], out=out,
+            use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"], use_gate_in_kernel=opts["use_gate_in_kernel"],
+            use_beta_sigmoid_in_kernel=opts["use_beta_sigmoid_in_kernel"], allow_neg_eigval=opts["allow_neg_eigval"],
+            lower_bound=opts["lower_bound"], state_v_first=opts["state_v_first"], **extra)
+        return out.reshape(inputs["v"].shape), pool
 
     return run
 

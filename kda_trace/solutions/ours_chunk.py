@@ -10,9 +10,23 @@ compiled or interpreted Triton (`kda_trace.platform.ensure_triton_can_run`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
-from kda_trace.solutions.ours_recurrent import forward_adapter, options_from_tags, prefill_adapter, stage_of
+import torch
+
+from kda_trace.solutions.ours_recurrent import (
+    _check_cu_seqlens,
+    _check_layout,
+    _kernel as _recurrent_kernel,
+    _scaled,
+    forward_adapter,
+    options_from_tags,
+    prefill_adapter,
+    stage_of,
+)
+
+SHORT_TOKENS = 64  # a packed batch this short goes token by token (as triton_kda.SHORT_TOKENS)
 
 
 def _kernel():
@@ -31,7 +45,30 @@ def build_forward(definition):
     return forward_adapter(definition, _kernel())
 
 
-BUILDERS = {"prefill": build_prefill, "forward": build_forward}
+def build_prefill_chunk_states(definition):
+    """Packed varlen prefill that also returns the state before every 64-token chunk of every sequence:
+    (o, final_state, chunk_states). A batch of at most 64 tokens runs token by token: each of its sequences
+    then has exactly one chunk, whose state is the initial state."""
+    opts = dataclasses.replace(options_from_tags(definition, "prefill"), output_final_state=True)
+    _check_layout(definition, opts, "initial_state")
+    with_scale = _scaled(opts)
+    chunked, recurrent = _kernel(), _recurrent_kernel()
+
+    def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale=None):
+        args = (q[None], k[None], v[None], g_raw[None], b[None], with_scale(scale))
+        kw = dict(A_log=A_log, dt_bias=dt_bias, initial_state=initial_state, cu_seqlens=cu_seqlens)
+        if q.shape[0] > SHORT_TOKENS:
+            o, final_state, chunk_states = chunked(*args, **kw, output_chunk_states=True)
+            return o[0], final_state, chunk_states
+        _check_cu_seqlens(cu_seqlens, q.shape[0])
+        o, final_state = recurrent(*args, **kw)
+        chunk_states = initial_state.clone() if initial_state is not None else torch.zeros_like(final_state)
+        return o[0], final_state, chunk_states
+
+    return run
+
+
+BUILDERS = {"prefill": build_prefill, "forward": build_forward, "prefill_chunk_states": build_prefill_chunk_states}
 
 
 def supports(definition) -> str | None:

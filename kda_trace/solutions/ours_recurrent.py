@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import torch
+
 from kda_trace.kernels.options import KDAOptions
 
 # What each family means when a tag is absent (the family contracts in docs/KDA_FAMILIES.md).
@@ -20,6 +22,8 @@ _ENGINE_DEFAULTS = {"gate": "unbounded", "beta": "logits", "qk_norm": "l2", "sta
 _FAMILY_DEFAULTS = {
     "decode": _ENGINE_DEFAULTS,
     "mtp": _ENGINE_DEFAULTS,
+    "spec_verify": _ENGINE_DEFAULTS,
+    "prefill_chunk_states": _ENGINE_DEFAULTS,
     "prefill": _ENGINE_DEFAULTS,
     "forward": {"gate": "precomputed", "beta": "prob", "qk_norm": "none", "state_layout": "kv"},
 }
@@ -113,6 +117,23 @@ def build_mtp(definition):
     return run
 
 
+def build_spec_verify(definition):
+    """Speculative verify (vLLM's fused_recurrent_kda_fwd call): q [B, T, H, K], state_indices [B, T] (rows of
+    -1 pad the batch), num_accepted_tokens [B]; the state after every token goes to its slot, in place."""
+    opts = options_from_tags(definition, "spec_verify")
+    _check_layout(definition, opts, "state_pool")
+    kernel, with_scale = _kernel(), _scaled(opts)
+
+    def run(q, k, v, g_raw, A_log, dt_bias, b, state_pool, state_indices, num_accepted_tokens, scale=None):
+        out = torch.zeros_like(v)  # padding rows are skipped by the kernel: their o stays zero
+        o, _ = kernel(q, k, v, g_raw, b, with_scale(scale), A_log=A_log, dt_bias=dt_bias,
+                      initial_state=state_pool, state_indices=state_indices, inplace_state=True,
+                      num_accepted_tokens=num_accepted_tokens, out=out)
+        return o, state_pool
+
+    return run
+
+
 def prefill_adapter(definition, kernel, check_cu_seqlens=True):
     """run() of the packed varlen prefill family on `kernel` (ours: recurrent or chunked; same signature):
     q [total_seq_len, H, K], cu_seqlens [N + 1] -> (o, final_state). `check_cu_seqlens=False` for a kernel
@@ -157,7 +178,8 @@ def build_forward(definition):
     return forward_adapter(definition, _kernel())
 
 
-BUILDERS = {"decode": build_decode, "mtp": build_mtp, "prefill": build_prefill, "forward": build_forward}
+BUILDERS = {"decode": build_decode, "mtp": build_mtp, "prefill": build_prefill, "forward": build_forward,
+            "spec_verify": build_spec_verify}
 
 
 def supports(definition) -> str | None:

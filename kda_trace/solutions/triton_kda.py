@@ -4,6 +4,8 @@
 |---|---|
 | decode | `ours_recurrent.build_decode` |
 | mtp | `ours_recurrent.build_mtp` |
+| spec_verify | `ours_recurrent.build_spec_verify` |
+| prefill_chunk_states | `ours_chunk.build_prefill_chunk_states` (token by token itself for batches of <= 64 tokens) |
 | prefill | `ours_chunk.build_prefill`, else `ours_recurrent.build_prefill` |
 | forward | `ours_chunk.build_forward`, else `ours_recurrent.build_forward` |
 | backward | `ours_train.build_backward` (kernels/backward.py) |
@@ -29,6 +31,8 @@ from ..schema import Definition
 ROUTES = {
     "decode": [("ours_recurrent", "build_decode")],
     "mtp": [("ours_recurrent", "build_mtp")],
+    "spec_verify": [("ours_recurrent", "build_spec_verify")],
+    "prefill_chunk_states": [("ours_chunk", "build_prefill_chunk_states")],
     "prefill": [("ours_chunk", "build_prefill"), ("ours_recurrent", "build_prefill")],
     "forward": [("ours_chunk", "build_forward"), ("ours_recurrent", "build_forward")],
     "backward": [("ours_train", "build_backward")],

@@ -330,3 +330,65 @@ def test_adapter_forward_vs_family_reference():
     o, ht = run(**{n: t.to(DEVICE) if torch.is_tensor(t) else t for n, t in inputs.items()})
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
     assert ours_chunk.supports(FakeDefinition("kda_decode_h1_d16_k_last", ["stage:decode"])) is not None
+
+
+@pytest.mark.parametrize("layout", ["kv", "vk"])
+def test_chunk_states_every_chunk_start(layout):
+    """output_chunk_states: packed lengths 130, 1, 64, 65 (3 + 1 + 1 + 2 chunk entries), GVA, odd dims: entry
+    c of a sequence is the float64 state after its first 64 * c tokens (c = 0: the initial state, exactly)."""
+    lens = [130, 1, 64, 65]
+    cu = torch.tensor([0, 130, 131, 195, 260])
+    x = make(1, 260, 1, 2, 24, 20, seed=21, gate="unbounded", n_seqs=4)
+    x["beta"] = torch.randn_like(x["beta"])
+    opts = KDAOptions(use_qk_l2norm=True, gate="unbounded", beta="logits", state_layout=layout,
+                      output_final_state=True)
+    h0 = x["h0"].transpose(-1, -2).contiguous() if layout == "vk" else x["h0"]
+    dv = lambda t: t.to(DEVICE)
+    o, ht, hs = kda_chunk(dv(x["q"]), dv(x["k"]), dv(x["v"]), dv(x["g"]), dv(x["beta"]), opts, A_log=dv(x["A_log"]),
+                          dt_bias=dv(x["dt_bias"]), initial_state=dv(h0), cu_seqlens=dv(cu), output_chunk_states=True)
+    assert hs.shape == (7, *h0.shape[1:]) and hs.dtype == torch.float32
+    g = ref_gate(x["g"], x["A_log"], x["dt_bias"], "unbounded")
+    beta = ref_beta(x["beta"], "logits")
+    row = 0
+    for n, (s, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        for c in range(-(-(e - s) // 64)):
+            if c == 0:
+                assert torch.equal(hs[row].cpu(), h0[n]), (n, c)
+            else:
+                cut = slice(s, s + 64 * c)
+                _, h_ref = ref_kda(x["q"][:, cut], x["k"][:, cut], x["v"][:, cut], g[:, cut], beta[:, cut],
+                                   opts.resolved_scale(24), x["h0"][n:n + 1], None, True)
+                got = hs[row].cpu().transpose(-1, -2) if layout == "vk" else hs[row].cpu()
+                assert rms_rel(got, h_ref[0]) <= BUDGET, (n, c)
+            row += 1
+    assert row == len(hs) == sum(-(-n // 64) for n in lens)
+    o2, ht2 = kda_chunk(dv(x["q"]), dv(x["k"]), dv(x["v"]), dv(x["g"]), dv(x["beta"]), opts, A_log=dv(x["A_log"]),
+                        dt_bias=dv(x["dt_bias"]), initial_state=dv(h0), cu_seqlens=dv(cu))
+    assert torch.equal(o, o2) and torch.equal(ht, ht2)  # asking for the states changes nothing else
+
+
+def test_adapter_prefill_chunk_states_vs_family_reference():
+    """The prefill_chunk_states family's reference vs our adapter: the chunked path (100 tokens) and the
+    token-by-token path of a batch of at most 64 tokens, whose chunk states are the initial states."""
+    from kda_trace.solutions import ours_chunk
+
+    H, HV, K, V = 1, 2, 16, 16
+    ref = load_reference("prefill_chunk_states", NUM_HEADS=H, NUM_V_HEADS=HV, HEAD_DIM_K=K, HEAD_DIM_V=V,
+                         LOWER_BOUND=-5.0)
+    tags = ["stage:prefill_chunk_states", "feature:chunk_states", "beta:logits", "qk_norm:l2", "state_layout:vk",
+            "gate:safe", "lower_bound:-5"]
+    run = ours_chunk.build(FakeDefinition(f"kda_prefill_h{H}_d{K}_k_last_safe_gate_chunk_states", tags,
+                                          "initial_state"))
+    gen = torch.Generator().manual_seed(22)
+    r = lambda *s: torch.randn(*s, generator=gen)
+    bf = torch.bfloat16
+    for lens in ([70, 30], [5, 20]):
+        T = sum(lens)
+        inputs = {"q": r(T, H, K).to(bf), "k": r(T, H, K).to(bf), "v": r(T, HV, V).to(bf),
+                  "g_raw": r(T, HV, K).to(bf), "A_log": r(HV) * 0.5, "dt_bias": r(HV, K), "b": r(T, HV).to(bf),
+                  "initial_state": r(2, HV, V, K), "cu_seqlens": torch.tensor([0, lens[0], T]), "scale": K ** -0.5}
+        want = ref.run(**{n: (x.float() if n == "v" else x) for n, x in inputs.items()})
+        got = run(**{n: x.to(DEVICE) if torch.is_tensor(x) else x for n, x in inputs.items()})
+        assert len(got) == 3 and got[2].shape == want[2].shape == (sum(-(-n // 64) for n in lens), HV, V, K)
+        for w, g in zip(want, got):
+            assert rms_rel(g.cpu(), w) <= BUDGET, lens

@@ -179,6 +179,72 @@ def test_pool_inplace_decode_and_mtp(T, layout):
     assert torch.equal(pool[untouched], before[untouched])
 
 
+@pytest.mark.parametrize("layout", ["vk", "kv"])
+def test_spec_verify_writes_every_token_state(layout):
+    """Speculative verify: row n starts from slot idx[n, accepted[n] - 1] and writes the state after token t
+    to idx[n, t]; a padding row (-1) reads and writes nothing and keeps the zeros of `out`; GVA, odd dims."""
+    P, B, T, H, HV, K, V = 16, 4, 3, 1, 2, 20, 12
+    q, k, v, g, beta, _ = make(B, T, H, HV, K, V, seed=11)
+    pool_kv = torch.randn(P, HV, K, V)
+    idx = torch.tensor([[3, 9, 0], [14, 2, 7], [5, 11, 1], [-1, -1, -1]], dtype=torch.int32)
+    accepted = torch.tensor([1, 3, 2, 1], dtype=torch.int32)
+    pool = dev(to_layout(pool_kv, layout).clone())[0]
+    before = pool.clone()
+    out = torch.zeros(B, T, HV, V, device=DEVICE)
+    o, ht = kda_recurrent(*dev(q, k, v, g, beta), KDAOptions(state_layout=layout), initial_state=pool,
+                          state_indices=dev(idx)[0], num_accepted_tokens=dev(accepted)[0], inplace_state=True,
+                          out=out)
+    assert ht is pool and o is out
+    for n in range(3):
+        h0 = pool_kv[idx[n, accepted[n] - 1]][None]
+        for t in range(T):
+            o_ref, h_ref = ref_recurrent(q[n:n + 1, :t + 1], k[n:n + 1, :t + 1], v[n:n + 1, :t + 1],
+                                         g[n:n + 1, :t + 1], beta[n:n + 1, :t + 1], K ** -0.5, h0)
+            assert rms_rel(from_layout(pool[idx[n, t]].cpu(), layout), h_ref[0]) < 1e-5, (n, t)
+        assert rms_rel(o[n].cpu(), o_ref[0]) < 1e-5, n
+    assert torch.equal(o[3].cpu(), torch.zeros(T, HV, V))
+    untouched = [s for s in range(P) if s not in idx[:3].flatten().tolist()]
+    assert torch.equal(pool[untouched], before[untouched])
+
+
+def test_spec_verify_varlen_zero_token_padding():
+    """The packed form vLLM passes fla: cu_seqlens with a zero-token padding sequence and rows of 5 slots
+    for sequences of 2 and 4 tokens; slots past a sequence's tokens stay untouched."""
+    P, H, HV, K, V = 12, 2, 2, 16, 16
+    lens = [2, 4, 0]
+    q, k, v, g, beta, _ = make(1, sum(lens), H, HV, K, V, seed=12)
+    pool = torch.randn(P, HV, K, V)
+    idx = torch.tensor([[4, 0, 8, 10, 11], [6, 1, 9, 3, 2], [-1] * 5])
+    accepted = torch.tensor([2, 1, 1])
+    cu = torch.tensor([0, 2, 6, 6])
+    pool_d = dev(pool.clone())[0]
+    o, _ = kda_recurrent(*dev(q, k, v, g, beta), KDAOptions(), initial_state=pool_d, cu_seqlens=dev(cu)[0],
+                         state_indices=dev(idx)[0], num_accepted_tokens=dev(accepted)[0], inplace_state=True)
+    for n, (s, e) in enumerate([(0, 2), (2, 6)]):
+        o_ref, h_ref = ref_recurrent(q[:, s:e], k[:, s:e], v[:, s:e], g[:, s:e], beta[:, s:e], K ** -0.5,
+                                     pool[idx[n, accepted[n] - 1]][None])
+        assert rms_rel(o[:, s:e].cpu(), o_ref) < 1e-5
+        assert rms_rel(pool_d[idx[n, e - s - 1]].cpu(), h_ref[0]) < 1e-5
+    written = [4, 0, 6, 1, 9, 3]
+    untouched = [s for s in range(P) if s not in written]
+    assert torch.equal(pool_d[untouched].cpu(), pool[untouched])
+
+
+def test_spec_verify_rejects_bad_arguments():
+    q, k, v, g, beta, _ = make(2, 3, 1, 1, 8, 8, seed=13)
+    pool = torch.randn(8, 1, 8, 8)
+    acc = torch.ones(2, dtype=torch.int32)
+    with pytest.raises(ValueError, match="state_indices"):
+        kda_recurrent(q, k, v, g, beta, initial_state=pool, state_indices=torch.arange(2), num_accepted_tokens=acc,
+                      inplace_state=True)
+    with pytest.raises(ValueError, match="fewer slots"):
+        kda_recurrent(q, k, v, g, beta, initial_state=pool, state_indices=torch.arange(4).view(2, 2),
+                      num_accepted_tokens=acc, inplace_state=True)
+    with pytest.raises(ValueError, match="inplace_state"):
+        kda_recurrent(q, k, v, g, beta, initial_state=pool, state_indices=torch.arange(6).view(2, 3),
+                      num_accepted_tokens=acc)
+
+
 def test_pool_not_inplace_returns_new_states():
     """Reading from pool slots without inplace_state: the pool is left alone, final states come out per request."""
     P, B, T, H, HV, K, V = 5, 2, 2, 1, 1, 8, 8

@@ -67,3 +67,31 @@ def test_chunk_families_unsupported_on_cpu(ds):
 
     reason = FlaSolution("cpu").supports(ds.definitions["kda_prefill_h8_d128_k_last"])
     assert reason and "GPU" in reason
+
+
+def test_spec_verify_calls_fla_state_indices_path(ds, monkeypatch):
+    """spec_verify on fla's real fused_recurrent_kda_fwd (2-D ssm_state_indices, num_accepted_tokens, a padding
+    row as a zero-token sequence), interpreted on the CPU, against the reference; pool slots checked as the
+    runner does (written slots by tolerance, the others bit-identical)."""
+    import torch
+
+    from kda_trace.compare import inplace_violations
+    from kda_trace.solutions.fla_adapters import FlaSolution
+
+    name = "kda_spec_verify_h8_d128_k_last"
+    d = ds.definitions[name]
+    w = next(w for w in ds.workloads_of(name) if "smoke" in w.tags and "pad_rows" in str(w.inputs["state_indices"]))
+    sol = FlaSolution("cpu")
+    assert sol.supports(d) is None
+    inputs = make_inputs(d, w, device="cpu")
+    assert bool((inputs["state_indices"][-1] == -1).all()) and bool((inputs["state_indices"][:-1] >= 0).all())
+    ref, _ = normalize_outputs(d, compile_reference(d.reference, d.name)(**clone_inputs(inputs)))
+    mine = clone_inputs(inputs)
+    out, why = normalize_outputs(d, sol.build(d, "cpu")(**mine))
+    assert out is not None, why
+    assert out["new_state_pool"].data_ptr() == mine["state_pool"].data_ptr()  # fla wrote the pool in place
+    for o in d.outputs:
+        m = compare_output(d, o, ref[o], out[o], tolerance_for(d, o))
+        assert m.passed, f"{name} {o}: {m.reason}"
+    assert inplace_violations(inputs["state_pool"], ref["new_state_pool"], out["new_state_pool"]) == 0
+    assert torch.equal(out["o"][-1], torch.zeros_like(out["o"][-1]))
