@@ -50,8 +50,9 @@ MODELS = [
 # zeroed or stale row at any size; on the GPU honest kernels stay below 3e-2 (fla) and 1.5e-2 (ours) on it
 # (benchmarks/RESULTS.md, "Per-row bound"). The element-wise bound (atol + rtol * |ref|) with
 # min_matched_ratio 0.99999 catches a wrong token that the RMS of a long packed batch would dilute (one wrong
-# token of 65536 is 1.5e-5 of the elements), but not a single (token, head) row past ~8K tokens; its atol is set against the typical magnitudes of these generators (o ~ 0.01-0.05 since
-# scale = K^-0.5 and q is unit norm; states ~ 0.1-0.5). chunk_kda stays within 0.62 of these bounds.
+# token of 65536 is 1.5e-5 of the elements), but not a single (token, head) row past ~8K tokens; its atol is
+# set against the typical magnitudes of these generators (o ~ 0.01-0.05 since scale = K^-0.5 and q is unit
+# norm; states ~ 0.1-0.5). chunk_kda stays within 0.62 of these bounds.
 TOL_O = {"atol": 2e-3, "rtol": 2e-2, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-2, "min_cosine": 0.9999}
 TOL_STATE = {"atol": 2e-2, "rtol": 2e-2, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-2, "min_cosine": 0.9999}
 # Gate alone: pure fp32 element-wise math; only transcendental rounding (exp, log1p vs log(1 + x)) differs.
