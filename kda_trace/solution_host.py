@@ -62,7 +62,7 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
     import safetensors.torch  # noqa: F401
     import torch._dynamo  # noqa: F401
 
-    from . import compare, inputs, integrity, runner, timing  # noqa: F401
+    from . import call_results, compare, inputs, integrity, timing  # noqa: F401
     from .solutions import registry
 
     baseline = integrity.HarnessFingerprint.capture()
@@ -134,16 +134,16 @@ class _Host:
                 self.pending = None
                 self.reply(kind="skipped")
         except Exception as e:  # noqa: BLE001 - the harness's own failure: still one record, not a hang
-            from .runner import _is_fatal_cuda_error, _short_traceback
+            from .call_results import is_fatal_cuda_error, short_traceback
 
-            self.fail("RUNTIME_ERROR", f"{_short_traceback(e)}", fatal=_is_fatal_cuda_error(e))
+            self.fail("RUNTIME_ERROR", f"{short_traceback(e)}", fatal=is_fatal_cuda_error(e))
 
     # ------------------------------------------------------------------ the first call, on input set A
 
     def first(self, request: Dict[str, Any]) -> None:
         from . import integrity
         from .inputs import clone_inputs, make_inputs
-        from .runner import _is_fatal_cuda_error, _short_traceback, normalize_outputs, to_host
+        from .call_results import is_fatal_cuda_error, normalize_outputs, short_traceback, to_host
         from .schema import Definition, Workload
 
         d = Definition.model_validate_json(request["definition"])
@@ -157,8 +157,8 @@ class _Host:
                 self.built[d.name] = reason if reason is not None else self.solution.build(d, self.device)
             run = self.built[d.name]
         except Exception as e:  # noqa: BLE001
-            self.fail("COMPILE_ERROR", f"building {request['name']} for {d.name} failed: {_short_traceback(e)}",
-                      fatal=_is_fatal_cuda_error(e))
+            self.fail("COMPILE_ERROR", f"building {request['name']} for {d.name} failed: {short_traceback(e)}",
+                      fatal=is_fatal_cuda_error(e))
             return
         if isinstance(run, str):
             self.fail("UNSUPPORTED", run)
@@ -185,7 +185,7 @@ class _Host:
             sync()
             first_call_s = time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001
-            self.fail("RUNTIME_ERROR", f"workload {w.uuid}: {_short_traceback(e)}", fatal=_is_fatal_cuda_error(e))
+            self.fail("RUNTIME_ERROR", f"workload {w.uuid}: {short_traceback(e)}", fatal=is_fatal_cuda_error(e))
             return
         if outputs is None:
             self.fail("INCORRECT_SHAPE", why)
@@ -208,7 +208,7 @@ class _Host:
         import torch
 
         from . import integrity
-        from .runner import normalize_outputs
+        from .call_results import normalize_outputs
 
         args = _clone(inputs_a, self.device)
         sync()
@@ -242,7 +242,7 @@ class _Host:
 
     def time(self, request: Dict[str, Any]) -> None:
         from . import integrity
-        from .runner import _is_fatal_cuda_error, _short_traceback, normalize_outputs
+        from .call_results import is_fatal_cuda_error, normalize_outputs, short_traceback
         from .timing import TimingConfig, measure
 
         if self.pending is None:
@@ -256,7 +256,7 @@ class _Host:
             timing = measure(run, inputs_a, self.device, TimingConfig(**request["timing"]), final_inputs=inputs_b,
                              estimate_s=first_call_s, mutable=set(d.inplace.values()))
         except Exception as e:  # noqa: BLE001
-            self.fail("RUNTIME_ERROR", f"failed while timing: {_short_traceback(e)}", fatal=_is_fatal_cuda_error(e))
+            self.fail("RUNTIME_ERROR", f"failed while timing: {short_traceback(e)}", fatal=is_fatal_cuda_error(e))
             return
         final, why = normalize_outputs(d, timing.final_outputs)
         copies, _ = normalize_outputs(d, timing.final_snapshot)
@@ -362,7 +362,7 @@ class SolutionHost:
         return reply
 
     def receive(self) -> Dict[str, Any]:
-        from .runner import describe_exit
+        from .call_results import describe_exit
 
         while True:
             try:
