@@ -209,8 +209,9 @@ class _Host:
 
         from . import integrity
         from .call_results import normalize_outputs
+        from .inputs import clone_inputs
 
-        args = _clone(inputs_a, self.device)
+        args = clone_inputs(inputs_a, self.device)
         sync()
         torch.cuda._sleep(GATE_CYCLES)
         outputs, _ = normalize_outputs(d, run(**args))
@@ -290,12 +291,6 @@ CACHE_LIMIT_BYTES = 1 << 30
 """A solution's process gives its cached GPU memory back after an evaluation when it holds more than this."""
 GATE_CYCLES = 50_000_000
 """About 30 ms of GPU clock: longer than a compiled call's host time, short beside a workload's evaluation."""
-
-
-def _clone(inputs, device):
-    from .inputs import clone_inputs
-
-    return clone_inputs(inputs, device)
 
 
 def _syncer(device: str):
