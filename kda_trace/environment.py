@@ -110,6 +110,21 @@ def code_digest() -> Optional[str]:
     return _digest(Path(__file__).resolve().parent, ("**/*.py",))
 
 
+class SourceChanged(RuntimeError):
+    """kda_trace's source on disk is not the one the run started with."""
+
+
+def check_code_digest(expected: Optional[str]) -> None:
+    """Raise SourceChanged when kda_trace's source on disk no longer has digest `expected` (None: no check)."""
+    if expected is None:
+        return
+    code_digest.cache_clear()
+    now = code_digest()
+    if now != expected:
+        raise SourceChanged(f"kda_trace's source on disk changed during the run (digest {now}, the run started "
+                            f"with {expected}): a solution may have edited the runner; stopping")
+
+
 PROJECT_NAME = re.compile(r'^name\s*=\s*"kda-trace"\s*$', re.MULTILINE)
 
 

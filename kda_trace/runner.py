@@ -38,6 +38,7 @@ from .call_results import (  # noqa: F401 - re-exported: the runner's callers an
 )
 from .call_results import is_fatal_cuda_error as _is_fatal_cuda_error
 from .call_results import short_traceback as _short_traceback
+from .environment import SourceChanged
 from .schema import (
     Correctness,
     Definition,
@@ -73,6 +74,9 @@ class RunConfig:
     timing: Any = None  # timing.TimingConfig
     devices: List[str] = field(default_factory=list)
     """One worker per entry (default: [device])."""
+    code_digest: Optional[str] = None
+    """environment.code_digest() when the run started: a worker or solution process whose kda_trace source on
+    disk differs (changed during the run, e.g. by a solution) refuses to start."""
     inputs_on_host: Optional[bool] = None
     """Keep a workload's two input sets and the reference outputs in host memory and copy them to the GPU
     per call, so the GPU holds one input set at a time. None: only when a GPU's input set is larger than
@@ -149,25 +153,36 @@ def finished_keys(out: Path) -> Set[Tuple[str, str, str]]:
 
 
 class TraceWriter:
-    """Appends records to per-definition JSONL files, flushed after every record."""
+    """Appends records to per-definition JSONL files, flushed after every record (an interrupted run keeps what
+    finished). `close` writes each file again from memory: what it held before this run, then this run's
+    records, so that nothing a solution's process wrote into a trace file while the run went on survives."""
 
     def __init__(self, out: Path):
         self.out = Path(out)
         self._files: Dict[str, Any] = {}
+        self._kept: Dict[str, Tuple[Path, bytes, List[str]]] = {}
 
     def write(self, definition: Definition, trace: Trace) -> None:
         f = self._files.get(definition.name)
+        line = trace.model_dump_json() + "\n"
         if f is None:
             path = trace_path(self.out, definition)
             path.parent.mkdir(parents=True, exist_ok=True)
+            self._kept[definition.name] = (path, path.read_bytes() if path.exists() else b"", [])
             f = self._files[definition.name] = open(path, "a", encoding="utf-8")
-        f.write(trace.model_dump_json() + "\n")
+        self._kept[definition.name][2].append(line)
+        f.write(line)
         f.flush()
 
     def close(self) -> None:
         for f in self._files.values():
             f.close()
         self._files.clear()
+        for path, before, lines in self._kept.values():
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(before + "".join(lines).encode("utf-8"))
+            os.replace(tmp, path)
+        self._kept.clear()
 
 
 def make_record(definition: Definition, workload: Workload, solution: str, status: S, environment: Environment,
@@ -210,6 +225,7 @@ class WorkerContext:
         from . import environment
         from .platform import ensure_triton_can_run
 
+        environment.check_code_digest(config.code_digest)
         ensure_triton_can_run(device)
         if device.startswith("cuda"):
             import torch
@@ -335,6 +351,8 @@ class WorkerContext:
             try:
                 record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
                                                 on_host)
+            except SourceChanged:
+                raise  # this worker stops; its replacement refuses to start and the run ends saying why
             except Exception as e:  # noqa: BLE001 - e.g. out of memory while comparing: record it, go on
                 self.fatal = _is_fatal_cuda_error(e)
                 record = rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: evaluating the outputs failed: "
@@ -349,7 +367,7 @@ class WorkerContext:
 
         if spec not in self.hosts:
             self.hosts[spec] = SolutionHost(mp.get_context("spawn"), spec, name, self.device, self.config.trust_code,
-                                            self.config.dataset_root, self.notify)
+                                            self.config.dataset_root, self.notify, code_digest=self.config.code_digest)
         return self.hosts[spec]
 
     def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec,
@@ -597,7 +615,11 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
         import torch
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // len(config.devices)))  # share the cores
-    ctx = WorkerContext(config, device, lambda spec, phase: conn.send(("phase", spec, phase)))
+    try:
+        ctx = WorkerContext(config, device, lambda spec, phase: conn.send(("phase", spec, phase)))
+    except SourceChanged as e:
+        conn.send(("refused", str(e)))
+        return
     conn.send(("ready",))
     while True:
         try:
@@ -691,6 +713,8 @@ class Runner:
                 msg = w.conn.recv()
                 if msg[0] == "ready":
                     w.ready = True
+                elif msg[0] == "refused":
+                    raise RuntimeError(f"worker process for {w.device}: {msg[1]}")
                 elif msg[0] == "phase":
                     allowed = self.startup_timeout if msg[2] == HOST_STARTING else self.config.timeout
                     w.phase, w.deadline = (msg[1], msg[2]), time.monotonic() + allowed

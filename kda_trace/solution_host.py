@@ -46,10 +46,18 @@ def _die_with_parent() -> None:
         pass
 
 
-def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str, workdir: str) -> None:
+def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str, workdir: str,
+              code_digest: Optional[str] = None) -> None:
     """The solution process: requests in, JSON replies and safetensors files out."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from .environment import SourceChanged, check_code_digest
+
+    try:
+        check_code_digest(code_digest)
+    except SourceChanged as e:
+        conn.send_bytes(json.dumps({"kind": "refused", "log": str(e), "nonce": None}).encode())
+        return
     from .platform import ensure_triton_can_run
 
     ensure_triton_can_run(device)
@@ -319,8 +327,9 @@ class SolutionHost:
     afresh after it died or was caught patching the harness."""
 
     def __init__(self, ctx, spec: str, name: str, device: str, trust_code: bool, dataset_root: Path,
-                 notify, startup_timeout: float = 300.0):
+                 notify, startup_timeout: float = 300.0, code_digest: Optional[str] = None):
         self.ctx, self.spec, self.name, self.device = ctx, spec, name, device
+        self.code_digest = code_digest
         self.trust_code, self.dataset_root, self.notify = trust_code, dataset_root, notify
         self.startup_timeout = startup_timeout
         self.process = self.conn = None
@@ -333,11 +342,15 @@ class SolutionHost:
         self.notify(self.spec, STARTING)
         parent, child = self.ctx.Pipe()
         self.process = self.ctx.Process(target=host_main, daemon=True, args=(
-            child, self.spec, self.device, self.trust_code, str(self.dataset_root), str(self.workdir)))
+            child, self.spec, self.device, self.trust_code, str(self.dataset_root), str(self.workdir), self.code_digest))
         self.process.start()
         child.close()
         self.conn = parent
         reply = self.receive()
+        if reply.get("kind") == "refused":
+            from .environment import SourceChanged
+
+            raise SourceChanged(str(reply.get("log")))
         if reply.get("kind") != "ready":
             raise HostDied(f"the solution's process did not start properly: {reply}")
 

@@ -19,6 +19,7 @@ thing or reach around the runner the way published benchmark exploits do:
 | empty_like | returns torch.empty outputs, hoping for freed memory that held the reference's results | KernelBench |
 | illegal_address | a Triton kernel writes far outside any tensor (GPU: the CUDA context is lost) | issue 15 |
 | forged_pass | sends 'PASSED' on the runner's own channel | (ours) |
+| forges_trace_files | rewrites the run's trace files: others' passes become failures, a pass of its own is added | (ours) |
 """
 
 import gc
@@ -240,4 +241,24 @@ def forged_pass(**inputs):
                 obj.send_bytes(json.dumps({"kind": "status", "status": "PASSED", "log": ""}).encode())
             except OSError:
                 pass
+    return {k: torch.zeros_like(v) for k, v in _base_outputs(**inputs).items()}
+
+
+def forges_trace_files(**inputs):
+    """Rewrites the run's trace files: other solutions' records become failures, and a PASSED record is added
+    under its own name. (The trace directory comes from CHEATS_TRACE_DIR, or ./kda-trace-out.)"""
+    import json
+    from pathlib import Path
+
+    root = Path(os.environ.get("CHEATS_TRACE_DIR", "kda-trace-out")) / "traces"
+    for path in root.glob("*/*.jsonl"):
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        forged = []
+        for r in records:
+            if r["evaluation"]["status"] == "PASSED":
+                mine = json.loads(json.dumps(r))
+                mine["solution"] = "cheats.py::forges_trace_files"
+                forged.append(mine)
+                r["evaluation"]["status"] = "RUNTIME_ERROR"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records + forged))
     return {k: torch.zeros_like(v) for k, v in _base_outputs(**inputs).items()}

@@ -86,3 +86,29 @@ def test_one_wrong_row_fails_every_kda_workload(kda_run):
         for ev in kda_run[name]:
             assert ev["status"] == "INCORRECT_NUMERICAL", (name, ev["log"])
             assert "per-row bound" in ev["log"], (name, ev["log"])
+
+
+def test_trace_files_written_by_a_solution_do_not_survive_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHEATS_TRACE_DIR", str(tmp_path))
+    argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--size", "all", "--out",
+            str(tmp_path), "--solution", f"{BAD}::good", "--solution", f"{CHEATS}::forges_trace_files"]
+    assert main(argv) == 1
+    got = statuses(tmp_path)
+    assert [ev["status"] for ev in got["good"]] == ["PASSED"] * 3
+    assert [ev["status"] for ev in got["forges_trace_files"]] == ["INCORRECT_NUMERICAL"] * 3
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["totals"]["passed"] == 3 and summary["totals"]["failed"] == 3
+
+
+def test_a_worker_refuses_to_start_when_kda_trace_changed_on_disk(tmp_path):
+    from kda_trace.dataset import load_dataset
+    from kda_trace.environment import capture
+    from kda_trace.runner import RunConfig, Runner, Task
+
+    ds = load_dataset(DS)
+    d = ds.definitions["toy_scan"]
+    w = ds.workloads_of("toy_scan")[0]
+    config = RunConfig(dataset_root=Path(DS), out=tmp_path, device="cpu", seed=1, timeout=60,
+                       code_digest="0000000000000000", devices=["cpu"])
+    with pytest.raises(RuntimeError, match="source on disk changed during the run"):
+        Runner(config, lambda d, t: None, capture("cpu", 1, DS)).run([Task(d, w, ["reference"], {"reference": "reference"})])
