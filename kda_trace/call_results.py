@@ -9,6 +9,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from .schema import Definition
 
+HOST_STARTING = "starting the solution's process"
+"""The phase name while a solution's process starts (the main process allows it the worker start-up time)."""
 
 def to_host(values: Dict[str, Any]) -> Dict[str, Any]:
     """Every tensor moved to host memory (the GPU copies are freed when the caller drops them)."""

@@ -118,10 +118,19 @@ def foreign_memory(outputs: Dict[str, Any], inputs: Dict[str, Any], inplace: Dic
     return found
 
 
-def snapshot(outputs: Dict[str, Any]) -> Dict[str, Any]:
-    """Copies of the output tensors, made on the current stream (so after everything the solution ordered
-    there, and before anything it left elsewhere)."""
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in outputs.items()}
+_clone = torch.Tensor.clone  # captured at import, before any solution code runs
+
+
+def snapshot(outputs: Any) -> Any:
+    """Copies of the output tensors (in a dict, tuple or list, or one tensor), made on the current stream (so
+    after everything the solution ordered there, and before anything it left elsewhere)."""
+    if isinstance(outputs, torch.Tensor):
+        return _clone(outputs)
+    if isinstance(outputs, (tuple, list)):
+        return type(outputs)(snapshot(o) for o in outputs)
+    if isinstance(outputs, dict):
+        return {k: snapshot(v) for k, v in outputs.items()}
+    return outputs
 
 
 def changed_after_return(live: Dict[str, Any], copies: Dict[str, Any], sync, wait_s: float = AFTER_RETURN_WAIT_S,

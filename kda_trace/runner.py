@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from .call_results import (  # noqa: F401 - re-exported: the runner's callers and tests use these names
+    HOST_STARTING,
     OUT_OF_GPU_MEMORY_HINT,
     describe_exit,
     normalize_outputs,
@@ -54,7 +55,6 @@ from .schema import (
 
 S = EvaluationStatus
 SECOND_SEED_OFFSET = 1
-HOST_STARTING = "starting the solution's process"  # solution_host.STARTING (not imported: the main process stays light)
 REFERENCE_TIMING = {"warmup": 1, "min_reps": 3, "max_reps": 20, "budget_s": 1.0}
 """How the reference is timed on a GPU (timing.TimingConfig fields); when both correctness calls took longer
 than the budget, those two calls are its timing instead."""
@@ -361,12 +361,12 @@ class WorkerContext:
                 self.caught[spec] = f"workload {w.uuid}: {record.evaluation.log[:300]}"
             yield record  # outside `except`: a live exception would keep its frames' GPU tensors alive
 
-    def host(self, spec: str, name: str):
+    def host(self, spec: str):
         """The process that runs solution `spec` (solution_host.SolutionHost), started on first use."""
         from .solution_host import SolutionHost
 
         if spec not in self.hosts:
-            self.hosts[spec] = SolutionHost(mp.get_context("spawn"), spec, name, self.device, self.config.trust_code,
+            self.hosts[spec] = SolutionHost(mp.get_context("spawn"), spec, self.device, self.config.trust_code,
                                             self.config.dataset_root, self.notify, code_digest=self.config.code_digest)
         return self.hosts[spec]
 
@@ -377,7 +377,7 @@ class WorkerContext:
 
         d, w = task.definition, task.workload
         axes = {**d.const_axes, **w.axes}
-        host = self.host(spec, task.names[spec])
+        host = self.host(spec)
         try:
             reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
                                  name=task.names[spec], seed=self.config.seed,

@@ -28,9 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-STARTING = "starting the solution's process"
-"""The phase name while a host process starts (the main process allows it the worker start-up time)."""
-
+from .call_results import HOST_STARTING
 
 # ============================================================================ the solution's process
 
@@ -326,12 +324,11 @@ class SolutionHost:
     """The worker's handle on one solution's process: started on first use, kept across workloads, started
     afresh after it died or was caught patching the harness."""
 
-    def __init__(self, ctx, spec: str, name: str, device: str, trust_code: bool, dataset_root: Path,
-                 notify, startup_timeout: float = 300.0, code_digest: Optional[str] = None):
-        self.ctx, self.spec, self.name, self.device = ctx, spec, name, device
+    def __init__(self, ctx, spec: str, device: str, trust_code: bool, dataset_root: Path, notify,
+                 code_digest: Optional[str] = None):
+        self.ctx, self.spec, self.device = ctx, spec, device
         self.code_digest = code_digest
         self.trust_code, self.dataset_root, self.notify = trust_code, dataset_root, notify
-        self.startup_timeout = startup_timeout
         self.process = self.conn = None
         self.workdir = Path(tempfile.mkdtemp(prefix="kda_trace_solution_"))
 
@@ -339,7 +336,7 @@ class SolutionHost:
         return self.process is not None and self.process.is_alive()
 
     def start(self) -> None:
-        self.notify(self.spec, STARTING)
+        self.notify(self.spec, HOST_STARTING)
         parent, child = self.ctx.Pipe()
         self.process = self.ctx.Process(target=host_main, daemon=True, args=(
             child, self.spec, self.device, self.trust_code, str(self.dataset_root), str(self.workdir), self.code_digest))

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 import torch
 
 from .inputs import clone_inputs
+from .integrity import snapshot
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than the L2 of any current GPU (H100: 50 MB, B200: 126 MB)
 
@@ -39,7 +40,6 @@ _event_record = getattr(_EventBase, "record", None)  # absent from CPU builds of
 _event_elapsed = getattr(_EventBase, "elapsed_time", None)
 _cuda_synchronize = getattr(torch._C, "_cuda_synchronize", None)
 _current_stream = torch.cuda.current_stream
-_clone = torch.Tensor.clone
 
 OUTSIDE_STREAM_FACTOR, OUTSIDE_STREAM_SLACK_MS = 2.0, 0.03
 """Host-clock repetitions (between device-wide synchronisations) longer than FACTOR x the events + SLACK, in
@@ -222,26 +222,15 @@ def _sync(device: str) -> None:
         _cuda_synchronize()  # the whole current device (the solution process serves one device), all streams
 
 
-def _snapshot(outputs):
-    if isinstance(outputs, torch.Tensor):
-        return _clone(outputs)
-    if isinstance(outputs, (tuple, list)):
-        return type(outputs)(_snapshot(o) for o in outputs)
-    if isinstance(outputs, dict):
-        return {k: _snapshot(v) for k, v in outputs.items()}
-    return outputs
-
-
 def _time_cpu(run, work, restore, reps):
     times = []
-    outputs = snap = None
+    outputs = None
     for i in range(reps):
         restore(work, last=i == reps - 1)
         t0 = _perf_counter()
         outputs = run(**work)
         times.append((_perf_counter() - t0) * 1e3)
-    snap = _snapshot(outputs)
-    return times, outputs, snap, []
+    return times, outputs, snapshot(outputs), []
 
 
 def _new_event():
@@ -264,7 +253,7 @@ def _time_gpu(call, work, restore, reps, device, static_outputs=None):
         outputs = call()
         _event_record(ends[i], stream)
         if last:
-            snap = _snapshot(static_outputs if static_outputs is not None else outputs)
+            snap = snapshot(static_outputs if static_outputs is not None else outputs)
         _cuda_synchronize()
         walls.append((_perf_counter() - t0) * 1e3)
     times = [_event_elapsed(s, e) for s, e in zip(starts, ends)]
