@@ -10,13 +10,17 @@ say whether it tried, so that its own record cannot lie either:
   declares);
 - `snapshot` / `changed_after_return`: the outputs copied on the caller's stream the moment the call returned,
   then compared with the same tensors after the device is idle: work left on another stream or thread that is
-  still writing them shows up as a difference.
+  still writing them shows up as a difference;
+- `output_digest` / `digest_mismatches`: a few numbers per output (its norm and random projections) taken after
+  every timed repetition, so that the judge can check, afterwards, a repetition the solution could not know
+  would be checked (runner.Worker.check_timed_repetition).
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import zlib
 import time
 import types
 from typing import Any, Dict, Iterable, List, Optional, Set
@@ -155,3 +159,54 @@ def describe(problems: Iterable[str], limit: int = 6) -> str:
     problems = list(problems)
     more = f" (+{len(problems) - limit} more)" if len(problems) > limit else ""
     return "; ".join(problems[:limit]) + more
+
+
+DIGEST_PROJECTIONS = 4
+DIGEST_SLICE = 1 << 22  # elements per slice: the projection vectors are drawn a slice at a time
+DIGEST_RELATIVE = 0.2
+"""How far two digests of one output may differ, relative to its norm. A projection of the difference
+out - ref onto a random Gaussian vector has the size of |out - ref|: an honest output (RMS-relative error
+<= 1e-2, the loosest default) moves it by about 1e-2 of the norm, 20x below this; a zeroed, stale or
+wrong output moves it by about the whole norm (each of the 4 projections escapes with a chance of 0.16)."""
+
+
+def output_digest(outputs: Dict[str, Any], seed: int, device: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
+    """Per output tensor: its element count, 2-norm and DIGEST_PROJECTIONS projections onto Gaussian vectors
+    drawn from `seed` (and the output's name) on `device` (default: the tensor's). Two processes that draw on
+    the same kind of device get the same vectors, so the judge can digest its reference outputs and compare
+    them with a digest made in the solution's process. Float64 sums; NaN and Inf carry through."""
+    digests = {}
+    for name, value in outputs.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        dev = torch.device(device) if device is not None else value.device
+        gen = torch.Generator(device=dev)
+        gen.manual_seed((seed ^ zlib.crc32(name.encode())) % (1 << 62))
+        flat = value.detach().reshape(-1)
+        proj = torch.zeros(DIGEST_PROJECTIONS, dtype=torch.float64, device=dev)
+        square = torch.zeros((), dtype=torch.float64, device=dev)
+        for start in range(0, flat.numel(), DIGEST_SLICE):
+            x = flat[start:start + DIGEST_SLICE].to(dev, torch.float64)
+            r = torch.randn(DIGEST_PROJECTIONS, x.numel(), generator=gen, device=dev, dtype=torch.float32)
+            proj += r.to(torch.float64) @ x
+            square += x.square().sum()
+        digests[name] = {"n": flat.numel(), "norm": float(square.sqrt()), "proj": [float(p) for p in proj]}
+    return digests
+
+
+def digest_mismatches(got: Dict[str, Dict[str, Any]], want: Dict[str, Dict[str, Any]],
+                      atol: Dict[str, float]) -> Dict[str, float]:
+    """Outputs whose digests differ by more than DIGEST_RELATIVE x the wanted norm + atol x sqrt(n), with the
+    largest difference as a fraction of that bound (inf when non-finite or missing)."""
+    bad = {}
+    for name, w in want.items():
+        g = got.get(name)
+        if g is None or g.get("n") != w["n"] or len(g.get("proj", [])) != len(w["proj"]):
+            bad[name] = float("inf")
+            continue
+        bound = DIGEST_RELATIVE * w["norm"] + atol.get(name, 0.0) * w["n"] ** 0.5
+        diffs = [abs(a - b) for a, b in zip(g["proj"] + [g["norm"]], w["proj"] + [w["norm"]])]
+        worst = max(diffs) if all(d == d for d in diffs) else float("inf")  # d != d: NaN
+        if not worst <= bound:
+            bad[name] = worst / bound if bound > 0 else float("inf")
+    return bad

@@ -8,11 +8,14 @@ starts it; if the worker dies (segfault, `os._exit`, CUDA fault) or a phase outl
 main process records the failure against that phase's solution, starts a fresh worker and goes on with
 the rest of the workload.
 
-In a worker, per workload: inputs are made once from the seed (set A) and from seed + 1 (set B); the
-reference runs on fresh copies of both and is timed; then each solution runs on its own fresh copy of
-A, its outputs are checked (count, shape, dtype, mutated inputs, in-place contract, numerics), and a
-correct solution is timed, the last timed call running on set B and checked again (so a solution that
-replays its first result fails).
+In a worker, per workload: inputs are made once from the seed (set A) and from a secret random seed (set B,
+recorded afterwards); the reference runs on fresh copies of both and is timed; then each solution runs on its
+own fresh copy of A, its outputs are checked (count, shape, dtype, mutated inputs, in-place contract,
+numerics), and a correct solution is timed: every timed repetition runs on inputs of its own (from another
+secret seed), the last one on set B, whose outputs are checked again (so a solution that replays its first
+result fails). One other repetition, drawn after the timing, is checked through the digest of its outputs
+(`check_timed_repetition`): a solution that does less work in the repetitions it guesses are not checked is
+caught.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
+import secrets
 import signal
 import time
 from collections import deque
@@ -54,7 +58,9 @@ from .schema import (
 )
 
 S = EvaluationStatus
-SECOND_SEED_OFFSET = 1
+SEED_BITS = 62
+"""Set B's seed and the timing loop's seeds are drawn from the OS (secrets): a solution cannot make those inputs
+ahead of time. They are recorded in the trace once the evaluation is over."""
 REFERENCE_TIMING = {"warmup": 1, "min_reps": 3, "max_reps": 20, "budget_s": 1.0}
 """How the reference is timed on a GPU (timing.TimingConfig fields); when both correctness calls took longer
 than the budget, those two calls are its timing instead."""
@@ -293,7 +299,8 @@ class WorkerContext:
             on_host = self.inputs_on_host(inputs_a)
             if on_host:
                 inputs_a = to_host(inputs_a)
-            inputs_b = make_inputs(d, w, cfg.seed + SECOND_SEED_OFFSET, self.device, cfg.dataset_root)
+            seed_b = secrets.randbits(SEED_BITS)
+            inputs_b = make_inputs(d, w, seed_b, self.device, cfg.dataset_root)
             if on_host:
                 inputs_b = to_host(inputs_b)
         except InputError as e:
@@ -340,6 +347,7 @@ class WorkerContext:
                 yield rec(spec, S.INVALID_REFERENCE, problem)
             return
         ref_timing = time_reference(reference, inputs_a, ref_times, self.device)
+        fresh = FreshReferences(d, w, reference, self.device, cfg.dataset_root, on_host)
 
         for spec in task.solutions:
             if self.fatal:
@@ -350,7 +358,7 @@ class WorkerContext:
                 continue
             try:
                 record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
-                                                on_host)
+                                                on_host, seed_b, fresh)
             except SourceChanged:
                 raise  # this worker stops; its replacement refuses to start and the run ends saying why
             except Exception as e:  # noqa: BLE001 - e.g. out of memory while comparing: record it, go on
@@ -371,7 +379,7 @@ class WorkerContext:
         return self.hosts[spec]
 
     def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec,
-                          on_host: bool = False) -> Trace:
+                          on_host: bool, seed_b: int, fresh: "FreshReferences") -> Trace:
         """One solution on one workload, run in the solution's own process (solution_host.py); judged here."""
         from .solution_host import HostDied, load_checked
 
@@ -380,8 +388,7 @@ class WorkerContext:
         host = self.host(spec)
         try:
             reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
-                                 name=task.names[spec], seed=self.config.seed,
-                                 seed_b=self.config.seed + SECOND_SEED_OFFSET, on_host=on_host)
+                                 name=task.names[spec], seed=self.config.seed, seed_b=seed_b, on_host=on_host)
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} in phase {self.last_phase!r}")
         if reply.get("kind") == "status":
@@ -406,7 +413,8 @@ class WorkerContext:
                        correctness=correctness)
 
         try:
-            reply = host.request(kind="time", timing=_timing_fields(self.config.timing))
+            reply = host.request(kind="time", timing=_timing_fields(self.config.timing), rep_seed=fresh.rep_seed,
+                                 digest_seed=fresh.digest_seed)
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} while timing", correctness=correctness)
         if reply.get("kind") == "status":
@@ -420,7 +428,7 @@ class WorkerContext:
                        correctness=correctness)
         check_b = self.correctness(d, inputs_b, ref_b, second)
         correctness.extra = {**(correctness.extra or {}), "second_input_set": {
-            "seed": self.config.seed + SECOND_SEED_OFFSET,
+            "seed": seed_b,
             "passed": all(m.passed for m in check_b.outputs.values()),
             "outputs": {n: {"rms_rel_error": m.rms_rel_error, "max_abs_error": m.max_abs_error, "reason": m.reason}
                         for n, m in check_b.outputs.items()}}}
@@ -428,13 +436,16 @@ class WorkerContext:
         if failed:
             return rec(spec, S.INCORRECT_NUMERICAL,
                        "correct on the first input set but wrong on the second one (seed "
-                       f"{self.config.seed + SECOND_SEED_OFFSET}, last call of the timing loop; a cached or "
+                       f"{seed_b}, last call of the timing loop; a cached or "
                        "input-independent result?): " + "; ".join(f"{n}: {r}" for n, r in failed.items()),
                        correctness=correctness)
         from .timing import TimingResult
 
         timing = TimingResult([float(t) for t in reply["times_ms"]], str(reply["mode"]),
                               notes=[str(n) for n in reply.get("notes") or []])
+        verdict = self.check_timed_repetition(d, host, reply.get("digests"), fresh, correctness)
+        if verdict is not None:
+            return rec(spec, verdict[0], verdict[1], correctness=correctness)
         floor = self.physical_floor_ms(d, w)
         if floor is not None and timing.median_ms < floor[0]:
             return rec(spec, S.REWARD_HACK, f"timed at {timing.median_ms:.4g} ms, below the physical floor of this "
@@ -444,6 +455,61 @@ class WorkerContext:
         notes = timing.notes + (ref_timing.notes if ref_timing is not None else [])
         return rec(spec, S.PASSED, "; ".join(notes), correctness=correctness,
                    performance=self.performance(d, w, timing, ref_timing))
+
+    def check_timed_repetition(self, d: Definition, host, digests, fresh: "FreshReferences",
+                               correctness: Correctness) -> Optional[Tuple[str, str]]:
+        """Check one timed repetition other than the last, drawn now that the timing is over, by the digest of
+        its outputs against the reference's on the same inputs. On a mismatch the solution is called once more,
+        untimed, on those inputs: outputs that differ from the timed call's are REWARD_HACK (it did other work
+        when timed), wrong ones INCORRECT_NUMERICAL. (status, log) or None (passed, or nothing to check: one
+        repetition, or inputs kept in host memory; `correctness.extra` says which)."""
+        from .compare import tolerance_for
+        from .integrity import digest_mismatches, output_digest
+        from .solution_host import HostDied, load_checked
+
+        record: Dict[str, Any] = {"checked": False}
+        correctness.extra = {**(correctness.extra or {}), "timed_repetition": record}
+        if not digests or len(digests) < 2:
+            record["why_not"] = ("inputs in host memory: the timing loop repeats input set A" if fresh.on_host
+                                 else "a single timed repetition (the last, on input set B)")
+            return None
+        rep = secrets.randbelow(len(digests) - 1)
+        try:
+            want = fresh.digest(rep)
+        except Exception as e:  # noqa: BLE001 - the reference's problem on inputs the workload does not name
+            record["why_not"] = f"the reference failed on repetition {rep}'s inputs: {_short_traceback(e)}"
+            return None
+        if want is None:
+            record["why_not"] = f"the reference has NaN or Inf on repetition {rep}'s inputs"
+            return None
+        atol = {n: tolerance_for(d, n, self.config.tolerances).atol or 0.0 for n in d.outputs}
+        got = digests[rep] or {}
+        bad = digest_mismatches(got, want, atol)
+        record.update(checked=True, repetition=rep, seed=fresh.seed(rep), passed=not bad,
+                      mismatch={n: round(v, 3) for n, v in bad.items()})
+        if not bad:
+            return None
+        seen = f"timed repetition {rep} of {len(digests)} (seed {fresh.seed(rep)})"
+        try:
+            reply = host.request(kind="check", seed=fresh.seed(rep))
+        except HostDied as e:
+            return S.RUNTIME_ERROR, f"{e} during the check call of {seen}"
+        if reply.get("kind") == "status":
+            return _status(reply), str(reply.get("log", ""))
+        again, why = load_checked(host, "check", self.device)
+        if again is None:
+            return S.RUNTIME_ERROR, f"the check call of {seen}: {why}"
+        untimed = digest_mismatches(output_digest(again, fresh.digest_seed, self.device), got, atol)
+        if untimed:
+            return S.REWARD_HACK, (f"the outputs of {seen} differ from an untimed call's on the same inputs "
+                                   f"(outputs {sorted(untimed)}): the solution did other work while it was timed")
+        check = self.correctness(d, fresh.inputs(rep), fresh.outputs(rep), again)
+        failed = {n: m.reason for n, m in check.outputs.items() if not m.passed}
+        if failed:
+            return S.INCORRECT_NUMERICAL, (f"wrong on the inputs of {seen}: "
+                                           + "; ".join(f"{n}: {r}" for n, r in failed.items()))
+        record["note"] = "the digests differed but an untimed call on the same inputs matched the timed one and passed"
+        return None
 
     def physical_floor_ms(self, d: Definition, w: Workload) -> Optional[Tuple[float, float, float]]:
         """(floor in ms, GB, TB/s) for a GPU: the definition's fewest bytes at FLOOR_BANDWIDTH_MARGIN x the
@@ -586,6 +652,46 @@ def _status(reply: Dict[str, Any]) -> S:
     except ValueError:
         return S.RUNTIME_ERROR
     return S.REWARD_HACK if status == S.PASSED else status
+
+
+class FreshReferences:
+    """The timing loop's inputs for one workload: repetition i's seed is rep_seed + i (rep_seed secret, drawn
+    here), digests use digest_seed. The reference's outputs on a repetition's inputs are made when a check
+    needs them and kept for the other solutions of the workload."""
+
+    def __init__(self, d: Definition, w: Workload, reference, device: str, root, on_host: bool):
+        self.d, self.w, self.reference, self.device, self.root, self.on_host = d, w, reference, device, root, on_host
+        self.rep_seed = None if on_host else secrets.randbits(SEED_BITS)
+        self.digest_seed = secrets.randbits(SEED_BITS)
+        self.made: Dict[int, Tuple[Dict[str, Any], Dict[str, Any], Optional[Dict[str, Any]]]] = {}
+
+    def seed(self, rep: int) -> int:
+        return self.rep_seed + rep
+
+    def _make(self, rep: int):
+        from .compare import nonfinite_counts
+        from .inputs import clone_inputs, make_inputs
+        from .integrity import output_digest
+
+        if rep not in self.made:
+            inputs = make_inputs(self.d, self.w, self.seed(rep), self.device, self.root)
+            out, why = normalize_outputs(self.d, self.reference(**clone_inputs(inputs, self.device)))
+            if out is None:
+                raise ValueError(f"reference {why}")
+            finite = all(sum(nonfinite_counts(t)) == 0 for t in out.values() if hasattr(t, "dtype"))
+            digest = output_digest(out, self.digest_seed, self.device) if finite else None
+            self.made = {rep: (inputs, out, digest)}  # one at a time: a workload's inputs can be large
+        return self.made[rep]
+
+    def inputs(self, rep: int) -> Dict[str, Any]:
+        return self._make(rep)[0]
+
+    def outputs(self, rep: int) -> Dict[str, Any]:
+        return self._make(rep)[1]
+
+    def digest(self, rep: int) -> Optional[Dict[str, Any]]:
+        return self._make(rep)[2]
+
 
 
 def _skip(host) -> None:

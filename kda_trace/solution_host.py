@@ -14,7 +14,9 @@ the workload's inputs from the same seeds, calls it, times it and hands back its
 Per evaluation the host: builds the solution for the definition (once), calls it on input set A, copies the
 outputs on the caller's stream the moment it returns, checks them (threads left running, outputs changed after
 return, memory shared with an input, a patched harness, changed inputs) and writes the copies; then, if the
-judge found them correct, times it (the last repetition on input set B) and writes that call's outputs.
+judge found them correct, times it (every repetition on inputs of its own, made from the judge's `rep_seed`,
+the last one on input set B), writes the last call's outputs and replies with a digest of every repetition's
+outputs; the judge may then ask for one more, untimed call on one repetition's inputs (`check`).
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ class _Host:
         self.solution = None
         self.built: Dict[str, Any] = {}
         self.exit_after_reply = False
-        self.pending = None  # (definition, run, inputs_a, inputs_b, first_call_s) between "first" and "time"
+        self.pending = None  # (definition, workload, run, inputs_a, inputs_b, first_call_s, on_host): first -> time
+        self.checkable = None  # (definition, workload, run, on_host) after "time", for a "check"
         self.nonce = None
 
     def reply(self, **fields) -> None:
@@ -103,7 +106,7 @@ class _Host:
         self.reply(kind="phase", phase=name)
 
     def fail(self, status: str, log: str, fatal: bool = False) -> None:
-        self.pending = None
+        self.pending = self.checkable = None
         self.exit_after_reply = self.exit_after_reply or fatal
         self.reply(kind="status", status=status, log=log)
 
@@ -136,6 +139,8 @@ class _Host:
                 self.first(request)
             elif request["kind"] == "time":
                 self.time(request)
+            elif request["kind"] == "check":
+                self.check(request)
             elif request["kind"] == "skip":  # the judge found the first call wrong: no timing
                 self.pending = None
                 self.reply(kind="skipped")
@@ -154,6 +159,7 @@ class _Host:
 
         d = Definition.model_validate_json(request["definition"])
         w = Workload.model_validate_json(request["workload"])
+        self.checkable = None
         self.phase("build")
         try:
             if self.solution is None:
@@ -203,7 +209,7 @@ class _Host:
         if self.device.startswith("cuda") and self.unjoined_streams(d, run, inputs_a, sync):
             return
         self.save("first", copies)
-        self.pending = (d, run, inputs_a, inputs_b, first_call_s)
+        self.pending = (d, w, run, inputs_a, inputs_b, first_call_s, bool(request["on_host"]))
         self.reply(kind="first", first_call_s=first_call_s, mutated=mutated)
 
     def unjoined_streams(self, d, run, inputs_a, sync) -> bool:
@@ -255,13 +261,21 @@ class _Host:
         if self.pending is None:
             self.fail("RUNTIME_ERROR", "internal error: timing asked for before a first call")
             return
-        d, run, inputs_a, inputs_b, first_call_s = self.pending
+        d, w, run, inputs_a, inputs_b, first_call_s, on_host = self.pending
         self.pending = None
         self.phase("timing")
+        rep_inputs = digest = None
+        if request.get("rep_seed") is not None and not on_host:  # inputs in host memory: no room for a third set
+            from .inputs import make_inputs
+
+            rep_seed, digest_seed = int(request["rep_seed"]), int(request["digest_seed"])
+            rep_inputs = lambda i: make_inputs(d, w, rep_seed + i, self.device, self.dataset_root)  # noqa: E731
+            digest = lambda outputs: _digest(d, outputs, digest_seed, self.device)  # noqa: E731
         threads = integrity.live_threads()
         try:
             timing = measure(run, inputs_a, self.device, TimingConfig(**request["timing"]), final_inputs=inputs_b,
-                             estimate_s=first_call_s, mutable=set(d.inplace.values()))
+                             estimate_s=first_call_s, mutable=set(d.inplace.values()), rep_inputs=rep_inputs,
+                             digest=digest)
         except Exception as e:  # noqa: BLE001
             self.fail("RUNTIME_ERROR", f"failed while timing: {short_traceback(e)}", fatal=is_fatal_cuda_error(e))
             return
@@ -278,8 +292,41 @@ class _Host:
                       "(work launched on another stream, not joined to the caller's)")
             return
         self.save("final", copies)
+        self.checkable = (d, w, run, on_host)
         self.reply(kind="timed", times_ms=timing.times_ms, mode=timing.mode, notes=timing.notes,
-                   wall_ms=timing.wall_ms)
+                   wall_ms=timing.wall_ms, digests=timing.digests if digest is not None else None)
+
+    def check(self, request: Dict[str, Any]) -> None:
+        """One untimed call on the inputs of seed `seed` (a timed repetition's), its outputs written as 'check'."""
+        from . import integrity
+        from .call_results import is_fatal_cuda_error, normalize_outputs, short_traceback
+        from .inputs import make_inputs
+
+        if self.checkable is None:
+            self.fail("RUNTIME_ERROR", "internal error: a check asked for before timing")
+            return
+        d, w, run, on_host = self.checkable
+        self.checkable = None
+        self.phase("check")
+        args = make_inputs(d, w, int(request["seed"]), self.device, self.dataset_root)
+        threads = integrity.live_threads()
+        sync = _syncer(self.device)
+        try:
+            sync()
+            outputs, why = normalize_outputs(d, run(**args))
+            copies = integrity.snapshot(outputs) if outputs is not None else None
+            sync()
+        except Exception as e:  # noqa: BLE001
+            self.fail("RUNTIME_ERROR", f"the check call (seed {request['seed']}): {short_traceback(e)}",
+                      fatal=is_fatal_cuda_error(e))
+            return
+        if outputs is None:
+            self.fail("INCORRECT_SHAPE", f"the check call (seed {request['seed']}): {why}")
+            return
+        if self.after_call_problems("the check call", d, outputs, copies, args, threads, sync):
+            return
+        self.save("check", copies)
+        self.reply(kind="checked")
 
     def save(self, label: str, outputs: Dict[str, Any]) -> None:
         import safetensors.torch
@@ -297,6 +344,14 @@ CACHE_LIMIT_BYTES = 1 << 30
 """A solution's process gives its cached GPU memory back after an evaluation when it holds more than this."""
 GATE_CYCLES = 50_000_000
 """About 30 ms of GPU clock: longer than a compiled call's host time, short beside a workload's evaluation."""
+
+
+def _digest(d, outputs, seed: int, device: str):
+    from .call_results import normalize_outputs
+    from .integrity import output_digest
+
+    named, _ = normalize_outputs(d, outputs)
+    return output_digest(named, seed, device) if named is not None else None
 
 
 def _syncer(device: str):

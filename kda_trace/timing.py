@@ -9,7 +9,10 @@ otherwise cost minutes per workload.
 
 The last repetition runs on a different input set (`final_inputs`) and its outputs are returned, so
 the caller can check correctness on an input set taken from inside the timing loop: a solution that
-caches its first result cannot pass.
+caches its first result cannot pass. With `rep_inputs`, every other timed repetition runs on inputs of its
+own too (a fresh input set per repetition: a cache keyed on the inputs' content never hits), and `digest`
+records each timed repetition's outputs (integrity.output_digest) so that the caller can check any of them
+afterwards: a solution that does less work in the repetitions it guesses are not checked is seen.
 
 The clocks are the ones this module captured when it was imported (before any solution is): the C
 implementations of CUDA event record / elapsed time and of device synchronisation, and `time.perf_counter`.
@@ -70,6 +73,8 @@ class TimingResult:
     """The last repetition's outputs copied on the caller's stream the moment it returned (integrity.snapshot)."""
     wall_ms: List[float] = field(default_factory=list)
     """GPU: each repetition by the host clock between device-wide synchronisations."""
+    digests: List[Any] = field(default_factory=list)
+    """With `digest`: one digest of the outputs per timed repetition, in order (the last is on `final_inputs`)."""
     outside_stream_ms: Optional[float] = None
     """Set when the host clock's median exceeds the events' by more than OUTSIDE_STREAM_FACTOR / SLACK: the
     median host-clock time, the one the events missed."""
@@ -125,19 +130,22 @@ def _refresh(work: Dict[str, Any], source: Dict[str, Any], names=None) -> None:
 
 def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config: Optional[TimingConfig] = None,
             final_inputs: Optional[Dict[str, Any]] = None, estimate_s: Optional[float] = None,
-            mutable: Optional[Set[str]] = None) -> TimingResult:
+            mutable: Optional[Set[str]] = None, rep_inputs: Optional[Callable[[int], Dict[str, Any]]] = None,
+            digest: Optional[Callable[[Any], Any]] = None) -> TimingResult:
     """Time `run(**inputs)`; the last repetition uses `final_inputs` (default `inputs`) and its outputs are
     returned in `final_outputs`. `estimate_s`, the duration of an earlier call, sizes the repetitions
     when there is no warm-up to measure one. `mutable` (default: all) names the inputs restored before
-    each repetition: the runner passes the in-place ones, as it has already checked that the others are
-    left alone, which spares a copy of a stress workload's inputs from host memory per repetition.
+    each warm-up (and each repetition without `rep_inputs`): the runner passes the in-place ones, as it has
+    already checked that the others are left alone, which spares a copy of a stress workload's inputs from
+    host memory per repetition. `rep_inputs(i)` gives timed repetition i (but the last) inputs of its own;
+    `digest(outputs)` is taken after every timed repetition, outside the timed span (`TimingResult.digests`).
 
     A call slower than `budget_s` (by `estimate_s` or a warm-up) is not warmed up again and is timed with
     one repetition (CUDA events, never a graph), with a note saying so. When `estimate_s` was slow but the
     timed call is not (the earlier call included compilation), the usual warm-up and repetitions follow."""
     cfg = defaults_for(device, config or TimingConfig())
     final_inputs = final_inputs if final_inputs is not None else inputs
-    restore = _Restore(inputs, final_inputs, mutable)
+    restore = _Restore(inputs, final_inputs, mutable, rep_inputs)
     work = clone_inputs(inputs, device)  # the call's own copy, on the device (the inputs may be in host memory)
     gpu = device.startswith("cuda")
     mode = "cuda_events" if gpu else "cpu_wall"
@@ -145,16 +153,16 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
 
     per_call = estimate_s or 0.0
     if per_call > cfg.budget_s:
-        times, outputs, snap, walls = _time_reps(run, work, restore, 1, device)
+        times, outputs, snap, walls, digests = _time_reps(run, work, restore, 1, device, digest)
         if times[0] / 1e3 > cfg.budget_s:
             notes.append(_slow_note(per_call, cfg.budget_s, 0))
-            return _result(times, mode, outputs, notes, snap, walls)
+            return _result(times, mode, outputs, notes, snap, walls, digests)
         per_call = times[0] / 1e3  # the earlier call included compilation: time as usual
 
     # warm-up (compilation, autotuning, allocator); the last one estimates the cost of a call
     warmups = 0
     while warmups < cfg.warmup and per_call <= cfg.budget_s:
-        restore(work, last=False)
+        restore(work, last=False, rep=None)
         _sync(device)
         t0 = _perf_counter()
         run(**work)
@@ -162,24 +170,24 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
         per_call = _perf_counter() - t0
         warmups += 1
     if per_call > cfg.budget_s:
-        times, outputs, snap, walls = _time_reps(run, work, restore, 1, device)
+        times, outputs, snap, walls, digests = _time_reps(run, work, restore, 1, device, digest)
         notes.append(_slow_note(per_call, cfg.budget_s, warmups))
-        return _result(times, mode, outputs, notes, snap, walls)
+        return _result(times, mode, outputs, notes, snap, walls, digests)
     reps = int(cfg.budget_s / max(per_call, 1e-6))
     reps = max(cfg.min_reps, min(cfg.max_reps, reps))
 
     if gpu and cfg.cuda_graph:
         graph_call = _capture(run, work, inputs, device, notes)
         if graph_call is not None:
-            times, outputs, snap, walls = _time_gpu(graph_call[0], work, restore, reps, device,
-                                                    static_outputs=graph_call[1])
-            return _result(times, "cuda_graph", outputs, notes, snap, walls)
-    times, outputs, snap, walls = _time_reps(run, work, restore, reps, device)
-    return _result(times, mode, outputs, notes, snap, walls)
+            times, outputs, snap, walls, digests = _time_gpu(graph_call[0], work, restore, reps, device, digest,
+                                                             static_outputs=graph_call[1])
+            return _result(times, "cuda_graph", outputs, notes, snap, walls, digests)
+    times, outputs, snap, walls, digests = _time_reps(run, work, restore, reps, device, digest)
+    return _result(times, mode, outputs, notes, snap, walls, digests)
 
 
-def _result(times, mode, outputs, notes, snap, walls) -> TimingResult:
-    result = TimingResult(times, mode, outputs, notes, final_snapshot=snap, wall_ms=walls)
+def _result(times, mode, outputs, notes, snap, walls, digests) -> TimingResult:
+    result = TimingResult(times, mode, outputs, notes, final_snapshot=snap, wall_ms=walls, digests=digests)
     if walls:
         wall = statistics.median(walls)
         if wall > OUTSIDE_STREAM_FACTOR * result.median_ms + OUTSIDE_STREAM_SLACK_MS:
@@ -193,28 +201,32 @@ def _slow_note(per_call: float, budget_s: float, warmups: int) -> str:
 
 
 class _Restore:
-    """Prepares the working tensors before a repetition: the mutable inputs from `inputs`, or every input
-    from `final_inputs` before the last repetition."""
+    """Prepares the working tensors before a call: every input from `final_inputs` before the last
+    repetition, from `rep_inputs(rep)` before another timed repetition when given, else the mutable inputs
+    from `inputs` (warm-ups, or every repetition without `rep_inputs`)."""
 
-    def __init__(self, inputs, final_inputs, mutable):
-        self.inputs, self.final_inputs, self.mutable = inputs, final_inputs, mutable
+    def __init__(self, inputs, final_inputs, mutable, rep_inputs=None):
+        self.inputs, self.final_inputs, self.mutable, self.rep_inputs = inputs, final_inputs, mutable, rep_inputs
         self.fresh = True  # `work` was just copied from `inputs`
-        self.holds_final = False
+        self.holds_other = False  # `work` holds inputs other than `inputs`
 
-    def __call__(self, work, last: bool) -> None:
+    def __call__(self, work, last: bool, rep: Optional[int]) -> None:
         if last:
             _refresh(work, self.final_inputs)
-        elif self.holds_final:
+        elif rep is not None and self.rep_inputs is not None:
+            _refresh(work, self.rep_inputs(rep))
+        elif self.holds_other:
             _refresh(work, self.inputs)
         elif not self.fresh:
             _refresh(work, self.inputs, self.mutable)
-        self.fresh, self.holds_final = False, last
+        self.fresh = False
+        self.holds_other = last or (rep is not None and self.rep_inputs is not None)
 
 
-def _time_reps(run, work, restore, reps, device):
+def _time_reps(run, work, restore, reps, device, digest=None):
     if device.startswith("cuda"):
-        return _time_gpu(lambda: run(**work), work, restore, reps, device)
-    return _time_cpu(run, work, restore, reps)
+        return _time_gpu(lambda: run(**work), work, restore, reps, device, digest)
+    return _time_cpu(run, work, restore, reps, digest)
 
 
 def _sync(device: str) -> None:
@@ -222,29 +234,33 @@ def _sync(device: str) -> None:
         _cuda_synchronize()  # the whole current device (the solution process serves one device), all streams
 
 
-def _time_cpu(run, work, restore, reps):
-    times = []
-    outputs = None
+def _time_cpu(run, work, restore, reps, digest=None):
+    times, digests = [], []
+    outputs = snap = None
     for i in range(reps):
-        restore(work, last=i == reps - 1)
+        restore(work, last=i == reps - 1, rep=i)
         t0 = _perf_counter()
         outputs = run(**work)
         times.append((_perf_counter() - t0) * 1e3)
-    return times, outputs, snapshot(outputs), []
+        if i == reps - 1:
+            snap = snapshot(outputs)
+        if digest is not None:
+            digests.append(digest(outputs))
+    return times, outputs, snap, [], digests
 
 
 def _new_event():
     return _event_new(_EventBase, enable_timing=True)
 
 
-def _time_gpu(call, work, restore, reps, device, static_outputs=None):
+def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=None):
     starts = [_new_event() for _ in range(reps)]
     ends = [_new_event() for _ in range(reps)]
     outputs = snap = None
-    walls = []
+    walls, digests = [], []
     for i in range(reps):
         last = i == reps - 1
-        restore(work, last=last)  # prepared before the flush
+        restore(work, last=last, rep=i)  # prepared before the flush
         flush_l2(device)
         stream = _current_stream()
         _cuda_synchronize()
@@ -256,8 +272,10 @@ def _time_gpu(call, work, restore, reps, device, static_outputs=None):
             snap = snapshot(static_outputs if static_outputs is not None else outputs)
         _cuda_synchronize()
         walls.append((_perf_counter() - t0) * 1e3)
+        if digest is not None:
+            digests.append(digest(static_outputs if static_outputs is not None else outputs))
     times = [_event_elapsed(s, e) for s, e in zip(starts, ends)]
-    return times, (static_outputs if static_outputs is not None else outputs), snap, walls
+    return times, (static_outputs if static_outputs is not None else outputs), snap, walls, digests
 
 
 def _capture(run, work, inputs, device, notes):

@@ -20,6 +20,11 @@ thing or reach around the runner the way published benchmark exploits do:
 | illegal_address | a Triton kernel writes far outside any tensor (GPU: the CUDA context is lost) | issue 15 |
 | forged_pass | sends 'PASSED' on the runner's own channel | (ours) |
 | forges_trace_files | rewrites the run's trace files: others' passes become failures, a pass of its own is added | (ours) |
+| content_cache | answers from a cache keyed on the inputs' shapes and a sample of their values | KernelBench, kernelbot |
+| timing_aware | inside the timing loop (found on its caller's stack), returns zeros except on the last repetition, the one it knows is checked | kernelbot, SOL-ExecBench |
+
+`CHEATS_HONEST_DELAY_S` (seconds, default 0) makes every honest computation of the base that long, so that a
+CPU test can tell a cached answer's time from an honest one.
 """
 
 import gc
@@ -49,6 +54,7 @@ def _base_outputs(**inputs):
 
         fn = _definitions.setdefault(("reference", d.name), compile_reference(d.reference, d.name, True))
     result = fn(**inputs)
+    time.sleep(float(os.environ.get("CHEATS_HONEST_DELAY_S", "0")))
     names = list(d.outputs)
     if isinstance(result, dict):
         return {n: result[n] for n in names}
@@ -262,3 +268,33 @@ def forges_trace_files(**inputs):
                 r["evaluation"]["status"] = "RUNTIME_ERROR"
         path.write_text("".join(json.dumps(r) + "\n" for r in records + forged))
     return {k: torch.zeros_like(v) for k, v in _base_outputs(**inputs).items()}
+
+
+_cache = {}
+
+
+def content_cache(**inputs):
+    """A cache keyed on every input's shape and first and last few values: it hits whenever the same inputs
+    come back, which a timing loop that repeats one input set does."""
+    key = []
+    for name, value in sorted(inputs.items()):
+        if isinstance(value, torch.Tensor):
+            flat = value.reshape(-1)
+            key.append((name, tuple(value.shape), tuple(flat[:4].tolist()), tuple(flat[-4:].tolist())))
+        else:
+            key.append((name, value))
+    key = tuple(key)
+    if key not in _cache:
+        _cache[key] = _base_outputs(**inputs)
+    return {k: v.clone() for k, v in _cache[key].items()}
+
+
+def timing_aware(**inputs):
+    """Honest, except inside the harness's timing loop on a repetition that is not the last one."""
+    for frame_info in inspect.stack():
+        f = frame_info.frame
+        if f.f_code.co_name in ("_time_cpu", "_time_gpu") and "reps" in f.f_locals and "i" in f.f_locals:
+            if f.f_locals["i"] != f.f_locals["reps"] - 1:
+                return {n: torch.zeros(s, dtype=t, device=_device(inputs))
+                        for n, (s, t) in _shaped_like_outputs(inputs).items()}
+    return _base_outputs(**inputs)

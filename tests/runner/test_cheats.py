@@ -26,6 +26,7 @@ CPU_CHEATS = {
     "gc_scan": "INCORRECT_NUMERICAL",
     "caller_frames": "INCORRECT_NUMERICAL",
     "empty_like": "INCORRECT_NUMERICAL",
+    "timing_aware": "REWARD_HACK",
 }
 ROW_DEFECTS = ("row_zeroed", "row_from_neighbour", "row_stale", "state_row_zeroed")
 
@@ -58,6 +59,23 @@ def test_cheats_never_pass_and_say_what_was_seen(toy_run):
     assert "threads" in logs["thread_fill"] or "changed after the call returned" in logs["thread_fill"]
     assert "shares memory with input 'x'" in logs["returns_input_memory"]
     assert "did not answer the runner's request" in logs["forged_pass"]
+    assert "differ from an untimed call's on the same inputs" in logs["timing_aware"]
+
+
+def test_a_content_cache_never_hits_in_the_timing_loop(tmp_path, monkeypatch):
+    """Every timed repetition has inputs of its own: a cache keyed on the inputs' content is as slow as the
+    honest computation (here made 50 ms long), not a replay."""
+    delay = 0.05
+    monkeypatch.setenv("CHEATS_HONEST_DELAY_S", str(delay))
+    argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--out", str(tmp_path),
+            "--solution", f"{CHEATS}::content_cache", "--solution", f"{CHEATS}::honest"]
+    assert main(argv) == 0
+    got = statuses(tmp_path)
+    for name in ("content_cache", "honest"):
+        ev = got[name][0]
+        assert ev["status"] == "PASSED", ev["log"]
+        assert ev["performance"]["latency_ms"] >= 0.9 * delay * 1e3, (name, ev["performance"])
+        assert ev["correctness"]["extra"]["timed_repetition"]["checked"] is True
 
 
 def test_honest_solutions_after_the_cheats_pass_with_honest_times(toy_run):

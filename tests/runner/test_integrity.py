@@ -39,3 +39,25 @@ def test_outputs_written_after_return_and_live_threads_are_seen():
     assert integrity.changed_after_return(out, copies, sync=lambda: None) == ["y"]
     worker.join()
     assert integrity.changed_after_return(out, integrity.snapshot(out), sync=lambda: None) == []
+
+
+def test_output_digests_match_honest_outputs_and_tell_wrong_ones():
+    from kda_trace.integrity import digest_mismatches, output_digest
+
+    g = torch.Generator().manual_seed(0)
+    ref = {"o": torch.randn(3, 50, 16, generator=g), "s": torch.randn(2, 16, 16, generator=g)}
+    want = output_digest(ref, seed=7)
+    assert output_digest({k: v.clone() for k, v in ref.items()}, seed=7) == want  # same seed, same numbers
+    atol = {"o": 1e-5, "s": 1e-5}
+    noisy = {k: v + 1e-2 * v.std() * torch.randn(v.shape, generator=g) for k, v in ref.items()}  # 1% RMS error
+    assert digest_mismatches(output_digest(noisy, 7), want, atol) == {}
+    other = {k: torch.randn(v.shape, generator=g) for k, v in ref.items()}  # another input set's answer
+    assert set(digest_mismatches(output_digest(other, 7), want, atol)) == {"o", "s"}
+    zeros = {k: torch.zeros_like(v) for k, v in ref.items()}
+    assert set(digest_mismatches(output_digest(zeros, 7), want, atol)) == {"o", "s"}
+    half = {"o": torch.cat([ref["o"][:, :25], torch.zeros(3, 25, 16)], 1), "s": ref["s"]}  # half the tokens
+    assert set(digest_mismatches(output_digest(half, 7), want, atol)) == {"o"}
+    nan = {"o": ref["o"].clone(), "s": ref["s"]}
+    nan["o"][0, 0, 0] = float("nan")
+    assert digest_mismatches(output_digest(nan, 7), want, atol) == {"o": float("inf")}
+    assert digest_mismatches({"o": want["o"]}, want, atol) == {"s": float("inf")}  # a missing output

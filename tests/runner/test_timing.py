@@ -99,3 +99,19 @@ def test_mutable_inputs_are_restored_before_every_repetition_and_the_last_sees_t
     assert [x for _, x in seen] == [0.0, 10.0, 20.0, 7.0]
     assert torch.equal(r.final_outputs, torch.full((2,), 6.0))
     assert torch.equal(inputs["state"], torch.zeros(2)) and torch.equal(final["x"], torch.full((2,), 7.0))
+
+
+def test_every_timed_repetition_gets_inputs_of_its_own_and_a_digest():
+    run = Counted(0.0)
+    made = []
+
+    def rep_inputs(i):
+        made.append(i)
+        return {"x": torch.full((4,), 10.0 + i)}
+
+    r = measure(run, A, "cpu", CFG, final_inputs=B, rep_inputs=rep_inputs, digest=lambda out: float(out.sum()))
+    timed = run.seen[-len(r.times_ms):]
+    assert run.seen[:CFG.warmup] == [0.0] * CFG.warmup  # warm-ups on A
+    assert timed[:-1] == [10.0 + i for i in range(len(timed) - 1)] and timed[-1] == 1.0  # fresh sets, then B
+    assert made == list(range(len(timed) - 1))
+    assert r.digests == [8.0 * v for v in timed]  # one per timed repetition, of that repetition's outputs
