@@ -7,7 +7,7 @@ say whether it tried, so that its own record cannot lie either:
   classes), taken before the solution is imported and compared after every call;
 - `new_threads`: Python threads the solution left running after it returned;
 - `foreign_memory`: outputs that share memory with an input (other than the in-place pairs the definition
-  declares);
+  declares); `unusual_outputs`: outputs that are tensor subclasses or on another device;
 - `snapshot` / `changed_after_return`: the outputs copied on the caller's stream the moment the call returned,
   then compared with the same tensors after the device is idle: work left on another stream or thread that is
   still writing them shows up as a difference;
@@ -119,6 +119,23 @@ def foreign_memory(outputs: Dict[str, Any], inputs: Dict[str, Any], inplace: Dic
                 continue
             if mine[1] < span[2] and span[1] < mine[2]:
                 found.append(f"output {out_name!r} shares memory with input {in_name!r}")
+    return found
+
+
+def unusual_outputs(outputs: Dict[str, Any], device: str) -> List[str]:
+    """Outputs that are not plain tensors on `device`. A tensor subclass can compute when it is first read
+    (after the clock stopped: SOL-ExecBench's lazy-evaluation hack); a tensor elsewhere than the solution's
+    device was made by work the device's clock did not see."""
+    found = []
+    want = torch.device(device)
+    for name, value in outputs.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        if type(value) is not torch.Tensor:
+            found.append(f"output {name!r} is a {type(value).__module__}.{type(value).__qualname__}, not a plain "
+                         "torch.Tensor")
+        elif value.device.type != want.type or (want.index is not None and value.device.index != want.index):
+            found.append(f"output {name!r} is on {value.device}, not on {device}")
     return found
 
 

@@ -240,7 +240,7 @@ class _Host:
         """REWARD_HACK for what a call left behind; True when one was found."""
         from . import integrity
 
-        problems = integrity.foreign_memory(outputs, args, d.inplace)
+        problems = integrity.unusual_outputs(outputs, self.device) + integrity.foreign_memory(outputs, args, d.inplace)
         problems += [f"output {n!r} changed after the call returned (work left running on another stream or "
                      "thread)" for n in integrity.changed_after_return(outputs, copies, sync)]
         alive = integrity.new_threads(threads)
@@ -285,6 +285,11 @@ class _Host:
             self.fail("INCORRECT_SHAPE", f"second input set (last call of the timing loop): {why}")
             return
         if self.after_call_problems("the timing loop's last call", d, final, copies, {}, threads, _syncer(self.device)):
+            return
+        unusual = [(i, g[UNUSUAL]) for i, g in enumerate(timing.digests) if isinstance(g, dict) and UNUSUAL in g]
+        if unusual:
+            i, problems = unusual[0]
+            self.fail("REWARD_HACK", f"timed repetition {i} of {len(timing.digests)}: {'; '.join(problems)}")
             return
         if timing.outside_stream_ms is not None:
             self.fail("REWARD_HACK", f"timing: CUDA events on the caller's stream measured {timing.median_ms:.4g} ms "
@@ -347,11 +352,19 @@ GATE_CYCLES = 50_000_000
 
 
 def _digest(d, outputs, seed: int, device: str):
+    """A timed repetition's digest, or {UNUSUAL: [...]} for outputs that are not plain tensors on the device
+    (checked before anything reads them: a lazy tensor would compute when read, after the clock stopped)."""
     from .call_results import normalize_outputs
-    from .integrity import output_digest
+    from .integrity import output_digest, unusual_outputs
 
     named, _ = normalize_outputs(d, outputs)
-    return output_digest(named, seed, device) if named is not None else None
+    if named is None:
+        return None
+    unusual = unusual_outputs(named, device)
+    return {UNUSUAL: unusual} if unusual else output_digest(named, seed, device)
+
+
+UNUSUAL = "(unusual outputs)"
 
 
 def _syncer(device: str):

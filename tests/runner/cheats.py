@@ -21,6 +21,8 @@ thing or reach around the runner the way published benchmark exploits do:
 | forged_pass | sends 'PASSED' on the runner's own channel | (ours) |
 | forges_trace_files | rewrites the run's trace files: others' passes become failures, a pass of its own is added | (ours) |
 | content_cache | answers from a cache keyed on the inputs' shapes and a sample of their values | KernelBench, kernelbot |
+| lazy_tensor | returns a torch.Tensor subclass that computes the answer when it is first read, after the clock stopped | SOL-ExecBench |
+| lazy_when_timed | the same, but only inside the timing loop and not on its last repetition | SOL-ExecBench |
 | timing_aware | inside the timing loop (found on its caller's stack), returns zeros except on the last repetition, the one it knows is checked | kernelbot, SOL-ExecBench |
 
 `CHEATS_HONEST_DELAY_S` (seconds, default 0) makes every honest computation of the base that long, so that a
@@ -297,4 +299,46 @@ def timing_aware(**inputs):
             if f.f_locals["i"] != f.f_locals["reps"] - 1:
                 return {n: torch.zeros(s, dtype=t, device=_device(inputs))
                         for n, (s, t) in _shaped_like_outputs(inputs).items()}
+    return _base_outputs(**inputs)
+
+
+class _Lazy(torch.Tensor):
+    """Zeros until torch first touches it; then the honest answer is copied in."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        for a in args:
+            if isinstance(a, _Lazy) and getattr(a, "_pending", None) is not None:
+                pending, a._pending = a._pending, None
+                with torch._C.DisableTorchFunctionSubclass():
+                    a.copy_(pending())
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _lazy_outputs(inputs):
+    right = {}
+
+    def answer(name):
+        if not right:
+            right.update(_base_outputs(**inputs))
+        return right[name]
+
+    out = {}
+    for name, (shape, dtype) in _shaped_like_outputs(inputs).items():
+        t = torch.zeros(shape, dtype=dtype, device=_device(inputs)).as_subclass(_Lazy)
+        t._pending = (lambda n=name: answer(n))
+        out[name] = t
+    return out
+
+
+def lazy_tensor(**inputs):
+    return _lazy_outputs(inputs)
+
+
+def lazy_when_timed(**inputs):
+    for frame_info in inspect.stack():
+        f = frame_info.frame
+        if f.f_code.co_name in ("_time_cpu", "_time_gpu") and "reps" in f.f_locals and "i" in f.f_locals:
+            if f.f_locals["i"] != f.f_locals["reps"] - 1:
+                return _lazy_outputs(inputs)
     return _base_outputs(**inputs)

@@ -27,6 +27,8 @@ CPU_CHEATS = {
     "caller_frames": "INCORRECT_NUMERICAL",
     "empty_like": "INCORRECT_NUMERICAL",
     "timing_aware": "REWARD_HACK",
+    "lazy_tensor": "REWARD_HACK",
+    "lazy_when_timed": "REWARD_HACK",
 }
 ROW_DEFECTS = ("row_zeroed", "row_from_neighbour", "row_stale", "state_row_zeroed")
 
@@ -60,6 +62,8 @@ def test_cheats_never_pass_and_say_what_was_seen(toy_run):
     assert "shares memory with input 'x'" in logs["returns_input_memory"]
     assert "did not answer the runner's request" in logs["forged_pass"]
     assert "differ from an untimed call's on the same inputs" in logs["timing_aware"]
+    assert "_Lazy, not a plain torch.Tensor" in logs["lazy_tensor"]
+    assert "timed repetition" in logs["lazy_when_timed"] and "_Lazy" in logs["lazy_when_timed"]
 
 
 def test_a_content_cache_never_hits_in_the_timing_loop(tmp_path, monkeypatch):

@@ -61,3 +61,16 @@ def test_output_digests_match_honest_outputs_and_tell_wrong_ones():
     nan["o"][0, 0, 0] = float("nan")
     assert digest_mismatches(output_digest(nan, 7), want, atol) == {"o": float("inf")}
     assert digest_mismatches({"o": want["o"]}, want, atol) == {"s": float("inf")}  # a missing output
+
+
+def test_outputs_must_be_plain_tensors_on_the_solutions_device():
+    from kda_trace.integrity import unusual_outputs
+
+    class Sub(torch.Tensor):
+        pass
+
+    outputs = {"ok": torch.zeros(2), "sub": torch.zeros(2).as_subclass(Sub), "meta": torch.zeros(2, device="meta"),
+               "scalar": 3}
+    found = unusual_outputs(outputs, "cpu")
+    assert len(found) == 2 and "'sub' is a" in found[0] and "Sub, not a plain" in found[0]
+    assert "'meta' is on meta, not on cpu" in found[1]
