@@ -187,15 +187,22 @@ out - ref onto a random Gaussian vector has the size of |out - ref|: an honest o
 wrong output moves it by about the whole norm (each of the 4 projections escapes with a chance of 0.16)."""
 
 
-def output_digest(outputs: Dict[str, Any], seed: int, device: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
+def output_digest(outputs: Dict[str, Any], seed: int, device: Optional[str] = None,
+                  base: Optional[Dict[str, torch.Tensor]] = None) -> Dict[str, Dict[str, Any]]:
     """Per output tensor: its element count, 2-norm and DIGEST_PROJECTIONS projections onto Gaussian vectors
     drawn from `seed` (and the output's name) on `device` (default: the tensor's). Two processes that draw on
     the same kind of device get the same vectors, so the judge can digest its reference outputs and compare
-    them with a digest made in the solution's process. Float64 sums; NaN and Inf carry through."""
+    them with a digest made in the solution's process. An output named in `base` (an in-place state pool and
+    the input it overwrites) is digested as its difference from that input: what the call wrote, not the
+    untouched slots that would drown it. Float64 sums; NaN and Inf carry through."""
     digests = {}
+    base = base or {}
     for name, value in outputs.items():
         if not isinstance(value, torch.Tensor):
             continue
+        before = base.get(name)
+        before = before.detach().reshape(-1) if isinstance(before, torch.Tensor) and before.shape == value.shape \
+            else None
         dev = torch.device(device) if device is not None else value.device
         gen = torch.Generator(device=dev)
         gen.manual_seed((seed ^ zlib.crc32(name.encode())) % (1 << 62))
@@ -204,11 +211,18 @@ def output_digest(outputs: Dict[str, Any], seed: int, device: Optional[str] = No
         square = torch.zeros((), dtype=torch.float64, device=dev)
         for start in range(0, flat.numel(), DIGEST_SLICE):
             x = flat[start:start + DIGEST_SLICE].to(dev, torch.float64)
+            if before is not None:
+                x = x - before[start:start + DIGEST_SLICE].to(dev, torch.float64)
             r = torch.randn(DIGEST_PROJECTIONS, x.numel(), generator=gen, device=dev, dtype=torch.float32)
             proj += r.to(torch.float64) @ x
             square += x.square().sum()
         digests[name] = {"n": flat.numel(), "norm": float(square.sqrt()), "proj": [float(p) for p in proj]}
     return digests
+
+
+def inplace_bases(definition, inputs: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+    """{output: the input it overwrites} for a definition's in-place outputs (`output_digest`'s `base`)."""
+    return {out: inputs[name] for out, name in definition.inplace.items() if isinstance(inputs.get(name), torch.Tensor)}
 
 
 def digest_mismatches(got: Dict[str, Dict[str, Any]], want: Dict[str, Dict[str, Any]],

@@ -464,16 +464,17 @@ class WorkerContext:
         when timed), wrong ones INCORRECT_NUMERICAL. (status, log) or None (passed, or nothing to check: one
         repetition, or inputs kept in host memory; `correctness.extra` says which)."""
         from .compare import tolerance_for
-        from .integrity import digest_mismatches, output_digest
+        from .integrity import digest_mismatches, inplace_bases, output_digest
         from .solution_host import HostDied, load_checked
 
         record: Dict[str, Any] = {"checked": False}
         correctness.extra = {**(correctness.extra or {}), "timed_repetition": record}
-        if not digests or len(digests) < 2:
+        drawn = [i for i, g in enumerate(digests or []) if g is not None]
+        if not drawn:
             record["why_not"] = ("inputs in host memory: the timing loop repeats input set A" if fresh.on_host
                                  else "a single timed repetition (the last, on input set B)")
             return None
-        rep = secrets.randbelow(len(digests) - 1)
+        rep = drawn[secrets.randbelow(len(drawn))]
         try:
             want = fresh.digest(rep)
         except Exception as e:  # noqa: BLE001 - the reference's problem on inputs the workload does not name
@@ -499,7 +500,8 @@ class WorkerContext:
         again, why = load_checked(host, "check", self.device)
         if again is None:
             return S.RUNTIME_ERROR, f"the check call of {seen}: {why}"
-        untimed = digest_mismatches(output_digest(again, fresh.digest_seed, self.device), got, atol)
+        untimed = digest_mismatches(output_digest(again, fresh.digest_seed, self.device,
+                                                  inplace_bases(d, fresh.inputs(rep))), got, atol)
         if untimed:
             return S.REWARD_HACK, (f"the outputs of {seen} differ from an untimed call's on the same inputs "
                                    f"(outputs {sorted(untimed)}): the solution did other work while it was timed")
@@ -671,7 +673,7 @@ class FreshReferences:
     def _make(self, rep: int):
         from .compare import nonfinite_counts
         from .inputs import clone_inputs, make_inputs
-        from .integrity import output_digest
+        from .integrity import inplace_bases, output_digest
 
         if rep not in self.made:
             inputs = make_inputs(self.d, self.w, self.seed(rep), self.device, self.root)
@@ -679,7 +681,7 @@ class FreshReferences:
             if out is None:
                 raise ValueError(f"reference {why}")
             finite = all(sum(nonfinite_counts(t)) == 0 for t in out.values() if hasattr(t, "dtype"))
-            digest = output_digest(out, self.digest_seed, self.device) if finite else None
+            digest = output_digest(out, self.digest_seed, self.device, inplace_bases(self.d, inputs)) if finite else None
             self.made = {rep: (inputs, out, digest)}  # one at a time: a workload's inputs can be large
         return self.made[rep]
 

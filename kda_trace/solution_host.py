@@ -270,7 +270,7 @@ class _Host:
 
             rep_seed, digest_seed = int(request["rep_seed"]), int(request["digest_seed"])
             rep_inputs = lambda i: make_inputs(d, w, rep_seed + i, self.device, self.dataset_root)  # noqa: E731
-            digest = lambda outputs: _digest(d, outputs, digest_seed, self.device)  # noqa: E731
+            digest = lambda outputs, inputs: _digest(d, outputs, inputs, digest_seed, self.device)  # noqa: E731
         threads = integrity.live_threads()
         try:
             timing = measure(run, inputs_a, self.device, TimingConfig(**request["timing"]), final_inputs=inputs_b,
@@ -351,17 +351,17 @@ GATE_CYCLES = 50_000_000
 """About 30 ms of GPU clock: longer than a compiled call's host time, short beside a workload's evaluation."""
 
 
-def _digest(d, outputs, seed: int, device: str):
+def _digest(d, outputs, inputs, seed: int, device: str):
     """A timed repetition's digest, or {UNUSUAL: [...]} for outputs that are not plain tensors on the device
     (checked before anything reads them: a lazy tensor would compute when read, after the clock stopped)."""
     from .call_results import normalize_outputs
-    from .integrity import output_digest, unusual_outputs
+    from .integrity import inplace_bases, output_digest, unusual_outputs
 
     named, _ = normalize_outputs(d, outputs)
     if named is None:
         return None
     unusual = unusual_outputs(named, device)
-    return {UNUSUAL: unusual} if unusual else output_digest(named, seed, device)
+    return {UNUSUAL: unusual} if unusual else output_digest(named, seed, device, inplace_bases(d, inputs))
 
 
 UNUSUAL = "(unusual outputs)"

@@ -11,8 +11,9 @@ The last repetition runs on a different input set (`final_inputs`) and its outpu
 the caller can check correctness on an input set taken from inside the timing loop: a solution that
 caches its first result cannot pass. With `rep_inputs`, every other timed repetition runs on inputs of its
 own too (a fresh input set per repetition: a cache keyed on the inputs' content never hits), and `digest`
-records each timed repetition's outputs (integrity.output_digest) so that the caller can check any of them
-afterwards: a solution that does less work in the repetitions it guesses are not checked is seen.
+records the outputs of DIGESTED_REPS repetitions drawn at random (integrity.output_digest) so that the caller
+can check one of them afterwards: a solution that does less work in the repetitions it guesses are not checked
+is seen.
 
 The clocks are the ones this module captured when it was imported (before any solution is): the C
 implementations of CUDA event record / elapsed time and of device synchronisation, and `time.perf_counter`.
@@ -74,7 +75,8 @@ class TimingResult:
     wall_ms: List[float] = field(default_factory=list)
     """GPU: each repetition by the host clock between device-wide synchronisations."""
     digests: List[Any] = field(default_factory=list)
-    """With `digest`: one digest of the outputs per timed repetition, in order (the last is on `final_inputs`)."""
+    """With `digest`: per timed repetition, in order, the digest of its outputs or None (not drawn; the last
+    repetition, on `final_inputs`, is never digested: its outputs are returned whole)."""
     outside_stream_ms: Optional[float] = None
     """Set when the host clock's median exceeds the events' by more than OUTSIDE_STREAM_FACTOR / SLACK: the
     median host-clock time, the one the events missed."""
@@ -131,14 +133,15 @@ def _refresh(work: Dict[str, Any], source: Dict[str, Any], names=None) -> None:
 def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config: Optional[TimingConfig] = None,
             final_inputs: Optional[Dict[str, Any]] = None, estimate_s: Optional[float] = None,
             mutable: Optional[Set[str]] = None, rep_inputs: Optional[Callable[[int], Dict[str, Any]]] = None,
-            digest: Optional[Callable[[Any], Any]] = None) -> TimingResult:
+            digest: Optional[Callable[[Any, Dict[str, Any]], Any]] = None) -> TimingResult:
     """Time `run(**inputs)`; the last repetition uses `final_inputs` (default `inputs`) and its outputs are
     returned in `final_outputs`. `estimate_s`, the duration of an earlier call, sizes the repetitions
     when there is no warm-up to measure one. `mutable` (default: all) names the inputs restored before
     each warm-up (and each repetition without `rep_inputs`): the runner passes the in-place ones, as it has
     already checked that the others are left alone, which spares a copy of a stress workload's inputs from
     host memory per repetition. `rep_inputs(i)` gives timed repetition i (but the last) inputs of its own;
-    `digest(outputs)` is taken after every timed repetition, outside the timed span (`TimingResult.digests`).
+    `digest(outputs, that repetition's inputs)` is taken after DIGESTED_REPS timed repetitions but the last,
+    drawn at random, outside the timed span (`TimingResult.digests`).
 
     A call slower than `budget_s` (by `estimate_s` or a warm-up) is not warmed up again and is timed with
     one repetition (CUDA events, never a graph), with a note saying so. When `estimate_s` was slow but the
@@ -209,12 +212,16 @@ class _Restore:
         self.inputs, self.final_inputs, self.mutable, self.rep_inputs = inputs, final_inputs, mutable, rep_inputs
         self.fresh = True  # `work` was just copied from `inputs`
         self.holds_other = False  # `work` holds inputs other than `inputs`
+        self.current = inputs  # the input set `work` holds now
 
     def __call__(self, work, last: bool, rep: Optional[int]) -> None:
+        self.current = self.inputs
         if last:
+            self.current = self.final_inputs
             _refresh(work, self.final_inputs)
         elif rep is not None and self.rep_inputs is not None:
-            _refresh(work, self.rep_inputs(rep))
+            self.current = self.rep_inputs(rep)
+            _refresh(work, self.current)
         elif self.holds_other:
             _refresh(work, self.inputs)
         elif not self.fresh:
@@ -237,6 +244,7 @@ def _sync(device: str) -> None:
 def _time_cpu(run, work, restore, reps, digest=None):
     times, digests = [], []
     outputs = snap = None
+    drawn = _draw_digested(reps) if digest is not None else set()
     for i in range(reps):
         restore(work, last=i == reps - 1, rep=i)
         t0 = _perf_counter()
@@ -244,9 +252,20 @@ def _time_cpu(run, work, restore, reps, digest=None):
         times.append((_perf_counter() - t0) * 1e3)
         if i == reps - 1:
             snap = snapshot(outputs)
-        if digest is not None:
-            digests.append(digest(outputs))
-    return times, outputs, snap, [], digests
+        digests.append(digest(outputs, restore.current) if i in drawn else None)
+    return times, outputs, snap, [], digests if digest is not None else []
+
+
+DIGESTED_REPS = 8
+"""Timed repetitions whose outputs are digested (a digest reads every output once, and a state pool's twice)."""
+
+
+def _draw_digested(reps: int) -> Set[int]:
+    """DIGESTED_REPS of the repetitions before the last, drawn from the OS's randomness."""
+    import secrets
+
+    candidates = list(range(reps - 1))
+    return set(secrets.SystemRandom().sample(candidates, min(DIGESTED_REPS, len(candidates))))
 
 
 def _new_event():
@@ -258,6 +277,7 @@ def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=Non
     ends = [_new_event() for _ in range(reps)]
     outputs = snap = None
     walls, digests = [], []
+    drawn = _draw_digested(reps) if digest is not None else set()
     for i in range(reps):
         last = i == reps - 1
         restore(work, last=last, rep=i)  # prepared before the flush
@@ -273,7 +293,8 @@ def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=Non
         _cuda_synchronize()
         walls.append((_perf_counter() - t0) * 1e3)
         if digest is not None:
-            digests.append(digest(static_outputs if static_outputs is not None else outputs))
+            digests.append(digest(static_outputs if static_outputs is not None else outputs, restore.current)
+                           if i in drawn else None)
     times = [_event_elapsed(s, e) for s, e in zip(starts, ends)]
     return times, (static_outputs if static_outputs is not None else outputs), snap, walls, digests
 

@@ -74,3 +74,21 @@ def test_outputs_must_be_plain_tensors_on_the_solutions_device():
     found = unusual_outputs(outputs, "cpu")
     assert len(found) == 2 and "'sub' is a" in found[0] and "Sub, not a plain" in found[0]
     assert "'meta' is on meta, not on cpu" in found[1]
+
+
+def test_an_inplace_pool_is_digested_as_what_the_call_wrote():
+    """One written slot among 512 is lost in the pool's norm; as a difference from the input pool it is all
+    there is, so a call that skips the write is told from one that makes it."""
+    from kda_trace.integrity import digest_mismatches, output_digest
+
+    g = torch.Generator().manual_seed(1)
+    pool = torch.randn(512, 8, 8, generator=g)
+    written = pool.clone()
+    written[3] = 0.9 * pool[3] + torch.randn(8, 8, generator=g)
+    want = output_digest({"pool": written}, 5, base={"pool": pool})
+    assert want["pool"]["norm"] > 0
+    skipped = output_digest({"pool": pool}, 5, base={"pool": pool})  # the call did not write slot 3
+    assert "pool" in digest_mismatches(skipped, want, {"pool": 0.0})
+    assert digest_mismatches(output_digest({"pool": written.clone()}, 5, base={"pool": pool}), want, {"pool": 0.0}) == {}
+    # without the base, the skipped write hides in the untouched slots
+    assert digest_mismatches(output_digest({"pool": pool}, 5), output_digest({"pool": written}, 5), {"pool": 0.0}) == {}

@@ -8,7 +8,7 @@ import torch
 
 from kda_trace.cli import main
 from kda_trace.runner import time_reference
-from kda_trace.timing import TimingConfig, measure
+from kda_trace.timing import DIGESTED_REPS, TimingConfig, measure
 
 HERE = Path(__file__).parent
 DS = str(HERE / "fixtures" / "ds")
@@ -109,9 +109,14 @@ def test_every_timed_repetition_gets_inputs_of_its_own_and_a_digest():
         made.append(i)
         return {"x": torch.full((4,), 10.0 + i)}
 
-    r = measure(run, A, "cpu", CFG, final_inputs=B, rep_inputs=rep_inputs, digest=lambda out: float(out.sum()))
+    digest = lambda out, inputs: (float(out.sum()), float(inputs["x"][0]))  # noqa: E731
+    r = measure(run, A, "cpu", CFG, final_inputs=B, rep_inputs=rep_inputs, digest=digest)
     timed = run.seen[-len(r.times_ms):]
     assert run.seen[:CFG.warmup] == [0.0] * CFG.warmup  # warm-ups on A
     assert timed[:-1] == [10.0 + i for i in range(len(timed) - 1)] and timed[-1] == 1.0  # fresh sets, then B
     assert made == list(range(len(timed) - 1))
-    assert r.digests == [8.0 * v for v in timed]  # one per timed repetition, of that repetition's outputs
+    # DIGESTED_REPS repetitions drawn among all but the last, each digest of that repetition's outputs and inputs
+    assert len(r.digests) == len(timed) and r.digests[-1] is None
+    drawn = [i for i, g in enumerate(r.digests) if g is not None]
+    assert len(drawn) == min(DIGESTED_REPS, len(timed) - 1)
+    assert all(r.digests[i] == (8.0 * timed[i], timed[i]) for i in drawn)
