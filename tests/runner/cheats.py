@@ -23,6 +23,7 @@ thing or reach around the runner the way published benchmark exploits do:
 | content_cache | answers from a cache keyed on the inputs' shapes and a sample of their values | KernelBench, kernelbot |
 | lazy_tensor | returns a torch.Tensor subclass that computes the answer when it is first read, after the clock stopped | SOL-ExecBench |
 | lazy_when_timed | the same, but only inside the timing loop and not on its last repetition | SOL-ExecBench |
+| pool_write_skipped_when_timed | right o, but in timed repetitions (not the last) the in-place state pool is returned unwritten | (ours: the digest of a pool is its difference from the input) |
 | timing_aware | inside the timing loop (found on its caller's stack), returns zeros except on the last repetition, the one it knows is checked | kernelbot, SOL-ExecBench |
 
 `CHEATS_HONEST_DELAY_S` (seconds, default 0) makes every honest computation of the base that long, so that a
@@ -291,15 +292,33 @@ def content_cache(**inputs):
     return {k: v.clone() for k, v in _cache[key].items()}
 
 
-def timing_aware(**inputs):
-    """Honest, except inside the harness's timing loop on a repetition that is not the last one."""
+def _timed_but_not_last():
+    """True inside the harness's timing loop (found on the caller's stack) on a repetition before the last."""
     for frame_info in inspect.stack():
         f = frame_info.frame
         if f.f_code.co_name in ("_time_cpu", "_time_gpu") and "reps" in f.f_locals and "i" in f.f_locals:
-            if f.f_locals["i"] != f.f_locals["reps"] - 1:
-                return {n: torch.zeros(s, dtype=t, device=_device(inputs))
-                        for n, (s, t) in _shaped_like_outputs(inputs).items()}
+            return f.f_locals["i"] != f.f_locals["reps"] - 1
+    return False
+
+
+def timing_aware(**inputs):
+    """Honest, except inside the harness's timing loop on a repetition that is not the last one: zeros."""
+    if _timed_but_not_last():
+        return {n: torch.zeros(s, dtype=t, device=_device(inputs)) for n, (s, t) in _shaped_like_outputs(inputs).items()}
     return _base_outputs(**inputs)
+
+
+def pool_write_skipped_when_timed(**inputs):
+    """Right o, but in timed repetitions before the last an in-place state pool is left as it came (the state
+    write, half of a decode step's memory traffic, skipped)."""
+    d = _definitions["current"]
+    skip = _timed_but_not_last()
+    before = {source: inputs[source].clone() for source in d.inplace.values()} if skip else {}
+    out = _base_outputs(**inputs)
+    for name, source in d.inplace.items() if skip else ():
+        inputs[source].copy_(before[source])  # the base may have written it in place: undo that
+        out[name] = inputs[source]
+    return out
 
 
 class _Lazy(torch.Tensor):
@@ -336,9 +355,4 @@ def lazy_tensor(**inputs):
 
 
 def lazy_when_timed(**inputs):
-    for frame_info in inspect.stack():
-        f = frame_info.frame
-        if f.f_code.co_name in ("_time_cpu", "_time_gpu") and "reps" in f.f_locals and "i" in f.f_locals:
-            if f.f_locals["i"] != f.f_locals["reps"] - 1:
-                return _lazy_outputs(inputs)
-    return _base_outputs(**inputs)
+    return _lazy_outputs(inputs) if _timed_but_not_last() else _base_outputs(**inputs)

@@ -38,7 +38,7 @@ def statuses(out: Path):
     for path in (out / "traces").glob("*/*.jsonl"):
         for line in path.read_text().splitlines():
             r = json.loads(line)
-            got.setdefault(r["solution"].split("::")[-1], []).append(r["evaluation"])
+            got.setdefault(r["solution"].split("::")[-1], []).append({**r["evaluation"], "definition": r["definition"]})
     return got
 
 
@@ -95,7 +95,7 @@ def kda_run(tmp_path_factory):
     argv = ["run", "--dataset", str(REPO), "--workers", "1", "--name", "kda_prefill_h8_d128_k_last",
             "--name", "kda_decode_h8_d128_k_last", "--size", "smoke", "--out", str(out),
             "--solution", f"{CHEATS}::honest"]
-    for name in ROW_DEFECTS:
+    for name in ROW_DEFECTS + ("pool_write_skipped_when_timed",):
         argv += ["--solution", f"{CHEATS}::{name}"]
     main(argv)
     return statuses(out)
@@ -108,6 +108,18 @@ def test_one_wrong_row_fails_every_kda_workload(kda_run):
         for ev in kda_run[name]:
             assert ev["status"] == "INCORRECT_NUMERICAL", (name, ev["log"])
             assert "per-row bound" in ev["log"], (name, ev["log"])
+
+
+def test_a_state_pool_left_unwritten_in_timed_repetitions_is_caught(kda_run):
+    """Decode writes its states into the pool in place; a solution that skips that write only while timed
+    (not on the last repetition, which is compared whole) is caught by the digest of a drawn repetition."""
+    evs = kda_run["pool_write_skipped_when_timed"]
+    decode = [ev for ev in evs if ev["definition"].startswith("kda_decode")]
+    assert decode and all(ev["status"] == "REWARD_HACK" for ev in decode), [ev["log"] for ev in decode]
+    assert "differ from an untimed call" in decode[0]["log"]
+    for ev in evs:  # prefill writes no pool: honest there, unless already caught on a decode workload
+        if ev not in decode:
+            assert ev["status"] == "PASSED" or "was caught reaching around the runner earlier" in ev["log"], ev["log"]
 
 
 def test_trace_files_written_by_a_solution_do_not_survive_the_run(tmp_path, monkeypatch):
