@@ -236,8 +236,9 @@ def digest_mismatches(got: Dict[str, Dict[str, Any]], want: Dict[str, Dict[str, 
             bad[name] = float("inf")
             continue
         bound = DIGEST_RELATIVE * w["norm"] + atol.get(name, 0.0) * w["n"] ** 0.5
-        diffs = [abs(a - b) for a, b in zip(g["proj"] + [g["norm"]], w["proj"] + [w["norm"]])]
-        worst = max(diffs) if all(d == d for d in diffs) else float("inf")  # d != d: NaN
+        diffs = [0.0 if a == b or (a != a and b != b) else abs(a - b)  # equal, or both NaN (x != x: NaN)
+                 for a, b in zip(g["proj"] + [g["norm"]], w["proj"] + [w["norm"]])]
+        worst = max(diffs) if all(d == d for d in diffs) else float("inf")
         if not worst <= bound:
             bad[name] = worst / bound if bound > 0 else float("inf")
     return bad
