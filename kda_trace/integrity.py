@@ -239,6 +239,6 @@ def digest_mismatches(got: Dict[str, Dict[str, Any]], want: Dict[str, Dict[str, 
         diffs = [0.0 if a == b or (a != a and b != b) else abs(a - b)  # equal, or both NaN (x != x: NaN)
                  for a, b in zip(g["proj"] + [g["norm"]], w["proj"] + [w["norm"]])]
         worst = max(diffs) if all(d == d for d in diffs) else float("inf")
-        if not worst <= bound:
+        if worst != 0 and not worst <= bound:  # (worst 0: identical, even where the wanted norm is NaN)
             bad[name] = worst / bound if bound > 0 else float("inf")
     return bad
