@@ -24,6 +24,7 @@ thing or reach around the runner the way published benchmark exploits do:
 | lazy_tensor | returns a torch.Tensor subclass that computes the answer when it is first read, after the clock stopped | SOL-ExecBench |
 | lazy_when_timed | the same, but only inside the timing loop and not on its last repetition | SOL-ExecBench |
 | pool_write_skipped_when_timed | right o, but in timed repetitions (not the last) the in-place state pool is returned unwritten | (ours: the digest of a pool is its difference from the input) |
+| wrong_unless_judged_whole | zeros in timed repetitions (not the last) and in the untimed check call | (ours: the check call's verdict) |
 | timing_aware | inside the timing loop (found on its caller's stack), returns zeros except on the last repetition, the one it knows is checked | kernelbot, SOL-ExecBench |
 
 `CHEATS_HONEST_DELAY_S` (seconds, default 0) makes every honest computation of the base that long, so that a
@@ -299,6 +300,19 @@ def _timed_but_not_last():
         if f.f_code.co_name in ("_time_cpu", "_time_gpu") and "reps" in f.f_locals and "i" in f.f_locals:
             return f.f_locals["i"] != f.f_locals["reps"] - 1
     return False
+
+
+def _in_check_call():
+    return any(f.frame.f_code.co_name == "check" and "self" in f.frame.f_locals
+               and type(f.frame.f_locals["self"]).__name__ == "_Host" for f in inspect.stack())
+
+
+def wrong_unless_judged_whole(**inputs):
+    """Zeros in timed repetitions but the last and in the untimed check call too: right only on the calls it
+    knows are compared whole (the first, and the last repetition)."""
+    if _timed_but_not_last() or _in_check_call():
+        return {n: torch.zeros(s, dtype=t, device=_device(inputs)) for n, (s, t) in _shaped_like_outputs(inputs).items()}
+    return _base_outputs(**inputs)
 
 
 def timing_aware(**inputs):
