@@ -474,7 +474,8 @@ class WorkerContext:
             record["why_not"] = ("inputs in host memory: the timing loop repeats input set A" if fresh.on_host
                                  else "a single timed repetition (the last, on input set B)")
             return None
-        rep = drawn[secrets.randbelow(len(drawn))]
+        reused = [r for r in drawn if r in fresh.made]  # the reference already ran there for another solution
+        rep = reused[0] if reused else drawn[secrets.randbelow(len(drawn))]
         try:
             want = fresh.digest(rep)
         except Exception as e:  # noqa: BLE001 - the reference's problem on inputs the workload does not name
@@ -659,7 +660,9 @@ def _status(reply: Dict[str, Any]) -> S:
 class FreshReferences:
     """The timing loop's inputs for one workload: repetition i's seed is rep_seed + i (rep_seed secret, drawn
     here), digests use digest_seed. The reference's outputs on a repetition's inputs are made when a check
-    needs them and kept for the other solutions of the workload."""
+    needs them and kept for the other solutions of the workload (a later solution whose digested repetitions
+    include that one is checked there: one reference call instead of another; the solution cannot tell, as
+    the judge never says which repetition it checked unless the check failed)."""
 
     def __init__(self, d: Definition, w: Workload, reference, device: str, root, on_host: bool):
         self.d, self.w, self.reference, self.device, self.root, self.on_host = d, w, reference, device, root, on_host
