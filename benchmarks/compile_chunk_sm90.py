@@ -4,7 +4,7 @@ settings and with each speed variant of chunk.LAUNCH, and print ptxas's register
     python benchmarks/compile_chunk_sm90.py [--heads N] [--only gate,wu,...] [KEY=VALUE | SWITCH ...]
 
 KEY=VALUE: launch settings of chunk.LAUNCH (as bench_chunk.py --ab takes them), SWITCH: a switch to turn on
-(decay_in_gate, solve_in_wu, exp2; "all" for all three), all applied together; none: the defaults and each
+(decay_in_gate, solve_in_wu, exp2, state_lookahead; "all" for all four), all applied together; none: the defaults and each
 switch alone. --only: compile only these kernels (gate, intra, solve, wu, state, output). --heads: the number
 of (sequence, head) pairs (default 96; it picks the state pass's V-tile and stages, e.g. 8 for 8 heads x 131072). The shape is the K3 safe-gate one of bench_chunk.py (96 heads, K = V = 128, safe gate,
 L2 norm in the kernel, beta as a probability, initial and final state). Catches what the interpreter accepts but
@@ -25,7 +25,7 @@ from triton.compiler.compiler import ASTSource  # noqa: E402
 
 from kda_trace.kernels import chunk  # noqa: E402
 
-SWITCHES = ("decay_in_gate", "solve_in_wu", "exp2")
+SWITCHES = ("decay_in_gate", "solve_in_wu", "exp2", "state_lookahead")
 H = HV = 96
 K = V = 128
 
@@ -67,7 +67,7 @@ def kernels(launch: dict):
            "cu_seqlens": "*i64", "chunk_offsets": "*i64"}
     out.append(("state", chunk._state_kernel, sig,
                 dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
-                     STORE_HS=False, EXP2=exp2, INTERPRET=False),
+                     STORE_HS=False, LOOKAHEAD=L["state_lookahead"], EXP2=exp2, INTERPRET=False),
                 L["state_warps"], stages))
     sig = {**ptr("bf16", "QG", "Aqk", "h", "v_new", "o"), **tables}
     out.append(("output", chunk._output_kernel, sig,

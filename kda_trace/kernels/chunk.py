@@ -81,13 +81,17 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   to its scratch and reads it back after a barrier (the round trip stays in L2).
 # - exp2: G is kept in log2 units (the gate kernel folds log2(e) into the cumulative sum), so every decay is
 #   one ex2 instead of a multiply and an ex2 (fla #867); the range limit MAX_EXP is scaled to match.
+# - state_lookahead: the sequential state pass computes the next chunk's V_new from (S, V_new) directly
+#   (`_state_lookahead`): one product deep per chunk instead of two, for three products instead of two and one
+#   [BT, BT] product off the chain; for few, long sequences (8 heads x 131072), where this pass is the
+#   critical path. The extra products round differently: not bit-identical.
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": False,
     "intra_warps": 2, "intra_bk": 32, "solve_warps": 1,
     "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 8,
-    "decay_in_gate": False, "solve_in_wu": False, "exp2": False,
+    "decay_in_gate": False, "solve_in_wu": False, "exp2": False, "state_lookahead": False,
 }
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
@@ -574,7 +578,7 @@ def _state_kernel(
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
-    EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    LOOKAHEAD: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     # grid (sequences x V-tiles, value heads): only axis 0 may exceed 65535
     NV: tl.constexpr = (V + BV - 1) // BV
@@ -613,6 +617,10 @@ def _state_kernel(
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
     off_h = o_k[:, None] * V + o_v[None, :]
     n_tok = eos - bos
+    if LOOKAHEAD:
+        _state_lookahead(b_s, p_w, p_u, p_kg, p_g, p_vn, p_h, p_hs, ht + s_base, n_tok, o_k, o_v, m_k, m_v, off_s,
+                         HV, K, V, BT, STORE_HT, STORE_HS, EXP2, INTERPRET)
+        return
     for t in range(tl.cdiv(n_tok, BT)):
         n = tl.minimum(n_tok - t * BT, BT)
         m_r = o_t < n
@@ -640,6 +648,61 @@ def _state_kernel(
 
     if STORE_HT:
         tl.store(ht + s_base + off_s, b_s, mask=m_kv)
+
+
+@triton.jit
+def _state_lookahead(
+    b_s, p_w, p_u, p_kg, p_g, p_vn, p_h, p_hs, p_ht, n_tok, o_k, o_v, m_k, m_v, off_s,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+    STORE_HT: tl.constexpr, STORE_HS: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """The state pass with a shorter dependent chain (launch setting state_lookahead). With D = diag(exp(G_last))
+    of chunk t, S' = D S + KG^T V_new and V_new' = U' - W' S', the next chunk's
+        V_new' = U' - W' (D S) - (W' KG^T) V_new,
+    so V_new' and S' both follow from (S, V_new) by independent products: one product deep per chunk instead
+    of two. W' KG^T ([BT, BT], from bf16 operands, fp32 accumulation) does not depend on the state; its
+    product with V_new runs in tf32. Pointers as in `_state_kernel`, at the sequence's first chunk."""
+    o_t = tl.arange(0, BT)
+    off_tk = o_t[:, None] * (HV * K) + o_k[None, :]
+    off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
+    off_h = o_k[:, None] * V + o_v[None, :]
+    m_kv = m_k[:, None] & m_v[None, :]
+    # V_new of the first chunk
+    m_r = o_t < tl.minimum(n_tok, BT)
+    b_w = tl.load(p_w + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+    b_u = tl.load(p_u + off_tv, mask=m_r[:, None] & m_v[None, :], other=0.0).to(tl.float32)
+    b_vn = _bf16(b_u - _mma(b_w, _bf16(b_s, INTERPRET), INTERPRET), INTERPRET)
+    for t in range(tl.cdiv(n_tok, BT)):
+        n = tl.minimum(n_tok - t * BT, BT)
+        m_r = o_t < n
+        tl.store(p_h + off_h, _bf16(b_s, INTERPRET), mask=m_kv)
+        if STORE_HS:
+            tl.store(p_hs + off_s, b_s, mask=m_kv)
+        tl.store(p_vn + off_tv, b_vn, mask=m_r[:, None] & m_v[None, :])
+
+        g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=m_k, other=0.0)
+        b_kg = tl.load(p_kg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+        # the next chunk's rows (none after the last chunk: everything below is then 0)
+        m_r1 = o_t < n_tok - (t + 1) * BT
+        b_w1 = tl.load(p_w + BT * HV * K + off_tk, mask=m_r1[:, None] & m_k[None, :], other=0.0)
+        b_u1 = tl.load(p_u + BT * HV * V + off_tv, mask=m_r1[:, None] & m_v[None, :], other=0.0).to(tl.float32)
+        b_wk = _mma(b_w1, tl.trans(b_kg), INTERPRET)  # W' KG^T, independent of the state
+        b_ds = b_s * _exp(g_last, EXP2)[:, None]
+        b_vn1 = b_u1 - _mma(b_w1, _bf16(b_ds, INTERPRET), INTERPRET)
+        b_vn1 -= tl.dot(b_wk, b_vn.to(tl.float32), input_precision="tf32")
+        b_s = b_ds + _mma(tl.trans(b_kg), b_vn, INTERPRET)
+        b_vn = _bf16(b_vn1, INTERPRET)
+
+        p_w += BT * HV * K
+        p_kg += BT * HV * K
+        p_g += BT * HV * K
+        p_u += BT * HV * V
+        p_vn += BT * HV * V
+        p_h += HV * K * V
+        p_hs += HV * K * V
+
+    if STORE_HT:
+        tl.store(p_ht + off_s, b_s, mask=m_kv)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -873,7 +936,7 @@ def kda_chunk(
         chunk_states if chunk_states is not None else G, cu_seqlens, chunk_offsets,
         HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
-        STORE_HS=chunk_states is not None, EXP2=exp2, INTERPRET=interp,
+        STORE_HS=chunk_states is not None, LOOKAHEAD=bool(LAUNCH["state_lookahead"]), EXP2=exp2, INTERPRET=interp,
         num_warps=LAUNCH["state_warps"], num_stages=stages,
     )
 
