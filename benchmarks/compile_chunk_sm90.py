@@ -71,7 +71,7 @@ def kernels(launch: dict):
                 L["state_warps"], stages))
     sig = {**ptr("bf16", "QG", "Aqk", "h", "v_new", "o"), **tables}
     out.append(("output", chunk._output_kernel, sig,
-                dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=64, BV=64, INTERPRET=False), L["out_warps"], None))
+                dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=64, BV=min(L["out_bv"], V), INTERPRET=False), L["out_warps"], None))
     return out
 
 

@@ -72,25 +72,30 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # the defaults come from H100 sweeps (RESULTS.md) and ptxas register / spill reports. l2_in_intra: the intra
 # kernel computes the q/k L2-norm factors of its own rows, so the gate kernel does not read q and k; off
 # until timed on a GPU.
-# Variants (issue 20), each off by default until an A/B on the H100 (bench_chunk.py --ab) shows a win; each gives
-# the same results (bit for bit under the interpreter, except exp2) and the CPU tests run them on and off:
+# out_bv: the output kernel's V-tile (128: q exp(G) and A_qk read once per chunk instead of twice at V = 128).
+# Variants (issue 20), each off by default until an A/B on the H100 (bench_chunk.py --ab) shows a win. The CPU
+# tests run each on and off against float64 and the defaults. ptxas numbers: benchmarks/compile_chunk_sm90.py on
+# the K3 shape (triton 3.9 here; the H100 runs 3.6):
 # - decay_in_gate: the gate kernel also writes q exp(G), k exp(G_last - G) and beta k exp(G) (bf16) while G is in
-#   its registers; the W/U kernel then reads only beta k exp(G), v and X (not q, k and the fp32 G). Bytes moved
-#   on the K3 shape: about 2.9 -> 2.5 GB for the two kernels together (one more bf16 [T, HV, K] buffer).
-# - solve_in_wu: no solve launch; each W/U program first inverts its chunk's A_kk (the same code), writes X
-#   to its scratch and reads it back after a barrier (the round trip stays in L2).
-# - exp2: G is kept in log2 units (the gate kernel folds log2(e) into the cumulative sum), so every decay is
-#   one ex2 instead of a multiply and an ex2 (fla #867); the range limit MAX_EXP is scaled to match.
+#   its registers; the W/U kernel then reads only beta k exp(G), v and X, not q, k and the fp32 G. About 2.9 ->
+#   2.5 GB moved by the two kernels on the K3 shape (one more bf16 [T, HV, K] buffer); W/U 200 -> 64 registers
+#   (8 warps). Use with gate_bk=32: at BK 64 the gate kernel spills (154 registers at 32). Bit-identical.
+# - solve_in_wu: no solve launch; each W/U program first inverts its chunk's A_kk (the same code), writes X to
+#   its scratch and reads it back after a barrier (the round trip stays in L2). W/U: 255 registers, no spill.
+#   Bit-identical.
+# - exp2: G is kept in log2 units (the gate kernel folds log2(e) into the cumulative sum), so every decay is one
+#   ex2 instead of a multiply and an ex2 (fla #867); the range limit MAX_EXP is scaled to match. Intra blocks 2
+#   and 3: 255 registers (block 3 spills) -> 184 and 193. Rounds differently (the same accuracy on the CPU).
 # - state_lookahead: the sequential state pass computes the next chunk's V_new from (S, V_new) directly
-#   (`_state_lookahead`): one product deep per chunk instead of two, for three products instead of two and one
-#   [BT, BT] product off the chain; for few, long sequences (8 heads x 131072), where this pass is the
-#   critical path. The extra products round differently: not bit-identical.
+#   (`_state_lookahead`): the chain is one product deep per chunk instead of two, for few, long sequences
+#   (8 heads x 131072). But Triton waits on each wgmma group at once, so its four products per chunk (two now)
+#   run one after another: a long shot. Rounds differently (the same accuracy on the CPU).
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": False,
     "intra_warps": 2, "intra_bk": 32, "solve_warps": 1,
     "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
     "state_warps": 4, "state_stages": None, "state_bv": None,
-    "out_warps": 8,
+    "out_warps": 8, "out_bv": 64,
     "decay_in_gate": False, "solve_in_wu": False, "exp2": False, "state_lookahead": False,
 }
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
@@ -941,7 +946,7 @@ def kda_chunk(
     )
 
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
-    BVo = min(64, max(16, triton.next_power_of_2(V)))
+    BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
     _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
         QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
         HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=LAUNCH["out_warps"],
