@@ -182,15 +182,23 @@ def _worst_token(o, ref):
     return max(rms_rel(o[0, t], ref[0, t]) for t in range(ref.shape[1]) if ref[0, t].abs().max() > 0)
 
 
-@pytest.mark.parametrize("variant", [
-    {"decay_in_gate": True}, {"solve_in_wu": True}, {"exp2": True}, {"state_lookahead": True},
-    {"decay_in_gate": True, "solve_in_wu": True, "exp2": True, "state_lookahead": True, "l2_in_intra": True},
-], ids=["decay_in_gate", "solve_in_wu", "exp2", "state_lookahead", "all_with_l2_in_intra"])
+VARIANTS = {
+    "decay_in_gate": {"decay_in_gate": True}, "decay_in_gate_bk32": {"decay_in_gate": True, "gate_bk": 32},
+    "solve_in_wu": {"solve_in_wu": True},
+    "exp2": {"exp2": True}, "state_lookahead": {"state_lookahead": True}, "out_bv_128": {"out_bv": 128},
+    "all_with_l2_in_intra": {"decay_in_gate": True, "solve_in_wu": True, "exp2": True, "state_lookahead": True,
+                             "l2_in_intra": True},
+}
+# these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
+ROUNDS_DIFFERENTLY = {"exp2", "state_lookahead", "gate_bk", "out_bv"}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
 def test_launch_variants_against_float64_and_defaults(variant, monkeypatch):
     """Each variant within the budget of the float64 recurrence and no less accurate than the defaults (o and
     final state RMS-relative, and the worst token). decay_in_gate and solve_in_wu do the same fp32 operations
-    in the same order as the defaults, so under the interpreter their results are bit-identical; exp2 and
-    state_lookahead round differently."""
+    in the same order as the defaults, so under the interpreter their results are bit-identical; the others
+    (ROUNDS_DIFFERENTLY) round differently."""
     from kda_trace.kernels import chunk
     from kda_trace.platform import triton_interpreted
 
@@ -204,7 +212,7 @@ def test_launch_variants_against_float64_and_defaults(variant, monkeypatch):
                 m.setitem(chunk.LAUNCH, key, value)
             o, ht, *_ = run_case(x, opts, cu_seqlens=cu, use_h0=use_h0)
         assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET, name
-        if triton_interpreted() and not {"exp2", "state_lookahead"} & set(variant):
+        if triton_interpreted() and not ROUNDS_DIFFERENTLY & set(variant):
             assert torch.equal(o, o0) and torch.equal(ht, h0), name
             continue
         # rounded differently: the same accuracy, within 3% of the default's error (5% for the worst token)
@@ -338,6 +346,33 @@ def test_int64_addressing_past_2_31_elements():
     o1, ht1 = kda_chunk(q[:, s], k[:, s], v[:, s], g_raw[:, s], b[:, s], opts, A_log=A_log, dt_bias=dt_bias)
     assert torch.equal(o[:, s], o1) and torch.equal(ht[1], ht1[0])
     assert torch.isfinite(o[:, :1000]).all()
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_launch_variants_on_gpu(monkeypatch):
+    """Each speed variant of chunk.LAUNCH compiled (what the interpreter cannot check: solve_in_wu's barrier,
+    the tf32 product of state_lookahead, ex2): K = V = 128, bf16, safe gate, L2 norm, beta logits, packed
+    lengths 1500, 37 and 463 with initial states. o and the final states against float64: within the budget,
+    and within 3% of the defaults' error (5% for the worst token)."""
+    from kda_trace.kernels import chunk
+
+    x = make(1, 2000, 4, 4, 128, 128, seed=16, dtype=torch.bfloat16, gate="safe", n_seqs=3)
+    x["beta"] = torch.randn(x["beta"].shape, generator=torch.Generator().manual_seed(17)).bfloat16()
+    cu = torch.tensor([0, 1500, 1537, 2000])
+    opts = KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-5.0, beta="logits", output_final_state=True)
+    o0, h0, o_ref, h_ref = run_case(x, opts, cu_seqlens=cu)
+    e_o, e_h, e_w = rms_rel(o0, o_ref), rms_rel(h0, h_ref), _worst_token(o0, o_ref)
+    assert e_o <= BUDGET and e_h <= BUDGET
+    args = [x[n].cuda() for n in ("q", "k", "v", "g", "beta")]
+    for name, variant in VARIANTS.items():
+        with monkeypatch.context() as m:
+            for key, value in variant.items():
+                m.setitem(chunk.LAUNCH, key, value)
+            o, ht = kda_chunk(*args, opts, A_log=x["A_log"].cuda(), dt_bias=x["dt_bias"].cuda(),
+                              initial_state=x["h0"].cuda(), cu_seqlens=cu.cuda())
+        assert rms_rel(o, o_ref) <= 1.03 * e_o and rms_rel(ht, h_ref) <= 1.03 * e_h, name
+        assert _worst_token(o, o_ref) <= 1.05 * e_w, name
 
 
 @pytest.mark.gpu
