@@ -25,6 +25,9 @@ Kernels, in launch order:
    at every chunk start (bf16, for kernel 6; also in fp32 in the caller's layout when asked, for prefix
    caching), V_new, and the final state.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
+Speed variants in LAUNCH (off by default, see the comment there) move the decayed operands from kernel 4 into
+kernel 1 (decay_in_gate), the solve into kernel 4 (solve_in_wu), keep G in log2 units (exp2) or shorten
+kernel 5's dependent chain (state_lookahead).
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
 i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
