@@ -58,6 +58,7 @@ SHAPES = {
     "h16_dense_2x16384": (16, [16384, 16384], "pre"),
     "h24_dense_1x8192": (24, [8192], "pre"),
     "h8_dense_1x16384": (8, [16384], "pre"),
+    "h8_dense_1x131072": (8, [131072], "pre"),  # issue 20's long sequence: the sequential state pass dominates
     "h32_varlen_real_8192": (32, [812, 95, 1500, 33, 700, 2047, 1, 431, 1280, 300, 900, 93], "pre"),
 }
 K = V = 128
@@ -283,15 +284,23 @@ def sweep(name):
 AB_ROUNDS = 7
 
 
-def ab(spec):
-    """Defaults against `KEY=VALUE,...` on one shape, alternating, so clock and order effects hit both alike."""
+def parse_ab(spec):
+    """(shape name, {launch setting: value}) of `SHAPE:KEY=VALUE,...`; exits on an unknown shape or setting."""
     name, _, changes_text = spec.partition(":")
+    if name not in SHAPES:
+        raise SystemExit(f"--ab {spec}: unknown shape {name!r} ({', '.join(SHAPES)})")
     changes = {}
     for item in changes_text.split(","):
         key, _, value = item.partition("=")
         if key not in ours.LAUNCH:
             raise SystemExit(f"--ab {spec}: {key!r} is not a launch setting ({', '.join(ours.LAUNCH)})")
         changes[key] = None if value == "None" else (value == "True" if value in ("True", "False") else int(value))
+    return name, changes
+
+
+def ab(spec):
+    """Defaults against `KEY=VALUE,...` on one shape, alternating, so clock and order effects hit both alike."""
+    name, changes = parse_ab(spec)
     H, lens, mode = SHAPES[name]
     x = make_inputs(H, lens, mode)
     defaults = dict(ours.LAUNCH)
@@ -300,12 +309,20 @@ def ab(spec):
         for label, launch in (("default", defaults), ("changed", {**defaults, **changes})):
             ours.LAUNCH.update(launch)
             times[label].append(bench(lambda: run_ours(x, mode)))
+    # the change must not change the results beyond rounding: o and final state against the defaults' on this shape
+    ours.LAUNCH.update({**defaults, **changes})
+    o1, h1 = run_ours(x, mode)
     ours.LAUNCH.update(defaults)
+    o0, h0 = run_ours(x, mode)
+    agree = (f"changed vs default: o RMS-rel {metrics(o1, o0)[0]:.1e}, final state {metrics(h1, h0)[0]:.1e}, "
+             f"o max abs {(o1.float() - o0.float()).abs().max().item():.1e}, "
+             f"finite {bool(torch.isfinite(o1).all() and torch.isfinite(h1).all())}")
     med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
     print(f"\nA/B on {name}, {changes}: default {med['default']:.3f} ms, changed {med['changed']:.3f} ms "
           f"(default / changed = {med['default'] / med['changed']:.3f}; medians of {AB_ROUNDS} alternating rounds)")
     print("  default: " + " ".join(f"{t:.3f}" for t in times["default"]))
     print("  changed: " + " ".join(f"{t:.3f}" for t in times["changed"]))
+    print("  " + agree)
 
 
 def main():
@@ -330,6 +347,9 @@ def main():
 
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
           f"fla {getattr(fla, '__version__', '?')}")
+    defaults = dict(ours.LAUNCH)
+    for spec in a.ab:
+        parse_ab(spec)  # every spec checked before the first is timed
     with open(os.path.join(a.out, "bench_chunk.jsonl"), "a") as log:
         if a.profile:
             profile(a.profile)
@@ -338,7 +358,11 @@ def main():
         if a.sweep:
             sweep(a.sweep)
         for spec in a.ab:
-            ab(spec)
+            try:
+                ab(spec)
+            except Exception as e:  # noqa: BLE001 -- a variant that fails (to compile) must not stop the others
+                print(f"\nA/B {spec}: FAILED {type(e).__name__}: {str(e)[:500]}", flush=True)
+                ours.LAUNCH.update(defaults)
         for name in (a.host.split(",") if a.host else []):
             host(name, with_fla=not a.no_fla)
         if not a.no_speed:

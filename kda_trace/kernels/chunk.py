@@ -25,6 +25,9 @@ Kernels, in launch order:
    at every chunk start (bf16, for kernel 6; also in fp32 in the caller's layout when asked, for prefix
    caching), V_new, and the final state.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
+Speed variants in LAUNCH (off by default, see the comment there) move the decayed operands from kernel 4 into
+kernel 1 (decay_in_gate), the solve into kernel 4 (solve_in_wu), keep G in log2 units (exp2) or shorten
+kernel 5's dependent chain (state_lookahead).
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
 i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
@@ -72,13 +75,33 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # the defaults come from H100 sweeps (RESULTS.md) and ptxas register / spill reports. l2_in_intra: the intra
 # kernel computes the q/k L2-norm factors of its own rows, so the gate kernel does not read q and k; off
 # until timed on a GPU.
+# out_bv: the output kernel's V-tile (128: q exp(G) and A_qk read once per chunk instead of twice at V = 128).
+# Variants (issue 20), each off by default until an A/B on the H100 (bench_chunk.py --ab) shows a win. The CPU
+# tests run each on and off against float64 and the defaults. ptxas numbers: benchmarks/compile_chunk_sm90.py on
+# the K3 shape (triton 3.9 here; the H100 runs 3.6):
+# - decay_in_gate: the gate kernel also writes q exp(G), k exp(G_last - G) and beta k exp(G) (bf16) while G is in
+#   its registers; the W/U kernel then reads only beta k exp(G), v and X, not q, k and the fp32 G. About 2.9 ->
+#   2.5 GB moved by the two kernels on the K3 shape (one more bf16 [T, HV, K] buffer); W/U 200 -> 64 registers
+#   (8 warps). Use with gate_bk=32: at BK 64 the gate kernel spills (154 registers at 32). Bit-identical.
+# - solve_in_wu: no solve launch; each W/U program first inverts its chunk's A_kk (the same code), writes X to
+#   its scratch and reads it back after a barrier (the round trip stays in L2). W/U: 255 registers, no spill.
+#   Bit-identical.
+# - exp2: G is kept in log2 units (the gate kernel folds log2(e) into the cumulative sum), so every decay is one
+#   ex2 instead of a multiply and an ex2 (fla #867); the range limit MAX_EXP is scaled to match. Intra blocks 2
+#   and 3: 255 registers (block 3 spills) -> 184 and 193. Rounds differently (the same accuracy on the CPU).
+# - state_lookahead: the sequential state pass computes the next chunk's V_new from (S, V_new) directly
+#   (`_state_lookahead`): the chain is one product deep per chunk instead of two, for few, long sequences
+#   (8 heads x 131072). But Triton waits on each wgmma group at once, so its four products per chunk (two now)
+#   run one after another: a long shot. Rounds differently (the same accuracy on the CPU).
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": False,
     "intra_warps": 2, "intra_bk": 32, "solve_warps": 1,
     "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
     "state_warps": 4, "state_stages": None, "state_bv": None,
-    "out_warps": 8,
+    "out_warps": 8, "out_bv": 64,
+    "decay_in_gate": False, "solve_in_wu": False, "exp2": False, "state_lookahead": False,
 }
+LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
 _DEFAULT_OPTIONS = KDAOptions()
 
@@ -106,6 +129,15 @@ def _mma(a, b, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def _exp(x, EXP2: tl.constexpr):
+    """e^x, or 2^x when G is kept in log2 units (the launch setting exp2)."""
+    if EXP2:
+        return tl.exp2(x)
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
 def _chunk_rows(cu_seqlens, chunk_indices, i_c, BT: tl.constexpr):
     """(first row of chunk i_c, its number of valid rows (1..BT)) as int64."""
     i_n = tl.load(chunk_indices + i_c * 2).to(tl.int64)
@@ -124,12 +156,41 @@ def _chunk_rows(cu_seqlens, chunk_indices, i_c, BT: tl.constexpr):
 # ----------------------------------------------------------------------------------------------------
 # 1. gate, cumulative sum, L2-norm factors
 # ----------------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["lower_bound"])
+@triton.jit
+def _l2_factors(q, k, rq, rk, r0, n, i_h, i_hv, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+                BT: tl.constexpr, BK: tl.constexpr):
+    """1 / sqrt(sum x^2 + 1e-6) of the chunk's q and k rows, stored in rq, rk ([T, HV]) and returned."""
+    o_t = tl.arange(0, BT)
+    m_r = o_t < n
+    q += (r0 * H + i_h) * K
+    k += (r0 * H + i_h) * K
+    ss_q = tl.zeros([BT], dtype=tl.float32)
+    ss_k = tl.zeros([BT], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m = m_r[:, None] & (o_k < K)[None, :]
+        off = o_t[:, None] * (H * K) + o_k[None, :]
+        b_q = tl.load(q + off, mask=m, other=0.0).to(tl.float32)
+        b_k = tl.load(k + off, mask=m, other=0.0).to(tl.float32)
+        ss_q += tl.sum(b_q * b_q, axis=1)
+        ss_k += tl.sum(b_k * b_k, axis=1)
+    r_q = 1.0 / tl.sqrt(ss_q + 1e-6)
+    r_k = 1.0 / tl.sqrt(ss_k + 1e-6)
+    tl.store(rq + (r0 * HV + i_hv) + o_t * HV, r_q, mask=m_r)
+    tl.store(rk + (r0 * HV + i_hv) + o_t * HV, r_k, mask=m_r)
+    return r_q, r_k
+
+
+@triton.jit(do_not_specialize=["lower_bound", "scale"])
 def _gate_cumsum_kernel(
-    g, A_log, dt_bias, G, q, k, rq, rk, cu_seqlens, chunk_indices, lower_bound,
+    g, A_log, dt_bias, G, q, k, rq, rk, beta, QG, KG, KB, cu_seqlens, chunk_indices, lower_bound, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    GATE: tl.constexpr, L2NORM: tl.constexpr,
+    GATE: tl.constexpr, L2NORM: tl.constexpr, BETA: tl.constexpr, DECAY: tl.constexpr, EXP2: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
+    """G = the cumulative log decay of one (chunk, value head) (times log2(e) with EXP2), the q/k L2-norm
+    factors (L2NORM), and with DECAY also the decayed operands that the W/U kernel computes otherwise:
+    q scale exp(G), k exp(G_last - G) and beta k exp(G) (bf16; q and k L2-normalised)."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
@@ -139,6 +200,19 @@ def _gate_cumsum_kernel(
     g += (r0 * HV + i_hv) * K
     G += (r0 * HV + i_hv) * K
 
+    if DECAY:
+        # the norms first: the decayed operands need them
+        if L2NORM:
+            rq_t, rk_t = _l2_factors(q, k, rq, rk, r0, n, i_h, i_hv, H, HV, K, BT, BK)
+        else:
+            rq_t = tl.full([BT], 1.0, tl.float32)
+            rk_t = tl.full([BT], 1.0, tl.float32)
+        b_beta = _beta_at(beta, (r0 * HV + i_hv) + o_t * HV, m_r, BETA)
+        q += (r0 * H + i_h) * K
+        k += (r0 * H + i_h) * K
+        QG += (r0 * HV + i_hv) * K
+        KG += (r0 * HV + i_hv) * K
+        KB += (r0 * HV + i_hv) * K
     if GATE != 0:
         b_A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
     for k0 in range(0, K, BK):
@@ -151,23 +225,22 @@ def _gate_cumsum_kernel(
             x = b_g + tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
             # rows past the sequence end add nothing to the sum
             b_g = tl.where(m, log_decay(x, b_A, lower_bound, GATE), 0.0)
-        tl.store(G + off, tl.cumsum(b_g, axis=0), mask=m)
+        if EXP2:
+            b_g = b_g * LOG2E
+        b_G = tl.cumsum(b_g, axis=0)
+        tl.store(G + off, b_G, mask=m)
+        if DECAY:
+            # the same fp32 operations as in _wu_kernel (rows past n: G = 0 there, k and q load as 0)
+            g_last = tl.sum(tl.where((o_t == n - 1)[:, None], b_G, 0.0), axis=0)
+            off_x = o_t[:, None] * (H * K) + o_k[None, :]
+            b_k = tl.load(k + off_x, mask=m, other=0.0).to(tl.float32) * rk_t[:, None]
+            tl.store(KB + off, _bf16(b_k * (b_beta[:, None] * _exp(b_G, EXP2)), INTERPRET), mask=m)
+            tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_G, 0.0), EXP2), INTERPRET), mask=m)
+            b_q = tl.load(q + off_x, mask=m, other=0.0).to(tl.float32)
+            tl.store(QG + off, _bf16(b_q * (scale * rq_t)[:, None] * _exp(b_G, EXP2), INTERPRET), mask=m)
 
-    if L2NORM:
-        q += (r0 * H + i_h) * K
-        k += (r0 * H + i_h) * K
-        ss_q = tl.zeros([BT], dtype=tl.float32)
-        ss_k = tl.zeros([BT], dtype=tl.float32)
-        for k0 in range(0, K, BK):
-            o_k = k0 + tl.arange(0, BK)
-            m = m_r[:, None] & (o_k < K)[None, :]
-            off = o_t[:, None] * (H * K) + o_k[None, :]
-            b_q = tl.load(q + off, mask=m, other=0.0).to(tl.float32)
-            b_k = tl.load(k + off, mask=m, other=0.0).to(tl.float32)
-            ss_q += tl.sum(b_q * b_q, axis=1)
-            ss_k += tl.sum(b_k * b_k, axis=1)
-        tl.store(rq + (r0 * HV + i_hv) + o_t * HV, 1.0 / tl.sqrt(ss_q + 1e-6), mask=m_r)
-        tl.store(rk + (r0 * HV + i_hv) + o_t * HV, 1.0 / tl.sqrt(ss_k + 1e-6), mask=m_r)
+    if L2NORM and not DECAY:
+        _l2_factors(q, k, rq, rk, r0, n, i_h, i_hv, H, HV, K, BT, BK)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -176,7 +249,7 @@ def _gate_cumsum_kernel(
 @triton.jit
 def _exact_diag_block(
     x, k, G, i0, n, BC: tl.constexpr, BK: tl.constexpr,
-    SX: tl.constexpr, SG: tl.constexpr, K: tl.constexpr,
+    SX: tl.constexpr, SG: tl.constexpr, K: tl.constexpr, EXP2: tl.constexpr,
 ):
     """P[i, j] = sum_d x_id k_jd exp(min(G_id - G_jd, 0)) for the 16 rows from i0 (of n valid chunk rows),
     element-wise in fp32, no product of two exps: the fallback for rows whose decay exceeds MAX_EXP.
@@ -196,7 +269,7 @@ def _exact_diag_block(
             m_kj = m_k & (o_k * 0 + i0 + j < n)
             b_kj = tl.load(k + (i0 + j) * SX + o_k, mask=m_kj, other=0.0).to(tl.float32)
             g_j = tl.load(G + (i0 + j) * SG + o_k, mask=m_kj, other=0.0)
-            col += tl.sum(b_x * b_kj[None, :] * tl.exp(tl.minimum(g_i - g_j[None, :], 0.0)), axis=1)
+            col += tl.sum(b_x * b_kj[None, :] * _exp(tl.minimum(g_i - g_j[None, :], 0.0), EXP2), axis=1)
         acc += tl.where(o_j[None, :] == j, col[:, None], 0.0)
     return acc
 
@@ -237,7 +310,7 @@ def _intra_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, INTERPRET: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Rows of the 16-row block I of a chunk: A_qk (bf16, into Aqk) and A_kk (fp32, into the chunk's
     [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I columns) and the 16x16
@@ -299,10 +372,10 @@ def _intra_kernel(
         upper = (o_c >= BC // 2)[:, None]
         d = tl.where(m_i[:, None], g_i - tl.where(upper, g_c8[None, :], g_c[None, :]), 0.0)  # G_i - a(i) <= 0
         spread = tl.maximum(spread, tl.max(-d, axis=1))
-        e_row = tl.exp(d)  # exp(G_i - a(i)) <= 1
-        k_col = b_k * tl.exp(tl.minimum(-d, MAX_EXP))  # k_j exp(a(j) - G_j), exact where -d <= MAX_EXP
+        e_row = _exp(d, EXP2)  # exp(G_i - a(i)) <= 1
+        k_col = b_k * _exp(tl.minimum(-d, MAX_EXP), EXP2)  # k_j exp(a(j) - G_j), exact where -d <= MAX_EXP
         # exp(G_i - G_c) <= 1 for every row: e_row, times exp(g_c8 - g_c) on rows 8-15
-        r_lo = e_row * tl.where(upper, tl.exp(g_c8 - g_c)[None, :], 1.0)
+        r_lo = e_row * tl.where(upper, _exp(g_c8 - g_c, EXP2)[None, :], 1.0)
         kr_lo = b_k * r_lo
         qr_lo = b_q * r_lo
         # anchor g_c on both sides: right for the columns 0-7 of the block (any row)
@@ -316,7 +389,7 @@ def _intra_kernel(
             m_jk = (o_t < i0)[:, None] & m_k[None, :]
             b_kj = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
             g_j = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
-            b_kj = b_kj * tl.exp(tl.where(m_jk, g_c[None, :] - g_j, 0.0))
+            b_kj = b_kj * _exp(tl.where(m_jk, g_c[None, :] - g_j, 0.0), EXP2)
             off_lo += tl.dot(kr_lo, tl.trans(b_kj), input_precision="tf32")
             off_qlo += tl.dot(qr_lo, tl.trans(b_kj), input_precision="tf32")
 
@@ -331,8 +404,8 @@ def _intra_kernel(
         ok_lower = tl.min(tl.where(o_c < BC // 2, ok, True).to(tl.int32), axis=0) > 0
         ok = ok & ((o_c < BC // 2) | ok_lower)
         if tl.min(ok.to(tl.int32), axis=0) == 0:
-            kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K))
-            qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K))
+            kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K, EXP2))
+            qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K, EXP2))
 
     # row and column factors: beta, L2 norms, scale
     b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
@@ -381,17 +454,11 @@ def _mm(a, b):
 
 
 @triton.jit
-def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                  INTERPRET: tl.constexpr):
-    """X = (I + A_kk)^-1 for one (chunk, value head), by 16x16 blocks, all in registers:
-    X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ. Written as bf16 (the lower blocks only;
-    kernel 4 masks the upper triangle). Written out for BT = 4 * BC."""
-    i_c = tl.program_id(0).to(tl.int64)
-    i_hv = tl.program_id(1).to(tl.int64)
-    _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
-    Akk += (i_c * HV + i_hv) * (BT * BT)
-    Xs += (i_c * HV + i_hv) * (BT * BT)
-
+def _solve_chunk(Akk, Xs, n, BT: tl.constexpr, BC: tl.constexpr, INTERPRET: tl.constexpr):
+    """X = (I + A_kk)^-1 of one (chunk, value head) of n valid rows, from its A_kk scratch into its X scratch,
+    by 16x16 blocks, all in registers: X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ.
+    Written as bf16 (the lower blocks only; the W/U kernel masks the upper triangle). Written out for
+    BT = 4 * BC."""
     X00 = _inverse_unit_lower(_akk_block(Akk, 0, 0, n, BT, BC), BC)
     X11 = _inverse_unit_lower(_akk_block(Akk, 1, 1, n, BT, BC), BC)
     X22 = _inverse_unit_lower(_akk_block(Akk, 2, 2, n, BT, BC), BC)
@@ -420,16 +487,30 @@ def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.c
     _store_x_block(Xs, X33, 3, 3, BT, BC, INTERPRET)
 
 
+@triton.jit
+def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """X = (I + A_kk)^-1 for one (chunk, value head) (`_solve_chunk`)."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    Akk += (i_c * HV + i_hv) * (BT * BT)
+    Xs += (i_c * HV + i_hv) * (BT * BT)
+    _solve_chunk(Akk, Xs, n, BT, BC, INTERPRET)
+
+
 @triton.jit(do_not_specialize=["scale"])
 def _wu_kernel(
-    q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
+    q, k, v, beta, G, rq, rk, Akk, Xs, W, U, QG, KG, KB, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    BETA: tl.constexpr, L2NORM: tl.constexpr, INTERPRET: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, DECAY: tl.constexpr, SOLVE: tl.constexpr, EXP2: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """W = X (beta k exp(G)), U = X (beta v), q exp(G) and k exp(G_last - G) for one (chunk, value head),
-    from the X that `_solve_kernel` left in Xs. (A separate kernel: fused into `_intra_kernel` it made
-    that kernel spill registers.)"""
+    from the X that `_solve_kernel` left in Xs (with SOLVE, this program solves first). With DECAY the gate
+    kernel wrote the three decayed operands already; beta k exp(G) is read from KB. (A separate kernel: fused
+    into `_intra_kernel` it made that kernel spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
@@ -443,36 +524,49 @@ def _wu_kernel(
     W += (r0 * HV + i_hv) * K
     QG += (r0 * HV + i_hv) * K
     KG += (r0 * HV + i_hv) * K
+    KB += (r0 * HV + i_hv) * K
     v += (r0 * HV + i_hv) * V
     U += (r0 * HV + i_hv) * V
     beta += r0 * HV + i_hv
     rq += r0 * HV + i_hv
     rk += r0 * HV + i_hv
     Xs += (i_c * HV + i_hv) * (BT * BT)
+    if SOLVE:
+        _solve_chunk(Akk + (i_c * HV + i_hv) * (BT * BT), Xs, n, BT, BC, INTERPRET)
+        # X goes through this program's scratch (L2): every thread must see the others' stores
+        tl.debug_barrier()
     o_t = tl.arange(0, BT)
     m_t = o_t < n
-    rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
-    rq_t = _inv_norm_at(rq, o_t * HV, m_t, L2NORM)
 
     # W = X (beta k exp(G)), q exp(G) and k exp(G_last - G), per K-tile. Rows past n: X rows/columns
     # there are never read (masked), their k, q are 0 and nothing is stored for them.
     m_x = m_t[:, None] & (o_t[None, :] <= o_t[:, None])  # X is lower triangular (upper blocks not written)
     b_X = tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0)
     b_beta = _beta_at(beta, o_t * HV, m_t, BETA)
-    for k0 in range(0, K, BK):
-        o_k = k0 + tl.arange(0, BK)
-        m_k = o_k < K
-        m = m_t[:, None] & m_k[None, :]
-        b_k = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32) * rk_t[:, None]
-        b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
-        g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
-        off = o_t[:, None] * SG + o_k[None, :]
-        b_kb = _bf16(b_k * (b_beta[:, None] * tl.exp(b_g)), INTERPRET)
-        tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
-        # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
-        tl.store(KG + off, _bf16(b_k * tl.exp(tl.minimum(g_last[None, :] - b_g, 0.0)), INTERPRET), mask=m)
-        b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
-        tl.store(QG + off, _bf16(b_q * (scale * rq_t)[:, None] * tl.exp(b_g), INTERPRET), mask=m)
+    if DECAY:
+        for k0 in range(0, K, BK):
+            o_k = k0 + tl.arange(0, BK)
+            m = m_t[:, None] & (o_k < K)[None, :]
+            off = o_t[:, None] * SG + o_k[None, :]
+            b_kb = tl.load(KB + off, mask=m, other=0.0)
+            tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
+    else:
+        rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
+        rq_t = _inv_norm_at(rq, o_t * HV, m_t, L2NORM)
+        for k0 in range(0, K, BK):
+            o_k = k0 + tl.arange(0, BK)
+            m_k = o_k < K
+            m = m_t[:, None] & m_k[None, :]
+            b_k = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32) * rk_t[:, None]
+            b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
+            g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
+            off = o_t[:, None] * SG + o_k[None, :]
+            b_kb = _bf16(b_k * (b_beta[:, None] * _exp(b_g, EXP2)), INTERPRET)
+            tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
+            # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
+            tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_g, 0.0), EXP2), INTERPRET), mask=m)
+            b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+            tl.store(QG + off, _bf16(b_q * (scale * rq_t)[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
 
     # U = X (beta v), per V-tile
     for v0 in range(0, V, BV):
@@ -492,7 +586,7 @@ def _state_kernel(
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    LOOKAHEAD: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     # grid (sequences x V-tiles, value heads): only axis 0 may exceed 65535
     NV: tl.constexpr = (V + BV - 1) // BV
@@ -531,6 +625,10 @@ def _state_kernel(
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
     off_h = o_k[:, None] * V + o_v[None, :]
     n_tok = eos - bos
+    if LOOKAHEAD:
+        _state_lookahead(b_s, p_w, p_u, p_kg, p_g, p_vn, p_h, p_hs, ht + s_base, n_tok, o_k, o_v, m_k, m_v, off_s,
+                         HV, K, V, BT, STORE_HT, STORE_HS, EXP2, INTERPRET)
+        return
     for t in range(tl.cdiv(n_tok, BT)):
         n = tl.minimum(n_tok - t * BT, BT)
         m_r = o_t < n
@@ -546,7 +644,7 @@ def _state_kernel(
 
         g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=m_k, other=0.0)
         b_kg = tl.load(p_kg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
-        b_s = b_s * tl.exp(g_last)[:, None] + _mma(tl.trans(b_kg), b_vn, INTERPRET)
+        b_s = b_s * _exp(g_last, EXP2)[:, None] + _mma(tl.trans(b_kg), b_vn, INTERPRET)
 
         p_w += BT * HV * K
         p_kg += BT * HV * K
@@ -558,6 +656,61 @@ def _state_kernel(
 
     if STORE_HT:
         tl.store(ht + s_base + off_s, b_s, mask=m_kv)
+
+
+@triton.jit
+def _state_lookahead(
+    b_s, p_w, p_u, p_kg, p_g, p_vn, p_h, p_hs, p_ht, n_tok, o_k, o_v, m_k, m_v, off_s,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+    STORE_HT: tl.constexpr, STORE_HS: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """The state pass with a shorter dependent chain (launch setting state_lookahead). With D = diag(exp(G_last))
+    of chunk t, S' = D S + KG^T V_new and V_new' = U' - W' S', the next chunk's
+        V_new' = U' - W' (D S) - (W' KG^T) V_new,
+    so V_new' and S' both follow from (S, V_new) by independent products: one product deep per chunk instead
+    of two. W' KG^T ([BT, BT], from bf16 operands, fp32 accumulation) does not depend on the state; its
+    product with V_new runs in tf32. Pointers as in `_state_kernel`, at the sequence's first chunk."""
+    o_t = tl.arange(0, BT)
+    off_tk = o_t[:, None] * (HV * K) + o_k[None, :]
+    off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
+    off_h = o_k[:, None] * V + o_v[None, :]
+    m_kv = m_k[:, None] & m_v[None, :]
+    # V_new of the first chunk
+    m_r = o_t < tl.minimum(n_tok, BT)
+    b_w = tl.load(p_w + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+    b_u = tl.load(p_u + off_tv, mask=m_r[:, None] & m_v[None, :], other=0.0).to(tl.float32)
+    b_vn = _bf16(b_u - _mma(b_w, _bf16(b_s, INTERPRET), INTERPRET), INTERPRET)
+    for t in range(tl.cdiv(n_tok, BT)):
+        n = tl.minimum(n_tok - t * BT, BT)
+        m_r = o_t < n
+        tl.store(p_h + off_h, _bf16(b_s, INTERPRET), mask=m_kv)
+        if STORE_HS:
+            tl.store(p_hs + off_s, b_s, mask=m_kv)
+        tl.store(p_vn + off_tv, b_vn, mask=m_r[:, None] & m_v[None, :])
+
+        g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=m_k, other=0.0)
+        b_kg = tl.load(p_kg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+        # the next chunk's rows (none after the last chunk: everything below is then 0)
+        m_r1 = o_t < n_tok - (t + 1) * BT
+        b_w1 = tl.load(p_w + BT * HV * K + off_tk, mask=m_r1[:, None] & m_k[None, :], other=0.0)
+        b_u1 = tl.load(p_u + BT * HV * V + off_tv, mask=m_r1[:, None] & m_v[None, :], other=0.0).to(tl.float32)
+        b_wk = _mma(b_w1, tl.trans(b_kg), INTERPRET)  # W' KG^T, independent of the state
+        b_ds = b_s * _exp(g_last, EXP2)[:, None]
+        b_vn1 = b_u1 - _mma(b_w1, _bf16(b_ds, INTERPRET), INTERPRET)
+        b_vn1 -= tl.dot(b_wk, b_vn.to(tl.float32), input_precision="tf32")
+        b_s = b_ds + _mma(tl.trans(b_kg), b_vn, INTERPRET)
+        b_vn = _bf16(b_vn1, INTERPRET)
+
+        p_w += BT * HV * K
+        p_kg += BT * HV * K
+        p_g += BT * HV * K
+        p_u += BT * HV * V
+        p_vn += BT * HV * V
+        p_h += HV * K * V
+        p_hs += HV * K * V
+
+    if STORE_HT:
+        tl.store(p_ht + off_s, b_s, mask=m_kv)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -733,15 +886,22 @@ def kda_chunk(
     f32, bf16 = torch.float32, torch.bfloat16
 
     BKg = min(64, max(16, triton.next_power_of_2(K)))
-    l2_in_intra = bool(LAUNCH["l2_in_intra"])
+    decay_in_gate, solve_in_wu, exp2 = bool(LAUNCH["decay_in_gate"]), bool(LAUNCH["solve_in_wu"]), bool(LAUNCH["exp2"])
+    # with decay_in_gate the gate kernel needs the norms itself, so they stay there
+    l2_in_intra = bool(LAUNCH["l2_in_intra"]) and not decay_in_gate
     G = torch.empty(TT, HV, K, dtype=f32, device=dev)
     rq = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
     rk = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
+    QG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    KG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    KB = torch.empty(TT, HV, K, dtype=bf16, device=dev) if decay_in_gate else QG  # beta k exp(G)
     gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
     _gate_cumsum_kernel[(NT, HV)](
-        g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
+        g, *gate_args, G, q, k, rq, rk, beta, QG, KG, KB, cu_seqlens, chunk_indices, float(opts.lower_bound),
+        opts.resolved_scale(K),
         H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), GATE=GATE_CODES[opts.gate],
-        L2NORM=opts.use_qk_l2norm and not l2_in_intra,
+        L2NORM=opts.use_qk_l2norm and not l2_in_intra, BETA=BETA_CODES[opts.beta], DECAY=decay_in_gate,
+        EXP2=exp2, INTERPRET=interp,
         num_warps=LAUNCH["gate_warps"],
     )
 
@@ -754,22 +914,22 @@ def kda_chunk(
             H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
             I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
             BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
-            MAX_EXP=MAX_EXP, CHECK_RANGE=check_range,
+            MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
             INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
         )
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
-    _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
-                            num_warps=LAUNCH["solve_warps"])
+    if not solve_in_wu:
+        _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
+                                num_warps=LAUNCH["solve_warps"])
 
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
-    QG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
-    KG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     U = torch.empty(TT, HV, V, dtype=bf16, device=dev)
     _wu_kernel[(NT, HV)](
-        q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
+        q, k, v, beta, G, rq, rk, Akk, Xs, W, U, QG, KG, KB, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+        H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=min(LAUNCH["wu_bk"], BKg),
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
-        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, INTERPRET=interp, num_warps=LAUNCH["wu_warps"],
+        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, DECAY=decay_in_gate, SOLVE=solve_in_wu, EXP2=exp2,
+        INTERPRET=interp, num_warps=LAUNCH["wu_warps"],
     )
 
     h = torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
@@ -784,12 +944,12 @@ def kda_chunk(
         chunk_states if chunk_states is not None else G, cu_seqlens, chunk_offsets,
         HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
-        STORE_HS=chunk_states is not None, INTERPRET=interp,
+        STORE_HS=chunk_states is not None, LOOKAHEAD=bool(LAUNCH["state_lookahead"]), EXP2=exp2, INTERPRET=interp,
         num_warps=LAUNCH["state_warps"], num_stages=stages,
     )
 
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
-    BVo = min(64, max(16, triton.next_power_of_2(V)))
+    BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
     _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
         QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
         HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=LAUNCH["out_warps"],

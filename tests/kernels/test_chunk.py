@@ -142,6 +142,85 @@ def test_strong_gates_take_the_exact_path():
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
+# ----------------------------------------------------------------------------------------------------------
+# the speed variants of chunk.LAUNCH (issue 20): each on against the defaults, on the cases that reach every path
+def _variant_cases():
+    """(name, inputs, options, cu_seqlens, use_h0): GVA with odd dims and every in-kernel option; the saturated
+    safe gate (exact path of the diagonal blocks); strong precomputed decays with bursts (exact path, zeros);
+    bf16 inputs with an initial state; one sequence of eleven chunks (the state pass's chain)."""
+    cu = torch.tensor([0, 1, 17, 100, 120])
+    a = make(1, 120, 1, 2, 48, 40, seed=2, gate="unbounded", n_seqs=4)
+    a["beta"] = torch.randn(a["beta"].shape, generator=torch.Generator().manual_seed(3))  # logits
+    a_opts = KDAOptions(scale=0.3, use_qk_l2norm=True, gate="unbounded", beta="logits", state_layout="vk",
+                        output_final_state=True)
+    b = make(1, 90, 1, 1, 16, 16, seed=8, gate="safe")
+    b["dt_bias"] = torch.full_like(b["dt_bias"], 30.0)
+    b["A_log"] = torch.zeros_like(b["A_log"])
+    b_opts = KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-5.0, beta="logits_x2",
+                        output_final_state=True)
+    c = make(1, 80, 1, 1, 16, 16, seed=4)
+    c["q"], c["k"] = F.normalize(c["q"], dim=-1), F.normalize(c["k"], dim=-1)
+    c["g"][:, 20:23] = -200.0
+    c["g"][:, 50:52, :, :8] = -200.0
+    c["g"][:, 60:64] = 0.0
+    d = make(1, 192, 1, 1, 64, 64, seed=6, dtype=torch.bfloat16)
+    d["q"] = F.normalize(d["q"].float(), dim=-1).bfloat16()
+    d["k"] = F.normalize(d["k"].float(), dim=-1).bfloat16()
+    e = make(1, 700, 1, 1, 16, 16, seed=15)
+    e["q"], e["k"] = F.normalize(e["q"], dim=-1), F.normalize(e["k"], dim=-1)
+    return [("gva odd dims", a, a_opts, cu, False), ("saturated safe gate", b, b_opts, None, True),
+            ("strong precomputed", c, KDAOptions(output_final_state=True), None, True),
+            ("bf16", d, KDAOptions(output_final_state=True), None, True),
+            ("eleven chunks", e, KDAOptions(output_final_state=True), None, True)]
+
+
+_DEFAULT_RUNS: dict = {}
+
+
+def _worst_token(o, ref):
+    """The largest RMS-relative error of one token's output (all its heads), over tokens with a nonzero output."""
+    return max(rms_rel(o[0, t], ref[0, t]) for t in range(ref.shape[1]) if ref[0, t].abs().max() > 0)
+
+
+VARIANTS = {
+    "decay_in_gate": {"decay_in_gate": True}, "decay_in_gate_bk32": {"decay_in_gate": True, "gate_bk": 32},
+    "solve_in_wu": {"solve_in_wu": True},
+    "exp2": {"exp2": True}, "state_lookahead": {"state_lookahead": True}, "out_bv_128": {"out_bv": 128},
+    "all_with_l2_in_intra": {"decay_in_gate": True, "solve_in_wu": True, "exp2": True, "state_lookahead": True,
+                             "l2_in_intra": True},
+}
+# these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
+ROUNDS_DIFFERENTLY = {"exp2", "state_lookahead", "gate_bk", "out_bv"}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
+def test_launch_variants_against_float64_and_defaults(variant, monkeypatch):
+    """Each variant within the budget of the float64 recurrence and no less accurate than the defaults (o and
+    final state RMS-relative, and the worst token). decay_in_gate and solve_in_wu do the same fp32 operations
+    in the same order as the defaults, so under the interpreter their results are bit-identical; the others
+    (ROUNDS_DIFFERENTLY) round differently."""
+    from kda_trace.kernels import chunk
+    from kda_trace.platform import triton_interpreted
+
+    for name, x, opts, cu, use_h0 in _variant_cases():
+        if name not in _DEFAULT_RUNS:
+            _DEFAULT_RUNS[name] = run_case(x, opts, cu_seqlens=cu, use_h0=use_h0)
+        o0, h0, o_ref, h_ref = _DEFAULT_RUNS[name]
+        with monkeypatch.context() as m:
+            for key, value in variant.items():
+                assert key in chunk.LAUNCH
+                m.setitem(chunk.LAUNCH, key, value)
+            o, ht, *_ = run_case(x, opts, cu_seqlens=cu, use_h0=use_h0)
+        assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET, name
+        if triton_interpreted() and not ROUNDS_DIFFERENTLY & set(variant):
+            assert torch.equal(o, o0) and torch.equal(ht, h0), name
+            continue
+        # rounded differently: the same accuracy, within 3% of the default's error (5% for the worst token)
+        assert rms_rel(o, o_ref) <= 1.03 * rms_rel(o0, o_ref), name
+        assert rms_rel(ht, h_ref) <= 1.03 * rms_rel(h0, h_ref), name
+        assert _worst_token(o, o_ref) <= 1.05 * _worst_token(o0, o_ref), name
+
+
 def test_bf16_inputs_error_budget():
     """bf16 q/k/v/beta against the float64 recurrence on the same (bf16-rounded) values: <= 5e-3."""
     x = make(1, 192, 1, 1, 64, 64, seed=6, dtype=torch.bfloat16)
@@ -271,6 +350,33 @@ def test_int64_addressing_past_2_31_elements():
 
 @pytest.mark.gpu
 @needs_gpu
+def test_launch_variants_on_gpu(monkeypatch):
+    """Each speed variant of chunk.LAUNCH compiled (what the interpreter cannot check: solve_in_wu's barrier,
+    the tf32 product of state_lookahead, ex2): K = V = 128, bf16, safe gate, L2 norm, beta logits, packed
+    lengths 1500, 37 and 463 with initial states. o and the final states against float64: within the budget,
+    and within 3% of the defaults' error (5% for the worst token)."""
+    from kda_trace.kernels import chunk
+
+    x = make(1, 2000, 4, 4, 128, 128, seed=16, dtype=torch.bfloat16, gate="safe", n_seqs=3)
+    x["beta"] = torch.randn(x["beta"].shape, generator=torch.Generator().manual_seed(17)).bfloat16()
+    cu = torch.tensor([0, 1500, 1537, 2000])
+    opts = KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-5.0, beta="logits", output_final_state=True)
+    o0, h0, o_ref, h_ref = run_case(x, opts, cu_seqlens=cu)
+    e_o, e_h, e_w = rms_rel(o0, o_ref), rms_rel(h0, h_ref), _worst_token(o0, o_ref)
+    assert e_o <= BUDGET and e_h <= BUDGET
+    args = [x[n].cuda() for n in ("q", "k", "v", "g", "beta")]
+    for name, variant in VARIANTS.items():
+        with monkeypatch.context() as m:
+            for key, value in variant.items():
+                m.setitem(chunk.LAUNCH, key, value)
+            o, ht = kda_chunk(*args, opts, A_log=x["A_log"].cuda(), dt_bias=x["dt_bias"].cuda(),
+                              initial_state=x["h0"].cuda(), cu_seqlens=cu.cuda())
+        assert rms_rel(o, o_ref) <= 1.03 * e_o and rms_rel(ht, h_ref) <= 1.03 * e_h, name
+        assert _worst_token(o, o_ref) <= 1.05 * e_w, name
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_matches_fla_chunk_kda_on_gpu():
     fla = pytest.importorskip("fla.ops.kda")
     x = make(1, 1000, 4, 4, 128, 128, seed=12, dtype=torch.bfloat16, gate="safe")
@@ -332,10 +438,14 @@ def test_adapter_forward_vs_family_reference():
     assert ours_chunk.supports(FakeDefinition("kda_decode_h1_d16_k_last", ["stage:decode"])) is not None
 
 
-@pytest.mark.parametrize("layout", ["kv", "vk"])
-def test_chunk_states_every_chunk_start(layout):
+@pytest.mark.parametrize("layout,lookahead", [("kv", False), ("vk", False), ("vk", True)])
+def test_chunk_states_every_chunk_start(layout, lookahead, monkeypatch):
     """output_chunk_states: packed lengths 130, 1, 64, 65 (3 + 1 + 1 + 2 chunk entries), GVA, odd dims: entry
-    c of a sequence is the float64 state after its first 64 * c tokens (c = 0: the initial state, exactly)."""
+    c of a sequence is the float64 state after its first 64 * c tokens (c = 0: the initial state, exactly).
+    Also with the launch setting state_lookahead (the other state pass)."""
+    from kda_trace.kernels import chunk
+
+    monkeypatch.setitem(chunk.LAUNCH, "state_lookahead", lookahead)
     lens = [130, 1, 64, 65]
     cu = torch.tensor([0, 130, 131, 195, 260])
     x = make(1, 260, 1, 2, 24, 20, seed=21, gate="unbounded", n_seqs=4)

@@ -1,0 +1,132 @@
+"""Compile the chunked forward's kernels (kernels/chunk.py) for sm_90 without a GPU, with the default launch
+settings and with each speed variant of chunk.LAUNCH, and print ptxas's register / spill report per kernel.
+
+    python benchmarks/compile_chunk_sm90.py [--heads N] [--only gate,wu,...] [KEY=VALUE | SWITCH ...]
+
+KEY=VALUE: launch settings of chunk.LAUNCH (as bench_chunk.py --ab takes them), SWITCH: a switch to turn on
+(decay_in_gate, solve_in_wu, exp2, state_lookahead; "all" for all four), all applied together; none: the defaults and each
+switch alone. --only: compile only these kernels (gate, intra, solve, wu, state, output). --heads: the number
+of (sequence, head) pairs (default 96; it picks the state pass's V-tile and stages, e.g. 8 for 8 heads x 131072). The shape is the K3 safe-gate one of bench_chunk.py (96 heads, K = V = 128, safe gate,
+L2 norm in the kernel, beta as a probability, initial and final state). Catches what the interpreter accepts but
+the compiler refuses; a spill here costs time on the GPU. Run it without TRITON_INTERPRET. Exit 1 on a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+import triton  # noqa: E402
+from compile_sm90 import TARGET, ptxas_report  # noqa: E402
+from triton.compiler.compiler import ASTSource  # noqa: E402
+
+from kda_trace.kernels import chunk  # noqa: E402
+
+SWITCHES = ("decay_in_gate", "solve_in_wu", "exp2", "state_lookahead")
+H = HV = 96
+K = V = 128
+
+
+def kernels(launch: dict):
+    """(name, kernel, signature, constexprs, warps, stages) of one forward call with these launch settings."""
+    L = launch
+    decay, solve, exp2 = L["decay_in_gate"], L["solve_in_wu"], L["exp2"]
+    l2_in_intra = L["l2_in_intra"] and not decay
+    ptr = lambda t, *names: {n: f"*{t}" for n in names}  # noqa: E731
+    tables = {"cu_seqlens": "*i64", "chunk_indices": "*i32"}
+    common = dict(H=H, HV=HV, K=K, BT=chunk.BT, INTERPRET=False)
+    out = []
+    sig = {**ptr("bf16", "g", "q", "k", "beta", "QG", "KG", "KB"), **ptr("fp32", "A_log", "dt_bias", "G", "rq", "rk"),
+           **tables, "lower_bound": "fp32", "scale": "fp32"}
+    out.append(("gate", chunk._gate_cumsum_kernel, sig,
+                dict(common, BK=min(L["gate_bk"], 64), GATE=2, L2NORM=not l2_in_intra, BETA=0, DECAY=decay, EXP2=exp2),
+                L["gate_warps"], None))
+    sig = {**ptr("bf16", "q", "k", "beta", "Aqk"), **ptr("fp32", "G", "rq", "rk", "Akk"), **tables, "scale": "fp32"}
+    for block in range(chunk.BT // chunk.BC):
+        out.append((f"intra I={block}", chunk._intra_kernel, sig,
+                    dict(common, BC=chunk.BC, BK=L["intra_bk"], I=block, BJ=max(chunk.BC, triton.next_power_of_2(block * chunk.BC)),
+                         BETA=0, L2NORM=True, L2_HERE=l2_in_intra, MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2),
+                    L["intra_warps"], None))
+    if not solve:
+        out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "Xs": "*bf16", **tables},
+                    dict(HV=HV, BT=chunk.BT, BC=chunk.BC, INTERPRET=False), L["solve_warps"], None))
+    sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk", "Akk"),
+           **tables, "scale": "fp32"}
+    out.append(("wu", chunk._wu_kernel, sig,
+                dict(common, V=V, BC=chunk.BC, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, DECAY=decay,
+                     SOLVE=solve, EXP2=exp2),
+                L["wu_warps"], None))
+    saved = dict(chunk.LAUNCH)
+    chunk.LAUNCH.update(L)
+    BV, stages = chunk._state_launch(HV, K, V)
+    chunk.LAUNCH.update(saved)
+    sig = {**ptr("bf16", "W", "U", "KG", "h", "v_new"), **ptr("fp32", "G", "h0", "ht", "hs"),
+           "cu_seqlens": "*i64", "chunk_offsets": "*i64"}
+    out.append(("state", chunk._state_kernel, sig,
+                dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
+                     STORE_HS=False, LOOKAHEAD=L["state_lookahead"], EXP2=exp2, INTERPRET=False),
+                L["state_warps"], stages))
+    sig = {**ptr("bf16", "QG", "Aqk", "h", "v_new", "o"), **tables}
+    out.append(("output", chunk._output_kernel, sig,
+                dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=64, BV=min(L["out_bv"], V), INTERPRET=False), L["out_warps"], None))
+    return out
+
+
+def compile_kernel(fn, sig: dict, consts: dict, warps: int, stages: int | None):
+    sig = dict(sig)
+    for name in fn.arg_names:
+        if name in consts:
+            sig[name] = "constexpr"
+    options = {"num_warps": warps, **({"num_stages": stages} if stages else {})}
+    return triton.compile(ASTSource(fn, sig, consts), target=TARGET, options=options)
+
+
+def main() -> int:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        print("unset TRITON_INTERPRET: the kernels must be compiled")
+        return 1
+    asked = sys.argv[1:]
+    global H, HV
+    only = None
+    while asked[:1] in (["--only"], ["--heads"]):
+        if asked[0] == "--only":
+            only = asked[1].split(",")
+        else:
+            H = HV = int(asked[1])
+        asked = asked[2:]
+    changes = {}
+    for item in asked:
+        if item == "all":
+            changes.update(dict.fromkeys(SWITCHES, True))
+        elif "=" in item:
+            key, _, value = item.partition("=")
+            changes[key] = None if value == "None" else (value == "True" if value in ("True", "False") else int(value))
+        else:
+            changes[item] = True
+    runs = [changes] if changes else [{}] + [{s: True} for s in SWITCHES]
+    failed = False
+    for changes in runs:
+        unknown = set(changes) - set(chunk.LAUNCH)
+        if unknown:
+            print(f"not launch settings: {sorted(unknown)}")
+            return 1
+        launch = {**chunk.LAUNCH, **changes}
+        print(f"\n{changes or 'defaults'}:")
+        for name, fn, sig, consts, warps, stages in kernels(launch):
+            if only and name.split()[0] not in only:
+                continue
+            try:
+                kernel = compile_kernel(fn, sig, consts, warps, stages)
+            except Exception as e:  # noqa: BLE001 -- report every kernel
+                print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:400]}")
+                failed = True
+                continue
+            print(f"  {name} (warps {warps}): " + "; ".join(ptxas_report(kernel)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
