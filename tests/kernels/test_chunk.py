@@ -91,7 +91,7 @@ def test_varlen_gva_odd_dims_every_in_kernel_option(l2_where):
     state, custom scale."""
     cu = torch.tensor([0, 1, 17, 100, 120])
     x = make(1, 120, 1, 2, 48, 40, seed=2, gate="unbounded", n_seqs=4)
-    x["beta"] = torch.randn_like(x["beta"])
+    x["beta"] = torch.randn(x["beta"].shape, generator=torch.Generator().manual_seed(11)).to(x["beta"])
     opts = KDAOptions(scale=0.3, use_qk_l2norm=True, gate="unbounded", beta="logits", state_layout="vk",
                       output_final_state=True)
     o, ht, o_ref, h_ref = run_case(x, opts, cu_seqlens=cu, use_h0=False)
@@ -102,7 +102,7 @@ def test_safe_gate_logits_x2_no_final_state(l2_where):
     """Lower-bound gate computed in the kernel, beta = 2 sigmoid(b), K != V, final state not asked for."""
     cu = torch.tensor([0, 70, 100])
     x = make(1, 100, 1, 1, 32, 16, seed=3, gate="safe", n_seqs=2)
-    x["beta"] = torch.randn_like(x["beta"])
+    x["beta"] = torch.randn(x["beta"].shape, generator=torch.Generator().manual_seed(11)).to(x["beta"])
     opts = KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-5.0, beta="logits_x2")
     o, ht, o_ref, _ = run_case(x, opts, cu_seqlens=cu)
     assert ht is None
@@ -110,8 +110,10 @@ def test_safe_gate_logits_x2_no_final_state(l2_where):
 
 
 def test_saturated_safe_gate_takes_the_exact_path(l2_where):
-    """Lower bound -5 with the gate saturated (every g = -5): over a 16-row block the decay reaches 75,
-    past the range a tensor-core product may use (MAX_EXP = 60), so those rows must take the exact path."""
+    """Lower bound -5 with the gate saturated (every g = -5): the strongest decay the safe gate allows. With
+    anchors at each 8-row half-block the largest exp argument is 7 * 5 = 35 <= MAX_EXP (60), so the kernel
+    skips the range check (the test name is historical: no row takes the exact path); the outputs must still
+    be finite and accurate."""
     x = make(1, 90, 1, 1, 16, 16, seed=8, gate="safe")
     x["dt_bias"] = torch.full_like(x["dt_bias"], 30.0)  # sigmoid(exp(A_log) * (g_raw + 30)) ~ 1: g ~ -5
     x["A_log"] = torch.zeros_like(x["A_log"])
@@ -381,7 +383,7 @@ def test_matches_fla_chunk_kda_on_gpu():
     fla = pytest.importorskip("fla.ops.kda")
     x = make(1, 1000, 4, 4, 128, 128, seed=12, dtype=torch.bfloat16, gate="safe")
     x = {n: t.cuda() for n, t in x.items()}
-    x["beta"] = torch.randn_like(x["beta"])
+    x["beta"] = torch.randn(x["beta"].shape, generator=torch.Generator().manual_seed(11)).to(x["beta"])
     cu = torch.tensor([0, 100, 613, 1000], device="cuda")
     opts = KDAOptions(use_qk_l2norm=True, gate="safe", beta="logits", output_final_state=True)
     h0 = torch.randn(3, 4, 128, 128, device="cuda")
@@ -449,7 +451,7 @@ def test_chunk_states_every_chunk_start(layout, lookahead, monkeypatch):
     lens = [130, 1, 64, 65]
     cu = torch.tensor([0, 130, 131, 195, 260])
     x = make(1, 260, 1, 2, 24, 20, seed=21, gate="unbounded", n_seqs=4)
-    x["beta"] = torch.randn_like(x["beta"])
+    x["beta"] = torch.randn(x["beta"].shape, generator=torch.Generator().manual_seed(11)).to(x["beta"])
     opts = KDAOptions(use_qk_l2norm=True, gate="unbounded", beta="logits", state_layout=layout,
                       output_final_state=True)
     h0 = x["h0"].transpose(-1, -2).contiguous() if layout == "vk" else x["h0"]
