@@ -464,7 +464,7 @@ class WorkerContext:
         when timed), wrong ones INCORRECT_NUMERICAL. (status, log) or None (passed, or nothing to check: one
         repetition, or inputs kept in host memory; `correctness.extra` says which)."""
         from .compare import tolerance_for
-        from .integrity import digest_mismatches, inplace_bases, output_digest
+        from .integrity import SAME_INPUTS_RELATIVE, digest_mismatches, inplace_bases, output_digest
         from .solution_host import HostDied, load_checked
 
         record: Dict[str, Any] = {"checked": False}
@@ -502,7 +502,7 @@ class WorkerContext:
         if again is None:
             return S.RUNTIME_ERROR, f"the check call of {seen}: {why}"
         untimed = digest_mismatches(output_digest(again, fresh.digest_seed, self.device,
-                                                  inplace_bases(d, fresh.inputs(rep))), got, atol)
+                                                  inplace_bases(d, fresh.inputs(rep))), got, atol, SAME_INPUTS_RELATIVE)
         if untimed:
             return S.REWARD_HACK, (f"the outputs of {seen} differ from an untimed call's on the same inputs "
                                    f"(outputs {sorted(untimed)}): the solution did other work while it was timed")
