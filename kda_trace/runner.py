@@ -413,8 +413,8 @@ class WorkerContext:
                        correctness=correctness)
 
         try:
-            reply = host.request(kind="time", timing=_timing_fields(self.config.timing), rep_seed=fresh.rep_seed,
-                                 digest_seed=fresh.digest_seed)
+            reply = host.request(kind="time", timing=_timing_fields(self.config.timing), seeds=fresh,
+                                 fresh_inputs=not on_host, digest_seed=fresh.digest_seed)
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} while timing", correctness=correctness)
         if reply.get("kind") == "status":
@@ -658,20 +658,23 @@ def _status(reply: Dict[str, Any]) -> S:
 
 
 class FreshReferences:
-    """The timing loop's inputs for one workload: repetition i's seed is rep_seed + i (rep_seed secret, drawn
-    here), digests use digest_seed. The reference's outputs on a repetition's inputs are made when a check
+    """The timing loop's inputs for one workload: repetition i's seed is drawn from the OS when a solution's
+    process first asks for it (just before timing that repetition) and given again to the workload's other
+    solutions for their repetition i; digests use digest_seed. The reference's outputs on a repetition's inputs are made when a check
     needs them and kept for the other solutions of the workload (a later solution whose digested repetitions
     include that one is checked there: one reference call instead of another; the solution cannot tell, as
     the judge never says which repetition it checked unless the check failed)."""
 
     def __init__(self, d: Definition, w: Workload, reference, device: str, root, on_host: bool):
         self.d, self.w, self.reference, self.device, self.root, self.on_host = d, w, reference, device, root, on_host
-        self.rep_seed = None if on_host else secrets.randbits(SEED_BITS)
+        self.seeds: List[int] = []
         self.digest_seed = secrets.randbits(SEED_BITS)
         self.made: Dict[int, Tuple[Dict[str, Any], Dict[str, Any], Optional[Dict[str, Any]]]] = {}
 
     def seed(self, rep: int) -> int:
-        return self.rep_seed + rep
+        while len(self.seeds) <= rep:
+            self.seeds.append(secrets.randbits(SEED_BITS))
+        return self.seeds[rep]
 
     def _make(self, rep: int):
         from .compare import nonfinite_counts

@@ -14,8 +14,9 @@ the workload's inputs from the same seeds, calls it, times it and hands back its
 Per evaluation the host: builds the solution for the definition (once), calls it on input set A, copies the
 outputs on the caller's stream the moment it returns, checks them (threads left running, outputs changed after
 return, memory shared with an input, a patched harness, changed inputs) and writes the copies; then, if the
-judge found them correct, times it (every repetition on inputs of its own, made from the judge's `rep_seed`,
-the last one on input set B), writes the last call's outputs and replies with a digest of every repetition's
+judge found them correct, times it (every repetition on inputs of its own, from a seed the host asks the judge
+for just before that repetition, so that no solution knows a repetition's inputs before it is timed; the last
+repetition on input set B), writes the last call's outputs and replies with the digests of 8 repetitions'
 outputs; the judge may then ask for one more, untimed call on one repetition's inputs (`check`).
 """
 
@@ -265,11 +266,11 @@ class _Host:
         self.pending = None
         self.phase("timing")
         rep_inputs = digest = None
-        if request.get("rep_seed") is not None and not on_host:  # inputs in host memory: no room for a third set
+        if request.get("fresh_inputs") and not on_host:  # inputs in host memory: no room for a third set
             from .inputs import make_inputs
 
-            rep_seed, digest_seed = int(request["rep_seed"]), int(request["digest_seed"])
-            rep_inputs = lambda i: make_inputs(d, w, rep_seed + i, self.device, self.dataset_root)  # noqa: E731
+            digest_seed = int(request["digest_seed"])
+            rep_inputs = lambda i: make_inputs(d, w, self.ask_seed(i), self.device, self.dataset_root)  # noqa: E731
             digest = lambda outputs, inputs: _digest(d, outputs, inputs, digest_seed, self.device)  # noqa: E731
         threads = integrity.live_threads()
         try:
@@ -300,6 +301,14 @@ class _Host:
         self.checkable = (d, w, run, on_host)
         self.reply(kind="timed", times_ms=timing.times_ms, mode=timing.mode, notes=timing.notes,
                    wall_ms=timing.wall_ms, digests=timing.digests if digest is not None else None)
+
+    def ask_seed(self, rep: int) -> int:
+        """The seed of timed repetition `rep`, from the judge, asked for just before that repetition."""
+        self.reply(kind="seed", rep=rep)
+        answer = json.loads(self.conn.recv_bytes())
+        if answer.get("kind") != "seed" or answer.get("nonce") != self.nonce:
+            raise RuntimeError(f"the judge did not answer the seed request of repetition {rep}: {str(answer)[:200]}")
+        return int(answer["seed"])
 
     def check(self, request: Dict[str, Any]) -> None:
         """One untimed call on the inputs of seed `seed` (a timed repetition's), its outputs written as 'check'."""
@@ -419,20 +428,35 @@ class SolutionHost:
         if reply.get("kind") != "ready":
             raise HostDied(f"the solution's process did not start properly: {reply}")
 
-    def request(self, **fields) -> Dict[str, Any]:
-        """Send a request; return the first reply that is not a phase (phases go to `notify`)."""
+    def request(self, seeds: Any = None, **fields) -> Dict[str, Any]:
+        """Send a request; return the first reply that is not a phase (phases go to `notify`) or a seed request
+        (answered by `seeds.seed(rep)`, runner.FreshReferences: each repetition once and in order)."""
         import secrets
 
         if not self.alive():
             self.start()
         nonce = secrets.token_hex(8)
         self.conn.send_bytes(json.dumps({**fields, "nonce": nonce}).encode())
-        reply = self.receive()
-        if reply.get("nonce") != nonce:  # e.g. a message the solution wrote on this channel itself
-            self.stop()
-            return {"kind": "status", "status": "REWARD_HACK",
-                    "log": f"a message on the runner's channel did not answer the runner's request: {str(reply)[:200]}"}
-        return reply
+        given = 0
+        while True:
+            reply = self.receive()
+            if reply.get("nonce") != nonce:  # e.g. a message the solution wrote on this channel itself
+                return self._forged(f"a message on the runner's channel did not answer the runner's request: "
+                                    f"{str(reply)[:200]}")
+            if reply.get("kind") != "seed":
+                return reply
+            if seeds is None:
+                return self._forged("a timing-loop seed was asked for outside the timing loop (by the solution, "
+                                    "on the runner's channel)")
+            if reply.get("rep") != given:
+                return self._forged(f"a seed was asked for out of turn (repetition {reply.get('rep')!r}, "
+                                    f"{given} given so far): a second asker on the runner's channel")
+            self.conn.send_bytes(json.dumps({"kind": "seed", "seed": seeds.seed(given), "nonce": nonce}).encode())
+            given += 1
+
+    def _forged(self, log: str) -> Dict[str, Any]:
+        self.stop()
+        return {"kind": "status", "status": "REWARD_HACK", "log": log}
 
     def receive(self) -> Dict[str, Any]:
         from .call_results import describe_exit

@@ -25,6 +25,7 @@ thing or reach around the runner the way published benchmark exploits do:
 | lazy_when_timed | the same, but only inside the timing loop and not on its last repetition | SOL-ExecBench |
 | pool_write_skipped_when_timed | right o, but in timed repetitions (not the last) the in-place state pool is returned unwritten | (ours: the digest of a pool is its difference from the input) |
 | wrong_unless_judged_whole | zeros in timed repetitions (not the last) and in the untimed check call | (ours: the check call's verdict) |
+| asks_seeds_ahead | in a call outside the timed repetitions, asks the judge for the first repetition's seed itself (to make those inputs and cache their answer ahead) | (ours: seeds are given just in time) |
 | timing_aware | inside the timing loop (found on its caller's stack), returns zeros except on the last repetition, the one it knows is checked | kernelbot, SOL-ExecBench |
 
 `CHEATS_HONEST_DELAY_S` (seconds, default 0) makes every honest computation of the base that long, so that a
@@ -370,3 +371,16 @@ def lazy_tensor(**inputs):
 
 def lazy_when_timed(**inputs):
     return _lazy_outputs(inputs) if _timed_but_not_last() else _base_outputs(**inputs)
+
+
+def asks_seeds_ahead(**inputs):
+    """Outside the timed repetitions (the first call, warm-ups), asks the judge for repetition 0's seed through
+    the harness's own channel, as a cache that makes the timed inputs ahead would."""
+    if not _timed_but_not_last():
+        for obj in gc.get_objects():
+            if type(obj).__name__ == "_Host" and hasattr(obj, "ask_seed"):
+                try:
+                    obj.ask_seed(0)
+                except Exception:  # noqa: BLE001 - the judge may close the channel
+                    pass
+    return _base_outputs(**inputs)

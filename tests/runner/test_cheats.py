@@ -30,6 +30,7 @@ CPU_CHEATS = {
     "lazy_tensor": "REWARD_HACK",
     "lazy_when_timed": "REWARD_HACK",
     "wrong_unless_judged_whole": "INCORRECT_NUMERICAL",
+    "asks_seeds_ahead": "REWARD_HACK",
 }
 ROW_DEFECTS = ("row_zeroed", "row_from_neighbour", "row_stale", "state_row_zeroed")
 
@@ -65,6 +66,7 @@ def test_cheats_never_pass_and_say_what_was_seen(toy_run):
     assert "differ from an untimed call's on the same inputs" in logs["timing_aware"]
     assert "_Lazy, not a plain torch.Tensor" in logs["lazy_tensor"]
     assert "wrong on the inputs of timed repetition" in logs["wrong_unless_judged_whole"]
+    assert "outside the timing loop" in logs["asks_seeds_ahead"]
     assert "timed repetition" in logs["lazy_when_timed"] and "_Lazy" in logs["lazy_when_timed"]
 
 
