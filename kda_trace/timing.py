@@ -11,9 +11,9 @@ The last repetition runs on a different input set (`final_inputs`) and its outpu
 the caller can check correctness on an input set taken from inside the timing loop: a solution that
 caches its first result cannot pass. With `rep_inputs`, every other timed repetition runs on inputs of its
 own too (a fresh input set per repetition: a cache keyed on the inputs' content never hits), and `digest`
-records the outputs of DIGESTED_REPS repetitions drawn at random (integrity.output_digest) so that the caller
-can check one of them afterwards: a solution that does less work in the repetitions it guesses are not checked
-is seen.
+records the outputs of about DIGESTED_REPS repetitions (integrity.output_digest), each drawn only after it
+returned, so that the caller can check one of them afterwards: no call can know whether its outputs will be
+digested, and a solution that does less work in the repetitions it guesses are not checked is seen.
 
 The clocks are the ones this module captured when it was imported (before any solution is): the C
 implementations of CUDA event record / elapsed time and of device synchronisation, and `time.perf_counter`.
@@ -24,6 +24,7 @@ less than that (work left on another stream) are reported in `TimingResult.outsi
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -140,8 +141,8 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
     each warm-up (and each repetition without `rep_inputs`): the runner passes the in-place ones, as it has
     already checked that the others are left alone, which spares a copy of a stress workload's inputs from
     host memory per repetition. `rep_inputs(i)` gives timed repetition i (but the last) inputs of its own;
-    `digest(outputs, that repetition's inputs)` is taken after DIGESTED_REPS timed repetitions but the last,
-    drawn at random, outside the timed span (`TimingResult.digests`).
+    `digest(outputs, that repetition's inputs)` is taken after about DIGESTED_REPS timed repetitions but the
+    last, each drawn after it returned, outside the timed span (`TimingResult.digests`).
 
     A call slower than `budget_s` (by `estimate_s` or a warm-up) is not warmed up again and is timed with
     one repetition (CUDA events, never a graph), with a note saying so. When `estimate_s` was slow but the
@@ -244,7 +245,6 @@ def _sync(device: str) -> None:
 def _time_cpu(run, work, restore, reps, digest=None):
     times, digests = [], []
     outputs = snap = None
-    drawn = _draw_digested(reps) if digest is not None else set()
     for i in range(reps):
         restore(work, last=i == reps - 1, rep=i)
         t0 = _perf_counter()
@@ -252,20 +252,23 @@ def _time_cpu(run, work, restore, reps, digest=None):
         times.append((_perf_counter() - t0) * 1e3)
         if i == reps - 1:
             snap = snapshot(outputs)
-        digests.append(digest(outputs, restore.current) if i in drawn else None)
+        digests.append(digest(outputs, restore.current) if _digested(i, reps, digest) else None)
     return times, outputs, snap, [], digests if digest is not None else []
 
 
 DIGESTED_REPS = 8
-"""Timed repetitions whose outputs are digested (a digest reads every output once, and a state pool's twice)."""
+"""About how many timed repetitions have their outputs digested (a digest reads every output once, and a state
+pool's twice)."""
+_system_random = random.SystemRandom()  # the OS's randomness: nothing in the process predicts it
 
 
-def _draw_digested(reps: int) -> Set[int]:
-    """DIGESTED_REPS of the repetitions before the last, drawn from the OS's randomness."""
-    import secrets
-
-    candidates = list(range(reps - 1))
-    return set(secrets.SystemRandom().sample(candidates, min(DIGESTED_REPS, len(candidates))))
+def _digested(i: int, reps: int, digest) -> bool:
+    """Whether repetition i (which has returned) is digested: never the last, the others each with the chance
+    that makes about DIGESTED_REPS in all (every one when there are no more than that; none with a chance of
+    about e^-8 when there are many, and then the judge checks none)."""
+    if digest is None or i >= reps - 1:
+        return False
+    return _system_random.random() < DIGESTED_REPS / max(reps - 1, 1)
 
 
 def _new_event():
@@ -277,7 +280,6 @@ def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=Non
     ends = [_new_event() for _ in range(reps)]
     outputs = snap = None
     walls, digests = [], []
-    drawn = _draw_digested(reps) if digest is not None else set()
     for i in range(reps):
         last = i == reps - 1
         restore(work, last=last, rep=i)  # prepared before the flush
@@ -294,7 +296,7 @@ def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=Non
         walls.append((_perf_counter() - t0) * 1e3)
         if digest is not None:
             digests.append(digest(static_outputs if static_outputs is not None else outputs, restore.current)
-                           if i in drawn else None)
+                           if _digested(i, reps, digest) else None)
     times = [_event_elapsed(s, e) for s, e in zip(starts, ends)]
     return times, (static_outputs if static_outputs is not None else outputs), snap, walls, digests
 

@@ -115,8 +115,17 @@ def test_every_timed_repetition_gets_inputs_of_its_own_and_a_digest():
     assert run.seen[:CFG.warmup] == [0.0] * CFG.warmup  # warm-ups on A
     assert timed[:-1] == [10.0 + i for i in range(len(timed) - 1)] and timed[-1] == 1.0  # fresh sets, then B
     assert made == list(range(len(timed) - 1))
-    # DIGESTED_REPS repetitions drawn among all but the last, each digest of that repetition's outputs and inputs
+    # about DIGESTED_REPS repetitions drawn among all but the last, each the digest of its own outputs and inputs
     assert len(r.digests) == len(timed) and r.digests[-1] is None
     drawn = [i for i, g in enumerate(r.digests) if g is not None]
-    assert len(drawn) == min(DIGESTED_REPS, len(timed) - 1)
-    assert all(r.digests[i] == (8.0 * timed[i], timed[i]) for i in drawn)
+    assert drawn and all(r.digests[i] == (8.0 * timed[i], timed[i]) for i in drawn)
+
+
+def test_digested_repetitions_are_drawn_after_they_return_about_eight_of_many():
+    from kda_trace.timing import _digested
+
+    assert not any(_digested(i, 5, object()) for i in [4]) and all(_digested(i, 5, object()) for i in range(4))
+    assert not _digested(0, 5, None)
+    counts = [sum(_digested(i, 200, object()) for i in range(200)) for _ in range(200)]
+    assert 7 <= sum(counts) / len(counts) <= 9 and min(counts) < max(counts)  # random, about DIGESTED_REPS
+    assert DIGESTED_REPS == 8
