@@ -70,7 +70,8 @@ _DEFAULT_OPTIONS = KDAOptions()
 # under the interpreter): 16 re-runs about 1.5 forward passes to reach the segments, 64 none, for 4x the
 # scratch. programs: local programs in flight (8 per SM on a GPU). map_bx / map_warps: column tile and warps
 # of the chunk maps (16 / 4 on a GPU). pass_bv / pass_rows / pass_warps: V-tile, rows per product and warps of
-# the chunk pass (16 / 32 / 4 on a GPU). Not timed yet: benchmarks/bench_backward.py --bv / --warps / --seg.
+# the chunk pass (16 / 16 / 4, 8 for K > 128, on a GPU; ptxas for sm_90: 32 rows spill at K = 128, and K = 256
+# spills with 4 warps). Not timed yet: benchmarks/bench_backward.py sweeps some of them.
 LAUNCH = {"bv": None, "warps": None, "seg": None, "programs": None, "map_bx": None, "map_warps": None,
           "pass_bv": None, "pass_rows": None, "pass_warps": None}
 PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, about fp32 accuracy
@@ -456,12 +457,12 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
 
     # 2. checkpoints, dS_end, dh0: sequential over each sequence's chunks
     BVp = _tile("pass_bv", V, interp)
-    BR = LAUNCH["pass_rows"] or (BK if interp else min(32, BK))
+    BR = LAUNCH["pass_rows"] or (BK if interp else 16)
     _chunk_pass_kernel[(N * triton.cdiv(V, BVp), HV)](
         amap, states, dstates, h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z,
         dh0, cu, chunk_offsets, HV=HV, K=K, V=V, BK=BK, BV=BVp, BR=BR, CT=CT, USE_H0=h0 is not None,
         USE_DHT=dht is not None, PRECISION="ieee" if acc == torch.float64 else PASS_PRECISION,
-        num_warps=LAUNCH["pass_warps"] or 4)
+        num_warps=LAUNCH["pass_warps"] or (4 if BK <= 128 else 8))
 
     # 3. the local reverse of every chunk
     BV = _tile("bv", V, interp)
