@@ -40,8 +40,8 @@ Work (in token steps over a [K, V] state, with SEG 16): maps K/V + 2 (A_c, B_c, 
 (1.5 to reach the segments, 1 storing, the reverse step about 2); the pass adds 2 K x K x V products per chunk.
 Memory beyond inputs and gradients (fp32; K = V = 128: 3 KiB per token per value head, e.g. 1.5 GiB for
 16384 tokens x 32 heads): A_c 4 K^2, checkpoints and dS_end 4 K V each, per value head per chunk; dh0
-(always, 4 K V per sequence and head); the scratch, 4 SEG BK BV bytes per program; fp32 buffers for dq, dk (per
-value head), dg: 12 K bytes per token per value head. Nothing is kept from the forward: everything is
+(always, 4 K V per sequence and head); A_c is freed before kernel 3, which adds the scratch, 4 SEG BK BV bytes
+per program, and fp32 buffers for dq, dk (per value head), dg: 12 K bytes per token per value head. Nothing is kept from the forward: everything is
 recomputed from q, k, v, g, beta.
 
 `kda_forward_exact` runs the forward token by token (`_forward_exact_kernel`) and writes o and the final
@@ -463,6 +463,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
         dh0, cu, chunk_offsets, HV=HV, K=K, V=V, BK=BK, BV=BVp, BR=BR, CT=CT, USE_H0=h0 is not None,
         USE_DHT=dht is not None, PRECISION="ieee" if acc == torch.float64 else PASS_PRECISION,
         num_warps=LAUNCH["pass_warps"] or (4 if BK <= 128 else 8))
+    del amap  # the local kernel does not read it: freed (stream-ordered) before its buffers are allocated
 
     # 3. the local reverse of every chunk
     BV = _tile("bv", V, interp)

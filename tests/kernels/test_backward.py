@@ -310,7 +310,8 @@ def test_bf16_training_step_matches_fla_on_gpu():
 def test_int64_addressing_past_2_31_elements_backward():
     """q with more than 2^31 elements (H = 1, K = 256, 8.4M tokens in 1025 sequences; V = 16): the last
     sequence's gradients must equal those of a run on that sequence alone (bit for bit: one V-tile per
-    program, so no atomic-add reordering). About 45 GB of GPU memory."""
+    program, so no atomic-add reordering). About 60 GB of GPU memory at the peak (the chunk maps A_c, K x K
+    per chunk: 34 GB here)."""
     H, K, V = 1, 256, 16
     T = (2**31) // (H * K) + 1000
     last = 300
