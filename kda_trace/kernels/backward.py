@@ -40,9 +40,11 @@ Work (in token steps over a [K, V] state, with SEG 16): maps K/V + 2 (A_c, B_c, 
 (1.5 to reach the segments, 1 storing, the reverse step about 2); the pass adds 2 K x K x V products per chunk.
 Memory beyond inputs and gradients (fp32; K = V = 128: 3 KiB per token per value head, e.g. 1.5 GiB for
 16384 tokens x 32 heads): A_c 4 K^2, checkpoints and dS_end 4 K V each, per value head per chunk; dh0
-(always, 4 K V per sequence and head); A_c is freed before kernel 3, which adds the scratch, 4 SEG BK BV bytes
-per program, and fp32 buffers for dq, dk (per value head), dg: 12 K bytes per token per value head. Nothing is kept from the forward: everything is
-recomputed from q, k, v, g, beta.
+(always, 4 K V per sequence and head); A_c is freed before kernel 3, which adds the scratch, 4 SEG BK BV
+bytes per program, and fp32 buffers for dq, dk (per value head), dg: 12 K bytes per token per value head.
+Nothing is kept from the forward: everything is recomputed from q, k, v, g, beta. (The forward's fp32 chunk
+states, kernels/chunk.py's output_chunk_states, would spare B_c and half the pass, but the chunked forward
+rounds S to bf16 in its products, which would cost the gradients their fp32 accuracy.)
 
 `kda_forward_exact` runs the forward token by token (`_forward_exact_kernel`) and writes o and the final
 state: an exact forward (in float64 for float64 inputs) used for gradient checks, not for speed.
@@ -71,7 +73,7 @@ _DEFAULT_OPTIONS = KDAOptions()
 # scratch. programs: local programs in flight (8 per SM on a GPU). map_bx / map_warps: column tile and warps
 # of the chunk maps (16 / 4 on a GPU). pass_bv / pass_rows / pass_warps: V-tile, rows per product and warps of
 # the chunk pass (16 / 16 / 4, 8 for K > 128, on a GPU; ptxas for sm_90: 32 rows spill at K = 128, and K = 256
-# spills with 4 warps). Not timed yet: benchmarks/bench_backward.py sweeps some of them.
+# spills with 4 or 8 warps). Not timed yet: benchmarks/bench_backward.py sweeps some of them.
 LAUNCH = {"bv": None, "warps": None, "seg": None, "programs": None, "map_bx": None, "map_warps": None,
           "pass_bv": None, "pass_rows": None, "pass_warps": None}
 PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, about fp32 accuracy
