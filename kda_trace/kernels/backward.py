@@ -29,19 +29,20 @@ Kernels, in launch order:
    fp32 accuracy; ieee for float64), dS kept in fp32 (float64) between chunks.
 3. `_local_kernel`, per (chunk, value head, V-tile), parallel: the reverse token steps above from the chunk's
    checkpoint and dS_end. The chunk is walked in segments of SEG tokens (LAUNCH["seg"], 16 on a GPU) last to
-   first: re-run the forward from the checkpoint to the segment, keep the segment's SEG states S_{t-1} in the
-   program's scratch, step back through it. The programs are persistent (a bounded number, each looping over
+   first: one forward run from the checkpoint keeps the state at every segment start in the program's scratch;
+   per segment, the forward from its start keeps its SEG states S_{t-1} in the scratch, then the reverse
+   steps through them. The programs are persistent (a bounded number, each looping over
    work items) so that the scratch is sized by the programs, not by the chunks.
 V-tiles are independent (the recurrence never mixes V columns of the state); their contributions to dq, dk,
 dg and dbeta (sums over V) are added into fp32 buffers with atomic adds (one V-tile per item under the
 interpreter, where the sums are then deterministic).
 
-Work (in token steps over a [K, V] state, with SEG 16): maps K/V + 2 (A_c, B_c, b_c), local reverse about 4.5
-(1.5 to reach the segments, 1 storing, the reverse step about 2); the pass adds 2 K x K x V products per chunk.
+Work (in token steps over a [K, V] state, with SEG 16): maps K/V + 2 (A_c, B_c, b_c), local reverse about 3.75
+(0.75 to the last segment start, 1 storing, the reverse step about 2); the pass adds 2 K x K x V products per chunk.
 Memory beyond inputs and gradients (fp32; K = V = 128: 3 KiB per token per value head, e.g. 1.5 GiB for
 16384 tokens x 32 heads): A_c 4 K^2, checkpoints and dS_end 4 K V each, per value head per chunk; dh0
-(always, 4 K V per sequence and head); A_c is freed before kernel 3, which adds the scratch, 4 SEG BK BV
-bytes per program, and fp32 buffers for dq, dk (per value head), dg: 12 K bytes per token per value head.
+(always, 4 K V per sequence and head); A_c is freed before kernel 3, which adds the scratch, 4 (SEG + CT / SEG)
+BK BV bytes per program, and fp32 buffers for dq, dk (per value head), dg: 12 K bytes per token per value head.
 Nothing is kept from the forward: everything is recomputed from q, k, v, g, beta. (The forward's fp32 chunk
 states, kernels/chunk.py's output_chunk_states, would spare B_c and half the pass, but the chunked forward
 rounds S to bf16 in its products, which would cost the gradients their fp32 accuracy.)
@@ -69,8 +70,8 @@ _DEFAULT_OPTIONS = KDAOptions()
 # interpreter, which pays per program, the whole V); warps: its warps (4, or 8 when the [BK, BV] tile passes
 # 2048 elements; from ptxas -v for sm_90 at K = 128: BV 16 / 4 warps and BV 32 / 8 warps do not spill).
 # seg: tokens whose states a local program holds in its scratch at a time (a divisor of CT; 16 on a GPU, 64
-# under the interpreter): 16 re-runs about 1.5 forward passes to reach the segments, 64 none, for 4x the
-# scratch. programs: local programs in flight (8 per SM on a GPU). map_bx / map_warps: column tile and warps
+# under the interpreter): 16 runs 0.75 forward passes more than 64 (to the segment starts), for about a quarter
+# of the scratch (20 states against 65). programs: local programs in flight (8 per SM on a GPU). map_bx / map_warps: column tile and warps
 # of the chunk maps (16 / 4 on a GPU). pass_bv / pass_rows / pass_warps: V-tile, rows per product and warps of
 # the chunk pass (16 / 16 / 4, 8 for K > 128, on a GPU; ptxas for sm_90: 32 rows spill at K = 128, and K = 256
 # spills with 4 or 8 warps). Not timed yet: benchmarks/bench_backward.py sweeps some of them.
@@ -272,13 +273,13 @@ def _local_kernel(
     BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, SEG: tl.constexpr,
 ):
     """Work items (chunk, value head, V-tile), n_work of them, shared out over the programs (each owns a
-    scratch of SEG states). Per item: the chunk's segments last to first, each re-run forward from the
-    chunk's start state into the scratch, then stepped back from the segment's end (see the module
-    docstring); gradients that sum over V are added into fp32 buffers."""
+    scratch of SEG + CT // SEG states). Per item: the states at the segment starts from the chunk's start
+    state, then the segments last to first, each re-run forward from its start into the scratch and stepped
+    back from its end (see the module docstring); gradients that sum over V are added into fp32 buffers."""
     NV: tl.constexpr = (V + BV - 1) // BV
     ACC: tl.constexpr = states.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
-    p_scr = scratch + pid * (SEG * BK * BV)
+    p_scr = scratch + pid * ((SEG + CT // SEG) * BK * BV)
     o_k = tl.arange(0, BK)
     m_k = o_k < K
     off_scr = o_k[:, None] * BV + tl.arange(0, BV)[None, :]
@@ -295,16 +296,21 @@ def _local_kernel(
         p_st = states + (i_c * HV + i_hv) * (K * V)
         b_ds = tl.load(dstates + (i_c * HV + i_hv) * (K * V) + off_s, mask=m_kv, other=0.0)
         n_seg = (n + SEG - 1) // SEG
-        for sr in range(n_seg):
-            t_s = (n_seg - 1 - sr) * SEG
-            t_e = tl.minimum(t_s + SEG, n)
-            # re-run the forward from the chunk start to the segment start
-            b_s = tl.load(p_st + off_s, mask=m_kv, other=0.0)
-            for t in range(t_s):
+        # the forward from the chunk start; the state at each segment start into the scratch's last CT // SEG slots
+        b_s = tl.load(p_st + off_s, mask=m_kv, other=0.0)
+        tl.store(p_scr + SEG * (BK * BV) + off_scr, b_s)
+        for s in range(1, n_seg):
+            for t in range((s - 1) * SEG, s * SEG):
                 b_q, b_k, b_g, b_v, b_b = _load_token(q, k, v, g, beta, r0 + t, i_h, i_hv, o_k, o_v, m_k, m_v,
                                                       H, HV, K, V, ACC)
                 b_s = _step(b_s, b_k, b_g, b_v, b_b)
-            # the segment's states S_{t-1} into scratch
+            tl.store(p_scr + (SEG + s) * (BK * BV) + off_scr, b_s)
+        tl.debug_barrier()
+        for sr in range(n_seg):
+            t_s = (n_seg - 1 - sr) * SEG
+            t_e = tl.minimum(t_s + SEG, n)
+            b_s = tl.load(p_scr + (SEG + t_s // SEG) * (BK * BV) + off_scr)
+            # the segment's states S_{t-1} into the scratch's first SEG slots
             for t in range(t_s, t_e):
                 tl.store(p_scr + (t - t_s) * (BK * BV) + off_scr, b_s)
                 b_q, b_k, b_g, b_v, b_b = _load_token(q, k, v, g, beta, r0 + t, i_h, i_hv, o_k, o_v, m_k, m_v,
@@ -485,7 +491,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
     dg = torch.zeros(TT, HV, K, dtype=acc, device=dev)
     dbeta = torch.zeros(TT, HV, dtype=acc, device=dev)
     dv = torch.empty(TT, HV, V, dtype=acc, device=dev)
-    scratch = torch.empty(n_prog, SEG, BK, BV, dtype=acc, device=dev)
+    scratch = torch.empty(n_prog, SEG + CT // SEG, BK, BV, dtype=acc, device=dev)
     _local_kernel[(n_prog,)](
         q, k, v, g, beta, do, states, dstates, dq, dk, dv, dg, dbeta, scratch, cu, chunk_indices, scale, n_work,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, SEG=SEG, num_warps=warps)

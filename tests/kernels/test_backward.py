@@ -136,16 +136,19 @@ def test_v_tiles_add_up(monkeypatch):
     check(make(1, 20, 1, 2, 20, 36, seed=8))
 
 
-def test_multi_chunk_packed_gva_one_token_last(monkeypatch):
-    """The chunk-level pass over several chunks: packed [130, 64, 1, 70, 1] tokens (three chunks with a
-    partial one, exactly one chunk, single tokens, a 1-token last sequence), GVA 1 -> 2 heads, K = 12,
-    V = 20, with and without initial state / dht; the local kernel with fewer persistent programs than work
-    items (each loops over several chunks)."""
+@pytest.mark.parametrize("seg", [16, 64])
+def test_multi_chunk_packed_gva_one_token_last(seg, monkeypatch):
+    """The chunk-level pass over several chunks: packed [130, 64, 1, 110, 1] tokens (three chunks with a
+    partial one, exactly one chunk, single tokens, a chunk of 46 tokens: with seg 16, three segments, the
+    last partial, a 1-token last sequence), GVA 1 -> 2 heads, K = 12, V = 20, with and without initial state
+    / dht; the local kernel with fewer persistent programs than work items (each loops over several chunks,
+    reusing its scratch)."""
     from kda_trace.kernels import backward
 
-    x = make(1, 266, 1, 2, 12, 20, seed=12, n_seqs=5)
-    cu = torch.tensor([0, 130, 194, 195, 265, 266])
+    x = make(1, 306, 1, 2, 12, 20, seed=12, n_seqs=5)
+    cu = torch.tensor([0, 130, 194, 195, 305, 306])
     monkeypatch.setitem(backward.LAUNCH, "programs", 3)
+    monkeypatch.setitem(backward.LAUNCH, "seg", seg)
     check(x, cu_seqlens=cu)
     check(x, cu_seqlens=cu, use_h0=False, use_dht=False)
 
