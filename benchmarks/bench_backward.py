@@ -2,7 +2,7 @@
 chunk_kda, forward + backward and backward alone, on one GPU; and every gradient's error against float64.
 
     python benchmarks/bench_backward.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--no-speed] [--accuracy]
-        [--bv N] [--warps N] [--out DIR]
+        [--bv N] [--warps N] [--seg N] [--launch key=N,...] [--parts] [--out DIR]
 
 Speed (triton.testing.do_bench, median, grads reset between calls), per shape, bf16 q/k/v/beta, fp32 g and
 states, K = V = 128, initial state given, final state returned and differentiated (dht random):
@@ -16,8 +16,9 @@ beta or its logits, initial state) for ours and for fla on the same bf16 inputs,
 through the plain token-by-token recurrence (segments of 64 tokens re-run under autograd, like the
 dataset's backward reference), on smaller shapes (the float64 loop is slow).
 
-`--bv` / `--warps` / `--seg`: the backward kernel's V-tile, warps and scratch segment (kernels/backward.py
-LAUNCH) for a sweep.
+`--bv` / `--warps` / `--seg`: the local reverse kernel's V-tile, warps and scratch segment (kernels/backward.py
+LAUNCH) for a sweep; `--launch` sets any LAUNCH key (programs, map_bx, pass_bv, pass_rows, ...). `--parts`: per
+shape, the GPU time of each kernel of one backward (torch.profiler), to see where the backward's time goes.
 """
 
 from __future__ import annotations
@@ -125,7 +126,25 @@ def time_pair(fn, x, cu, mode, do, dht):
     return t_both, t_bwd
 
 
-def speed(names, log, with_fla, fla_tune_each):
+def kernel_times(x, cu, mode, do, dht) -> dict:
+    """GPU time (ms) per kernel name of one backward of ours (the graph of one forward), by torch.profiler."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    o, ht = run_ours(x, cu, mode)
+    torch.autograd.backward((o, ht), (do, dht), retain_graph=True)  # compiled outside the profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.autograd.backward((o, ht), (do, dht))
+        torch.cuda.synchronize()
+    times = {}
+    for ev in prof.key_averages():
+        if ev.device_type == DeviceType.CUDA:  # the kernels themselves, not the operators that launched them
+            times[ev.key] = times.get(ev.key, 0.0) + ev.device_time_total / 1000
+    return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
+def speed(names, log, with_fla, fla_tune_each, parts=False):
     for name in names:
         H, lens, mode = SHAPES[name]
         x, cu, do, dht = make_inputs(H, lens, mode)
@@ -133,6 +152,10 @@ def speed(names, log, with_fla, fla_tune_each):
                "bwd_launch": dict(ours_bwd.LAUNCH)}
         row["ours_fwd_bwd_ms"], row["ours_bwd_ms"] = time_pair(run_ours, x, cu, mode, do, dht)
         print(f"{name}: ours fwd+bwd {row['ours_fwd_bwd_ms']:.3f} ms, bwd {row['ours_bwd_ms']:.3f} ms", flush=True)
+        if parts:
+            row["ours_bwd_kernels_ms"] = kernel_times(x, cu, mode, do, dht)
+            for kname, t in list(row["ours_bwd_kernels_ms"].items())[:8]:
+                print(f"    {t:9.3f} ms  {kname[:100]}", flush=True)
         if with_fla:
             try:
                 if fla_tune_each:
@@ -223,6 +246,8 @@ def main():
     ap.add_argument("--bv", type=int, default=None, help="backward kernel V-tile")
     ap.add_argument("--warps", type=int, default=None, help="backward kernel warps")
     ap.add_argument("--seg", type=int, default=None, help="backward kernel scratch segment (16, 32 or 64 tokens)")
+    ap.add_argument("--launch", default="", help="kernels/backward.py LAUNCH settings, e.g. programs=2048,pass_rows=16 (0: the default)")
+    ap.add_argument("--parts", action="store_true", help="GPU time per kernel of one backward (torch.profiler)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     if a.fla_tune_each:
@@ -233,6 +258,11 @@ def main():
         ours_bwd.LAUNCH["warps"] = a.warps
     if a.seg:
         ours_bwd.LAUNCH["seg"] = a.seg
+    for item in filter(None, a.launch.split(",")):
+        key, _, val = item.partition("=")
+        if key not in ours_bwd.LAUNCH:
+            raise SystemExit(f"--launch: unknown key {key!r} (LAUNCH has {', '.join(ours_bwd.LAUNCH)})")
+        ours_bwd.LAUNCH[key] = int(val)
     versions = f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
     if not a.no_fla:
         import fla
@@ -242,7 +272,7 @@ def main():
     with open(os.path.join(a.out, "bench_backward.jsonl"), "a") as log:
         print(json.dumps({"versions": versions}), file=log, flush=True)
         if not a.no_speed:
-            speed(a.shapes.split(","), log, not a.no_fla, a.fla_tune_each)
+            speed(a.shapes.split(","), log, not a.no_fla, a.fla_tune_each, a.parts)
         if a.accuracy:
             accuracy(log, not a.no_fla)
 

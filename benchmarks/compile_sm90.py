@@ -27,19 +27,27 @@ TARGET = GPUTarget("cuda", 90, 32)
 
 
 def compile_kernel(fn, sig: dict, consts: dict, warps: int):
-    sig = dict(sig)
+    consts = {n: c for n, c in consts.items() if n in fn.arg_names}
+    sig = {n: t for n, t in sig.items() if n in fn.arg_names}
     for name in fn.arg_names:
         if name in consts:
             sig[name] = "constexpr"
     return triton.compile(ASTSource(fn, sig, consts), target=TARGET, options={"num_warps": warps})
 
 
-def backward_signature(acc: str) -> dict:
-    sig = {n: "*bf16" for n in ("q", "k", "v", "beta", "do")}
-    sig.update({n: f"*{acc}" for n in ("g", "h0", "dht", "o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0",
-                                        "checkpoints", "scratch")})
-    sig.update(cu_seqlens="*i64", chunk_offsets="*i64", scale="fp32")
-    return sig
+def backward_signatures(acc: str) -> dict:
+    """Argument types of the backward's kernels (bf16 inputs, fp32 or fp64 buffers)."""
+    inputs = {n: "*bf16" for n in ("q", "k", "v", "beta", "do")}
+    tables = dict(cu_seqlens="*i64", chunk_indices="*i32")
+    bufs = lambda *names: {n: f"*{acc}" for n in names}  # noqa: E731
+    return {
+        "maps": {**inputs, **bufs("g", "amap", "states", "dstates", "dh0"), **tables, "scale": "fp32"},
+        "pass": {**bufs("amap", "states", "dstates", "h0", "dht", "dh0"), "cu_seqlens": "*i64",
+                 "chunk_offsets": "*i64"},
+        "local": {**inputs, **bufs("g", "states", "dstates", "dq", "dk", "dv", "dg", "dbeta", "scratch"), **tables,
+                  "scale": "fp32", "n_work": "i64"},
+        "forward": {**inputs, **bufs("g", "h0", "o", "ht"), "cu_seqlens": "*i64", "scale": "fp32"},
+    }
 
 
 def ptxas_report(kernel) -> list[str]:
@@ -64,19 +72,32 @@ def main() -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("unset TRITON_INTERPRET: the kernels must be compiled")
         return 1
-    cases = []
-    for acc in ("fp32", "fp64"):
-        for fwd in (False, True):
-            cases.append(("backward", acc, fwd, 128, 128, 16, 4, 16))
-    cases += [("backward", "fp32", False, 100, 60, 16, 4, 16), ("backward", "fp32", False, 256, 256, 16, 8, 64)]
+    kernels = {"maps": backward._chunk_maps_kernel, "pass": backward._chunk_pass_kernel,
+               "local": backward._local_kernel, "forward": backward._forward_exact_kernel}
+    # (acc, K, V, tile, warps, seg): the local kernel's V-tile / warps / segment; the other kernels' tiles 16
+    cases = [("fp32", 128, 128, 16, 4, 16), ("fp64", 128, 128, 16, 4, 16), ("fp32", 100, 60, 16, 4, 16),
+             ("fp32", 256, 256, 16, 8, 64)]
     if a.spills:
-        cases += [("backward", "fp32", False, 128, 128, bv, w, 16) for bv, w in ((32, 4), (32, 8), (64, 8))]
-    for _, acc, fwd, K, V, bv, warps, seg in cases:
-        consts = dict(H=8, HV=16, K=K, V=V, BK=triton.next_power_of_2(K), BV=bv, CT=64, SEG=seg, USE_H0=True,
-                      USE_DHT=True, FORWARD=fwd)
-        k = compile_kernel(backward._kda_bwd_kernel, backward_signature(acc), consts, warps)
-        extra = ptxas_report(k) if a.spills and acc == "fp32" and not fwd else []
-        print(f"backward {acc} forward={fwd} K={K} V={V} BV={bv} warps={warps} seg={seg}: ok", *extra)
+        cases += [("fp32", 128, 128, bv, w, 16) for bv, w in ((32, 4), (32, 8), (64, 8))]
+    for acc, K, V, bv, warps, seg in cases:
+        BK = triton.next_power_of_2(K)
+        sigs = backward_signatures(acc)
+        shared = dict(H=8, HV=16, K=K, V=V, BK=BK, CT=64)
+        consts = {
+            "maps": [dict(shared, BX=16, WHAT=w) for w in (0, 1, 2)],
+            "pass": [dict(shared, BV=16, BR=br, USE_H0=True, USE_DHT=True,
+                          PRECISION="ieee" if acc == "fp64" else backward.PASS_PRECISION) for br in (16, 32)],
+            "local": [dict(shared, BV=bv, SEG=seg)],
+            "forward": [dict(H=8, HV=16, K=K, V=V, BK=BK, BV=bv, USE_H0=True)],
+        }
+        for name, fn in kernels.items():
+            for c in consts[name]:
+                w = warps if name == "local" else (8 if name == "pass" and BK > 128 else 4)  # launch defaults
+                k = compile_kernel(fn, sigs[name], c, w)
+                extra = ptxas_report(k) if a.spills and acc == "fp32" else []
+                what = {n: c[n] for n in ("WHAT", "BR") if n in c}
+                print(f"backward {name} {acc} K={K} V={V} {what} BV={bv} warps={warps} seg={seg}: ok",
+                      *extra)
     for code in (1, 2):
         sig = {"g_raw": "*bf16", "A_log": "*fp32", "dt_bias": "*fp32", "g": "*fp32", "n_rows": "i64",
                "lower_bound": "fp32"}

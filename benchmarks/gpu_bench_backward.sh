@@ -2,8 +2,9 @@
 # The backward kernel on the GPU machine (carry .whl, .whl_test, .gpu_out like gpu_bench_chunk.sh):
 #     [PHASES="tests ours sweep fla accuracy"] bash benchmarks/gpu_bench_backward.sh [FLA_S]
 # tests: the GPU tests of the gate, backward and autograd modules (the int64 stress test with -m stress, separately);
-# ours: ours alone (fwd+bwd, bwd) on the issue's shapes;
-# sweep: the backward's V-tile, warps and scratch segment at 32 heads x 16384 tokens;
+# ours: ours alone (fwd+bwd, bwd) on the issue's shapes, with the GPU time of each backward kernel;
+# sweep: the local reverse's V-tile, warps, scratch segment and programs, the chunk maps' and pass's tiles, at 32
+#     heads x 16384 tokens;
 # fla: ours against fla's chunk_kda, fla autotuned on each shape, at most FLA_S s (default 900);
 # accuracy: every gradient of ours and fla against float64 autograd. Logs in $OUT.
 set -o pipefail
@@ -16,13 +17,15 @@ if [[ $phases == *" tests "* ]]; then
         -o addopts= -m gpu -q -p no:cacheprovider -rfEs 2>&1 | tail -15 | tee "$OUT/pytest_backward_gpu.txt"
 fi
 if [[ $phases == *" ours "* ]]; then
-    python3 benchmarks/bench_backward.py --no-fla --shapes "$shapes" 2>&1 | tee "$OUT/bwd_ours.txt"
+    python3 benchmarks/bench_backward.py --no-fla --parts --shapes "$shapes" 2>&1 | tee "$OUT/bwd_ours.txt"
 fi
 if [[ $phases == *" sweep "* ]]; then
-    for cfg in "16 4 16" "16 8 16" "32 8 16" "32 4 16" "64 8 16" "16 4 64" "32 8 64"; do
-        read -r bv warps seg <<< "$cfg"
-        python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384 --bv "$bv" --warps "$warps" --seg "$seg" 2>&1 \
-            | tee -a "$OUT/bwd_sweep.txt"
+    for cfg in "16 4 16 programs=0" "16 8 16 programs=0" "32 8 16 programs=0" "16 4 64 programs=0" \
+               "16 4 16 programs=4096" "16 4 16 programs=528" "16 4 16 map_bx=32" "16 4 16 pass_bv=32" \
+               "16 4 16 pass_rows=32"; do
+        read -r bv warps seg launch <<< "$cfg"
+        python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384 --bv "$bv" --warps "$warps" --seg "$seg" \
+            --launch "$launch" 2>&1 | tee -a "$OUT/bwd_sweep.txt"
     done
 fi
 if [[ $phases == *" fla "* ]]; then

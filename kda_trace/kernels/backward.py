@@ -1,40 +1,57 @@
-"""KDA backward (dq, dk, dv, dg, dbeta, dh0 from do and dht) in one Triton kernel: a recompute-based reverse
-sweep, token by token, with the state checkpointed every CT = 64 tokens.
-
-Design (the chunked backward of fla is not what this is): one program owns one (sequence, value head,
-V-tile). The forward recurrence never mixes V columns of the state (S^T k reads column v only from column
-v), and neither does its backward, so V-tiles are independent; their contributions to dq, dk, dg and dbeta
-(sums over V) are added into fp32 buffers with atomic adds (one tile per program under the interpreter, so
-there the sums are deterministic).
+"""KDA backward (dq, dk, dv, dg, dbeta, dh0 from do and dht) in Triton, parallel over chunks: exact (fp32, or
+float64 for float64 inputs) gradients of the token recurrence, computed in three kernels.
 
 Per token t, with a_t = exp(g_t) (g_t <= 0), the forward (KDA.md) is
     S' = diag(a_t) S_{t-1};  r = v_t - S'^T k_t;  S_t = S' + beta_t k_t r^T;  o_t = S_t^T (scale q_t)
-and, with dS the gradient of the loss with respect to S_t (dht at the end), its reverse step is
+that is S_t = M_t S_{t-1} + beta_t k_t v_t^T with M_t = (I - beta_t k_t k_t^T) diag(a_t). With dS the
+gradient of the loss with respect to S_t (dht at the end), the reverse step is
     dS     += scale q_t do_t^T                 dq_t = scale S_t do_t
     dk_t    = dS (beta r) + S' du              with dd = dS^T k_t (gradient of beta r), du = -beta dd
     dv_t    = beta dd                          dbeta_t = dd . r
     dS'     = dS + k_t du^T                    dg_t = rowsum(dS' * S')   (d/dg of a_t S_{t-1})
-    dS      = diag(a_t) dS'                    (the gradient for S_{t-1}; after the first token: dh0)
+    dS      = diag(a_t) dS'  (= M_t^T dS)      (the gradient for S_{t-1}; after the first token: dh0)
 Every exp has the argument g <= 0: nothing is divided by a decay, so strong gates are safe.
 
-The reverse sweep needs S_{t-1} at every token, last to first. Phase 1 runs the forward over the sequence
-and stores the state at each 64-token chunk start (`checkpoints`, fp32 [chunks, HV, K, V]). Phase 2 walks
-the chunks last to first and each chunk's SEG-token segments last to first (SEG = LAUNCH["seg"], 16 on a
-GPU): it re-runs the forward from the chunk's checkpoint to the segment, stores the segment's SEG states
-S_{t-1} in the program's own scratch (fp32 [programs, SEG, K, BV]), then steps back through the segment.
-Cost with SEG 16: about 4.5 forward passes of work (1 to checkpoint, 1.5 to reach segments, 1 storing, then
-the reverse step, about 2 forwards); with SEG 64 the 1.5 re-run passes go. Everything is sequential over a
-sequence's tokens, so long sequences with few heads leave most of a GPU idle.
-Memory beyond inputs and gradients: checkpoints 4 * K * V bytes per value head per 64 tokens (K = V = 128:
-1 KiB per token per head, e.g. 512 MiB for 16384 tokens x 32 heads), scratch 4 * SEG * K * BV bytes per
-program, and fp32 buffers for dq, dk (per value head), dg: 12 * K bytes per token per value head.
+Over a chunk c of CT = 64 tokens (the last of a sequence may be shorter) both recurrences are affine:
+    S_end(c)   = A_c S_start(c) + B_c,      A_c = M_n ... M_1 [K, K],  B_c = the chunk's steps from S = 0
+    dS_start(c) = A_c^T dS_end(c) + b_c,    b_c = the chunk's reverse steps from dS = 0 (its own do only)
+(dS_end(c) is the gradient with respect to the state after chunk c from later tokens and dht; the dS pass
+needs no state.) In the chunked forward's terms (kernels/chunk.py) A_c = diag(gamma) - Kt^T W and
+b_c = Qt^T dO - W^T A_qk^T dO; here they are computed from the token steps, in fp32, not from chunk.py's
+bf16 intermediates, so that the gradients stay exact to fp32 (and float64 inputs get float64 gradients).
 
-`kda_forward_exact` runs phase 1 alone (FORWARD) and writes o and the final state: an exact token-by-token
-forward (in float64 for float64 inputs) used for gradient checks.
+Kernels, in launch order:
+1. `_chunk_maps_kernel`, per (chunk, value head, column tile), three launches: A_c (the identity's columns
+   through the token steps with v = 0), B_c and b_c, each a token sweep over the chunk. Parallel over chunks.
+2. `_chunk_pass_kernel`, per (sequence, V-tile, value head), sequential over the sequence's chunks only:
+   S_start(c + 1) = A_c S_start(c) + B_c from h0 (the checkpoints), then dS_end(c - 1) = A_c^T dS_end(c) +
+   b_c back from dht, and dh0 = A_0^T dS_end(0) + b_0; fp32 matrix products (tf32x3 on tensor cores, about
+   fp32 accuracy; ieee for float64), dS kept in fp32 (float64) between chunks.
+3. `_local_kernel`, per (chunk, value head, V-tile), parallel: the reverse token steps above from the chunk's
+   checkpoint and dS_end. The chunk is walked in segments of SEG tokens (LAUNCH["seg"], 16 on a GPU) last to
+   first: one forward run from the checkpoint keeps the state at every segment start in the program's scratch;
+   per segment, the forward from its start keeps its SEG states S_{t-1} in the scratch, then the reverse
+   steps through them. The programs are persistent (a bounded number, each looping over
+   work items) so that the scratch is sized by the programs, not by the chunks.
+V-tiles are independent (the recurrence never mixes V columns of the state); their contributions to dq, dk,
+dg and dbeta (sums over V) are added into fp32 buffers with atomic adds (one V-tile per item under the
+interpreter, where the sums are then deterministic).
 
-Precision: fp32 throughout (float64 when every float input is float64); inputs are read in their dtype and
-converted. Addresses: per-program bases are int64 scalars; every load and store is masked, so any K, V
-(<= 256), sequence length >= 1 and total size work.
+Work (in token steps over a [K, V] state, with SEG 16): maps K/V + 2 (A_c, B_c, b_c), local reverse about 3.75
+(0.75 to the last segment start, 1 storing, the reverse step about 2); the pass adds 2 K x K x V products per chunk.
+Memory beyond inputs and gradients (fp32; K = V = 128: 3 KiB per token per value head, e.g. 1.5 GiB for
+16384 tokens x 32 heads): A_c 4 K^2, checkpoints and dS_end 4 K V each, per value head per chunk; dh0
+(always, 4 K V per sequence and head); A_c is freed before kernel 3, which adds the scratch, 4 (SEG + CT / SEG)
+BK BV bytes per program, and fp32 buffers for dq, dk (per value head), dg: 12 K bytes per token per value head.
+Nothing is kept from the forward: everything is recomputed from q, k, v, g, beta. (The forward's fp32 chunk
+states, kernels/chunk.py's output_chunk_states, would spare B_c and half the pass, but the chunked forward
+rounds S to bf16 in its products, which would cost the gradients their fp32 accuracy.)
+
+`kda_forward_exact` runs the forward token by token (`_forward_exact_kernel`) and writes o and the final
+state: an exact forward (in float64 for float64 inputs) used for gradient checks, not for speed.
+
+Addresses: per-program bases are int64 scalars; every load and store is masked, so any K, V (<= 256),
+sequence length >= 1 and total size work.
 """
 
 from __future__ import annotations
@@ -47,17 +64,20 @@ import triton.language as tl
 
 from kda_trace.kernels.options import KDAOptions
 
-CT = 64  # checkpoint interval (tokens); equals chunk.BT so the chunk tables of chunk.py serve here
+CT = 64  # chunk length (tokens); equals chunk.BT so the chunk tables of chunk.py serve here
 _DEFAULT_OPTIONS = KDAOptions()
-# Launch settings: V-tile (None: 16 on a GPU, the most programs; under the interpreter the whole V, since it
-# pays per program) and warps per program (None: 4, or 8 when the [BK, BV] tile passes 2048 elements). From
-# ptxas -v for sm_90 at K = 128 (no GPU run yet): BV 16 / 4 warps and BV 32 / 8 warps do not spill, BV 32 /
-# 4 warps and BV 64 do. Not timed yet; benchmarks/bench_backward.py --bv / --warps sweep them.
-# seg: tokens whose states a program holds in its scratch at a time (a divisor of CT; None: 16 on a GPU, 64
-# under the interpreter, which has few programs): 16 re-runs about 1.5 forward passes to reach the segments;
-# CT (64) re-runs none, for 4x the scratch.
-LAUNCH = {"bv": None, "warps": None, "seg": None}
-
+# Launch settings (None: the default named). bv: V-tile of the local reverse (16 on a GPU; under the
+# interpreter, which pays per program, the whole V); warps: its warps (4, or 8 when the [BK, BV] tile passes
+# 2048 elements; from ptxas -v for sm_90 at K = 128: BV 16 / 4 warps and BV 32 / 8 warps do not spill).
+# seg: tokens whose states a local program holds in its scratch at a time (a divisor of CT; 16 on a GPU, 64
+# under the interpreter): 16 runs 0.75 forward passes more than 64 (to the segment starts), for about a quarter
+# of the scratch (20 states against 65). programs: local programs in flight (8 per SM on a GPU). map_bx / map_warps: column tile and warps
+# of the chunk maps (16 / 4 on a GPU). pass_bv / pass_rows / pass_warps: V-tile, rows per product and warps of
+# the chunk pass (16 / 16 / 4, 8 for K > 128, on a GPU; ptxas for sm_90: 32 rows spill at K = 128, and K = 256
+# spills with 4 or 8 warps). Not timed yet: benchmarks/bench_backward.py sweeps some of them.
+LAUNCH = {"bv": None, "warps": None, "seg": None, "programs": None, "map_bx": None, "map_warps": None,
+          "pass_bv": None, "pass_rows": None, "pass_warps": None}
+PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, about fp32 accuracy
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,
@@ -79,91 +99,228 @@ def _step(b_s, b_k, b_g, b_v, b_b):
     return b_s + b_k[:, None] * (b_b * b_r)[None, :]
 
 
-@triton.jit(do_not_specialize=["scale"])
-def _kda_bwd_kernel(
-    q, k, v, g, beta, do, h0, dht, o, ht,
-    dq, dk, dv, dg, dbeta, dh0,
-    checkpoints, scratch, cu_seqlens, chunk_offsets, scale,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, SEG: tl.constexpr,
-    USE_H0: tl.constexpr, USE_DHT: tl.constexpr, FORWARD: tl.constexpr,
-):
-    NV: tl.constexpr = (V + BV - 1) // BV
-    pid = tl.program_id(0).to(tl.int64)
-    i_v = pid % NV
-    i_nh = pid // NV
-    i_n = i_nh // HV
-    i_hv = i_nh % HV
-    i_h = i_hv // (HV // H)  # GVA: value head hv reads q/k head hv // (HV // H)
-    ACC: tl.constexpr = checkpoints.dtype.element_ty  # fp32, or fp64 for float64 checks
-
-    # dense batches come with the same tables (B sequences of T tokens)
+@triton.jit
+def _chunk_span(cu_seqlens, chunk_indices, i_c, CT: tl.constexpr):
+    """Chunk i_c (global index): (its sequence, its index in the sequence, its first row, its number of
+    valid rows 1..CT, the sequence's end row), int64."""
+    i_n = tl.load(chunk_indices + i_c * 2).to(tl.int64)
+    i_t = tl.load(chunk_indices + i_c * 2 + 1).to(tl.int64)
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-    n_tok = tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos
-    c0 = tl.load(chunk_offsets + i_n).to(tl.int64)  # the sequence's first checkpoint
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    r0 = bos + i_t * CT
+    return i_n, i_t, r0, tl.minimum(eos - r0, CT), eos
 
+
+# ----------------------------------------------------------------------------------------------------
+# 1. per chunk, in parallel: A_c, B_c, b_c
+# ----------------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["scale"])
+def _chunk_maps_kernel(
+    q, k, v, g, beta, do, amap, states, dstates, dh0, cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BX: tl.constexpr, CT: tl.constexpr, WHAT: tl.constexpr,
+):
+    """One column tile (BX columns) of one chunk's A_c (WHAT 0, columns of K), B_c (1) or b_c (2, columns
+    of V), by the token steps of the recurrence (see the module docstring). B_c goes to the next chunk's
+    slot of `states` (nothing for a sequence's last chunk), b_c to the previous chunk's slot of `dstates`
+    (to `dh0` for a sequence's first chunk): the chunk pass adds the rest there."""
+    NCOL: tl.constexpr = K if WHAT == 0 else V
+    NX: tl.constexpr = (NCOL + BX - 1) // BX
+    i_c = tl.program_id(0).to(tl.int64) // NX
+    i_x = tl.program_id(0).to(tl.int64) % NX
+    i_hv = tl.program_id(1).to(tl.int64)
+    i_h = i_hv // (HV // H)
+    ACC: tl.constexpr = amap.dtype.element_ty
+    i_n, i_t, r0, n, eos = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    o_k = tl.arange(0, BK)
+    o_x = i_x * BX + tl.arange(0, BX)
+    m_k = o_k < K
+    m_x = o_x < NCOL
+    m_kx = m_k[:, None] & m_x[None, :]
+    p_k = k + (r0 * H + i_h) * K  # token t of the chunk: + t * H * K
+    p_q = q + (r0 * H + i_h) * K
+    p_g = g + (r0 * HV + i_hv) * K
+    p_b = beta + r0 * HV + i_hv
+    if WHAT == 0:
+        # A_c = M_n ... M_1 (M_t = (I - beta_t k_t k_t^T) diag(exp(g_t))): the identity's columns through
+        # the chunk's steps with v = 0
+        b_s = tl.where((o_k[:, None] == o_x[None, :]) & m_kx, 1.0, 0.0).to(ACC)
+        b_zero = tl.zeros([BX], dtype=ACC)
+        for t in range(n):
+            b_k = tl.load(p_k + t * (H * K) + o_k, mask=m_k, other=0.0).to(ACC)
+            b_g = tl.load(p_g + t * (HV * K) + o_k, mask=m_k, other=0.0).to(ACC)
+            b_s = _step(b_s, b_k, b_g, b_zero, tl.load(p_b + t * HV).to(ACC))
+        tl.store(amap + (i_c * HV + i_hv) * (K * K) + o_k[:, None] * K + o_x[None, :], b_s, mask=m_kx)
+    elif WHAT == 1:
+        # B_c: the chunk's steps from a zero state
+        if r0 + CT < eos:  # not the sequence's last chunk
+            p_v = v + (r0 * HV + i_hv) * V
+            b_s = tl.zeros([BK, BX], dtype=ACC)
+            for t in range(n):
+                b_k = tl.load(p_k + t * (H * K) + o_k, mask=m_k, other=0.0).to(ACC)
+                b_g = tl.load(p_g + t * (HV * K) + o_k, mask=m_k, other=0.0).to(ACC)
+                b_v = tl.load(p_v + t * (HV * V) + o_x, mask=m_x, other=0.0).to(ACC)
+                b_s = _step(b_s, b_k, b_g, b_v, tl.load(p_b + t * HV).to(ACC))
+            tl.store(states + ((i_c + 1) * HV + i_hv) * (K * V) + o_k[:, None] * V + o_x[None, :], b_s, mask=m_kx)
+    else:
+        # b_c: the reverse steps through the chunk from dS = 0 (the gradient of this chunk's outputs alone
+        # with respect to the chunk's start state)
+        p_do = do + (r0 * HV + i_hv) * V
+        b_ds = tl.zeros([BK, BX], dtype=ACC)
+        for tr in range(n):
+            t = n - 1 - tr
+            b_q = tl.load(p_q + t * (H * K) + o_k, mask=m_k, other=0.0).to(ACC)
+            b_k = tl.load(p_k + t * (H * K) + o_k, mask=m_k, other=0.0).to(ACC)
+            b_g = tl.load(p_g + t * (HV * K) + o_k, mask=m_k, other=0.0).to(ACC)
+            b_b = tl.load(p_b + t * HV).to(ACC)
+            b_do = tl.load(p_do + t * (HV * V) + o_x, mask=m_x, other=0.0).to(ACC)
+            b_ds += (b_q * scale)[:, None] * b_do[None, :]
+            b_dd = tl.sum(b_ds * b_k[:, None], axis=0)
+            b_ds = (b_ds - b_k[:, None] * (b_b * b_dd)[None, :]) * tl.exp(b_g)[:, None]
+        if i_t == 0:
+            p_out = dh0 + (i_n * HV + i_hv) * (K * V)
+        else:
+            p_out = dstates + ((i_c - 1) * HV + i_hv) * (K * V)
+        tl.store(p_out + o_k[:, None] * V + o_x[None, :], b_ds, mask=m_kx)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 2. per sequence, sequential over its chunks: the states at chunk starts, dS at chunk ends, dh0
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _add_map(p_a, b_x, p_y, o_k, o_v, m_k, m_v, K: tl.constexpr, V: tl.constexpr, BR: tl.constexpr,
+             TRANS: tl.constexpr, PRECISION: tl.constexpr):
+    """y += A x (TRANS: A^T x) in memory, BR rows of y at a time: A [K, K] at p_a, x a [BK, BV] tile in
+    registers (rows past K zero), y a [K, V] state at p_y (columns o_v)."""
+    o_r = tl.arange(0, BR)
+    for r0 in range(0, K, BR):
+        rows = r0 + o_r
+        m_r = rows < K
+        if TRANS:
+            b_a = tl.trans(tl.load(p_a + o_k[:, None] * K + rows[None, :], mask=m_k[:, None] & m_r[None, :],
+                                   other=0.0))
+        else:
+            b_a = tl.load(p_a + rows[:, None] * K + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0.0)
+        p = p_y + rows[:, None] * V + o_v[None, :]
+        m = m_r[:, None] & m_v[None, :]
+        tl.store(p, tl.load(p, mask=m, other=0.0) + tl.dot(b_a, b_x, input_precision=PRECISION), mask=m)
+
+
+@triton.jit
+def _chunk_pass_kernel(
+    amap, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BR: tl.constexpr,
+    CT: tl.constexpr, USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """For one (sequence, V-tile, value head): S_{c+1} = A_c S_c + B_c over the chunks (states), then
+    dS_end(c - 1) = A_c^T dS_end(c) + b_c back over them (dstates), and dh0 = A_0^T dS_end(0) + b_0."""
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_n = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
+    i_hv = tl.program_id(1).to(tl.int64)
+    ACC: tl.constexpr = amap.dtype.element_ty
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    n_chunks = (tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos + CT - 1) // CT
+    c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k = o_k < K
     m_v = o_v < V
     m_kv = m_k[:, None] & m_v[None, :]
-    off_s = o_k[:, None] * V + o_v[None, :]  # element (k, v) of a [K, V] state
-    s_base = (i_n * HV + i_hv) * (K * V)
+    off_s = o_k[:, None] * V + o_v[None, :]
+    s_seq = (i_n * HV + i_hv) * (K * V)
+    p_a = amap + (c0 * HV + i_hv) * (K * K)  # chunk c of the sequence: + c * (HV * K * K)
+    p_s = states + (c0 * HV + i_hv) * (K * V)  # + c * (HV * K * V), likewise dstates
+    p_d = dstates + (c0 * HV + i_hv) * (K * V)
 
-    # ---- phase 1: forward over the sequence; the state at each chunk start goes to the checkpoints
     if USE_H0:
-        b_s = tl.load(h0 + s_base + off_s, mask=m_kv, other=0.0).to(ACC)
+        b_s = tl.load(h0 + s_seq + off_s, mask=m_kv, other=0.0).to(ACC)
     else:
         b_s = tl.zeros([BK, BV], dtype=ACC)
-    n_chunks = (n_tok + CT - 1) // CT
-    for c in range(n_chunks):
-        if not FORWARD:
-            tl.store(checkpoints + ((c0 + c) * HV + i_hv) * (K * V) + off_s, b_s, mask=m_kv)
-        for t in range(c * CT, tl.minimum(c * CT + CT, n_tok)):
-            b_q, b_k, b_g, b_v, b_b = _load_token(q, k, v, g, beta, bos + t, i_h, i_hv, o_k, o_v, m_k, m_v,
-                                                  H, HV, K, V, ACC)
-            b_s = _step(b_s, b_k, b_g, b_v, b_b)
-            if FORWARD:
-                b_o = tl.sum(b_s * (b_q * scale)[:, None], axis=0)
-                tl.store(o + ((bos + t) * HV + i_hv) * V + o_v, b_o, mask=m_v)
-    if FORWARD:
-        tl.store(ht + s_base + off_s, b_s, mask=m_kv)
-        return
-    # the checkpoints are read back below by other threads of this program
-    tl.debug_barrier()
+    tl.store(p_s + off_s, b_s, mask=m_kv)
+    for c in range(n_chunks - 1):
+        # slot c + 1 holds B_c; every thread's part of slot c is written (stores above / in _add_map)
+        tl.debug_barrier()
+        b_s = tl.load(p_s + c * (HV * K * V) + off_s, mask=m_kv, other=0.0)
+        _add_map(p_a + c * (HV * K * K), b_s, p_s + (c + 1) * (HV * K * V), o_k, o_v, m_k, m_v, K, V, BR,
+                 False, PRECISION)
 
-    # ---- phase 2: chunks last to first, each chunk's segments last to first
     if USE_DHT:
-        b_ds = tl.load(dht + s_base + off_s, mask=m_kv, other=0.0).to(ACC)
+        b_d = tl.load(dht + s_seq + off_s, mask=m_kv, other=0.0).to(ACC)
     else:
-        b_ds = tl.zeros([BK, BV], dtype=ACC)
-    p_scr = scratch + pid * (SEG * BK * BV)
-    off_scr = o_k[:, None] * BV + tl.arange(0, BV)[None, :]
-    for cr in range(n_chunks):
+        b_d = tl.zeros([BK, BV], dtype=ACC)
+    tl.store(p_d + (n_chunks - 1) * (HV * K * V) + off_s, b_d, mask=m_kv)
+    for cr in range(n_chunks - 1):
         c = n_chunks - 1 - cr
-        t_c = c * CT
-        n_seg = (tl.minimum(CT, n_tok - t_c) + SEG - 1) // SEG
-        for sr in range(n_seg):
-            s = n_seg - 1 - sr
-            t_s = t_c + s * SEG
-            t_e = tl.minimum(t_s + SEG, n_tok)
-            # re-run the forward from the checkpoint to the segment start
-            b_s = tl.load(checkpoints + ((c0 + c) * HV + i_hv) * (K * V) + off_s, mask=m_kv, other=0.0)
-            for t in range(t_c, t_s):
-                b_q, b_k, b_g, b_v, b_b = _load_token(q, k, v, g, beta, bos + t, i_h, i_hv, o_k, o_v, m_k, m_v,
+        tl.debug_barrier()  # slot c - 1 holds b_c; slot c is complete
+        b_d = tl.load(p_d + c * (HV * K * V) + off_s, mask=m_kv, other=0.0)
+        _add_map(p_a + c * (HV * K * K), b_d, p_d + (c - 1) * (HV * K * V), o_k, o_v, m_k, m_v, K, V, BR,
+                 True, PRECISION)
+    if USE_H0:
+        tl.debug_barrier()
+        b_d = tl.load(p_d + off_s, mask=m_kv, other=0.0)
+        _add_map(p_a, b_d, dh0 + s_seq, o_k, o_v, m_k, m_v, K, V, BR, True, PRECISION)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 3. per chunk, in parallel: the token-by-token reverse from the chunk's start state and dS at its end
+# ----------------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["scale", "n_work"])
+def _local_kernel(
+    q, k, v, g, beta, do, states, dstates, dq, dk, dv, dg, dbeta, scratch, cu_seqlens, chunk_indices,
+    scale, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, SEG: tl.constexpr,
+):
+    """Work items (chunk, value head, V-tile), n_work of them, shared out over the programs (each owns a
+    scratch of SEG + CT // SEG states). Per item: the states at the segment starts from the chunk's start
+    state, then the segments last to first, each re-run forward from its start into the scratch and stepped
+    back from its end (see the module docstring); gradients that sum over V are added into fp32 buffers."""
+    NV: tl.constexpr = (V + BV - 1) // BV
+    ACC: tl.constexpr = states.dtype.element_ty
+    pid = tl.program_id(0).to(tl.int64)
+    p_scr = scratch + pid * ((SEG + CT // SEG) * BK * BV)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    off_scr = o_k[:, None] * BV + tl.arange(0, BV)[None, :]
+    for w in range(pid, n_work, tl.num_programs(0)):
+        i_v = w % NV
+        i_c = w // NV // HV
+        i_hv = w // NV % HV
+        i_h = i_hv // (HV // H)
+        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        m_kv = m_k[:, None] & m_v[None, :]
+        off_s = o_k[:, None] * V + o_v[None, :]
+        p_st = states + (i_c * HV + i_hv) * (K * V)
+        b_ds = tl.load(dstates + (i_c * HV + i_hv) * (K * V) + off_s, mask=m_kv, other=0.0)
+        n_seg = (n + SEG - 1) // SEG
+        # the forward from the chunk start; the state at each segment start into the scratch's last CT // SEG slots
+        b_s = tl.load(p_st + off_s, mask=m_kv, other=0.0)
+        tl.store(p_scr + SEG * (BK * BV) + off_scr, b_s)
+        for s in range(1, n_seg):
+            for t in range((s - 1) * SEG, s * SEG):
+                b_q, b_k, b_g, b_v, b_b = _load_token(q, k, v, g, beta, r0 + t, i_h, i_hv, o_k, o_v, m_k, m_v,
                                                       H, HV, K, V, ACC)
                 b_s = _step(b_s, b_k, b_g, b_v, b_b)
-            # the segment's states S_{t-1} into scratch
+            tl.store(p_scr + (SEG + s) * (BK * BV) + off_scr, b_s)
+        tl.debug_barrier()
+        for sr in range(n_seg):
+            t_s = (n_seg - 1 - sr) * SEG
+            t_e = tl.minimum(t_s + SEG, n)
+            b_s = tl.load(p_scr + (SEG + t_s // SEG) * (BK * BV) + off_scr)
+            # the segment's states S_{t-1} into the scratch's first SEG slots
             for t in range(t_s, t_e):
                 tl.store(p_scr + (t - t_s) * (BK * BV) + off_scr, b_s)
-                b_q, b_k, b_g, b_v, b_b = _load_token(q, k, v, g, beta, bos + t, i_h, i_hv, o_k, o_v, m_k, m_v,
+                b_q, b_k, b_g, b_v, b_b = _load_token(q, k, v, g, beta, r0 + t, i_h, i_hv, o_k, o_v, m_k, m_v,
                                                       H, HV, K, V, ACC)
                 b_s = _step(b_s, b_k, b_g, b_v, b_b)
             tl.debug_barrier()
             # reverse steps through the segment
             for tr in range(t_e - t_s):
                 t = t_e - 1 - tr
-                r = bos + t
+                r = r0 + t
                 b_prev = tl.load(p_scr + (t - t_s) * (BK * BV) + off_scr)
                 b_q, b_k, b_g, b_v, b_b = _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,
                                                       H, HV, K, V, ACC)
@@ -186,9 +343,45 @@ def _kda_bwd_kernel(
                 tl.atomic_add(dg + (r * HV + i_hv) * K + o_k, b_dg, mask=m_k)
                 tl.atomic_add(dbeta + r * HV + i_hv, tl.sum(b_dd * b_r, axis=0))
                 tl.store(dv + (r * HV + i_hv) * V + o_v, b_b * b_dd, mask=m_v)
-            # the scratch is overwritten by the next segment
+            # the scratch is overwritten by the next segment (or work item)
             tl.debug_barrier()
-    tl.store(dh0 + s_base + off_s, b_ds, mask=m_kv)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the exact forward, token by token (gradient checks)
+# ----------------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["scale"])
+def _forward_exact_kernel(
+    q, k, v, g, beta, h0, o, ht, cu_seqlens, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, USE_H0: tl.constexpr,
+):
+    """o and the final state of one (sequence, value head, V-tile), token by token in the dtype of ht."""
+    NV: tl.constexpr = (V + BV - 1) // BV
+    pid = tl.program_id(0).to(tl.int64)
+    i_v = pid % NV
+    i_n = pid // NV // HV
+    i_hv = pid // NV % HV
+    i_h = i_hv // (HV // H)
+    ACC: tl.constexpr = ht.dtype.element_ty
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    off_s = o_k[:, None] * V + o_v[None, :]
+    s_base = (i_n * HV + i_hv) * (K * V)
+    if USE_H0:
+        b_s = tl.load(h0 + s_base + off_s, mask=m_kv, other=0.0).to(ACC)
+    else:
+        b_s = tl.zeros([BK, BV], dtype=ACC)
+    for r in range(bos, eos):
+        b_q, b_k, b_g, b_v, b_b = _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v, H, HV, K, V, ACC)
+        b_s = _step(b_s, b_k, b_g, b_v, b_b)
+        tl.store(o + (r * HV + i_hv) * V + o_v, tl.sum(b_s * (b_q * scale)[:, None], axis=0), mask=m_v)
+    tl.store(ht + s_base + off_s, b_s, mask=m_kv)
 
 
 @dataclass
@@ -239,50 +432,69 @@ def _prepare(q, k, v, g, beta, opts, initial_state, cu_seqlens):
     return xs, (B, T, H, HV, K, V, N), tables, acc, h0
 
 
-def _launch(xs, sizes, tables, acc, h0, do, dht, scale, forward):
-    q, k, v, g, beta = xs
-    B, T, H, HV, K, V, N = sizes
-    cu, _, chunk_offsets, NT = tables
-    TT, dev = B * T, q.device
-    BK = max(16, triton.next_power_of_2(K))
+def _tile(key, width, interpreted, gpu_default=16):
+    """A launch tile: LAUNCH[key], else the whole (padded) width under the interpreter, else gpu_default."""
+    if LAUNCH[key]:
+        return LAUNCH[key]
+    return max(16, triton.next_power_of_2(width)) if interpreted else gpu_default
+
+
+def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
+    """The three kernels; returns fp32 (fp64) dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout)."""
     from kda_trace.platform import triton_interpreted
 
-    # the interpreter pays per program, not per element: one V-tile there
-    if LAUNCH["bv"]:
-        BV = LAUNCH["bv"]
-    elif triton_interpreted():
-        BV = max(16, triton.next_power_of_2(V))
-    else:
-        BV = 16
-    warps = LAUNCH["warps"] or (4 if BK * BV <= 2048 else 8)
-    n_prog = N * HV * triton.cdiv(V, BV)
+    q, k, v, g, beta = xs
+    B, T, H, HV, K, V, N = sizes
+    cu, chunk_indices, chunk_offsets, NT = tables
+    TT, dev = B * T, q.device
+    interp = triton_interpreted()
+    BK = max(16, triton.next_power_of_2(K))
     z = torch.empty(1, dtype=acc, device=dev)
-    SEG = LAUNCH["seg"] or (CT if triton_interpreted() else 16)
+    do = do.reshape(TT, HV, V).contiguous()
+
+    # 1. A_c, B_c (into the next chunk's checkpoint slot), b_c (into the previous chunk's dS_end slot, or dh0)
+    amap = torch.empty(NT, HV, K, K, dtype=acc, device=dev)
+    states = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
+    dstates = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
+    dh0 = torch.empty(N, HV, K, V, dtype=acc, device=dev)
+    BX = _tile("map_bx", max(K, V), interp)
+    for what, ncol in ((0, K), (1, V), (2, V)):
+        _chunk_maps_kernel[(NT * triton.cdiv(ncol, BX), HV)](
+            q, k, v, g, beta, do, amap, states, dstates, dh0, cu, chunk_indices, scale,
+            H=H, HV=HV, K=K, V=V, BK=BK, BX=BX, CT=CT, WHAT=what, num_warps=LAUNCH["map_warps"] or 4)
+
+    # 2. checkpoints, dS_end, dh0: sequential over each sequence's chunks
+    BVp = _tile("pass_bv", V, interp)
+    BR = LAUNCH["pass_rows"] or (BK if interp else 16)
+    _chunk_pass_kernel[(N * triton.cdiv(V, BVp), HV)](
+        amap, states, dstates, h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z,
+        dh0, cu, chunk_offsets, HV=HV, K=K, V=V, BK=BK, BV=BVp, BR=BR, CT=CT, USE_H0=h0 is not None,
+        USE_DHT=dht is not None, PRECISION="ieee" if acc == torch.float64 else PASS_PRECISION,
+        num_warps=LAUNCH["pass_warps"] or (4 if BK <= 128 else 8))
+    del amap  # the local kernel does not read it: freed (stream-ordered) before its buffers are allocated
+
+    # 3. the local reverse of every chunk
+    BV = _tile("bv", V, interp)
+    warps = LAUNCH["warps"] or (4 if BK * BV <= 2048 else 8)
+    SEG = LAUNCH["seg"] or (CT if interp else 16)
     if CT % SEG:
         raise ValueError(f"LAUNCH['seg'] must divide {CT}, got {SEG}")
-    common = dict(H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, SEG=SEG, USE_H0=h0 is not None,
-                  num_warps=warps)
-    if forward:
-        o = torch.empty(TT, HV, V, dtype=acc, device=dev)
-        ht = torch.empty(N, HV, K, V, dtype=acc, device=dev)
-        _kda_bwd_kernel[(n_prog,)](
-            q, k, v, g, beta, z, h0 if h0 is not None else z, z, o, ht,
-            z, z, z, z, z, z, z, z, cu, chunk_offsets, scale, USE_DHT=False, FORWARD=True, **common)
-        return o.view(B, T, HV, V).to(v.dtype), ht  # rounded by torch (nearest even)
-    do = do.reshape(TT, HV, V).contiguous()
-    dht_k = dht.to(acc).contiguous() if dht is not None else z
+    n_work = NT * HV * triton.cdiv(V, BV)
+    if LAUNCH["programs"]:
+        n_prog = min(n_work, LAUNCH["programs"])
+    elif interp or dev.type != "cuda":
+        n_prog = n_work
+    else:
+        n_prog = min(n_work, 8 * torch.cuda.get_device_properties(dev).multi_processor_count)
     dq = torch.zeros(TT, HV, K, dtype=acc, device=dev)
     dk = torch.zeros(TT, HV, K, dtype=acc, device=dev)
     dg = torch.zeros(TT, HV, K, dtype=acc, device=dev)
     dbeta = torch.zeros(TT, HV, dtype=acc, device=dev)
     dv = torch.empty(TT, HV, V, dtype=acc, device=dev)
-    dh0 = torch.empty(N, HV, K, V, dtype=acc, device=dev)
-    checkpoints = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
-    scratch = torch.empty(n_prog, SEG, BK, BV, dtype=acc, device=dev)
-    _kda_bwd_kernel[(n_prog,)](
-        q, k, v, g, beta, do, h0 if h0 is not None else z, dht_k, z, z,
-        dq, dk, dv, dg, dbeta, dh0, checkpoints, scratch, cu, chunk_offsets, scale,
-        USE_DHT=dht is not None, FORWARD=False, **common)
+    scratch = torch.empty(n_prog, SEG + CT // SEG, BK, BV, dtype=acc, device=dev)
+    _local_kernel[(n_prog,)](
+        q, k, v, g, beta, do, states, dstates, dq, dk, dv, dg, dbeta, scratch, cu, chunk_indices, scale, n_work,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, SEG=SEG, num_warps=warps)
     # GVA: the value heads of a group share q/k heads; their contributions add up
     if HV != H:
         dq = dq.view(TT, H, HV // H, K).sum(2)
@@ -321,7 +533,7 @@ def kda_backward(
     xs, sizes, tables, acc, h0 = _prepare(q, k, v, g, beta, opts, initial_state, cu_seqlens)
     B, T, H, HV, K, V, N = sizes
     dht = _dht_kv(dht, opts, N, HV, K, V)
-    dq, dk, dv, dg, dbeta, dh0 = _launch(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), False)
+    dq, dk, dv, dg, dbeta, dh0 = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K))
     if initial_state is None:
         dh0 = None
     elif opts.state_layout == "vk":
@@ -337,12 +549,20 @@ def kda_forward_exact(
     opts: KDAOptions = _DEFAULT_OPTIONS, *, initial_state: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The forward token by token with the backward kernel's own steps (phase 1 alone): (o [B, T, HV, V] in
-    v's dtype, final state fp32, or fp64 for float64 inputs, in the options' layout). Same arguments as
-    `kda_backward` without the gradients. Exact to the compute dtype: for gradient checks, not for speed."""
-    xs, sizes, tables, acc, h0 = _prepare(q, k, v, g, beta, opts, initial_state, cu_seqlens)
-    K = sizes[4]
-    o, ht = _launch(xs, sizes, tables, acc, h0, None, None, opts.resolved_scale(K), True)
+    """The forward token by token with the backward's own steps: (o [B, T, HV, V] in v's dtype, final state
+    fp32, or fp64 for float64 inputs, in the options' layout). Same arguments as `kda_backward` without the
+    gradients. Exact to the compute dtype: for gradient checks, not for speed."""
+    from kda_trace.platform import triton_interpreted
+
+    (q, k, v, g, beta), (B, T, H, HV, K, V, N), tables, acc, h0 = _prepare(q, k, v, g, beta, opts, initial_state,
+                                                                          cu_seqlens)
+    BK = max(16, triton.next_power_of_2(K))
+    BV = _tile("bv", V, triton_interpreted())
+    o = torch.empty(B * T, HV, V, dtype=acc, device=q.device)
+    ht = torch.empty(N, HV, K, V, dtype=acc, device=q.device)
+    _forward_exact_kernel[(N * HV * triton.cdiv(V, BV),)](
+        q, k, v, g, beta, h0 if h0 is not None else ht, o, ht, tables[0], opts.resolved_scale(K),
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, USE_H0=h0 is not None, num_warps=4 if BK * BV <= 2048 else 8)
     if opts.state_layout == "vk":
         ht = ht.transpose(-1, -2).contiguous()
-    return o, ht
+    return o.view(B, T, HV, V).to(v.dtype), ht  # rounded by torch (nearest even)

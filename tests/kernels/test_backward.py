@@ -136,6 +136,70 @@ def test_v_tiles_add_up(monkeypatch):
     check(make(1, 20, 1, 2, 20, 36, seed=8))
 
 
+@pytest.mark.parametrize("seg", [16, 64])
+def test_multi_chunk_packed_gva_one_token_last(seg, monkeypatch):
+    """The chunk-level pass over several chunks: packed [130, 64, 1, 110, 1] tokens (three chunks with a
+    partial one, exactly one chunk, single tokens, a chunk of 46 tokens: with seg 16, three segments, the
+    last partial, a 1-token last sequence), GVA 1 -> 2 heads, K = 12, V = 20, with and without initial state
+    / dht; the local kernel with fewer persistent programs than work items (each loops over several chunks,
+    reusing its scratch)."""
+    from kda_trace.kernels import backward
+
+    x = make(1, 306, 1, 2, 12, 20, seed=12, n_seqs=5)
+    cu = torch.tensor([0, 130, 194, 195, 305, 306])
+    monkeypatch.setitem(backward.LAUNCH, "programs", 3)
+    monkeypatch.setitem(backward.LAUNCH, "seg", seg)
+    check(x, cu_seqlens=cu)
+    check(x, cu_seqlens=cu, use_h0=False, use_dht=False)
+
+
+def test_multi_chunk_strong_gates_all_tiles(monkeypatch):
+    """200 tokens (four chunks, the last partial) with g uniform in [-8, 0], K = 20, V = 36 (neither a power
+    of two), [V, K] states, no initial state; every kernel tiled as on a GPU: 16-wide V-tiles of the local
+    reverse (atomic partial sums), of the chunk pass and of the chunk maps (two column tiles of A_c), the
+    pass's products in 16-row blocks (two per [32, 32] map), segments of 16 tokens."""
+    from kda_trace.kernels import backward
+
+    for key, val in (("bv", 16), ("pass_bv", 16), ("map_bx", 16), ("pass_rows", 16), ("seg", 16)):
+        monkeypatch.setitem(backward.LAUNCH, key, val)
+    x = make(1, 200, 1, 1, 20, 36, seed=13, g_low=-8.0)
+    check(x, KDAOptions(state_layout="vk"), use_h0=False)
+    check(x, KDAOptions(state_layout="vk", scale=0.7))
+
+
+def test_multi_chunk_float64():
+    """Float64 inputs over three chunks (and packed with a 1-token sequence): the chunk pass's products in
+    ieee float64, every gradient to float64 accuracy."""
+    check(make(1, 140, 1, 2, 6, 7, seed=14, dtype=f64), bar=1e-12)
+    check(make(1, 140, 1, 2, 6, 7, seed=14, dtype=f64, n_seqs=2), cu_seqlens=torch.tensor([0, 139, 140]), bar=1e-12)
+
+
+def test_chunk_map_matches_chunked_form():
+    """The derivation the chunk pass rests on, in float64 torch (no kernel): over one chunk, with the chunked
+    forward's quantities (kernels/chunk.py: G, A_kk, A_qk, X = (I + A_kk)^-1, W, Qt, Kt, gamma), the
+    product of the token maps M_t = (I - beta k k^T) diag(exp g) is diag(gamma) - Kt^T W, and the reverse
+    sweep from dS = 0 gives Qt^T dO - W^T A_qk^T dO: dS_start = diag(gamma) dS_end + Qt^T dO - W^T (Kt dS_end
+    + A_qk^T dO)."""
+    x = make(1, 50, 1, 1, 8, 5, seed=15, dtype=f64)
+    q, k, g, beta, do = (x[n][0, :, 0].to(f64) for n in ("q", "k", "g", "beta", "do"))
+    n, K, scale = 50, 8, 0.4
+    G = g.cumsum(0)
+    decay = torch.exp(G[:, None, :] - G[None, :, :])  # [i, j, d]: exp(G_id - G_jd)
+    A_kk = torch.tril(beta[:, None] * torch.einsum("id,jd,ijd->ij", k, k, decay), -1)
+    A_qk = torch.tril(scale * torch.einsum("id,jd,ijd->ij", q, k, decay))
+    X = torch.linalg.inv(torch.eye(n, dtype=f64) + A_kk)
+    W = X @ (beta[:, None] * k * torch.exp(G))
+    Qt, Kt, gamma = scale * q * torch.exp(G), k * torch.exp(G[-1] - G), torch.exp(G[-1])
+    A, b = torch.eye(K, dtype=f64), torch.zeros(K, 5, dtype=f64)
+    for t in range(n):
+        A = (torch.eye(K, dtype=f64) - beta[t] * torch.outer(k[t], k[t])) @ torch.diag(torch.exp(g[t])) @ A
+    for t in reversed(range(n)):
+        b = b + scale * torch.outer(q[t], do[t])
+        b = torch.exp(g[t])[:, None] * (b - beta[t] * torch.outer(k[t], k[t] @ b))
+    assert torch.allclose(A, torch.diag(gamma) - Kt.T @ W, atol=1e-12)
+    assert torch.allclose(b, Qt.T @ do - W.T @ (A_qk.T @ do), atol=1e-12)
+
+
 class Defn:
     """The few Definition attributes the backward adapter reads: name, tags, input names in order."""
 
@@ -212,6 +276,29 @@ def test_real_head_dims_packed_gva_on_gpu():
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize("K,V,launch", [(128, 128, {"programs": 7, "seg": 64}),
+                                        (128, 128, {"bv": 32, "map_bx": 32, "pass_bv": 32, "pass_rows": 32}),
+                                        (256, 64, {}), (100, 60, {})])
+def test_launch_settings_and_head_dims_on_gpu(K, V, launch, monkeypatch):
+    """The compiled kernels under other launch settings (few persistent programs looping over many chunks,
+    64-token segments, 32-wide tiles) and head dims (K = 256 with V = 64; K, V not powers of two): packed
+    [300, 1, 129] tokens, GVA 1 -> 2, fp32 gradients against float64 autograd."""
+    from kda_trace.kernels import backward
+
+    for key, val in launch.items():
+        monkeypatch.setitem(backward.LAUNCH, key, val)
+    x = make(1, 430, 1, 2, K, V, seed=16, n_seqs=3)
+    cu = torch.tensor([0, 300, 301, 430])
+    ref = truth(x, K ** -0.5, cu)
+    x = {n: t.cuda() for n, t in x.items()}
+    gr = kda_backward(x["q"], x["k"], x["v"], x["g"], x["beta"], x["do"], initial_state=x["h0"], dht=x["dht"],
+                      cu_seqlens=cu.cuda())
+    for name, t in (("q", gr.dq), ("k", gr.dk), ("v", gr.dv), ("g", gr.dg), ("beta", gr.dbeta), ("h0", gr.dh0)):
+        assert rms_rel(t, ref[name]) <= BAR, (name, rms_rel(t, ref[name]))
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_bf16_training_step_matches_fla_on_gpu():
     """bf16 inputs through kda_autograd (safe gate, L2 norm, beta logits in PyTorch around our kernels) and
     through fla's chunk_kda with the same options: every gradient agrees to bf16 accuracy."""
@@ -249,7 +336,8 @@ def test_bf16_training_step_matches_fla_on_gpu():
 def test_int64_addressing_past_2_31_elements_backward():
     """q with more than 2^31 elements (H = 1, K = 256, 8.4M tokens in 1025 sequences; V = 16): the last
     sequence's gradients must equal those of a run on that sequence alone (bit for bit: one V-tile per
-    program, so no atomic-add reordering). About 45 GB of GPU memory."""
+    program, so no atomic-add reordering). About 60 GB of GPU memory at the peak (the chunk maps A_c, K x K
+    per chunk: 34 GB here)."""
     H, K, V = 1, 256, 16
     T = (2**31) // (H * K) + 1000
     last = 300
