@@ -386,6 +386,9 @@ class WorkerContext:
         d, w = task.definition, task.workload
         axes = {**d.const_axes, **w.axes}
         host = self.host(spec)
+        # from here a hang is this solution's: without this, a process that never answers (stopped by a signal,
+        # say) would time out in the worker's own last phase ('reference') and fail the workload for everyone
+        self.notify(spec, "request")
         try:
             reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
                                  name=task.names[spec], seed=self.config.seed, seed_b=seed_b, on_host=on_host)
@@ -443,6 +446,9 @@ class WorkerContext:
 
         timing = TimingResult([float(t) for t in reply["times_ms"]], str(reply["mode"]),
                               notes=[str(n) for n in reply.get("notes") or []])
+        miscount = _repetitions_miscounted(reply, timing, on_host)
+        if miscount:
+            return rec(spec, S.REWARD_HACK, miscount, correctness=correctness)
         verdict = self.check_timed_repetition(d, host, reply.get("digests"), fresh, correctness)
         if verdict is not None:
             return rec(spec, verdict[0], verdict[1], correctness=correctness)
@@ -655,6 +661,22 @@ def _status(reply: Dict[str, Any]) -> S:
     except ValueError:
         return S.RUNTIME_ERROR
     return S.REWARD_HACK if status == S.PASSED else status
+
+
+def _repetitions_miscounted(reply: Dict[str, Any], timing, on_host: bool) -> str:
+    """Why the timing reply does not add up, or ''. The judge gave one seed per timed repetition but the last
+    (SolutionHost.request counts them): the times and digests must number one more, and with two repetitions or
+    more at least one digest must be there (the host always digests one)."""
+    if on_host:
+        return ""
+    given, digests = reply.get("seeds_given"), reply.get("digests")
+    n = len(timing.times_ms)
+    if given is None or digests is None or given + 1 != n or len(digests) != n:
+        return (f"the timing loop reported {n} times and {len(digests or [])} digests, but asked the judge for "
+                f"{given} repetition seeds (one per repetition but the last): the harness's records were changed")
+    if n >= 2 and not any(g is not None for g in digests):
+        return f"none of {n} timed repetitions has a digest (the host always keeps one): the digests were removed"
+    return ""
 
 
 class FreshReferences:

@@ -356,6 +356,8 @@ class _Host:
 
 CACHE_LIMIT_BYTES = 1 << 30
 """A solution's process gives its cached GPU memory back after an evaluation when it holds more than this."""
+STOPPED_CHECK_S = 0.5
+"""How often the worker looks whether a solution's process it waits for was stopped by a signal."""
 GATE_CYCLES = 50_000_000
 """About 30 ms of GPU clock: longer than a compiled call's host time, short beside a workload's evaluation."""
 
@@ -444,7 +446,7 @@ class SolutionHost:
                 return self._forged(f"a message on the runner's channel did not answer the runner's request: "
                                     f"{str(reply)[:200]}")
             if reply.get("kind") != "seed":
-                return reply
+                return {**reply, "seeds_given": given} if seeds is not None else reply
             if seeds is None:
                 return self._forged("a timing-loop seed was asked for outside the timing loop (by the solution, "
                                     "on the runner's channel)")
@@ -463,6 +465,8 @@ class SolutionHost:
 
         while True:
             try:
+                while not self.conn.poll(STOPPED_CHECK_S):
+                    self._resume_if_stopped()
                 raw = self.conn.recv_bytes()
             except (EOFError, OSError):
                 self.process.join(5)
@@ -480,6 +484,20 @@ class SolutionHost:
                 self.notify(self.spec, str(reply.get("phase")))
                 continue
             return reply
+
+    def _resume_if_stopped(self) -> None:
+        """SIGCONT for a process stopped by a signal (SIGSTOP from another process of the same user, or from one
+        it forked itself): a stopped solution would otherwise hang the run until --timeout."""
+        try:
+            with open(f"/proc/{self.process.pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError, AttributeError):
+            return
+        if state in ("T", "t"):
+            try:
+                os.kill(self.process.pid, signal.SIGCONT)
+            except OSError:
+                pass
 
     def load(self, label: str, device: str) -> Dict[str, Any]:
         """The outputs the process wrote for `label` ('first' or 'final'), read as plain tensors."""

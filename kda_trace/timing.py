@@ -252,7 +252,7 @@ def _time_cpu(run, work, restore, reps, digest=None):
         times.append((_perf_counter() - t0) * 1e3)
         if i == reps - 1:
             snap = snapshot(outputs)
-        digests.append(digest(outputs, restore.current) if _digested(i, reps, digest) else None)
+        digests.append(digest(outputs, restore.current) if _digested(i, reps, digest, digests) else None)
     return times, outputs, snap, [], digests if digest is not None else []
 
 
@@ -262,12 +262,15 @@ pool's twice)."""
 _system_random = random.SystemRandom()  # the OS's randomness: nothing in the process predicts it
 
 
-def _digested(i: int, reps: int, digest) -> bool:
+def _digested(i: int, reps: int, digest, so_far: List[Any]) -> bool:
     """Whether repetition i (which has returned) is digested: never the last, the others each with the chance
-    that makes about DIGESTED_REPS in all (every one when there are no more than that; none with a chance of
-    about e^-8 when there are many, and then the judge checks none)."""
+    that makes about DIGESTED_REPS in all (every one when there are no more than that), and the one before the
+    last when none was yet (the judge takes a timing loop of two or more repetitions without a digest for a
+    harness whose records were changed)."""
     if digest is None or i >= reps - 1:
         return False
+    if i == reps - 2 and not any(g is not None for g in so_far):
+        return True
     return _system_random.random() < DIGESTED_REPS / max(reps - 1, 1)
 
 
@@ -296,7 +299,7 @@ def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=Non
         walls.append((_perf_counter() - t0) * 1e3)
         if digest is not None:
             digests.append(digest(static_outputs if static_outputs is not None else outputs, restore.current)
-                           if _digested(i, reps, digest) else None)
+                           if _digested(i, reps, digest, digests) else None)
     times = [_event_elapsed(s, e) for s, e in zip(starts, ends)]
     return times, (static_outputs if static_outputs is not None else outputs), snap, walls, digests
 

@@ -124,8 +124,16 @@ def test_every_timed_repetition_gets_inputs_of_its_own_and_a_digest():
 def test_digested_repetitions_are_drawn_after_they_return_about_eight_of_many():
     from kda_trace.timing import _digested
 
-    assert not any(_digested(i, 5, object()) for i in [4]) and all(_digested(i, 5, object()) for i in range(4))
-    assert not _digested(0, 5, None)
-    counts = [sum(_digested(i, 200, object()) for i in range(200)) for _ in range(200)]
-    assert 7 <= sum(counts) / len(counts) <= 9 and min(counts) < max(counts)  # random, about DIGESTED_REPS
+    assert not _digested(4, 5, object(), []) and all(_digested(i, 5, object(), []) for i in range(4))
+    assert not _digested(0, 5, None, [])
+    assert _digested(198, 200, object(), [None] * 198)  # none drawn so far: the one before the last is
+
+    def loop(reps):
+        so_far = []
+        for i in range(reps):
+            so_far.append(1 if _digested(i, reps, object(), so_far) else None)
+        return sum(1 for g in so_far if g is not None)
+
+    counts = [loop(200) for _ in range(200)]
+    assert 7 <= sum(counts) / len(counts) <= 9 and min(counts) >= 1 and min(counts) < max(counts)
     assert DIGESTED_REPS == 8
