@@ -243,17 +243,18 @@ def _sync(device: str) -> None:
 
 
 def _time_cpu(run, work, restore, reps, digest=None):
-    times, digests = [], []
+    clock = _perf_counter  # a local from here on: a module attribute swapped during the loop is not read
+    times, digests = (), []  # tuples: nothing in the call can change a time already taken through a reference
     outputs = snap = None
     for i in range(reps):
         restore(work, last=i == reps - 1, rep=i)
-        t0 = _perf_counter()
+        t0 = clock()
         outputs = run(**work)
-        times.append((_perf_counter() - t0) * 1e3)
+        times = times + ((clock() - t0) * 1e3,)
         if i == reps - 1:
             snap = snapshot(outputs)
         digests.append(digest(outputs, restore.current) if _digested(i, reps, digest, digests) else None)
-    return times, outputs, snap, [], digests if digest is not None else []
+    return list(times), outputs, snap, [], digests if digest is not None else []
 
 
 DIGESTED_REPS = 8
@@ -279,29 +280,31 @@ def _new_event():
 
 
 def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=None):
-    starts = [_new_event() for _ in range(reps)]
-    ends = [_new_event() for _ in range(reps)]
+    # the clocks as locals, the events and times as tuples: see _time_cpu
+    clock, record, elapsed, synchronize = _perf_counter, _event_record, _event_elapsed, _cuda_synchronize
+    starts = tuple(_new_event() for _ in range(reps))
+    ends = tuple(_new_event() for _ in range(reps))
     outputs = snap = None
-    walls, digests = [], []
+    walls, digests = (), []
     for i in range(reps):
         last = i == reps - 1
         restore(work, last=last, rep=i)  # prepared before the flush
         flush_l2(device)
         stream = _current_stream()
-        _cuda_synchronize()
-        t0 = _perf_counter()
-        _event_record(starts[i], stream)
+        synchronize()
+        t0 = clock()
+        record(starts[i], stream)
         outputs = call()
-        _event_record(ends[i], stream)
+        record(ends[i], stream)
         if last:
             snap = snapshot(static_outputs if static_outputs is not None else outputs)
-        _cuda_synchronize()
-        walls.append((_perf_counter() - t0) * 1e3)
+        synchronize()
+        walls = walls + ((clock() - t0) * 1e3,)
         if digest is not None:
             digests.append(digest(static_outputs if static_outputs is not None else outputs, restore.current)
                            if _digested(i, reps, digest, digests) else None)
-    times = [_event_elapsed(s, e) for s, e in zip(starts, ends)]
-    return times, (static_outputs if static_outputs is not None else outputs), snap, walls, digests
+    times = [elapsed(s, e) for s, e in zip(starts, ends)]
+    return times, (static_outputs if static_outputs is not None else outputs), snap, list(walls), digests
 
 
 def _capture(run, work, inputs, device, notes):
