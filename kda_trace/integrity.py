@@ -4,7 +4,8 @@ A solution runs in a process of its own (solution_host.py), so whatever it patch
 say whether it tried, so that its own record cannot lie either:
 - `HarnessFingerprint`: the identity of every function and class attribute of the modules the harness relies
   on (torch, torch.cuda, time, threading, builtins, gc, kda_trace's own modules, the tensor and CUDA event
-  classes), taken before the solution is imported and compared after every call;
+  classes) and the values of kda_trace's module constants (the checks' settings), taken before the solution
+  is imported and compared after every call;
 - `new_threads`: Python threads the solution left running after it returned;
 - `foreign_memory`: outputs that share memory with an input (other than the in-place pairs the definition
   declares); `unusual_outputs`: outputs that are tensor subclasses or on another device;
@@ -37,6 +38,9 @@ AFTER_RETURN_WAIT_S = 0.02
 fills them 2 ms later is seen)."""
 
 
+_CONSTANT_TYPES = (int, float, str, bytes, bool, tuple, frozenset, type(None))
+
+
 def _identity(value: Any) -> int:
     code = getattr(value, "__code__", None)  # a replaced function body keeps the function object
     return hash((id(value), id(code) if code is not None else 0))
@@ -57,11 +61,17 @@ class HarnessFingerprint:
             if module is None:
                 continue
             entries[f"sys.modules[{name!r}]"] = id(module)
+            ours = name == "kda_trace" or name.startswith("kda_trace.")
             for attr, value in list(vars(module).items()):
                 if callable(value) or isinstance(value, types.ModuleType):
                     entries[f"{name}.{attr}"] = _identity(value)
                     if isinstance(value, type) and getattr(value, "__module__", "").startswith("kda_trace"):
                         cls._add_class(entries, f"{name}.{attr}", value)
+                elif ours and isinstance(value, _CONSTANT_TYPES):  # the checks' settings: GATE_CYCLES, slacks...
+                    try:
+                        entries[f"{name}.{attr}"] = hash(("constant", type(value).__name__, value))
+                    except TypeError:  # a tuple holding something unhashable
+                        pass
         for klass in WATCHED_CLASSES:
             cls._add_class(entries, f"{klass.__module__}.{klass.__qualname__}", klass)
         return cls(entries)

@@ -94,3 +94,13 @@ def test_an_inplace_pool_is_digested_as_what_the_call_wrote():
     assert digest_mismatches(output_digest({"pool": written.clone()}, 5, base={"pool": pool}), want, {"pool": 0.0}) == {}
     # without the base, the skipped write hides in the untouched slots
     assert digest_mismatches(output_digest({"pool": pool}, 5), output_digest({"pool": written}, 5), {"pool": 0.0}) == {}
+
+
+def test_fingerprint_names_changed_settings_of_the_checks(monkeypatch):
+    from kda_trace import solution_host, timing
+    from kda_trace.integrity import HarnessFingerprint
+
+    before = HarnessFingerprint.capture()
+    monkeypatch.setattr(solution_host, "GATE_CYCLES", 0)
+    monkeypatch.setattr(timing, "OUTSIDE_STREAM_FACTOR", 1e9)
+    assert {"kda_trace.solution_host.GATE_CYCLES", "kda_trace.timing.OUTSIDE_STREAM_FACTOR"} <= set(before.changes())
