@@ -404,7 +404,8 @@ class WorkerContext:
             return rec(spec, status, why)
         correctness = self.correctness(d, inputs_a, ref_a, outputs)
         del outputs  # free before timing (stress workloads)
-        mutated = [str(n) for n in reply.get("mutated") or []]
+        sums = reply.get("input_checksums") or {}
+        mutated = [n for n, c in fresh.input_checksums(inputs_a).items() if sums.get(n) != str(c)]
         if mutated:
             _skip(host)
             return rec(spec, S.INPUT_MUTATED, f"the solution changed input(s) {mutated}, which it may not write",
@@ -691,7 +692,16 @@ class FreshReferences:
         self.d, self.w, self.reference, self.device, self.root, self.on_host = d, w, reference, device, root, on_host
         self.seeds: List[int] = []
         self.digest_seed = secrets.randbits(SEED_BITS)
+        self._checksums: Optional[Dict[str, int]] = None
         self.made: Dict[int, Tuple[Dict[str, Any], Dict[str, Any], Optional[Dict[str, Any]]]] = {}
+
+    def input_checksums(self, inputs_a: Dict[str, Any]) -> Dict[str, int]:
+        """Input set A's checksums (integrity.bit_checksum), made once: a call's inputs must still have them."""
+        from .integrity import input_checksums
+
+        if self._checksums is None:
+            self._checksums = input_checksums(self.d, inputs_a)
+        return self._checksums
 
     def seed(self, rep: int) -> int:
         while len(self.seeds) <= rep:

@@ -205,13 +205,13 @@ class _Host:
             return
         if self.after_call_problems("the first call", d, outputs, copies, args, threads, sync):
             return
-        mutated = _mutated_inputs(d, inputs_a, args)
+        checksums = integrity.input_checksums(d, args)  # compared by the judge with its own inputs
         del args, result, outputs
         if self.device.startswith("cuda") and self.unjoined_streams(d, run, inputs_a, sync):
             return
         self.save("first", copies)
         self.pending = (d, w, run, inputs_a, inputs_b, first_call_s, bool(request["on_host"]))
-        self.reply(kind="first", first_call_s=first_call_s, mutated=mutated)
+        self.reply(kind="first", first_call_s=first_call_s, input_checksums={n: str(c) for n, c in checksums.items()})
 
     def unjoined_streams(self, d, run, inputs_a, sync) -> bool:
         """A second call with the caller's stream held back on the GPU (GATE_CYCLES) until the call has returned
@@ -382,14 +382,6 @@ def _syncer(device: str):
     from . import timing
 
     return lambda: timing._sync(device)
-
-
-def _mutated_inputs(d, inputs, args) -> list:
-    """Inputs (other than the in-place ones) whose bits the call changed."""
-    from .compare import bits_equal
-
-    return [n for n, v in inputs.items() if n not in d.inplace.values() and hasattr(v, "shape")
-            and not bool(bits_equal(args[n], v.to(args[n].device)).all())]
 
 
 # ============================================================================ the worker's side

@@ -104,3 +104,17 @@ def test_fingerprint_names_changed_settings_of_the_checks(monkeypatch):
     monkeypatch.setattr(solution_host, "GATE_CYCLES", 0)
     monkeypatch.setattr(timing, "OUTSIDE_STREAM_FACTOR", 1e9)
     assert {"kda_trace.solution_host.GATE_CYCLES", "kda_trace.timing.OUTSIDE_STREAM_FACTOR"} <= set(before.changes())
+
+
+def test_bit_checksums_tell_any_changed_element_and_agree_on_copies():
+    from kda_trace.integrity import bit_checksum
+
+    g = torch.Generator().manual_seed(3)
+    for x in (torch.randn(300, 7, generator=g).to(torch.bfloat16), torch.randn(50, generator=g).double(),
+              torch.randint(0, 9, (40,), generator=g, dtype=torch.int32), torch.rand(20, generator=g) > 0.5):
+        assert bit_checksum(x) == bit_checksum(x.clone()) == bit_checksum(x.t().contiguous().t())
+        y = x.clone().reshape(-1)
+        y[len(y) // 2] = y[len(y) // 2] + 1 if y.dtype != torch.bool else ~y[len(y) // 2]
+        assert bit_checksum(y.reshape(x.shape)) != bit_checksum(x)
+    z = torch.zeros(8)
+    assert bit_checksum(z) != bit_checksum(-z)  # -0.0 has other bits
