@@ -1,0 +1,185 @@
+"""Red-team attempts on the runner's verdict (issue 15): solutions that try to get PASSED, or a better time than
+they deserve, on the CPU. Used as `--solution tests/runner/redteam.py::NAME`; tests/runner/test_redteam.py runs
+them and says which are caught today and which are open holes (xfail).
+
+Every attempt computes with the honest base of cheats.py (the reference; `CHEATS_HONEST_DELAY_S` makes each
+honest computation that long, the cost that a cheat skips when it returns zeros), and reaches around the runner
+in one way. The outcome noted on each was seen on toy_scan with `--workers 1` (see the test file).
+
+The solution runs in its own process, but the timing loop (kda_trace.timing._time_cpu / _time_gpu) runs in
+that process too, with its data in plain Python objects on the solution's call stack: the times list, the set
+of repetitions that will be digested, the digests list, the module global `_perf_counter`.
+"""
+
+import os
+import signal
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cheats import _base_outputs, _device, _shaped_like_outputs, supports  # noqa: E402, F401
+
+
+def _timing_frame():
+    """The harness's timing-loop frame on the caller's stack (sys._getframe: no inspect, no gc), or None."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name in ("_time_cpu", "_time_gpu") and "reps" in f.f_locals:
+            return f
+        f = f.f_back
+    return None
+
+
+def _zeros(inputs):
+    return {n: torch.zeros(s, dtype=t, device=_device(inputs)) for n, (s, t) in _shaped_like_outputs(inputs).items()}
+
+
+def _is_last(frame) -> bool:
+    return frame.f_locals["i"] == frame.f_locals["reps"] - 1
+
+
+def honest(**inputs):
+    """The base, unchanged (a control in the same run). Outcome: PASSED, honest time."""
+    return _base_outputs(**inputs)
+
+
+def rewrites_times(**inputs):
+    """Honest outputs every call; inside the timing loop it overwrites the harness's `times` list (a local of
+    _time_cpu, reached through sys._getframe) with 1 us per repetition already measured. Only the last
+    repetition's own time is appended after it returns, so the median is the forged one.
+    Outcome today: PASSED with a fake time (1e-3 ms instead of CHEATS_HONEST_DELAY_S)."""
+    out = _base_outputs(**inputs)
+    frame = _timing_frame()
+    if frame is not None:
+        times = frame.f_locals["times"]
+        times[:] = [1e-3] * len(times)
+    return out
+
+
+def self_removing_timer_patch(**inputs):
+    """Honest outputs; inside the timing loop it replaces kda_trace.timing._perf_counter (the clock captured
+    before the solution was imported) with one that, read once after the call returned, reports 1 us since the
+    repetition's t0 and puts the real clock back. The harness's fingerprint is compared only after the whole
+    timing loop, when the global is the original again.
+    Outcome today: PASSED with a fake time (every repetition 1e-3 ms)."""
+    out = _base_outputs(**inputs)
+    frame = _timing_frame()
+    if frame is not None:
+        timing = sys.modules["kda_trace.timing"]
+        real = timing._perf_counter
+        t0 = frame.f_locals["t0"]
+
+        def fake():
+            timing._perf_counter = real  # removes itself before anyone checks
+            return t0 + 1e-6
+
+        timing._perf_counter = fake
+    return out
+
+
+def skips_undrawn_reps(**inputs):
+    """Reads the set of repetitions that will be digested (`drawn`, a local of the timing loop) and returns
+    zeros at once on every other repetition; honest on the drawn ones, the last one and outside the loop. With
+    more than DIGESTED_REPS + 1 repetitions (always on a GPU: 10..200) most repetitions are fast garbage.
+    Outcome today: PASSED with a fake time when reps > 9 (`--max-reps 20`); the digest check passes, as every
+    digested repetition was honest."""
+    frame = _timing_frame()
+    if frame is not None and not _is_last(frame) and frame.f_locals["i"] not in frame.f_locals["drawn"]:
+        return _zeros(inputs)
+    return _base_outputs(**inputs)
+
+
+def clears_digests(**inputs):
+    """Zeros at once on every timed repetition but the last; on the last one it sets every entry of the
+    harness's `digests` list to None before returning, so the judge sees no digested repetition and records
+    'a single timed repetition' (the judge does not check that the number of digests fits the number of times).
+    Outcome today: PASSED with a fake time (the zero-cost repetitions make the median)."""
+    frame = _timing_frame()
+    if frame is None:
+        return _base_outputs(**inputs)
+    if not _is_last(frame):
+        return _zeros(inputs)
+    digests = frame.f_locals["digests"]
+    digests[:] = [None] * len(digests)
+    return _base_outputs(**inputs)
+
+
+def stops_other_solutions(**inputs):
+    """Honest outputs, but it sends SIGSTOP to the other solution processes of its worker (its siblings: same
+    parent, `spawn_main` on their command line). The next request to a stopped sibling never gets a reply.
+    Outcome today: the sibling gets TIMEOUT (or is killed with its worker) instead of PASSED: one solution
+    changed another's record. Only with REDTEAM_SIGNALS=1 in the environment (tests set it)."""
+    if os.environ.get("REDTEAM_SIGNALS") == "1":
+        me, parent = os.getpid(), os.getppid()
+        for pid in _siblings(parent):
+            if pid != me:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except OSError:
+                    pass
+    return _base_outputs(**inputs)
+
+
+def _siblings(parent: int):
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and b"spawn_main" in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def plants_dirs_in_other_workdirs(**inputs):
+    """Honest outputs, but it creates a directory named `first.safetensors` in every other solution's work
+    directory (tempfile.gettempdir()/kda_trace_solution_*, same user), so that solution's process cannot write
+    its outputs there. Outcome today: the other solution gets RUNTIME_ERROR on every later workload. Only with
+    REDTEAM_WORKDIRS=1 (tests set it, with TMPDIR pointing at a private directory)."""
+    if os.environ.get("REDTEAM_WORKDIRS") == "1":
+        import glob
+        import tempfile
+
+        mine = None
+        frame = sys._getframe(1)
+        while frame is not None and mine is None:
+            host = frame.f_locals.get("self")
+            mine = getattr(host, "workdir", None) if type(host).__name__ == "_Host" else None
+            frame = frame.f_back
+        for workdir in glob.glob(os.path.join(tempfile.gettempdir(), "kda_trace_solution_*")):
+            if mine is not None and os.path.samefile(workdir, mine):
+                continue
+            for label in ("first", "final", "check"):
+                path = os.path.join(workdir, f"{label}.safetensors")
+                if not os.path.exists(path):
+                    try:
+                        os.mkdir(path)
+                    except OSError:
+                        pass
+    return _base_outputs(**inputs)
+
+
+def forked_writer(**inputs):
+    """Returns outputs in shared memory still empty and forks a child that writes the honest answer into them
+    50 ms later (not a thread: integrity.new_threads only sees Python threads).
+    Outcome today: INCORRECT_NUMERICAL (the outputs are copied the moment the call returns, and the copies
+    are judged) or REWARD_HACK (changed after return)."""
+    right = _base_outputs(**inputs)
+    out = {n: torch.zeros_like(v).share_memory_() for n, v in right.items()}
+    pid = os.fork()
+    if pid == 0:  # the child: no Python cleanup, no flush of the parent's buffers
+        try:
+            time.sleep(0.05)
+            for n, v in right.items():
+                out[n].copy_(v)
+        finally:
+            os._exit(0)
+    return out
