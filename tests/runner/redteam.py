@@ -183,3 +183,29 @@ def forked_writer(**inputs):
         finally:
             os._exit(0)
     return out
+
+
+_precomputed = {}
+
+
+def precomputes_all_reps(**inputs):
+    """On the first timed repetition it computes the answers of every repetition of the loop at once: their
+    inputs are reachable from the timing loop's frame (`restore.rep_inputs(i)`, made from the secret rep_seed
+    the process was sent, and `restore.final_inputs`, input set B). Every later repetition returns a copy of
+    its precomputed answer: all outputs are right, every digest matches, but one repetition pays for all and
+    the median is the copy's time. Needs no patch and no forged data.
+    Outcome today: PASSED with a fake time (the honest cost is paid once per loop, not per call)."""
+    frame = _timing_frame()
+    if frame is None:
+        return _base_outputs(**inputs)
+    i, reps, restore = frame.f_locals["i"], frame.f_locals["reps"], frame.f_locals["restore"]
+    key = id(restore)
+    if key not in _precomputed:
+        _precomputed.clear()
+        answers = {}
+        for j in range(reps):
+            source = restore.final_inputs if j == reps - 1 else restore.rep_inputs(j)
+            args = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in source.items()}
+            answers[j] = _base_outputs(**args)
+        _precomputed[key] = answers
+    return {n: v.clone() for n, v in _precomputed[key][i].items()}
