@@ -209,3 +209,27 @@ def precomputes_all_reps(**inputs):
             answers[j] = _base_outputs(**args)
         _precomputed[key] = answers
     return {n: v.clone() for n, v in _precomputed[key][i].items()}
+
+
+_forked = []
+
+
+def stops_itself_between_workloads(**inputs):
+    """Honest outputs; on its first call it forks a child that, 1.5 s later (the process is then idle, waiting
+    for the next workload), SIGSTOPs the solution's own process. The next request gets no reply and no phase
+    message, so the worker times out in the phase it last posted itself, 'reference': every remaining solution
+    of that workload, this one included, is recorded INVALID_REFERENCE. A solution that expects to fail a
+    workload can turn it into the reference's fault and wipe the others' passes there.
+    Outcome today: INVALID_REFERENCE for itself and the honest solution on the next workload. Only with
+    REDTEAM_SIGNALS=1 in the environment (tests set it)."""
+    if os.environ.get("REDTEAM_SIGNALS") == "1" and not _forked:
+        host = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                time.sleep(1.5)
+                os.kill(host, signal.SIGSTOP)
+            finally:
+                os._exit(0)
+        _forked.append(pid)
+    return _base_outputs(**inputs)

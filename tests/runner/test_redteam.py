@@ -110,3 +110,21 @@ def test_a_solution_cannot_break_another_solutions_work_directory(tmp_path):
     got = _sabotage_run(tmp_path / "out", "plants_dirs_in_other_workdirs",
                         {"REDTEAM_WORKDIRS": "1", "TMPDIR": str(private_tmp)})
     assert [ev["status"] for ev in got["honest"]] == ["PASSED"] * 3, [ev["log"][:200] for ev in got["honest"]]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open hole: a solution's process that does not "
+                   "answer a request before posting a phase is blamed on the reference (the worker's last phase): "
+                   "the whole workload becomes INVALID_REFERENCE")
+def test_a_solution_that_stops_itself_is_blamed_alone(tmp_path):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("REDTEAM_SIGNALS", "1")
+    argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--size", "all", "--timeout", "10",
+            "--out", str(tmp_path), "--solution", f"{REDTEAM}::stops_itself_between_workloads",
+            "--solution", f"{REDTEAM}::honest"]
+    try:
+        main(argv)
+    finally:
+        mp.undo()
+    got = statuses(tmp_path)
+    assert [ev["status"] for ev in got["honest"]] == ["PASSED"] * 3, [ev["log"][:200] for ev in got["honest"]]
+    assert all(ev["status"] != "INVALID_REFERENCE" for ev in got["stops_itself_between_workloads"])
