@@ -48,13 +48,21 @@ def honest(**inputs):
 def rewrites_times(**inputs):
     """Honest outputs every call; inside the timing loop it overwrites the harness's `times` list (a local of
     _time_cpu, reached through sys._getframe) with 1 us per repetition already measured. Only the last
-    repetition's own time is appended after it returns, so the median is the forged one.
+    repetition's own time is appended after it returns, so the median is the forged one. On a GPU it replaces
+    the current repetition's start event (a list of the loop) by one recorded after its work, and forges the
+    host-clock cross-check's `walls` list the same way.
     Outcome today: PASSED with a fake time (1e-3 ms instead of CHEATS_HONEST_DELAY_S)."""
     out = _base_outputs(**inputs)
     frame = _timing_frame()
-    if frame is not None:
+    if frame is not None and frame.f_code.co_name == "_time_cpu":
         times = frame.f_locals["times"]
         times[:] = [1e-3] * len(times)
+    elif frame is not None:  # _time_gpu: the times are read from the events after the loop
+        now = torch.cuda.Event(enable_timing=True)
+        now.record()  # after all of this call's work on the caller's stream
+        frame.f_locals["starts"][frame.f_locals["i"]] = now  # this repetition now starts when its work ended
+        walls = frame.f_locals["walls"]  # the host-clock cross-check, a list too
+        walls[:] = [1e-3] * len(walls)
     return out
 
 
@@ -62,7 +70,8 @@ def self_removing_timer_patch(**inputs):
     """Honest outputs; inside the timing loop it replaces kda_trace.timing._perf_counter (the clock captured
     before the solution was imported) with one that, read once after the call returned, reports 1 us since the
     repetition's t0 and puts the real clock back. The harness's fingerprint is compared only after the whole
-    timing loop, when the global is the original again.
+    timing loop, when the global is the original again. On a GPU it also replaces timing._event_elapsed on the
+    last repetition with one that answers 1 us and puts the real one back after the loop's last read.
     Outcome today: PASSED with a fake time (every repetition 1e-3 ms)."""
     out = _base_outputs(**inputs)
     frame = _timing_frame()
@@ -75,7 +84,17 @@ def self_removing_timer_patch(**inputs):
             timing._perf_counter = real  # removes itself before anyone checks
             return t0 + 1e-6
 
-        timing._perf_counter = fake
+        timing._perf_counter = fake  # on a GPU this forges the host-clock cross-check (`walls`)
+        if frame.f_code.co_name == "_time_gpu" and _is_last(frame):  # and the events, read after the loop
+            real_elapsed, calls = timing._event_elapsed, []
+
+            def fake_elapsed(start, end):
+                calls.append(1)
+                if len(calls) == frame.f_locals["reps"]:
+                    timing._event_elapsed = real_elapsed
+                return 1e-3
+
+            timing._event_elapsed = fake_elapsed
     return out
 
 
@@ -199,16 +218,14 @@ def precomputes_all_reps(**inputs):
     if frame is None:
         return _base_outputs(**inputs)
     i, reps, restore = frame.f_locals["i"], frame.f_locals["reps"], frame.f_locals["restore"]
-    key = id(restore)
-    if key not in _precomputed:
-        _precomputed.clear()
+    if _precomputed.get("restore") is not restore:  # (the object itself is kept: an id could be reused)
         answers = {}
         for j in range(reps):
             source = restore.final_inputs if j == reps - 1 else restore.rep_inputs(j)
             args = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in source.items()}
             answers[j] = _base_outputs(**args)
-        _precomputed[key] = answers
-    return {n: v.clone() for n, v in _precomputed[key][i].items()}
+        _precomputed.update(restore=restore, answers=answers)
+    return {n: v.clone() for n, v in _precomputed["answers"][i].items()}
 
 
 _forked = []
