@@ -250,3 +250,25 @@ def stops_itself_between_workloads(**inputs):
                 os._exit(0)
         _forked.append(pid)
     return _base_outputs(**inputs)
+
+
+def mutates_input_and_hides_it(**inputs):
+    """Computes the honest answer, then overwrites an input it may not write (the first floating-point input
+    that is not in-place: scratch space it did not allocate) and makes the same change to the solution
+    process's own copy of the inputs (`inputs_a` in the host's frame), which the host compares the call's
+    arguments against. (The runner's INPUT_MUTATED check is made in the solution's process.)
+    Outcome today: PASSED instead of INPUT_MUTATED."""
+    out = _base_outputs(**inputs)
+    from cheats import _definitions
+
+    inplace = set(_definitions["current"].inplace.values())
+    name = next(n for n, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+                and n not in inplace)
+    inputs[name].mul_(-1.0)  # the caller's tensor: its sign flipped
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "first" and "inputs_a" in f.f_locals:
+            f.f_locals["inputs_a"][name].mul_(-1.0)
+            break
+        f = f.f_back
+    return out

@@ -49,7 +49,7 @@ def timing_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("redteam_timing")
     argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--max-reps", MAX_REPS,
             "--out", str(out)]
-    for name in (*TIME_HOLES, "forked_writer", "honest"):
+    for name in (*TIME_HOLES, "forked_writer", "mutates_input_and_hides_it", "honest"):
         argv += ["--solution", f"{REDTEAM}::{name}"]
     try:
         main(argv)
@@ -79,6 +79,13 @@ def test_outputs_written_later_by_a_forked_child_are_not_judged(timing_run):
     """The outputs are copied the moment the call returns: what a forked child writes later is never seen."""
     ev = timing_run["forked_writer"][0]
     assert ev["status"] in ("INCORRECT_NUMERICAL", "REWARD_HACK"), ev["log"]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open hole: INPUT_MUTATED is decided in the "
+                   "solution's process, against that process's own copy of the inputs, which the solution can change too")
+def test_an_input_written_by_the_solution_is_seen(timing_run):
+    ev = timing_run["mutates_input_and_hides_it"][0]
+    assert ev["status"] == "INPUT_MUTATED", (ev["status"], ev["log"][:200])
 
 
 def _sabotage_run(out: Path, name: str, env: dict, extra=()):
