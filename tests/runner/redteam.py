@@ -6,6 +6,20 @@ Every attempt computes with the honest base of cheats.py (the reference; `CHEATS
 honest computation that long, the cost that a cheat skips when it returns zeros), and reaches around the runner
 in one way. The outcome noted on each was seen on toy_scan with `--workers 1` (see the test file).
 
+| fixture | what it does | outcome today (CPU) |
+|---|---|---|
+| honest | the base (control) | PASSED, honest time |
+| rewrites_times | rewrites the timing loop's `times` list (GPU: start events and `walls`) | PASSED, fake time |
+| self_removing_timer_patch | swaps timing._perf_counter during a repetition; the fake puts the real one back | PASSED, fake time |
+| skips_undrawn_reps | reads `drawn`; zeros at once on repetitions that are not digested | PASSED, fake time (reps > 9) |
+| clears_digests | zeros on timed repetitions, then sets every digest to None | PASSED, fake time |
+| precomputes_all_reps | computes every repetition's answer in the first one (inputs from the loop's frame) | PASSED, fake time |
+| mutates_input_and_hides_it | writes an input, makes the same change to the host's copy | PASSED (not INPUT_MUTATED) |
+| stops_other_solutions | SIGSTOPs its sibling solution processes | the honest one: not PASSED |
+| plants_dirs_in_other_workdirs | a directory named first.safetensors in the others' work directories | the honest one: RUNTIME_ERROR |
+| stops_itself_between_workloads | a forked child SIGSTOPs its own process between workloads | everyone: INVALID_REFERENCE |
+| forked_writer | a forked child (not a thread) fills shared-memory outputs after return | caught (INCORRECT_NUMERICAL) |
+
 The solution runs in its own process, but the timing loop (kda_trace.timing._time_cpu / _time_gpu) runs in
 that process too, with its data in plain Python objects on the solution's call stack: the times list, the set
 of repetitions that will be digested, the digests list, the module global `_perf_counter`.
