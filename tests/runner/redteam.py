@@ -36,6 +36,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cheats import _base_outputs, _device, _shaped_like_outputs, supports  # noqa: E402, F401
 
 
+FORGED = 0.3
+"""The fraction of the measured time that the forging fixtures report: plausible, above any physical floor."""
+
+
 def _timing_frame():
     """The harness's timing-loop frame on the caller's stack (sys._getframe: no inspect, no gc), or None."""
     f = sys._getframe(1)
@@ -61,32 +65,33 @@ def honest(**inputs):
 
 def rewrites_times(**inputs):
     """Honest outputs every call; inside the timing loop it overwrites the harness's `times` list (a local of
-    _time_cpu, reached through sys._getframe) with 1 us per repetition already measured. Only the last
-    repetition's own time is appended after it returns, so the median is the forged one. On a GPU it replaces
+    _time_cpu, reached through sys._getframe): each repetition's time scaled by FORGED (0.3) when the next one
+    runs. Only the last repetition's own time is left, so the median is a forged one. On a GPU it replaces
     the current repetition's start event (a list of the loop) by one recorded after its work, and forges the
     host-clock cross-check's `walls` list the same way.
-    Outcome today: PASSED with a fake time (1e-3 ms instead of CHEATS_HONEST_DELAY_S)."""
+    Outcome today: PASSED with a fake time (0.3 x the honest one)."""
     out = _base_outputs(**inputs)
     frame = _timing_frame()
     if frame is not None and frame.f_code.co_name == "_time_cpu":
         times = frame.f_locals["times"]
-        times[:] = [1e-3] * len(times)
+        if times:
+            times[-1] *= FORGED  # the repetition before this one, scaled once (below the physical floor's radar)
     elif frame is not None:  # _time_gpu: the times are read from the events after the loop
         now = torch.cuda.Event(enable_timing=True)
         now.record()  # after all of this call's work on the caller's stream
         frame.f_locals["starts"][frame.f_locals["i"]] = now  # this repetition now starts when its work ended
         walls = frame.f_locals["walls"]  # the host-clock cross-check, a list too
-        walls[:] = [1e-3] * len(walls)
+        walls[:] = [1e-3] * len(walls)  # (an event pair with no work between: the physical floor may see this)
     return out
 
 
 def self_removing_timer_patch(**inputs):
     """Honest outputs; inside the timing loop it replaces kda_trace.timing._perf_counter (the clock captured
-    before the solution was imported) with one that, read once after the call returned, reports 1 us since the
+    before the solution was imported) with one that, read once after the call returned, reports 0.3 x the time since the
     repetition's t0 and puts the real clock back. The harness's fingerprint is compared only after the whole
     timing loop, when the global is the original again. On a GPU it also replaces timing._event_elapsed on the
-    last repetition with one that answers 1 us and puts the real one back after the loop's last read.
-    Outcome today: PASSED with a fake time (every repetition 1e-3 ms)."""
+    last repetition with one that answers 0.3 x the real time and puts the real one back after the loop's last read.
+    Outcome today: PASSED with a fake time (every repetition 0.3 x its real time)."""
     out = _base_outputs(**inputs)
     frame = _timing_frame()
     if frame is not None:
@@ -96,7 +101,7 @@ def self_removing_timer_patch(**inputs):
 
         def fake():
             timing._perf_counter = real  # removes itself before anyone checks
-            return t0 + 1e-6
+            return t0 + FORGED * (real() - t0)
 
         timing._perf_counter = fake  # on a GPU this forges the host-clock cross-check (`walls`)
         if frame.f_code.co_name == "_time_gpu" and _is_last(frame):  # and the events, read after the loop
@@ -106,7 +111,7 @@ def self_removing_timer_patch(**inputs):
                 calls.append(1)
                 if len(calls) == frame.f_locals["reps"]:
                     timing._event_elapsed = real_elapsed
-                return 1e-3
+                return FORGED * real_elapsed(start, end)
 
             timing._event_elapsed = fake_elapsed
     return out
