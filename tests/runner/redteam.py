@@ -18,6 +18,8 @@ in one way. The outcome noted on each was seen on toy_scan with `--workers 1` (s
 | stops_other_solutions | SIGSTOPs its sibling solution processes | the honest one: not PASSED |
 | plants_dirs_in_other_workdirs | a directory named first.safetensors in the others' work directories | the honest one: RUNTIME_ERROR |
 | stops_itself_between_workloads | a forked child SIGSTOPs its own process between workloads | everyone: INVALID_REFERENCE |
+| zero_digested_reps | sets timing.DIGESTED_REPS = 0 (an int: not fingerprinted); zeros when timed | PASSED, fake time |
+| keeps_l2_warm | replaces timing._flush_buffers' entry by 1 byte: no L2 flush (GPU) | CPU: honest; GPU: to run |
 | forked_writer | a forked child (not a thread) fills shared-memory outputs after return | caught (INCORRECT_NUMERICAL) |
 
 The solution runs in its own process, but the timing loop (kda_trace.timing._time_cpu / _time_gpu) runs in
@@ -291,3 +293,29 @@ def mutates_input_and_hides_it(**inputs):
             break
         f = f.f_back
     return out
+
+
+def zero_digested_reps(**inputs):
+    """Sets kda_trace.timing.DIGESTED_REPS = 0 (a module constant: the harness's fingerprint covers only
+    callables and modules, so a changed int is not seen) on its first call; then zeros at once on every timed
+    repetition but the last. `_draw_digested` draws none, and the judge reads that as 'a single timed
+    repetition'. Outcome today: PASSED with a fake time."""
+    sys.modules["kda_trace.timing"].DIGESTED_REPS = 0
+    frame = _timing_frame()
+    if frame is not None and not _is_last(frame):
+        return _zeros(inputs)
+    return _base_outputs(**inputs)
+
+
+def keeps_l2_warm(**inputs):
+    """GPU only (on the CPU it is the honest solution): replaces the timing module's L2 flush buffer (an entry
+    of the dict timing._flush_buffers, data the fingerprint does not cover) by a 1-byte tensor before the
+    timing loop creates it, so the cache is never flushed between repetitions: warm-cache times.
+    Outcome today on the CPU: PASSED, honest (nothing to flush). On a GPU: expected PASSED with a warm-L2 time."""
+    device = _device(inputs)
+    if device.type == "cuda":
+        buffers = sys.modules["kda_trace.timing"]._flush_buffers
+        tiny = torch.empty(1, dtype=torch.int8, device=device)
+        for key in (str(device), f"cuda:{device.index or 0}", "cuda"):
+            buffers[key] = tiny
+    return _base_outputs(**inputs)

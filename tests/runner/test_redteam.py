@@ -28,6 +28,8 @@ TIME_HOLES = {
     "skips_undrawn_reps": "the set of digested repetitions (`drawn`) is readable in the timing loop's frame",
     "clears_digests": "the digests list is emptied in the solution's process and the judge reads 'no digest' "
                       "as 'a single timed repetition'",
+    "zero_digested_reps": "timing.DIGESTED_REPS is a module constant the fingerprint does not cover (only "
+                          "callables and modules): set to 0, no repetition is digested",
     "precomputes_all_reps": "every repetition's inputs are reachable (restore.rep_inputs, final_inputs): all "
                             "answers are computed in one repetition and the median hides it",
 }
