@@ -15,7 +15,7 @@ in one way. The outcome noted on each was seen on toy_scan with `--workers 1` (s
 | clears_digests | zeros on timed repetitions, then sets every digest to None | PASSED, fake time |
 | precomputes_all_reps | computes every repetition's answer in the first one (inputs from the loop's frame) | PASSED, fake time |
 | mutates_input_and_hides_it | writes an input, makes the same change to the host's copy | PASSED (not INPUT_MUTATED) |
-| stops_other_solutions | SIGSTOPs its sibling solution processes | the honest one: not PASSED |
+| stops_other_solutions | SIGSTOPs its sibling solution processes | the honest one: INVALID_REFERENCE |
 | plants_dirs_in_other_workdirs | a directory named first.safetensors in the others' work directories | the honest one: RUNTIME_ERROR |
 | stops_itself_between_workloads | a forked child SIGSTOPs its own process between workloads | everyone: INVALID_REFERENCE |
 | zero_digested_reps | sets timing.DIGESTED_REPS = 0 (an int: not fingerprinted); zeros when timed | PASSED, fake time |
@@ -149,8 +149,8 @@ def clears_digests(**inputs):
 def stops_other_solutions(**inputs):
     """Honest outputs, but it sends SIGSTOP to the other solution processes of its worker (its siblings: same
     parent, `spawn_main` on their command line). The next request to a stopped sibling never gets a reply.
-    Outcome today: the sibling gets TIMEOUT (or is killed with its worker) instead of PASSED: one solution
-    changed another's record. Only with REDTEAM_SIGNALS=1 in the environment (tests set it)."""
+    Outcome today: the next workload times out in the worker's last phase, 'reference', so the sibling (and
+    this one) get INVALID_REFERENCE there instead of PASSED: one solution changed another's record. Only with REDTEAM_SIGNALS=1 in the environment (tests set it)."""
     if os.environ.get("REDTEAM_SIGNALS") == "1":
         me, parent = os.getpid(), os.getppid()
         for pid in _siblings(parent):
