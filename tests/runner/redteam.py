@@ -20,6 +20,7 @@ in one way. The outcome noted on each was seen on toy_scan with `--workers 1` (s
 | stops_itself_between_workloads | a forked child SIGSTOPs its own process between workloads | everyone: INVALID_REFERENCE |
 | zero_digested_reps | sets timing.DIGESTED_REPS = 0 (an int: not fingerprinted); zeros when timed | PASSED, fake time |
 | keeps_l2_warm | replaces timing._flush_buffers' entry by 1 byte: no L2 flush (GPU) | CPU: honest; GPU: to run |
+| disables_stream_checks | OUTSIDE_STREAM_FACTOR / GATE_CYCLES set to off, then a side stream (GPU) | CPU: honest; GPU: to run |
 | forked_writer | a forked child (not a thread) fills shared-memory outputs after return | caught (INCORRECT_NUMERICAL) |
 
 The solution runs in its own process, but the timing loop (kda_trace.timing._time_cpu / _time_gpu) runs in
@@ -319,3 +320,21 @@ def keeps_l2_warm(**inputs):
         for key in (str(device), f"cuda:{device.index or 0}", "cuda"):
             buffers[key] = tiny
     return _base_outputs(**inputs)
+
+
+def disables_stream_checks(**inputs):
+    """GPU only (on the CPU it is the honest solution): sets the module constants behind the two side-stream
+    checks, timing.OUTSIDE_STREAM_FACTOR (host clock vs events) and solution_host.GATE_CYCLES (the held-back
+    second call), to values that turn them off (ints and floats: not fingerprinted), then works on a side
+    stream that the caller's stream does not wait for, as cheats.side_stream does.
+    Outcome today on the CPU: PASSED, honest. On a GPU: expected PASSED with the launch time only."""
+    device = _device(inputs)
+    if device.type != "cuda":
+        return _base_outputs(**inputs)
+    sys.modules["kda_trace.timing"].OUTSIDE_STREAM_FACTOR = 1e9
+    sys.modules["kda_trace.solution_host"].GATE_CYCLES = 0
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = _base_outputs(**inputs)
+    return out
