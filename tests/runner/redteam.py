@@ -326,10 +326,12 @@ def disables_stream_checks(**inputs):
     """GPU only (on the CPU it is the honest solution): sets the module constants behind the two side-stream
     checks, timing.OUTSIDE_STREAM_FACTOR (host clock vs events) and solution_host.GATE_CYCLES (the held-back
     second call), to values that turn them off (ints and floats: not fingerprinted), then works on a side
-    stream that the caller's stream does not wait for, as cheats.side_stream does.
+    stream that the caller's stream does not wait for, as cheats.side_stream does, in the timed repetitions
+    whose outputs are only digested after a device-wide synchronisation (not the first call, not the last one).
     Outcome today on the CPU: PASSED, honest. On a GPU: expected PASSED with the launch time only."""
     device = _device(inputs)
-    if device.type != "cuda":
+    frame = _timing_frame()
+    if device.type != "cuda" or frame is None or _is_last(frame):  # calls whose outputs are copied at return
         return _base_outputs(**inputs)
     sys.modules["kda_trace.timing"].OUTSIDE_STREAM_FACTOR = 1e9
     sys.modules["kda_trace.solution_host"].GATE_CYCLES = 0
