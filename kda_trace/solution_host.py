@@ -351,11 +351,17 @@ class _Host:
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"output {name!r} is a {type(value).__name__}, not a tensor")
             tensors[name] = value.detach().contiguous()
-        safetensors.torch.save_file(tensors, str(self.workdir / f"{label}.safetensors"))
+        safetensors.torch.save_file(tensors, str(self.workdir / _file_name(label, self.nonce)))
 
 
 CACHE_LIMIT_BYTES = 1 << 30
 """A solution's process gives its cached GPU memory back after an evaluation when it holds more than this."""
+def _file_name(label: str, nonce: Optional[str]) -> str:
+    """Output files carry the request's nonce: another process of the same user cannot plant or prepare one
+    ahead of the request (the work directory is in the shared temp directory)."""
+    return f"{label}-{nonce}.safetensors"
+
+
 STOPPED_CHECK_S = 0.5
 """How often the worker looks whether a solution's process it waits for was stopped by a signal."""
 GATE_CYCLES = 50_000_000
@@ -401,6 +407,7 @@ class SolutionHost:
         self.code_digest = code_digest
         self.trust_code, self.dataset_root, self.notify = trust_code, dataset_root, notify
         self.process = self.conn = None
+        self.nonce: Optional[str] = None  # the current request's; its output files are named with it
         self.workdir = Path(tempfile.mkdtemp(prefix="kda_trace_solution_"))
 
     def alive(self) -> bool:
@@ -429,7 +436,7 @@ class SolutionHost:
 
         if not self.alive():
             self.start()
-        nonce = secrets.token_hex(8)
+        nonce = self.nonce = secrets.token_hex(8)
         self.conn.send_bytes(json.dumps({**fields, "nonce": nonce}).encode())
         given = 0
         while True:
@@ -495,7 +502,7 @@ class SolutionHost:
         """The outputs the process wrote for `label` ('first' or 'final'), read as plain tensors."""
         import safetensors.torch
 
-        path = self.workdir / f"{label}.safetensors"
+        path = self.workdir / _file_name(label, self.nonce)
         try:
             return safetensors.torch.load_file(str(path), device="cpu" if device == "cpu" else device)
         finally:

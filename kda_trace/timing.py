@@ -115,8 +115,10 @@ def flush_l2(device: str) -> None:
     """Overwrite a buffer larger than the L2 cache so the next call starts cold (GPU only)."""
     if not device.startswith("cuda"):
         return
-    buf = _flush_buffers.get(device)
-    if buf is None:
+    buf, want = _flush_buffers.get(device), torch.device(device)
+    if type(buf) is not torch.Tensor or buf.numel() != L2_FLUSH_BYTES or buf.dtype != torch.int8 \
+            or buf.device.type != want.type or (want.index is not None and buf.device.index != want.index) \
+            or not buf.is_contiguous():  # a solution could have swapped it for a smaller one
         buf = _flush_buffers[device] = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
     buf.zero_()
 

@@ -1,26 +1,26 @@
 """Red-team attempts on the runner's verdict (issue 15): solutions that try to get PASSED, or a better time than
 they deserve, on the CPU. Used as `--solution tests/runner/redteam.py::NAME`; tests/runner/test_redteam.py runs
-them and says which are caught today and which are open holes (xfail).
+them; each attempt was an open hole when written and is caught since the fixes of the same session.
 
 Every attempt computes with the honest base of cheats.py (the reference; `CHEATS_HONEST_DELAY_S` makes each
 honest computation that long, the cost that a cheat skips when it returns zeros), and reaches around the runner
 in one way. The outcome noted on each was seen on toy_scan with `--workers 1` (see the test file).
 
-| fixture | what it does | outcome today (CPU) |
+| fixture | what it does | outcome when written -> now (CPU) |
 |---|---|---|
 | honest | the base (control) | PASSED, honest time |
-| rewrites_times | rewrites the timing loop's `times` list (GPU: start events and `walls`) | PASSED, fake time |
-| self_removing_timer_patch | swaps timing._perf_counter during a repetition; the fake puts the real one back | PASSED, fake time |
-| skips_undrawn_reps | reads `drawn`; zeros at once on repetitions that are not digested | PASSED, fake time (reps > 9) |
-| clears_digests | zeros on timed repetitions, then sets every digest to None | PASSED, fake time |
-| precomputes_all_reps | computes every repetition's answer in the first one (inputs from the loop's frame) | PASSED, fake time |
-| mutates_input_and_hides_it | writes an input, makes the same change to the host's copy | PASSED (not INPUT_MUTATED) |
-| stops_other_solutions | SIGSTOPs its sibling solution processes | the honest one: INVALID_REFERENCE |
-| plants_dirs_in_other_workdirs | a directory named first.safetensors in the others' work directories | the honest one: RUNTIME_ERROR |
-| stops_itself_between_workloads | a forked child SIGSTOPs its own process between workloads | everyone: INVALID_REFERENCE |
-| zero_digested_reps | sets timing.DIGESTED_REPS = 0 (an int: not fingerprinted); zeros when timed | PASSED, fake time |
-| keeps_l2_warm | replaces timing._flush_buffers' entry by 1 byte: no L2 flush (GPU) | CPU: honest; GPU: to run |
-| disables_stream_checks | OUTSIDE_STREAM_FACTOR / GATE_CYCLES set to off, then a side stream (GPU) | CPU: honest; GPU: to run |
+| rewrites_times | rewrites the timing loop's `times` list (GPU: start events and `walls`) | PASSED, fake time -> RUNTIME_ERROR (a tuple) |
+| self_removing_timer_patch | swaps timing._perf_counter during a repetition; the fake puts the real one back | PASSED, fake time -> REWARD_HACK |
+| skips_undrawn_reps | reads `drawn`; zeros at once on repetitions that are not digested | PASSED, fake time (reps > 9) -> RUNTIME_ERROR (no `drawn`) |
+| clears_digests | zeros on timed repetitions, then sets every digest to None | PASSED, fake time -> REWARD_HACK |
+| precomputes_all_reps | computes every repetition's answer in the first one (inputs from the loop's frame) | PASSED, fake time -> REWARD_HACK (seed out of turn) |
+| mutates_input_and_hides_it | writes an input, makes the same change to the host's copy | PASSED -> INPUT_MUTATED |
+| stops_other_solutions | SIGSTOPs its sibling solution processes | the honest one: INVALID_REFERENCE -> PASSED (resumed) |
+| plants_dirs_in_other_workdirs | a directory named first.safetensors in the others' work directories | the honest one: RUNTIME_ERROR -> PASSED (files carry the request's nonce) |
+| stops_itself_between_workloads | a forked child SIGSTOPs its own process between workloads | everyone: INVALID_REFERENCE -> PASSED (resumed) |
+| zero_digested_reps | sets timing.DIGESTED_REPS = 0 (an int: not fingerprinted); zeros when timed | PASSED, fake time -> REWARD_HACK (constants fingerprinted) |
+| keeps_l2_warm | replaces timing._flush_buffers' entry by 1 byte: no L2 flush (GPU) | CPU: honest; GPU: to run (the flush now remakes a buffer that is not its own size) |
+| disables_stream_checks | OUTSIDE_STREAM_FACTOR / GATE_CYCLES set to off, then a side stream (GPU) | CPU: honest; GPU: to run (the constants are fingerprinted now) |
 | forked_writer | a forked child (not a thread) fills shared-memory outputs after return | caught (INCORRECT_NUMERICAL) |
 
 The solution runs in its own process, but the timing loop (kda_trace.timing._time_cpu / _time_gpu) runs in
@@ -72,7 +72,7 @@ def rewrites_times(**inputs):
     runs. Only the last repetition's own time is left, so the median is a forged one. On a GPU it replaces
     the current repetition's start event (a list of the loop) by one recorded after its work, and forges the
     host-clock cross-check's `walls` list the same way.
-    Outcome today: PASSED with a fake time (0.3 x the honest one)."""
+    Outcome when written: PASSED with a fake time (0.3 x the honest one)."""
     out = _base_outputs(**inputs)
     frame = _timing_frame()
     if frame is not None and frame.f_code.co_name == "_time_cpu":
@@ -94,7 +94,7 @@ def self_removing_timer_patch(**inputs):
     repetition's t0 and puts the real clock back. The harness's fingerprint is compared only after the whole
     timing loop, when the global is the original again. On a GPU it also replaces timing._event_elapsed on the
     last repetition with one that answers 0.3 x the real time and puts the real one back after the loop's last read.
-    Outcome today: PASSED with a fake time (every repetition 0.3 x its real time)."""
+    Outcome when written: PASSED with a fake time (every repetition 0.3 x its real time)."""
     out = _base_outputs(**inputs)
     frame = _timing_frame()
     if frame is not None:
@@ -124,7 +124,7 @@ def skips_undrawn_reps(**inputs):
     """Reads the set of repetitions that will be digested (`drawn`, a local of the timing loop) and returns
     zeros at once on every other repetition; honest on the drawn ones, the last one and outside the loop. With
     more than DIGESTED_REPS + 1 repetitions (always on a GPU: 10..200) most repetitions are fast garbage.
-    Outcome today: PASSED with a fake time when reps > 9 (`--max-reps 20`); the digest check passes, as every
+    Outcome when written: PASSED with a fake time when reps > 9 (`--max-reps 20`); the digest check passes, as every
     digested repetition was honest."""
     frame = _timing_frame()
     if frame is not None and not _is_last(frame) and frame.f_locals["i"] not in frame.f_locals["drawn"]:
@@ -136,7 +136,7 @@ def clears_digests(**inputs):
     """Zeros at once on every timed repetition but the last; on the last one it sets every entry of the
     harness's `digests` list to None before returning, so the judge sees no digested repetition and records
     'a single timed repetition' (the judge does not check that the number of digests fits the number of times).
-    Outcome today: PASSED with a fake time (the zero-cost repetitions make the median)."""
+    Outcome when written: PASSED with a fake time (the zero-cost repetitions make the median)."""
     frame = _timing_frame()
     if frame is None:
         return _base_outputs(**inputs)
@@ -150,7 +150,7 @@ def clears_digests(**inputs):
 def stops_other_solutions(**inputs):
     """Honest outputs, but it sends SIGSTOP to the other solution processes of its worker (its siblings: same
     parent, `spawn_main` on their command line). The next request to a stopped sibling never gets a reply.
-    Outcome today: the next workload times out in the worker's last phase, 'reference', so the sibling (and
+    Outcome when written: the next workload times out in the worker's last phase, 'reference', so the sibling (and
     this one) get INVALID_REFERENCE there instead of PASSED: one solution changed another's record. Only with REDTEAM_SIGNALS=1 in the environment (tests set it)."""
     if os.environ.get("REDTEAM_SIGNALS") == "1":
         me, parent = os.getpid(), os.getppid()
@@ -183,7 +183,7 @@ def _siblings(parent: int):
 def plants_dirs_in_other_workdirs(**inputs):
     """Honest outputs, but it creates a directory named `first.safetensors` in every other solution's work
     directory (tempfile.gettempdir()/kda_trace_solution_*, same user), so that solution's process cannot write
-    its outputs there. Outcome today: the other solution gets RUNTIME_ERROR on every later workload. Only with
+    its outputs there. Outcome when written: the other solution gets RUNTIME_ERROR on every later workload. Only with
     REDTEAM_WORKDIRS=1 (tests set it, with TMPDIR pointing at a private directory)."""
     if os.environ.get("REDTEAM_WORKDIRS") == "1":
         import glob
@@ -211,7 +211,7 @@ def plants_dirs_in_other_workdirs(**inputs):
 def forked_writer(**inputs):
     """Returns outputs in shared memory still empty and forks a child that writes the honest answer into them
     50 ms later (not a thread: integrity.new_threads only sees Python threads).
-    Outcome today: INCORRECT_NUMERICAL (the outputs are copied the moment the call returns, and the copies
+    Outcome when written: INCORRECT_NUMERICAL (the outputs are copied the moment the call returns, and the copies
     are judged) or REWARD_HACK (changed after return)."""
     right = _base_outputs(**inputs)
     out = {n: torch.zeros_like(v).share_memory_() for n, v in right.items()}
@@ -235,7 +235,7 @@ def precomputes_all_reps(**inputs):
     the process was sent, and `restore.final_inputs`, input set B). Every later repetition returns a copy of
     its precomputed answer: all outputs are right, every digest matches, but one repetition pays for all and
     the median is the copy's time. Needs no patch and no forged data.
-    Outcome today: PASSED with a fake time (the honest cost is paid once per loop, not per call)."""
+    Outcome when written: PASSED with a fake time (the honest cost is paid once per loop, not per call)."""
     frame = _timing_frame()
     if frame is None:
         return _base_outputs(**inputs)
@@ -259,7 +259,7 @@ def stops_itself_between_workloads(**inputs):
     message, so the worker times out in the phase it last posted itself, 'reference': every remaining solution
     of that workload, this one included, is recorded INVALID_REFERENCE. A solution that expects to fail a
     workload can turn it into the reference's fault and wipe the others' passes there.
-    Outcome today: INVALID_REFERENCE for itself and the honest solution on the next workload. Only with
+    Outcome when written: INVALID_REFERENCE for itself and the honest solution on the next workload. Only with
     REDTEAM_SIGNALS=1 in the environment (tests set it)."""
     if os.environ.get("REDTEAM_SIGNALS") == "1" and not _forked:
         host = os.getpid()
@@ -279,7 +279,7 @@ def mutates_input_and_hides_it(**inputs):
     that is not in-place: scratch space it did not allocate) and makes the same change to the solution
     process's own copy of the inputs (`inputs_a` in the host's frame), which the host compares the call's
     arguments against. (The runner's INPUT_MUTATED check is made in the solution's process.)
-    Outcome today: PASSED instead of INPUT_MUTATED."""
+    Outcome when written: PASSED instead of INPUT_MUTATED."""
     out = _base_outputs(**inputs)
     from cheats import _definitions
 
@@ -300,7 +300,7 @@ def zero_digested_reps(**inputs):
     """Sets kda_trace.timing.DIGESTED_REPS = 0 (a module constant: the harness's fingerprint covers only
     callables and modules, so a changed int is not seen) on its first call; then zeros at once on every timed
     repetition but the last. `_draw_digested` draws none, and the judge reads that as 'a single timed
-    repetition'. Outcome today: PASSED with a fake time."""
+    repetition'. Outcome when written: PASSED with a fake time."""
     sys.modules["kda_trace.timing"].DIGESTED_REPS = 0
     frame = _timing_frame()
     if frame is not None and not _is_last(frame):
@@ -312,7 +312,7 @@ def keeps_l2_warm(**inputs):
     """GPU only (on the CPU it is the honest solution): replaces the timing module's L2 flush buffer (an entry
     of the dict timing._flush_buffers, data the fingerprint does not cover) by a 1-byte tensor before the
     timing loop creates it, so the cache is never flushed between repetitions: warm-cache times.
-    Outcome today on the CPU: PASSED, honest (nothing to flush). On a GPU: expected PASSED with a warm-L2 time."""
+    Outcome when written on the CPU: PASSED, honest (nothing to flush). On a GPU: expected PASSED with a warm-L2 time."""
     device = _device(inputs)
     if device.type == "cuda":
         buffers = sys.modules["kda_trace.timing"]._flush_buffers
@@ -328,7 +328,7 @@ def disables_stream_checks(**inputs):
     second call), to values that turn them off (ints and floats: not fingerprinted), then works on a side
     stream that the caller's stream does not wait for, as cheats.side_stream does, in the timed repetitions
     whose outputs are only digested after a device-wide synchronisation (not the first call, not the last one).
-    Outcome today on the CPU: PASSED, honest. On a GPU: expected PASSED with the launch time only."""
+    Outcome when written on the CPU: PASSED, honest. On a GPU: expected PASSED with the launch time only."""
     device = _device(inputs)
     frame = _timing_frame()
     if device.type != "cuda" or frame is None or _is_last(frame):  # calls whose outputs are copied at return

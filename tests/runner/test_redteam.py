@@ -1,8 +1,8 @@
 """Red-team attempts on the runner's verdict (tests/runner/redteam.py, issue 15), on the CPU.
 
-An attempt that still gets PASSED, or a time it does not deserve, is an open hole: its test asserts what the
-runner should do and is marked xfail(strict=True), so the suite stays green today and turns red (XPASS) the
-day the hole is closed, when the mark must go. Attempts that are caught have plain tests.
+Each test asserts what the runner must do with one attempt. All of them were open holes when the red team wrote
+them (strict xfails); the fixes of the same session closed them, and the marks went. A hole found later gets a
+strict xfail again until it is closed.
 
 Three `kda-trace run`s on toy_scan: the timing attempts (with an honest control, each honest computation made
 DELAY_S long so a fake time is plain), then each sabotage attempt with an honest solution evaluated before it.
@@ -21,17 +21,15 @@ REDTEAM = str(HERE / "redteam.py")
 DELAY_S = 0.01
 MAX_REPS = "20"  # more than DIGESTED_REPS + 1, as on a GPU (10..200 repetitions)
 
-TIME_HOLES = {
-    "rewrites_times": "the timing loop's `times` list is reachable from the solution's frame and rewritten",
-    "self_removing_timer_patch": "kda_trace.timing._perf_counter is replaced during a repetition and put back "
-                                 "before the fingerprint is compared (only after the whole loop)",
-    "skips_undrawn_reps": "the set of digested repetitions (`drawn`) is readable in the timing loop's frame",
-    "clears_digests": "the digests list is emptied in the solution's process and the judge reads 'no digest' "
-                      "as 'a single timed repetition'",
-    "zero_digested_reps": "timing.DIGESTED_REPS is a module constant the fingerprint does not cover (only "
-                          "callables and modules): set to 0, no repetition is digested",
-    "precomputes_all_reps": "every repetition's inputs are reachable (restore.rep_inputs, final_inputs): all "
-                            "answers are computed in one repetition and the median hides it",
+TIME_HOLES = {  # attempt -> what closed it
+    "rewrites_times": "the times are a tuple bound in the loop's frame",
+    "self_removing_timer_patch": "the loop reads its clock from a local bound before the loop: the swapped "
+                                 "module clock is never called, so it never puts itself back, and the "
+                                 "fingerprint sees it",
+    "skips_undrawn_reps": "a repetition is drawn for a digest only after it returned: there is no `drawn` to read",
+    "clears_digests": "the judge counts repetitions by the seeds it gave, and the host always digests one",
+    "zero_digested_reps": "the fingerprint covers kda_trace's module constants",
+    "precomputes_all_reps": "each repetition's seed is given by the judge just before it, once, in order",
 }
 
 
@@ -66,9 +64,7 @@ def test_the_honest_control_passes_with_its_real_time(timing_run):
     assert ev["performance"]["latency_ms"] >= 0.9 * DELAY_S * 1e3
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=f"open hole: {why}"))
-    for name, why in TIME_HOLES.items()])
+@pytest.mark.parametrize("name", list(TIME_HOLES))
 def test_a_forged_time_is_never_reported(timing_run, name):
     """Each of these does (or is charged for) less than the honest work per call, or rewrites what was
     measured: it must not be PASSED with a median below the honest cost of a call."""
@@ -83,8 +79,6 @@ def test_outputs_written_later_by_a_forked_child_are_not_judged(timing_run):
     assert ev["status"] in ("INCORRECT_NUMERICAL", "REWARD_HACK"), ev["log"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open hole: INPUT_MUTATED is decided in the "
-                   "solution's process, against that process's own copy of the inputs, which the solution can change too")
 def test_an_input_written_by_the_solution_is_seen(timing_run):
     ev = timing_run["mutates_input_and_hides_it"][0]
     assert ev["status"] == "INPUT_MUTATED", (ev["status"], ev["log"][:200])
@@ -103,16 +97,11 @@ def _sabotage_run(out: Path, name: str, env: dict, extra=()):
     return statuses(out)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open hole: a solution's process may signal its sibling solution "
-                                       "processes (same user, same parent): a SIGSTOPped honest solution times out")
 def test_a_solution_cannot_stop_another_solutions_process(tmp_path):
     got = _sabotage_run(tmp_path, "stops_other_solutions", {"REDTEAM_SIGNALS": "1"}, ("--timeout", "10"))
     assert [ev["status"] for ev in got["honest"]] == ["PASSED"] * 3, [ev["log"][:200] for ev in got["honest"]]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open hole: the solutions' work directories are in the shared temp "
-                                       "directory, writable by every solution: another solution's outputs "
-                                       "cannot be written")
 def test_a_solution_cannot_break_another_solutions_work_directory(tmp_path):
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()
@@ -121,9 +110,6 @@ def test_a_solution_cannot_break_another_solutions_work_directory(tmp_path):
     assert [ev["status"] for ev in got["honest"]] == ["PASSED"] * 3, [ev["log"][:200] for ev in got["honest"]]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open hole: a solution's process that does not "
-                   "answer a request before posting a phase is blamed on the reference (the worker's last phase): "
-                   "the whole workload becomes INVALID_REFERENCE")
 def test_a_solution_that_stops_itself_is_blamed_alone(tmp_path):
     mp = pytest.MonkeyPatch()
     mp.setenv("REDTEAM_SIGNALS", "1")
