@@ -364,7 +364,7 @@ def _local_kernel(
 # cancellation), never taken as the difference of two cumulative sums from the chunk start: those reach
 # 64 |g| (-2560 with gates at -40), and their fp32 difference would lose about 1e-7 * |G| absolute, a relative
 # error of 1e-4 in e(g) for a weak gate after strong ones.
-MB = 16  # rows of the anchored blocks
+MB = tl.constexpr(16)  # rows of the anchored blocks
 
 
 @triton.jit
