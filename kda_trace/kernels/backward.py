@@ -33,6 +33,14 @@ Kernels, in launch order:
    per segment, the forward from its start keeps its SEG states S_{t-1} in the scratch, then the reverse
    steps through them. The programs are persistent (a bounded number, each looping over
    work items) so that the scratch is sized by the programs, not by the chunks.
+3'. (LAUNCH["local"] = "matrix", off by default until timed) `_local_matrix_kernel` instead of 3, per (chunk, value
+   head), whole K and V: the chunk's gradients from its checkpoint and dS_end in the chunked forward's matrix
+   form (A_kk, A_qk, X = (I + A_kk)^-1 by forward substitution, W, U, Vn, then dVn, dA_qk, dX, dA_kk = -X^T dX X^T,
+   ...; derivation and float64 oracle in tests/kernels/chunk_backward_matrix.py): [64, 64] x [64, K|V] products
+   (LAUNCH["matrix_precision"], tf32x3), the decay-weighted sums by 16-row blocks anchored at a block's first row
+   (exp arguments <= 0; element-wise on the diagonal blocks), every G difference summed from the gates (no
+   difference of two cumulative sums, which would cost fp32 accuracy under strong gates). Scratch per program:
+   the gates, three [64, K] sums and two [64, 64] matrices.
 V-tiles are independent (the recurrence never mixes V columns of the state); their contributions to dq, dk,
 dg and dbeta (sums over V) are added into fp32 buffers with atomic adds (one V-tile per item under the
 interpreter, where the sums are then deterministic).

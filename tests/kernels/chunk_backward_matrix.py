@@ -39,16 +39,18 @@ Backward, in the order a kernel would compute it (every line is a matrix product
     dG[last] += gamma * dgamma + colsum(Kt * dKt)
     dg  = reverse cumsum of dG over the chunk's rows (G_i = sum_{t <= i} g_t)
 
-Kernel plan (not built yet; kernels/backward.py keeps the token-step `_local_kernel`): per (chunk, value head),
+The kernel (kernels/backward.py `_local_matrix_kernel`, LAUNCH["local"] = "matrix"): per (chunk, value head),
 all products above are [64, 64] x [64, K|V] tensor-core shapes given S (fp32 checkpoint) and dSe (fp32 dstates).
-The only terms with decays of both signs are the D-weighted sums: sum_j M[i, j] x_j D[i, j] = e(G_i) (M (x e(-G)))_i
-is what a GPU would like, but e(-G) overflows for strong gates. Use the forward's anchoring instead
-(kernels/chunk.py): within a 16-row block with anchor row a (its first row), e(G_i - G_j) = e(G_i - G_a) e(G_a - G_j)
-where both factors are bounded for j in an earlier block (G_a - G_j <= 0, G_i - G_a <= 0: the off-diagonal
-blocks are products of two non-positive-exponent operands), and on the 16x16 diagonal blocks the same split by
-8-row halves with the exact fallback e(min(G_i - G_j, 0)) element-wise where G_a - G_j > MAX_EXP. The column
-terms (sum over i of M[i, j] x_i D[i, j]) are the transposed products with the anchor at the column block's
-last row. X itself: recomputed from A_kk by the forward's block solve (tf32x3) or kept from the forward.
+The only terms with decays of both signs are the D-weighted sums (A_kk, A_qk and the four sums of dq, dk):
+sum_j M[i, j] x_j D[i, j] = e(G_i) (M (x e(-G)))_i is what a GPU would like, but e(-G) overflows for strong gates.
+The kernel anchors like the forward (kernels/chunk.py): within a 16-row block with anchor row a (its first row),
+e(G_i - G_j) = e(G_i - G_a) e(G_a - G_j) with both arguments <= 0 for j in an earlier block (the off-diagonal
+blocks are products of two non-positive-exponent operands), and the 16x16 diagonal blocks element-wise with
+e(G_i - G_j) per pair. It also takes every difference G_x - G_y as a sum of gates over (y, x] (non-positive
+terms: no cancellation): a difference of two chunk-start cumulative sums loses 1e-7 |G| absolute in fp32, which
+cost dg 1.2e-5 RMS-relative (the others 2.5e-6) at gates to -40 in a first version. The diagonal of dA_qk and the Kt / gamma terms of
+dG go straight to what they give (dq and dk; sum_{i < t} Kt_i dKt_i + gamma dgamma for dg), not as +x and -x
+through the reverse cumsum. X: forward substitution row by row (fp32).
 `matrix_chunk_backward` below uses only e(<= 0) arguments (D built from masked differences), so it is exact for
 gates of any strength, and `matrix_backward` chains it over a whole (packed, GVA) batch as kernels/backward.py
 does with its chunk pass.
