@@ -371,13 +371,13 @@ def _local_kernel(
 # Every difference G_x - G_y (x > y) is summed from the gates, sum_{y < t <= x} g_t (all terms <= 0, so no
 # cancellation), never taken as the difference of two cumulative sums from the chunk start: those reach
 # 64 |g| (-2560 with gates at -40), and their fp32 difference would lose about 1e-7 * |G| absolute, a relative
-# error of 1e-4 in e(g) for a weak gate after strong ones.
-MB = tl.constexpr(16)  # rows of the anchored blocks
+# error of 1e-4 in e(g) for a weak gate after strong ones. Blocks: MB = 16 rows (set in each function).
 
 
 @triton.jit
 def _within(p_g, bi, o_k, BK: tl.constexpr):
     """[MB, BK]: sum_{a < t <= i} g_t for the rows i of block bi, a its first row (G_i - G_a)."""
+    MB: tl.constexpr = 16
     o_b = tl.arange(0, MB)
     b_g = tl.load(p_g + (bi * MB + o_b)[:, None] * BK + o_k[None, :])
     return tl.cumsum(tl.where(o_b[:, None] == 0, 0.0, b_g), axis=0)
@@ -387,6 +387,7 @@ def _within(p_g, bi, o_k, BK: tl.constexpr):
 def _to_anchor(p_g, bj, bi, o_k, BK: tl.constexpr):
     """[MB, BK]: sum_{j < t <= a} g_t for the rows j of block bj < bi, a the first row of block bi
     (G_a - G_j): the rest of block bj after j, the blocks between, and g_a."""
+    MB: tl.constexpr = 16
     o_b = tl.arange(0, MB)
     rows = bj * MB + o_b
     b_next = tl.load(p_g + (rows + 1)[:, None] * BK + o_k[None, :], mask=(o_b < MB - 1)[:, None], other=0.0)
@@ -401,6 +402,7 @@ def _pair_matrix(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, BK: tl.const
                  INCL: tl.constexpr, PREC: tl.constexpr):
     """M[i, j] = sum_d x_id y_jd e(G_id - G_jd) for j < i (j <= i with INCL), 0 elsewhere, into p_m [CT, CT].
     x, y: rows of stride SX (masked to the n valid rows); g: the gates [CT, BK] at p_g (zero past n)."""
+    MB: tl.constexpr = 16
     o_b = tl.arange(0, MB)
     for bi in tl.static_range(CT // MB):
         rows = bi * MB + o_b
@@ -437,6 +439,7 @@ def _row_sums(p_m, p_y, SY: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.conste
               PREC: tl.constexpr):
     """out[i] = sum_{j <= i} M[i, j] y_j e(G_i - G_j) ([CT, BK] at p_out), M [CT, CT] at p_m (zero above
     the diagonal)."""
+    MB: tl.constexpr = 16
     o_b = tl.arange(0, MB)
     for bi in tl.static_range(CT // MB):
         rows = bi * MB + o_b
@@ -463,6 +466,7 @@ def _col_sums(p_m, p_x, SX: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.conste
               PREC: tl.constexpr):
     """out[j] += sum_{i >= j} M[i, j] x_i e(G_i - G_j) ([CT, BK] at p_out), M [CT, CT] at p_m (zero above
     the diagonal); the anchor of each product is the first row of its row block."""
+    MB: tl.constexpr = 16
     o_b = tl.arange(0, MB)
     for bj in tl.static_range(CT // MB):
         cols = bj * MB + o_b
