@@ -6,7 +6,8 @@
 # sweep: the local reverse's V-tile, warps, scratch segment and programs, the chunk maps' and pass's tiles, at 32
 #     heads x 16384 tokens;
 # fla: ours against fla's chunk_kda, fla autotuned on each shape, at most FLA_S s (default 900);
-# accuracy: every gradient of ours and fla against float64 autograd. Logs in $OUT.
+# accuracy: every gradient of ours and fla against float64 autograd;
+# matrix: the local kernel's A/B, token steps against the matrix form (speed with --parts, and accuracy). Logs in $OUT.
 set -o pipefail
 fla_s=${1:-900}
 source benchmarks/gpu_env.sh
@@ -26,6 +27,16 @@ if [[ $phases == *" sweep "* ]]; then
         read -r bv warps seg launch <<< "$cfg"
         python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384 --bv "$bv" --warps "$warps" --seg "$seg" \
             --launch "$launch" 2>&1 | tee -a "$OUT/bwd_sweep.txt"
+    done
+fi
+if [[ $phases == *" matrix "* ]]; then
+    # the local kernel by token steps against the matrix form (LAUNCH["local"]), speed and accuracy
+    for local in tokens matrix; do
+        echo "== LAUNCH local=$local" | tee -a "$OUT/bwd_local_ab.txt"
+        python3 benchmarks/bench_backward.py --no-fla --parts --shapes "$shapes" --launch "local=$local" 2>&1 \
+            | tee -a "$OUT/bwd_local_ab.txt"
+        timeout -s INT -k 15 600 python3 benchmarks/bench_backward.py --no-fla --no-speed --accuracy \
+            --launch "local=$local" 2>&1 | tee -a "$OUT/bwd_local_ab.txt"
     done
 fi
 if [[ $phases == *" fla "* ]]; then

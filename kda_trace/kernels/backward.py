@@ -33,6 +33,14 @@ Kernels, in launch order:
    per segment, the forward from its start keeps its SEG states S_{t-1} in the scratch, then the reverse
    steps through them. The programs are persistent (a bounded number, each looping over
    work items) so that the scratch is sized by the programs, not by the chunks.
+3'. (LAUNCH["local"] = "matrix", off by default until timed) `_local_matrix_kernel` instead of 3, per (chunk, value
+   head), whole K and V: the chunk's gradients from its checkpoint and dS_end in the chunked forward's matrix
+   form (A_kk, A_qk, X = (I + A_kk)^-1 by forward substitution, W, U, Vn, then dVn, dA_qk, dX, dA_kk = -X^T dX X^T,
+   ...; derivation and float64 oracle in tests/kernels/chunk_backward_matrix.py): [64, 64] x [64, K|V] products
+   (LAUNCH["matrix_precision"], tf32x3), the decay-weighted sums by 16-row blocks anchored at a block's first row
+   (exp arguments <= 0; element-wise on the diagonal blocks), every G difference summed from the gates (no
+   difference of two cumulative sums, which would cost fp32 accuracy under strong gates). Scratch per program:
+   the gates, three [64, K] sums and two [64, 64] matrices.
 V-tiles are independent (the recurrence never mixes V columns of the state); their contributions to dq, dk,
 dg and dbeta (sums over V) are added into fp32 buffers with atomic adds (one V-tile per item under the
 interpreter, where the sums are then deterministic).
@@ -78,6 +86,12 @@ _DEFAULT_OPTIONS = KDAOptions()
 LAUNCH = {"bv": None, "warps": None, "seg": None, "programs": None, "map_bx": None, "map_warps": None,
           "pass_bv": None, "pass_rows": None, "pass_warps": None}
 PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, about fp32 accuracy
+# local: the per-chunk gradients by token steps ("tokens", `_local_kernel`, the default) or in matrix form
+# ("matrix", `_local_matrix_kernel`: [64, 64] x [64, K|V] products, whole K and V per (chunk, value head); not
+# timed yet, the lead flips the default after an A/B with benchmarks/bench_backward.py --local).
+# matrix_precision: its fp32 products on a GPU (tf32x3: three tf32 MMAs, about fp32 accuracy; float64 inputs
+# always ieee). matrix_warps: its warps (8).
+LAUNCH.update({"local": "tokens", "matrix_precision": "tf32x3", "matrix_warps": None})
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,
@@ -348,6 +362,266 @@ def _local_kernel(
 
 
 # ----------------------------------------------------------------------------------------------------
+# 3'. (LAUNCH["local"] = "matrix") per chunk, in parallel: the chunk's gradients in matrix form
+# ----------------------------------------------------------------------------------------------------
+# The formulas and their derivation: tests/kernels/chunk_backward_matrix.py (the float64 oracle). Products of
+# decay-weighted operands are taken by 16-row blocks anchored at the row block's first row a:
+# e(G_i - G_j) = e(G_i - G_a) e(G_a - G_j), both arguments <= 0 for j in an earlier block; inside the 16x16
+# diagonal blocks the sum is element-wise with e(G_i - G_j) per pair. No exp ever has a positive argument.
+# Every difference G_x - G_y (x > y) is summed from the gates, sum_{y < t <= x} g_t (all terms <= 0, so no
+# cancellation), never taken as the difference of two cumulative sums from the chunk start: those reach
+# 64 |g| (-2560 with gates at -40), and their fp32 difference would lose about 1e-7 * |G| absolute, a relative
+# error of 1e-4 in e(g) for a weak gate after strong ones. Blocks: MB = 16 rows (set in each function).
+
+
+@triton.jit
+def _within(p_g, bi, o_k, BK: tl.constexpr):
+    """[MB, BK]: sum_{a < t <= i} g_t for the rows i of block bi, a its first row (G_i - G_a)."""
+    MB: tl.constexpr = 16
+    o_b = tl.arange(0, MB)
+    b_g = tl.load(p_g + (bi * MB + o_b)[:, None] * BK + o_k[None, :])
+    return tl.cumsum(tl.where(o_b[:, None] == 0, 0.0, b_g), axis=0)
+
+
+@triton.jit
+def _to_anchor(p_g, bj, bi, o_k, BK: tl.constexpr):
+    """[MB, BK]: sum_{j < t <= a} g_t for the rows j of block bj < bi, a the first row of block bi
+    (G_a - G_j): the rest of block bj after j, the blocks between, and g_a."""
+    MB: tl.constexpr = 16
+    o_b = tl.arange(0, MB)
+    rows = bj * MB + o_b
+    b_next = tl.load(p_g + (rows + 1)[:, None] * BK + o_k[None, :], mask=(o_b < MB - 1)[:, None], other=0.0)
+    b_span = tl.load(p_g + (bi * MB) * BK + o_k)
+    for bm in tl.static_range(bj + 1, bi):
+        b_span += tl.sum(tl.load(p_g + (bm * MB + o_b)[:, None] * BK + o_k[None, :]), axis=0)
+    return tl.cumsum(b_next, axis=0, reverse=True) + b_span[None, :]
+
+
+@triton.jit
+def _pair_matrix(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, BK: tl.constexpr, CT: tl.constexpr,
+                 INCL: tl.constexpr, PREC: tl.constexpr):
+    """M[i, j] = sum_d x_id y_jd e(G_id - G_jd) for j < i (j <= i with INCL), 0 elsewhere, into p_m [CT, CT].
+    x, y: rows of stride SX (masked to the n valid rows); g: the gates [CT, BK] at p_g (zero past n)."""
+    MB: tl.constexpr = 16
+    o_b = tl.arange(0, MB)
+    for bi in tl.static_range(CT // MB):
+        rows = bi * MB + o_b
+        m_r = (rows < n)[:, None] & m_k[None, :]
+        b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0)
+        b_gi = tl.load(p_g + rows[:, None] * BK + o_k[None, :])
+        b_xa = b_x * tl.exp(_within(p_g, bi, o_k, BK))
+        for bj in tl.static_range(CT // MB):
+            cols = bj * MB + o_b
+            if bj < bi:
+                m_c = (cols < n)[:, None] & m_k[None, :]
+                b_y = tl.load(p_y + cols[:, None] * SX + o_k[None, :], mask=m_c, other=0.0)
+                b_yb = b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
+                b_blk = tl.dot(b_xa, tl.trans(b_yb), input_precision=PREC)
+            elif bj == bi:
+                b_blk = tl.zeros([MB, MB], dtype=b_xa.dtype)
+                for jj in range(MB):
+                    j = bi * MB + jj
+                    b_yj = tl.load(p_y + j * SX + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0)
+                    b_d = tl.cumsum(tl.where(o_b[:, None] > jj, b_gi, 0.0), axis=0)  # G_i - G_j, i >= j
+                    b_col = tl.sum(b_x * b_yj[None, :] * tl.exp(b_d), axis=1)
+                    b_blk = tl.where(o_b[None, :] == jj, b_col[:, None], b_blk)
+                if INCL:
+                    b_blk = tl.where(o_b[None, :] <= o_b[:, None], b_blk, 0.0)
+                else:
+                    b_blk = tl.where(o_b[None, :] < o_b[:, None], b_blk, 0.0)
+            else:
+                b_blk = tl.zeros([MB, MB], dtype=b_xa.dtype)
+            tl.store(p_m + rows[:, None] * CT + cols[None, :], b_blk)
+
+
+@triton.jit
+def _row_sums(p_m, p_y, SY: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.constexpr, CT: tl.constexpr,
+              PREC: tl.constexpr):
+    """out[i] = sum_{j <= i} M[i, j] y_j e(G_i - G_j) ([CT, BK] at p_out), M [CT, CT] at p_m (zero above
+    the diagonal)."""
+    MB: tl.constexpr = 16
+    o_b = tl.arange(0, MB)
+    for bi in tl.static_range(CT // MB):
+        rows = bi * MB + o_b
+        b_gi = tl.load(p_g + rows[:, None] * BK + o_k[None, :])
+        b_acc = tl.zeros([MB, BK], dtype=b_gi.dtype)
+        for bj in tl.static_range(bi):
+            cols = bj * MB + o_b
+            b_y = tl.load(p_y + cols[:, None] * SY + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
+                          other=0.0)
+            b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
+            b_acc += tl.dot(b_m, b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)), input_precision=PREC)
+        b_acc = b_acc * tl.exp(_within(p_g, bi, o_k, BK))
+        for jj in range(MB):
+            j = bi * MB + jj
+            b_yj = tl.load(p_y + j * SY + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0)
+            b_d = tl.cumsum(tl.where(o_b[:, None] > jj, b_gi, 0.0), axis=0)  # G_i - G_j for rows i >= j
+            b_mc = tl.load(p_m + rows * CT + j)
+            b_acc += b_mc[:, None] * b_yj[None, :] * tl.exp(b_d)
+        tl.store(p_out + rows[:, None] * BK + o_k[None, :], b_acc)
+
+
+@triton.jit
+def _col_sums(p_m, p_x, SX: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.constexpr, CT: tl.constexpr,
+              PREC: tl.constexpr):
+    """out[j] += sum_{i >= j} M[i, j] x_i e(G_i - G_j) ([CT, BK] at p_out), M [CT, CT] at p_m (zero above
+    the diagonal); the anchor of each product is the first row of its row block."""
+    MB: tl.constexpr = 16
+    o_b = tl.arange(0, MB)
+    for bj in tl.static_range(CT // MB):
+        cols = bj * MB + o_b
+        b_acc = tl.load(p_out + cols[:, None] * BK + o_k[None, :])
+        # the gates shifted up one row inside the block: the reverse cumsum of the first i - j of them is G_i - G_j
+        b_next = tl.load(p_g + (cols + 1)[:, None] * BK + o_k[None, :], mask=(o_b < MB - 1)[:, None], other=0.0)
+        for bi in tl.static_range(bj + 1, CT // MB):
+            rows = bi * MB + o_b
+            b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
+                          other=0.0)
+            b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
+            b_acc += tl.dot(tl.trans(b_m), b_x * tl.exp(_within(p_g, bi, o_k, BK)),
+                            input_precision=PREC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
+        for ii in range(MB):
+            i = bj * MB + ii
+            b_xi = tl.load(p_x + i * SX + o_k, mask=m_k & (o_k * 0 + i < n), other=0.0)
+            b_d = tl.cumsum(tl.where(o_b[:, None] < ii, b_next, 0.0), axis=0, reverse=True)  # G_i - G_j, j <= i
+            b_mr = tl.load(p_m + i * CT + cols)
+            b_acc += b_mr[:, None] * b_xi[None, :] * tl.exp(b_d)
+        tl.store(p_out + cols[:, None] * BK + o_k[None, :], b_acc)
+
+
+@triton.jit(do_not_specialize=["scale", "n_work"])
+def _local_matrix_kernel(
+    q, k, v, g, beta, do, states, dstates, dq, dk, dv, dg, dbeta, scratch, cu_seqlens, chunk_indices,
+    scale, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr,
+):
+    """Work items (chunk, value head), n_work of them, shared out over the programs: the chunk's dq, dk (per
+    value head), dv, dg, dbeta from its start state and dS at its end, by the matrix-form formulas (whole K
+    and V per item). Scratch per program: G, three [CT, BK] sums, two [CT, CT] matrices."""
+    ACC: tl.constexpr = states.dtype.element_ty
+    pid = tl.program_id(0).to(tl.int64)
+    p_gs = scratch + pid * (4 * CT * BK + 2 * CT * CT)
+    p_r1 = p_gs + CT * BK
+    p_r2 = p_r1 + CT * BK
+    p_r3 = p_r2 + CT * BK
+    p_m1 = p_r3 + CT * BK
+    p_m2 = p_m1 + CT * CT
+    o_t = tl.arange(0, CT)
+    o_k = tl.arange(0, BK)
+    o_v = tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    off_tk = o_t[:, None] * BK + o_k[None, :]
+    lower = o_t[None, :] <= o_t[:, None]
+    strict = o_t[None, :] < o_t[:, None]
+    eye = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0).to(ACC)
+    for w in range(pid, n_work, tl.num_programs(0)):
+        i_c = w // HV
+        i_hv = w % HV
+        i_h = i_hv // (HV // H)
+        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+        m_t = o_t < n
+        m_tk = m_t[:, None] & m_k[None, :]
+        m_tv = m_t[:, None] & m_v[None, :]
+        p_q = q + (r0 * H + i_h) * K
+        p_k = k + (r0 * H + i_h) * K
+        b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_k[None, :], mask=m_tk, other=0.0).to(ACC)
+        b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_k[None, :], mask=m_tk, other=0.0).to(ACC)
+        b_g = tl.load(g + (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :], mask=m_tk,
+                      other=0.0).to(ACC)
+        b_v = tl.load(v + (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :], mask=m_tv,
+                      other=0.0).to(ACC)
+        b_do = tl.load(do + (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :], mask=m_tv,
+                       other=0.0).to(ACC)
+        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+        off_s = (i_c * HV + i_hv) * (K * V) + o_k[:, None] * V + o_v[None, :]
+        b_s = tl.load(states + off_s, mask=m_kv, other=0.0)
+        b_dse = tl.load(dstates + off_s, mask=m_kv, other=0.0)
+
+        # G (from the chunk start), Gl - G (to its end) and Gl as sums of the gates, none as a difference
+        b_gn = tl.load(g + (r0 * HV + i_hv) * K + (o_t + 1)[:, None] * (HV * K) + o_k[None, :],
+                       mask=(o_t + 1 < n)[:, None] & m_k[None, :], other=0.0).to(ACC)
+        b_eG = tl.exp(tl.cumsum(b_g, axis=0))
+        b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+        b_Gl = tl.sum(b_g, axis=0)
+        tl.debug_barrier()  # the previous item's reads of the scratch are done
+        tl.store(p_gs + off_tk, b_g)
+        tl.debug_barrier()
+        _pair_matrix(p_k, p_k, H * K, p_gs, p_m1, n, o_k, m_k, BK, CT, False, PREC)
+        _pair_matrix(p_q, p_k, H * K, p_gs, p_m2, n, o_k, m_k, BK, CT, True, PREC)
+        tl.debug_barrier()
+        b_P = tl.load(p_m1 + o_t[:, None] * CT + o_t[None, :])  # A_kk = diag(beta) P
+        b_Aqk = tl.load(p_m2 + o_t[:, None] * CT + o_t[None, :]) * scale
+        # X = (I + A_kk)^-1 row by row (forward substitution: row i needs only rows j < i)
+        b_A = b_P * b_b[:, None]
+        b_X = eye
+        for i in range(1, CT):
+            b_ai = tl.sum(tl.where((o_t == i)[:, None], b_A, 0.0), axis=0)
+            b_xi = tl.where(o_t == i, 1.0, 0.0) - tl.sum(b_ai[:, None] * b_X, axis=0)
+            b_X = tl.where((o_t == i)[:, None], b_xi[None, :], b_X)
+
+        b_Qt = scale * b_q * b_eG
+        b_Kb = b_k * b_eG
+        b_Kt = b_k * b_eT
+        b_bv = b_b[:, None] * b_v
+        b_bKb = b_b[:, None] * b_Kb
+        b_W = tl.dot(b_X, b_bKb, input_precision=PREC)
+        b_Vn = tl.dot(b_X, b_bv, input_precision=PREC) - tl.dot(b_W, b_s, input_precision=PREC)
+
+        b_dVn = tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC) + tl.dot(b_Kt, b_dse, input_precision=PREC)
+        b_dAqk = tl.where(lower, tl.dot(b_do, tl.trans(b_Vn), input_precision=PREC), 0.0)
+        b_dQt = tl.dot(b_do, tl.trans(b_s), input_precision=PREC)
+        b_dKt = tl.dot(b_Vn, tl.trans(b_dse), input_precision=PREC)
+        b_dW = -tl.dot(b_dVn, tl.trans(b_s), input_precision=PREC)
+        b_dgamma = tl.sum(b_s * b_dse, axis=1)
+        b_Yv = tl.dot(tl.trans(b_X), b_dVn, input_precision=PREC)
+        b_Yk = tl.dot(tl.trans(b_X), b_dW, input_precision=PREC)
+        b_XdX = tl.dot(b_Yv, tl.trans(b_bv), input_precision=PREC) + tl.dot(b_Yk, tl.trans(b_bKb),
+                                                                            input_precision=PREC)
+        b_dAkk = tl.where(strict, -tl.dot(b_XdX, tl.trans(b_X), input_precision=PREC), 0.0)
+
+        b_dbeta = tl.sum(b_v * b_Yv, axis=1) + tl.sum(b_Kb * b_Yk, axis=1) + tl.sum(b_dAkk * b_P, axis=1)
+        tl.store(dbeta + (r0 + o_t) * HV + i_hv, b_dbeta, mask=m_t)
+        tl.store(dv + (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :], b_b[:, None] * b_Yv,
+                 mask=m_tv)
+
+        # the decay-weighted sums of dA_qk and dA_kk
+        tl.debug_barrier()  # P and A_qk are read
+        # the diagonal of dA_qk (D = 1 there) goes to dq and dk directly: through the sums it would add +x and -x
+        # to the same row of dG, whose rounding is not small against dg when strong gates make dg small
+        b_d1 = tl.sum(tl.where(strict | ~lower, 0.0, b_dAqk), axis=1) * scale
+        tl.store(p_m1 + o_t[:, None] * CT + o_t[None, :], tl.where(strict, b_dAqk * scale, 0.0))
+        tl.store(p_m2 + o_t[:, None] * CT + o_t[None, :], b_dAkk * b_b[:, None])
+        tl.store(p_r3 + off_tk, tl.zeros([CT, BK], dtype=ACC))
+        tl.debug_barrier()
+        _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_k, m_k, BK, CT, PREC)   # dq from A_qk
+        _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk rows
+        _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_qk columns
+        tl.debug_barrier()
+        _col_sums(p_m2, p_k, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk columns
+        tl.debug_barrier()
+        b_r1 = tl.load(p_r1 + off_tk)
+        b_r2 = tl.load(p_r2 + off_tk)
+        b_r3 = tl.load(p_r3 + off_tk)
+
+        b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
+        b_dk = b_eG * b_b[:, None] * b_Yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
+        b_dG = b_Qt * b_dQt + b_Kb * b_b[:, None] * b_Yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
+        # dg = reverse cumsum of dG; the Kt (e(Gl - G_i)) and gamma (e(Gl)) terms added as what they give
+        # each row t, sum_{i < t} Kt_i dKt_i + gamma dgamma, not as -x on row i and +sum x on the last row
+        # (that cancellation costs dg its accuracy under strong gates)
+        b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + tl.dot(tl.where(strict, 1.0, 0.0).to(ACC), b_Kt * b_dKt,
+                                                              input_precision=PREC)
+        b_dg += (b_dgamma * tl.exp(b_Gl))[None, :]
+        off_out = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :]
+        tl.store(dq + off_out, b_dq, mask=m_tk)
+        tl.store(dk + off_out, b_dk, mask=m_tk)
+        tl.store(dg + off_out, b_dg, mask=m_tk)
+
+
+# ----------------------------------------------------------------------------------------------------
 # the exact forward, token by token (gradient checks)
 # ----------------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["scale"])
@@ -473,6 +747,59 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
         num_warps=LAUNCH["pass_warps"] or (4 if BK <= 128 else 8))
     del amap  # the local kernel does not read it: freed (stream-ordered) before its buffers are allocated
 
+    if LAUNCH["local"] == "matrix":
+        dq, dk, dv, dg, dbeta = _local_matrix(xs, sizes, tables, acc, states, dstates, do, scale, interp)
+    elif LAUNCH["local"] == "tokens":
+        dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
+    else:
+        raise ValueError(f"LAUNCH['local'] must be 'tokens' or 'matrix', got {LAUNCH['local']!r}")
+    # GVA: the value heads of a group share q/k heads; their contributions add up
+    if HV != H:
+        dq = dq.view(TT, H, HV // H, K).sum(2)
+        dk = dk.view(TT, H, HV // H, K).sum(2)
+    return dq, dk, dv, dg, dbeta, dh0
+
+
+def _n_programs(n_work, dev, interp):
+    """Persistent programs of the local kernels: LAUNCH["programs"], else one per item under the interpreter
+    or off CUDA, else 8 per SM."""
+    if LAUNCH["programs"]:
+        return min(n_work, LAUNCH["programs"])
+    if interp or dev.type != "cuda":
+        return n_work
+    return min(n_work, 8 * torch.cuda.get_device_properties(dev).multi_processor_count)
+
+
+def _local_matrix(xs, sizes, tables, acc, states, dstates, do, scale, interp):
+    """Kernel 3 in matrix form: fp32 (fp64) dq, dk per value head, dv, dg, dbeta."""
+    q, k, v, g, beta = xs
+    B, T, H, HV, K, V, N = sizes
+    _, chunk_indices, _, NT = tables
+    TT, dev = B * T, q.device
+    BK = max(16, triton.next_power_of_2(K))
+    BV = max(16, triton.next_power_of_2(V))
+    n_work = NT * HV
+    n_prog = _n_programs(n_work, dev, interp)
+    dq = torch.empty(TT, HV, K, dtype=acc, device=dev)
+    dk = torch.empty(TT, HV, K, dtype=acc, device=dev)
+    dg = torch.empty(TT, HV, K, dtype=acc, device=dev)
+    dbeta = torch.empty(TT, HV, dtype=acc, device=dev)
+    dv = torch.empty(TT, HV, V, dtype=acc, device=dev)
+    scratch = torch.empty(n_prog, 4 * CT * BK + 2 * CT * CT, dtype=acc, device=dev)
+    prec = "ieee" if acc == torch.float64 else LAUNCH["matrix_precision"]
+    _local_matrix_kernel[(n_prog,)](
+        q, k, v, g, beta, do, states, dstates, dq, dk, dv, dg, dbeta, scratch, tables[0], chunk_indices, scale,
+        n_work, H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, num_warps=LAUNCH["matrix_warps"] or 8)
+    return dq, dk, dv, dg, dbeta
+
+
+def _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp):
+    """Kernel 3 by token steps: fp32 (fp64) dq, dk per value head, dv, dg, dbeta."""
+    q, k, v, g, beta = xs
+    B, T, H, HV, K, V, N = sizes
+    cu, chunk_indices, _, NT = tables
+    TT, dev = B * T, q.device
+    BK = max(16, triton.next_power_of_2(K))
     # 3. the local reverse of every chunk
     BV = _tile("bv", V, interp)
     warps = LAUNCH["warps"] or (4 if BK * BV <= 2048 else 8)
@@ -480,12 +807,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
     if CT % SEG:
         raise ValueError(f"LAUNCH['seg'] must divide {CT}, got {SEG}")
     n_work = NT * HV * triton.cdiv(V, BV)
-    if LAUNCH["programs"]:
-        n_prog = min(n_work, LAUNCH["programs"])
-    elif interp or dev.type != "cuda":
-        n_prog = n_work
-    else:
-        n_prog = min(n_work, 8 * torch.cuda.get_device_properties(dev).multi_processor_count)
+    n_prog = _n_programs(n_work, dev, interp)
     dq = torch.zeros(TT, HV, K, dtype=acc, device=dev)
     dk = torch.zeros(TT, HV, K, dtype=acc, device=dev)
     dg = torch.zeros(TT, HV, K, dtype=acc, device=dev)
@@ -495,11 +817,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
     _local_kernel[(n_prog,)](
         q, k, v, g, beta, do, states, dstates, dq, dk, dv, dg, dbeta, scratch, cu, chunk_indices, scale, n_work,
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, SEG=SEG, num_warps=warps)
-    # GVA: the value heads of a group share q/k heads; their contributions add up
-    if HV != H:
-        dq = dq.view(TT, H, HV // H, K).sum(2)
-        dk = dk.view(TT, H, HV // H, K).sum(2)
-    return dq, dk, dv, dg, dbeta, dh0
+    return dq, dk, dv, dg, dbeta
 
 
 def _dht_kv(dht, opts, N, HV, K, V):

@@ -278,10 +278,12 @@ def test_real_head_dims_packed_gva_on_gpu():
 @needs_gpu
 @pytest.mark.parametrize("K,V,launch", [(128, 128, {"programs": 7, "seg": 64}),
                                         (128, 128, {"bv": 32, "map_bx": 32, "pass_bv": 32, "pass_rows": 32}),
-                                        (256, 64, {}), (100, 60, {})])
+                                        (256, 64, {}), (100, 60, {}),
+                                        (128, 128, {"local": "matrix"}), (100, 60, {"local": "matrix"})])
 def test_launch_settings_and_head_dims_on_gpu(K, V, launch, monkeypatch):
     """The compiled kernels under other launch settings (few persistent programs looping over many chunks,
-    64-token segments, 32-wide tiles) and head dims (K = 256 with V = 64; K, V not powers of two): packed
+    64-token segments, 32-wide tiles, the matrix-form local kernel with its tf32x3 products) and head dims
+    (K = 256 with V = 64; K, V not powers of two): packed
     [300, 1, 129] tokens, GVA 1 -> 2, fp32 gradients against float64 autograd."""
     from kda_trace.kernels import backward
 
