@@ -270,7 +270,7 @@ def bit_checksum(t: torch.Tensor) -> int:
     integer arithmetic, whose order does not matter. Any change of one element changes it; the judge compares
     the checksums of the inputs after a call (made in the solution's process) with its own."""
     flat = t.detach().contiguous().reshape(-1)
-    words = flat.view(_WORD[flat.element_size()]) if flat.numel() else flat.to(torch.int64)
+    words = flat.view(_WORD[flat.element_size()])
     total = torch.zeros((), dtype=torch.int64, device=flat.device)
     for start in range(0, words.numel(), _CHECKSUM_SLICE):
         w = words[start:start + _CHECKSUM_SLICE].to(torch.int64)

@@ -11,8 +11,8 @@ the rest of the workload.
 In a worker, per workload: inputs are made once from the seed (set A) and from a secret random seed (set B,
 recorded afterwards); the reference runs on fresh copies of both and is timed; then each solution runs on its
 own fresh copy of A, its outputs are checked (count, shape, dtype, mutated inputs, in-place contract,
-numerics), and a correct solution is timed: every timed repetition runs on inputs of its own (from another
-secret seed), the last one on set B, whose outputs are checked again (so a solution that replays its first
+numerics), and a correct solution is timed: every timed repetition runs on inputs of its own (from a secret
+seed the judge gives just before it), the last one on set B, whose outputs are checked again (so a solution that replays its first
 result fails). One other repetition, drawn after the timing, is checked through the digest of its outputs
 (`check_timed_repetition`): a solution that does less work in the repetitions it guesses are not checked is
 caught.
@@ -410,11 +410,10 @@ class WorkerContext:
             _skip(host)
             return rec(spec, S.INPUT_MUTATED, f"the solution changed input(s) {mutated}, which it may not write",
                        correctness=correctness)
-        failed = {n: m.reason for n, m in correctness.outputs.items() if not m.passed}
+        failed = _failures(correctness)
         if failed:
             _skip(host)
-            return rec(spec, S.INCORRECT_NUMERICAL, "; ".join(f"{n}: {r}" for n, r in failed.items()),
-                       correctness=correctness)
+            return rec(spec, S.INCORRECT_NUMERICAL, failed, correctness=correctness)
 
         try:
             reply = host.request(kind="time", timing=_timing_fields(self.config.timing), seeds=fresh,
@@ -436,12 +435,10 @@ class WorkerContext:
             "passed": all(m.passed for m in check_b.outputs.values()),
             "outputs": {n: {"rms_rel_error": m.rms_rel_error, "max_abs_error": m.max_abs_error, "reason": m.reason}
                         for n, m in check_b.outputs.items()}}}
-        failed = {n: m.reason for n, m in check_b.outputs.items() if not m.passed}
+        failed = _failures(check_b)
         if failed:
-            return rec(spec, S.INCORRECT_NUMERICAL,
-                       "correct on the first input set but wrong on the second one (seed "
-                       f"{seed_b}, last call of the timing loop; a cached or "
-                       "input-independent result?): " + "; ".join(f"{n}: {r}" for n, r in failed.items()),
+            return rec(spec, S.INCORRECT_NUMERICAL, f"correct on the first input set but wrong on the second one "
+                       f"(seed {seed_b}, last call of the timing loop; a cached or input-independent result?): {failed}",
                        correctness=correctness)
         from .timing import TimingResult
 
@@ -513,11 +510,9 @@ class WorkerContext:
         if untimed:
             return S.REWARD_HACK, (f"the outputs of {seen} differ from an untimed call's on the same inputs "
                                    f"(outputs {sorted(untimed)}): the solution did other work while it was timed")
-        check = self.correctness(d, fresh.inputs(rep), fresh.outputs(rep), again)
-        failed = {n: m.reason for n, m in check.outputs.items() if not m.passed}
+        failed = _failures(self.correctness(d, fresh.inputs(rep), fresh.outputs(rep), again))
         if failed:
-            return S.INCORRECT_NUMERICAL, (f"wrong on the inputs of {seen}: "
-                                           + "; ".join(f"{n}: {r}" for n, r in failed.items()))
+            return S.INCORRECT_NUMERICAL, f"wrong on the inputs of {seen}: {failed}"
         record["note"] = "the digests differed but an untimed call on the same inputs matched the timed one and passed"
         return None
 
@@ -683,10 +678,11 @@ def _repetitions_miscounted(reply: Dict[str, Any], timing, on_host: bool) -> str
 class FreshReferences:
     """The timing loop's inputs for one workload: repetition i's seed is drawn from the OS when a solution's
     process first asks for it (just before timing that repetition) and given again to the workload's other
-    solutions for their repetition i; digests use digest_seed. The reference's outputs on a repetition's inputs are made when a check
-    needs them and kept for the other solutions of the workload (a later solution whose digested repetitions
-    include that one is checked there: one reference call instead of another; the solution cannot tell, as
-    the judge never says which repetition it checked unless the check failed)."""
+    solutions for their repetition i; digests use digest_seed. The reference's outputs on a repetition's
+    inputs are made when a check needs them and kept for the other solutions of the workload (a later solution
+    whose digested repetitions include that one is checked there: one reference call instead of another; the
+    solution cannot tell, as the judge never says which repetition it checked unless the check failed).
+    Also input set A's checksums, which every call's inputs must still have."""
 
     def __init__(self, d: Definition, w: Workload, reference, device: str, root, on_host: bool):
         self.d, self.w, self.reference, self.device, self.root, self.on_host = d, w, reference, device, root, on_host
@@ -732,6 +728,10 @@ class FreshReferences:
     def digest(self, rep: int) -> Optional[Dict[str, Any]]:
         return self._make(rep)[2]
 
+
+def _failures(correctness: Correctness) -> str:
+    """'output: reason; ...' for the outputs that failed, '' when all passed."""
+    return "; ".join(f"{n}: {m.reason}" for n, m in correctness.outputs.items() if not m.passed)
 
 
 def _skip(host) -> None:

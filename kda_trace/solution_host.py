@@ -97,7 +97,7 @@ class _Host:
         self.built: Dict[str, Any] = {}
         self.exit_after_reply = False
         self.pending = None  # (definition, workload, run, inputs_a, inputs_b, first_call_s, on_host): first -> time
-        self.checkable = None  # (definition, workload, run, on_host) after "time", for a "check"
+        self.checkable = None  # (definition, workload, run) after "time", for a "check"
         self.nonce = None
 
     def reply(self, **fields) -> None:
@@ -155,7 +155,7 @@ class _Host:
     def first(self, request: Dict[str, Any]) -> None:
         from . import integrity
         from .inputs import clone_inputs, make_inputs
-        from .call_results import is_fatal_cuda_error, normalize_outputs, short_traceback, to_host
+        from .call_results import is_fatal_cuda_error, short_traceback, to_host
         from .schema import Definition, Workload
 
         d = Definition.model_validate_json(request["definition"])
@@ -187,31 +187,43 @@ class _Host:
 
         self.phase("run")
         args = clone_inputs(inputs_a, self.device)
+        called = self.call("the first call", f"workload {w.uuid}", d, run, args)
+        if called is None:
+            return
+        copies, first_call_s = called
+        checksums = integrity.input_checksums(d, args)  # compared by the judge with its own inputs
+        del args
+        if self.device.startswith("cuda") and self.unjoined_streams(d, run, inputs_a, _syncer(self.device)):
+            return
+        self.save("first", copies)
+        self.pending = (d, w, run, inputs_a, inputs_b, first_call_s, bool(request["on_host"]))
+        self.reply(kind="first", first_call_s=first_call_s, input_checksums={n: str(c) for n, c in checksums.items()})
+
+    def call(self, which: str, where: str, d, run, args) -> Optional[tuple]:
+        """One untimed call of `run` on `args`: (its outputs copied the moment it returned, seconds), or None
+        after a failure reply (an exception, outputs of the wrong count, or what `after_call_problems` finds).
+        `where` names the inputs in the error message."""
+        from . import integrity
+        from .call_results import is_fatal_cuda_error, normalize_outputs, short_traceback
+
         threads = integrity.live_threads()
         sync = _syncer(self.device)
         try:
             sync()
             t0 = time.perf_counter()
-            result = run(**args)
-            outputs, why = normalize_outputs(d, result)
+            outputs, why = normalize_outputs(d, run(**args))
             copies = integrity.snapshot(outputs) if outputs is not None else None
             sync()
-            first_call_s = time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001
-            self.fail("RUNTIME_ERROR", f"workload {w.uuid}: {short_traceback(e)}", fatal=is_fatal_cuda_error(e))
-            return
+            self.fail("RUNTIME_ERROR", f"{where}: {short_traceback(e)}", fatal=is_fatal_cuda_error(e))
+            return None
         if outputs is None:
-            self.fail("INCORRECT_SHAPE", why)
-            return
-        if self.after_call_problems("the first call", d, outputs, copies, args, threads, sync):
-            return
-        checksums = integrity.input_checksums(d, args)  # compared by the judge with its own inputs
-        del args, result, outputs
-        if self.device.startswith("cuda") and self.unjoined_streams(d, run, inputs_a, sync):
-            return
-        self.save("first", copies)
-        self.pending = (d, w, run, inputs_a, inputs_b, first_call_s, bool(request["on_host"]))
-        self.reply(kind="first", first_call_s=first_call_s, input_checksums={n: str(c) for n, c in checksums.items()})
+            self.fail("INCORRECT_SHAPE", f"{where}: {why}")
+            return None
+        if self.after_call_problems(which, d, outputs, copies, args, threads, sync):
+            return None
+        return copies, seconds
 
     def unjoined_streams(self, d, run, inputs_a, sync) -> bool:
         """A second call with the caller's stream held back on the GPU (GATE_CYCLES) until the call has returned
@@ -298,7 +310,7 @@ class _Host:
                       "(work launched on another stream, not joined to the caller's)")
             return
         self.save("final", copies)
-        self.checkable = (d, w, run, on_host)
+        self.checkable = (d, w, run)
         self.reply(kind="timed", times_ms=timing.times_ms, mode=timing.mode, notes=timing.notes,
                    wall_ms=timing.wall_ms, digests=timing.digests if digest is not None else None)
 
@@ -312,35 +324,19 @@ class _Host:
 
     def check(self, request: Dict[str, Any]) -> None:
         """One untimed call on the inputs of seed `seed` (a timed repetition's), its outputs written as 'check'."""
-        from . import integrity
-        from .call_results import is_fatal_cuda_error, normalize_outputs, short_traceback
         from .inputs import make_inputs
 
         if self.checkable is None:
             self.fail("RUNTIME_ERROR", "internal error: a check asked for before timing")
             return
-        d, w, run, on_host = self.checkable
+        d, w, run = self.checkable
         self.checkable = None
         self.phase("check")
         args = make_inputs(d, w, int(request["seed"]), self.device, self.dataset_root)
-        threads = integrity.live_threads()
-        sync = _syncer(self.device)
-        try:
-            sync()
-            outputs, why = normalize_outputs(d, run(**args))
-            copies = integrity.snapshot(outputs) if outputs is not None else None
-            sync()
-        except Exception as e:  # noqa: BLE001
-            self.fail("RUNTIME_ERROR", f"the check call (seed {request['seed']}): {short_traceback(e)}",
-                      fatal=is_fatal_cuda_error(e))
-            return
-        if outputs is None:
-            self.fail("INCORRECT_SHAPE", f"the check call (seed {request['seed']}): {why}")
-            return
-        if self.after_call_problems("the check call", d, outputs, copies, args, threads, sync):
-            return
-        self.save("check", copies)
-        self.reply(kind="checked")
+        called = self.call("the check call", f"the check call (seed {request['seed']})", d, run, args)
+        if called is not None:
+            self.save("check", called[0])
+            self.reply(kind="checked")
 
     def save(self, label: str, outputs: Dict[str, Any]) -> None:
         import safetensors.torch
@@ -356,6 +352,8 @@ class _Host:
 
 CACHE_LIMIT_BYTES = 1 << 30
 """A solution's process gives its cached GPU memory back after an evaluation when it holds more than this."""
+
+
 def _file_name(label: str, nonce: Optional[str]) -> str:
     """Output files carry the request's nonce: another process of the same user cannot plant or prepare one
     ahead of the request (the work directory is in the shared temp directory)."""

@@ -255,8 +255,9 @@ def _time_cpu(run, work, restore, reps, digest=None):
         times = times + ((clock() - t0) * 1e3,)
         if i == reps - 1:
             snap = snapshot(outputs)
-        digests.append(digest(outputs, restore.current) if _digested(i, reps, digest, digests) else None)
-    return list(times), outputs, snap, [], digests if digest is not None else []
+        if digest is not None:
+            digests.append(digest(outputs, restore.current) if _digested(i, reps, digest, digests) else None)
+    return list(times), outputs, snap, [], digests
 
 
 DIGESTED_REPS = 8
