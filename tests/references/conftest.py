@@ -364,6 +364,22 @@ def coverage_guard(request):
 
 
 # ------------------------------------------------------------------ the reference vs ground truth
+def reference_runs(d: Definition, w: Workload, device: str = "cpu"):
+    """Steps 1 and 2 of check_against_truth, for every family that runs a reference on a workload:
+    (inputs, their outputs, the inputs upcast to float32, their outputs)."""
+    x = inputs_of(d, w, device)
+    before = {k: v.clone() for k, v in x.items() if isinstance(v, torch.Tensor)}
+    out = run_reference(d, x)
+    check_output_specs(d, w, out)
+    for k, v in before.items():
+        assert_bits_equal(x[k], v, f"{d.name}: input {k} after the reference ran (inputs must not be mutated)")
+    x32 = upcast(x)
+    out32 = run_reference(d, x32)
+    for name, t in out.items():
+        assert_bits_equal(t, out32[name].to(t.dtype), f"{d.name} {name}: bf16-input run vs float32-input run cast")
+    return x, out, x32, out32
+
+
 def check_against_truth(d: Definition, w: Workload, device: str = "cpu", chunk: int = 16,
                         with_fla_naive: bool = True) -> dict[str, torch.Tensor]:
     """The main comparison of a forward-type family (prefill, forward, decode, mtp) on one workload:
@@ -376,16 +392,7 @@ def check_against_truth(d: Definition, w: Workload, device: str = "cpu", chunk: 
        chunked truth with TOLERANCES["bf16_cast"];
     4. for a state pool: slots outside state_indices are bit-identical to the input pool.
     Returns the float32 run's outputs."""
-    x = inputs_of(d, w, device)
-    before = {k: v.clone() for k, v in x.items() if isinstance(v, torch.Tensor)}
-    out = run_reference(d, x)
-    check_output_specs(d, w, out)
-    for k, v in before.items():
-        assert_bits_equal(x[k], v, f"{d.name}: input {k} after the reference ran (inputs must not be mutated)")
-    x32 = upcast(x)
-    out32 = run_reference(d, x32)
-    for name, t in out.items():
-        assert_bits_equal(t, out32[name].to(t.dtype), f"{d.name} {name}: bf16-input run vs float32-input run cast")
+    x, out, x32, out32 = reference_runs(d, w, device)
 
     cu = x.get("cu_seqlens")
     truths = {"chunked float64": from_truth(d, x, *gt.chunked(to_problem(d, x32), chunk=chunk))}

@@ -17,10 +17,10 @@ from conftest import (
     DEVICE,
     assert_bits_equal,
     assert_close,
-    check_output_specs,
     custom_workload,
     family_params,
     inputs_of,
+    reference_runs,
     run_reference,
     to_problem,
     upcast,
@@ -69,16 +69,7 @@ def truth(d, x, kind: str) -> dict[str, torch.Tensor]:
 
 
 def check_against_truth(d, w, device="cpu", with_fla_naive=True):
-    x = inputs_of(d, w, device)
-    before = {k: v.clone() for k, v in x.items() if isinstance(v, torch.Tensor)}
-    out = run_reference(d, x)
-    check_output_specs(d, w, out)
-    for k, v in before.items():
-        assert_bits_equal(x[k], v, f"{d.name}: input {k} after the reference ran")
-    x32 = upcast(x)
-    out32 = run_reference(d, x32)
-    for name, t in out.items():
-        assert_bits_equal(t, out32[name].to(t.dtype), f"{d.name} {name}: bf16-input run vs float32-input run cast")
+    x, out, x32, out32 = reference_runs(d, w, device)
     kinds = ["chunked"] + (["fla"] if with_fla_naive else [])
     for kind in kinds:
         want = truth(d, x32, kind)
