@@ -8,10 +8,11 @@ Three `kda-trace run`s on toy_scan: the timing attempts (with an honest control,
 DELAY_S long so a fake time is plain), then each sabotage attempt with an honest solution evaluated before it.
 """
 
-import json
 from pathlib import Path
 
 import pytest
+
+from test_cheats import statuses  # records by solution name, from a run's trace files
 
 from kda_trace.cli import main
 
@@ -31,15 +32,6 @@ TIME_HOLES = {  # attempt -> what closed it
     "zero_digested_reps": "the fingerprint covers kda_trace's module constants",
     "precomputes_all_reps": "each repetition's seed is given by the judge just before it, once, in order",
 }
-
-
-def statuses(out: Path):
-    got = {}
-    for path in (out / "traces").glob("*/*.jsonl"):
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            got.setdefault(r["solution"].split("::")[-1], []).append(r["evaluation"])
-    return got
 
 
 @pytest.fixture(scope="module")
