@@ -17,9 +17,13 @@ mkdir -p "$TRITON_CACHE_DIR"
 } > "$OUT/env_${PHASE}.txt" 2>&1
 stop=$1; shift
 run_dir=.gpu_out/$PHASE
-cheats=(honest row_zeroed row_from_neighbour row_stale state_row_zeroed patches_timer patches_harness thread_fill
-        side_stream returns_input_memory gc_scan caller_frames empty_like illegal_address forged_pass timing_aware
-        lazy_tensor lazy_when_timed pool_write_skipped_when_timed content_cache)  # content_cache is expected to pass with the honest time: its cache never hits
+# CHEATS overrides the fixtures: names in tests/runner/cheats.py, or FILE.py::NAME (the red team's in redteam.py)
+cheats=(${CHEATS:-honest row_zeroed row_from_neighbour row_stale state_row_zeroed patches_timer patches_harness thread_fill
+        side_stream returns_input_memory gc_scan caller_frames empty_like illegal_address forged_pass forges_trace_files
+        timing_aware lazy_tensor lazy_when_timed pool_write_skipped_when_timed wrong_unless_judged_whole asks_seeds_ahead
+        content_cache tests/runner/redteam.py::keeps_l2_warm tests/runner/redteam.py::disables_stream_checks})
+# content_cache is expected to pass with the honest time (its cache never hits), keeps_l2_warm too (the flush remakes
+# a buffer that is not its own size)
 args=()
 case "$PHASE" in
 cheats)  # NAMES overrides the definitions; EXTRA adds solutions (e.g. "fla")
@@ -27,7 +31,7 @@ cheats)  # NAMES overrides the definitions; EXTRA adds solutions (e.g. "fla")
         args+=(--name "$n"); done
     args+=(--solution triton)
     for e in ${EXTRA:-}; do args+=(--solution "$e"); done
-    for c in "${cheats[@]}"; do args+=(--solution "tests/runner/cheats.py::$c"); done ;;
+    for c in "${cheats[@]}"; do [[ $c == *::* ]] || c=tests/runner/cheats.py::$c; args+=(--solution "$c"); done ;;
 calibrate)  # SOLUTIONS overrides "triton reference fla"
     args=(--op-type kda --warmup 1 --reps 3 --max-reps 5)
     for e in ${SOLUTIONS:-triton reference fla}; do args+=(--solution "$e"); done ;;
