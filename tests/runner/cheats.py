@@ -53,12 +53,16 @@ def _base_outputs(**inputs):
     if os.environ.get("CHEATS_BASE", "reference") == "triton" and d.op_type == "kda":
         from kda_trace.solutions.triton_kda import TritonSolution
 
-        fn = _definitions.setdefault(("triton", d.name), TritonSolution(str(_device(inputs))).build(d, str(_device(inputs))))
+        key = ("triton", d.name)
+        if key not in _definitions:  # built once: the honest base costs the caller no more than the kernel itself
+            _definitions[key] = TritonSolution(str(_device(inputs))).build(d, str(_device(inputs)))
     else:
         from kda_trace.reference import compile_reference
 
-        fn = _definitions.setdefault(("reference", d.name), compile_reference(d.reference, d.name, True))
-    result = fn(**inputs)
+        key = ("reference", d.name)
+        if key not in _definitions:
+            _definitions[key] = compile_reference(d.reference, d.name, True)
+    result = _definitions[key](**inputs)
     time.sleep(float(os.environ.get("CHEATS_HONEST_DELAY_S", "0")))
     names = list(d.outputs)
     if isinstance(result, dict):
