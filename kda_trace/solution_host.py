@@ -269,7 +269,7 @@ class _Host:
     def time(self, request: Dict[str, Any]) -> None:
         from . import integrity
         from .call_results import is_fatal_cuda_error, normalize_outputs, short_traceback
-        from .timing import TimingConfig, measure
+        from .timing import TimingConfig, TimingTampered, measure
 
         if self.pending is None:
             self.fail("RUNTIME_ERROR", "internal error: timing asked for before a first call")
@@ -289,6 +289,9 @@ class _Host:
             timing = measure(run, inputs_a, self.device, TimingConfig(**request["timing"]), final_inputs=inputs_b,
                              estimate_s=first_call_s, mutable=set(d.inplace.values()), rep_inputs=rep_inputs,
                              digest=digest)
+        except TimingTampered as e:
+            self.fail("REWARD_HACK", f"timing: {e}")
+            return
         except Exception as e:  # noqa: BLE001
             self.fail("RUNTIME_ERROR", f"failed while timing: {short_traceback(e)}", fatal=is_fatal_cuda_error(e))
             return

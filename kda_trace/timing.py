@@ -111,16 +111,31 @@ def defaults_for(device: str, config: TimingConfig) -> TimingConfig:
 _flush_buffers: Dict[str, torch.Tensor] = {}
 
 
+class TimingTampered(RuntimeError):
+    """The timing loop found its own data changed by the code it times (the runner reports REWARD_HACK)."""
+
+
 def flush_l2(device: str) -> None:
-    """Overwrite a buffer larger than the L2 cache so the next call starts cold (GPU only)."""
+    """Overwrite a buffer larger than the L2 cache so the next call starts cold (GPU only). The buffer is made
+    on first use; one found changed since (a smaller one keeps the cache warm) raises TimingTampered."""
     if not device.startswith("cuda"):
         return
-    buf, want = _flush_buffers.get(device), torch.device(device)
-    if type(buf) is not torch.Tensor or buf.numel() != L2_FLUSH_BYTES or buf.dtype != torch.int8 \
-            or buf.device.type != want.type or (want.index is not None and buf.device.index != want.index) \
-            or not buf.is_contiguous():  # a solution could have swapped it for a smaller one
+    buf = _flush_buffers.get(device)
+    if buf is None:
         buf = _flush_buffers[device] = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+    elif not _is_flush_buffer(buf, torch.device(device)):
+        _flush_buffers.pop(device, None)
+        shape = f"a {type(buf).__name__} of {buf.numel()} {buf.dtype} elements on {buf.device}" \
+            if isinstance(buf, torch.Tensor) else f"a {type(buf).__name__}"
+        raise TimingTampered(f"the timing loop's L2 flush buffer for {device} was replaced by {shape} (it is "
+                             f"{L2_FLUSH_BYTES} int8 elements on that device): repetitions would start with a warm cache")
     buf.zero_()
+
+
+def _is_flush_buffer(buf: Any, want: torch.device) -> bool:
+    return (type(buf) is torch.Tensor and buf.numel() == L2_FLUSH_BYTES and buf.dtype == torch.int8
+            and buf.device.type == want.type and (want.index is None or buf.device.index == want.index)
+            and buf.is_contiguous())
 
 
 def _refresh(work: Dict[str, Any], source: Dict[str, Any], names=None) -> None:

@@ -137,3 +137,32 @@ def test_digested_repetitions_are_drawn_after_they_return_about_eight_of_many():
     counts = [loop(200) for _ in range(200)]
     assert 7 <= sum(counts) / len(counts) <= 9 and min(counts) >= 1 and min(counts) < max(counts)
     assert DIGESTED_REPS == 8
+
+
+def test_a_swapped_l2_flush_buffer_is_tampering(monkeypatch):
+    """redteam.py::keeps_l2_warm swaps the timing loop's flush buffer for a 1-byte tensor (warm-cache times on
+    a GPU). The flush made the buffer itself, so a buffer found changed is a solution's doing: TimingTampered,
+    which the solution's host reports as REWARD_HACK. (Raised before any CUDA call, so it shows on the CPU.)"""
+    from kda_trace import timing
+
+    monkeypatch.setattr(timing, "_flush_buffers", {"cuda:0": torch.empty(1, dtype=torch.int8)})
+    try:
+        timing.flush_l2("cuda:0")
+    except timing.TimingTampered as e:
+        assert "replaced by a Tensor of 1 torch.int8 elements on cpu" in str(e)
+        assert "cuda:0" not in timing._flush_buffers  # dropped: a later workload makes its own again
+    else:
+        raise AssertionError("a swapped flush buffer went unnoticed")
+    timing.flush_l2("cpu")  # nothing to flush on the CPU, nothing checked
+
+
+def test_the_flush_buffer_check_accepts_only_its_own_kind_of_buffer():
+    from kda_trace.timing import L2_FLUSH_BYTES, _is_flush_buffer
+
+    meta = torch.device("meta")
+    assert _is_flush_buffer(torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=meta), meta)
+    assert not _is_flush_buffer(torch.empty(L2_FLUSH_BYTES - 1, dtype=torch.int8, device=meta), meta)
+    assert not _is_flush_buffer(torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=meta), meta)
+    assert not _is_flush_buffer(torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=meta), torch.device("cpu"))
+    assert not _is_flush_buffer(torch.empty(2, L2_FLUSH_BYTES, dtype=torch.int8, device=meta)[:, 0], meta)
+    assert not _is_flush_buffer(None, meta)
