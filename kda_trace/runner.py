@@ -468,7 +468,8 @@ class WorkerContext:
         when timed), wrong ones INCORRECT_NUMERICAL. (status, log) or None (passed, or nothing to check: one
         repetition, or inputs kept in host memory; `correctness.extra` says which)."""
         from .compare import tolerance_for
-        from .integrity import SAME_INPUTS_RELATIVE, digest_mismatches, inplace_bases, output_digest
+        from .integrity import (DIGEST_TOLERANCE_FACTOR, SAME_INPUTS_RELATIVE, digest_mismatches, inplace_bases,
+                                output_digest)
         from .solution_host import HostDied, load_checked
 
         record: Dict[str, Any] = {"checked": False}
@@ -488,9 +489,11 @@ class WorkerContext:
         if want is None:
             record["why_not"] = f"the reference has NaN or Inf on repetition {rep}'s inputs"
             return None
-        atol = {n: tolerance_for(d, n, self.config.tolerances).atol or 0.0 for n in d.outputs}
+        tolerances = {n: tolerance_for(d, n, self.config.tolerances) for n in d.outputs}
+        atol = {n: t.atol or 0.0 for n, t in tolerances.items()}
+        rms_rel = {n: t.max_rms_rel_error for n, t in tolerances.items()}
         got = digests[rep] or {}
-        bad = digest_mismatches(got, want, atol)
+        bad = digest_mismatches(got, want, atol, rms_rel=rms_rel)
         record.update(checked=True, repetition=rep, seed=fresh.seed(rep), passed=not bad,
                       mismatch={n: round(v, 3) for n, v in bad.items()})
         if not bad:
@@ -505,14 +508,22 @@ class WorkerContext:
         again, why = load_checked(host, "check", self.device)
         if again is None:
             return S.RUNTIME_ERROR, f"the check call of {seen}: {why}"
-        untimed = digest_mismatches(output_digest(again, fresh.digest_seed, self.device,
-                                                  inplace_bases(d, fresh.inputs(rep))), got, atol, SAME_INPUTS_RELATIVE)
+        again_digest = output_digest(again, fresh.digest_seed, self.device, inplace_bases(d, fresh.inputs(rep)))
+        untimed = digest_mismatches(again_digest, got, atol, SAME_INPUTS_RELATIVE)
         if untimed:
             return S.REWARD_HACK, (f"the outputs of {seen} differ from an untimed call's on the same inputs "
                                    f"(outputs {sorted(untimed)}): the solution did other work while it was timed")
         failed = _failures(self.correctness(d, fresh.inputs(rep), fresh.outputs(rep), again))
         if failed:
             return S.INCORRECT_NUMERICAL, f"wrong on the inputs of {seen}: {failed}"
+        # the untimed call passed; the timed one must be as close to the reference (judged by the reference's digest)
+        still = digest_mismatches(got, want, {}, relative=float("inf"), rms_rel=rms_rel)
+        if still:
+            worst = ", ".join(f"{n} {v:.3g}x" for n, v in sorted(still.items()))
+            return S.INCORRECT_NUMERICAL, (
+                f"wrong in {seen}: its digest is off the reference's by more than {DIGEST_TOLERANCE_FACTOR:g} x "
+                f"the RMS-relative tolerance ({worst} of that bound), while an untimed call on the same inputs "
+                "passed: its results differ from call to call by more than its tolerance allows")
         record["note"] = "the digests differed but an untimed call on the same inputs matched the timed one and passed"
         return None
 

@@ -26,6 +26,7 @@ thing or reach around the runner the way published benchmark exploits do:
 | pool_write_skipped_when_timed | right o, but in timed repetitions (not the last) the in-place state pool is returned unwritten | (ours: the digest of a pool is its difference from the input) |
 | wrong_unless_judged_whole | zeros in timed repetitions (not the last) and in the untimed check call | (ours: the check call's verdict) |
 | asks_seeds_ahead | in a call outside the timed repetitions, asks the judge for the first repetition's seed itself (to make those inputs and cache their answer ahead) | (ours: seeds are given just in time) |
+| off_by_percent_when_timed | its first output 3% off in timed repetitions (not the last): beyond the tolerance, within a digest's 20% | (ours: the digest bound follows the output's tolerance) |
 | timing_aware | inside the timing loop (found on its caller's stack), returns zeros except on the last repetition, the one it knows is checked | kernelbot, SOL-ExecBench |
 
 `CHEATS_HONEST_DELAY_S` (seconds, default 0) makes every honest computation of the base that long, so that a
@@ -388,3 +389,14 @@ def asks_seeds_ahead(**inputs):
                 except Exception:  # noqa: BLE001 - the judge may close the channel
                     pass
     return _base_outputs(**inputs)
+
+
+def off_by_percent_when_timed(**inputs):
+    """Right on the calls it knows are compared whole; in timed repetitions before the last its first output is 3%
+    too large (what a cheaper, less exact path taken only when timed looks like: wrong by more than any
+    output's tolerance, but within the 20% that a digest alone would let through)."""
+    out = _base_outputs(**inputs)
+    if _timed_but_not_last():
+        first = next(iter(out))  # o (y for the toy): a state pool written in place would be judged by its writes
+        out[first] = out[first] * 1.03
+    return out

@@ -31,6 +31,7 @@ CPU_CHEATS = {
     "lazy_when_timed": "REWARD_HACK",
     "wrong_unless_judged_whole": "INCORRECT_NUMERICAL",
     "asks_seeds_ahead": "REWARD_HACK",
+    "off_by_percent_when_timed": "INCORRECT_NUMERICAL",
 }
 ROW_DEFECTS = ("row_zeroed", "row_from_neighbour", "row_stale", "state_row_zeroed")
 
@@ -67,6 +68,8 @@ def test_cheats_never_pass_and_say_what_was_seen(toy_run):
     assert "_Lazy, not a plain torch.Tensor" in logs["lazy_tensor"]
     assert "wrong on the inputs of timed repetition" in logs["wrong_unless_judged_whole"]
     assert "outside the timing loop" in logs["asks_seeds_ahead"]
+    assert "x the RMS-relative tolerance" in logs["off_by_percent_when_timed"]
+    assert "an untimed call on the same inputs passed" in logs["off_by_percent_when_timed"]
     assert "timed repetition" in logs["lazy_when_timed"] and "_Lazy" in logs["lazy_when_timed"]
 
 

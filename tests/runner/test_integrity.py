@@ -65,6 +65,46 @@ def test_output_digests_match_honest_outputs_and_tell_wrong_ones():
     assert digest_mismatches({"o": want["o"]}, want, atol) == {"s": float("inf")}  # a missing output
 
 
+def test_the_digest_bound_follows_the_outputs_tolerance():
+    """Without a tolerance, digests may differ by 20% of the norm (DIGEST_RELATIVE); with the output's
+    RMS-relative tolerance rel, by 4 x rel: an output 3% off (cheats.py::off_by_percent_when_timed) is told
+    from the reference at rel 5e-3, while honest outputs at the tolerance's edge never are."""
+    from kda_trace.integrity import DIGEST_TOLERANCE_FACTOR, digest_mismatches, output_digest
+
+    g = torch.Generator().manual_seed(2)
+    ref = {"o": torch.randn(4, 64, 32, generator=g)}
+    want = output_digest(ref, seed=11)
+    off = output_digest({"o": ref["o"] * 1.03}, seed=11)
+    assert digest_mismatches(off, want, {"o": 0.0}) == {}  # the old bound alone lets 3% through
+    got = digest_mismatches(off, want, {"o": 0.0}, rms_rel={"o": 5e-3})
+    assert set(got) == {"o"} and got["o"] > 1  # the norm alone is off by 3% > 4 x 0.5%
+    assert digest_mismatches(off, want, {"o": 0.0}, rms_rel={"o": None}) == {}  # no tolerance: the old bound
+    for seed in range(50):  # honest: RMS error at the tolerance itself, 4 projections and the norm each time
+        noise = torch.randn(ref["o"].shape, generator=torch.Generator().manual_seed(100 + seed))
+        honest = ref["o"] + 5e-3 * noise * ref["o"].norm() / noise.norm()
+        assert digest_mismatches(output_digest({"o": honest}, 11), want, {"o": 0.0}, rms_rel={"o": 5e-3}) == {}
+    assert DIGEST_TOLERANCE_FACTOR >= 4  # 2 x rel is what two honest calls may differ by; keep room above it
+
+
+def test_an_inplace_pools_tolerance_bound_uses_the_whole_pool():
+    """An in-place pool is digested by what the call wrote, but an honest pool is within rel of the reference
+    as a whole: the tolerance bound takes the whole pool's norm (`full_norm`) from the judge's digest."""
+    from kda_trace.integrity import digest_mismatches, output_digest
+
+    g = torch.Generator().manual_seed(3)
+    pool = torch.randn(64, 8, 8, generator=g)
+    written = pool.clone()
+    written[5] = 0.5 * pool[5] + torch.randn(8, 8, generator=g)
+    want = output_digest({"pool": written}, 5, base={"pool": pool})
+    assert abs(want["pool"]["full_norm"] - float(written.double().norm())) < 1e-9
+    noise = torch.randn(written.shape, generator=g)
+    honest = written + 1e-3 * noise * written.norm() / noise.norm()  # RMS-relative 1e-3 over the whole pool
+    got = output_digest({"pool": honest}, 5, base={"pool": pool})
+    assert digest_mismatches(got, want, {"pool": 0.0}, rms_rel={"pool": 1e-3}) == {}
+    skipped = output_digest({"pool": pool}, 5, base={"pool": pool})
+    assert "pool" in digest_mismatches(skipped, want, {"pool": 0.0}, rms_rel={"pool": 1e-3})
+
+
 def test_outputs_must_be_plain_tensors_on_the_solutions_device():
     from kda_trace.integrity import unusual_outputs
 
