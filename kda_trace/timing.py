@@ -139,11 +139,17 @@ def _is_flush_buffer(buf: Any, want: torch.device) -> bool:
 
 
 def _refresh(work: Dict[str, Any], source: Dict[str, Any], names=None) -> None:
+    """Copy `source` into the working tensors. An integer tensor that already holds the same values (cu_seqlens
+    of a workload, the same in every input set) is left as it is: a copy would bump its version counter and
+    void the per-tensor caches of derived tables that engines and fla keep (a cost no real call pays)."""
     for name, value in source.items():
         if names is not None and name not in names:
             continue
         if isinstance(value, torch.Tensor):
-            work[name].copy_(value)
+            held = work[name]
+            if value.is_floating_point() or value.is_complex() or held.shape != value.shape \
+                    or held.dtype != value.dtype or not torch.equal(held, value.to(held.device)):
+                held.copy_(value)
         else:
             work[name] = value
 
