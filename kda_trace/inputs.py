@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import torch
 
@@ -115,6 +115,35 @@ def make_input(definition: Definition, workload: Workload, name: str, axes: Dict
     return _draw(gen, shape, rng, device).to(torch_dtype(spec.dtype))
 
 
+_PINNED_FILES: Dict[str, Tuple[int, int, int]] = {}
+"""Resolved path -> file_identity when the run started (pin_input_files), checked before each load."""
+
+
+def file_identity(path: Path) -> Tuple[int, int, int]:
+    """(inode, size, change time in ns): any write to the file, or replacing it, changes one of them, and
+    no unprivileged process can set a file's change time back."""
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_ctime_ns
+
+
+def input_files(workloads: Iterable[Workload], root: Path) -> Dict[str, Tuple[int, int, int]]:
+    """file_identity of every safetensors file that these workloads name (and that exists), by resolved path."""
+    found = {}
+    for w in workloads:
+        for source in w.inputs.values():
+            if isinstance(source, SafetensorsInput):
+                path = (Path(root) / source.path).resolve()
+                if path.is_file() and str(path) not in found:
+                    found[str(path)] = file_identity(path)
+    return found
+
+
+def pin_input_files(pins: Dict[str, Tuple[int, int, int]]) -> None:
+    """Remember the input files as they were when the run started: a solution runs as the same user and could
+    rewrite a later workload's stored inputs (zeros in, zeros out); such a file is refused when loaded."""
+    _PINNED_FILES.update(pins)
+
+
 def _load_safetensors(name, spec, source: SafetensorsInput, definition, axes, root, device):
     from safetensors.torch import load_file
 
@@ -126,6 +155,10 @@ def _load_safetensors(name, spec, source: SafetensorsInput, definition, axes, ro
         raise InputError(f"input {name!r}: path {source.path!r} leaves the dataset root")
     if not path.is_file():
         raise InputError(f"input {name!r}: file {source.path!r} does not exist")
+    pinned = _PINNED_FILES.get(str(path))
+    if pinned is not None and file_identity(path) != pinned:
+        raise InputError(f"input {name!r}: file {source.path!r} was written or replaced after this run started "
+                         "(its inode, size or change time differ): its inputs can no longer be trusted")
     tensors = load_file(str(path), device="cpu")
     if source.tensor_key not in tensors:
         raise InputError(f"input {name!r}: {source.path!r} has no tensor {source.tensor_key!r}")

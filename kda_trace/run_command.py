@@ -216,7 +216,10 @@ def command_run(args) -> int:
         devices = [f"cuda:{i}" for i in range(n)][: args.workers or n]
     else:
         devices = [device] * (args.workers or min(2, os.cpu_count() or 1))
+    from .inputs import input_files
+
     config = RunConfig(dataset_root=root, out=out, device=device, seed=seed, code_digest=main_env.code_digest,
+                       input_files=input_files((t.workload for t in tasks), root),
                        timeout=args.timeout or (300.0 if gpu else 600.0), trust_code=args.trust_code,
                        tolerances=tolerances, devices=devices, inputs_on_host=args.inputs_on_host,
                        timing=TimingConfig(warmup=args.warmup, min_reps=args.reps, max_reps=args.max_reps,

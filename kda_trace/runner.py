@@ -83,6 +83,9 @@ class RunConfig:
     code_digest: Optional[str] = None
     """environment.code_digest() when the run started: a worker or solution process whose kda_trace source on
     disk differs (changed during the run, e.g. by a solution) refuses to start."""
+    input_files: Dict[str, Any] = field(default_factory=dict)
+    """inputs.input_files of the run's workloads when it started, before any solution code ran: a worker
+    refuses a stored input file changed since (inputs.pin_input_files)."""
     inputs_on_host: Optional[bool] = None
     """Keep a workload's two input sets and the reference outputs in host memory and copy them to the GPU
     per call, so the GPU holds one input set at a time. None: only when a GPU's input set is larger than
@@ -391,7 +394,8 @@ class WorkerContext:
         self.notify(spec, "request")
         try:
             reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
-                                 name=task.names[spec], seed=self.config.seed, seed_b=seed_b, on_host=on_host)
+                                 name=task.names[spec], seed=self.config.seed, seed_b=seed_b, on_host=on_host,
+                                 input_files=self.pinned_files(w))
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} in phase {self.last_phase!r}")
         if reply.get("kind") == "status":
@@ -459,6 +463,14 @@ class WorkerContext:
         notes = timing.notes + (ref_timing.notes if ref_timing is not None else [])
         return rec(spec, S.PASSED, "; ".join(notes), correctness=correctness,
                    performance=self.performance(d, w, timing, ref_timing))
+
+    def pinned_files(self, w: Workload) -> Dict[str, List[int]]:
+        """The run's record of this workload's stored input files, for the solution's process, which makes its
+        own inputs from them (inputs.pin_input_files)."""
+        from .inputs import input_files
+
+        return {p: list(self.config.input_files[p]) for p in input_files([w], self.config.dataset_root)
+                if p in self.config.input_files}
 
     def check_timed_repetition(self, d: Definition, host, digests, fresh: "FreshReferences",
                                correctness: Correctness) -> Optional[Tuple[str, str]]:
@@ -772,6 +784,9 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
         import torch
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // len(config.devices)))  # share the cores
+    from .inputs import pin_input_files
+
+    pin_input_files(config.input_files)
     try:
         ctx = WorkerContext(config, device, lambda spec, phase: conn.send(("phase", spec, phase)))
     except SourceChanged as e:

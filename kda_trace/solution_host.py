@@ -154,7 +154,7 @@ class _Host:
 
     def first(self, request: Dict[str, Any]) -> None:
         from . import integrity
-        from .inputs import clone_inputs, make_inputs
+        from .inputs import InputError, clone_inputs, make_inputs, pin_input_files
         from .call_results import is_fatal_cuda_error, short_traceback, to_host
         from .schema import Definition, Workload
 
@@ -180,8 +180,13 @@ class _Host:
             return
 
         self.phase("inputs")
-        inputs_a = make_inputs(d, w, request["seed"], self.device, self.dataset_root)
-        inputs_b = make_inputs(d, w, request["seed_b"], self.device, self.dataset_root)
+        pin_input_files({path: tuple(ident) for path, ident in (request.get("input_files") or {}).items()})
+        try:
+            inputs_a = make_inputs(d, w, request["seed"], self.device, self.dataset_root)
+            inputs_b = make_inputs(d, w, request["seed_b"], self.device, self.dataset_root)
+        except InputError as e:  # a stored input file changed during the run: nobody is judged on it
+            self.fail("INVALID_WORKLOAD", str(e))
+            return
         if request["on_host"]:
             inputs_a, inputs_b = to_host(inputs_a), to_host(inputs_b)
 

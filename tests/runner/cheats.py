@@ -27,6 +27,7 @@ thing or reach around the runner the way published benchmark exploits do:
 | wrong_unless_judged_whole | zeros in timed repetitions (not the last) and in the untimed check call | (ours: the check call's verdict) |
 | asks_seeds_ahead | in a call outside the timed repetitions, asks the judge for the first repetition's seed itself (to make those inputs and cache their answer ahead) | (ours: seeds are given just in time) |
 | off_by_percent_when_timed | its first output 3% off in timed repetitions (not the last): beyond the tolerance, within a digest's 20% | (ours: the digest bound follows the output's tolerance) |
+| rewrites_stored_inputs | rewrites the dataset's stored input files with zeros (later workloads, everyone's) | (ours: same-user file access) |
 | timing_aware | inside the timing loop (found on its caller's stack), returns zeros except on the last repetition, the one it knows is checked | kernelbot, SOL-ExecBench |
 
 `CHEATS_HONEST_DELAY_S` (seconds, default 0) makes every honest computation of the base that long, so that a
@@ -400,3 +401,20 @@ def off_by_percent_when_timed(**inputs):
         first = next(iter(out))  # o (y for the toy): a state pool written in place would be judged by its writes
         out[first] = out[first] * 1.03
     return out
+
+
+def rewrites_stored_inputs(**inputs):
+    """Honest, but on its first call it rewrites every stored input file (safetensors) of the dataset with zeros
+    of the same shapes: the later workloads' inputs, for everyone. It runs as the same user as the runner, so the
+    files are writable. (The dataset directory comes from CHEATS_DATASET here; a real one would read it from
+    its parent's command line.)"""
+    root = os.environ.get("CHEATS_DATASET")
+    if root and not _definitions.get("rewrote"):
+        from pathlib import Path
+
+        from safetensors.torch import load_file, save_file
+
+        for path in Path(root).rglob("*.safetensors"):
+            save_file({k: torch.zeros_like(v) for k, v in load_file(str(path)).items()}, str(path))
+        _definitions["rewrote"] = True
+    return _base_outputs(**inputs)

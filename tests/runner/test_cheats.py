@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from kda_trace.cli import main
 
@@ -153,3 +154,47 @@ def test_a_worker_refuses_to_start_when_kda_trace_changed_on_disk(tmp_path):
                        code_digest="0000000000000000", devices=["cpu"])
     with pytest.raises(RuntimeError, match="source on disk changed during the run"):
         Runner(config, lambda d, t: None, capture("cpu", 1, DS)).run([Task(d, w, ["reference"], {"reference": "reference"})])
+
+
+def test_stored_inputs_rewritten_during_a_run_are_refused(tmp_path, monkeypatch):
+    """A solution runs as the runner's user and can write the dataset's safetensors files. The run records
+    their identity (inode, size, change time) before any solution code runs; a workload whose file changed
+    since is INVALID_WORKLOAD for every solution, never judged on the rewritten inputs (before, a sibling whose
+    process read the rewritten file was INPUT_MUTATED: blamed for the rewriter's deed)."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    ds = tmp_path / "ds"
+    (ds / "definitions" / "toy").mkdir(parents=True)
+    (ds / "workloads" / "toy").mkdir(parents=True)
+    (ds / "blob").mkdir()
+    shutil.copy(Path(DS) / "definitions" / "toy" / "toy_scan.json", ds / "definitions" / "toy")
+    lines = []
+    for i, uuid in enumerate(["stored-a", "stored-b"]):  # run in this order: a first, then b
+        gen = torch.Generator().manual_seed(i)
+        save_file({"x": torch.randn(2, 5, 8, generator=gen)}, str(ds / "blob" / f"{uuid}.safetensors"))
+        lines.append(json.dumps({"uuid": uuid, "axes": {"batch_size": 2, "seq_len": 5, "pool_size": 4},
+                                 "inputs": {"x": {"type": "safetensors", "path": f"blob/{uuid}.safetensors",
+                                                  "tensor_key": "x"},
+                                            "state_pool": {"type": "random"}, "state_indices": {"type": "random"},
+                                            "scale": {"type": "scalar", "value": 0.5}},
+                                 "tags": ["smoke"]}))
+    (ds / "workloads" / "toy" / "toy_scan.jsonl").write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("CHEATS_DATASET", str(ds))
+    out = tmp_path / "out"
+    argv = ["run", "--dataset", str(ds), "--workers", "1", "--out", str(out),
+            "--solution", f"{CHEATS}::rewrites_stored_inputs", "--solution", f"{CHEATS}::honest"]
+    main(argv)
+    by_workload = {}
+    for path in (out / "traces").glob("*/*.jsonl"):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            by_workload[(r["workload"]["uuid"], r["solution"].split("::")[-1])] = r["evaluation"]
+    # the honest solution ran after the rewrite on both workloads (its process makes its inputs from the files)
+    for key in [("stored-a", "honest"), ("stored-b", "honest"), ("stored-b", "rewrites_stored_inputs")]:
+        ev = by_workload[key]
+        assert ev["status"] == "INVALID_WORKLOAD", (key, ev)
+        assert "written or replaced after this run started" in ev["log"]
+    # the rewriter's own first workload: its timed repetitions' inputs were refused
+    assert by_workload[("stored-a", "rewrites_stored_inputs")]["status"] not in ("PASSED", "INPUT_MUTATED")
