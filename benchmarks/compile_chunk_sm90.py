@@ -4,11 +4,12 @@ settings and with each speed variant of chunk.LAUNCH, and print ptxas's register
     python benchmarks/compile_chunk_sm90.py [--heads N] [--only gate,wu,...] [KEY=VALUE | SWITCH ...]
 
 KEY=VALUE: launch settings of chunk.LAUNCH (as bench_chunk.py --ab takes them), SWITCH: a switch to turn on
-(decay_in_gate, solve_in_wu, exp2, state_lookahead; "all" for all four), all applied together; none: the defaults and each
-switch alone. --only: compile only these kernels (gate, intra, solve, wu, state, output). --heads: the number
-of (sequence, head) pairs (default 96; it picks the state pass's V-tile and stages, e.g. 8 for 8 heads x 131072). The shape is the K3 safe-gate one of bench_chunk.py (96 heads, K = V = 128, safe gate,
-L2 norm in the kernel, beta as a probability, initial and final state). Catches what the interpreter accepts but
-the compiler refuses; a spill here costs time on the GPU. Run it without TRITON_INTERPRET. Exit 1 on a failure.
+(decay_in_gate, exp2; "all" for both), all applied together; none: the defaults and each switch alone.
+--only: compile only these kernels (gate, intra, solve, wu, state, output). --heads: the number of (sequence,
+head) pairs (default 96; it picks the state pass's V-tile and stages, e.g. 8 for 8 heads x 131072). The shape
+is the K3 safe-gate one of bench_chunk.py (96 heads, K = V = 128, safe gate, L2 norm in the kernel, beta as a
+probability, initial and final state). Catches what the interpreter accepts but the compiler refuses; a spill
+here costs time on the GPU. Run it without TRITON_INTERPRET. Exit 1 on a failure.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from triton.compiler.compiler import ASTSource  # noqa: E402
 
 from kda_trace.kernels import chunk  # noqa: E402
 
-SWITCHES = ("decay_in_gate", "solve_in_wu", "exp2", "state_lookahead")
+SWITCHES = ("decay_in_gate", "exp2")
 H = HV = 96
 K = V = 128
 
@@ -33,7 +34,7 @@ K = V = 128
 def kernels(launch: dict):
     """(name, kernel, signature, constexprs, warps, stages) of one forward call with these launch settings."""
     L = launch
-    decay, solve, exp2 = L["decay_in_gate"], L["solve_in_wu"], L["exp2"]
+    decay, exp2 = L["decay_in_gate"], L["exp2"]
     l2_in_intra = L["l2_in_intra"] and not decay
     ptr = lambda t, *names: {n: f"*{t}" for n in names}  # noqa: E731
     tables = {"cu_seqlens": "*i64", "chunk_indices": "*i32"}
@@ -50,14 +51,12 @@ def kernels(launch: dict):
                     dict(common, BC=chunk.BC, BK=L["intra_bk"], I=block, BJ=max(chunk.BC, triton.next_power_of_2(block * chunk.BC)),
                          BETA=0, L2NORM=True, L2_HERE=l2_in_intra, MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2),
                     L["intra_warps"], None))
-    if not solve:
-        out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "Xs": "*bf16", **tables},
-                    dict(HV=HV, BT=chunk.BT, BC=chunk.BC, INTERPRET=False), L["solve_warps"], None))
-    sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk", "Akk"),
+    out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "Xs": "*bf16", **tables},
+                dict(HV=HV, BT=chunk.BT, BC=chunk.BC, INTERPRET=False), L["solve_warps"], None))
+    sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk"),
            **tables, "scale": "fp32"}
     out.append(("wu", chunk._wu_kernel, sig,
-                dict(common, V=V, BC=chunk.BC, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, DECAY=decay,
-                     SOLVE=solve, EXP2=exp2),
+                dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, DECAY=decay, EXP2=exp2),
                 L["wu_warps"], None))
     saved = dict(chunk.LAUNCH)
     chunk.LAUNCH.update(L)
@@ -67,7 +66,7 @@ def kernels(launch: dict):
            "cu_seqlens": "*i64", "chunk_offsets": "*i64"}
     out.append(("state", chunk._state_kernel, sig,
                 dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
-                     STORE_HS=False, LOOKAHEAD=L["state_lookahead"], EXP2=exp2, INTERPRET=False),
+                     STORE_HS=False, EXP2=exp2, INTERPRET=False),
                 L["state_warps"], stages))
     sig = {**ptr("bf16", "QG", "Aqk", "h", "v_new", "o"), **tables}
     out.append(("output", chunk._output_kernel, sig,

@@ -26,8 +26,7 @@ Kernels, in launch order:
    caching), V_new, and the final state.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
 Speed variants in LAUNCH (off by default, see the comment there) move the decayed operands from kernel 4 into
-kernel 1 (decay_in_gate), the solve into kernel 4 (solve_in_wu), keep G in log2 units (exp2) or shorten
-kernel 5's dependent chain (state_lookahead).
+kernel 1 (decay_in_gate) or keep G in log2 units (exp2).
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
 i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
@@ -75,32 +74,31 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # by the number of (sequence, head) pairs, see _state_launch). benchmarks/bench_chunk.py --sweep tries them;
 # the defaults come from H100 sweeps (RESULTS.md) and ptxas register / spill reports. l2_in_intra: the intra
 # kernel computes the q/k L2-norm factors of its own rows, so the gate kernel does not read q and k; off
-# until timed on a GPU.
-# out_bv: the output kernel's V-tile (128: q exp(G) and A_qk read once per chunk instead of twice at V = 128).
-# Variants (issue 20), each off by default until an A/B on the H100 (bench_chunk.py --ab) shows a win. The CPU
-# tests run each on and off against float64 and the defaults. ptxas numbers: benchmarks/compile_chunk_sm90.py on
-# the K3 shape (triton 3.9 here; the H100 runs 3.6):
+# until an A/B on a GPU (the H100 sweep of the fifth session, one timing each, could not tell it from noise).
+# Variants (issue 20), all off by default. The CPU tests run each on and off against float64 and the defaults.
+# ptxas numbers: benchmarks/compile_chunk_sm90.py on the K3 shape (triton 3.9 here; the H100 runs 3.6).
+# "H100:" lines: bench_chunk.py --ab on the H100 (torch 2.11, triton 3.6; 7 alternating rounds, medians, default
+# -> changed; K3 = 96 heads x 8192, safe gate + L2 norm); benchmarks/RESULTS.md, "Chunked prefill kernel",
+# "Eighth session". Two more variants were deleted after losing 31% and 20% there (default / changed 0.693 on
+# K3 and 0.800 on 8 heads x 131072): the solve inside the W/U kernel and a state pass one product deep per chunk.
 # - decay_in_gate: the gate kernel also writes q exp(G), k exp(G_last - G) and beta k exp(G) (bf16) while G is in
 #   its registers; the W/U kernel then reads only beta k exp(G), v and X, not q, k and the fp32 G. About 2.9 ->
 #   2.5 GB moved by the two kernels on the K3 shape (one more bf16 [T, HV, K] buffer); W/U 200 -> 64 registers
 #   (8 warps). Use with gate_bk=32: at BK 64 the gate kernel spills (154 registers at 32). Bit-identical.
-# - solve_in_wu: no solve launch; each W/U program first inverts its chunk's A_kk (the same code), writes X to
-#   its scratch and reads it back after a barrier (the round trip stays in L2). W/U: 255 registers, no spill.
-#   Bit-identical.
+#   H100, with gate_bk=32 and exp2 (not alone): loses, K3 3.367 -> 3.495 ms, 32 heads x 16384 2.185 -> 2.277 ms.
 # - exp2: G is kept in log2 units (the gate kernel folds log2(e) into the cumulative sum), so every decay is one
 #   ex2 instead of a multiply and an ex2 (fla #867); the range limit MAX_EXP is scaled to match. Intra blocks 2
 #   and 3: 255 registers (block 3 spills) -> 184 and 193. Rounds differently (the same accuracy on the CPU).
-# - state_lookahead: the sequential state pass computes the next chunk's V_new from (S, V_new) directly
-#   (`_state_lookahead`): the chain is one product deep per chunk instead of two, for few, long sequences
-#   (8 heads x 131072). But Triton waits on each wgmma group at once, so its four products per chunk (two now)
-#   run one after another: a long shot. Rounds differently (the same accuracy on the CPU).
+#   H100: timed only with decay_in_gate and gate_bk=32 (that line): loses, 0.963 on K3 and 0.960 on h32 x 16384.
+# - out_bv=128: the output kernel's V-tile; q exp(G) and A_qk are read once per chunk instead of twice at V = 128.
+#   H100, K3 only: 3.365 -> 3.343 ms (default / changed 1.007), a small win; not timed on other shapes.
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": False,
     "intra_warps": 2, "intra_bk": 32, "solve_warps": 1,
     "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 8, "out_bv": 64,
-    "decay_in_gate": False, "solve_in_wu": False, "exp2": False, "state_lookahead": False,
+    "decay_in_gate": False, "exp2": False,
 }
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
@@ -245,7 +243,7 @@ def _gate_cumsum_kernel(
 
 
 # ----------------------------------------------------------------------------------------------------
-# 2. intra-chunk: A_qk, A_kk, X = (I + A_kk)^-1; 3. W, U, q exp(G), k exp(G_last - G)
+# 2. intra-chunk: A_qk, A_kk; 3. X = (I + A_kk)^-1; 4. W, U, q exp(G), k exp(G_last - G)
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _exact_diag_block(
@@ -455,11 +453,17 @@ def _mm(a, b):
 
 
 @triton.jit
-def _solve_chunk(Akk, Xs, n, BT: tl.constexpr, BC: tl.constexpr, INTERPRET: tl.constexpr):
+def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                  INTERPRET: tl.constexpr):
     """X = (I + A_kk)^-1 of one (chunk, value head) of n valid rows, from its A_kk scratch into its X scratch,
     by 16x16 blocks, all in registers: X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ.
     Written as bf16 (the lower blocks only; the W/U kernel masks the upper triangle). Written out for
     BT = 4 * BC."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    Akk += (i_c * HV + i_hv) * (BT * BT)
+    Xs += (i_c * HV + i_hv) * (BT * BT)
     X00 = _inverse_unit_lower(_akk_block(Akk, 0, 0, n, BT, BC), BC)
     X11 = _inverse_unit_lower(_akk_block(Akk, 1, 1, n, BT, BC), BC)
     X22 = _inverse_unit_lower(_akk_block(Akk, 2, 2, n, BT, BC), BC)
@@ -488,30 +492,17 @@ def _solve_chunk(Akk, Xs, n, BT: tl.constexpr, BC: tl.constexpr, INTERPRET: tl.c
     _store_x_block(Xs, X33, 3, 3, BT, BC, INTERPRET)
 
 
-@triton.jit
-def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                  INTERPRET: tl.constexpr):
-    """X = (I + A_kk)^-1 for one (chunk, value head) (`_solve_chunk`)."""
-    i_c = tl.program_id(0).to(tl.int64)
-    i_hv = tl.program_id(1).to(tl.int64)
-    _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
-    Akk += (i_c * HV + i_hv) * (BT * BT)
-    Xs += (i_c * HV + i_hv) * (BT * BT)
-    _solve_chunk(Akk, Xs, n, BT, BC, INTERPRET)
-
-
 @triton.jit(do_not_specialize=["scale"])
 def _wu_kernel(
-    q, k, v, beta, G, rq, rk, Akk, Xs, W, U, QG, KG, KB, cu_seqlens, chunk_indices, scale,
+    q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, KB, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    BETA: tl.constexpr, L2NORM: tl.constexpr, DECAY: tl.constexpr, SOLVE: tl.constexpr, EXP2: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, DECAY: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """W = X (beta k exp(G)), U = X (beta v), q exp(G) and k exp(G_last - G) for one (chunk, value head),
-    from the X that `_solve_kernel` left in Xs (with SOLVE, this program solves first). With DECAY the gate
-    kernel wrote the three decayed operands already; beta k exp(G) is read from KB. (A separate kernel: fused
-    into `_intra_kernel` it made that kernel spill registers.)"""
+    from the X that `_solve_kernel` left in Xs. With DECAY the gate kernel wrote the three decayed operands
+    already; beta k exp(G) is read from KB. (A separate kernel: fused into `_intra_kernel` it made that kernel
+    spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
@@ -532,10 +523,6 @@ def _wu_kernel(
     rq += r0 * HV + i_hv
     rk += r0 * HV + i_hv
     Xs += (i_c * HV + i_hv) * (BT * BT)
-    if SOLVE:
-        _solve_chunk(Akk + (i_c * HV + i_hv) * (BT * BT), Xs, n, BT, BC, INTERPRET)
-        # X goes through this program's scratch (L2): every thread must see the others' stores
-        tl.debug_barrier()
     o_t = tl.arange(0, BT)
     m_t = o_t < n
 
@@ -579,7 +566,7 @@ def _wu_kernel(
 
 
 # ----------------------------------------------------------------------------------------------------
-# 4. state pass: sequential over a sequence's chunks
+# 5. state pass: sequential over a sequence's chunks
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _state_kernel(
@@ -587,7 +574,7 @@ def _state_kernel(
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
-    LOOKAHEAD: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     # grid (sequences x V-tiles, value heads): only axis 0 may exceed 65535
     NV: tl.constexpr = (V + BV - 1) // BV
@@ -626,10 +613,6 @@ def _state_kernel(
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
     off_h = o_k[:, None] * V + o_v[None, :]
     n_tok = eos - bos
-    if LOOKAHEAD:
-        _state_lookahead(b_s, p_w, p_u, p_kg, p_g, p_vn, p_h, p_hs, ht + s_base, n_tok, o_k, o_v, m_k, m_v, off_s,
-                         HV, K, V, BT, STORE_HT, STORE_HS, EXP2, INTERPRET)
-        return
     for t in range(tl.cdiv(n_tok, BT)):
         n = tl.minimum(n_tok - t * BT, BT)
         m_r = o_t < n
@@ -659,63 +642,8 @@ def _state_kernel(
         tl.store(ht + s_base + off_s, b_s, mask=m_kv)
 
 
-@triton.jit
-def _state_lookahead(
-    b_s, p_w, p_u, p_kg, p_g, p_vn, p_h, p_hs, p_ht, n_tok, o_k, o_v, m_k, m_v, off_s,
-    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-    STORE_HT: tl.constexpr, STORE_HS: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
-):
-    """The state pass with a shorter dependent chain (launch setting state_lookahead). With D = diag(exp(G_last))
-    of chunk t, S' = D S + KG^T V_new and V_new' = U' - W' S', the next chunk's
-        V_new' = U' - W' (D S) - (W' KG^T) V_new,
-    so V_new' and S' both follow from (S, V_new) by independent products: one product deep per chunk instead
-    of two. W' KG^T ([BT, BT], from bf16 operands, fp32 accumulation) does not depend on the state; its
-    product with V_new runs in tf32. Pointers as in `_state_kernel`, at the sequence's first chunk."""
-    o_t = tl.arange(0, BT)
-    off_tk = o_t[:, None] * (HV * K) + o_k[None, :]
-    off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
-    off_h = o_k[:, None] * V + o_v[None, :]
-    m_kv = m_k[:, None] & m_v[None, :]
-    # V_new of the first chunk
-    m_r = o_t < tl.minimum(n_tok, BT)
-    b_w = tl.load(p_w + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
-    b_u = tl.load(p_u + off_tv, mask=m_r[:, None] & m_v[None, :], other=0.0).to(tl.float32)
-    b_vn = _bf16(b_u - _mma(b_w, _bf16(b_s, INTERPRET), INTERPRET), INTERPRET)
-    for t in range(tl.cdiv(n_tok, BT)):
-        n = tl.minimum(n_tok - t * BT, BT)
-        m_r = o_t < n
-        tl.store(p_h + off_h, _bf16(b_s, INTERPRET), mask=m_kv)
-        if STORE_HS:
-            tl.store(p_hs + off_s, b_s, mask=m_kv)
-        tl.store(p_vn + off_tv, b_vn, mask=m_r[:, None] & m_v[None, :])
-
-        g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=m_k, other=0.0)
-        b_kg = tl.load(p_kg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
-        # the next chunk's rows (none after the last chunk: everything below is then 0)
-        m_r1 = o_t < n_tok - (t + 1) * BT
-        b_w1 = tl.load(p_w + BT * HV * K + off_tk, mask=m_r1[:, None] & m_k[None, :], other=0.0)
-        b_u1 = tl.load(p_u + BT * HV * V + off_tv, mask=m_r1[:, None] & m_v[None, :], other=0.0).to(tl.float32)
-        b_wk = _mma(b_w1, tl.trans(b_kg), INTERPRET)  # W' KG^T, independent of the state
-        b_ds = b_s * _exp(g_last, EXP2)[:, None]
-        b_vn1 = b_u1 - _mma(b_w1, _bf16(b_ds, INTERPRET), INTERPRET)
-        b_vn1 -= tl.dot(b_wk, b_vn.to(tl.float32), input_precision="tf32")
-        b_s = b_ds + _mma(tl.trans(b_kg), b_vn, INTERPRET)
-        b_vn = _bf16(b_vn1, INTERPRET)
-
-        p_w += BT * HV * K
-        p_kg += BT * HV * K
-        p_g += BT * HV * K
-        p_u += BT * HV * V
-        p_vn += BT * HV * V
-        p_h += HV * K * V
-        p_hs += HV * K * V
-
-    if STORE_HT:
-        tl.store(p_ht + off_s, b_s, mask=m_kv)
-
-
 # ----------------------------------------------------------------------------------------------------
-# 5. output
+# 6. output
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _output_kernel(
@@ -890,7 +818,7 @@ def kda_chunk(
     f32, bf16 = torch.float32, torch.bfloat16
 
     BKg = min(64, max(16, triton.next_power_of_2(K)))
-    decay_in_gate, solve_in_wu, exp2 = bool(LAUNCH["decay_in_gate"]), bool(LAUNCH["solve_in_wu"]), bool(LAUNCH["exp2"])
+    decay_in_gate, exp2 = bool(LAUNCH["decay_in_gate"]), bool(LAUNCH["exp2"])
     # with decay_in_gate the gate kernel needs the norms itself, so they stay there
     l2_in_intra = bool(LAUNCH["l2_in_intra"]) and not decay_in_gate
     G = torch.empty(TT, HV, K, dtype=f32, device=dev)
@@ -922,17 +850,16 @@ def kda_chunk(
             INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
         )
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
-    if not solve_in_wu:
-        _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
-                                num_warps=LAUNCH["solve_warps"])
+    _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
+                            num_warps=LAUNCH["solve_warps"])
 
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     U = torch.empty(TT, HV, V, dtype=bf16, device=dev)
     _wu_kernel[(NT, HV)](
-        q, k, v, beta, G, rq, rk, Akk, Xs, W, U, QG, KG, KB, cu_seqlens, chunk_indices, opts.resolved_scale(K),
-        H=H, HV=HV, K=K, V=V, BT=BT, BC=BC, BK=min(LAUNCH["wu_bk"], BKg),
+        q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, KB, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
-        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, DECAY=decay_in_gate, SOLVE=solve_in_wu, EXP2=exp2,
+        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, DECAY=decay_in_gate, EXP2=exp2,
         INTERPRET=interp, num_warps=LAUNCH["wu_warps"],
     )
 
@@ -948,7 +875,7 @@ def kda_chunk(
         chunk_states if chunk_states is not None else G, cu_seqlens, chunk_offsets,
         HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
-        STORE_HS=chunk_states is not None, LOOKAHEAD=bool(LAUNCH["state_lookahead"]), EXP2=exp2, INTERPRET=interp,
+        STORE_HS=chunk_states is not None, EXP2=exp2, INTERPRET=interp,
         num_warps=LAUNCH["state_warps"], num_stages=stages,
     )
 

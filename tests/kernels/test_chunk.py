@@ -186,21 +186,19 @@ def _worst_token(o, ref):
 
 VARIANTS = {
     "decay_in_gate": {"decay_in_gate": True}, "decay_in_gate_bk32": {"decay_in_gate": True, "gate_bk": 32},
-    "solve_in_wu": {"solve_in_wu": True},
-    "exp2": {"exp2": True}, "state_lookahead": {"state_lookahead": True}, "out_bv_128": {"out_bv": 128},
-    "all_with_l2_in_intra": {"decay_in_gate": True, "solve_in_wu": True, "exp2": True, "state_lookahead": True,
-                             "l2_in_intra": True},
+    "exp2": {"exp2": True}, "out_bv_128": {"out_bv": 128},
+    "all_with_l2_in_intra": {"decay_in_gate": True, "exp2": True, "l2_in_intra": True},
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
-ROUNDS_DIFFERENTLY = {"exp2", "state_lookahead", "gate_bk", "out_bv"}
+ROUNDS_DIFFERENTLY = {"exp2", "gate_bk", "out_bv"}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
 def test_launch_variants_against_float64_and_defaults(variant, monkeypatch):
     """Each variant within the budget of the float64 recurrence and no less accurate than the defaults (o and
-    final state RMS-relative, and the worst token). decay_in_gate and solve_in_wu do the same fp32 operations
-    in the same order as the defaults, so under the interpreter their results are bit-identical; the others
-    (ROUNDS_DIFFERENTLY) round differently."""
+    final state RMS-relative, and the worst token). decay_in_gate does the same fp32 operations in the same order
+    as the defaults, so under the interpreter its results are bit-identical; the others (ROUNDS_DIFFERENTLY)
+    round differently."""
     from kda_trace.kernels import chunk
     from kda_trace.platform import triton_interpreted
 
@@ -353,10 +351,9 @@ def test_int64_addressing_past_2_31_elements():
 @pytest.mark.gpu
 @needs_gpu
 def test_launch_variants_on_gpu(monkeypatch):
-    """Each speed variant of chunk.LAUNCH compiled (what the interpreter cannot check: solve_in_wu's barrier,
-    the tf32 product of state_lookahead, ex2): K = V = 128, bf16, safe gate, L2 norm, beta logits, packed
-    lengths 1500, 37 and 463 with initial states. o and the final states against float64: within the budget,
-    and within 3% of the defaults' error (5% for the worst token)."""
+    """Each speed variant of chunk.LAUNCH compiled (what the interpreter cannot check, e.g. ex2): K = V = 128,
+    bf16, safe gate, L2 norm, beta logits, packed lengths 1500, 37 and 463 with initial states. o and the final
+    states against float64: within the budget, and within 3% of the defaults' error (5% for the worst token)."""
     from kda_trace.kernels import chunk
 
     x = make(1, 2000, 4, 4, 128, 128, seed=16, dtype=torch.bfloat16, gate="safe", n_seqs=3)
@@ -440,14 +437,10 @@ def test_adapter_forward_vs_family_reference():
     assert ours_chunk.supports(FakeDefinition("kda_decode_h1_d16_k_last", ["stage:decode"])) is not None
 
 
-@pytest.mark.parametrize("layout,lookahead", [("kv", False), ("vk", False), ("vk", True)])
-def test_chunk_states_every_chunk_start(layout, lookahead, monkeypatch):
+@pytest.mark.parametrize("layout", ["kv", "vk"])
+def test_chunk_states_every_chunk_start(layout):
     """output_chunk_states: packed lengths 130, 1, 64, 65 (3 + 1 + 1 + 2 chunk entries), GVA, odd dims: entry
-    c of a sequence is the float64 state after its first 64 * c tokens (c = 0: the initial state, exactly).
-    Also with the launch setting state_lookahead (the other state pass)."""
-    from kda_trace.kernels import chunk
-
-    monkeypatch.setitem(chunk.LAUNCH, "state_lookahead", lookahead)
+    c of a sequence is the float64 state after its first 64 * c tokens (c = 0: the initial state, exactly)."""
     lens = [130, 1, 64, 65]
     cu = torch.tensor([0, 130, 131, 195, 260])
     x = make(1, 260, 1, 2, 24, 20, seed=21, gate="unbounded", n_seqs=4)
