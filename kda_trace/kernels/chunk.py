@@ -79,7 +79,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # ptxas numbers: benchmarks/compile_chunk_sm90.py on the K3 shape (triton 3.9 here; the H100 runs 3.6).
 # "H100:" lines: bench_chunk.py --ab on the H100 (torch 2.11, triton 3.6; 7 alternating rounds, medians, default
 # -> changed; K3 = 96 heads x 8192, safe gate + L2 norm); benchmarks/RESULTS.md, "Chunked prefill kernel",
-# "Eighth session". Two more variants were deleted after losing 31% and 20% there (default / changed 0.693 on
+# "Eighth session". Two more variants were deleted after taking 44% and 25% longer there (default / changed 0.693 on
 # K3 and 0.800 on 8 heads x 131072): the solve inside the W/U kernel and a state pass one product deep per chunk.
 # - decay_in_gate: the gate kernel also writes q exp(G), k exp(G_last - G) and beta k exp(G) (bf16) while G is in
 #   its registers; the W/U kernel then reads only beta k exp(G), v and X, not q, k and the fp32 G. About 2.9 ->
