@@ -92,6 +92,13 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # matrix_precision: its fp32 products on a GPU (tf32x3: three tf32 MMAs, about fp32 accuracy; float64 inputs
 # always ieee). matrix_warps: its warps (8).
 LAUNCH.update({"local": "tokens", "matrix_precision": "tf32x3", "matrix_warps": None})
+# mode: "exact" (the default: kernels 1 to 3 above) or "chunked" (untimed: the states and dS at chunk boundaries
+# by kernels/backward_chunked.py, no K x K maps; then the local kernel chunked_local, "matrix" by default, or
+# "tokens"). chunked_precision: the fp32 products of its prep and pass kernels on a GPU (tf32x3, about fp32;
+# "tf32" or "bf16x3" trade accuracy for speed; float64 inputs always ieee). prep_warps (8), chunked_pass_bv /
+# chunked_pass_warps: V-tile and warps of its sequential pass (32 / 4 on a GPU).
+LAUNCH.update({"mode": "exact", "chunked_local": "matrix", "chunked_precision": "tf32x3", "prep_warps": None,
+               "chunked_pass_bv": None, "chunked_pass_warps": None})
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,
@@ -725,6 +732,10 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
     BK = max(16, triton.next_power_of_2(K))
     z = torch.empty(1, dtype=acc, device=dev)
     do = do.reshape(TT, HV, V).contiguous()
+    if LAUNCH["mode"] == "chunked":
+        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp)
+    if LAUNCH["mode"] != "exact":
+        raise ValueError(f"LAUNCH['mode'] must be 'exact' or 'chunked', got {LAUNCH['mode']!r}")
 
     # 1. A_c, B_c (into the next chunk's checkpoint slot), b_c (into the previous chunk's dS_end slot, or dh0)
     amap = torch.empty(NT, HV, K, K, dtype=acc, device=dev)
@@ -757,6 +768,26 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
     if HV != H:
         dq = dq.view(TT, H, HV // H, K).sum(2)
         dk = dk.view(TT, H, HV // H, K).sum(2)
+    return dq, dk, dv, dg, dbeta, dh0
+
+
+def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp):
+    """LAUNCH["mode"] = "chunked": states and dS at chunk boundaries by kernels/backward_chunked.py, then the
+    local kernel LAUNCH["chunked_local"]; same returns as `_backward`."""
+    from kda_trace.kernels.backward_chunked import chunk_states_and_grads
+
+    B, T, H, HV, K, V, N = sizes
+    states, dstates, dh0 = chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, LAUNCH, _n_programs)
+    local = LAUNCH["chunked_local"]
+    if local == "matrix":
+        dq, dk, dv, dg, dbeta = _local_matrix(xs, sizes, tables, acc, states, dstates, do, scale, interp)
+    elif local == "tokens":
+        dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
+    else:
+        raise ValueError(f"LAUNCH['chunked_local'] must be 'matrix' or 'tokens', got {local!r}")
+    if HV != H:
+        dq = dq.view(B * T, H, HV // H, K).sum(2)
+        dk = dk.view(B * T, H, HV // H, K).sum(2)
     return dq, dk, dv, dg, dbeta, dh0
 
 
