@@ -2,7 +2,10 @@
 end, its NVIDIA passes and ptxas. Catches what the interpreter accepts but the compiler refuses, and prints
 ptxas's register and spill report for the backward's launch settings.
 
-    python benchmarks/compile_sm90.py [--spills]
+    python benchmarks/compile_sm90.py [--spills] [--chunked]
+
+--chunked: only the chunked mode's kernels (backward.LAUNCH["mode"] = "chunked": kernels/backward_chunked.py's
+prep and pass, and the split local kernels), a few minutes instead of the whole list.
 
 Run it without TRITON_INTERPRET (the kernels must be compiled, not interpreted). Exit 1 on any failure.
 """
@@ -21,7 +24,7 @@ from triton.compiler.compiler import ASTSource
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from kda_trace.kernels import backward, gate  # noqa: E402
+from kda_trace.kernels import backward, backward_chunked, gate  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -47,6 +50,11 @@ def backward_signatures(acc: str) -> dict:
         "local": {**inputs, **bufs("g", "states", "dstates", "dq", "dk", "dv", "dg", "dbeta", "scratch"), **tables,
                   "scale": "fp32", "n_work": "i64"},
         "forward": {**inputs, **bufs("g", "h0", "o", "ht"), "cu_seqlens": "*i64", "scale": "fp32"},
+        # the chunked mode (kernels/backward_chunked.py)
+        "prep": {**inputs, **bufs("g", "W", "U", "Qt", "Kt", "gamma", "dO2", "scratch"), **tables, "scale": "fp32",
+                 "n_work": "i64"},
+        "chunked_pass": {**bufs("W", "U", "Qt", "Kt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"),
+                         "do": "*bf16", "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
 
 
@@ -65,13 +73,37 @@ def ptxas_report(kernel) -> list[str]:
     return ["(no ptxas could read the PTX)"]
 
 
+def chunked_mode(spills: bool) -> None:
+    """The chunked mode's prep and pass kernels (kernels/backward_chunked.py) at their launch defaults, and the
+    pass's other V-tiles / warps with --spills."""
+    prec = backward.LAUNCH["chunked_precision"]
+    for acc, K, V in (("fp32", 128, 128), ("fp32", 100, 60), ("fp64", 32, 32)):
+        sigs = backward_signatures(acc)
+        BK, BV = triton.next_power_of_2(K), triton.next_power_of_2(V)
+        shared = dict(H=8, HV=16, K=K, V=V, BK=BK, CT=64, PREC="ieee" if acc == "fp64" else prec)
+        k = compile_kernel(backward_chunked._prep_kernel, sigs["prep"], dict(shared, BV=BV),
+                           backward.LAUNCH["prep_warps"] or 8)
+        extra = ptxas_report(k) if spills and acc == "fp32" else []
+        print(f"chunked prep {acc} K={K} V={V} warps=8: ok", *extra)
+        tiles = ((32, 4), (16, 4), (32, 8), (64, 4), (64, 8)) if spills and K == 128 else ((min(32, BV), 4),)
+        for bv, warps in tiles:
+            c = dict(shared, BV=bv, USE_H0=True, USE_DHT=True)
+            k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps}: ok", *extra)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spills", action="store_true", help="ptxas register / spill report per launch setting")
+    ap.add_argument("--chunked", action="store_true", help="only the chunked mode's kernels (LAUNCH['mode'])")
     a = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("unset TRITON_INTERPRET: the kernels must be compiled")
         return 1
+    chunked_mode(a.spills)
+    if a.chunked:
+        return 0
     kernels = {"maps": backward._chunk_maps_kernel, "pass": backward._chunk_pass_kernel,
                "local": backward._local_kernel, "forward": backward._forward_exact_kernel}
     # (acc, K, V, tile, warps, seg): the local kernel's V-tile / warps / segment; the other kernels' tiles 16

@@ -414,21 +414,21 @@ def _pair_matrix(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, BK: tl.const
     for bi in tl.static_range(CT // MB):
         rows = bi * MB + o_b
         m_r = (rows < n)[:, None] & m_k[None, :]
-        b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0)
+        b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(p_g.dtype.element_ty)
         b_gi = tl.load(p_g + rows[:, None] * BK + o_k[None, :])
         b_xa = b_x * tl.exp(_within(p_g, bi, o_k, BK))
         for bj in tl.static_range(CT // MB):
             cols = bj * MB + o_b
             if bj < bi:
                 m_c = (cols < n)[:, None] & m_k[None, :]
-                b_y = tl.load(p_y + cols[:, None] * SX + o_k[None, :], mask=m_c, other=0.0)
+                b_y = tl.load(p_y + cols[:, None] * SX + o_k[None, :], mask=m_c, other=0.0).to(p_g.dtype.element_ty)
                 b_yb = b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
                 b_blk = tl.dot(b_xa, tl.trans(b_yb), input_precision=PREC)
             elif bj == bi:
                 b_blk = tl.zeros([MB, MB], dtype=b_xa.dtype)
                 for jj in range(MB):
                     j = bi * MB + jj
-                    b_yj = tl.load(p_y + j * SX + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0)
+                    b_yj = tl.load(p_y + j * SX + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0).to(p_g.dtype.element_ty)
                     b_d = tl.cumsum(tl.where(o_b[:, None] > jj, b_gi, 0.0), axis=0)  # G_i - G_j, i >= j
                     b_col = tl.sum(b_x * b_yj[None, :] * tl.exp(b_d), axis=1)
                     b_blk = tl.where(o_b[None, :] == jj, b_col[:, None], b_blk)
@@ -455,13 +455,13 @@ def _row_sums(p_m, p_y, SY: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.conste
         for bj in tl.static_range(bi):
             cols = bj * MB + o_b
             b_y = tl.load(p_y + cols[:, None] * SY + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
-                          other=0.0)
+                          other=0.0).to(p_g.dtype.element_ty)
             b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
             b_acc += tl.dot(b_m, b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)), input_precision=PREC)
         b_acc = b_acc * tl.exp(_within(p_g, bi, o_k, BK))
         for jj in range(MB):
             j = bi * MB + jj
-            b_yj = tl.load(p_y + j * SY + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0)
+            b_yj = tl.load(p_y + j * SY + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0).to(p_g.dtype.element_ty)
             b_d = tl.cumsum(tl.where(o_b[:, None] > jj, b_gi, 0.0), axis=0)  # G_i - G_j for rows i >= j
             b_mc = tl.load(p_m + rows * CT + j)
             b_acc += b_mc[:, None] * b_yj[None, :] * tl.exp(b_d)
@@ -483,13 +483,13 @@ def _col_sums(p_m, p_x, SX: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.conste
         for bi in tl.static_range(bj + 1, CT // MB):
             rows = bi * MB + o_b
             b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
-                          other=0.0)
+                          other=0.0).to(p_g.dtype.element_ty)
             b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
             b_acc += tl.dot(tl.trans(b_m), b_x * tl.exp(_within(p_g, bi, o_k, BK)),
                             input_precision=PREC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
         for ii in range(MB):
             i = bj * MB + ii
-            b_xi = tl.load(p_x + i * SX + o_k, mask=m_k & (o_k * 0 + i < n), other=0.0)
+            b_xi = tl.load(p_x + i * SX + o_k, mask=m_k & (o_k * 0 + i < n), other=0.0).to(p_g.dtype.element_ty)
             b_d = tl.cumsum(tl.where(o_b[:, None] < ii, b_next, 0.0), axis=0, reverse=True)  # G_i - G_j, j <= i
             b_mr = tl.load(p_m + i * CT + cols)
             b_acc += b_mr[:, None] * b_xi[None, :] * tl.exp(b_d)
