@@ -29,13 +29,22 @@ from kda_trace.kernels import backward, backward_chunked, gate  # noqa: E402
 TARGET = GPUTarget("cuda", 90, 32)
 
 
-def compile_kernel(fn, sig: dict, consts: dict, warps: int):
+ALIGNED = True  # pointer arguments 16-byte aligned (--unaligned: no hint)
+
+
+def compile_kernel(fn, sig: dict, consts: dict, warps: int, stages: int | None = None):
+    """Compile fn for sm_90. Pointer arguments carry the 16-byte divisibility hint that the JIT gives every
+    torch tensor (their data pointers are aligned): without it Triton cannot vectorise loads or prove a
+    base pointer's alignment, and ptxas reports registers and spills that a real launch does not have."""
     consts = {n: c for n, c in consts.items() if n in fn.arg_names}
     sig = {n: t for n, t in sig.items() if n in fn.arg_names}
     for name in fn.arg_names:
         if name in consts:
             sig[name] = "constexpr"
-    return triton.compile(ASTSource(fn, sig, consts), target=TARGET, options={"num_warps": warps})
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items()
+             if ALIGNED and t.startswith("*")}
+    options = {"num_warps": warps} if stages is None else {"num_warps": warps, "num_stages": stages}
+    return triton.compile(ASTSource(fn, sig, consts, attrs), target=TARGET, options=options)
 
 
 def backward_signatures(acc: str) -> dict:
@@ -97,7 +106,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spills", action="store_true", help="ptxas register / spill report per launch setting")
     ap.add_argument("--chunked", action="store_true", help="only the chunked mode's kernels (LAUNCH['mode'])")
+    ap.add_argument("--unaligned", action="store_true", help="no 16-byte alignment hint on pointers (the numbers "
+                    "before 2026-11-23's chunked mode were taken so)")
     a = ap.parse_args()
+    global ALIGNED
+    ALIGNED = not a.unaligned
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("unset TRITON_INTERPRET: the kernels must be compiled")
         return 1

@@ -94,11 +94,14 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 LAUNCH.update({"local": "tokens", "matrix_precision": "tf32x3", "matrix_warps": None})
 # mode: "exact" (the default: kernels 1 to 3 above) or "chunked" (untimed: the states and dS at chunk boundaries
 # by kernels/backward_chunked.py, no K x K maps; then the local kernel chunked_local, "matrix" by default, or
-# "tokens"). chunked_precision: the fp32 products of its prep and pass kernels on a GPU (tf32x3, about fp32;
-# "tf32" or "bf16x3" trade accuracy for speed; float64 inputs always ieee). prep_warps (8), chunked_pass_bv /
-# chunked_pass_warps: V-tile and warps of its sequential pass (32 / 4 on a GPU).
-LAUNCH.update({"mode": "exact", "chunked_local": "matrix", "chunked_precision": "tf32x3", "prep_warps": None,
-               "chunked_pass_bv": None, "chunked_pass_warps": None})
+# "tokens"). Its precisions on a GPU (float64 inputs always ieee): chunked_precision, the prep kernel's products
+# (tf32x3, about fp32: A_kk feeds the inverse X), chunked_pass_precision, the sequential pass's (tf32: 2^-11
+# relative rounding of the operands, against fla's bf16 2^-8; with tf32x3 the pass spills at K = 128).
+# prep_warps (8); chunked_pass_bv / _warps / _stages: V-tile, warps and pipeline stages of the pass (32 / 4 / 1:
+# ptxas for sm_90 at K = V = 128, 222 registers and no spill; 3 stages or tf32x3 spill).
+LAUNCH.update({"mode": "exact", "chunked_local": "matrix", "chunked_precision": "tf32x3",
+               "chunked_pass_precision": "tf32", "prep_warps": None, "chunked_pass_bv": None,
+               "chunked_pass_warps": None, "chunked_pass_stages": None})
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,

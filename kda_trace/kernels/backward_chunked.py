@@ -39,7 +39,9 @@ def _prep_kernel(
 ):
     """Work items (chunk, value head), n_work of them, shared out over the programs: the chunk's W, U, Qt, Kt
     ([T, HV, K|V] like g and v), gamma ([NT, HV, K]) and dO2 = A_qk^T dO ([T, HV, V]). Scratch per program:
-    the gates [CT, BK] (zero past the chunk's rows) and two [CT, CT] matrices."""
+    the gates [CT, BK] (zero past the chunk's rows) and two [CT, CT] matrices. The [CT, K] operands are made
+    by K-tiles of at most 64 columns after X, so that few [CT, K]-sized values are live at once."""
+    BKT: tl.constexpr = 64 if BK > 64 else BK
     ACC: tl.constexpr = W.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
     p_gs = scratch + pid * (CT * BK + 2 * CT * CT)
@@ -50,7 +52,6 @@ def _prep_kernel(
     o_v = tl.arange(0, BV)
     m_k = o_k < K
     m_v = o_v < V
-    off_tk = o_t[:, None] * BK + o_k[None, :]
     eye = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0).to(ACC)
     for w in range(pid, n_work, tl.num_programs(0)):
         i_c = w // HV
@@ -58,43 +59,85 @@ def _prep_kernel(
         i_h = i_hv // (HV // H)
         _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
         m_t = o_t < n
-        m_tk = m_t[:, None] & m_k[None, :]
         m_tv = m_t[:, None] & m_v[None, :]
         p_q = q + (r0 * H + i_h) * K
         p_k = k + (r0 * H + i_h) * K
-        b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_k[None, :], mask=m_tk, other=0.0).to(ACC)
-        b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_k[None, :], mask=m_tk, other=0.0).to(ACC)
-        off_g = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :]
-        b_g = tl.load(g + off_g, mask=m_tk, other=0.0).to(ACC)
-        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
-        # G and Gl - G as sums of the gates (exp arguments <= 0, no difference of two cumulative sums)
-        b_gn = tl.load(g + off_g + HV * K, mask=(o_t + 1 < n)[:, None] & m_k[None, :], other=0.0).to(ACC)
-        b_eG = tl.exp(tl.cumsum(b_g, axis=0))
-        b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+        p_g = g + (r0 * HV + i_hv) * K  # row t: + t * HV * K (also W, Qt, Kt)
+        b_g = tl.load(p_g + o_t[:, None] * (HV * K) + o_k[None, :], mask=m_t[:, None] & m_k[None, :],
+                      other=0.0).to(ACC)
+        tl.store(gamma + (i_c * HV + i_hv) * K + o_k, tl.exp(tl.sum(b_g, axis=0)), mask=m_k)
         tl.debug_barrier()  # the previous item's reads of the scratch are done
-        tl.store(p_gs + off_tk, b_g)
+        tl.store(p_gs + o_t[:, None] * BK + o_k[None, :], b_g)
         tl.debug_barrier()
         _pair_matrix(p_k, p_k, H * K, p_gs, p_m1, n, o_k, m_k, BK, CT, False, PREC)  # P: A_kk = diag(beta) P
         _pair_matrix(p_q, p_k, H * K, p_gs, p_m2, n, o_k, m_k, BK, CT, True, PREC)   # A_qk / scale
         tl.debug_barrier()
+        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
         b_A = tl.load(p_m1 + o_t[:, None] * CT + o_t[None, :]) * b_b[:, None]
-        b_Aqk = tl.load(p_m2 + o_t[:, None] * CT + o_t[None, :]) * scale
         # X = (I + A_kk)^-1 row by row (forward substitution: row i needs only rows j < i)
         b_X = eye
         for i in range(1, CT):
             b_ai = tl.sum(tl.where((o_t == i)[:, None], b_A, 0.0), axis=0)
             b_xi = tl.where(o_t == i, 1.0, 0.0) - tl.sum(b_ai[:, None] * b_X, axis=0)
             b_X = tl.where((o_t == i)[:, None], b_xi[None, :], b_X)
-        off_k = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :]
+        # per K-tile: G and Gl - G as sums of the gates (exp arguments <= 0, no difference of two cumulative
+        # sums), then W = X diag(beta) k e(G), Qt, Kt
+        for k0 in tl.static_range(0, BK, BKT):
+            o_kt = k0 + tl.arange(0, BKT)
+            m_tk = m_t[:, None] & (o_kt < K)[None, :]
+            b_gt = tl.load(p_gs + o_t[:, None] * BK + o_kt[None, :])
+            b_gn = tl.load(p_gs + (o_t + 1)[:, None] * BK + o_kt[None, :], mask=(o_t + 1 < CT)[:, None], other=0.0)
+            b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
+            off = o_t[:, None] * (HV * K) + o_kt[None, :]
+            off_x = o_t[:, None] * (H * K) + o_kt[None, :]
+            b_k = tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC)
+            tl.store(W + (r0 * HV + i_hv) * K + off, tl.dot(b_X, b_k * (b_b[:, None] * b_eG), input_precision=PREC),
+                     mask=m_tk)
+            tl.store(Kt + (r0 * HV + i_hv) * K + off, b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True)), mask=m_tk)
+            b_q = tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC)
+            tl.store(Qt + (r0 * HV + i_hv) * K + off, scale * b_q * b_eG, mask=m_tk)
         off_v = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
-        tl.store(W + off_k, tl.dot(b_X, b_k * (b_b[:, None] * b_eG), input_precision=PREC), mask=m_tk)
-        tl.store(Qt + off_k, scale * b_q * b_eG, mask=m_tk)
-        tl.store(Kt + off_k, b_k * b_eT, mask=m_tk)
-        tl.store(gamma + (i_c * HV + i_hv) * K + o_k, tl.exp(tl.sum(b_g, axis=0)), mask=m_k)
         b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
         tl.store(U + off_v, tl.dot(b_X, b_v * b_b[:, None], input_precision=PREC), mask=m_tv)
+        b_Aqk = tl.load(p_m2 + o_t[:, None] * CT + o_t[None, :]) * scale
         b_do = tl.load(do + off_v, mask=m_tv, other=0.0).to(ACC)
         tl.store(dO2 + off_v, tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC), mask=m_tv)
+
+
+@triton.jit
+def _rows(p, r0, i_hv, k0, m_t, o_t, BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, TRANS: tl.constexpr):
+    """Columns k0 .. k0 + BKT of a chunk's [CT, K] rows in a [T, HV, K] buffer (row r0 first), [CT, BKT]; with
+    TRANS the transpose [BKT, CT], loaded as such."""
+    o_k = k0 + tl.arange(0, BKT)
+    base = p + (r0 * HV + i_hv) * K
+    if TRANS:
+        return tl.load(base + o_t[None, :] * (HV * K) + o_k[:, None], mask=m_t[None, :] & (o_k < K)[:, None],
+                       other=0.0)
+    else:
+        return tl.load(base + o_t[:, None] * (HV * K) + o_k[None, :], mask=m_t[:, None] & (o_k < K)[None, :],
+                       other=0.0)
+
+
+@triton.jit
+def _fwd_tile(b_s, W, Kt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_vn,
+              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr):
+    """One K-tile of S_end = diag(gamma) S + Kt^T Vn."""
+    o_k = k0 + tl.arange(0, BKT)
+    b_gam = tl.load(gamma + i_g * K + o_k, mask=o_k < K, other=0.0)
+    b_ktt = _rows(Kt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
+    return b_s * b_gam[:, None] + tl.dot(b_ktt, b_vn, input_precision=PREC)
+
+
+@triton.jit
+def _rev_tile(b_d, W, Qt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_do, b_dvn,
+              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr):
+    """One K-tile of dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn."""
+    o_k = k0 + tl.arange(0, BKT)
+    b_gam = tl.load(gamma + i_g * K + o_k, mask=o_k < K, other=0.0)
+    b_qtt = _rows(Qt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
+    b_wt = _rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
+    return (b_d * b_gam[:, None] + tl.dot(b_qtt, b_do, input_precision=PREC)
+            - tl.dot(b_wt, b_dvn, input_precision=PREC))
 
 
 @triton.jit
@@ -104,8 +147,12 @@ def _state_pass_kernel(
     USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), then dS_end(c) from the
-    last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring."""
+    last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The [K, BV]
+    state is held as up to four K-tiles of 64 rows (s0..s3, d0..d3: fla's layout), so that each product reads
+    [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once (K = 128: 255 registers and spills)."""
     NV: tl.constexpr = (V + BV - 1) // BV
+    BKT: tl.constexpr = 64 if BK > 64 else BK
+    NKT: tl.constexpr = BK // BKT
     i_n = tl.program_id(0).to(tl.int64) // NV
     i_v = tl.program_id(0).to(tl.int64) % NV
     i_hv = tl.program_id(1).to(tl.int64)
@@ -115,52 +162,104 @@ def _state_pass_kernel(
     n_chunks = (n_tok + CT - 1) // CT
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
     o_t = tl.arange(0, CT)
-    o_k = tl.arange(0, BK)
+    o_kt = tl.arange(0, BKT)
     o_v = i_v * BV + tl.arange(0, BV)
-    m_k = o_k < K
     m_v = o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    off_s = o_k[:, None] * V + o_v[None, :]
     s_seq = (i_n * HV + i_hv) * (K * V)
-    off_tk = o_t[:, None] * (HV * K) + o_k[None, :]
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
+    # tile j of a [K, V] state: rows j * BKT + o_kt
+    off_s = o_kt[:, None] * V + o_v[None, :]
+    m0 = (o_kt < K)[:, None] & m_v[None, :]
+    m1 = (BKT + o_kt < K)[:, None] & m_v[None, :]
+    m2 = (2 * BKT + o_kt < K)[:, None] & m_v[None, :]
+    m3 = (3 * BKT + o_kt < K)[:, None] & m_v[None, :]
+    T1: tl.constexpr = BKT * V  # offset of tile 1 in a state
+    T2: tl.constexpr = 2 * BKT * V
+    T3: tl.constexpr = 3 * BKT * V
 
+    s0 = tl.zeros([BKT, BV], dtype=ACC)
+    s1 = tl.zeros([BKT, BV], dtype=ACC)
+    s2 = tl.zeros([BKT, BV], dtype=ACC)
+    s3 = tl.zeros([BKT, BV], dtype=ACC)
     if USE_H0:
-        b_s = tl.load(h0 + s_seq + off_s, mask=m_kv, other=0.0).to(ACC)
-    else:
-        b_s = tl.zeros([BK, BV], dtype=ACC)
+        s0 = tl.load(h0 + s_seq + off_s, mask=m0, other=0.0).to(ACC)
+        if NKT > 1:
+            s1 = tl.load(h0 + s_seq + T1 + off_s, mask=m1, other=0.0).to(ACC)
+        if NKT > 2:
+            s2 = tl.load(h0 + s_seq + T2 + off_s, mask=m2, other=0.0).to(ACC)
+            s3 = tl.load(h0 + s_seq + T3 + off_s, mask=m3, other=0.0).to(ACC)
     for c in range(n_chunks):
-        r0 = bos + c * CT  # the chunk's first row; its rows: + t * HV * (K | V)
+        r0 = bos + c * CT  # the chunk's first row
+        i_g = (c0 + c) * HV + i_hv  # its (chunk, value head) index
         m_t = o_t < n_tok - c * CT
-        tl.store(states + ((c0 + c) * HV + i_hv) * (K * V) + off_s, b_s, mask=m_kv)
+        p_st = states + i_g * (K * V)
+        tl.store(p_st + off_s, s0, mask=m0)
+        if NKT > 1:
+            tl.store(p_st + T1 + off_s, s1, mask=m1)
+        if NKT > 2:
+            tl.store(p_st + T2 + off_s, s2, mask=m2)
+            tl.store(p_st + T3 + off_s, s3, mask=m3)
         if c < n_chunks - 1:  # the last chunk's end state is not needed
-            b_w = tl.load(W + (r0 * HV + i_hv) * K + off_tk, mask=m_t[:, None] & m_k[None, :], other=0.0)
-            b_kt = tl.load(Kt + (r0 * HV + i_hv) * K + off_tk, mask=m_t[:, None] & m_k[None, :], other=0.0)
-            b_u = tl.load(U + (r0 * HV + i_hv) * V + off_tv, mask=m_t[:, None] & m_v[None, :], other=0.0)
-            b_gam = tl.load(gamma + ((c0 + c) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
-            b_vn = b_u - tl.dot(b_w, b_s, input_precision=PREC)
-            b_s = b_s * b_gam[:, None] + tl.dot(tl.trans(b_kt), b_vn, input_precision=PREC)
+            # Vn = U - W S, then S_end = diag(gamma) S + Kt^T Vn
+            b_vn = tl.load(U + (r0 * HV + i_hv) * V + off_tv, mask=m_t[:, None] & m_v[None, :], other=0.0)
+            b_vn -= tl.dot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, input_precision=PREC)
+            if NKT > 1:
+                b_vn -= tl.dot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, input_precision=PREC)
+            if NKT > 2:
+                b_vn -= tl.dot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, input_precision=PREC)
+                b_vn -= tl.dot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, input_precision=PREC)
+            s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC)
+            if NKT > 1:
+                s1 = _fwd_tile(s1, W, Kt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+            if NKT > 2:
+                s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+                s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
 
+    d0 = tl.zeros([BKT, BV], dtype=ACC)
+    d1 = tl.zeros([BKT, BV], dtype=ACC)
+    d2 = tl.zeros([BKT, BV], dtype=ACC)
+    d3 = tl.zeros([BKT, BV], dtype=ACC)
     if USE_DHT:
-        b_d = tl.load(dht + s_seq + off_s, mask=m_kv, other=0.0).to(ACC)
-    else:
-        b_d = tl.zeros([BK, BV], dtype=ACC)
+        d0 = tl.load(dht + s_seq + off_s, mask=m0, other=0.0).to(ACC)
+        if NKT > 1:
+            d1 = tl.load(dht + s_seq + T1 + off_s, mask=m1, other=0.0).to(ACC)
+        if NKT > 2:
+            d2 = tl.load(dht + s_seq + T2 + off_s, mask=m2, other=0.0).to(ACC)
+            d3 = tl.load(dht + s_seq + T3 + off_s, mask=m3, other=0.0).to(ACC)
     for cr in range(n_chunks):
         c = n_chunks - 1 - cr
         r0 = bos + c * CT
+        i_g = (c0 + c) * HV + i_hv
         m_t = o_t < n_tok - c * CT
-        m_tk = m_t[:, None] & m_k[None, :]
-        tl.store(dstates + ((c0 + c) * HV + i_hv) * (K * V) + off_s, b_d, mask=m_kv)
-        b_w = tl.load(W + (r0 * HV + i_hv) * K + off_tk, mask=m_tk, other=0.0)
-        b_kt = tl.load(Kt + (r0 * HV + i_hv) * K + off_tk, mask=m_tk, other=0.0)
-        b_qt = tl.load(Qt + (r0 * HV + i_hv) * K + off_tk, mask=m_tk, other=0.0)
-        b_do2 = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_t[:, None] & m_v[None, :], other=0.0)
-        b_do = tl.load(do + (r0 * HV + i_hv) * V + off_tv, mask=m_t[:, None] & m_v[None, :], other=0.0).to(ACC)
-        b_gam = tl.load(gamma + ((c0 + c) * HV + i_hv) * K + o_k, mask=m_k, other=0.0)
-        b_dvn = b_do2 + tl.dot(b_kt, b_d, input_precision=PREC)
-        b_d = (b_d * b_gam[:, None] + tl.dot(tl.trans(b_qt), b_do, input_precision=PREC)
-               - tl.dot(tl.trans(b_w), b_dvn, input_precision=PREC))
-    tl.store(dh0 + s_seq + off_s, b_d, mask=m_kv)
+        m_tv = m_t[:, None] & m_v[None, :]
+        p_ds = dstates + i_g * (K * V)
+        tl.store(p_ds + off_s, d0, mask=m0)
+        if NKT > 1:
+            tl.store(p_ds + T1 + off_s, d1, mask=m1)
+        if NKT > 2:
+            tl.store(p_ds + T2 + off_s, d2, mask=m2)
+            tl.store(p_ds + T3 + off_s, d3, mask=m3)
+        # dVn = A_qk^T dO + Kt dS_end, then dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn
+        b_dvn = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0)
+        b_dvn += tl.dot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, input_precision=PREC)
+        if NKT > 1:
+            b_dvn += tl.dot(_rows(Kt, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), d1, input_precision=PREC)
+        if NKT > 2:
+            b_dvn += tl.dot(_rows(Kt, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), d2, input_precision=PREC)
+            b_dvn += tl.dot(_rows(Kt, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), d3, input_precision=PREC)
+        b_do = tl.load(do + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0).to(ACC)
+        d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+        if NKT > 1:
+            d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+        if NKT > 2:
+            d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+            d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+    tl.store(dh0 + s_seq + off_s, d0, mask=m0)
+    if NKT > 1:
+        tl.store(dh0 + s_seq + T1 + off_s, d1, mask=m1)
+    if NKT > 2:
+        tl.store(dh0 + s_seq + T2 + off_s, d2, mask=m2)
+        tl.store(dh0 + s_seq + T3 + off_s, d3, mask=m3)
 
 
 def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs):
@@ -199,6 +298,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     _state_pass_kernel[(N * triton.cdiv(V, BVp), HV)](
         Wm, U, Qt, Kt, gam, dO2, do, states, dstates, h0 if h0 is not None else z,
         dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
-        HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None, PREC=prec,
-        num_warps=launch["chunked_pass_warps"] or 4)
+        HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
+        PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"],
+        num_warps=launch["chunked_pass_warps"] or 4, num_stages=launch["chunked_pass_stages"] or 1)
     return states, dstates, dh0
