@@ -101,7 +101,8 @@ LAUNCH.update({"local": "tokens", "matrix_precision": "tf32x3", "matrix_warps": 
 # ptxas for sm_90 at K = V = 128, 222 registers and no spill; 3 stages or tf32x3 spill).
 LAUNCH.update({"mode": "exact", "chunked_local": "matrix", "chunked_precision": "tf32x3",
                "chunked_pass_precision": "tf32", "prep_warps": None, "chunked_pass_bv": None,
-               "chunked_pass_warps": None, "chunked_pass_stages": None})
+               "chunked_pass_warps": None, "chunked_pass_stages": None, "split_v_warps": None,
+               "split_k_warps": None})
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,
@@ -777,17 +778,21 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
 def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp):
     """LAUNCH["mode"] = "chunked": states and dS at chunk boundaries by kernels/backward_chunked.py, then the
     local kernel LAUNCH["chunked_local"]; same returns as `_backward`."""
-    from kda_trace.kernels.backward_chunked import chunk_states_and_grads
+    from kda_trace.kernels.backward_chunked import chunk_states_and_grads, local_split
 
     B, T, H, HV, K, V, N = sizes
-    states, dstates, dh0 = chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, LAUNCH, _n_programs)
     local = LAUNCH["chunked_local"]
-    if local == "matrix":
+    states, dstates, dh0, pre = chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, LAUNCH,
+                                                       _n_programs, store_xp=local == "split")
+    if local == "split":
+        dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, states, dstates, pre, do, scale, LAUNCH,
+                                            _n_programs)
+    elif local == "matrix":
         dq, dk, dv, dg, dbeta = _local_matrix(xs, sizes, tables, acc, states, dstates, do, scale, interp)
     elif local == "tokens":
         dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
     else:
-        raise ValueError(f"LAUNCH['chunked_local'] must be 'matrix' or 'tokens', got {local!r}")
+        raise ValueError(f"LAUNCH['chunked_local'] must be 'split', 'matrix' or 'tokens', got {local!r}")
     if HV != H:
         dq = dq.view(B * T, H, HV // H, K).sum(2)
         dk = dk.view(B * T, H, HV // H, K).sum(2)

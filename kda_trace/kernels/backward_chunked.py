@@ -28,19 +28,22 @@ import torch
 import triton
 import triton.language as tl
 
-from kda_trace.kernels.backward import _chunk_span, _pair_matrix
+CT = 64  # chunk length (backward.CT)
+
+from kda_trace.kernels.backward import _chunk_span, _col_sums, _pair_matrix, _row_sums
 
 
 @triton.jit(do_not_specialize=["scale", "n_work"])
 def _prep_kernel(
-    q, k, v, g, beta, do, W, U, Qt, Kt, gamma, dO2, scratch, cu_seqlens, chunk_indices, scale, n_work,
+    q, k, v, g, beta, do, W, U, Qt, Kt, gamma, dO2, Xb, Pb, scratch, cu_seqlens, chunk_indices, scale, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, STORE_XP: tl.constexpr,
 ):
     """Work items (chunk, value head), n_work of them, shared out over the programs: the chunk's W, U, Qt, Kt
     ([T, HV, K|V] like g and v), gamma ([NT, HV, K]) and dO2 = A_qk^T dO ([T, HV, V]). Scratch per program:
     the gates [CT, BK] (zero past the chunk's rows) and two [CT, CT] matrices. The [CT, K] operands are made
-    by K-tiles of at most 64 columns after X, so that few [CT, K]-sized values are live at once."""
+    by K-tiles of at most 64 columns after X, so that few [CT, K]-sized values are live at once. With STORE_XP
+    also X and P (A_kk = diag(beta) P) per (chunk, value head), [NT, HV, CT, CT], for the split local kernels."""
     BKT: tl.constexpr = 64 if BK > 64 else BK
     ACC: tl.constexpr = W.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
@@ -73,13 +76,18 @@ def _prep_kernel(
         _pair_matrix(p_q, p_k, H * K, p_gs, p_m2, n, o_k, m_k, BK, CT, True, PREC)   # A_qk / scale
         tl.debug_barrier()
         b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
-        b_A = tl.load(p_m1 + o_t[:, None] * CT + o_t[None, :]) * b_b[:, None]
+        b_P = tl.load(p_m1 + o_t[:, None] * CT + o_t[None, :])
+        b_A = b_P * b_b[:, None]
         # X = (I + A_kk)^-1 row by row (forward substitution: row i needs only rows j < i)
         b_X = eye
         for i in range(1, CT):
             b_ai = tl.sum(tl.where((o_t == i)[:, None], b_A, 0.0), axis=0)
             b_xi = tl.where(o_t == i, 1.0, 0.0) - tl.sum(b_ai[:, None] * b_X, axis=0)
             b_X = tl.where((o_t == i)[:, None], b_xi[None, :], b_X)
+        if STORE_XP:
+            off_m = (i_c * HV + i_hv) * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+            tl.store(Pb + off_m, b_P)
+            tl.store(Xb + off_m, b_X)
         # per K-tile: G and Gl - G as sums of the gates (exp arguments <= 0, no difference of two cumulative
         # sums), then W = X diag(beta) k e(G), Qt, Kt
         for k0 in tl.static_range(0, BK, BKT):
@@ -262,9 +270,172 @@ def _state_pass_kernel(
         tl.store(dh0 + s_seq + T3 + off_s, d3, mask=m3)
 
 
-def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs):
-    """Kernels 1 and 2: (states, dstates [NT, HV, K, V], dh0 [N, HV, K, V]) in acc. xs: the packed q, k, v,
-    g, beta; do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH."""
+# ----------------------------------------------------------------------------------------------------
+# 3a, 3b (LAUNCH["chunked_local"] = "split"): the matrix local kernel's formulas in two kernels, from the prep's
+# X, P, W, U, Kt, dO2 (tests/kernels/chunk_backward_matrix.py: the derivation)
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _local_v_kernel(
+    v, beta, do, W, U, Kt, dO2, Xb, states, dstates, dv, dbeta, dAqk, XdXv, dQt, dKt, dW, dgamma,
+    cu_seqlens, chunk_indices,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Per (chunk, value head), whole V: everything that sums over V. Vn = U - W S, dVn = A_qk^T dO + Kt dSe,
+    Y_v = X^T dVn; stores dv = beta Y_v (final), dbeta's part rowsum(v Y_v), dA_qk = dO Vn^T (unmasked),
+    XdXv = Y_v (beta v)^T [CT, CT], and per K-tile dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T, dgamma =
+    rowsum(S * dSe). S and dSe are read by K-tiles of at most 64 rows."""
+    BKT: tl.constexpr = 64 if BK > 64 else BK
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    ACC: tl.constexpr = states.dtype.element_ty
+    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    item = i_c * HV + i_hv
+    o_t = tl.arange(0, CT)
+    o_v = tl.arange(0, BV)
+    m_t = o_t < n
+    m_v = o_v < V
+    m_tv = m_t[:, None] & m_v[None, :]
+    off_tv = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
+    p_s = states + item * (K * V)
+    p_d = dstates + item * (K * V)
+    b_vn = tl.load(U + off_tv, mask=m_tv, other=0.0)
+    b_dvn = tl.load(dO2 + off_tv, mask=m_tv, other=0.0)
+    for k0 in tl.static_range(0, BK, BKT):
+        o_k = k0 + tl.arange(0, BKT)
+        m_kv = (o_k < K)[:, None] & m_v[None, :]
+        b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        b_d = tl.load(p_d + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        b_vn -= tl.dot(_rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_s, input_precision=PREC)
+        b_dvn += tl.dot(_rows(Kt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_d, input_precision=PREC)
+    off_m = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+    b_yv = tl.dot(tl.trans(tl.load(Xb + off_m)), b_dvn, input_precision=PREC)
+    b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+    b_v = tl.load(v + off_tv, mask=m_tv, other=0.0).to(ACC)
+    tl.store(dv + off_tv, b_b[:, None] * b_yv, mask=m_tv)
+    tl.store(dbeta + (r0 + o_t) * HV + i_hv, tl.sum(b_v * b_yv, axis=1), mask=m_t)
+    tl.store(XdXv + off_m, tl.dot(b_yv, tl.trans(b_v * b_b[:, None]), input_precision=PREC))
+    b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
+    tl.store(dAqk + off_m, tl.dot(b_do, tl.trans(b_vn), input_precision=PREC))
+    for k0 in tl.static_range(0, BK, BKT):
+        o_k = k0 + tl.arange(0, BKT)
+        m_k = o_k < K
+        m_kv = m_k[:, None] & m_v[None, :]
+        m_tk = m_t[:, None] & m_k[None, :]
+        b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        b_d = tl.load(p_d + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :]
+        tl.store(dQt + off_tk, tl.dot(b_do, tl.trans(b_s), input_precision=PREC), mask=m_tk)
+        tl.store(dKt + off_tk, tl.dot(b_vn, tl.trans(b_d), input_precision=PREC), mask=m_tk)
+        tl.store(dW + off_tk, -tl.dot(b_dvn, tl.trans(b_s), input_precision=PREC), mask=m_tk)
+        tl.store(dgamma + item * K + o_k, tl.sum(b_s * b_d, axis=1), mask=m_k)
+
+
+@triton.jit(do_not_specialize=["scale", "n_work"])
+def _local_k_kernel(
+    q, k, g, beta, Xb, Pb, dAqk, XdXv, dQt, dKt, dW, dgamma, dq, dk, dg, dbeta, scratch, cu_seqlens, chunk_indices,
+    scale, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr,
+):
+    """Work items (chunk, value head), n_work of them, shared out over the programs: from 3a's sums, Y_k =
+    X^T dW, dA_kk = (-(XdXv + Y_k (beta Kb)^T) X^T)_strict, dbeta (completed in place), then the decay-weighted
+    sums of dA_qk and dA_kk (backward.py's `_row_sums`, `_col_sums`; the two [CT, CT] matrices are rewritten in
+    place in dAqk and XdXv) and dq, dk (per value head), dg by K-tiles of at most 64 columns. Scratch per
+    program: the gates [CT, BK] and three [CT, BK] sums."""
+    BKT: tl.constexpr = 64 if BK > 64 else BK
+    ACC: tl.constexpr = dq.dtype.element_ty
+    pid = tl.program_id(0).to(tl.int64)
+    p_gs = scratch + pid * (4 * CT * BK)
+    p_r1 = p_gs + CT * BK
+    p_r2 = p_r1 + CT * BK
+    p_r3 = p_r2 + CT * BK
+    o_t = tl.arange(0, CT)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    lower = o_t[None, :] <= o_t[:, None]
+    strict = o_t[None, :] < o_t[:, None]
+    for w in range(pid, n_work, tl.num_programs(0)):
+        i_c = w // HV
+        i_hv = w % HV
+        i_h = i_hv // (HV // H)
+        item = i_c * HV + i_hv
+        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+        m_t = o_t < n
+        p_q = q + (r0 * H + i_h) * K
+        p_k = k + (r0 * H + i_h) * K
+        off_m = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+        b_g = tl.load(g + (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :],
+                      mask=m_t[:, None] & m_k[None, :], other=0.0).to(ACC)
+        tl.debug_barrier()  # the previous item's reads of the scratch are done
+        tl.store(p_gs + o_t[:, None] * BK + o_k[None, :], b_g)
+        tl.debug_barrier()
+        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+        b_X = tl.load(Xb + off_m)
+        b_xdx = tl.load(XdXv + off_m)
+        b_db = tl.load(dbeta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
+        for k0 in tl.static_range(0, BK, BKT):
+            o_kt = k0 + tl.arange(0, BKT)
+            m_tk = m_t[:, None] & (o_kt < K)[None, :]
+            off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+            b_kb = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC) * tl.exp(
+                tl.cumsum(tl.load(p_gs + o_t[:, None] * BK + o_kt[None, :]), axis=0))
+            b_yk = tl.dot(tl.trans(b_X), tl.load(dW + off_tk, mask=m_tk, other=0.0), input_precision=PREC)
+            b_xdx += tl.dot(b_yk, tl.trans(b_kb * b_b[:, None]), input_precision=PREC)
+            b_db += tl.sum(b_kb * b_yk, axis=1)
+        b_dAkk = tl.where(strict, -tl.dot(b_xdx, tl.trans(b_X), input_precision=PREC), 0.0)
+        b_db += tl.sum(b_dAkk * tl.load(Pb + off_m), axis=1)
+        tl.store(dbeta + (r0 + o_t) * HV + i_hv, b_db, mask=m_t)
+        # the diagonal of dA_qk goes to dq and dk directly (see backward.py's matrix kernel)
+        b_dAqk = tl.load(dAqk + off_m)
+        b_d1 = tl.sum(tl.where(strict | ~lower, 0.0, b_dAqk), axis=1) * scale
+        tl.debug_barrier()  # every thread has read dA_qk and XdXv
+        tl.store(dAqk + off_m, tl.where(strict, b_dAqk * scale, 0.0))
+        tl.store(XdXv + off_m, b_dAkk * b_b[:, None])
+        tl.store(p_r3 + o_t[:, None] * BK + o_k[None, :], tl.zeros([CT, BK], dtype=ACC))
+        tl.debug_barrier()
+        p_m1 = dAqk + item * (CT * CT)
+        p_m2 = XdXv + item * (CT * CT)
+        _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_k, m_k, BK, CT, PREC)   # dq from A_qk
+        _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk rows
+        _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_qk columns
+        tl.debug_barrier()
+        _col_sums(p_m2, p_k, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk columns
+        tl.debug_barrier()
+        for k0 in tl.static_range(0, BK, BKT):
+            o_kt = k0 + tl.arange(0, BKT)
+            m_kt = o_kt < K
+            m_tk = m_t[:, None] & m_kt[None, :]
+            off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+            off_s = o_t[:, None] * BK + o_kt[None, :]
+            b_gt = tl.load(p_gs + off_s)
+            b_gn = tl.load(p_gs + off_s + BK, mask=(o_t + 1 < CT)[:, None], other=0.0)
+            b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
+            b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+            b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC)
+            b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC)
+            b_yk = tl.dot(tl.trans(b_X), tl.load(dW + off_tk, mask=m_tk, other=0.0), input_precision=PREC)
+            b_dQt = tl.load(dQt + off_tk, mask=m_tk, other=0.0)
+            b_dKt = tl.load(dKt + off_tk, mask=m_tk, other=0.0)
+            b_r1 = tl.load(p_r1 + off_s)
+            b_r2 = tl.load(p_r2 + off_s)
+            b_r3 = tl.load(p_r3 + off_s)
+            b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
+            b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
+            b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
+            # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row (see the matrix kernel)
+            b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + tl.dot(tl.where(strict, 1.0, 0.0).to(ACC),
+                                                                  b_k * b_eT * b_dKt, input_precision=PREC)
+            b_dgam = tl.load(dgamma + item * K + o_kt, mask=m_kt, other=0.0)
+            b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
+            tl.store(dq + off_tk, b_dq, mask=m_tk)
+            tl.store(dk + off_tk, b_dk, mask=m_tk)
+            tl.store(dg + off_tk, b_dg, mask=m_tk)
+
+
+def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, store_xp=False):
+    """Kernels 1 and 2: (states, dstates [NT, HV, K, V], dh0 [N, HV, K, V], prep) in acc; prep: the prep
+    kernel's buffers by name (W, U, Qt, Kt, gamma, dO2, and X, P with store_xp). xs: the packed q, k, v, g, beta;
+    do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -272,33 +443,64 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     cu, chunk_indices, chunk_offsets, NT = tables
     TT, dev = B * T, q.device
     interp = triton_interpreted()
-    CT = 64
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
     prec = "ieee" if acc == torch.float64 else launch["chunked_precision"]
-    Wm = torch.empty(TT, HV, K, dtype=acc, device=dev)
-    Qt = torch.empty(TT, HV, K, dtype=acc, device=dev)
-    Kt = torch.empty(TT, HV, K, dtype=acc, device=dev)
-    U = torch.empty(TT, HV, V, dtype=acc, device=dev)
-    dO2 = torch.empty(TT, HV, V, dtype=acc, device=dev)
-    gam = torch.empty(NT, HV, K, dtype=acc, device=dev)
+    pre = {n: torch.empty(TT, HV, K, dtype=acc, device=dev) for n in ("W", "Qt", "Kt")}
+    pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in ("U", "dO2")})
+    pre["gamma"] = torch.empty(NT, HV, K, dtype=acc, device=dev)
+    z = torch.empty(1, dtype=acc, device=dev)
+    if store_xp:
+        pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
     n_work = NT * HV
     n_prog = n_programs(n_work, dev, interp)
     scratch = torch.empty(n_prog, CT * BK + 2 * CT * CT, dtype=acc, device=dev)
     _prep_kernel[(n_prog,)](
-        q, k, v, g, beta, do, Wm, U, Qt, Kt, gam, dO2, scratch, cu, chunk_indices, scale, n_work,
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, num_warps=launch["prep_warps"] or 8)
+        q, k, v, g, beta, do, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"],
+        pre.get("X", z), pre.get("P", z), scratch, cu, chunk_indices, scale, n_work,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, STORE_XP=store_xp,
+        num_warps=launch["prep_warps"] or 8)
     del scratch
 
     states = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dstates = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dh0 = torch.empty(N, HV, K, V, dtype=acc, device=dev)
     BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 32))
-    z = torch.empty(1, dtype=acc, device=dev)
     _state_pass_kernel[(N * triton.cdiv(V, BVp), HV)](
-        Wm, U, Qt, Kt, gam, dO2, do, states, dstates, h0 if h0 is not None else z,
-        dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
+        pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
+        h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
         HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
         PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"],
         num_warps=launch["chunked_pass_warps"] or 4, num_stages=launch["chunked_pass_stages"] or 1)
-    return states, dstates, dh0
+    return states, dstates, dh0, pre
+
+
+def local_split(xs, sizes, tables, acc, states, dstates, pre, do, scale, launch, n_programs):
+    """Kernels 3a and 3b (LAUNCH["chunked_local"] = "split"): fp32 (fp64) dq, dk per value head, dv, dg, dbeta
+    of every chunk from its start state, dS at its end and the prep buffers (with X and P)."""
+    from kda_trace.platform import triton_interpreted
+
+    q, k, v, g, beta = xs
+    B, T, H, HV, K, V, N = sizes
+    cu, chunk_indices, _, NT = tables
+    TT, dev = B * T, q.device
+    interp = triton_interpreted()
+    BK = max(16, triton.next_power_of_2(K))
+    BV = max(16, triton.next_power_of_2(V))
+    prec = "ieee" if acc == torch.float64 else launch["matrix_precision"]
+    e = lambda *shape: torch.empty(*shape, dtype=acc, device=dev)  # noqa: E731
+    dv, dbeta, dQt, dKt, dW, dgamma = e(TT, HV, V), e(TT, HV), e(TT, HV, K), e(TT, HV, K), e(TT, HV, K), e(NT, HV, K)
+    dAqk, XdXv = e(NT, HV, CT, CT), e(NT, HV, CT, CT)
+    _local_v_kernel[(NT, HV)](
+        v, beta, do, pre["W"], pre["U"], pre["Kt"], pre["dO2"], pre["X"], states, dstates,
+        dv, dbeta, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,
+        HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, num_warps=launch["split_v_warps"] or 8)
+    n_work = NT * HV
+    n_prog = n_programs(n_work, dev, interp)
+    dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
+    scratch = e(n_prog, 4 * CT * BK)
+    _local_k_kernel[(n_prog,)](
+        q, k, g, beta, pre["X"], pre["P"], dAqk, XdXv, dQt, dKt, dW, dgamma, dq, dk, dg, dbeta, scratch,
+        cu, chunk_indices, scale, n_work,
+        H=H, HV=HV, K=K, BK=BK, CT=CT, PREC=prec, num_warps=launch["split_k_warps"] or 8)
+    return dq, dk, dv, dg, dbeta
