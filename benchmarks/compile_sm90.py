@@ -60,8 +60,12 @@ def backward_signatures(acc: str) -> dict:
                   "scale": "fp32", "n_work": "i64"},
         "forward": {**inputs, **bufs("g", "h0", "o", "ht"), "cu_seqlens": "*i64", "scale": "fp32"},
         # the chunked mode (kernels/backward_chunked.py)
-        "prep": {**inputs, **bufs("g", "W", "U", "Qt", "Kt", "gamma", "dO2", "scratch"), **tables, "scale": "fp32",
-                 "n_work": "i64"},
+        "prep": {**inputs, **bufs("g", "W", "U", "Qt", "Kt", "gamma", "dO2", "Xb", "Pb", "scratch"), **tables,
+                 "scale": "fp32", "n_work": "i64"},
+        "local_v": {**inputs, **bufs("W", "U", "Kt", "dO2", "Xb", "states", "dstates", "dv", "dbeta", "dAqk", "XdXv",
+                                     "dQt", "dKt", "dW", "dgamma"), **tables},
+        "local_k": {**inputs, **bufs("g", "Xb", "Pb", "dAqk", "XdXv", "dQt", "dKt", "dW", "dgamma", "dq", "dk", "dg",
+                                     "dbeta", "scratch"), **tables, "scale": "fp32", "n_work": "i64"},
         "chunked_pass": {**bufs("W", "U", "Qt", "Kt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"),
                          "do": "*bf16", "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
@@ -90,16 +94,23 @@ def chunked_mode(spills: bool) -> None:
         sigs = backward_signatures(acc)
         BK, BV = triton.next_power_of_2(K), triton.next_power_of_2(V)
         shared = dict(H=8, HV=16, K=K, V=V, BK=BK, CT=64, PREC="ieee" if acc == "fp64" else prec)
-        k = compile_kernel(backward_chunked._prep_kernel, sigs["prep"], dict(shared, BV=BV),
+        k = compile_kernel(backward_chunked._prep_kernel, sigs["prep"], dict(shared, BV=BV, STORE_XP=True),
                            backward.LAUNCH["prep_warps"] or 8)
         extra = ptxas_report(k) if spills and acc == "fp32" else []
         print(f"chunked prep {acc} K={K} V={V} warps=8: ok", *extra)
-        tiles = ((32, 4), (16, 4), (32, 8), (64, 4), (64, 8)) if spills and K == 128 else ((min(32, BV), 4),)
-        for bv, warps in tiles:
-            c = dict(shared, BV=bv, USE_H0=True, USE_DHT=True)
-            k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps)
+        pass_prec = "ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_precision"]
+        tiles = ((32, 4, 1), (16, 4, 1), (64, 4, 1), (32, 8, 1), (32, 4, 3)) if spills and K == 128 else ((32, 4, 1),)
+        for bv, warps, stages in tiles:
+            c = dict(shared, BV=min(bv, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec)
+            k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps}: ok", *extra)
+            print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages}: ok", *extra)
+        for name, fn, wkey in (("local_v", backward_chunked._local_v_kernel, "split_v_warps"),
+                               ("local_k", backward_chunked._local_k_kernel, "split_k_warps")):
+            c = dict(shared, BV=BV, PREC="ieee" if acc == "fp64" else backward.LAUNCH["matrix_precision"])
+            k = compile_kernel(fn, sigs[name], c, backward.LAUNCH[wkey] or 8)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked split {name} {acc} K={K} V={V} warps=8: ok", *extra)
 
 
 def main() -> int:

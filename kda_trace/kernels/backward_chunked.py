@@ -281,18 +281,22 @@ def _local_v_kernel(
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """Per (chunk, value head), whole V: everything that sums over V. Vn = U - W S, dVn = A_qk^T dO + Kt dSe,
-    Y_v = X^T dVn; stores dv = beta Y_v (final), dbeta's part rowsum(v Y_v), dA_qk = dO Vn^T (unmasked),
-    XdXv = Y_v (beta v)^T [CT, CT], and per K-tile dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T, dgamma =
-    rowsum(S * dSe). S and dSe are read by K-tiles of at most 64 rows."""
+    """Per (chunk, value head, V-tile): everything that sums over V, as this V-tile's part. Vn = U - W S,
+    dVn = A_qk^T dO + Kt dSe, Y_v = X^T dVn; stores dv = beta Y_v (final), and partial sums (copy i_v of NV,
+    added up by `_local_k_kernel`): rowsum(v Y_v) (dbeta), dA_qk = dO Vn^T (unmasked) and XdXv = Y_v (beta v)^T
+    [CT, CT], per K-tile dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T and dgamma = rowsum(S * dSe). S and dSe
+    are read by K-tiles of at most 64 rows. Layouts: [NT, HV, NV, CT, CT], [T, HV, NV, K], [T, HV, NV],
+    [NT, HV, NV, K]."""
     BKT: tl.constexpr = 64 if BK > 64 else BK
-    i_c = tl.program_id(0).to(tl.int64)
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_c = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
     i_hv = tl.program_id(1).to(tl.int64)
     ACC: tl.constexpr = states.dtype.element_ty
     _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
     item = i_c * HV + i_hv
     o_t = tl.arange(0, CT)
-    o_v = tl.arange(0, BV)
+    o_v = i_v * BV + tl.arange(0, BV)
     m_t = o_t < n
     m_v = o_v < V
     m_tv = m_t[:, None] & m_v[None, :]
@@ -308,12 +312,13 @@ def _local_v_kernel(
         b_d = tl.load(p_d + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
         b_vn -= tl.dot(_rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_s, input_precision=PREC)
         b_dvn += tl.dot(_rows(Kt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_d, input_precision=PREC)
-    off_m = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
-    b_yv = tl.dot(tl.trans(tl.load(Xb + off_m)), b_dvn, input_precision=PREC)
+    off_x = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+    off_m = (item * NV + i_v) * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+    b_yv = tl.dot(tl.trans(tl.load(Xb + off_x)), b_dvn, input_precision=PREC)
     b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
     b_v = tl.load(v + off_tv, mask=m_tv, other=0.0).to(ACC)
     tl.store(dv + off_tv, b_b[:, None] * b_yv, mask=m_tv)
-    tl.store(dbeta + (r0 + o_t) * HV + i_hv, tl.sum(b_v * b_yv, axis=1), mask=m_t)
+    tl.store(dbeta + ((r0 + o_t) * HV + i_hv) * NV + i_v, tl.sum(b_v * b_yv, axis=1), mask=m_t)
     tl.store(XdXv + off_m, tl.dot(b_yv, tl.trans(b_v * b_b[:, None]), input_precision=PREC))
     b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
     tl.store(dAqk + off_m, tl.dot(b_do, tl.trans(b_vn), input_precision=PREC))
@@ -324,23 +329,34 @@ def _local_v_kernel(
         m_tk = m_t[:, None] & m_k[None, :]
         b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
         b_d = tl.load(p_d + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
-        off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :]
+        off_tk = ((r0 * HV + i_hv) * NV + i_v) * K + o_t[:, None] * (HV * NV * K) + o_k[None, :]
         tl.store(dQt + off_tk, tl.dot(b_do, tl.trans(b_s), input_precision=PREC), mask=m_tk)
         tl.store(dKt + off_tk, tl.dot(b_vn, tl.trans(b_d), input_precision=PREC), mask=m_tk)
         tl.store(dW + off_tk, -tl.dot(b_dvn, tl.trans(b_s), input_precision=PREC), mask=m_tk)
-        tl.store(dgamma + item * K + o_k, tl.sum(b_s * b_d, axis=1), mask=m_k)
+        tl.store(dgamma + (item * NV + i_v) * K + o_k, tl.sum(b_s * b_d, axis=1), mask=m_k)
+
+
+@triton.jit
+def _vsum(p, off, mask, NV: tl.constexpr, STRIDE: tl.constexpr):
+    """The sum of the NV partial copies at p + off + i * STRIDE (masked loads, 0 elsewhere)."""
+    acc = tl.load(p + off, mask=mask, other=0.0)
+    for i in tl.static_range(1, NV):
+        acc += tl.load(p + off + i * STRIDE, mask=mask, other=0.0)
+    return acc
 
 
 @triton.jit(do_not_specialize=["scale", "n_work"])
 def _local_k_kernel(
-    q, k, g, beta, Xb, Pb, dAqk, XdXv, dQt, dKt, dW, dgamma, dq, dk, dg, dbeta, scratch, cu_seqlens, chunk_indices,
-    scale, n_work,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr,
+    q, k, g, beta, Xb, Pb, dAqk, XdXv, dQt, dKt, dW, dgamma, dbeta_v, dq, dk, dg, dbeta, scratch, cu_seqlens,
+    chunk_indices, scale, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
+    PREC: tl.constexpr,
 ):
-    """Work items (chunk, value head), n_work of them, shared out over the programs: from 3a's sums, Y_k =
+    """Work items (chunk, value head), n_work of them, shared out over the programs: from 3a's sums (its NV
+    partial copies added up on reading), Y_k =
     X^T dW, dA_kk = (-(XdXv + Y_k (beta Kb)^T) X^T)_strict, dbeta (completed in place), then the decay-weighted
     sums of dA_qk and dA_kk (backward.py's `_row_sums`, `_col_sums`; the two [CT, CT] matrices are rewritten in
-    place in dAqk and XdXv) and dq, dk (per value head), dg by K-tiles of at most 64 columns. Scratch per
+    place, in the first copies of dAqk and XdXv) and dq, dk (per value head), dg by K-tiles of at most 64 columns. Scratch per
     program: the gates [CT, BK] and three [CT, BK] sums."""
     BKT: tl.constexpr = 64 if BK > 64 else BK
     ACC: tl.constexpr = dq.dtype.element_ty
@@ -363,7 +379,8 @@ def _local_k_kernel(
         m_t = o_t < n
         p_q = q + (r0 * H + i_h) * K
         p_k = k + (r0 * H + i_h) * K
-        off_m = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+        off_m = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]  # X, P
+        off_p = item * (NV * CT * CT) + o_t[:, None] * CT + o_t[None, :]  # copy 0 of dAqk, XdXv
         b_g = tl.load(g + (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :],
                       mask=m_t[:, None] & m_k[None, :], other=0.0).to(ACC)
         tl.debug_barrier()  # the previous item's reads of the scratch are done
@@ -371,30 +388,30 @@ def _local_k_kernel(
         tl.debug_barrier()
         b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
         b_X = tl.load(Xb + off_m)
-        b_xdx = tl.load(XdXv + off_m)
-        b_db = tl.load(dbeta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
+        b_xdx = _vsum(XdXv, off_p, True, NV, CT * CT)
+        b_db = _vsum(dbeta_v, ((r0 + o_t) * HV + i_hv) * NV, m_t, NV, 1)
         for k0 in tl.static_range(0, BK, BKT):
             o_kt = k0 + tl.arange(0, BKT)
             m_tk = m_t[:, None] & (o_kt < K)[None, :]
-            off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+            off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]  # copy 0, [T, HV, NV, K]
             b_kb = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC) * tl.exp(
                 tl.cumsum(tl.load(p_gs + o_t[:, None] * BK + o_kt[None, :]), axis=0))
-            b_yk = tl.dot(tl.trans(b_X), tl.load(dW + off_tk, mask=m_tk, other=0.0), input_precision=PREC)
+            b_yk = tl.dot(tl.trans(b_X), _vsum(dW, off_pk, m_tk, NV, K), input_precision=PREC)
             b_xdx += tl.dot(b_yk, tl.trans(b_kb * b_b[:, None]), input_precision=PREC)
             b_db += tl.sum(b_kb * b_yk, axis=1)
         b_dAkk = tl.where(strict, -tl.dot(b_xdx, tl.trans(b_X), input_precision=PREC), 0.0)
         b_db += tl.sum(b_dAkk * tl.load(Pb + off_m), axis=1)
         tl.store(dbeta + (r0 + o_t) * HV + i_hv, b_db, mask=m_t)
         # the diagonal of dA_qk goes to dq and dk directly (see backward.py's matrix kernel)
-        b_dAqk = tl.load(dAqk + off_m)
+        b_dAqk = _vsum(dAqk, off_p, True, NV, CT * CT)
         b_d1 = tl.sum(tl.where(strict | ~lower, 0.0, b_dAqk), axis=1) * scale
         tl.debug_barrier()  # every thread has read dA_qk and XdXv
-        tl.store(dAqk + off_m, tl.where(strict, b_dAqk * scale, 0.0))
-        tl.store(XdXv + off_m, b_dAkk * b_b[:, None])
+        tl.store(dAqk + off_p, tl.where(strict, b_dAqk * scale, 0.0))
+        tl.store(XdXv + off_p, b_dAkk * b_b[:, None])
         tl.store(p_r3 + o_t[:, None] * BK + o_k[None, :], tl.zeros([CT, BK], dtype=ACC))
         tl.debug_barrier()
-        p_m1 = dAqk + item * (CT * CT)
-        p_m2 = XdXv + item * (CT * CT)
+        p_m1 = dAqk + item * (NV * CT * CT)
+        p_m2 = XdXv + item * (NV * CT * CT)
         _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_k, m_k, BK, CT, PREC)   # dq from A_qk
         _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk rows
         _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_qk columns
@@ -406,6 +423,7 @@ def _local_k_kernel(
             m_kt = o_kt < K
             m_tk = m_t[:, None] & m_kt[None, :]
             off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+            off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]
             off_s = o_t[:, None] * BK + o_kt[None, :]
             b_gt = tl.load(p_gs + off_s)
             b_gn = tl.load(p_gs + off_s + BK, mask=(o_t + 1 < CT)[:, None], other=0.0)
@@ -413,9 +431,9 @@ def _local_k_kernel(
             b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
             b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC)
             b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC)
-            b_yk = tl.dot(tl.trans(b_X), tl.load(dW + off_tk, mask=m_tk, other=0.0), input_precision=PREC)
-            b_dQt = tl.load(dQt + off_tk, mask=m_tk, other=0.0)
-            b_dKt = tl.load(dKt + off_tk, mask=m_tk, other=0.0)
+            b_yk = tl.dot(tl.trans(b_X), _vsum(dW, off_pk, m_tk, NV, K), input_precision=PREC)
+            b_dQt = _vsum(dQt, off_pk, m_tk, NV, K)
+            b_dKt = _vsum(dKt, off_pk, m_tk, NV, K)
             b_r1 = tl.load(p_r1 + off_s)
             b_r2 = tl.load(p_r2 + off_s)
             b_r3 = tl.load(p_r3 + off_s)
@@ -425,7 +443,7 @@ def _local_k_kernel(
             # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row (see the matrix kernel)
             b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + tl.dot(tl.where(strict, 1.0, 0.0).to(ACC),
                                                                   b_k * b_eT * b_dKt, input_precision=PREC)
-            b_dgam = tl.load(dgamma + item * K + o_kt, mask=m_kt, other=0.0)
+            b_dgam = _vsum(dgamma, item * (NV * K) + o_kt, m_kt, NV, K)
             b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
             tl.store(dq + off_tk, b_dq, mask=m_tk)
             tl.store(dk + off_tk, b_dk, mask=m_tk)
@@ -488,19 +506,23 @@ def local_split(xs, sizes, tables, acc, states, dstates, pre, do, scale, launch,
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
     prec = "ieee" if acc == torch.float64 else launch["matrix_precision"]
+    BVs = launch["split_bv"] or (BV if interp else min(BV, 64))
+    NV = triton.cdiv(V, BVs)
     e = lambda *shape: torch.empty(*shape, dtype=acc, device=dev)  # noqa: E731
-    dv, dbeta, dQt, dKt, dW, dgamma = e(TT, HV, V), e(TT, HV), e(TT, HV, K), e(TT, HV, K), e(TT, HV, K), e(NT, HV, K)
-    dAqk, XdXv = e(NT, HV, CT, CT), e(NT, HV, CT, CT)
-    _local_v_kernel[(NT, HV)](
+    # 3a's partial sums, one copy per V-tile
+    dv, dbeta_v, dgamma = e(TT, HV, V), e(TT, HV, NV), e(NT, HV, NV, K)
+    dQt, dKt, dW = e(TT, HV, NV, K), e(TT, HV, NV, K), e(TT, HV, NV, K)
+    dAqk, XdXv = e(NT, HV, NV, CT, CT), e(NT, HV, NV, CT, CT)
+    _local_v_kernel[(NT * NV, HV)](
         v, beta, do, pre["W"], pre["U"], pre["Kt"], pre["dO2"], pre["X"], states, dstates,
-        dv, dbeta, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,
-        HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, num_warps=launch["split_v_warps"] or 8)
+        dv, dbeta_v, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,
+        HV=HV, K=K, V=V, BK=BK, BV=BVs, CT=CT, PREC=prec, num_warps=launch["split_v_warps"] or 8)
     n_work = NT * HV
     n_prog = n_programs(n_work, dev, interp)
-    dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
+    dq, dk, dg, dbeta = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K), e(TT, HV)
     scratch = e(n_prog, 4 * CT * BK)
     _local_k_kernel[(n_prog,)](
-        q, k, g, beta, pre["X"], pre["P"], dAqk, XdXv, dQt, dKt, dW, dgamma, dq, dk, dg, dbeta, scratch,
+        q, k, g, beta, pre["X"], pre["P"], dAqk, XdXv, dQt, dKt, dW, dgamma, dbeta_v, dq, dk, dg, dbeta, scratch,
         cu, chunk_indices, scale, n_work,
-        H=H, HV=HV, K=K, BK=BK, CT=CT, PREC=prec, num_warps=launch["split_k_warps"] or 8)
+        H=H, HV=HV, K=K, BK=BK, CT=CT, NV=NV, PREC=prec, num_warps=launch["split_k_warps"] or 8)
     return dq, dk, dv, dg, dbeta

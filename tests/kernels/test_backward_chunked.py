@@ -1,5 +1,5 @@
 """The chunked mode of the backward (kernels/backward.py LAUNCH["mode"] = "chunked": kernels/backward_chunked.py's
-prep and state/dS pass, then the matrix-form local kernel) against float64 autograd through the independent
+prep, state/dS pass and split local kernels; the other local kernels once each) against float64 autograd through the independent
 token recurrence (test_backward.py's `truth`), under the Triton interpreter on tiny shapes.
 
 Bars. The interpreter computes every product in fp32 (the tf32x3 / tf32 precisions of a GPU are not modelled),
@@ -27,8 +27,10 @@ def chunked_mode(monkeypatch):
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
 
 
-def test_dense_odd_dims_two_chunks():
-    """B = 2 rows of 70 tokens (a full chunk and a 6-token one), K = 20, V = 36, h0 and dht."""
+def test_dense_odd_dims_two_chunks_v_tiles(monkeypatch):
+    """B = 2 rows of 70 tokens (a full chunk and a 6-token one), K = 20, V = 36, h0 and dht; the split local
+    kernels in V-tiles of 16 (three partial copies of the sums over V, the last tile 4 columns wide)."""
+    monkeypatch.setitem(backward.LAUNCH, "split_bv", 16)
     check(make(2, 70, 1, 1, 20, 36, seed=1))
 
 
@@ -59,6 +61,12 @@ def test_float64_inputs():
 def test_bf16_inputs():
     """bf16 inputs (fp32 compute, bf16 gradients except dg and dh0), two chunks, K = 32, V = 16."""
     check(make(1, 70, 1, 1, 32, 16, seed=5, dtype=torch.bfloat16), bar=1e-2)
+
+
+def test_matrix_local_kernel(monkeypatch):
+    """The chunked states and dS with the one-kernel matrix local kernel (LAUNCH["chunked_local"] = "matrix")."""
+    monkeypatch.setitem(backward.LAUNCH, "chunked_local", "matrix")
+    check(make(1, 70, 1, 2, 10, 12, seed=8, n_seqs=2), cu_seqlens=torch.tensor([0, 65, 70]), use_dht=False)
 
 
 def test_token_local_kernel(monkeypatch):
