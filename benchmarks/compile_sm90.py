@@ -64,8 +64,10 @@ def backward_signatures(acc: str) -> dict:
                  "scale": "fp32", "n_work": "i64"},
         "local_v": {**inputs, **bufs("W", "U", "Kt", "dO2", "Xb", "states", "dstates", "dv", "dbeta", "dAqk", "XdXv",
                                      "dQt", "dKt", "dW", "dgamma"), **tables},
-        "local_k": {**inputs, **bufs("g", "Xb", "Pb", "dAqk", "XdXv", "dQt", "dKt", "dW", "dgamma", "dq", "dk", "dg",
-                                     "dbeta", "scratch"), **tables, "scale": "fp32", "n_work": "i64"},
+        "local_da": {**inputs, **bufs("g", "Xb", "Pb", "dAqk", "XdXv", "dW", "dbeta_v", "Yk", "d1", "dbeta"), **tables,
+                     "scale": "fp32"},
+        "local_k": {**inputs, **bufs("g", "M1", "M2", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "scratch"),
+                    **tables, "scale": "fp32", "n_work": "i64"},
         "chunked_pass": {**bufs("W", "U", "Qt", "Kt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"),
                          "do": "*bf16", "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
@@ -106,8 +108,10 @@ def chunked_mode(spills: bool) -> None:
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages}: ok", *extra)
         for name, fn, wkey in (("local_v", backward_chunked._local_v_kernel, "split_v_warps"),
+                               ("local_da", backward_chunked._local_da_kernel, "split_da_warps"),
                                ("local_k", backward_chunked._local_k_kernel, "split_k_warps")):
-            c = dict(shared, BV=BV, PREC="ieee" if acc == "fp64" else backward.LAUNCH["matrix_precision"])
+            c = dict(shared, BV=min(BV, 64), NV=triton.cdiv(V, 64),
+                     PREC="ieee" if acc == "fp64" else backward.LAUNCH["matrix_precision"])
             k = compile_kernel(fn, sigs[name], c, backward.LAUNCH[wkey] or 8)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split {name} {acc} K={K} V={V} warps=8: ok", *extra)

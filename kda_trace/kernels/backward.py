@@ -102,7 +102,7 @@ LAUNCH.update({"local": "tokens", "matrix_precision": "tf32x3", "matrix_warps": 
 LAUNCH.update({"mode": "exact", "chunked_local": "split", "chunked_precision": "tf32x3",
                "chunked_pass_precision": "tf32", "prep_warps": None, "chunked_pass_bv": None,
                "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None, "split_v_warps": None,
-               "split_k_warps": None})
+               "split_da_warps": None, "split_k_warps": None})
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,

@@ -271,7 +271,7 @@ def _state_pass_kernel(
 
 
 # ----------------------------------------------------------------------------------------------------
-# 3a, 3b (LAUNCH["chunked_local"] = "split"): the matrix local kernel's formulas in two kernels, from the prep's
+# 3a, 3b, 3c (LAUNCH["chunked_local"] = "split"): the matrix local kernel's formulas in two kernels, from the prep's
 # X, P, W, U, Kt, dO2 (tests/kernels/chunk_backward_matrix.py: the derivation)
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
@@ -345,19 +345,67 @@ def _vsum(p, off, mask, NV: tl.constexpr, STRIDE: tl.constexpr):
     return acc
 
 
-@triton.jit(do_not_specialize=["scale", "n_work"])
-def _local_k_kernel(
-    q, k, g, beta, Xb, Pb, dAqk, XdXv, dQt, dKt, dW, dgamma, dbeta_v, dq, dk, dg, dbeta, scratch, cu_seqlens,
-    chunk_indices, scale, n_work,
+@triton.jit(do_not_specialize=["scale"])
+def _local_da_kernel(
+    k, g, beta, Xb, Pb, dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """Work items (chunk, value head), n_work of them, shared out over the programs: from 3a's sums (its NV
-    partial copies added up on reading), Y_k =
-    X^T dW, dA_kk = (-(XdXv + Y_k (beta Kb)^T) X^T)_strict, dbeta (completed in place), then the decay-weighted
-    sums of dA_qk and dA_kk (backward.py's `_row_sums`, `_col_sums`; the two [CT, CT] matrices are rewritten in
-    place, in the first copies of dAqk and XdXv) and dq, dk (per value head), dg by K-tiles of at most 64 columns. Scratch per
-    program: the gates [CT, BK] and three [CT, BK] sums."""
+    """Per (chunk, value head), from 3a's partial sums (added up on reading): Y_k = X^T dW ([T, HV, K], for 3c),
+    dA_kk = (-(XdXv + Y_k (beta Kb)^T) X^T)_strict, dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P)
+    (final), the diagonal of dA_qk times scale (d1 [T, HV]: it goes to dq and dk directly, see backward.py's
+    matrix kernel), and the two matrices of the decay-weighted sums, rewritten in place in the first copies
+    of dAqk and XdXv: M1 = scale (dA_qk)_strict and M2 = diag(beta) dA_kk."""
+    BKT: tl.constexpr = 64 if BK > 64 else BK
+    ACC: tl.constexpr = Yk.dtype.element_ty
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    i_h = i_hv // (HV // H)
+    item = i_c * HV + i_hv
+    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    o_t = tl.arange(0, CT)
+    m_t = o_t < n
+    lower = o_t[None, :] <= o_t[:, None]
+    strict = o_t[None, :] < o_t[:, None]
+    p_k = k + (r0 * H + i_h) * K
+    off_m = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]  # X, P
+    off_p = item * (NV * CT * CT) + o_t[:, None] * CT + o_t[None, :]  # copy 0 of dAqk, XdXv
+    b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+    b_X = tl.load(Xb + off_m)
+    b_xdx = _vsum(XdXv, off_p, True, NV, CT * CT)
+    b_db = _vsum(dbeta_v, ((r0 + o_t) * HV + i_hv) * NV, m_t, NV, 1)
+    for k0 in tl.static_range(0, BK, BKT):
+        o_kt = k0 + tl.arange(0, BKT)
+        m_tk = m_t[:, None] & (o_kt < K)[None, :]
+        off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+        off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]  # copy 0, [T, HV, NV, K]
+        b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
+        b_kb = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC) * tl.exp(
+            tl.cumsum(b_gt, axis=0))
+        b_yk = tl.dot(tl.trans(b_X), _vsum(dW, off_pk, m_tk, NV, K), input_precision=PREC)
+        tl.store(Yk + off_tk, b_yk, mask=m_tk)
+        b_xdx += tl.dot(b_yk, tl.trans(b_kb * b_b[:, None]), input_precision=PREC)
+        b_db += tl.sum(b_kb * b_yk, axis=1)
+    b_dAkk = tl.where(strict, -tl.dot(b_xdx, tl.trans(b_X), input_precision=PREC), 0.0)
+    b_db += tl.sum(b_dAkk * tl.load(Pb + off_m), axis=1)
+    tl.store(dbeta + (r0 + o_t) * HV + i_hv, b_db, mask=m_t)
+    b_dAqk = _vsum(dAqk, off_p, True, NV, CT * CT)
+    tl.store(d1 + (r0 + o_t) * HV + i_hv, tl.sum(tl.where(strict | ~lower, 0.0, b_dAqk), axis=1) * scale, mask=m_t)
+    tl.debug_barrier()  # every thread has read dA_qk and XdXv
+    tl.store(dAqk + off_p, tl.where(strict, b_dAqk * scale, 0.0))
+    tl.store(XdXv + off_p, b_dAkk * b_b[:, None])
+
+
+@triton.jit(do_not_specialize=["scale", "n_work"])
+def _local_k_kernel(
+    q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, cu_seqlens, chunk_indices, scale, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Work items (chunk, value head), n_work of them, shared out over the programs: the decay-weighted sums
+    of M1 and M2 (3b's, in the first copies of dAqk and XdXv; backward.py's `_row_sums`, `_col_sums`), then
+    dq, dk (per value head) and dg by K-tiles of at most 64 columns, with 3a's dQt, dKt, dgamma (partial
+    copies added up) and 3b's Y_k and d1. Scratch per program: the gates [CT, BK] and three [CT, BK] sums."""
     BKT: tl.constexpr = 64 if BK > 64 else BK
     ACC: tl.constexpr = dq.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
@@ -368,7 +416,6 @@ def _local_k_kernel(
     o_t = tl.arange(0, CT)
     o_k = tl.arange(0, BK)
     m_k = o_k < K
-    lower = o_t[None, :] <= o_t[:, None]
     strict = o_t[None, :] < o_t[:, None]
     for w in range(pid, n_work, tl.num_programs(0)):
         i_c = w // HV
@@ -379,45 +426,22 @@ def _local_k_kernel(
         m_t = o_t < n
         p_q = q + (r0 * H + i_h) * K
         p_k = k + (r0 * H + i_h) * K
-        off_m = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]  # X, P
-        off_p = item * (NV * CT * CT) + o_t[:, None] * CT + o_t[None, :]  # copy 0 of dAqk, XdXv
         b_g = tl.load(g + (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :],
                       mask=m_t[:, None] & m_k[None, :], other=0.0).to(ACC)
         tl.debug_barrier()  # the previous item's reads of the scratch are done
         tl.store(p_gs + o_t[:, None] * BK + o_k[None, :], b_g)
-        tl.debug_barrier()
-        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
-        b_X = tl.load(Xb + off_m)
-        b_xdx = _vsum(XdXv, off_p, True, NV, CT * CT)
-        b_db = _vsum(dbeta_v, ((r0 + o_t) * HV + i_hv) * NV, m_t, NV, 1)
-        for k0 in tl.static_range(0, BK, BKT):
-            o_kt = k0 + tl.arange(0, BKT)
-            m_tk = m_t[:, None] & (o_kt < K)[None, :]
-            off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]  # copy 0, [T, HV, NV, K]
-            b_kb = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC) * tl.exp(
-                tl.cumsum(tl.load(p_gs + o_t[:, None] * BK + o_kt[None, :]), axis=0))
-            b_yk = tl.dot(tl.trans(b_X), _vsum(dW, off_pk, m_tk, NV, K), input_precision=PREC)
-            b_xdx += tl.dot(b_yk, tl.trans(b_kb * b_b[:, None]), input_precision=PREC)
-            b_db += tl.sum(b_kb * b_yk, axis=1)
-        b_dAkk = tl.where(strict, -tl.dot(b_xdx, tl.trans(b_X), input_precision=PREC), 0.0)
-        b_db += tl.sum(b_dAkk * tl.load(Pb + off_m), axis=1)
-        tl.store(dbeta + (r0 + o_t) * HV + i_hv, b_db, mask=m_t)
-        # the diagonal of dA_qk goes to dq and dk directly (see backward.py's matrix kernel)
-        b_dAqk = _vsum(dAqk, off_p, True, NV, CT * CT)
-        b_d1 = tl.sum(tl.where(strict | ~lower, 0.0, b_dAqk), axis=1) * scale
-        tl.debug_barrier()  # every thread has read dA_qk and XdXv
-        tl.store(dAqk + off_p, tl.where(strict, b_dAqk * scale, 0.0))
-        tl.store(XdXv + off_p, b_dAkk * b_b[:, None])
         tl.store(p_r3 + o_t[:, None] * BK + o_k[None, :], tl.zeros([CT, BK], dtype=ACC))
         tl.debug_barrier()
-        p_m1 = dAqk + item * (NV * CT * CT)
-        p_m2 = XdXv + item * (NV * CT * CT)
+        p_m1 = M1 + item * (NV * CT * CT)
+        p_m2 = M2 + item * (NV * CT * CT)
         _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_k, m_k, BK, CT, PREC)   # dq from A_qk
         _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk rows
         _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_qk columns
         tl.debug_barrier()
         _col_sums(p_m2, p_k, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk columns
         tl.debug_barrier()
+        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+        b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
         for k0 in tl.static_range(0, BK, BKT):
             o_kt = k0 + tl.arange(0, BKT)
             m_kt = o_kt < K
@@ -431,7 +455,7 @@ def _local_k_kernel(
             b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
             b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC)
             b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC)
-            b_yk = tl.dot(tl.trans(b_X), _vsum(dW, off_pk, m_tk, NV, K), input_precision=PREC)
+            b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
             b_dQt = _vsum(dQt, off_pk, m_tk, NV, K)
             b_dKt = _vsum(dKt, off_pk, m_tk, NV, K)
             b_r1 = tl.load(p_r1 + off_s)
@@ -494,7 +518,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
 
 
 def local_split(xs, sizes, tables, acc, states, dstates, pre, do, scale, launch, n_programs):
-    """Kernels 3a and 3b (LAUNCH["chunked_local"] = "split"): fp32 (fp64) dq, dk per value head, dv, dg, dbeta
+    """Kernels 3a, 3b and 3c (LAUNCH["chunked_local"] = "split"): fp32 (fp64) dq, dk per value head, dv, dg, dbeta
     of every chunk from its start state, dS at its end and the prep buffers (with X and P)."""
     from kda_trace.platform import triton_interpreted
 
@@ -517,12 +541,16 @@ def local_split(xs, sizes, tables, acc, states, dstates, pre, do, scale, launch,
         v, beta, do, pre["W"], pre["U"], pre["Kt"], pre["dO2"], pre["X"], states, dstates,
         dv, dbeta_v, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,
         HV=HV, K=K, V=V, BK=BK, BV=BVs, CT=CT, PREC=prec, num_warps=launch["split_v_warps"] or 8)
+    Yk, d1, dbeta = e(TT, HV, K), e(TT, HV), e(TT, HV)
+    _local_da_kernel[(NT, HV)](
+        k, g, beta, pre["X"], pre["P"], dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu, chunk_indices, scale,
+        H=H, HV=HV, K=K, BK=BK, CT=CT, NV=NV, PREC=prec, num_warps=launch["split_da_warps"] or 8)
+    del dW, dbeta_v
     n_work = NT * HV
     n_prog = n_programs(n_work, dev, interp)
-    dq, dk, dg, dbeta = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K), e(TT, HV)
+    dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
     scratch = e(n_prog, 4 * CT * BK)
     _local_k_kernel[(n_prog,)](
-        q, k, g, beta, pre["X"], pre["P"], dAqk, XdXv, dQt, dKt, dW, dgamma, dbeta_v, dq, dk, dg, dbeta, scratch,
-        cu, chunk_indices, scale, n_work,
+        q, k, g, beta, dAqk, XdXv, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, cu, chunk_indices, scale, n_work,
         H=H, HV=HV, K=K, BK=BK, CT=CT, NV=NV, PREC=prec, num_warps=launch["split_k_warps"] or 8)
     return dq, dk, dv, dg, dbeta
