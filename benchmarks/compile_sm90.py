@@ -111,7 +111,7 @@ def chunked_mode(spills: bool) -> None:
                                ("local_da", backward_chunked._local_da_kernel, "split_da_warps"),
                                ("local_k", backward_chunked._local_k_kernel, "split_k_warps")):
             c = dict(shared, BV=min(BV, 64), NV=triton.cdiv(V, 64),
-                     PREC="ieee" if acc == "fp64" else backward.LAUNCH["matrix_precision"])
+                     PREC="ieee" if acc == "fp64" else backward.LAUNCH["split_precision"])
             k = compile_kernel(fn, sigs[name], c, backward.LAUNCH[wkey] or 8)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split {name} {acc} K={K} V={V} warps=8: ok", *extra)

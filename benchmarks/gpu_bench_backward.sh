@@ -7,7 +7,12 @@
 #     heads x 16384 tokens;
 # fla: ours against fla's chunk_kda, fla autotuned on each shape, at most FLA_S s (default 900);
 # accuracy: every gradient of ours and fla against float64 autograd;
-# matrix: the local kernel's A/B, token steps against the matrix form (speed with --parts, and accuracy). Logs in $OUT.
+# matrix: the local kernel's A/B, token steps against the matrix form (speed with --parts, and accuracy);
+# chunked: the chunked mode (LAUNCH mode=chunked, kernels/backward_chunked.py) beside the default exact mode, speed
+#     with --parts: exact, chunked (split local kernels, the default precisions), chunked with the one-kernel matrix
+#     local, chunked with every product tf32, and with every product tf32x3;
+# chunked_accuracy: every gradient of the chunked mode against float64 (default precisions, then all tf32x3, then
+#     all tf32), beside fla's (run "accuracy" for fla and the exact mode). Logs in $OUT.
 set -o pipefail
 fla_s=${1:-900}
 source benchmarks/gpu_env.sh
@@ -37,6 +42,23 @@ if [[ $phases == *" matrix "* ]]; then
             | tee -a "$OUT/bwd_local_ab.txt"
         timeout -s INT -k 15 600 python3 benchmarks/bench_backward.py --no-fla --no-speed --accuracy \
             --launch "local=$local" 2>&1 | tee -a "$OUT/bwd_local_ab.txt"
+    done
+fi
+if [[ $phases == *" chunked "* ]]; then
+    for launch in mode=exact mode=chunked mode=chunked,chunked_local=matrix \
+                  mode=chunked,chunked_precision=tf32 \
+                  mode=chunked,chunked_pass_precision=tf32x3,split_precision=tf32x3; do
+        echo "== LAUNCH $launch" | tee -a "$OUT/bwd_chunked.txt"
+        python3 benchmarks/bench_backward.py --no-fla --parts --shapes "$shapes" --launch "$launch" 2>&1 \
+            | tee -a "$OUT/bwd_chunked.txt"
+    done
+fi
+if [[ $phases == *" chunked_accuracy "* ]]; then
+    for launch in mode=chunked mode=chunked,chunked_pass_precision=tf32x3,split_precision=tf32x3 \
+                  mode=chunked,chunked_precision=tf32; do
+        echo "== LAUNCH $launch" | tee -a "$OUT/bwd_chunked_accuracy.txt"
+        timeout -s INT -k 15 280 python3 benchmarks/bench_backward.py --no-fla --no-speed --accuracy \
+            --launch "$launch" 2>&1 | tee -a "$OUT/bwd_chunked_accuracy.txt"
     done
 fi
 if [[ $phases == *" fla "* ]]; then

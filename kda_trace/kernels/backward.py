@@ -92,17 +92,18 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # matrix_precision: its fp32 products on a GPU (tf32x3: three tf32 MMAs, about fp32 accuracy; float64 inputs
 # always ieee). matrix_warps: its warps (8).
 LAUNCH.update({"local": "tokens", "matrix_precision": "tf32x3", "matrix_warps": None})
-# mode: "exact" (the default: kernels 1 to 3 above) or "chunked" (untimed: the states and dS at chunk boundaries
-# by kernels/backward_chunked.py, no K x K maps; then the local kernels chunked_local: "split" (by default, that
-# module's two kernels, from the prep's buffers), "matrix" (`_local_matrix_kernel`) or "tokens"). Its precisions on a GPU (float64 inputs always ieee): chunked_precision, the prep kernel's products
-# (tf32x3, about fp32: A_kk feeds the inverse X), chunked_pass_precision, the sequential pass's (tf32: 2^-11
-# relative rounding of the operands, against fla's bf16 2^-8; with tf32x3 the pass spills at K = 128).
-# prep_warps (8); chunked_pass_bv / _warps / _stages: V-tile, warps and pipeline stages of the pass (32 / 4 / 1:
-# ptxas for sm_90 at K = V = 128, 222 registers and no spill; 3 stages or tf32x3 spill).
+# mode: "exact" (the default: kernels 1 to 3 above) or "chunked" (untimed; module docstring, "Chunked mode"). Its
+# keys: chunked_local, its local kernels ("split", the default: backward_chunked.py's three; "matrix":
+# `_local_matrix_kernel`; "tokens": `_local_kernel`). Precisions on a GPU (float64 inputs always ieee):
+# chunked_precision, the prep kernel's products (tf32x3, about fp32: A_kk feeds the inverse X); chunked_pass_precision,
+# the sequential pass's, and split_precision, the split local kernels' (tf32: operands rounded to 2^-11 relative,
+# against fla's bf16 at 2^-8; tf32x3 makes them spill at K = V = 128, see compile_sm90.py). Tiles and warps:
+# prep_warps (8); chunked_pass_bv / _warps / _stages (32 / 4 / 1: 222 registers, no spill; 3 stages spill);
+# split_bv (the V-tile of 3a, 64) and split_v_warps / split_da_warps / split_k_warps (8 each).
 LAUNCH.update({"mode": "exact", "chunked_local": "split", "chunked_precision": "tf32x3",
-               "chunked_pass_precision": "tf32", "prep_warps": None, "chunked_pass_bv": None,
-               "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None, "split_v_warps": None,
-               "split_da_warps": None, "split_k_warps": None})
+               "chunked_pass_precision": "tf32", "split_precision": "tf32", "prep_warps": None,
+               "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
+               "split_v_warps": None, "split_da_warps": None, "split_k_warps": None})
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,

@@ -529,7 +529,7 @@ def local_split(xs, sizes, tables, acc, states, dstates, pre, do, scale, launch,
     interp = triton_interpreted()
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
-    prec = "ieee" if acc == torch.float64 else launch["matrix_precision"]
+    prec = "ieee" if acc == torch.float64 else launch["split_precision"]
     BVs = launch["split_bv"] or (BV if interp else min(BV, 64))
     NV = triton.cdiv(V, BVs)
     e = lambda *shape: torch.empty(*shape, dtype=acc, device=dev)  # noqa: E731
