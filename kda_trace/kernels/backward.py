@@ -55,6 +55,26 @@ Nothing is kept from the forward: everything is recomputed from q, k, v, g, beta
 states, kernels/chunk.py's output_chunk_states, would spare B_c and half the pass, but the chunked forward
 rounds S to bf16 in its products, which would cost the gradients their fp32 accuracy.)
 
+Chunked mode (LAUNCH["mode"] = "chunked", off by default until timed; kernels/backward_chunked.py): trades the
+exact mode's fp32 accuracy for speed, to be no worse than fla's chunk_kda (RMS-relative 3e-3 on every gradient
+with bf16 inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are never formed:
+1. `_prep_kernel`, per (chunk, value head), parallel: the chunked forward's A_kk, A_qk (decay-weighted 16-row
+   blocks, exp arguments <= 0), X = (I + A_kk)^-1 by forward substitution, W, U, Qt, Kt, gamma and A_qk^T dO.
+2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over chunks: S_start(c + 1) =
+   diag(gamma) S + Kt^T (U - W S) from h0, then dS_start(c) = diag(gamma) dS_end + Qt^T dO - W^T (A_qk^T dO +
+   Kt dS_end) from dht (= A_c^T dS_end + b_c without A_c), the state in K-tiles of 64 rows, fp32 between chunks.
+3. the local gradients from S_start and dS_end, LAUNCH["chunked_local"]: "split" (default) = `_local_v_kernel`
+   (per chunk, value head and V-tile: the sums over V, one partial copy per V-tile), `_local_da_kernel` (Y_k,
+   dA_kk, dbeta, the two matrices of the decay-weighted sums) and `_local_k_kernel` (those sums, dq, dk, dg by
+   K-tiles), the formulas of `_local_matrix_kernel` below from the prep's X, P, W, U, Kt; or "matrix" / "tokens"
+   (kernel 3' / 3 from the same states).
+Precision: fp32 storage and accumulation; products on tensor cores in tf32 (pass and split kernels,
+LAUNCH["chunked_pass_precision"], ["split_precision"]) and tf32x3 (prep, ["chunked_precision"]); ieee for
+float64 inputs. Memory beyond inputs and gradients (fp32, K = V = 128, V-tiles of 64; bytes per token per value
+head): prep 3 K + 2 V + 2 CT floats (2.5 KiB), states and dS_end 8 K V / CT (2 KiB), 3a's partial sums
+(2 copies of dQt, dKt, dW and of two [CT, CT] rows: 4 KiB) and dq, dk, dg; buffers are freed when no later kernel
+reads them, for a peak of about 9 KiB (4.6 GiB at 16384 tokens x 32 heads, 3 times the exact mode's).
+
 `kda_forward_exact` runs the forward token by token (`_forward_exact_kernel`) and writes o and the final
 state: an exact forward (in float64 for float64 inputs) used for gradient checks, not for speed.
 
@@ -786,8 +806,9 @@ def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp):
     states, dstates, dh0, pre = chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, LAUNCH,
                                                        _n_programs, store_xp=local == "split")
     if local == "split":
-        dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, states, dstates, pre, do, scale, LAUNCH,
-                                            _n_programs)
+        pre.update(states=states, dstates=dstates)  # local_split frees each buffer after its last reader
+        del states, dstates
+        dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, pre, do, scale, LAUNCH, _n_programs)
     elif local == "matrix":
         dq, dk, dv, dg, dbeta = _local_matrix(xs, sizes, tables, acc, states, dstates, do, scale, interp)
     elif local == "tokens":

@@ -1,25 +1,38 @@
-"""The chunked mode of the KDA backward (kernels/backward.py, LAUNCH["mode"] = "chunked"): the states at chunk
-starts and the gradients dS at chunk ends by matrix products in the chunked forward's form, instead of the
-exact mode's K x K chunk maps (A_c, B_c, b_c by token sweeps) and their pass.
+"""The chunked mode of the KDA backward (kernels/backward.py, LAUNCH["mode"] = "chunked"; its module docstring
+says where this mode sits): the states at chunk starts and the gradients dS at chunk ends by matrix products in
+the chunked forward's form, instead of the exact mode's K x K chunk maps, then the chunks' gradients.
 
 With G the cumulative gate over a chunk (per key channel), Gl its last row, e(x) = exp(x) (kernels/chunk.py,
-KDA.md "The chunked algorithm", tests/kernels/chunk_backward_matrix.py):
+KDA.md "The chunked algorithm"; the derivation of the backward and a float64 oracle:
+tests/kernels/chunk_backward_matrix.py):
     Qt = scale q e(G),  Kb = k e(G),  Kt = k e(Gl - G),  gamma = e(Gl)                 [n, K], [K]
-    A_kk = (diag(beta) k D k^T)_strict,  A_qk = scale (q D k^T)_lower   (D: e(G_i - G_j) per key channel)
+    P = (k D k^T)_strict,  A_kk = diag(beta) P,  A_qk = scale (q D k^T)_lower   (D: e(G_i - G_j) per channel)
     X = (I + A_kk)^-1,  W = X diag(beta) Kb,  U = X diag(beta) v
     forward:  Vn = U - W S;  S_end = diag(gamma) S + Kt^T Vn                 (A_c = diag(gamma) - Kt^T W)
     reverse:  dVn = A_qk^T dO + Kt dSe;  dS = diag(gamma) dSe + Qt^T dO - W^T dVn
                                                      (= A_c^T dSe + b_c, b_c = Qt^T dO - W^T A_qk^T dO)
-Kernels:
-1. `_prep_kernel`, per (chunk, value head), parallel (persistent programs, like the matrix local kernel):
-   A_kk and A_qk by decay-weighted 16-row blocks (backward.py's `_pair_matrix`: every exp argument <= 0), X
-   by forward substitution, then W, U, Qt, Kt, gamma and dO2 = A_qk^T dO, stored in fp32 (float64 for
-   float64 inputs). Products in LAUNCH["chunked_precision"] (tf32x3 by default: about fp32).
-2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over the sequence's chunks: the
-   forward recursion above from h0 (the state at each chunk start into `states`), then the reverse one from
-   dht (dS at each chunk end into `dstates`, and dh0): per chunk three [64, K] x [K, BV] / [K, 64] x [64, BV]
-   products each way, the state kept in fp32 (float64) between chunks. No K x K map is formed.
-The per-chunk gradients then come from backward.py's local kernels, reading `states` and `dstates`.
+    local:    dA_qk = (dO Vn^T)_lower, dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T, dgamma = rowsum(S * dSe),
+              Y_v = X^T dVn (dv = beta Y_v), Y_k = X^T dW, dA_kk = (-(Y_v (beta v)^T + Y_k (beta Kb)^T) X^T)_strict,
+              dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P), then dq, dk, dg with the decay-weighted
+              sums of dA_qk and dA_kk (backward.py's `_row_sums` / `_col_sums`, exp arguments <= 0).
+Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
+1. `_prep_kernel`, per (chunk, value head), persistent programs: P and A_qk by backward.py's `_pair_matrix`, X by
+   forward substitution, then W, U, Qt, Kt (by K-tiles of 64 columns), gamma and dO2 = A_qk^T dO; with the
+   split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32x3, about fp32).
+2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over the sequence's chunks: the forward
+   recursion from h0 (S_start of each chunk into `states`), then the reverse one from dht (dS_end into `dstates`,
+   and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
+   tile and direction per chunk (LAUNCH["chunked_pass_precision"], tf32). No K x K map.
+3a. `_local_v_kernel`, per (chunk, value head, V-tile): Vn, dVn, Y_v, dv, and this V-tile's part of every sum
+   over V (dA_qk, Y_v (beta v)^T, dQt, dKt, dW, dgamma, rowsum(v Y_v)), one partial copy per V-tile
+   (deterministic: no atomics).
+3b. `_local_da_kernel`, per (chunk, value head): the partial copies added up; Y_k, dA_kk, dbeta, the diagonal of
+   dA_qk, and the two matrices of the decay-weighted sums.
+3c. `_local_k_kernel`, per (chunk, value head), persistent programs: the decay-weighted sums, then dq, dk (per
+   value head), dg by K-tiles. 3a to 3c in LAUNCH["split_precision"] (tf32).
+The split into 3a/3b/3c (against the one `_local_matrix_kernel`) and the K-tiles are for registers: ptxas for
+sm_90 at K = V = 128 (benchmarks/compile_sm90.py --chunked --spills) reports no spill or a few hundred bytes per
+kernel against 19 KB of spill stores for the one-kernel form.
 """
 
 from __future__ import annotations
@@ -517,9 +530,10 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     return states, dstates, dh0, pre
 
 
-def local_split(xs, sizes, tables, acc, states, dstates, pre, do, scale, launch, n_programs):
+def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     """Kernels 3a, 3b and 3c (LAUNCH["chunked_local"] = "split"): fp32 (fp64) dq, dk per value head, dv, dg, dbeta
-    of every chunk from its start state, dS at its end and the prep buffers (with X and P)."""
+    of every chunk from its start state, dS at its end (pre["states"], pre["dstates"]) and the prep buffers
+    (with X and P). Each buffer of `pre` is dropped after its last reader (the caller holds no other reference)."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -537,13 +551,15 @@ def local_split(xs, sizes, tables, acc, states, dstates, pre, do, scale, launch,
     dv, dbeta_v, dgamma = e(TT, HV, V), e(TT, HV, NV), e(NT, HV, NV, K)
     dQt, dKt, dW = e(TT, HV, NV, K), e(TT, HV, NV, K), e(TT, HV, NV, K)
     dAqk, XdXv = e(NT, HV, NV, CT, CT), e(NT, HV, NV, CT, CT)
+    for name in ("Qt", "gamma"):  # read by the pass only
+        pre.pop(name, None)
     _local_v_kernel[(NT * NV, HV)](
-        v, beta, do, pre["W"], pre["U"], pre["Kt"], pre["dO2"], pre["X"], states, dstates,
-        dv, dbeta_v, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,
+        v, beta, do, pre.pop("W"), pre.pop("U"), pre.pop("Kt"), pre.pop("dO2"), pre["X"], pre.pop("states"),
+        pre.pop("dstates"), dv, dbeta_v, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,
         HV=HV, K=K, V=V, BK=BK, BV=BVs, CT=CT, PREC=prec, num_warps=launch["split_v_warps"] or 8)
     Yk, d1, dbeta = e(TT, HV, K), e(TT, HV), e(TT, HV)
     _local_da_kernel[(NT, HV)](
-        k, g, beta, pre["X"], pre["P"], dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu, chunk_indices, scale,
+        k, g, beta, pre.pop("X"), pre.pop("P"), dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu, chunk_indices, scale,
         H=H, HV=HV, K=K, BK=BK, CT=CT, NV=NV, PREC=prec, num_warps=launch["split_da_warps"] or 8)
     del dW, dbeta_v
     n_work = NT * HV
