@@ -68,9 +68,8 @@ with bf16 inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps
    dA_kk, dbeta, the two matrices of the decay-weighted sums) and `_local_k_kernel` (those sums, dq, dk, dg by
    K-tiles), the formulas of `_local_matrix_kernel` below from the prep's X, P, W, U, Kt; or "matrix" / "tokens"
    (kernel 3' / 3 from the same states).
-Precision: fp32 storage and accumulation; products on tensor cores in tf32 (pass and split kernels,
-LAUNCH["chunked_pass_precision"], ["split_precision"]) and tf32x3 (prep, ["chunked_precision"]); ieee for
-float64 inputs. Memory beyond inputs and gradients (fp32, K = V = 128, V-tiles of 64; bytes per token per value
+Precision: fp32 storage and accumulation; products on tensor cores in tf32 (LAUNCH["chunked_precision"],
+["chunked_pass_precision"], ["split_precision"]; tf32x3 each on request); ieee for float64 inputs. Memory beyond inputs and gradients (fp32, K = V = 128, V-tiles of 64; bytes per token per value
 head): prep 3 K + 2 V + 2 CT floats (2.5 KiB), states and dS_end 8 K V / CT (2 KiB), 3a's partial sums
 (2 copies of dQt, dKt, dW and of two [CT, CT] rows: 4 KiB) and dq, dk, dg; buffers are freed when no later kernel
 reads them, for a peak of about 9 KiB (4.6 GiB at 16384 tokens x 32 heads, 3 times the exact mode's).
@@ -115,12 +114,13 @@ LAUNCH.update({"local": "tokens", "matrix_precision": "tf32x3", "matrix_warps": 
 # mode: "exact" (the default: kernels 1 to 3 above) or "chunked" (untimed; module docstring, "Chunked mode"). Its
 # keys: chunked_local, its local kernels ("split", the default: backward_chunked.py's three; "matrix":
 # `_local_matrix_kernel`; "tokens": `_local_kernel`). Precisions on a GPU (float64 inputs always ieee):
-# chunked_precision, the prep kernel's products (tf32x3, about fp32: A_kk feeds the inverse X); chunked_pass_precision,
-# the sequential pass's, and split_precision, the split local kernels' (tf32: operands rounded to 2^-11 relative,
-# against fla's bf16 at 2^-8; tf32x3 makes them spill at K = V = 128, see compile_sm90.py). Tiles and warps:
+# chunked_precision (the prep kernel's products), chunked_pass_precision (the sequential pass's) and
+# split_precision (the split local kernels'), tf32 each: operands rounded to 2^-11 relative, against fla's bf16
+# at 2^-8; about 4e-4 RMS-relative on every gradient (benchmarks/chunked_tf32_estimate.py, fla: 3e-3). tf32x3
+# (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). Tiles and warps:
 # prep_warps (8); chunked_pass_bv / _warps / _stages (32 / 4 / 1: 222 registers, no spill; 3 stages spill);
 # split_bv (the V-tile of 3a, 64) and split_v_warps / split_da_warps / split_k_warps (8 each).
-LAUNCH.update({"mode": "exact", "chunked_local": "split", "chunked_precision": "tf32x3",
+LAUNCH.update({"mode": "exact", "chunked_local": "split", "chunked_precision": "tf32",
                "chunked_pass_precision": "tf32", "split_precision": "tf32", "prep_warps": None,
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
                "split_v_warps": None, "split_da_warps": None, "split_k_warps": None})

@@ -18,7 +18,7 @@ tests/kernels/chunk_backward_matrix.py):
 Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
 1. `_prep_kernel`, per (chunk, value head), persistent programs: P and A_qk by backward.py's `_pair_matrix`, X by
    forward substitution, then W, U, Qt, Kt (by K-tiles of 64 columns), gamma and dO2 = A_qk^T dO; with the
-   split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32x3, about fp32).
+   split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32).
 2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over the sequence's chunks: the forward
    recursion from h0 (S_start of each chunk into `states`), then the reverse one from dht (dS_end into `dstates`,
    and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per

@@ -92,3 +92,26 @@ def test_training_through_in_kernel_options():
     from test_autograd import test_training_gradients_fp32_against_float64
 
     test_training_gradients_fp32_against_float64("unbounded")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU: the compiled kernels at real head dims, tf32 products (the interpreter multiplies in fp32)
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("K,V,launch", [(128, 128, {}), (100, 60, {}), (256, 64, {}),
+                                        (128, 128, {"chunked_local": "matrix"}),
+                                        (128, 128, {"chunked_pass_precision": "tf32x3", "split_precision": "tf32x3",
+                                                    "split_bv": 32, "programs": 7})])
+def test_chunked_mode_on_gpu(K, V, launch, monkeypatch):
+    """K, V at real sizes (and odd, and K = 256), packed [700, 1, 333] tokens, GVA 1 -> 2, strong gates in the
+    last sequence, fp32 inputs: every gradient against float64 autograd within 5e-3 RMS-relative. tf32
+    products cost about 4e-4 (benchmarks/chunked_tf32_estimate.py; fla: 3e-3 from bf16 inputs); the bar leaves
+    room for that with strong gates, and catches a wrong term (1e-2 and more)."""
+    for key, val in launch.items():
+        monkeypatch.setitem(backward.LAUNCH, key, val)
+    x = make(1, 1034, 1, 2, K, V, seed=9, n_seqs=3)
+    x["g"][:, 701:] = torch.rand(1, 333, 2, K) * -8.0
+    check(x, cu_seqlens=torch.tensor([0, 700, 701, 1034]), bar=5e-3)  # check moves the inputs to the GPU
