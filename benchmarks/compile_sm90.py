@@ -92,7 +92,7 @@ def chunked_mode(spills: bool) -> None:
     """The chunked mode's prep and pass kernels (kernels/backward_chunked.py) at their launch defaults, and the
     pass's other V-tiles / warps with --spills."""
     prec = backward.LAUNCH["chunked_precision"]
-    for acc, K, V in (("fp32", 128, 128), ("fp32", 100, 60), ("fp64", 32, 32)):
+    for acc, K, V in (("fp32", 128, 128), ("fp32", 100, 60), ("fp32", 256, 64), ("fp64", 32, 32)):
         sigs = backward_signatures(acc)
         BK, BV = triton.next_power_of_2(K), triton.next_power_of_2(V)
         shared = dict(H=8, HV=16, K=K, V=V, BK=BK, CT=64, PREC="ieee" if acc == "fp64" else prec)

@@ -118,7 +118,8 @@ LAUNCH.update({"local": "tokens", "matrix_precision": "tf32x3", "matrix_warps": 
 # split_precision (the split local kernels'), tf32 each: operands rounded to 2^-11 relative, against fla's bf16
 # at 2^-8; about 4e-4 RMS-relative on every gradient (benchmarks/chunked_tf32_estimate.py, fla: 3e-3). tf32x3
 # (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). Tiles and warps:
-# prep_warps (8); chunked_pass_bv / _warps / _stages (32 / 4 / 1: 222 registers, no spill; 3 stages spill);
+# prep_warps (8); chunked_pass_bv / _warps / _stages (16 up to 64 sequence-heads, else 32 / 4 / 1: 203 / 222
+# registers, no spill; 3 stages or BV 64 spill);
 # split_bv (the V-tile of 3a, 64) and split_v_warps / split_da_warps / split_k_warps (8 each).
 LAUNCH.update({"mode": "exact", "chunked_local": "split", "chunked_precision": "tf32",
                "chunked_pass_precision": "tf32", "split_precision": "tf32", "prep_warps": None,

@@ -520,7 +520,9 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     states = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dstates = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dh0 = torch.empty(N, HV, K, V, dtype=acc, device=dev)
-    BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 32))
+    # the pass is sequential over chunks: few (sequence, head) pairs want narrow V-tiles (more programs in flight),
+    # like kernels/chunk.py's state pass; 64 spills at K = 128
+    BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 16 if N * HV <= 64 else 32))
     _state_pass_kernel[(N * triton.cdiv(V, BVp), HV)](
         pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
         h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
