@@ -66,7 +66,7 @@ def test_bf16_inputs():
 def test_matrix_local_kernel(monkeypatch):
     """The chunked states and dS with the one-kernel matrix local kernel (LAUNCH["chunked_local"] = "matrix")."""
     monkeypatch.setitem(backward.LAUNCH, "chunked_local", "matrix")
-    check(make(1, 70, 1, 2, 10, 12, seed=8, n_seqs=2), cu_seqlens=torch.tensor([0, 65, 70]), use_dht=False)
+    check(make(1, 70, 1, 1, 10, 12, seed=8, n_seqs=2), cu_seqlens=torch.tensor([0, 65, 70]), use_dht=False)
 
 
 def test_token_local_kernel(monkeypatch):
