@@ -69,10 +69,13 @@ with bf16 inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps
    K-tiles), the formulas of `_local_matrix_kernel` below from the prep's X, P, W, U, Kt; or "matrix" / "tokens"
    (kernel 3' / 3 from the same states).
 Precision: fp32 storage and accumulation; products on tensor cores in tf32 (LAUNCH["chunked_precision"],
-["chunked_pass_precision"], ["split_precision"]; tf32x3 each on request); ieee for float64 inputs. Memory beyond inputs and gradients (fp32, K = V = 128, V-tiles of 64; bytes per token per value
-head): prep 3 K + 2 V + 2 CT floats (2.5 KiB), states and dS_end 8 K V / CT (2 KiB), 3a's partial sums
-(2 copies of dQt, dKt, dW and of two [CT, CT] rows: 4 KiB) and dq, dk, dg; buffers are freed when no later kernel
-reads them, for a peak of about 9 KiB (4.6 GiB at 16384 tokens x 32 heads, 3 times the exact mode's).
+["chunked_pass_precision"], ["split_precision"]; tf32x3 each on request), about 4e-4 RMS-relative on every
+gradient by a CPU estimate (benchmarks/chunked_tf32_estimate.py); ieee for float64 inputs. The states come from
+the prep's fp32 W, U, Kt, not from kernels/chunk.py's bf16 products (see above). Memory beyond inputs and
+gradients (fp32, K = V = 128, V-tiles of 64; per token and value head): the prep's W, Qt, Kt, U, A_qk^T dO, X, P
+(3 KiB), states and dS_end (2 KiB), 3a's partial sums (two copies of dQt, dKt, dW and of two [CT, CT] rows:
+4 KiB), then Y_k and dq, dk, dg; each buffer is freed after its last reader, for a peak of about 9 KiB
+(4.5 GiB at 16384 tokens x 32 heads, 3 times the exact mode's).
 
 `kda_forward_exact` runs the forward token by token (`_forward_exact_kernel`) and writes o and the final
 state: an exact forward (in float64 for float64 inputs) used for gradient checks, not for speed.
