@@ -49,6 +49,12 @@ def test_strong_gates_no_initial_state_vk_layout():
     check(x, KDAOptions(state_layout="vk", scale=0.7), use_h0=False)
 
 
+def test_k_tiles():
+    """K = 130: four K-tiles of 64 in the pass, the prep and the split local kernels, the last with 2 valid
+    columns (the other cases have one tile), V = 20, packed [66, 4] tokens."""
+    check(make(1, 70, 1, 1, 130, 20, seed=11, n_seqs=2), cu_seqlens=torch.tensor([0, 66, 70]))
+
+
 def test_single_token_sequences():
     check(make(3, 1, 1, 1, 8, 5, seed=4))
 
