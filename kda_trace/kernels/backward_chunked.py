@@ -429,7 +429,6 @@ def _local_k_kernel(
     o_t = tl.arange(0, CT)
     o_k = tl.arange(0, BK)
     m_k = o_k < K
-    strict = o_t[None, :] < o_t[:, None]
     for w in range(pid, n_work, tl.num_programs(0)):
         i_c = w // HV
         i_hv = w % HV
@@ -477,9 +476,11 @@ def _local_k_kernel(
             b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
             b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
             b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
-            # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row (see the matrix kernel)
-            b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + tl.dot(tl.where(strict, 1.0, 0.0).to(ACC),
-                                                                  b_k * b_eT * b_dKt, input_precision=PREC)
+            # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row, sum_{i < t} Kt_i dKt_i and
+            # gamma dgamma (see the matrix kernel); the exclusive sum as the inclusive one less the row itself (fp32,
+            # error relative to the sum, no tf32 product)
+            b_kd = b_k * b_eT * b_dKt
+            b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + (tl.cumsum(b_kd, axis=0) - b_kd)
             b_dgam = _vsum(dgamma, item * (NV * K) + o_kt, m_kt, NV, K)
             b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
             tl.store(dq + off_tk, b_dq, mask=m_tk)
