@@ -18,7 +18,9 @@ dataset's backward reference), on smaller shapes (the float64 loop is slow).
 
 `--bv` / `--warps` / `--seg`: the local reverse kernel's V-tile, warps and scratch segment (kernels/backward.py
 LAUNCH) for a sweep; `--launch` sets any LAUNCH key (programs, map_bx, pass_bv, pass_rows, ...; `local=matrix`
-for the matrix-form local kernel, the A/B of issue 16 step 2). `--parts`: per
+for the matrix-form local kernel, the A/B of issue 16 step 2; `mode=chunked` for the chunked mode,
+kernels/backward_chunked.py, with its precisions chunked_precision, chunked_pass_precision, split_precision, e.g.
+`--launch mode=chunked,split_precision=tf32x3`). `--parts`: per
 shape, the GPU time of each kernel of one backward (torch.profiler), to see where the backward's time goes.
 """
 

@@ -2,7 +2,10 @@
 end, its NVIDIA passes and ptxas. Catches what the interpreter accepts but the compiler refuses, and prints
 ptxas's register and spill report for the backward's launch settings.
 
-    python benchmarks/compile_sm90.py [--spills]
+    python benchmarks/compile_sm90.py [--spills] [--chunked]
+
+--chunked: only the chunked mode's kernels (backward.LAUNCH["mode"] = "chunked": kernels/backward_chunked.py's
+prep and pass, and the split local kernels), a few minutes instead of the whole list.
 
 Run it without TRITON_INTERPRET (the kernels must be compiled, not interpreted). Exit 1 on any failure.
 """
@@ -21,18 +24,27 @@ from triton.compiler.compiler import ASTSource
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from kda_trace.kernels import backward, gate  # noqa: E402
+from kda_trace.kernels import backward, backward_chunked, gate  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 
 
-def compile_kernel(fn, sig: dict, consts: dict, warps: int):
+ALIGNED = True  # pointer arguments 16-byte aligned (--unaligned: no hint)
+
+
+def compile_kernel(fn, sig: dict, consts: dict, warps: int, stages: int | None = None):
+    """Compile fn for sm_90. Pointer arguments carry the 16-byte divisibility hint that the JIT gives every
+    torch tensor (their data pointers are aligned): without it Triton cannot vectorise loads or prove a
+    base pointer's alignment, and ptxas reports registers and spills that a real launch does not have."""
     consts = {n: c for n, c in consts.items() if n in fn.arg_names}
     sig = {n: t for n, t in sig.items() if n in fn.arg_names}
     for name in fn.arg_names:
         if name in consts:
             sig[name] = "constexpr"
-    return triton.compile(ASTSource(fn, sig, consts), target=TARGET, options={"num_warps": warps})
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items()
+             if ALIGNED and t.startswith("*")}
+    options = {"num_warps": warps} if stages is None else {"num_warps": warps, "num_stages": stages}
+    return triton.compile(ASTSource(fn, sig, consts, attrs), target=TARGET, options=options)
 
 
 def backward_signatures(acc: str) -> dict:
@@ -47,6 +59,17 @@ def backward_signatures(acc: str) -> dict:
         "local": {**inputs, **bufs("g", "states", "dstates", "dq", "dk", "dv", "dg", "dbeta", "scratch"), **tables,
                   "scale": "fp32", "n_work": "i64"},
         "forward": {**inputs, **bufs("g", "h0", "o", "ht"), "cu_seqlens": "*i64", "scale": "fp32"},
+        # the chunked mode (kernels/backward_chunked.py)
+        "prep": {**inputs, **bufs("g", "W", "U", "Qt", "Kt", "gamma", "dO2", "Xb", "Pb", "scratch"), **tables,
+                 "scale": "fp32", "n_work": "i64"},
+        "local_v": {**inputs, **bufs("W", "U", "Kt", "dO2", "Xb", "states", "dstates", "dv", "dbeta", "dAqk", "XdXv",
+                                     "dQt", "dKt", "dW", "dgamma"), **tables},
+        "local_da": {**inputs, **bufs("g", "Xb", "Pb", "dAqk", "XdXv", "dW", "dbeta_v", "Yk", "d1", "dbeta"), **tables,
+                     "scale": "fp32"},
+        "local_k": {**inputs, **bufs("g", "M1", "M2", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "scratch"),
+                    **tables, "scale": "fp32", "n_work": "i64"},
+        "chunked_pass": {**bufs("W", "U", "Qt", "Kt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"),
+                         "do": "*bf16", "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
 
 
@@ -65,13 +88,50 @@ def ptxas_report(kernel) -> list[str]:
     return ["(no ptxas could read the PTX)"]
 
 
+def chunked_mode(spills: bool) -> None:
+    """The chunked mode's prep and pass kernels (kernels/backward_chunked.py) at their launch defaults, and the
+    pass's other V-tiles / warps with --spills."""
+    prec = backward.LAUNCH["chunked_precision"]
+    for acc, K, V in (("fp32", 128, 128), ("fp32", 100, 60), ("fp32", 256, 64), ("fp64", 32, 32)):
+        sigs = backward_signatures(acc)
+        BK, BV = triton.next_power_of_2(K), triton.next_power_of_2(V)
+        shared = dict(H=8, HV=16, K=K, V=V, BK=BK, CT=64, PREC="ieee" if acc == "fp64" else prec)
+        k = compile_kernel(backward_chunked._prep_kernel, sigs["prep"], dict(shared, BV=BV, STORE_XP=True),
+                           backward.LAUNCH["prep_warps"] or 8)
+        extra = ptxas_report(k) if spills and acc == "fp32" else []
+        print(f"chunked prep {acc} K={K} V={V} warps=8: ok", *extra)
+        pass_prec = "ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_precision"]
+        tiles = ((32, 4, 1), (16, 4, 1), (64, 4, 1), (32, 8, 1), (32, 4, 3)) if spills and K == 128 else ((32, 4, 1),)
+        for bv, warps, stages in tiles:
+            c = dict(shared, BV=min(bv, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec)
+            k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages}: ok", *extra)
+        for name, fn, wkey in (("local_v", backward_chunked._local_v_kernel, "split_v_warps"),
+                               ("local_da", backward_chunked._local_da_kernel, "split_da_warps"),
+                               ("local_k", backward_chunked._local_k_kernel, "split_k_warps")):
+            c = dict(shared, BV=min(BV, 64), NV=triton.cdiv(V, 64),
+                     PREC="ieee" if acc == "fp64" else backward.LAUNCH["split_precision"])
+            k = compile_kernel(fn, sigs[name], c, backward.LAUNCH[wkey] or 8)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked split {name} {acc} K={K} V={V} warps=8: ok", *extra)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spills", action="store_true", help="ptxas register / spill report per launch setting")
+    ap.add_argument("--chunked", action="store_true", help="only the chunked mode's kernels (LAUNCH['mode'])")
+    ap.add_argument("--unaligned", action="store_true", help="no 16-byte alignment hint on pointers (the numbers "
+                    "before 2026-11-23's chunked mode were taken so)")
     a = ap.parse_args()
+    global ALIGNED
+    ALIGNED = not a.unaligned
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("unset TRITON_INTERPRET: the kernels must be compiled")
         return 1
+    chunked_mode(a.spills)
+    if a.chunked:
+        return 0
     kernels = {"maps": backward._chunk_maps_kernel, "pass": backward._chunk_pass_kernel,
                "local": backward._local_kernel, "forward": backward._forward_exact_kernel}
     # (acc, K, V, tile, warps, seg): the local kernel's V-tile / warps / segment; the other kernels' tiles 16

@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # The backward kernel on the GPU machine (carry .whl, .whl_test, .gpu_out like gpu_bench_chunk.sh):
 #     [PHASES="tests ours sweep fla accuracy"] bash benchmarks/gpu_bench_backward.sh [FLA_S]
-# tests: the GPU tests of the gate, backward and autograd modules (the int64 stress test with -m stress, separately);
+# tests: the GPU tests of the gate, backward (exact and chunked modes) and autograd modules (the int64 stress test
+#     with -m stress, separately);
 # ours: ours alone (fwd+bwd, bwd) on the issue's shapes, with the GPU time of each backward kernel;
 # sweep: the local reverse's V-tile, warps, scratch segment and programs, the chunk maps' and pass's tiles, at 32
 #     heads x 16384 tokens;
 # fla: ours against fla's chunk_kda, fla autotuned on each shape, at most FLA_S s (default 900);
 # accuracy: every gradient of ours and fla against float64 autograd;
-# matrix: the local kernel's A/B, token steps against the matrix form (speed with --parts, and accuracy). Logs in $OUT.
+# matrix: the local kernel's A/B, token steps against the matrix form (speed with --parts, and accuracy);
+# chunked: the chunked mode (LAUNCH mode=chunked, kernels/backward_chunked.py) beside the default exact mode, speed
+#     with --parts: exact, chunked (split local kernels, tf32 products), chunked with the one-kernel matrix local,
+#     and chunked with every product tf32x3;
+# chunked_accuracy: every gradient of the chunked mode against float64 (tf32, then tf32x3 products); "accuracy"
+#     gives fla's and the exact mode's. Logs in $OUT.
 set -o pipefail
 fla_s=${1:-900}
 source benchmarks/gpu_env.sh
 phases=" ${PHASES:-tests ours fla accuracy} "
 shapes=h32_dense_1x16384,h32_varlen_real_65536,h96_dense_1x8192_safe_l2
 if [[ $phases == *" tests "* ]]; then
-    python3 -m pytest tests/kernels/test_backward.py tests/kernels/test_autograd.py tests/kernels/test_gate.py \
+    python3 -m pytest tests/kernels/test_backward.py tests/kernels/test_backward_chunked.py tests/kernels/test_autograd.py \
+        tests/kernels/test_gate.py \
         -o addopts= -m gpu -q -p no:cacheprovider -rfEs 2>&1 | tail -15 | tee "$OUT/pytest_backward_gpu.txt"
 fi
 if [[ $phases == *" ours "* ]]; then
@@ -37,6 +44,21 @@ if [[ $phases == *" matrix "* ]]; then
             | tee -a "$OUT/bwd_local_ab.txt"
         timeout -s INT -k 15 600 python3 benchmarks/bench_backward.py --no-fla --no-speed --accuracy \
             --launch "local=$local" 2>&1 | tee -a "$OUT/bwd_local_ab.txt"
+    done
+fi
+if [[ $phases == *" chunked "* ]]; then
+    for launch in mode=exact mode=chunked mode=chunked,chunked_local=matrix \
+                  mode=chunked,chunked_precision=tf32x3,chunked_pass_precision=tf32x3,split_precision=tf32x3; do
+        echo "== LAUNCH $launch" | tee -a "$OUT/bwd_chunked.txt"
+        python3 benchmarks/bench_backward.py --no-fla --parts --shapes "$shapes" --launch "$launch" 2>&1 \
+            | tee -a "$OUT/bwd_chunked.txt"
+    done
+fi
+if [[ $phases == *" chunked_accuracy "* ]]; then
+    for launch in mode=chunked mode=chunked,chunked_precision=tf32x3,chunked_pass_precision=tf32x3,split_precision=tf32x3; do
+        echo "== LAUNCH $launch" | tee -a "$OUT/bwd_chunked_accuracy.txt"
+        timeout -s INT -k 15 280 python3 benchmarks/bench_backward.py --no-fla --no-speed --accuracy \
+            --launch "$launch" 2>&1 | tee -a "$OUT/bwd_chunked_accuracy.txt"
     done
 fi
 if [[ $phases == *" fla "* ]]; then

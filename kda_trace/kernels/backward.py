@@ -55,6 +55,28 @@ Nothing is kept from the forward: everything is recomputed from q, k, v, g, beta
 states, kernels/chunk.py's output_chunk_states, would spare B_c and half the pass, but the chunked forward
 rounds S to bf16 in its products, which would cost the gradients their fp32 accuracy.)
 
+Chunked mode (LAUNCH["mode"] = "chunked", off by default until timed; kernels/backward_chunked.py): trades the
+exact mode's fp32 accuracy for speed, to be no worse than fla's chunk_kda (RMS-relative 3e-3 on every gradient
+with bf16 inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are never formed:
+1. `_prep_kernel`, per (chunk, value head), parallel: the chunked forward's A_kk, A_qk (decay-weighted 16-row
+   blocks, exp arguments <= 0), X = (I + A_kk)^-1 by forward substitution, W, U, Qt, Kt, gamma and A_qk^T dO.
+2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over chunks: S_start(c + 1) =
+   diag(gamma) S + Kt^T (U - W S) from h0, then dS_start(c) = diag(gamma) dS_end + Qt^T dO - W^T (A_qk^T dO +
+   Kt dS_end) from dht (= A_c^T dS_end + b_c without A_c), the state in K-tiles of 64 rows, fp32 between chunks.
+3. the local gradients from S_start and dS_end, LAUNCH["chunked_local"]: "split" (default) = `_local_v_kernel`
+   (per chunk, value head and V-tile: the sums over V, one partial copy per V-tile), `_local_da_kernel` (Y_k,
+   dA_kk, dbeta, the two matrices of the decay-weighted sums) and `_local_k_kernel` (those sums, dq, dk, dg by
+   K-tiles), the formulas of `_local_matrix_kernel` below from the prep's X, P, W, U, Kt; or "matrix" / "tokens"
+   (kernel 3' / 3 from the same states).
+Precision: fp32 storage and accumulation; products on tensor cores in tf32 (LAUNCH["chunked_precision"],
+["chunked_pass_precision"], ["split_precision"]; tf32x3 each on request), about 4e-4 RMS-relative on every
+gradient by a CPU estimate (benchmarks/chunked_tf32_estimate.py); ieee for float64 inputs. The states come from
+the prep's fp32 W, U, Kt, not from kernels/chunk.py's bf16 products (see above). Memory beyond inputs and
+gradients (fp32, K = V = 128, V-tiles of 64; per token and value head): the prep's W, Qt, Kt, U, A_qk^T dO, X, P
+(3 KiB), states and dS_end (2 KiB), 3a's partial sums (two copies of dQt, dKt, dW and of two [CT, CT] rows:
+4 KiB), then Y_k and dq, dk, dg; each buffer is freed after its last reader, for a peak of about 9 KiB
+(4.5 GiB at 16384 tokens x 32 heads, 3 times the exact mode's).
+
 `kda_forward_exact` runs the forward token by token (`_forward_exact_kernel`) and writes o and the final
 state: an exact forward (in float64 for float64 inputs) used for gradient checks, not for speed.
 
@@ -92,6 +114,20 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # matrix_precision: its fp32 products on a GPU (tf32x3: three tf32 MMAs, about fp32 accuracy; float64 inputs
 # always ieee). matrix_warps: its warps (8).
 LAUNCH.update({"local": "tokens", "matrix_precision": "tf32x3", "matrix_warps": None})
+# mode: "exact" (the default: kernels 1 to 3 above) or "chunked" (untimed; module docstring, "Chunked mode"). Its
+# keys: chunked_local, its local kernels ("split", the default: backward_chunked.py's three; "matrix":
+# `_local_matrix_kernel`; "tokens": `_local_kernel`). Precisions on a GPU (float64 inputs always ieee):
+# chunked_precision (the prep kernel's products), chunked_pass_precision (the sequential pass's) and
+# split_precision (the split local kernels'), tf32 each: operands rounded to 2^-11 relative, against fla's bf16
+# at 2^-8; about 4e-4 RMS-relative on every gradient (benchmarks/chunked_tf32_estimate.py, fla: 3e-3). tf32x3
+# (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). Tiles and warps:
+# prep_warps (8); chunked_pass_bv / _warps / _stages (16 up to 64 sequence-heads, else 32 / 4 / 1: 203 / 222
+# registers, no spill; 3 stages or BV 64 spill);
+# split_bv (the V-tile of 3a, 64) and split_v_warps / split_da_warps / split_k_warps (8 each).
+LAUNCH.update({"mode": "exact", "chunked_local": "split", "chunked_precision": "tf32",
+               "chunked_pass_precision": "tf32", "split_precision": "tf32", "prep_warps": None,
+               "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
+               "split_v_warps": None, "split_da_warps": None, "split_k_warps": None})
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,
@@ -407,21 +443,21 @@ def _pair_matrix(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, BK: tl.const
     for bi in tl.static_range(CT // MB):
         rows = bi * MB + o_b
         m_r = (rows < n)[:, None] & m_k[None, :]
-        b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0)
+        b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(p_g.dtype.element_ty)
         b_gi = tl.load(p_g + rows[:, None] * BK + o_k[None, :])
         b_xa = b_x * tl.exp(_within(p_g, bi, o_k, BK))
         for bj in tl.static_range(CT // MB):
             cols = bj * MB + o_b
             if bj < bi:
                 m_c = (cols < n)[:, None] & m_k[None, :]
-                b_y = tl.load(p_y + cols[:, None] * SX + o_k[None, :], mask=m_c, other=0.0)
+                b_y = tl.load(p_y + cols[:, None] * SX + o_k[None, :], mask=m_c, other=0.0).to(p_g.dtype.element_ty)
                 b_yb = b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
                 b_blk = tl.dot(b_xa, tl.trans(b_yb), input_precision=PREC)
             elif bj == bi:
                 b_blk = tl.zeros([MB, MB], dtype=b_xa.dtype)
                 for jj in range(MB):
                     j = bi * MB + jj
-                    b_yj = tl.load(p_y + j * SX + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0)
+                    b_yj = tl.load(p_y + j * SX + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0).to(p_g.dtype.element_ty)
                     b_d = tl.cumsum(tl.where(o_b[:, None] > jj, b_gi, 0.0), axis=0)  # G_i - G_j, i >= j
                     b_col = tl.sum(b_x * b_yj[None, :] * tl.exp(b_d), axis=1)
                     b_blk = tl.where(o_b[None, :] == jj, b_col[:, None], b_blk)
@@ -448,13 +484,13 @@ def _row_sums(p_m, p_y, SY: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.conste
         for bj in tl.static_range(bi):
             cols = bj * MB + o_b
             b_y = tl.load(p_y + cols[:, None] * SY + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
-                          other=0.0)
+                          other=0.0).to(p_g.dtype.element_ty)
             b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
             b_acc += tl.dot(b_m, b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)), input_precision=PREC)
         b_acc = b_acc * tl.exp(_within(p_g, bi, o_k, BK))
         for jj in range(MB):
             j = bi * MB + jj
-            b_yj = tl.load(p_y + j * SY + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0)
+            b_yj = tl.load(p_y + j * SY + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0).to(p_g.dtype.element_ty)
             b_d = tl.cumsum(tl.where(o_b[:, None] > jj, b_gi, 0.0), axis=0)  # G_i - G_j for rows i >= j
             b_mc = tl.load(p_m + rows * CT + j)
             b_acc += b_mc[:, None] * b_yj[None, :] * tl.exp(b_d)
@@ -476,13 +512,13 @@ def _col_sums(p_m, p_x, SX: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.conste
         for bi in tl.static_range(bj + 1, CT // MB):
             rows = bi * MB + o_b
             b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
-                          other=0.0)
+                          other=0.0).to(p_g.dtype.element_ty)
             b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
             b_acc += tl.dot(tl.trans(b_m), b_x * tl.exp(_within(p_g, bi, o_k, BK)),
                             input_precision=PREC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
         for ii in range(MB):
             i = bj * MB + ii
-            b_xi = tl.load(p_x + i * SX + o_k, mask=m_k & (o_k * 0 + i < n), other=0.0)
+            b_xi = tl.load(p_x + i * SX + o_k, mask=m_k & (o_k * 0 + i < n), other=0.0).to(p_g.dtype.element_ty)
             b_d = tl.cumsum(tl.where(o_b[:, None] < ii, b_next, 0.0), axis=0, reverse=True)  # G_i - G_j, j <= i
             b_mr = tl.load(p_m + i * CT + cols)
             b_acc += b_mr[:, None] * b_xi[None, :] * tl.exp(b_d)
@@ -725,6 +761,10 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
     BK = max(16, triton.next_power_of_2(K))
     z = torch.empty(1, dtype=acc, device=dev)
     do = do.reshape(TT, HV, V).contiguous()
+    if LAUNCH["mode"] == "chunked":
+        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp)
+    if LAUNCH["mode"] != "exact":
+        raise ValueError(f"LAUNCH['mode'] must be 'exact' or 'chunked', got {LAUNCH['mode']!r}")
 
     # 1. A_c, B_c (into the next chunk's checkpoint slot), b_c (into the previous chunk's dS_end slot, or dh0)
     amap = torch.empty(NT, HV, K, K, dtype=acc, device=dev)
@@ -757,6 +797,31 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
     if HV != H:
         dq = dq.view(TT, H, HV // H, K).sum(2)
         dk = dk.view(TT, H, HV // H, K).sum(2)
+    return dq, dk, dv, dg, dbeta, dh0
+
+
+def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp):
+    """LAUNCH["mode"] = "chunked": states and dS at chunk boundaries by kernels/backward_chunked.py, then the
+    local kernel LAUNCH["chunked_local"]; same returns as `_backward`."""
+    from kda_trace.kernels.backward_chunked import chunk_states_and_grads, local_split
+
+    B, T, H, HV, K, V, N = sizes
+    local = LAUNCH["chunked_local"]
+    states, dstates, dh0, pre = chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, LAUNCH,
+                                                       _n_programs, store_xp=local == "split")
+    if local == "split":
+        pre.update(states=states, dstates=dstates)  # local_split frees each buffer after its last reader
+        del states, dstates
+        dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, pre, do, scale, LAUNCH, _n_programs)
+    elif local == "matrix":
+        dq, dk, dv, dg, dbeta = _local_matrix(xs, sizes, tables, acc, states, dstates, do, scale, interp)
+    elif local == "tokens":
+        dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
+    else:
+        raise ValueError(f"LAUNCH['chunked_local'] must be 'split', 'matrix' or 'tokens', got {local!r}")
+    if HV != H:
+        dq = dq.view(B * T, H, HV // H, K).sum(2)
+        dk = dk.view(B * T, H, HV // H, K).sum(2)
     return dq, dk, dv, dg, dbeta, dh0
 
 

@@ -1,0 +1,575 @@
+"""The chunked mode of the KDA backward (kernels/backward.py, LAUNCH["mode"] = "chunked"; its module docstring
+says where this mode sits): the states at chunk starts and the gradients dS at chunk ends by matrix products in
+the chunked forward's form, instead of the exact mode's K x K chunk maps, then the chunks' gradients.
+
+With G the cumulative gate over a chunk (per key channel), Gl its last row, e(x) = exp(x) (kernels/chunk.py,
+KDA.md "The chunked algorithm"; the derivation of the backward and a float64 oracle:
+tests/kernels/chunk_backward_matrix.py):
+    Qt = scale q e(G),  Kb = k e(G),  Kt = k e(Gl - G),  gamma = e(Gl)                 [n, K], [K]
+    P = (k D k^T)_strict,  A_kk = diag(beta) P,  A_qk = scale (q D k^T)_lower   (D: e(G_i - G_j) per channel)
+    X = (I + A_kk)^-1,  W = X diag(beta) Kb,  U = X diag(beta) v
+    forward:  Vn = U - W S;  S_end = diag(gamma) S + Kt^T Vn                 (A_c = diag(gamma) - Kt^T W)
+    reverse:  dVn = A_qk^T dO + Kt dSe;  dS = diag(gamma) dSe + Qt^T dO - W^T dVn
+                                                     (= A_c^T dSe + b_c, b_c = Qt^T dO - W^T A_qk^T dO)
+    local:    dA_qk = (dO Vn^T)_lower, dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T, dgamma = rowsum(S * dSe),
+              Y_v = X^T dVn (dv = beta Y_v), Y_k = X^T dW, dA_kk = (-(Y_v (beta v)^T + Y_k (beta Kb)^T) X^T)_strict,
+              dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P), then dq, dk, dg with the decay-weighted
+              sums of dA_qk and dA_kk (backward.py's `_row_sums` / `_col_sums`, exp arguments <= 0).
+Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
+1. `_prep_kernel`, per (chunk, value head), persistent programs: P and A_qk by backward.py's `_pair_matrix`, X by
+   forward substitution, then W, U, Qt, Kt (by K-tiles of 64 columns), gamma and dO2 = A_qk^T dO; with the
+   split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32).
+2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over the sequence's chunks: the forward
+   recursion from h0 (S_start of each chunk into `states`), then the reverse one from dht (dS_end into `dstates`,
+   and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
+   tile and direction per chunk (LAUNCH["chunked_pass_precision"], tf32). No K x K map.
+3a. `_local_v_kernel`, per (chunk, value head, V-tile): Vn, dVn, Y_v, dv, and this V-tile's part of every sum
+   over V (dA_qk, Y_v (beta v)^T, dQt, dKt, dW, dgamma, rowsum(v Y_v)), one partial copy per V-tile
+   (deterministic: no atomics).
+3b. `_local_da_kernel`, per (chunk, value head): the partial copies added up; Y_k, dA_kk, dbeta, the diagonal of
+   dA_qk, and the two matrices of the decay-weighted sums.
+3c. `_local_k_kernel`, per (chunk, value head), persistent programs: the decay-weighted sums, then dq, dk (per
+   value head), dg by K-tiles. 3a to 3c in LAUNCH["split_precision"] (tf32).
+The split into 3a/3b/3c (against the one `_local_matrix_kernel`) and the K-tiles are for registers: ptxas for
+sm_90 at K = V = 128 (benchmarks/compile_sm90.py --chunked --spills) reports no spill or a few hundred bytes per
+kernel against 19 KB of spill stores for the one-kernel form.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+CT = 64  # chunk length (backward.CT)
+
+from kda_trace.kernels.backward import _chunk_span, _col_sums, _pair_matrix, _row_sums
+
+
+@triton.jit(do_not_specialize=["scale", "n_work"])
+def _prep_kernel(
+    q, k, v, g, beta, do, W, U, Qt, Kt, gamma, dO2, Xb, Pb, scratch, cu_seqlens, chunk_indices, scale, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, STORE_XP: tl.constexpr,
+):
+    """Work items (chunk, value head), n_work of them, shared out over the programs: the chunk's W, U, Qt, Kt
+    ([T, HV, K|V] like g and v), gamma ([NT, HV, K]) and dO2 = A_qk^T dO ([T, HV, V]). Scratch per program:
+    the gates [CT, BK] (zero past the chunk's rows) and two [CT, CT] matrices. The [CT, K] operands are made
+    by K-tiles of at most 64 columns after X, so that few [CT, K]-sized values are live at once. With STORE_XP
+    also X and P (A_kk = diag(beta) P) per (chunk, value head), [NT, HV, CT, CT], for the split local kernels."""
+    BKT: tl.constexpr = 64 if BK > 64 else BK
+    ACC: tl.constexpr = W.dtype.element_ty
+    pid = tl.program_id(0).to(tl.int64)
+    p_gs = scratch + pid * (CT * BK + 2 * CT * CT)
+    p_m1 = p_gs + CT * BK
+    p_m2 = p_m1 + CT * CT
+    o_t = tl.arange(0, CT)
+    o_k = tl.arange(0, BK)
+    o_v = tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    eye = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0).to(ACC)
+    for w in range(pid, n_work, tl.num_programs(0)):
+        i_c = w // HV
+        i_hv = w % HV
+        i_h = i_hv // (HV // H)
+        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+        m_t = o_t < n
+        m_tv = m_t[:, None] & m_v[None, :]
+        p_q = q + (r0 * H + i_h) * K
+        p_k = k + (r0 * H + i_h) * K
+        p_g = g + (r0 * HV + i_hv) * K  # row t: + t * HV * K (also W, Qt, Kt)
+        b_g = tl.load(p_g + o_t[:, None] * (HV * K) + o_k[None, :], mask=m_t[:, None] & m_k[None, :],
+                      other=0.0).to(ACC)
+        tl.store(gamma + (i_c * HV + i_hv) * K + o_k, tl.exp(tl.sum(b_g, axis=0)), mask=m_k)
+        tl.debug_barrier()  # the previous item's reads of the scratch are done
+        tl.store(p_gs + o_t[:, None] * BK + o_k[None, :], b_g)
+        tl.debug_barrier()
+        _pair_matrix(p_k, p_k, H * K, p_gs, p_m1, n, o_k, m_k, BK, CT, False, PREC)  # P: A_kk = diag(beta) P
+        _pair_matrix(p_q, p_k, H * K, p_gs, p_m2, n, o_k, m_k, BK, CT, True, PREC)   # A_qk / scale
+        tl.debug_barrier()
+        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+        b_P = tl.load(p_m1 + o_t[:, None] * CT + o_t[None, :])
+        b_A = b_P * b_b[:, None]
+        # X = (I + A_kk)^-1 row by row (forward substitution: row i needs only rows j < i)
+        b_X = eye
+        for i in range(1, CT):
+            b_ai = tl.sum(tl.where((o_t == i)[:, None], b_A, 0.0), axis=0)
+            b_xi = tl.where(o_t == i, 1.0, 0.0) - tl.sum(b_ai[:, None] * b_X, axis=0)
+            b_X = tl.where((o_t == i)[:, None], b_xi[None, :], b_X)
+        if STORE_XP:
+            off_m = (i_c * HV + i_hv) * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+            tl.store(Pb + off_m, b_P)
+            tl.store(Xb + off_m, b_X)
+        # per K-tile: G and Gl - G as sums of the gates (exp arguments <= 0, no difference of two cumulative
+        # sums), then W = X diag(beta) k e(G), Qt, Kt
+        for k0 in tl.static_range(0, BK, BKT):
+            o_kt = k0 + tl.arange(0, BKT)
+            m_tk = m_t[:, None] & (o_kt < K)[None, :]
+            b_gt = tl.load(p_gs + o_t[:, None] * BK + o_kt[None, :])
+            b_gn = tl.load(p_gs + (o_t + 1)[:, None] * BK + o_kt[None, :], mask=(o_t + 1 < CT)[:, None], other=0.0)
+            b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
+            off = o_t[:, None] * (HV * K) + o_kt[None, :]
+            off_x = o_t[:, None] * (H * K) + o_kt[None, :]
+            b_k = tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC)
+            tl.store(W + (r0 * HV + i_hv) * K + off, tl.dot(b_X, b_k * (b_b[:, None] * b_eG), input_precision=PREC),
+                     mask=m_tk)
+            tl.store(Kt + (r0 * HV + i_hv) * K + off, b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True)), mask=m_tk)
+            b_q = tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC)
+            tl.store(Qt + (r0 * HV + i_hv) * K + off, scale * b_q * b_eG, mask=m_tk)
+        off_v = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
+        b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
+        tl.store(U + off_v, tl.dot(b_X, b_v * b_b[:, None], input_precision=PREC), mask=m_tv)
+        b_Aqk = tl.load(p_m2 + o_t[:, None] * CT + o_t[None, :]) * scale
+        b_do = tl.load(do + off_v, mask=m_tv, other=0.0).to(ACC)
+        tl.store(dO2 + off_v, tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC), mask=m_tv)
+
+
+@triton.jit
+def _rows(p, r0, i_hv, k0, m_t, o_t, BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, TRANS: tl.constexpr):
+    """Columns k0 .. k0 + BKT of a chunk's [CT, K] rows in a [T, HV, K] buffer (row r0 first), [CT, BKT]; with
+    TRANS the transpose [BKT, CT], loaded as such."""
+    o_k = k0 + tl.arange(0, BKT)
+    base = p + (r0 * HV + i_hv) * K
+    if TRANS:
+        return tl.load(base + o_t[None, :] * (HV * K) + o_k[:, None], mask=m_t[None, :] & (o_k < K)[:, None],
+                       other=0.0)
+    else:
+        return tl.load(base + o_t[:, None] * (HV * K) + o_k[None, :], mask=m_t[:, None] & (o_k < K)[None, :],
+                       other=0.0)
+
+
+@triton.jit
+def _fwd_tile(b_s, W, Kt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_vn,
+              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr):
+    """One K-tile of S_end = diag(gamma) S + Kt^T Vn."""
+    o_k = k0 + tl.arange(0, BKT)
+    b_gam = tl.load(gamma + i_g * K + o_k, mask=o_k < K, other=0.0)
+    b_ktt = _rows(Kt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
+    return b_s * b_gam[:, None] + tl.dot(b_ktt, b_vn, input_precision=PREC)
+
+
+@triton.jit
+def _rev_tile(b_d, W, Qt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_do, b_dvn,
+              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr):
+    """One K-tile of dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn."""
+    o_k = k0 + tl.arange(0, BKT)
+    b_gam = tl.load(gamma + i_g * K + o_k, mask=o_k < K, other=0.0)
+    b_qtt = _rows(Qt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
+    b_wt = _rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
+    return (b_d * b_gam[:, None] + tl.dot(b_qtt, b_do, input_precision=PREC)
+            - tl.dot(b_wt, b_dvn, input_precision=PREC))
+
+
+@triton.jit
+def _state_pass_kernel(
+    W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
+    USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr,
+):
+    """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), then dS_end(c) from the
+    last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The [K, BV]
+    state is held as up to four K-tiles of 64 rows (s0..s3, d0..d3: fla's layout), so that each product reads
+    [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once (K = 128: 255 registers and spills)."""
+    NV: tl.constexpr = (V + BV - 1) // BV
+    BKT: tl.constexpr = 64 if BK > 64 else BK
+    NKT: tl.constexpr = BK // BKT
+    i_n = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
+    i_hv = tl.program_id(1).to(tl.int64)
+    ACC: tl.constexpr = states.dtype.element_ty
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    n_tok = tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos
+    n_chunks = (n_tok + CT - 1) // CT
+    c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
+    o_t = tl.arange(0, CT)
+    o_kt = tl.arange(0, BKT)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_v = o_v < V
+    s_seq = (i_n * HV + i_hv) * (K * V)
+    off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
+    # tile j of a [K, V] state: rows j * BKT + o_kt
+    off_s = o_kt[:, None] * V + o_v[None, :]
+    m0 = (o_kt < K)[:, None] & m_v[None, :]
+    m1 = (BKT + o_kt < K)[:, None] & m_v[None, :]
+    m2 = (2 * BKT + o_kt < K)[:, None] & m_v[None, :]
+    m3 = (3 * BKT + o_kt < K)[:, None] & m_v[None, :]
+    T1: tl.constexpr = BKT * V  # offset of tile 1 in a state
+    T2: tl.constexpr = 2 * BKT * V
+    T3: tl.constexpr = 3 * BKT * V
+
+    s0 = tl.zeros([BKT, BV], dtype=ACC)
+    s1 = tl.zeros([BKT, BV], dtype=ACC)
+    s2 = tl.zeros([BKT, BV], dtype=ACC)
+    s3 = tl.zeros([BKT, BV], dtype=ACC)
+    if USE_H0:
+        s0 = tl.load(h0 + s_seq + off_s, mask=m0, other=0.0).to(ACC)
+        if NKT > 1:
+            s1 = tl.load(h0 + s_seq + T1 + off_s, mask=m1, other=0.0).to(ACC)
+        if NKT > 2:
+            s2 = tl.load(h0 + s_seq + T2 + off_s, mask=m2, other=0.0).to(ACC)
+            s3 = tl.load(h0 + s_seq + T3 + off_s, mask=m3, other=0.0).to(ACC)
+    for c in range(n_chunks):
+        r0 = bos + c * CT  # the chunk's first row
+        i_g = (c0 + c) * HV + i_hv  # its (chunk, value head) index
+        m_t = o_t < n_tok - c * CT
+        p_st = states + i_g * (K * V)
+        tl.store(p_st + off_s, s0, mask=m0)
+        if NKT > 1:
+            tl.store(p_st + T1 + off_s, s1, mask=m1)
+        if NKT > 2:
+            tl.store(p_st + T2 + off_s, s2, mask=m2)
+            tl.store(p_st + T3 + off_s, s3, mask=m3)
+        if c < n_chunks - 1:  # the last chunk's end state is not needed
+            # Vn = U - W S, then S_end = diag(gamma) S + Kt^T Vn
+            b_vn = tl.load(U + (r0 * HV + i_hv) * V + off_tv, mask=m_t[:, None] & m_v[None, :], other=0.0)
+            b_vn -= tl.dot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, input_precision=PREC)
+            if NKT > 1:
+                b_vn -= tl.dot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, input_precision=PREC)
+            if NKT > 2:
+                b_vn -= tl.dot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, input_precision=PREC)
+                b_vn -= tl.dot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, input_precision=PREC)
+            s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC)
+            if NKT > 1:
+                s1 = _fwd_tile(s1, W, Kt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+            if NKT > 2:
+                s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+                s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+
+    d0 = tl.zeros([BKT, BV], dtype=ACC)
+    d1 = tl.zeros([BKT, BV], dtype=ACC)
+    d2 = tl.zeros([BKT, BV], dtype=ACC)
+    d3 = tl.zeros([BKT, BV], dtype=ACC)
+    if USE_DHT:
+        d0 = tl.load(dht + s_seq + off_s, mask=m0, other=0.0).to(ACC)
+        if NKT > 1:
+            d1 = tl.load(dht + s_seq + T1 + off_s, mask=m1, other=0.0).to(ACC)
+        if NKT > 2:
+            d2 = tl.load(dht + s_seq + T2 + off_s, mask=m2, other=0.0).to(ACC)
+            d3 = tl.load(dht + s_seq + T3 + off_s, mask=m3, other=0.0).to(ACC)
+    for cr in range(n_chunks):
+        c = n_chunks - 1 - cr
+        r0 = bos + c * CT
+        i_g = (c0 + c) * HV + i_hv
+        m_t = o_t < n_tok - c * CT
+        m_tv = m_t[:, None] & m_v[None, :]
+        p_ds = dstates + i_g * (K * V)
+        tl.store(p_ds + off_s, d0, mask=m0)
+        if NKT > 1:
+            tl.store(p_ds + T1 + off_s, d1, mask=m1)
+        if NKT > 2:
+            tl.store(p_ds + T2 + off_s, d2, mask=m2)
+            tl.store(p_ds + T3 + off_s, d3, mask=m3)
+        # dVn = A_qk^T dO + Kt dS_end, then dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn
+        b_dvn = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0)
+        b_dvn += tl.dot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, input_precision=PREC)
+        if NKT > 1:
+            b_dvn += tl.dot(_rows(Kt, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), d1, input_precision=PREC)
+        if NKT > 2:
+            b_dvn += tl.dot(_rows(Kt, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), d2, input_precision=PREC)
+            b_dvn += tl.dot(_rows(Kt, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), d3, input_precision=PREC)
+        b_do = tl.load(do + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0).to(ACC)
+        d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+        if NKT > 1:
+            d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+        if NKT > 2:
+            d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+            d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+    tl.store(dh0 + s_seq + off_s, d0, mask=m0)
+    if NKT > 1:
+        tl.store(dh0 + s_seq + T1 + off_s, d1, mask=m1)
+    if NKT > 2:
+        tl.store(dh0 + s_seq + T2 + off_s, d2, mask=m2)
+        tl.store(dh0 + s_seq + T3 + off_s, d3, mask=m3)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 3a, 3b, 3c (LAUNCH["chunked_local"] = "split"): the matrix local kernel's formulas in two kernels, from the prep's
+# X, P, W, U, Kt, dO2 (tests/kernels/chunk_backward_matrix.py: the derivation)
+# ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _local_v_kernel(
+    v, beta, do, W, U, Kt, dO2, Xb, states, dstates, dv, dbeta, dAqk, XdXv, dQt, dKt, dW, dgamma,
+    cu_seqlens, chunk_indices,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Per (chunk, value head, V-tile): everything that sums over V, as this V-tile's part. Vn = U - W S,
+    dVn = A_qk^T dO + Kt dSe, Y_v = X^T dVn; stores dv = beta Y_v (final), and partial sums (copy i_v of NV,
+    added up by `_local_k_kernel`): rowsum(v Y_v) (dbeta), dA_qk = dO Vn^T (unmasked) and XdXv = Y_v (beta v)^T
+    [CT, CT], per K-tile dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T and dgamma = rowsum(S * dSe). S and dSe
+    are read by K-tiles of at most 64 rows. Layouts: [NT, HV, NV, CT, CT], [T, HV, NV, K], [T, HV, NV],
+    [NT, HV, NV, K]."""
+    BKT: tl.constexpr = 64 if BK > 64 else BK
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_c = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
+    i_hv = tl.program_id(1).to(tl.int64)
+    ACC: tl.constexpr = states.dtype.element_ty
+    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    item = i_c * HV + i_hv
+    o_t = tl.arange(0, CT)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_t = o_t < n
+    m_v = o_v < V
+    m_tv = m_t[:, None] & m_v[None, :]
+    off_tv = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
+    p_s = states + item * (K * V)
+    p_d = dstates + item * (K * V)
+    b_vn = tl.load(U + off_tv, mask=m_tv, other=0.0)
+    b_dvn = tl.load(dO2 + off_tv, mask=m_tv, other=0.0)
+    for k0 in tl.static_range(0, BK, BKT):
+        o_k = k0 + tl.arange(0, BKT)
+        m_kv = (o_k < K)[:, None] & m_v[None, :]
+        b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        b_d = tl.load(p_d + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        b_vn -= tl.dot(_rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_s, input_precision=PREC)
+        b_dvn += tl.dot(_rows(Kt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_d, input_precision=PREC)
+    off_x = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+    off_m = (item * NV + i_v) * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+    b_yv = tl.dot(tl.trans(tl.load(Xb + off_x)), b_dvn, input_precision=PREC)
+    b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+    b_v = tl.load(v + off_tv, mask=m_tv, other=0.0).to(ACC)
+    tl.store(dv + off_tv, b_b[:, None] * b_yv, mask=m_tv)
+    tl.store(dbeta + ((r0 + o_t) * HV + i_hv) * NV + i_v, tl.sum(b_v * b_yv, axis=1), mask=m_t)
+    tl.store(XdXv + off_m, tl.dot(b_yv, tl.trans(b_v * b_b[:, None]), input_precision=PREC))
+    b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
+    tl.store(dAqk + off_m, tl.dot(b_do, tl.trans(b_vn), input_precision=PREC))
+    for k0 in tl.static_range(0, BK, BKT):
+        o_k = k0 + tl.arange(0, BKT)
+        m_k = o_k < K
+        m_kv = m_k[:, None] & m_v[None, :]
+        m_tk = m_t[:, None] & m_k[None, :]
+        b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        b_d = tl.load(p_d + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+        off_tk = ((r0 * HV + i_hv) * NV + i_v) * K + o_t[:, None] * (HV * NV * K) + o_k[None, :]
+        tl.store(dQt + off_tk, tl.dot(b_do, tl.trans(b_s), input_precision=PREC), mask=m_tk)
+        tl.store(dKt + off_tk, tl.dot(b_vn, tl.trans(b_d), input_precision=PREC), mask=m_tk)
+        tl.store(dW + off_tk, -tl.dot(b_dvn, tl.trans(b_s), input_precision=PREC), mask=m_tk)
+        tl.store(dgamma + (item * NV + i_v) * K + o_k, tl.sum(b_s * b_d, axis=1), mask=m_k)
+
+
+@triton.jit
+def _vsum(p, off, mask, NV: tl.constexpr, STRIDE: tl.constexpr):
+    """The sum of the NV partial copies at p + off + i * STRIDE (masked loads, 0 elsewhere)."""
+    acc = tl.load(p + off, mask=mask, other=0.0)
+    for i in tl.static_range(1, NV):
+        acc += tl.load(p + off + i * STRIDE, mask=mask, other=0.0)
+    return acc
+
+
+@triton.jit(do_not_specialize=["scale"])
+def _local_da_kernel(
+    k, g, beta, Xb, Pb, dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Per (chunk, value head), from 3a's partial sums (added up on reading): Y_k = X^T dW ([T, HV, K], for 3c),
+    dA_kk = (-(XdXv + Y_k (beta Kb)^T) X^T)_strict, dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P)
+    (final), the diagonal of dA_qk times scale (d1 [T, HV]: it goes to dq and dk directly, see backward.py's
+    matrix kernel), and the two matrices of the decay-weighted sums, rewritten in place in the first copies
+    of dAqk and XdXv: M1 = scale (dA_qk)_strict and M2 = diag(beta) dA_kk."""
+    BKT: tl.constexpr = 64 if BK > 64 else BK
+    ACC: tl.constexpr = Yk.dtype.element_ty
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    i_h = i_hv // (HV // H)
+    item = i_c * HV + i_hv
+    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    o_t = tl.arange(0, CT)
+    m_t = o_t < n
+    lower = o_t[None, :] <= o_t[:, None]
+    strict = o_t[None, :] < o_t[:, None]
+    p_k = k + (r0 * H + i_h) * K
+    off_m = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]  # X, P
+    off_p = item * (NV * CT * CT) + o_t[:, None] * CT + o_t[None, :]  # copy 0 of dAqk, XdXv
+    b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+    b_X = tl.load(Xb + off_m)
+    b_xdx = _vsum(XdXv, off_p, True, NV, CT * CT)
+    b_db = _vsum(dbeta_v, ((r0 + o_t) * HV + i_hv) * NV, m_t, NV, 1)
+    for k0 in tl.static_range(0, BK, BKT):
+        o_kt = k0 + tl.arange(0, BKT)
+        m_tk = m_t[:, None] & (o_kt < K)[None, :]
+        off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+        off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]  # copy 0, [T, HV, NV, K]
+        b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
+        b_kb = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC) * tl.exp(
+            tl.cumsum(b_gt, axis=0))
+        b_yk = tl.dot(tl.trans(b_X), _vsum(dW, off_pk, m_tk, NV, K), input_precision=PREC)
+        tl.store(Yk + off_tk, b_yk, mask=m_tk)
+        b_xdx += tl.dot(b_yk, tl.trans(b_kb * b_b[:, None]), input_precision=PREC)
+        b_db += tl.sum(b_kb * b_yk, axis=1)
+    b_dAkk = tl.where(strict, -tl.dot(b_xdx, tl.trans(b_X), input_precision=PREC), 0.0)
+    b_db += tl.sum(b_dAkk * tl.load(Pb + off_m), axis=1)
+    tl.store(dbeta + (r0 + o_t) * HV + i_hv, b_db, mask=m_t)
+    b_dAqk = _vsum(dAqk, off_p, True, NV, CT * CT)
+    tl.store(d1 + (r0 + o_t) * HV + i_hv, tl.sum(tl.where(strict | ~lower, 0.0, b_dAqk), axis=1) * scale, mask=m_t)
+    tl.debug_barrier()  # every thread has read dA_qk and XdXv
+    tl.store(dAqk + off_p, tl.where(strict, b_dAqk * scale, 0.0))
+    tl.store(XdXv + off_p, b_dAkk * b_b[:, None])
+
+
+@triton.jit(do_not_specialize=["scale", "n_work"])
+def _local_k_kernel(
+    q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, cu_seqlens, chunk_indices, scale, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Work items (chunk, value head), n_work of them, shared out over the programs: the decay-weighted sums
+    of M1 and M2 (3b's, in the first copies of dAqk and XdXv; backward.py's `_row_sums`, `_col_sums`), then
+    dq, dk (per value head) and dg by K-tiles of at most 64 columns, with 3a's dQt, dKt, dgamma (partial
+    copies added up) and 3b's Y_k and d1. Scratch per program: the gates [CT, BK] and three [CT, BK] sums."""
+    BKT: tl.constexpr = 64 if BK > 64 else BK
+    ACC: tl.constexpr = dq.dtype.element_ty
+    pid = tl.program_id(0).to(tl.int64)
+    p_gs = scratch + pid * (4 * CT * BK)
+    p_r1 = p_gs + CT * BK
+    p_r2 = p_r1 + CT * BK
+    p_r3 = p_r2 + CT * BK
+    o_t = tl.arange(0, CT)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    for w in range(pid, n_work, tl.num_programs(0)):
+        i_c = w // HV
+        i_hv = w % HV
+        i_h = i_hv // (HV // H)
+        item = i_c * HV + i_hv
+        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+        m_t = o_t < n
+        p_q = q + (r0 * H + i_h) * K
+        p_k = k + (r0 * H + i_h) * K
+        b_g = tl.load(g + (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :],
+                      mask=m_t[:, None] & m_k[None, :], other=0.0).to(ACC)
+        tl.debug_barrier()  # the previous item's reads of the scratch are done
+        tl.store(p_gs + o_t[:, None] * BK + o_k[None, :], b_g)
+        tl.store(p_r3 + o_t[:, None] * BK + o_k[None, :], tl.zeros([CT, BK], dtype=ACC))
+        tl.debug_barrier()
+        p_m1 = M1 + item * (NV * CT * CT)
+        p_m2 = M2 + item * (NV * CT * CT)
+        _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_k, m_k, BK, CT, PREC)   # dq from A_qk
+        _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk rows
+        _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_qk columns
+        tl.debug_barrier()
+        _col_sums(p_m2, p_k, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk columns
+        tl.debug_barrier()
+        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+        b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
+        for k0 in tl.static_range(0, BK, BKT):
+            o_kt = k0 + tl.arange(0, BKT)
+            m_kt = o_kt < K
+            m_tk = m_t[:, None] & m_kt[None, :]
+            off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+            off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]
+            off_s = o_t[:, None] * BK + o_kt[None, :]
+            b_gt = tl.load(p_gs + off_s)
+            b_gn = tl.load(p_gs + off_s + BK, mask=(o_t + 1 < CT)[:, None], other=0.0)
+            b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
+            b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+            b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC)
+            b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC)
+            b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
+            b_dQt = _vsum(dQt, off_pk, m_tk, NV, K)
+            b_dKt = _vsum(dKt, off_pk, m_tk, NV, K)
+            b_r1 = tl.load(p_r1 + off_s)
+            b_r2 = tl.load(p_r2 + off_s)
+            b_r3 = tl.load(p_r3 + off_s)
+            b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
+            b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
+            b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
+            # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row, sum_{i < t} Kt_i dKt_i and
+            # gamma dgamma (see the matrix kernel); the exclusive sum as the inclusive one less the row itself (fp32,
+            # error relative to the sum, no tf32 product)
+            b_kd = b_k * b_eT * b_dKt
+            b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + (tl.cumsum(b_kd, axis=0) - b_kd)
+            b_dgam = _vsum(dgamma, item * (NV * K) + o_kt, m_kt, NV, K)
+            b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
+            tl.store(dq + off_tk, b_dq, mask=m_tk)
+            tl.store(dk + off_tk, b_dk, mask=m_tk)
+            tl.store(dg + off_tk, b_dg, mask=m_tk)
+
+
+def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, store_xp=False):
+    """Kernels 1 and 2: (states, dstates [NT, HV, K, V], dh0 [N, HV, K, V], prep) in acc; prep: the prep
+    kernel's buffers by name (W, U, Qt, Kt, gamma, dO2, and X, P with store_xp). xs: the packed q, k, v, g, beta;
+    do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH."""
+    from kda_trace.platform import triton_interpreted
+
+    q, k, v, g, beta = xs
+    B, T, H, HV, K, V, N = sizes
+    cu, chunk_indices, chunk_offsets, NT = tables
+    TT, dev = B * T, q.device
+    interp = triton_interpreted()
+    BK = max(16, triton.next_power_of_2(K))
+    BV = max(16, triton.next_power_of_2(V))
+    prec = "ieee" if acc == torch.float64 else launch["chunked_precision"]
+    pre = {n: torch.empty(TT, HV, K, dtype=acc, device=dev) for n in ("W", "Qt", "Kt")}
+    pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in ("U", "dO2")})
+    pre["gamma"] = torch.empty(NT, HV, K, dtype=acc, device=dev)
+    z = torch.empty(1, dtype=acc, device=dev)
+    if store_xp:
+        pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
+    n_work = NT * HV
+    n_prog = n_programs(n_work, dev, interp)
+    scratch = torch.empty(n_prog, CT * BK + 2 * CT * CT, dtype=acc, device=dev)
+    _prep_kernel[(n_prog,)](
+        q, k, v, g, beta, do, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"],
+        pre.get("X", z), pre.get("P", z), scratch, cu, chunk_indices, scale, n_work,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, STORE_XP=store_xp,
+        num_warps=launch["prep_warps"] or 8)
+    del scratch
+
+    states = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
+    dstates = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
+    dh0 = torch.empty(N, HV, K, V, dtype=acc, device=dev)
+    # the pass is sequential over chunks: few (sequence, head) pairs want narrow V-tiles (more programs in flight),
+    # like kernels/chunk.py's state pass; 64 spills at K = 128
+    BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 16 if N * HV <= 64 else 32))
+    _state_pass_kernel[(N * triton.cdiv(V, BVp), HV)](
+        pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
+        h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
+        HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
+        PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"],
+        num_warps=launch["chunked_pass_warps"] or 4, num_stages=launch["chunked_pass_stages"] or 1)
+    return states, dstates, dh0, pre
+
+
+def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
+    """Kernels 3a, 3b and 3c (LAUNCH["chunked_local"] = "split"): fp32 (fp64) dq, dk per value head, dv, dg, dbeta
+    of every chunk from its start state, dS at its end (pre["states"], pre["dstates"]) and the prep buffers
+    (with X and P). Each buffer of `pre` is dropped after its last reader (the caller holds no other reference)."""
+    from kda_trace.platform import triton_interpreted
+
+    q, k, v, g, beta = xs
+    B, T, H, HV, K, V, N = sizes
+    cu, chunk_indices, _, NT = tables
+    TT, dev = B * T, q.device
+    interp = triton_interpreted()
+    BK = max(16, triton.next_power_of_2(K))
+    BV = max(16, triton.next_power_of_2(V))
+    prec = "ieee" if acc == torch.float64 else launch["split_precision"]
+    BVs = launch["split_bv"] or (BV if interp else min(BV, 64))
+    NV = triton.cdiv(V, BVs)
+    e = lambda *shape: torch.empty(*shape, dtype=acc, device=dev)  # noqa: E731
+    # 3a's partial sums, one copy per V-tile
+    dv, dbeta_v, dgamma = e(TT, HV, V), e(TT, HV, NV), e(NT, HV, NV, K)
+    dQt, dKt, dW = e(TT, HV, NV, K), e(TT, HV, NV, K), e(TT, HV, NV, K)
+    dAqk, XdXv = e(NT, HV, NV, CT, CT), e(NT, HV, NV, CT, CT)
+    for name in ("Qt", "gamma"):  # read by the pass only
+        pre.pop(name, None)
+    _local_v_kernel[(NT * NV, HV)](
+        v, beta, do, pre.pop("W"), pre.pop("U"), pre.pop("Kt"), pre.pop("dO2"), pre["X"], pre.pop("states"),
+        pre.pop("dstates"), dv, dbeta_v, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,
+        HV=HV, K=K, V=V, BK=BK, BV=BVs, CT=CT, PREC=prec, num_warps=launch["split_v_warps"] or 8)
+    Yk, d1, dbeta = e(TT, HV, K), e(TT, HV), e(TT, HV)
+    _local_da_kernel[(NT, HV)](
+        k, g, beta, pre.pop("X"), pre.pop("P"), dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu, chunk_indices, scale,
+        H=H, HV=HV, K=K, BK=BK, CT=CT, NV=NV, PREC=prec, num_warps=launch["split_da_warps"] or 8)
+    del dW, dbeta_v
+    n_work = NT * HV
+    n_prog = n_programs(n_work, dev, interp)
+    dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
+    scratch = e(n_prog, 4 * CT * BK)
+    _local_k_kernel[(n_prog,)](
+        q, k, g, beta, dAqk, XdXv, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, cu, chunk_indices, scale, n_work,
+        H=H, HV=HV, K=K, BK=BK, CT=CT, NV=NV, PREC=prec, num_warps=launch["split_k_warps"] or 8)
+    return dq, dk, dv, dg, dbeta

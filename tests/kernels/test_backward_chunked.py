@@ -1,0 +1,123 @@
+"""The chunked mode of the backward (kernels/backward.py LAUNCH["mode"] = "chunked": kernels/backward_chunked.py's
+prep, state/dS pass and split local kernels; the other local kernels once each) against float64 autograd through the independent
+token recurrence (test_backward.py's `truth`), under the Triton interpreter on tiny shapes.
+
+Bars. The interpreter computes every product in fp32 (the tf32x3 / tf32 precisions of a GPU are not modelled),
+so float32 inputs are held to test_backward.py's fp32 bar (RMS-relative 1e-5; measured about 1e-7 to 1e-6)
+and float64 inputs to 1e-12: a wrong term (a missing decay, a wrong chunk's state, a sequence leaking into the
+next) costs 1e-2 or more. bf16 inputs: the gradients are returned in bf16 (dq, dk, dv, dbeta; rounding alone
+is about 2e-3 RMS-relative), and fla's chunk_kda reaches 2.8e-3 to 3.3e-3 on each gradient on the H100
+(benchmarks/RESULTS.md): the bar is 1e-2, "no worse than fla's" with room for the bf16 output rounding. On a
+GPU the accuracy at tf32 precision is for benchmarks/bench_backward.py --accuracy --launch mode=chunked.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from test_backward import check, f64, make
+
+from kda_trace.kernels import backward
+from kda_trace.kernels.options import KDAOptions
+
+
+@pytest.fixture(autouse=True)
+def chunked_mode(monkeypatch):
+    monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
+
+
+def test_dense_odd_dims_two_chunks_v_tiles(monkeypatch):
+    """B = 2 rows of 70 tokens (a full chunk and a 6-token one), K = 20, V = 36, h0 and dht; the split local
+    kernels in V-tiles of 16 (three partial copies of the sums over V, the last tile 4 columns wide)."""
+    monkeypatch.setitem(backward.LAUNCH, "split_bv", 16)
+    check(make(2, 70, 1, 1, 20, 36, seed=1))
+
+
+def test_packed_varlen_gva_one_token_last_sequence(monkeypatch):
+    """Packed [1, 70, 1] tokens (single-token first and last sequences around one of two chunks), GVA 1 -> 2
+    value heads, K = 12, V = 20, no dht; 3 persistent programs for the 8 (chunk, value head) items."""
+    monkeypatch.setitem(backward.LAUNCH, "programs", 3)
+    x = make(1, 72, 1, 2, 12, 20, seed=2, n_seqs=3)
+    check(x, cu_seqlens=torch.tensor([0, 1, 71, 72]), use_dht=False)
+
+
+def test_strong_gates_no_initial_state_vk_layout():
+    """g uniform in [-8, 0] per step with no bias (G reaches about -256 over a chunk: e(-G) would overflow
+    fp32), three chunks, K = 16, V = 24, [V, K] states, no h0."""
+    x = make(1, 150, 1, 1, 16, 24, seed=3, g_low=-8.0)
+    check(x, KDAOptions(state_layout="vk", scale=0.7), use_h0=False)
+
+
+def test_k_tiles():
+    """K = 130: four K-tiles of 64 in the pass, the prep and the split local kernels, the last with 2 valid
+    columns (the other cases have one tile), V = 20, packed [66, 4] tokens."""
+    check(make(1, 70, 1, 1, 130, 20, seed=11, n_seqs=2), cu_seqlens=torch.tensor([0, 66, 70]))
+
+
+def test_single_token_sequences():
+    check(make(3, 1, 1, 1, 8, 5, seed=4))
+
+
+def test_float64_inputs():
+    """float64 inputs: every product in float64 (ieee), two packed sequences, GVA."""
+    check(make(1, 80, 1, 2, 6, 7, seed=14, dtype=f64, n_seqs=2), cu_seqlens=torch.tensor([0, 79, 80]), bar=1e-12)
+
+
+def test_bf16_inputs():
+    """bf16 inputs (fp32 compute, bf16 gradients except dg and dh0), two chunks, K = 32, V = 16."""
+    check(make(1, 70, 1, 1, 32, 16, seed=5, dtype=torch.bfloat16), bar=1e-2)
+
+
+def test_matrix_local_kernel(monkeypatch):
+    """The chunked states and dS with the one-kernel matrix local kernel (LAUNCH["chunked_local"] = "matrix")."""
+    monkeypatch.setitem(backward.LAUNCH, "chunked_local", "matrix")
+    check(make(1, 70, 1, 1, 10, 12, seed=8, n_seqs=2), cu_seqlens=torch.tensor([0, 65, 70]), use_dht=False)
+
+
+def test_token_local_kernel(monkeypatch):
+    """The chunked states and dS with the token-step local kernel (LAUNCH["chunked_local"] = "tokens")."""
+    monkeypatch.setitem(backward.LAUNCH, "chunked_local", "tokens")
+    check(make(1, 70, 1, 2, 10, 12, seed=6, n_seqs=2), cu_seqlens=torch.tensor([0, 65, 70]))
+
+
+def test_rejects_unknown_modes(monkeypatch):
+    x = make(1, 3, 1, 1, 4, 4, seed=7)
+    args = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["do"])
+    monkeypatch.setitem(backward.LAUNCH, "chunked_local", "matrx")
+    with pytest.raises(ValueError, match="chunked_local"):
+        backward.kda_backward(*args)
+    monkeypatch.setitem(backward.LAUNCH, "mode", "chunkd")
+    with pytest.raises(ValueError, match="LAUNCH\\['mode'\\]"):
+        backward.kda_backward(*args)
+
+
+def test_training_through_in_kernel_options():
+    """kernels/autograd.py's training path (L2 norm, unbounded gate from g_raw / A_log / dt_bias, beta
+    logits) in the chunked mode: test_autograd.py's fp32-against-float64 check."""
+    from test_autograd import test_training_gradients_fp32_against_float64
+
+    test_training_gradients_fp32_against_float64("unbounded")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU: the compiled kernels at real head dims, tf32 products (the interpreter multiplies in fp32)
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("K,V,launch", [(128, 128, {}), (100, 60, {}), (256, 64, {}),
+                                        (128, 128, {"chunked_local": "matrix"}),
+                                        (128, 128, {"chunked_pass_precision": "tf32x3", "split_precision": "tf32x3",
+                                                    "split_bv": 32, "programs": 7})])
+def test_chunked_mode_on_gpu(K, V, launch, monkeypatch):
+    """K, V at real sizes (and odd, and K = 256), packed [700, 1, 333] tokens, GVA 1 -> 2, strong gates in the
+    last sequence, fp32 inputs: every gradient against float64 autograd within 5e-3 RMS-relative. tf32
+    products cost about 4e-4 (benchmarks/chunked_tf32_estimate.py; fla: 3e-3 from bf16 inputs); the bar leaves
+    room for that with strong gates, and catches a wrong term (1e-2 and more)."""
+    for key, val in launch.items():
+        monkeypatch.setitem(backward.LAUNCH, key, val)
+    x = make(1, 1034, 1, 2, K, V, seed=9, n_seqs=3)
+    x["g"][:, 701:] = torch.rand(1, 333, 2, K) * -8.0
+    check(x, cu_seqlens=torch.tensor([0, 700, 701, 1034]), bar=5e-3)  # check moves the inputs to the GPU
