@@ -256,23 +256,28 @@ untimed one is correct is far above it."""
 
 
 def digest_mismatches(got: Dict[str, Dict[str, Any]], want: Dict[str, Dict[str, Any]],
-                      atol: Dict[str, float], relative: float = DIGEST_RELATIVE,
+                      atol: Dict[str, float], relative: Optional[float] = DIGEST_RELATIVE,
                       rms_rel: Optional[Dict[str, Optional[float]]] = None) -> Dict[str, float]:
-    """Outputs whose digests differ by more than `relative` x the wanted norm + atol x sqrt(n) or, where
-    `rms_rel` gives an output's RMS-relative tolerance, by more than DIGEST_TOLERANCE_FACTOR x that x the wanted
-    norm (`full_norm` for an in-place output), with the largest difference as a fraction of the bound (inf when
-    non-finite or missing). The wanted digest is the judge's own: the bound never depends on what the solution's
-    process reports."""
+    """Outputs whose digests differ by more than the smaller of two bounds: `relative` x the wanted norm + atol x
+    sqrt(n) (none when `relative` is None) and, where `rms_rel` gives an output's RMS-relative tolerance rel,
+    DIGEST_TOLERANCE_FACTOR x rel x the wanted norm (`full_norm` for an in-place output), or x atol x sqrt(n)
+    where the reference's RMS is below atol: what compare_output lets an honest output be off by. The largest difference is given as a fraction of the bound (inf when non-finite or missing).
+    The wanted digest is the judge's own: the bound never depends on what the solution's process reports."""
     bad = {}
     for name, w in want.items():
         g = got.get(name)
         if g is None or g.get("n") != w["n"] or len(g.get("proj", [])) != len(w["proj"]):
             bad[name] = float("inf")
             continue
-        bound = relative * w["norm"] + atol.get(name, 0.0) * w["n"] ** 0.5
+        floor = atol.get(name, 0.0) * w["n"] ** 0.5
+        bounds = [relative * w["norm"] + floor] if relative is not None else []
         rel = (rms_rel or {}).get(name)
         if rel is not None:
-            bound = min(bound, DIGEST_TOLERANCE_FACTOR * rel * w.get("full_norm", w["norm"]))
+            whole = w.get("full_norm", w["norm"])  # compare_output's RMS-relative test, or atol below RMS atol
+            bounds.append(DIGEST_TOLERANCE_FACTOR * (rel * whole if whole >= floor else floor))
+        if not bounds:
+            continue
+        bound = min(bounds)
         diffs = [0.0 if a == b or (a != a and b != b) else abs(a - b)  # equal, or both NaN (x != x: NaN)
                  for a, b in zip(g["proj"] + [g["norm"]], w["proj"] + [w["norm"]])]
         worst = max(diffs) if all(d == d for d in diffs) else float("inf")

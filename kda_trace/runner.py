@@ -529,7 +529,7 @@ class WorkerContext:
         if failed:
             return S.INCORRECT_NUMERICAL, f"wrong on the inputs of {seen}: {failed}"
         # the untimed call passed; the timed one must be as close to the reference (judged by the reference's digest)
-        still = digest_mismatches(got, want, {}, relative=float("inf"), rms_rel=rms_rel)
+        still = digest_mismatches(got, want, atol, relative=None, rms_rel=rms_rel)
         if still:
             worst = ", ".join(f"{n} {v:.3g}x" for n, v in sorted(still.items()))
             return S.INCORRECT_NUMERICAL, (

@@ -158,3 +158,20 @@ def test_bit_checksums_tell_any_changed_element_and_agree_on_copies():
         assert bit_checksum(y.reshape(x.shape)) != bit_checksum(x)
     z = torch.zeros(8)
     assert bit_checksum(z) != bit_checksum(-z)  # -0.0 has other bits
+
+
+def test_the_tolerance_bound_falls_back_to_atol_for_a_tiny_reference():
+    """compare_output judges an output whose reference RMS is below atol by RMS error <= atol, not relatively:
+    an honest output there may be off by atol, and its digest must not be told from the reference's (else an
+    untimed call that passes could not settle the mismatch). A zero reference included."""
+    from kda_trace.integrity import digest_mismatches, output_digest
+
+    g = torch.Generator().manual_seed(4)
+    for scale in (0.0, 1e-4):
+        ref = {"o": scale * torch.randn(8, 64, generator=g)}
+        noise = torch.randn(8, 64, generator=g)
+        honest = {"o": ref["o"] + 1e-3 * noise / noise.pow(2).mean().sqrt()}  # RMS error = atol
+        want = output_digest(ref, 9)
+        assert digest_mismatches(output_digest(honest, 9), want, {"o": 1e-3}, relative=None, rms_rel={"o": 5e-3}) == {}
+        off = {"o": ref["o"] + 1e-1 * noise / noise.pow(2).mean().sqrt()}  # 100 x atol
+        assert set(digest_mismatches(output_digest(off, 9), want, {"o": 1e-3}, relative=None, rms_rel={"o": 5e-3})) == {"o"}
