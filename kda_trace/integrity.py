@@ -240,12 +240,18 @@ def inplace_bases(definition, inputs: Dict[str, Any]) -> Dict[str, torch.Tensor]
     return {out: inputs[name] for out, name in definition.inplace.items() if isinstance(inputs.get(name), torch.Tensor)}
 
 
-DIGEST_TOLERANCE_FACTOR = 4.0
-"""With an output's RMS-relative tolerance `rel`, two digests may also differ by no more than this x rel x the
-wanted norm (the whole output's, for an in-place pool): an output that passes its tolerance is within rel x
-norm of the reference, so each projection of the difference exceeds 4 x rel x norm with a chance of 6e-5. That
-bound, usually far below DIGEST_RELATIVE, is what keeps a timed repetition from being a few percent wrong
-(cheats.py::off_by_percent_when_timed). A false alarm costs one untimed call, never a verdict."""
+DIGEST_TOLERANCE_FACTOR = 2.0
+"""With an output's RMS-relative tolerance `rel`, a timed repetition's digest may also differ from the
+reference's by no more than this x rel x the reference's norm: usually far below DIGEST_RELATIVE, it is what
+keeps a timed repetition from being a few percent wrong (cheats.py::off_by_percent_when_timed). An honest output
+is within rel x norm, so a projection of its difference passes this with a chance of 95% at the very edge of
+the tolerance and all but surely at a third of it; a mismatch only costs an untimed call on the same inputs,
+which settles it (runner.check_timed_repetition, SAME_INPUTS_TOLERANCE_FACTOR)."""
+
+SAME_INPUTS_TOLERANCE_FACTOR = 1.0
+"""After a digest mismatch whose untimed call passed: the timed repetition's digest may differ from the untimed
+call's by no more than this x rel x norm (a deterministic solution's are identical; atomics differ far less).
+Further apart is INCORRECT_NUMERICAL: the solution's results vary from call to call by its whole tolerance."""
 
 
 SAME_INPUTS_RELATIVE = 0.05
@@ -257,10 +263,11 @@ untimed one is correct is far above it."""
 
 def digest_mismatches(got: Dict[str, Dict[str, Any]], want: Dict[str, Dict[str, Any]],
                       atol: Dict[str, float], relative: Optional[float] = DIGEST_RELATIVE,
-                      rms_rel: Optional[Dict[str, Optional[float]]] = None) -> Dict[str, float]:
+                      rms_rel: Optional[Dict[str, Optional[float]]] = None,
+                      factor: float = DIGEST_TOLERANCE_FACTOR) -> Dict[str, float]:
     """Outputs whose digests differ by more than the smaller of two bounds: `relative` x the wanted norm + atol x
     sqrt(n) (none when `relative` is None) and, where `rms_rel` gives an output's RMS-relative tolerance rel,
-    DIGEST_TOLERANCE_FACTOR x rel x the wanted norm (`full_norm` for an in-place output), or x atol x sqrt(n)
+    `factor` (DIGEST_TOLERANCE_FACTOR) x rel x the wanted norm (`full_norm` for an in-place output), or x atol x sqrt(n)
     where the reference's RMS is below atol: what compare_output lets an honest output be off by. The largest difference is given as a fraction of the bound (inf when non-finite or missing).
     The wanted digest is the judge's own: the bound never depends on what the solution's process reports."""
     bad = {}
@@ -274,7 +281,7 @@ def digest_mismatches(got: Dict[str, Dict[str, Any]], want: Dict[str, Dict[str, 
         rel = (rms_rel or {}).get(name)
         if rel is not None:
             whole = w.get("full_norm", w["norm"])  # compare_output's RMS-relative test, or atol below RMS atol
-            bounds.append(DIGEST_TOLERANCE_FACTOR * (rel * whole if whole >= floor else floor))
+            bounds.append(factor * (rel * whole if whole >= floor else floor))
         if not bounds:
             continue
         bound = min(bounds)

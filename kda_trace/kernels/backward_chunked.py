@@ -14,9 +14,9 @@ tests/kernels/chunk_backward_matrix.py):
     local:    dA_qk = (dO Vn^T)_lower, dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T, dgamma = rowsum(S * dSe),
               Y_v = X^T dVn (dv = beta Y_v), Y_k = X^T dW, dA_kk = (-(Y_v (beta v)^T + Y_k (beta Kb)^T) X^T)_strict,
               dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P), then dq, dk, dg with the decay-weighted
-              sums of dA_qk and dA_kk (backward.py's `_row_sums` / `_col_sums`, exp arguments <= 0).
+              sums of dA_qk and dA_kk (backward_blocks.py's `_row_sums` / `_col_sums`, exp arguments <= 0).
 Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
-1. `_prep_kernel`, per (chunk, value head), persistent programs: P and A_qk by backward.py's `_pair_matrix`, X by
+1. `_prep_kernel`, per (chunk, value head), persistent programs: P and A_qk by backward_blocks.py's `_pair_matrix`, X by
    forward substitution, then W, U, Qt, Kt (by K-tiles of 64 columns), gamma and dO2 = A_qk^T dO; with the
    split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32).
 2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over the sequence's chunks: the forward
@@ -43,7 +43,7 @@ import triton.language as tl
 
 CT = 64  # chunk length (backward.CT)
 
-from kda_trace.kernels.backward import _chunk_span, _col_sums, _pair_matrix, _row_sums
+from kda_trace.kernels.backward_blocks import _chunk_span, _col_sums, _pair_matrix, _row_sums
 
 
 @triton.jit(do_not_specialize=["scale", "n_work"])
@@ -416,7 +416,7 @@ def _local_k_kernel(
     PREC: tl.constexpr,
 ):
     """Work items (chunk, value head), n_work of them, shared out over the programs: the decay-weighted sums
-    of M1 and M2 (3b's, in the first copies of dAqk and XdXv; backward.py's `_row_sums`, `_col_sums`), then
+    of M1 and M2 (3b's, in the first copies of dAqk and XdXv; backward_blocks.py's `_row_sums`, `_col_sums`), then
     dq, dk (per value head) and dg by K-tiles of at most 64 columns, with 3a's dQt, dKt, dgamma (partial
     copies added up) and 3b's Y_k and d1. Scratch per program: the gates [CT, BK] and three [CT, BK] sums."""
     BKT: tl.constexpr = 64 if BK > 64 else BK

@@ -32,8 +32,10 @@ CPU_CHEATS = {
     "lazy_when_timed": "REWARD_HACK",
     "wrong_unless_judged_whole": "INCORRECT_NUMERICAL",
     "asks_seeds_ahead": "REWARD_HACK",
-    "off_by_percent_when_timed": "INCORRECT_NUMERICAL",
 }
+ONE_OF = {"off_by_percent_when_timed": {"INCORRECT_NUMERICAL", "REWARD_HACK"}}
+"""Fixtures whose status depends on the draw: a timed repetition 3% off differs from the untimed call's by more
+than 5% (REWARD_HACK) in some random projections and not in others (INCORRECT_NUMERICAL). Never PASSED."""
 ROW_DEFECTS = ("row_zeroed", "row_from_neighbour", "row_stale", "state_row_zeroed")
 
 
@@ -51,7 +53,7 @@ def toy_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("cheats")
     argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--out", str(out)]
     # the cheats go first: a patch they make must not reach the honest solutions evaluated after them
-    argv += [a for name in CPU_CHEATS for a in ("--solution", f"{CHEATS}::{name}")]
+    argv += [a for name in [*CPU_CHEATS, *ONE_OF] for a in ("--solution", f"{CHEATS}::{name}")]
     argv += ["--solution", f"{CHEATS}::honest", "--solution", f"{BAD}::good"]
     assert main(argv) == 1
     return statuses(out)
@@ -69,8 +71,9 @@ def test_cheats_never_pass_and_say_what_was_seen(toy_run):
     assert "_Lazy, not a plain torch.Tensor" in logs["lazy_tensor"]
     assert "wrong on the inputs of timed repetition" in logs["wrong_unless_judged_whole"]
     assert "outside the timing loop" in logs["asks_seeds_ahead"]
-    assert "x the RMS-relative tolerance" in logs["off_by_percent_when_timed"]
-    assert "an untimed call on the same inputs passed" in logs["off_by_percent_when_timed"]
+    for name, allowed in ONE_OF.items():
+        assert toy_run[name][0]["status"] in allowed, toy_run[name][0]
+        assert "timed repetition" in toy_run[name][0]["log"]
     assert "timed repetition" in logs["lazy_when_timed"] and "_Lazy" in logs["lazy_when_timed"]
 
 
