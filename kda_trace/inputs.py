@@ -126,15 +126,20 @@ def file_identity(path: Path) -> Tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_ctime_ns
 
 
+def stored_input_paths(workload: Workload, root: Path) -> Iterable[str]:
+    """The resolved paths of the safetensors files a workload names (as _load_safetensors resolves them)."""
+    for source in workload.inputs.values():
+        if isinstance(source, SafetensorsInput):
+            yield str((Path(root) / source.path).resolve())
+
+
 def input_files(workloads: Iterable[Workload], root: Path) -> Dict[str, Tuple[int, int, int]]:
     """file_identity of every safetensors file that these workloads name (and that exists), by resolved path."""
     found = {}
     for w in workloads:
-        for source in w.inputs.values():
-            if isinstance(source, SafetensorsInput):
-                path = (Path(root) / source.path).resolve()
-                if path.is_file() and str(path) not in found:
-                    found[str(path)] = file_identity(path)
+        for path in stored_input_paths(w, root):
+            if path not in found and Path(path).is_file():
+                found[path] = file_identity(Path(path))
     return found
 
 

@@ -467,9 +467,9 @@ class WorkerContext:
     def pinned_files(self, w: Workload) -> Dict[str, List[int]]:
         """The run's record of this workload's stored input files, for the solution's process, which makes its
         own inputs from them (inputs.pin_input_files)."""
-        from .inputs import input_files
+        from .inputs import stored_input_paths
 
-        return {p: list(self.config.input_files[p]) for p in input_files([w], self.config.dataset_root)
+        return {p: list(self.config.input_files[p]) for p in stored_input_paths(w, self.config.dataset_root)
                 if p in self.config.input_files}
 
     def check_timed_repetition(self, d: Definition, host, digests, fresh: "FreshReferences",
