@@ -162,6 +162,33 @@ def _rev_tile(b_d, W, Qt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_do, b_dvn,
 
 
 @triton.jit
+def _load_tiles(p, off_s, m0, m1, m2, m3, NKT: tl.constexpr, TS: tl.constexpr, BKT: tl.constexpr,
+                BV: tl.constexpr, ACC: tl.constexpr):
+    """The K-tiles of a [K, V] state at p (tile j at p + j * TS), as ACC; tiles past NKT are zeros."""
+    t0 = tl.load(p + off_s, mask=m0, other=0.0).to(ACC)
+    t1 = tl.zeros([BKT, BV], dtype=ACC)
+    t2 = tl.zeros([BKT, BV], dtype=ACC)
+    t3 = tl.zeros([BKT, BV], dtype=ACC)
+    if NKT > 1:
+        t1 = tl.load(p + TS + off_s, mask=m1, other=0.0).to(ACC)
+    if NKT > 2:
+        t2 = tl.load(p + 2 * TS + off_s, mask=m2, other=0.0).to(ACC)
+        t3 = tl.load(p + 3 * TS + off_s, mask=m3, other=0.0).to(ACC)
+    return t0, t1, t2, t3
+
+
+@triton.jit
+def _store_tiles(p, off_s, t0, t1, t2, t3, m0, m1, m2, m3, NKT: tl.constexpr, TS: tl.constexpr):
+    """Store the K-tiles of a [K, V] state at p (tile j at p + j * TS)."""
+    tl.store(p + off_s, t0, mask=m0)
+    if NKT > 1:
+        tl.store(p + TS + off_s, t1, mask=m1)
+    if NKT > 2:
+        tl.store(p + 2 * TS + off_s, t2, mask=m2)
+        tl.store(p + 3 * TS + off_s, t3, mask=m3)
+
+
+@triton.jit
 def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
@@ -194,32 +221,19 @@ def _state_pass_kernel(
     m1 = (BKT + o_kt < K)[:, None] & m_v[None, :]
     m2 = (2 * BKT + o_kt < K)[:, None] & m_v[None, :]
     m3 = (3 * BKT + o_kt < K)[:, None] & m_v[None, :]
-    T1: tl.constexpr = BKT * V  # offset of tile 1 in a state
-    T2: tl.constexpr = 2 * BKT * V
-    T3: tl.constexpr = 3 * BKT * V
+    TS: tl.constexpr = BKT * V  # offset of tile 1 in a state
 
     s0 = tl.zeros([BKT, BV], dtype=ACC)
     s1 = tl.zeros([BKT, BV], dtype=ACC)
     s2 = tl.zeros([BKT, BV], dtype=ACC)
     s3 = tl.zeros([BKT, BV], dtype=ACC)
     if USE_H0:
-        s0 = tl.load(h0 + s_seq + off_s, mask=m0, other=0.0).to(ACC)
-        if NKT > 1:
-            s1 = tl.load(h0 + s_seq + T1 + off_s, mask=m1, other=0.0).to(ACC)
-        if NKT > 2:
-            s2 = tl.load(h0 + s_seq + T2 + off_s, mask=m2, other=0.0).to(ACC)
-            s3 = tl.load(h0 + s_seq + T3 + off_s, mask=m3, other=0.0).to(ACC)
+        s0, s1, s2, s3 = _load_tiles(h0 + s_seq, off_s, m0, m1, m2, m3, NKT, TS, BKT, BV, ACC)
     for c in range(n_chunks):
         r0 = bos + c * CT  # the chunk's first row
         i_g = (c0 + c) * HV + i_hv  # its (chunk, value head) index
         m_t = o_t < n_tok - c * CT
-        p_st = states + i_g * (K * V)
-        tl.store(p_st + off_s, s0, mask=m0)
-        if NKT > 1:
-            tl.store(p_st + T1 + off_s, s1, mask=m1)
-        if NKT > 2:
-            tl.store(p_st + T2 + off_s, s2, mask=m2)
-            tl.store(p_st + T3 + off_s, s3, mask=m3)
+        _store_tiles(states + i_g * (K * V), off_s, s0, s1, s2, s3, m0, m1, m2, m3, NKT, TS)
         if c < n_chunks - 1:  # the last chunk's end state is not needed
             # Vn = U - W S, then S_end = diag(gamma) S + Kt^T Vn
             b_vn = tl.load(U + (r0 * HV + i_hv) * V + off_tv, mask=m_t[:, None] & m_v[None, :], other=0.0)
@@ -241,25 +255,14 @@ def _state_pass_kernel(
     d2 = tl.zeros([BKT, BV], dtype=ACC)
     d3 = tl.zeros([BKT, BV], dtype=ACC)
     if USE_DHT:
-        d0 = tl.load(dht + s_seq + off_s, mask=m0, other=0.0).to(ACC)
-        if NKT > 1:
-            d1 = tl.load(dht + s_seq + T1 + off_s, mask=m1, other=0.0).to(ACC)
-        if NKT > 2:
-            d2 = tl.load(dht + s_seq + T2 + off_s, mask=m2, other=0.0).to(ACC)
-            d3 = tl.load(dht + s_seq + T3 + off_s, mask=m3, other=0.0).to(ACC)
+        d0, d1, d2, d3 = _load_tiles(dht + s_seq, off_s, m0, m1, m2, m3, NKT, TS, BKT, BV, ACC)
     for cr in range(n_chunks):
         c = n_chunks - 1 - cr
         r0 = bos + c * CT
         i_g = (c0 + c) * HV + i_hv
         m_t = o_t < n_tok - c * CT
         m_tv = m_t[:, None] & m_v[None, :]
-        p_ds = dstates + i_g * (K * V)
-        tl.store(p_ds + off_s, d0, mask=m0)
-        if NKT > 1:
-            tl.store(p_ds + T1 + off_s, d1, mask=m1)
-        if NKT > 2:
-            tl.store(p_ds + T2 + off_s, d2, mask=m2)
-            tl.store(p_ds + T3 + off_s, d3, mask=m3)
+        _store_tiles(dstates + i_g * (K * V), off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, TS)
         # dVn = A_qk^T dO + Kt dS_end, then dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn
         b_dvn = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0)
         b_dvn += tl.dot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, input_precision=PREC)
@@ -275,12 +278,7 @@ def _state_pass_kernel(
         if NKT > 2:
             d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
             d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
-    tl.store(dh0 + s_seq + off_s, d0, mask=m0)
-    if NKT > 1:
-        tl.store(dh0 + s_seq + T1 + off_s, d1, mask=m1)
-    if NKT > 2:
-        tl.store(dh0 + s_seq + T2 + off_s, d2, mask=m2)
-        tl.store(dh0 + s_seq + T3 + off_s, d3, mask=m3)
+    _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, TS)
 
 
 # ----------------------------------------------------------------------------------------------------
