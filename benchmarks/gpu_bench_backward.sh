@@ -13,15 +13,16 @@
 #     with --parts: exact, chunked (split local kernels, tf32 products), chunked with the one-kernel matrix local,
 #     and chunked with every product tf32x3;
 # chunked_accuracy: every gradient of the chunked mode against float64 (tf32, then tf32x3 products); "accuracy"
-#     gives fla's and the exact mode's. Logs in $OUT.
+#     gives fla's and the exact mode's. CHUNKED_LAUNCHES / ACCURACY_LAUNCHES override the LAUNCH settings of the two;
+#     TESTS overrides the test files. Logs in $OUT.
 set -o pipefail
 fla_s=${1:-900}
 source benchmarks/gpu_env.sh
 phases=" ${PHASES:-tests ours fla accuracy} "
 shapes=h32_dense_1x16384,h32_varlen_real_65536,h96_dense_1x8192_safe_l2
 if [[ $phases == *" tests "* ]]; then
-    python3 -m pytest tests/kernels/test_backward.py tests/kernels/test_backward_chunked.py tests/kernels/test_autograd.py \
-        tests/kernels/test_gate.py \
+    python3 -m pytest ${TESTS:-tests/kernels/test_backward.py tests/kernels/test_backward_chunked.py tests/kernels/test_autograd.py \
+        tests/kernels/test_gate.py} \
         -o addopts= -m gpu -q -p no:cacheprovider -rfEs 2>&1 | tail -15 | tee "$OUT/pytest_backward_gpu.txt"
 fi
 if [[ $phases == *" ours "* ]]; then
@@ -47,15 +48,15 @@ if [[ $phases == *" matrix "* ]]; then
     done
 fi
 if [[ $phases == *" chunked "* ]]; then
-    for launch in mode=exact mode=chunked mode=chunked,chunked_local=matrix \
-                  mode=chunked,chunked_precision=tf32x3,chunked_pass_precision=tf32x3,split_precision=tf32x3; do
+    for launch in ${CHUNKED_LAUNCHES:-mode=exact mode=chunked mode=chunked,chunked_local=matrix \
+                  mode=chunked,chunked_precision=tf32x3,chunked_pass_precision=tf32x3,split_precision=tf32x3}; do
         echo "== LAUNCH $launch" | tee -a "$OUT/bwd_chunked.txt"
         python3 benchmarks/bench_backward.py --no-fla --parts --shapes "$shapes" --launch "$launch" 2>&1 \
             | tee -a "$OUT/bwd_chunked.txt"
     done
 fi
 if [[ $phases == *" chunked_accuracy "* ]]; then
-    for launch in mode=chunked mode=chunked,chunked_precision=tf32x3,chunked_pass_precision=tf32x3,split_precision=tf32x3; do
+    for launch in ${ACCURACY_LAUNCHES:-mode=chunked mode=chunked,chunked_precision=tf32x3,chunked_pass_precision=tf32x3,split_precision=tf32x3}; do
         echo "== LAUNCH $launch" | tee -a "$OUT/bwd_chunked_accuracy.txt"
         timeout -s INT -k 15 280 python3 benchmarks/bench_backward.py --no-fla --no-speed --accuracy \
             --launch "$launch" 2>&1 | tee -a "$OUT/bwd_chunked_accuracy.txt"

@@ -16,7 +16,7 @@ mkdir -p "$TRITON_CACHE_DIR"
     git log -1 --format='commit %H' 2>/dev/null
 } > "$OUT/env_${PHASE}.txt" 2>&1
 stop=$1; shift
-run_dir=.gpu_out/$PHASE
+run_dir=.gpu_out/${RUN_NAME:-$PHASE}  # RUN_NAME: a second run directory in one call
 # CHEATS overrides the fixtures: names in tests/runner/cheats.py, or FILE.py::NAME (the red team's in redteam.py)
 cheats=(${CHEATS:-honest row_zeroed row_from_neighbour row_stale state_row_zeroed patches_timer patches_harness thread_fill
         side_stream returns_input_memory gc_scan caller_frames empty_like illegal_address forged_pass forges_trace_files
@@ -42,9 +42,9 @@ stress)
 esac
 start=$(date +%s)
 timeout -s INT -k 30 "$stop" python3 -m kda_trace.cli run "${args[@]}" --timeout 400 --out "$run_dir" --resume "$@" \
-    2>&1 | tee -a "$OUT/${PHASE}_log.txt" | grep -v "^REWARD_HACK\|^INCORRECT\|^RUNTIME_ERROR" | tail -60
-echo "kda-trace run exit status $? after $(($(date +%s) - start)) s" | tee -a "$OUT/${PHASE}_log.txt"
-python3 -m kda_trace.cli report "$run_dir" > "$OUT/${PHASE}_report_log.txt" 2>&1
-python3 benchmarks/row_margins.py "$run_dir" 2>&1 | tee "$OUT/${PHASE}_margins.txt" | tail -40
+    2>&1 | tee -a "$OUT/${RUN_NAME:-$PHASE}_log.txt" | grep -v "^REWARD_HACK\|^INCORRECT\|^RUNTIME_ERROR" | tail -60
+echo "kda-trace run exit status $? after $(($(date +%s) - start)) s" | tee -a "$OUT/${RUN_NAME:-$PHASE}_log.txt"
+python3 -m kda_trace.cli report "$run_dir" > "$OUT/${RUN_NAME:-$PHASE}_report_log.txt" 2>&1
+python3 benchmarks/row_margins.py "$run_dir" 2>&1 | tee "$OUT/${RUN_NAME:-$PHASE}_margins.txt" | tail -40
 find .gpu_out/triton -type f ! -name '*.autotune.json' -delete
-tar czf "$OUT/${PHASE}.tar.gz" "$run_dir" .gpu_out/triton
+tar czf "$OUT/${RUN_NAME:-$PHASE}.tar.gz" "$run_dir" .gpu_out/triton
