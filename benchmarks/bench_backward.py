@@ -17,10 +17,9 @@ through the plain token-by-token recurrence (segments of 64 tokens re-run under 
 dataset's backward reference), on smaller shapes (the float64 loop is slow).
 
 `--bv` / `--warps` / `--seg`: the local reverse kernel's V-tile, warps and scratch segment (kernels/backward.py
-LAUNCH) for a sweep; `--launch` sets any LAUNCH key (programs, map_bx, pass_bv, pass_rows, ...; `local=matrix`
-for the matrix-form local kernel, the A/B of issue 16 step 2; `mode=chunked` for the chunked mode,
-kernels/backward_chunked.py, with its precisions chunked_precision, chunked_pass_precision, split_precision, e.g.
-`--launch mode=chunked,split_precision=tf32x3`). `--parts`: per
+LAUNCH) for a sweep; `--launch` sets any LAUNCH key (programs, map_bx, pass_bv, pass_rows, ...; `mode=exact` for
+the exact mode, `mode=chunked` (the default) with its precisions chunked_precision, chunked_pass_precision,
+split_precision, e.g. `--launch split_precision=tf32x3`). `--parts`: per
 shape, the GPU time of each kernel of one backward (torch.profiler), to see where the backward's time goes.
 """
 
@@ -265,7 +264,7 @@ def main():
         key, _, val = item.partition("=")
         if key not in ours_bwd.LAUNCH:
             raise SystemExit(f"--launch: unknown key {key!r} (LAUNCH has {', '.join(ours_bwd.LAUNCH)})")
-        ours_bwd.LAUNCH[key] = int(val) if val.lstrip("-").isdigit() else val  # local=matrix: a name
+        ours_bwd.LAUNCH[key] = int(val) if val.lstrip("-").isdigit() else val  # mode=exact: a name
     versions = f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
     if not a.no_fla:
         import fla

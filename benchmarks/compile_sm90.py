@@ -158,14 +158,6 @@ def main() -> int:
                 what = {n: c[n] for n in ("WHAT", "BR") if n in c}
                 print(f"backward {name} {acc} K={K} V={V} {what} BV={bv} warps={warps} seg={seg}: ok",
                       *extra)
-    # the matrix-form local kernel (LAUNCH["local"] = "matrix"): whole K and V per program
-    for acc, K, V in (("fp32", 128, 128), ("fp64", 32, 32)):  # about 2.5 min on 2 CPU cores (100 x 60: ok too)
-        c = dict(H=8, HV=16, K=K, V=V, BK=triton.next_power_of_2(K), BV=triton.next_power_of_2(V), CT=64,
-                 PREC="ieee" if acc == "fp64" else backward.LAUNCH["matrix_precision"])
-        k = compile_kernel(backward._local_matrix_kernel, backward_signatures(acc)["local"], c,
-                           backward.LAUNCH["matrix_warps"] or 8)
-        extra = ptxas_report(k) if a.spills and acc == "fp32" else []
-        print(f"backward local_matrix {acc} K={K} V={V}: ok", *extra)
     for code in (1, 2):
         sig = {"g_raw": "*bf16", "A_log": "*fp32", "dt_bias": "*fp32", "g": "*fp32", "n_rows": "i64",
                "lower_bound": "fp32"}

@@ -3,17 +3,15 @@
 #     [PHASES="tests ours sweep fla accuracy"] bash benchmarks/gpu_bench_backward.sh [FLA_S]
 # tests: the GPU tests of the gate, backward (exact and chunked modes) and autograd modules (the int64 stress test
 #     with -m stress, separately);
-# ours: ours alone (fwd+bwd, bwd) on the issue's shapes, with the GPU time of each backward kernel;
-# sweep: the local reverse's V-tile, warps, scratch segment and programs, the chunk maps' and pass's tiles, at 32
-#     heads x 16384 tokens;
+# ours: ours alone (fwd+bwd, bwd; the default chunked mode) on the issue's shapes, with the GPU time of each backward kernel;
+# sweep: the exact mode's local reverse V-tile, warps, scratch segment and programs, the chunk maps' and pass's
+#     tiles, at 32 heads x 16384 tokens;
 # fla: ours against fla's chunk_kda, fla autotuned on each shape, at most FLA_S s (default 900);
 # accuracy: every gradient of ours and fla against float64 autograd;
-# matrix: the local kernel's A/B, token steps against the matrix form (speed with --parts, and accuracy);
-# chunked: the chunked mode (LAUNCH mode=chunked, kernels/backward_chunked.py) beside the default exact mode, speed
-#     with --parts: exact, chunked (split local kernels, tf32 products), chunked with the one-kernel matrix local,
-#     and chunked with every product tf32x3;
+# chunked: the chunked mode (the default, kernels/backward_chunked.py) beside the exact mode, speed with --parts:
+#     chunked (split local kernels, tf32 products), exact, and chunked with every product tf32x3;
 # chunked_accuracy: every gradient of the chunked mode against float64 (tf32, then tf32x3 products); "accuracy"
-#     gives fla's and the exact mode's. CHUNKED_LAUNCHES / ACCURACY_LAUNCHES override the LAUNCH settings of the two;
+#     gives fla's and the default mode's. CHUNKED_LAUNCHES / ACCURACY_LAUNCHES override the LAUNCH settings of the two;
 #     TESTS overrides the test files. Logs in $OUT.
 set -o pipefail
 fla_s=${1:-900}
@@ -34,21 +32,11 @@ if [[ $phases == *" sweep "* ]]; then
                "16 4 16 pass_rows=32"; do
         read -r bv warps seg launch <<< "$cfg"
         python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384 --bv "$bv" --warps "$warps" --seg "$seg" \
-            --launch "$launch" 2>&1 | tee -a "$OUT/bwd_sweep.txt"
-    done
-fi
-if [[ $phases == *" matrix "* ]]; then
-    # the local kernel by token steps against the matrix form (LAUNCH["local"]), speed and accuracy
-    for local in tokens matrix; do
-        echo "== LAUNCH local=$local" | tee -a "$OUT/bwd_local_ab.txt"
-        python3 benchmarks/bench_backward.py --no-fla --parts --shapes "$shapes" --launch "local=$local" 2>&1 \
-            | tee -a "$OUT/bwd_local_ab.txt"
-        timeout -s INT -k 15 600 python3 benchmarks/bench_backward.py --no-fla --no-speed --accuracy \
-            --launch "local=$local" 2>&1 | tee -a "$OUT/bwd_local_ab.txt"
+            --launch "mode=exact,$launch" 2>&1 | tee -a "$OUT/bwd_sweep.txt"
     done
 fi
 if [[ $phases == *" chunked "* ]]; then
-    for launch in ${CHUNKED_LAUNCHES:-mode=exact mode=chunked mode=chunked,chunked_local=matrix \
+    for launch in ${CHUNKED_LAUNCHES:-mode=chunked mode=exact \
                   mode=chunked,chunked_precision=tf32x3,chunked_pass_precision=tf32x3,split_precision=tf32x3}; do
         echo "== LAUNCH $launch" | tee -a "$OUT/bwd_chunked.txt"
         python3 benchmarks/bench_backward.py --no-fla --parts --shapes "$shapes" --launch "$launch" 2>&1 \

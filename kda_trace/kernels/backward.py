@@ -1,5 +1,12 @@
-"""KDA backward (dq, dk, dv, dg, dbeta, dh0 from do and dht) in Triton, parallel over chunks: exact (fp32, or
-float64 for float64 inputs) gradients of the token recurrence, computed in three kernels.
+"""KDA backward (dq, dk, dv, dg, dbeta, dh0 from do and dht) in Triton, parallel over chunks, in two modes
+(LAUNCH["mode"]):
+- "chunked" (the default; "Chunked mode" below, kernels/backward_chunked.py): the chunked forward's matrix form
+  with tf32 products; on the H100 at 32 heads x 16384 tokens 56 ms forward + backward against the exact mode's
+  132 ms, and more accurate than fla's chunk_kda on every gradient (benchmarks/RESULTS.md);
+- "exact": fp32 (float64 for float64 inputs) gradients of the token recurrence, in three kernels (below).
+float64 inputs get float64 gradients in both modes (every product in ieee float64).
+
+Exact mode.
 
 Per token t, with a_t = exp(g_t) (g_t <= 0), the forward (KDA.md) is
     S' = diag(a_t) S_{t-1};  r = v_t - S'^T k_t;  S_t = S' + beta_t k_t r^T;  o_t = S_t^T (scale q_t)
@@ -33,14 +40,6 @@ Kernels, in launch order:
    per segment, the forward from its start keeps its SEG states S_{t-1} in the scratch, then the reverse
    steps through them. The programs are persistent (a bounded number, each looping over
    work items) so that the scratch is sized by the programs, not by the chunks.
-3'. (LAUNCH["local"] = "matrix", off by default until timed) `_local_matrix_kernel` instead of 3, per (chunk, value
-   head), whole K and V: the chunk's gradients from its checkpoint and dS_end in the chunked forward's matrix
-   form (A_kk, A_qk, X = (I + A_kk)^-1 by forward substitution, W, U, Vn, then dVn, dA_qk, dX, dA_kk = -X^T dX X^T,
-   ...; derivation and float64 oracle in tests/kernels/chunk_backward_matrix.py): [64, 64] x [64, K|V] products
-   (LAUNCH["matrix_precision"], tf32x3), the decay-weighted sums by 16-row blocks anchored at a block's first row
-   (exp arguments <= 0; element-wise on the diagonal blocks), every G difference summed from the gates (no
-   difference of two cumulative sums, which would cost fp32 accuracy under strong gates). Scratch per program:
-   the gates, three [64, K] sums and two [64, 64] matrices.
 V-tiles are independent (the recurrence never mixes V columns of the state); their contributions to dq, dk,
 dg and dbeta (sums over V) are added into fp32 buffers with atomic adds (one V-tile per item under the
 interpreter, where the sums are then deterministic).
@@ -55,9 +54,9 @@ Nothing is kept from the forward: everything is recomputed from q, k, v, g, beta
 states, kernels/chunk.py's output_chunk_states, would spare B_c and half the pass, but the chunked forward
 rounds S to bf16 in its products, which would cost the gradients their fp32 accuracy.)
 
-Chunked mode (LAUNCH["mode"] = "chunked", off by default until timed; kernels/backward_chunked.py): trades the
-exact mode's fp32 accuracy for speed, to be no worse than fla's chunk_kda (RMS-relative 3e-3 on every gradient
-with bf16 inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are never formed:
+Chunked mode (LAUNCH["mode"] = "chunked", the default; kernels/backward_chunked.py): trades the exact mode's
+fp32 accuracy for speed, to be no worse than fla's chunk_kda (RMS-relative 3e-3 on every gradient with bf16
+inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are never formed:
 1. `_prep_kernel`, per (chunk, value head), parallel: the chunked forward's A_kk, A_qk (decay-weighted 16-row
    blocks, exp arguments <= 0), X = (I + A_kk)^-1 by forward substitution, W, U, Qt, Kt, gamma and A_qk^T dO.
 2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over chunks: S_start(c + 1) =
@@ -66,11 +65,16 @@ with bf16 inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps
 3. the local gradients from S_start and dS_end, LAUNCH["chunked_local"]: "split" (default) = `_local_v_kernel`
    (per chunk, value head and V-tile: the sums over V, one partial copy per V-tile), `_local_da_kernel` (Y_k,
    dA_kk, dbeta, the two matrices of the decay-weighted sums) and `_local_k_kernel` (those sums, dq, dk, dg by
-   K-tiles), the formulas of `_local_matrix_kernel` below from the prep's X, P, W, U, Kt; or "matrix" / "tokens"
-   (kernel 3' / 3 from the same states).
+   K-tiles), from the prep's X, P, W, U, Kt (the formulas and their float64 oracle:
+   tests/kernels/chunk_backward_matrix.py); or "tokens" (the exact mode's kernel 3 from the same states). A
+   one-kernel matrix form of 3 (whole K and V per chunk) was deleted: it needs 256 KiB of shared memory at
+   K = V = 128, past the H100's 227 KiB.
 Precision: fp32 storage and accumulation; products on tensor cores in tf32 (LAUNCH["chunked_precision"],
-["chunked_pass_precision"], ["split_precision"]; tf32x3 each on request), about 4e-4 RMS-relative on every
-gradient by a CPU estimate (benchmarks/chunked_tf32_estimate.py); ieee for float64 inputs. The states come from
+["chunked_pass_precision"], ["split_precision"]; tf32x3 each on request); ieee for float64 inputs. Measured on
+the H100 (bf16 inputs, 32 heads x 1024 tokens, RMS-relative against float64): dq 1.8e-3, dk 2.0e-3, dv 1.9e-3,
+dg 1.1e-3, dbeta 2.0e-3, dh0 4.2e-4, against fla's 2.9e-3, 3.3e-3, 3.0e-3, 2.8e-3, 2.8e-3, 1.6e-3 (dq, dk, dv,
+dbeta are bf16 outputs: their rounding alone is about 1.7e-3; the CPU estimate of the tf32 cost,
+benchmarks/chunked_tf32_estimate.py, said 4e-4). The states come from
 the prep's fp32 W, U, Kt, not from kernels/chunk.py's bf16 products (see above). Memory beyond inputs and
 gradients (fp32, K = V = 128, V-tiles of 64; per token and value head): the prep's W, Qt, Kt, U, A_qk^T dO, X, P
 (3 KiB), states and dS_end (2 KiB), 3a's partial sums (two copies of dQt, dKt, dW and of two [CT, CT] rows:
@@ -92,7 +96,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kda_trace.kernels.backward_blocks import _chunk_span, _col_sums, _pair_matrix, _row_sums
+from kda_trace.kernels.backward_blocks import _chunk_span
 from kda_trace.kernels.options import KDAOptions
 
 CT = 64  # chunk length (tokens); equals chunk.BT so the chunk tables of chunk.py serve here
@@ -109,23 +113,17 @@ _DEFAULT_OPTIONS = KDAOptions()
 LAUNCH = {"bv": None, "warps": None, "seg": None, "programs": None, "map_bx": None, "map_warps": None,
           "pass_bv": None, "pass_rows": None, "pass_warps": None}
 PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, about fp32 accuracy
-# local: the per-chunk gradients by token steps ("tokens", `_local_kernel`, the default) or in matrix form
-# ("matrix", `_local_matrix_kernel`: [64, 64] x [64, K|V] products, whole K and V per (chunk, value head); not
-# timed yet, the lead flips the default after an A/B with benchmarks/bench_backward.py --local).
-# matrix_precision: its fp32 products on a GPU (tf32x3: three tf32 MMAs, about fp32 accuracy; float64 inputs
-# always ieee). matrix_warps: its warps (8).
-LAUNCH.update({"local": "tokens", "matrix_precision": "tf32x3", "matrix_warps": None})
-# mode: "exact" (the default: kernels 1 to 3 above) or "chunked" (untimed; module docstring, "Chunked mode"). Its
-# keys: chunked_local, its local kernels ("split", the default: backward_chunked.py's three; "matrix":
-# `_local_matrix_kernel`; "tokens": `_local_kernel`). Precisions on a GPU (float64 inputs always ieee):
+# mode: "chunked" (the default; module docstring, "Chunked mode") or "exact" (kernels 1 to 3 of the docstring).
+# Chunked mode's keys: chunked_local, its local kernels ("split", the default: backward_chunked.py's three;
+# "tokens": `_local_kernel`). Precisions on a GPU (float64 inputs always ieee):
 # chunked_precision (the prep kernel's products), chunked_pass_precision (the sequential pass's) and
 # split_precision (the split local kernels'), tf32 each: operands rounded to 2^-11 relative, against fla's bf16
-# at 2^-8; about 4e-4 RMS-relative on every gradient (benchmarks/chunked_tf32_estimate.py, fla: 3e-3). tf32x3
+# at 2^-8 (measured: module docstring, "Precision"). tf32x3
 # (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). Tiles and warps:
 # prep_warps (8); chunked_pass_bv / _warps / _stages (16 up to 64 sequence-heads, else 32 / 4 / 1: 203 / 222
 # registers, no spill; 3 stages or BV 64 spill);
 # split_bv (the V-tile of 3a, 64) and split_v_warps / split_da_warps / split_k_warps (8 each).
-LAUNCH.update({"mode": "exact", "chunked_local": "split", "chunked_precision": "tf32",
+LAUNCH.update({"mode": "chunked", "chunked_local": "split", "chunked_precision": "tf32",
                "chunked_pass_precision": "tf32", "split_precision": "tf32", "prep_warps": None,
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
                "split_v_warps": None, "split_da_warps": None, "split_k_warps": None})
@@ -387,152 +385,6 @@ def _local_kernel(
 
 
 # ----------------------------------------------------------------------------------------------------
-# 3'. (LAUNCH["local"] = "matrix") per chunk, in parallel: the chunk's gradients in matrix form
-# ----------------------------------------------------------------------------------------------------
-# The formulas and their derivation: tests/kernels/chunk_backward_matrix.py (the float64 oracle). Products of
-# decay-weighted operands are taken by 16-row blocks anchored at the row block's first row a:
-# e(G_i - G_j) = e(G_i - G_a) e(G_a - G_j), both arguments <= 0 for j in an earlier block; inside the 16x16
-# diagonal blocks the sum is element-wise with e(G_i - G_j) per pair. No exp ever has a positive argument.
-# Every difference G_x - G_y (x > y) is summed from the gates, sum_{y < t <= x} g_t (all terms <= 0, so no
-# cancellation), never taken as the difference of two cumulative sums from the chunk start: those reach
-# 64 |g| (-2560 with gates at -40), and their fp32 difference would lose about 1e-7 * |G| absolute, a relative
-# error of 1e-4 in e(g) for a weak gate after strong ones. Blocks: MB = 16 rows (set in each function). The
-# block helpers (_pair_matrix, _row_sums, _col_sums) are in kernels/backward_blocks.py, shared with the chunked mode.
-
-
-@triton.jit(do_not_specialize=["scale", "n_work"])
-def _local_matrix_kernel(
-    q, k, v, g, beta, do, states, dstates, dq, dk, dv, dg, dbeta, scratch, cu_seqlens, chunk_indices,
-    scale, n_work,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr,
-):
-    """Work items (chunk, value head), n_work of them, shared out over the programs: the chunk's dq, dk (per
-    value head), dv, dg, dbeta from its start state and dS at its end, by the matrix-form formulas (whole K
-    and V per item). Scratch per program: G, three [CT, BK] sums, two [CT, CT] matrices."""
-    ACC: tl.constexpr = states.dtype.element_ty
-    pid = tl.program_id(0).to(tl.int64)
-    p_gs = scratch + pid * (4 * CT * BK + 2 * CT * CT)
-    p_r1 = p_gs + CT * BK
-    p_r2 = p_r1 + CT * BK
-    p_r3 = p_r2 + CT * BK
-    p_m1 = p_r3 + CT * BK
-    p_m2 = p_m1 + CT * CT
-    o_t = tl.arange(0, CT)
-    o_k = tl.arange(0, BK)
-    o_v = tl.arange(0, BV)
-    m_k = o_k < K
-    m_v = o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    off_tk = o_t[:, None] * BK + o_k[None, :]
-    lower = o_t[None, :] <= o_t[:, None]
-    strict = o_t[None, :] < o_t[:, None]
-    eye = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0).to(ACC)
-    for w in range(pid, n_work, tl.num_programs(0)):
-        i_c = w // HV
-        i_hv = w % HV
-        i_h = i_hv // (HV // H)
-        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
-        m_t = o_t < n
-        m_tk = m_t[:, None] & m_k[None, :]
-        m_tv = m_t[:, None] & m_v[None, :]
-        p_q = q + (r0 * H + i_h) * K
-        p_k = k + (r0 * H + i_h) * K
-        b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_k[None, :], mask=m_tk, other=0.0).to(ACC)
-        b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_k[None, :], mask=m_tk, other=0.0).to(ACC)
-        b_g = tl.load(g + (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :], mask=m_tk,
-                      other=0.0).to(ACC)
-        b_v = tl.load(v + (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :], mask=m_tv,
-                      other=0.0).to(ACC)
-        b_do = tl.load(do + (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :], mask=m_tv,
-                       other=0.0).to(ACC)
-        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
-        off_s = (i_c * HV + i_hv) * (K * V) + o_k[:, None] * V + o_v[None, :]
-        b_s = tl.load(states + off_s, mask=m_kv, other=0.0)
-        b_dse = tl.load(dstates + off_s, mask=m_kv, other=0.0)
-
-        # G (from the chunk start), Gl - G (to its end) and Gl as sums of the gates, none as a difference
-        b_gn = tl.load(g + (r0 * HV + i_hv) * K + (o_t + 1)[:, None] * (HV * K) + o_k[None, :],
-                       mask=(o_t + 1 < n)[:, None] & m_k[None, :], other=0.0).to(ACC)
-        b_eG = tl.exp(tl.cumsum(b_g, axis=0))
-        b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
-        b_Gl = tl.sum(b_g, axis=0)
-        tl.debug_barrier()  # the previous item's reads of the scratch are done
-        tl.store(p_gs + off_tk, b_g)
-        tl.debug_barrier()
-        _pair_matrix(p_k, p_k, H * K, p_gs, p_m1, n, o_k, m_k, BK, CT, False, PREC)
-        _pair_matrix(p_q, p_k, H * K, p_gs, p_m2, n, o_k, m_k, BK, CT, True, PREC)
-        tl.debug_barrier()
-        b_P = tl.load(p_m1 + o_t[:, None] * CT + o_t[None, :])  # A_kk = diag(beta) P
-        b_Aqk = tl.load(p_m2 + o_t[:, None] * CT + o_t[None, :]) * scale
-        # X = (I + A_kk)^-1 row by row (forward substitution: row i needs only rows j < i)
-        b_A = b_P * b_b[:, None]
-        b_X = eye
-        for i in range(1, CT):
-            b_ai = tl.sum(tl.where((o_t == i)[:, None], b_A, 0.0), axis=0)
-            b_xi = tl.where(o_t == i, 1.0, 0.0) - tl.sum(b_ai[:, None] * b_X, axis=0)
-            b_X = tl.where((o_t == i)[:, None], b_xi[None, :], b_X)
-
-        b_Qt = scale * b_q * b_eG
-        b_Kb = b_k * b_eG
-        b_Kt = b_k * b_eT
-        b_bv = b_b[:, None] * b_v
-        b_bKb = b_b[:, None] * b_Kb
-        b_W = tl.dot(b_X, b_bKb, input_precision=PREC)
-        b_Vn = tl.dot(b_X, b_bv, input_precision=PREC) - tl.dot(b_W, b_s, input_precision=PREC)
-
-        b_dVn = tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC) + tl.dot(b_Kt, b_dse, input_precision=PREC)
-        b_dAqk = tl.where(lower, tl.dot(b_do, tl.trans(b_Vn), input_precision=PREC), 0.0)
-        b_dQt = tl.dot(b_do, tl.trans(b_s), input_precision=PREC)
-        b_dKt = tl.dot(b_Vn, tl.trans(b_dse), input_precision=PREC)
-        b_dW = -tl.dot(b_dVn, tl.trans(b_s), input_precision=PREC)
-        b_dgamma = tl.sum(b_s * b_dse, axis=1)
-        b_Yv = tl.dot(tl.trans(b_X), b_dVn, input_precision=PREC)
-        b_Yk = tl.dot(tl.trans(b_X), b_dW, input_precision=PREC)
-        b_XdX = tl.dot(b_Yv, tl.trans(b_bv), input_precision=PREC) + tl.dot(b_Yk, tl.trans(b_bKb),
-                                                                            input_precision=PREC)
-        b_dAkk = tl.where(strict, -tl.dot(b_XdX, tl.trans(b_X), input_precision=PREC), 0.0)
-
-        b_dbeta = tl.sum(b_v * b_Yv, axis=1) + tl.sum(b_Kb * b_Yk, axis=1) + tl.sum(b_dAkk * b_P, axis=1)
-        tl.store(dbeta + (r0 + o_t) * HV + i_hv, b_dbeta, mask=m_t)
-        tl.store(dv + (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :], b_b[:, None] * b_Yv,
-                 mask=m_tv)
-
-        # the decay-weighted sums of dA_qk and dA_kk
-        tl.debug_barrier()  # P and A_qk are read
-        # the diagonal of dA_qk (D = 1 there) goes to dq and dk directly: through the sums it would add +x and -x
-        # to the same row of dG, whose rounding is not small against dg when strong gates make dg small
-        b_d1 = tl.sum(tl.where(strict | ~lower, 0.0, b_dAqk), axis=1) * scale
-        tl.store(p_m1 + o_t[:, None] * CT + o_t[None, :], tl.where(strict, b_dAqk * scale, 0.0))
-        tl.store(p_m2 + o_t[:, None] * CT + o_t[None, :], b_dAkk * b_b[:, None])
-        tl.store(p_r3 + off_tk, tl.zeros([CT, BK], dtype=ACC))
-        tl.debug_barrier()
-        _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_k, m_k, BK, CT, PREC)   # dq from A_qk
-        _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk rows
-        _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_qk columns
-        tl.debug_barrier()
-        _col_sums(p_m2, p_k, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk columns
-        tl.debug_barrier()
-        b_r1 = tl.load(p_r1 + off_tk)
-        b_r2 = tl.load(p_r2 + off_tk)
-        b_r3 = tl.load(p_r3 + off_tk)
-
-        b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
-        b_dk = b_eG * b_b[:, None] * b_Yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
-        b_dG = b_Qt * b_dQt + b_Kb * b_b[:, None] * b_Yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
-        # dg = reverse cumsum of dG; the Kt (e(Gl - G_i)) and gamma (e(Gl)) terms added as what they give
-        # each row t, sum_{i < t} Kt_i dKt_i + gamma dgamma, not as -x on row i and +sum x on the last row
-        # (that cancellation costs dg its accuracy under strong gates)
-        b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + tl.dot(tl.where(strict, 1.0, 0.0).to(ACC), b_Kt * b_dKt,
-                                                              input_precision=PREC)
-        b_dg += (b_dgamma * tl.exp(b_Gl))[None, :]
-        off_out = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :]
-        tl.store(dq + off_out, b_dq, mask=m_tk)
-        tl.store(dk + off_out, b_dk, mask=m_tk)
-        tl.store(dg + off_out, b_dg, mask=m_tk)
-
-
-# ----------------------------------------------------------------------------------------------------
 # the exact forward, token by token (gradient checks)
 # ----------------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["scale"])
@@ -662,12 +514,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
         num_warps=LAUNCH["pass_warps"] or (4 if BK <= 128 else 8))
     del amap  # the local kernel does not read it: freed (stream-ordered) before its buffers are allocated
 
-    if LAUNCH["local"] == "matrix":
-        dq, dk, dv, dg, dbeta = _local_matrix(xs, sizes, tables, acc, states, dstates, do, scale, interp)
-    elif LAUNCH["local"] == "tokens":
-        dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
-    else:
-        raise ValueError(f"LAUNCH['local'] must be 'tokens' or 'matrix', got {LAUNCH['local']!r}")
+    dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
     # GVA: the value heads of a group share q/k heads; their contributions add up
     if HV != H:
         dq = dq.view(TT, H, HV // H, K).sum(2)
@@ -688,12 +535,10 @@ def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp):
         pre.update(states=states, dstates=dstates)  # local_split frees each buffer after its last reader
         del states, dstates
         dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, pre, do, scale, LAUNCH, _n_programs)
-    elif local == "matrix":
-        dq, dk, dv, dg, dbeta = _local_matrix(xs, sizes, tables, acc, states, dstates, do, scale, interp)
     elif local == "tokens":
         dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
     else:
-        raise ValueError(f"LAUNCH['chunked_local'] must be 'split', 'matrix' or 'tokens', got {local!r}")
+        raise ValueError(f"LAUNCH['chunked_local'] must be 'split' or 'tokens', got {local!r}")
     if HV != H:
         dq = dq.view(B * T, H, HV // H, K).sum(2)
         dk = dk.view(B * T, H, HV // H, K).sum(2)
@@ -708,29 +553,6 @@ def _n_programs(n_work, dev, interp):
     if interp or dev.type != "cuda":
         return n_work
     return min(n_work, 8 * torch.cuda.get_device_properties(dev).multi_processor_count)
-
-
-def _local_matrix(xs, sizes, tables, acc, states, dstates, do, scale, interp):
-    """Kernel 3 in matrix form: fp32 (fp64) dq, dk per value head, dv, dg, dbeta."""
-    q, k, v, g, beta = xs
-    B, T, H, HV, K, V, N = sizes
-    _, chunk_indices, _, NT = tables
-    TT, dev = B * T, q.device
-    BK = max(16, triton.next_power_of_2(K))
-    BV = max(16, triton.next_power_of_2(V))
-    n_work = NT * HV
-    n_prog = _n_programs(n_work, dev, interp)
-    dq = torch.empty(TT, HV, K, dtype=acc, device=dev)
-    dk = torch.empty(TT, HV, K, dtype=acc, device=dev)
-    dg = torch.empty(TT, HV, K, dtype=acc, device=dev)
-    dbeta = torch.empty(TT, HV, dtype=acc, device=dev)
-    dv = torch.empty(TT, HV, V, dtype=acc, device=dev)
-    scratch = torch.empty(n_prog, 4 * CT * BK + 2 * CT * CT, dtype=acc, device=dev)
-    prec = "ieee" if acc == torch.float64 else LAUNCH["matrix_precision"]
-    _local_matrix_kernel[(n_prog,)](
-        q, k, v, g, beta, do, states, dstates, dq, dk, dv, dg, dbeta, scratch, tables[0], chunk_indices, scale,
-        n_work, H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, num_warps=LAUNCH["matrix_warps"] or 8)
-    return dq, dk, dv, dg, dbeta
 
 
 def _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp):

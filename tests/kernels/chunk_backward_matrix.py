@@ -39,8 +39,9 @@ Backward, in the order a kernel would compute it (every line is a matrix product
     dG[last] += gamma * dgamma + colsum(Kt * dKt)
     dg  = reverse cumsum of dG over the chunk's rows (G_i = sum_{t <= i} g_t)
 
-The kernel (kernels/backward.py `_local_matrix_kernel`, LAUNCH["local"] = "matrix"): per (chunk, value head),
-all products above are [64, 64] x [64, K|V] tensor-core shapes given S (fp32 checkpoint) and dSe (fp32 dstates).
+The kernels (kernels/backward_chunked.py, the backward's chunked mode: the prep and the split local kernels 3a to
+3c): per (chunk, value head), all products above are [64, 64] x [64, K|V] tensor-core shapes given S (fp32
+chunk-start state) and dSe (fp32 chunk-end dS).
 The only terms with decays of both signs are the D-weighted sums (A_kk, A_qk and the four sums of dq, dk):
 sum_j M[i, j] x_j D[i, j] = e(G_i) (M (x e(-G)))_i is what a GPU would like, but e(-G) overflows for strong gates.
 The kernel anchors like the forward (kernels/chunk.py): within a 16-row block with anchor row a (its first row),

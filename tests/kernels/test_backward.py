@@ -1,6 +1,7 @@
-"""The backward kernel (kda_trace/kernels/backward.py) against float64 autograd through an independent
-recurrence (kernel_ground_truth.ref_kda, written from KDA.md), under the Triton interpreter on tiny shapes:
-odd K and V, single-token sequences, packed varlen, GVA, strong gates, with and without initial state / dht.
+"""The backward kernel's exact mode (kda_trace/kernels/backward.py, LAUNCH["mode"] = "exact"; the default chunked
+mode: test_backward_chunked.py) against float64 autograd through an independent recurrence
+(kernel_ground_truth.ref_kda, written from KDA.md), under the Triton interpreter on tiny shapes: odd K and V,
+single-token sequences, packed varlen, GVA, strong gates, with and without initial state / dht.
 
 The kernel computes in fp32 from fp32 inputs, so the bar is fp32 accumulation error (RMS-relative 1e-5);
 a wrong term (a missing decay, a wrong row, a sequence leaking into the next) costs O(1e-2) or more.
@@ -24,6 +25,13 @@ from kernel_ground_truth import load_reference, ref_kda, rms_rel
 
 f64 = torch.float64
 BAR = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def exact_mode(monkeypatch):
+    from kda_trace.kernels import backward
+
+    monkeypatch.setitem(backward.LAUNCH, "mode", "exact")
 
 
 def make(B, T, H, HV, K, V, seed, n_seqs=None, g_low=None, dtype=torch.float32):
@@ -278,11 +286,10 @@ def test_real_head_dims_packed_gva_on_gpu():
 @needs_gpu
 @pytest.mark.parametrize("K,V,launch", [(128, 128, {"programs": 7, "seg": 64}),
                                         (128, 128, {"bv": 32, "map_bx": 32, "pass_bv": 32, "pass_rows": 32}),
-                                        (256, 64, {}), (100, 60, {}),
-                                        (128, 128, {"local": "matrix"}), (100, 60, {"local": "matrix"})])
+                                        (256, 64, {}), (100, 60, {})])
 def test_launch_settings_and_head_dims_on_gpu(K, V, launch, monkeypatch):
     """The compiled kernels under other launch settings (few persistent programs looping over many chunks,
-    64-token segments, 32-wide tiles, the matrix-form local kernel with its tf32x3 products) and head dims
+    64-token segments, 32-wide tiles) and head dims
     (K = 256 with V = 64; K, V not powers of two): packed
     [300, 1, 129] tokens, GVA 1 -> 2, fp32 gradients against float64 autograd."""
     from kda_trace.kernels import backward
@@ -335,11 +342,17 @@ def test_bf16_training_step_matches_fla_on_gpu():
 
 @pytest.mark.stress
 @needs_gpu
-def test_int64_addressing_past_2_31_elements_backward():
-    """q with more than 2^31 elements (H = 1, K = 256, 8.4M tokens in 1025 sequences; V = 16): the last
-    sequence's gradients must equal those of a run on that sequence alone (bit for bit: one V-tile per
-    program, so no atomic-add reordering). About 60 GB of GPU memory at the peak (the chunk maps A_c, K x K
-    per chunk: 34 GB here)."""
+@pytest.mark.parametrize("mode", ["chunked", "exact"])
+def test_int64_addressing_past_2_31_elements_backward(mode, monkeypatch):
+    """q with more than 2^31 elements (H = 1, K = 256, 8.4M tokens in 1025 sequences; V = 16), in both modes
+    (this file pins the exact one; the chunked mode is the default): the last sequence's gradients must equal
+    those of a run on that sequence alone (bit for bit: one V-tile per program, so no atomic-add reordering in
+    the exact mode; the chunked mode has no atomics). GPU memory at the peak: about 60 GB in the exact mode
+    (the chunk maps A_c, K x K per chunk: 34 GB here); in the chunked mode about 75 GB by its buffer sizes (fp32
+    W, Qt, Kt and 3a's partial sums: about 7 KB per token at K = 256, and the inputs; not measured): the H200."""
+    from kda_trace.kernels import backward
+
+    monkeypatch.setitem(backward.LAUNCH, "mode", mode)
     H, K, V = 1, 256, 16
     T = (2**31) // (H * K) + 1000
     last = 300

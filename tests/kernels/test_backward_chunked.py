@@ -69,12 +69,6 @@ def test_bf16_inputs():
     check(make(1, 70, 1, 1, 32, 16, seed=5, dtype=torch.bfloat16), bar=1e-2)
 
 
-def test_matrix_local_kernel(monkeypatch):
-    """The chunked states and dS with the one-kernel matrix local kernel (LAUNCH["chunked_local"] = "matrix")."""
-    monkeypatch.setitem(backward.LAUNCH, "chunked_local", "matrix")
-    check(make(1, 70, 1, 1, 10, 12, seed=8, n_seqs=2), cu_seqlens=torch.tensor([0, 65, 70]), use_dht=False)
-
-
 def test_token_local_kernel(monkeypatch):
     """The chunked states and dS with the token-step local kernel (LAUNCH["chunked_local"] = "tokens")."""
     monkeypatch.setitem(backward.LAUNCH, "chunked_local", "tokens")
@@ -108,7 +102,6 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("K,V,launch", [(128, 128, {}), (100, 60, {}), (256, 64, {}),
-                                        (128, 128, {"chunked_local": "matrix"}),
                                         (128, 128, {"chunked_pass_precision": "tf32x3", "split_precision": "tf32x3",
                                                     "split_bv": 32, "programs": 7})])
 def test_chunked_mode_on_gpu(K, V, launch, monkeypatch):
