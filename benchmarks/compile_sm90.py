@@ -107,14 +107,20 @@ def chunked_mode(spills: bool) -> None:
             k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages}: ok", *extra)
+        split_prec = "ieee" if acc == "fp64" else backward.LAUNCH["split_precision"]
         for name, fn, wkey in (("local_v", backward_chunked._local_v_kernel, "split_v_warps"),
-                               ("local_da", backward_chunked._local_da_kernel, "split_da_warps"),
-                               ("local_k", backward_chunked._local_k_kernel, "split_k_warps")):
-            c = dict(shared, BV=min(BV, 64), NV=triton.cdiv(V, 64),
-                     PREC="ieee" if acc == "fp64" else backward.LAUNCH["split_precision"])
+                               ("local_da", backward_chunked._local_da_kernel, "split_da_warps")):
+            c = dict(shared, BV=min(BV, 64), NV=triton.cdiv(V, 64), PREC=split_prec)
             k = compile_kernel(fn, sigs[name], c, backward.LAUNCH[wkey] or 8)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split {name} {acc} K={K} V={V} warps=8: ok", *extra)
+        # 3c per K-tile: the GPU default (32 columns, 4 warps), and 64 / 8 with --spills
+        bkts = ((32, 4), (64, 8), (64, 4)) if spills and K == 128 else ((min(BK, 32), 4),)
+        for bkt, warps in bkts:
+            c = dict(shared, BKT=bkt, NV=triton.cdiv(V, 64), PREC=split_prec)
+            k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps}: ok", *extra)
 
 
 def main() -> int:

@@ -122,11 +122,12 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). Tiles and warps:
 # prep_warps (8); chunked_pass_bv / _warps / _stages (16 up to 64 sequence-heads, else 32 / 4 / 1: 203 / 222
 # registers, no spill; 3 stages or BV 64 spill);
-# split_bv (the V-tile of 3a, 64) and split_v_warps / split_da_warps / split_k_warps (8 each).
+# split_bv (the V-tile of 3a, 64) and split_v_warps / split_da_warps (8 each); split_k_bk, the K-tile of 3c's work
+# items (32 on a GPU, 64 under the interpreter), and split_k_warps (4 for tiles up to 32 columns, else 8).
 LAUNCH.update({"mode": "chunked", "chunked_local": "split", "chunked_precision": "tf32",
                "chunked_pass_precision": "tf32", "split_precision": "tf32", "prep_warps": None,
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
-               "split_v_warps": None, "split_da_warps": None, "split_k_warps": None})
+               "split_v_warps": None, "split_da_warps": None, "split_k_bk": None, "split_k_warps": None})
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,

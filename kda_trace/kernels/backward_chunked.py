@@ -28,11 +28,12 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    (deterministic: no atomics).
 3b. `_local_da_kernel`, per (chunk, value head): the partial copies added up; Y_k, dA_kk, dbeta, the diagonal of
    dA_qk, and the two matrices of the decay-weighted sums.
-3c. `_local_k_kernel`, per (chunk, value head), persistent programs: the decay-weighted sums, then dq, dk (per
-   value head), dg by K-tiles. 3a to 3c in LAUNCH["split_precision"] (tf32).
-The split into 3a/3b/3c (against the one `_local_matrix_kernel`) and the K-tiles are for registers: ptxas for
-sm_90 at K = V = 128 (benchmarks/compile_sm90.py --chunked --spills) reports no spill or a few hundred bytes per
-kernel against 19 KB of spill stores for the one-kernel form.
+3c. `_local_k_kernel`, per (chunk, value head, K-tile of LAUNCH["split_k_bk"] columns, 32 on a GPU), persistent
+   programs: the decay-weighted sums, then dq, dk (per value head), dg of the tile's key channels (every sum of
+   3c is per key channel, so the K-tiles are independent work items). 3a to 3c in LAUNCH["split_precision"] (tf32).
+The split into 3a/3b/3c and the K-tiles are for registers: a one-kernel form (whole K and V per chunk, deleted)
+had 19 KB of spill stores at K = V = 128 and needed 256 KiB of shared memory; ptxas for sm_90
+(benchmarks/compile_sm90.py --chunked --spills) reports no spill or a few hundred bytes per split kernel.
 """
 
 from __future__ import annotations
@@ -410,80 +411,81 @@ def _local_da_kernel(
 @triton.jit(do_not_specialize=["scale", "n_work"])
 def _local_k_kernel(
     q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, cu_seqlens, chunk_indices, scale, n_work,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """Work items (chunk, value head), n_work of them, shared out over the programs: the decay-weighted sums
-    of M1 and M2 (3b's, in the first copies of dAqk and XdXv; backward_blocks.py's `_row_sums`, `_col_sums`), then
-    dq, dk (per value head) and dg by K-tiles of at most 64 columns, with 3a's dQt, dKt, dgamma (partial
-    copies added up) and 3b's Y_k and d1. Scratch per program: the gates [CT, BK] and three [CT, BK] sums."""
-    BKT: tl.constexpr = 64 if BK > 64 else BK
+    """Work items (chunk, value head, K-tile of BKT columns), n_work of them, shared out over the programs: the
+    decay-weighted sums of M1 and M2 (3b's, in the first copies of dAqk and XdXv; backward_blocks.py's
+    `_row_sums`, `_col_sums`) over the tile's key channels, then dq, dk (per value head) and dg of those
+    channels, with 3a's dQt, dKt, dgamma (partial copies added up) and 3b's Y_k and d1. Every sum here is per key
+    channel (M1, M2 are shared by all), so K-tiles are independent: more, smaller programs than one per (chunk,
+    value head). Scratch per program: the tile's gates [CT, BKT] and three [CT, BKT] sums."""
     ACC: tl.constexpr = dq.dtype.element_ty
+    NKT: tl.constexpr = (K + BKT - 1) // BKT
     pid = tl.program_id(0).to(tl.int64)
-    p_gs = scratch + pid * (4 * CT * BK)
-    p_r1 = p_gs + CT * BK
-    p_r2 = p_r1 + CT * BK
-    p_r3 = p_r2 + CT * BK
+    p_gs = scratch + pid * (4 * CT * BKT)
+    p_r1 = p_gs + CT * BKT
+    p_r2 = p_r1 + CT * BKT
+    p_r3 = p_r2 + CT * BKT
     o_t = tl.arange(0, CT)
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
+    o_b = tl.arange(0, BKT)
+    off_s = o_t[:, None] * BKT + o_b[None, :]
     for w in range(pid, n_work, tl.num_programs(0)):
-        i_c = w // HV
-        i_hv = w % HV
+        i_kt = w % NKT
+        item = w // NKT  # chunk * HV + value head
+        i_c = item // HV
+        i_hv = item % HV
         i_h = i_hv // (HV // H)
-        item = i_c * HV + i_hv
+        k0 = i_kt * BKT
         _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
         m_t = o_t < n
-        p_q = q + (r0 * H + i_h) * K
-        p_k = k + (r0 * H + i_h) * K
-        b_g = tl.load(g + (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :],
-                      mask=m_t[:, None] & m_k[None, :], other=0.0).to(ACC)
+        o_kt = k0 + o_b
+        m_kt = o_kt < K
+        m_tk = m_t[:, None] & m_kt[None, :]
+        p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
+        p_k = k + (r0 * H + i_h) * K + k0
+        off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+        b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
         tl.debug_barrier()  # the previous item's reads of the scratch are done
-        tl.store(p_gs + o_t[:, None] * BK + o_k[None, :], b_g)
-        tl.store(p_r3 + o_t[:, None] * BK + o_k[None, :], tl.zeros([CT, BK], dtype=ACC))
+        tl.store(p_gs + off_s, b_gt)
+        tl.store(p_r3 + off_s, tl.zeros([CT, BKT], dtype=ACC))
         tl.debug_barrier()
         p_m1 = M1 + item * (NV * CT * CT)
         p_m2 = M2 + item * (NV * CT * CT)
-        _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_k, m_k, BK, CT, PREC)   # dq from A_qk
-        _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk rows
-        _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_qk columns
+        # the helpers index the tile's columns 0 .. BKT (o_b, masked to K by m_kt) from p_q / p_k and the scratch
+        _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_b, m_kt, BKT, CT, PREC)   # dq from A_qk
+        _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_kk rows
+        _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_qk columns
         tl.debug_barrier()
-        _col_sums(p_m2, p_k, H * K, p_gs, p_r3, n, o_k, m_k, BK, CT, PREC)   # dk, A_kk columns
+        _col_sums(p_m2, p_k, H * K, p_gs, p_r3, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_kk columns
         tl.debug_barrier()
         b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
         b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
-        for k0 in tl.static_range(0, BK, BKT):
-            o_kt = k0 + tl.arange(0, BKT)
-            m_kt = o_kt < K
-            m_tk = m_t[:, None] & m_kt[None, :]
-            off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
-            off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]
-            off_s = o_t[:, None] * BK + o_kt[None, :]
-            b_gt = tl.load(p_gs + off_s)
-            b_gn = tl.load(p_gs + off_s + BK, mask=(o_t + 1 < CT)[:, None], other=0.0)
-            b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
-            b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
-            b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC)
-            b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC)
-            b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
-            b_dQt = _vsum(dQt, off_pk, m_tk, NV, K)
-            b_dKt = _vsum(dKt, off_pk, m_tk, NV, K)
-            b_r1 = tl.load(p_r1 + off_s)
-            b_r2 = tl.load(p_r2 + off_s)
-            b_r3 = tl.load(p_r3 + off_s)
-            b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
-            b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
-            b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
-            # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row, sum_{i < t} Kt_i dKt_i and
-            # gamma dgamma (see the matrix kernel); the exclusive sum as the inclusive one less the row itself (fp32,
-            # error relative to the sum, no tf32 product)
-            b_kd = b_k * b_eT * b_dKt
-            b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + (tl.cumsum(b_kd, axis=0) - b_kd)
-            b_dgam = _vsum(dgamma, item * (NV * K) + o_kt, m_kt, NV, K)
-            b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
-            tl.store(dq + off_tk, b_dq, mask=m_tk)
-            tl.store(dk + off_tk, b_dk, mask=m_tk)
-            tl.store(dg + off_tk, b_dg, mask=m_tk)
+        off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]
+        b_gn = tl.load(p_gs + off_s + BKT, mask=(o_t + 1 < CT)[:, None], other=0.0)
+        b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
+        b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+        b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
+        b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
+        b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
+        b_dQt = _vsum(dQt, off_pk, m_tk, NV, K)
+        b_dKt = _vsum(dKt, off_pk, m_tk, NV, K)
+        b_r1 = tl.load(p_r1 + off_s)
+        b_r2 = tl.load(p_r2 + off_s)
+        b_r3 = tl.load(p_r3 + off_s)
+        b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
+        b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
+        b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
+        # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row, sum_{i < t} Kt_i dKt_i and
+        # gamma dgamma (tests/kernels/chunk_backward_matrix.py); the exclusive sum as the inclusive one less the
+        # row itself (fp32, error relative to the sum, no tf32 product)
+        b_kd = b_k * b_eT * b_dKt
+        b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + (tl.cumsum(b_kd, axis=0) - b_kd)
+        b_dgam = _vsum(dgamma, item * (NV * K) + o_kt, m_kt, NV, K)
+        b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
+        tl.store(dq + off_tk, b_dq, mask=m_tk)
+        tl.store(dk + off_tk, b_dk, mask=m_tk)
+        tl.store(dg + off_tk, b_dg, mask=m_tk)
 
 
 def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, store_xp=False):
@@ -563,11 +565,13 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
         k, g, beta, pre.pop("X"), pre.pop("P"), dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu, chunk_indices, scale,
         H=H, HV=HV, K=K, BK=BK, CT=CT, NV=NV, PREC=prec, num_warps=launch["split_da_warps"] or 8)
     del dW, dbeta_v
-    n_work = NT * HV
+    BKT = launch["split_k_bk"] or (min(BK, 64) if interp else min(BK, 32))
+    n_work = NT * HV * triton.cdiv(K, BKT)
     n_prog = n_programs(n_work, dev, interp)
     dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
-    scratch = e(n_prog, 4 * CT * BK)
+    scratch = e(n_prog, 4 * CT * BKT)
     _local_k_kernel[(n_prog,)](
         q, k, g, beta, dAqk, XdXv, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, cu, chunk_indices, scale, n_work,
-        H=H, HV=HV, K=K, BK=BK, CT=CT, NV=NV, PREC=prec, num_warps=launch["split_k_warps"] or 8)
+        H=H, HV=HV, K=K, BKT=BKT, CT=CT, NV=NV, PREC=prec,
+        num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8))
     return dq, dk, dv, dg, dbeta

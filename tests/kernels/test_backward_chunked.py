@@ -29,8 +29,10 @@ def chunked_mode(monkeypatch):
 
 def test_dense_odd_dims_two_chunks_v_tiles(monkeypatch):
     """B = 2 rows of 70 tokens (a full chunk and a 6-token one), K = 20, V = 36, h0 and dht; the split local
-    kernels in V-tiles of 16 (three partial copies of the sums over V, the last tile 4 columns wide)."""
+    kernels in V-tiles of 16 (three partial copies of the sums over V, the last tile 4 columns wide), 3c in
+    K-tiles of 16 (the second 4 columns wide)."""
     monkeypatch.setitem(backward.LAUNCH, "split_bv", 16)
+    monkeypatch.setitem(backward.LAUNCH, "split_k_bk", 16)
     check(make(2, 70, 1, 1, 20, 36, seed=1))
 
 
