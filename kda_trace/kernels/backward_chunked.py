@@ -66,43 +66,31 @@ def _put_block(p_X, x, I: tl.constexpr, J: tl.constexpr, CT: tl.constexpr):  # n
 
 
 @triton.jit
+def _get_block(p_X, I: tl.constexpr, J: tl.constexpr, CT: tl.constexpr):  # noqa: E741
+    o = tl.arange(0, 16)
+    return tl.load(p_X + (I * 16 + o)[:, None] * CT + (J * 16 + o)[None, :])
+
+
+@triton.jit
 def _solve(p_P, p_b, p_X, n, HV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr):
     """X = (I + A_kk)^-1 into p_X [CT, CT], its lower blocks only (every X block is lower triangular, the diagonal
-    ones element-wise: read X back with the mask j <= i), by kernels/chunk.py's `_solve_kernel`: 16x16 blocks,
-    X_II = (I + A_II)^-1 by `_inverse_unit_lower` and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ: 40 16x16
-    products, 10 of them in a dependent chain, instead of 63 dependent row steps of forward substitution. Rows and
-    columns past n: A_kk is zero there (P is), so X is exactly the identity there (products with exact zeros).
-    Written out for CT = 4 * 16."""
-    tl.static_assert(CT == 64)
-    X00 = _inverse_unit_lower(_akk_block(p_P, p_b, n, 0, 0, HV, CT), 16, PREC)
-    X11 = _inverse_unit_lower(_akk_block(p_P, p_b, n, 1, 1, HV, CT), 16, PREC)
-    X22 = _inverse_unit_lower(_akk_block(p_P, p_b, n, 2, 2, HV, CT), 16, PREC)
-    X33 = _inverse_unit_lower(_akk_block(p_P, p_b, n, 3, 3, HV, CT), 16, PREC)
-    _put_block(p_X, X00, 0, 0, CT)
-    _put_block(p_X, X11, 1, 1, CT)
-    _put_block(p_X, X22, 2, 2, CT)
-    _put_block(p_X, X33, 3, 3, CT)
-    A10 = _akk_block(p_P, p_b, n, 1, 0, HV, CT)
-    A21 = _akk_block(p_P, p_b, n, 2, 1, HV, CT)
-    A32 = _akk_block(p_P, p_b, n, 3, 2, HV, CT)
-    X10 = -tl.dot(X11, tl.dot(A10, X00, input_precision=PREC), input_precision=PREC)
-    X21 = -tl.dot(X22, tl.dot(A21, X11, input_precision=PREC), input_precision=PREC)
-    X32 = -tl.dot(X33, tl.dot(A32, X22, input_precision=PREC), input_precision=PREC)
-    _put_block(p_X, X10, 1, 0, CT)
-    _put_block(p_X, X21, 2, 1, CT)
-    _put_block(p_X, X32, 3, 2, CT)
-    A20 = _akk_block(p_P, p_b, n, 2, 0, HV, CT)
-    A31 = _akk_block(p_P, p_b, n, 3, 1, HV, CT)
-    X20 = -tl.dot(X22, tl.dot(A20, X00, input_precision=PREC) + tl.dot(A21, X10, input_precision=PREC),
-                  input_precision=PREC)
-    X31 = -tl.dot(X33, tl.dot(A31, X11, input_precision=PREC) + tl.dot(A32, X21, input_precision=PREC),
-                  input_precision=PREC)
-    _put_block(p_X, X20, 2, 0, CT)
-    _put_block(p_X, X31, 3, 1, CT)
-    A30 = _akk_block(p_P, p_b, n, 3, 0, HV, CT)
-    X30 = -tl.dot(X33, tl.dot(A30, X00, input_precision=PREC) + tl.dot(A31, X10, input_precision=PREC)
-                  + tl.dot(A32, X20, input_precision=PREC), input_precision=PREC)
-    _put_block(p_X, X30, 3, 0, CT)
+    ones element-wise: read X back with the mask j <= i), by 16x16 blocks like kernels/chunk.py's `_solve_kernel`:
+    X_II = (I + A_II)^-1 by `_inverse_unit_lower`, then X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ one block
+    diagonal (I - J = 1, 2, 3) at a time: 40 16x16 products, 10 of them in a dependent chain, against 63
+    dependent row steps of forward substitution. The blocks go through p_X (a barrier per diagonal) rather
+    than stay in registers: with tf32x3 products, ten live blocks made the prep kernel spill (sm_90, K = 128).
+    Rows and columns past n: A_kk is zero there (P is), so X is exactly the identity there (products with
+    exact zeros)."""
+    NB: tl.constexpr = CT // 16
+    for i in tl.static_range(NB):
+        _put_block(p_X, _inverse_unit_lower(_akk_block(p_P, p_b, n, i, i, HV, CT), 16, PREC), i, i, CT)
+    for d in tl.static_range(1, NB):
+        tl.debug_barrier()  # the blocks of the diagonals before d are in p_X
+        for i in tl.static_range(d, NB):
+            x = tl.zeros([16, 16], dtype=p_X.dtype.element_ty)
+            for m in tl.static_range(i - d, i):
+                x += tl.dot(_akk_block(p_P, p_b, n, i, m, HV, CT), _get_block(p_X, m, i - d, CT), input_precision=PREC)
+            _put_block(p_X, -tl.dot(_get_block(p_X, i, i, CT), x, input_precision=PREC), i, i - d, CT)
 
 
 @triton.jit(do_not_specialize=["scale", "n_work"])
