@@ -103,9 +103,10 @@ def _prep_kernel(
     """Work items (chunk, value head), n_work of them, shared out over the programs: the chunk's W, U, Qt, Kt
     ([T, HV, K|V] like g and v), gamma ([NT, HV, K]) and dO2 = A_qk^T dO ([T, HV, V]). Scratch per program:
     the gates [CT, BK] (zero past the chunk's rows) and three [CT, CT] matrices (P, A_qk / scale, X). X by
-    `_solve` with products in SOLVE_PREC (tf32x3 on a GPU: see chunk_states_and_grads). The [CT, K] operands are made
-    by K-tiles of at most 64 columns after X, so that few [CT, K]-sized values are live at once. With STORE_XP
-    also X and P (A_kk = diag(beta) P) per (chunk, value head), [NT, HV, CT, CT], for the split local kernels."""
+    `_solve`, its products in SOLVE_PREC (tf32x3 on a GPU: see chunk_states_and_grads). The [CT, K] operands
+    are made by K-tiles of at most 64 columns after X, so that few [CT, K]-sized values are live at once. With
+    STORE_XP also X and P (A_kk = diag(beta) P) per (chunk, value head), [NT, HV, CT, CT], for the split local
+    kernels."""
     BKT: tl.constexpr = 64 if BK > 64 else BK
     ACC: tl.constexpr = W.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
