@@ -96,8 +96,9 @@ def chunked_mode(spills: bool) -> None:
         sigs = backward_signatures(acc)
         BK, BV = triton.next_power_of_2(K), triton.next_power_of_2(V)
         shared = dict(H=8, HV=16, K=K, V=V, BK=BK, CT=64, PREC="ieee" if acc == "fp64" else prec)
-        k = compile_kernel(backward_chunked._prep_kernel, sigs["prep"], dict(shared, BV=BV, STORE_XP=True),
-                           backward.LAUNCH["prep_warps"] or 8)
+        solve = "ieee" if acc == "fp64" else backward_chunked.SOLVE_PRECISION.value
+        k = compile_kernel(backward_chunked._prep_kernel, sigs["prep"],
+                           dict(shared, BV=BV, STORE_XP=True, SOLVE_PREC=solve), backward.LAUNCH["prep_warps"] or 8)
         extra = ptxas_report(k) if spills and acc == "fp32" else []
         print(f"chunked prep {acc} K={K} V={V} warps=8: ok", *extra)
         pass_prec = "ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_precision"]

@@ -1,7 +1,25 @@
 """Triton helpers shared by the backward's exact mode (kernels/backward.py) and its chunked mode
 (kernels/backward_chunked.py): a chunk's span in a packed batch, and the decay-weighted [64, 64] pair matrices
-and row / column sums of the matrix form, by 16-row blocks anchored at a block's first row (every exp argument
-<= 0; every G difference summed from the gates). The formulas: tests/kernels/chunk_backward_matrix.py."""
+and row / column sums of the matrix form, by 16-row blocks. The formulas: tests/kernels/chunk_backward_matrix.py.
+
+Off the diagonal, a block is a tensor-core product with the decay split at the first row a of the row block,
+x e(G_i - G_a) times y e(G_a - G_j): both exp arguments <= 0, each G difference summed from the gates
+(`_within`, `_to_anchor`), never the difference of two cumulative sums from the chunk start (those reach
+64 |g|). A diagonal block (`_pair_matrix`'s `_diag_pairs`, and the diagonal parts of `_row_sums` and
+`_col_sums`) is element-wise, e(G_i - G_j) per pair and column, computed at once as one [16, 16, BKC]
+product per K-chunk of BKC = 32 columns (`_diag_decay`; before: 16 serial steps of one column or row each),
+with G_i - G_j = c_i - c_j, c the cumulative gates from the block's first row (`_within`), the argument
+clamped to <= 0 (pairs i < j, whose entries are dropped or multiplied by M's zeros, and rounding). Accuracy
+of that difference: c_i sums at most 15 gates, all <= 0, so fp32 rounds it to within about 15 u |c_i|
+(u = 2^-24; a parallel scan's bound is smaller), and the absolute error of c_i - c_j is the relative error of
+e(c_i - c_j). Under the tests' strongest gates (g down to -8 per step, |c| <= 120) that is at most about 1e-4
+(typically some 1e-5, roundings of random sign), and only where c_j is large and c_i - c_j is not; pairs far
+apart weigh e(c_i - c_j) ~ 0. The chunked mode's products are tf32 (operands rounded to 2^-11 = 5e-4, target
+about 1e-3), far above it. Under the interpreter's fp32 products the chunked mode's strong-gate test moved
+from about 1e-7 to at most 3e-7 RMS-relative per gradient (7e-7 on dg with gates down to -20; bar 1e-5);
+float64 (u = 1.1e-16) stays near 1e-15 (bar 1e-12). The exact mode's `_local_matrix_kernel` (kernels/backward.py)
+shares these helpers: its strong-gate test with gates down to -40 (|c| up to 600) moved from 2.4e-7 to 2.8e-6
+on dg (bar 1e-5)."""
 
 from __future__ import annotations
 
@@ -45,92 +63,127 @@ def _to_anchor(p_g, bj, bi, o_k, BK: tl.constexpr):
 
 
 @triton.jit
+def _diag_decay(p_g, bi, o_c, BK: tl.constexpr):
+    """[MB, MB, BKC]: e(c_i - c_j) for the rows i, j of block bi and the columns o_c (BKC of them), c the
+    within-block cumulative gates (`_within`); the argument clamped to <= 0 (rows i < j, whose entries the
+    callers zero or multiply by zero, and rounding)."""
+    b_c = _within(p_g, bi, o_c, BK)
+    return tl.exp(tl.minimum(b_c[:, None, :] - b_c[None, :, :], 0.0))
+
+
+@triton.jit
+def _diag_pairs(p_x, p_y, SX: tl.constexpr, p_g, bi, n, nk, BK: tl.constexpr, BKC: tl.constexpr):
+    """[MB, MB]: sum_d x_id y_jd e(c_id - c_jd) for the rows i, j of block bi (x, y masked to the n valid rows and
+    nk valid columns), one [MB, MB, BKC] product per K-chunk of BKC columns; valid for j <= i."""
+    MB: tl.constexpr = 16
+    rows = bi * MB + tl.arange(0, MB)
+    b_blk = tl.zeros([MB, MB], dtype=p_g.dtype.element_ty)
+    for k0 in range(0, BK, BKC):
+        o_c = k0 + tl.arange(0, BKC)
+        off = rows[:, None] * SX + o_c[None, :]
+        m = (rows < n)[:, None] & (o_c < nk)[None, :]
+        b_x = tl.load(p_x + off, mask=m, other=0.0).to(p_g.dtype.element_ty)
+        b_y = tl.load(p_y + off, mask=m, other=0.0).to(p_g.dtype.element_ty)
+        b_blk += tl.sum(b_x[:, None, :] * b_y[None, :, :] * _diag_decay(p_g, bi, o_c, BK), axis=2)
+    return b_blk
+
+
+@triton.jit
 def _pair_matrix(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, BK: tl.constexpr, CT: tl.constexpr,
                  INCL: tl.constexpr, PREC: tl.constexpr):
     """M[i, j] = sum_d x_id y_jd e(G_id - G_jd) for j < i (j <= i with INCL), 0 elsewhere, into p_m [CT, CT].
-    x, y: rows of stride SX (masked to the n valid rows); g: the gates [CT, BK] at p_g (zero past n)."""
+    x, y: rows of stride SX (masked to the n valid rows and m_k's columns); g: the gates [CT, BK] at p_g (zero
+    past n). Per row block: the diagonal block (`_diag_pairs`), the zero blocks right of it, then the tensor-core
+    products left of it."""
     MB: tl.constexpr = 16
+    BKC: tl.constexpr = 32 if BK > 32 else BK
     o_b = tl.arange(0, MB)
+    nk = tl.sum(m_k.to(tl.int32), axis=0)  # the valid columns (K)
     for bi in tl.static_range(CT // MB):
         rows = bi * MB + o_b
+        b_blk = _diag_pairs(p_x, p_y, SX, p_g, bi, n, nk, BK, BKC)
+        if INCL:
+            b_blk = tl.where(o_b[None, :] <= o_b[:, None], b_blk, 0.0)
+        else:
+            b_blk = tl.where(o_b[None, :] < o_b[:, None], b_blk, 0.0)
+        tl.store(p_m + rows[:, None] * CT + rows[None, :], b_blk)
+        for bj in tl.static_range(bi + 1, CT // MB):
+            tl.store(p_m + rows[:, None] * CT + (bj * MB + o_b)[None, :], tl.zeros([MB, MB], dtype=b_blk.dtype))
+        # the blocks left of the diagonal: x e(G_i - G_a) times y e(G_a - G_j) on tensor cores, a the block's first row
         m_r = (rows < n)[:, None] & m_k[None, :]
         b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(p_g.dtype.element_ty)
-        b_gi = tl.load(p_g + rows[:, None] * BK + o_k[None, :])
         b_xa = b_x * tl.exp(_within(p_g, bi, o_k, BK))
-        for bj in tl.static_range(CT // MB):
+        for bj in tl.static_range(bi):
             cols = bj * MB + o_b
-            if bj < bi:
-                m_c = (cols < n)[:, None] & m_k[None, :]
-                b_y = tl.load(p_y + cols[:, None] * SX + o_k[None, :], mask=m_c, other=0.0).to(p_g.dtype.element_ty)
-                b_yb = b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
-                b_blk = tl.dot(b_xa, tl.trans(b_yb), input_precision=PREC)
-            elif bj == bi:
-                b_blk = tl.zeros([MB, MB], dtype=b_xa.dtype)
-                for jj in range(MB):
-                    j = bi * MB + jj
-                    b_yj = tl.load(p_y + j * SX + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0).to(p_g.dtype.element_ty)
-                    b_d = tl.cumsum(tl.where(o_b[:, None] > jj, b_gi, 0.0), axis=0)  # G_i - G_j, i >= j
-                    b_col = tl.sum(b_x * b_yj[None, :] * tl.exp(b_d), axis=1)
-                    b_blk = tl.where(o_b[None, :] == jj, b_col[:, None], b_blk)
-                if INCL:
-                    b_blk = tl.where(o_b[None, :] <= o_b[:, None], b_blk, 0.0)
-                else:
-                    b_blk = tl.where(o_b[None, :] < o_b[:, None], b_blk, 0.0)
-            else:
-                b_blk = tl.zeros([MB, MB], dtype=b_xa.dtype)
-            tl.store(p_m + rows[:, None] * CT + cols[None, :], b_blk)
+            m_c = (cols < n)[:, None] & m_k[None, :]
+            b_y = tl.load(p_y + cols[:, None] * SX + o_k[None, :], mask=m_c, other=0.0).to(p_g.dtype.element_ty)
+            b_yb = b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
+            tl.store(p_m + rows[:, None] * CT + cols[None, :], tl.dot(b_xa, tl.trans(b_yb), input_precision=PREC))
 
 
 @triton.jit
 def _row_sums(p_m, p_y, SY: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.constexpr, CT: tl.constexpr,
               PREC: tl.constexpr):
     """out[i] = sum_{j <= i} M[i, j] y_j e(G_i - G_j) ([CT, BK] at p_out), M [CT, CT] at p_m (zero above
-    the diagonal)."""
+    the diagonal). Per row block: the diagonal block's part by K-chunks of BKC columns, one [MB, MB, BKC]
+    product each, stored; then the tensor-core products left of it added to the whole rows."""
     MB: tl.constexpr = 16
+    BKC: tl.constexpr = 32 if BK > 32 else BK
     o_b = tl.arange(0, MB)
+    nk = tl.sum(m_k.to(tl.int32), axis=0)  # the valid columns (K)
     for bi in tl.static_range(CT // MB):
         rows = bi * MB + o_b
-        b_gi = tl.load(p_g + rows[:, None] * BK + o_k[None, :])
-        b_acc = tl.zeros([MB, BK], dtype=b_gi.dtype)
-        for bj in tl.static_range(bi):
-            cols = bj * MB + o_b
-            b_y = tl.load(p_y + cols[:, None] * SY + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
-                          other=0.0).to(p_g.dtype.element_ty)
-            b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
-            b_acc += tl.dot(b_m, b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)), input_precision=PREC)
-        b_acc = b_acc * tl.exp(_within(p_g, bi, o_k, BK))
-        for jj in range(MB):
-            j = bi * MB + jj
-            b_yj = tl.load(p_y + j * SY + o_k, mask=m_k & (o_k * 0 + j < n), other=0.0).to(p_g.dtype.element_ty)
-            b_d = tl.cumsum(tl.where(o_b[:, None] > jj, b_gi, 0.0), axis=0)  # G_i - G_j for rows i >= j
-            b_mc = tl.load(p_m + rows * CT + j)
-            b_acc += b_mc[:, None] * b_yj[None, :] * tl.exp(b_d)
-        tl.store(p_out + rows[:, None] * BK + o_k[None, :], b_acc)
+        b_md = tl.load(p_m + rows[:, None] * CT + rows[None, :])
+        for k0 in range(0, BK, BKC):
+            o_c = k0 + tl.arange(0, BKC)
+            b_yc = tl.load(p_y + rows[:, None] * SY + o_c[None, :], mask=(rows < n)[:, None] & (o_c < nk)[None, :],
+                           other=0.0).to(p_g.dtype.element_ty)
+            b_d = tl.sum(b_md[:, :, None] * b_yc[None, :, :] * _diag_decay(p_g, bi, o_c, BK), axis=1)
+            tl.store(p_out + rows[:, None] * BK + o_c[None, :], b_d)
+        if bi > 0:
+            b_acc = tl.zeros([MB, BK], dtype=p_g.dtype.element_ty)
+            for bj in tl.static_range(bi):
+                cols = bj * MB + o_b
+                b_y = tl.load(p_y + cols[:, None] * SY + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
+                              other=0.0).to(p_g.dtype.element_ty)
+                b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
+                b_acc += tl.dot(b_m, b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)), input_precision=PREC)
+            off = rows[:, None] * BK + o_k[None, :]
+            tl.debug_barrier()  # the diagonal block's chunks are stored
+            tl.store(p_out + off, tl.load(p_out + off) + b_acc * tl.exp(_within(p_g, bi, o_k, BK)))
 
 
 @triton.jit
 def _col_sums(p_m, p_x, SX: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.constexpr, CT: tl.constexpr,
               PREC: tl.constexpr):
     """out[j] += sum_{i >= j} M[i, j] x_i e(G_i - G_j) ([CT, BK] at p_out), M [CT, CT] at p_m (zero above
-    the diagonal); the anchor of each product is the first row of its row block."""
+    the diagonal); the anchor of each product is the first row of its row block. Per column block: the
+    diagonal block's part by K-chunks of BKC columns, one [MB, MB, BKC] product each, added in place; then the
+    tensor-core products below it added to the whole rows."""
     MB: tl.constexpr = 16
+    BKC: tl.constexpr = 32 if BK > 32 else BK
+    NB: tl.constexpr = CT // MB
     o_b = tl.arange(0, MB)
-    for bj in tl.static_range(CT // MB):
+    nk = tl.sum(m_k.to(tl.int32), axis=0)  # the valid columns (K)
+    for bj in tl.static_range(NB):
         cols = bj * MB + o_b
-        b_acc = tl.load(p_out + cols[:, None] * BK + o_k[None, :])
-        # the gates shifted up one row inside the block: the reverse cumsum of the first i - j of them is G_i - G_j
-        b_next = tl.load(p_g + (cols + 1)[:, None] * BK + o_k[None, :], mask=(o_b < MB - 1)[:, None], other=0.0)
-        for bi in tl.static_range(bj + 1, CT // MB):
-            rows = bi * MB + o_b
-            b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
-                          other=0.0).to(p_g.dtype.element_ty)
-            b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
-            b_acc += tl.dot(tl.trans(b_m), b_x * tl.exp(_within(p_g, bi, o_k, BK)),
-                            input_precision=PREC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
-        for ii in range(MB):
-            i = bj * MB + ii
-            b_xi = tl.load(p_x + i * SX + o_k, mask=m_k & (o_k * 0 + i < n), other=0.0).to(p_g.dtype.element_ty)
-            b_d = tl.cumsum(tl.where(o_b[:, None] < ii, b_next, 0.0), axis=0, reverse=True)  # G_i - G_j, j <= i
-            b_mr = tl.load(p_m + i * CT + cols)
-            b_acc += b_mr[:, None] * b_xi[None, :] * tl.exp(b_d)
-        tl.store(p_out + cols[:, None] * BK + o_k[None, :], b_acc)
+        b_md = tl.load(p_m + cols[:, None] * CT + cols[None, :])
+        for k0 in range(0, BK, BKC):
+            o_c = k0 + tl.arange(0, BKC)
+            b_xc = tl.load(p_x + cols[:, None] * SX + o_c[None, :], mask=(cols < n)[:, None] & (o_c < nk)[None, :],
+                           other=0.0).to(p_g.dtype.element_ty)
+            off_c = cols[:, None] * BK + o_c[None, :]
+            b_d = tl.sum(b_md[:, :, None] * b_xc[:, None, :] * _diag_decay(p_g, bj, o_c, BK), axis=0)
+            tl.store(p_out + off_c, tl.load(p_out + off_c) + b_d)
+        if bj < NB - 1:
+            b_acc = tl.zeros([MB, BK], dtype=p_g.dtype.element_ty)
+            for bi in tl.static_range(bj + 1, NB):
+                rows = bi * MB + o_b
+                b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
+                              other=0.0).to(p_g.dtype.element_ty)
+                b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
+                b_acc += tl.dot(tl.trans(b_m), b_x * tl.exp(_within(p_g, bi, o_k, BK)),
+                                input_precision=PREC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
+            off = cols[:, None] * BK + o_k[None, :]
+            tl.debug_barrier()  # the diagonal block's chunks are stored
+            tl.store(p_out + off, tl.load(p_out + off) + b_acc)

@@ -17,8 +17,10 @@ tests/kernels/chunk_backward_matrix.py):
               sums of dA_qk and dA_kk (backward_blocks.py's `_row_sums` / `_col_sums`, exp arguments <= 0).
 Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
 1. `_prep_kernel`, per (chunk, value head), persistent programs: P and A_qk by backward_blocks.py's `_pair_matrix`, X by
-   forward substitution, then W, U, Qt, Kt (by K-tiles of 64 columns), gamma and dO2 = A_qk^T dO; with the
-   split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32).
+   16x16 blocks like the forward's solve (`_solve`: kernels/chunk.py's `_inverse_unit_lower` on the diagonal,
+   X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ below it), then W, U, Qt, Kt (by K-tiles of 64 columns), gamma and
+   dO2 = A_qk^T dO; with the split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32),
+   the solve's in tf32x3 (kernels/chunk.py's SOLVE_PRECISION; ieee for float64).
 2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over the sequence's chunks: the forward
    recursion from h0 (S_start of each chunk into `states`), then the reverse one from dht (dS_end into `dstates`,
    and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
@@ -45,31 +47,79 @@ import triton.language as tl
 CT = 64  # chunk length (backward.CT)
 
 from kda_trace.kernels.backward_blocks import _chunk_span, _col_sums, _pair_matrix, _row_sums
+from kda_trace.kernels.chunk import SOLVE_PRECISION, _inverse_unit_lower
+
+
+@triton.jit
+def _akk_block(p_P, p_b, n, I: tl.constexpr, J: tl.constexpr, HV: tl.constexpr, CT: tl.constexpr):  # noqa: E741
+    """Block (I, J) of A_kk = diag(beta) P, 16x16, from the P at p_P [CT, CT] (zero past the chunk's n rows and
+    columns); p_b: the chunk's first beta, row t at p_b + t * HV."""
+    o = tl.arange(0, 16)
+    rows = I * 16 + o
+    b_b = tl.load(p_b + rows * HV, mask=rows < n, other=0.0).to(p_P.dtype.element_ty)
+    return tl.load(p_P + rows[:, None] * CT + (J * 16 + o)[None, :]) * b_b[:, None]
+
+
+@triton.jit
+def _put_block(p_X, x, I: tl.constexpr, J: tl.constexpr, CT: tl.constexpr):  # noqa: E741
+    o = tl.arange(0, 16)
+    tl.store(p_X + (I * 16 + o)[:, None] * CT + (J * 16 + o)[None, :], x)
+
+
+@triton.jit
+def _get_block(p_X, I: tl.constexpr, J: tl.constexpr, CT: tl.constexpr):  # noqa: E741
+    o = tl.arange(0, 16)
+    return tl.load(p_X + (I * 16 + o)[:, None] * CT + (J * 16 + o)[None, :])
+
+
+@triton.jit
+def _solve(p_P, p_b, p_X, n, HV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr):
+    """X = (I + A_kk)^-1 into p_X [CT, CT], its lower blocks only (every X block is lower triangular, the diagonal
+    ones element-wise: read X back with the mask j <= i), by 16x16 blocks like kernels/chunk.py's `_solve_kernel`:
+    X_II = (I + A_II)^-1 by `_inverse_unit_lower`, then X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ one block
+    diagonal (I - J = 1, 2, 3) at a time: 40 16x16 products, 10 of them in a dependent chain, against 63
+    dependent row steps of forward substitution. The blocks go through p_X (a barrier per diagonal) rather
+    than stay in registers: with tf32x3 products, ten live blocks made the prep kernel spill (sm_90, K = 128).
+    Rows and columns past n: A_kk is zero there (P is), so X is exactly the identity there (products with
+    exact zeros)."""
+    NB: tl.constexpr = CT // 16
+    for i in tl.static_range(NB):
+        _put_block(p_X, _inverse_unit_lower(_akk_block(p_P, p_b, n, i, i, HV, CT), 16, PREC), i, i, CT)
+    for d in tl.static_range(1, NB):
+        tl.debug_barrier()  # the blocks of the diagonals before d are in p_X
+        for i in tl.static_range(d, NB):
+            x = tl.zeros([16, 16], dtype=p_X.dtype.element_ty)
+            for m in tl.static_range(i - d, i):
+                x += tl.dot(_akk_block(p_P, p_b, n, i, m, HV, CT), _get_block(p_X, m, i - d, CT), input_precision=PREC)
+            _put_block(p_X, -tl.dot(_get_block(p_X, i, i, CT), x, input_precision=PREC), i, i - d, CT)
 
 
 @triton.jit(do_not_specialize=["scale", "n_work"])
 def _prep_kernel(
     q, k, v, g, beta, do, W, U, Qt, Kt, gamma, dO2, Xb, Pb, scratch, cu_seqlens, chunk_indices, scale, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, STORE_XP: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, SOLVE_PREC: tl.constexpr,
+    STORE_XP: tl.constexpr,
 ):
     """Work items (chunk, value head), n_work of them, shared out over the programs: the chunk's W, U, Qt, Kt
     ([T, HV, K|V] like g and v), gamma ([NT, HV, K]) and dO2 = A_qk^T dO ([T, HV, V]). Scratch per program:
-    the gates [CT, BK] (zero past the chunk's rows) and two [CT, CT] matrices. The [CT, K] operands are made
-    by K-tiles of at most 64 columns after X, so that few [CT, K]-sized values are live at once. With STORE_XP
-    also X and P (A_kk = diag(beta) P) per (chunk, value head), [NT, HV, CT, CT], for the split local kernels."""
+    the gates [CT, BK] (zero past the chunk's rows) and three [CT, CT] matrices (P, A_qk / scale, X). X by
+    `_solve`, its products in SOLVE_PREC (tf32x3 on a GPU: see chunk_states_and_grads). The [CT, K] operands
+    are made by K-tiles of at most 64 columns after X, so that few [CT, K]-sized values are live at once. With
+    STORE_XP also X and P (A_kk = diag(beta) P) per (chunk, value head), [NT, HV, CT, CT], for the split local
+    kernels."""
     BKT: tl.constexpr = 64 if BK > 64 else BK
     ACC: tl.constexpr = W.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
-    p_gs = scratch + pid * (CT * BK + 2 * CT * CT)
+    p_gs = scratch + pid * (CT * BK + 3 * CT * CT)
     p_m1 = p_gs + CT * BK
     p_m2 = p_m1 + CT * CT
+    p_m3 = p_m2 + CT * CT
     o_t = tl.arange(0, CT)
     o_k = tl.arange(0, BK)
     o_v = tl.arange(0, BV)
     m_k = o_k < K
     m_v = o_v < V
-    eye = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0).to(ACC)
     for w in range(pid, n_work, tl.num_programs(0)):
         i_c = w // HV
         i_hv = w % HV
@@ -89,18 +139,14 @@ def _prep_kernel(
         _pair_matrix(p_k, p_k, H * K, p_gs, p_m1, n, o_k, m_k, BK, CT, False, PREC)  # P: A_kk = diag(beta) P
         _pair_matrix(p_q, p_k, H * K, p_gs, p_m2, n, o_k, m_k, BK, CT, True, PREC)   # A_qk / scale
         tl.debug_barrier()
+        _solve(p_m1, beta + r0 * HV + i_hv, p_m3, n, HV, CT, SOLVE_PREC)  # X = (I + A_kk)^-1 into p_m3
+        tl.debug_barrier()
         b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
-        b_P = tl.load(p_m1 + o_t[:, None] * CT + o_t[None, :])
-        b_A = b_P * b_b[:, None]
-        # X = (I + A_kk)^-1 row by row (forward substitution: row i needs only rows j < i)
-        b_X = eye
-        for i in range(1, CT):
-            b_ai = tl.sum(tl.where((o_t == i)[:, None], b_A, 0.0), axis=0)
-            b_xi = tl.where(o_t == i, 1.0, 0.0) - tl.sum(b_ai[:, None] * b_X, axis=0)
-            b_X = tl.where((o_t == i)[:, None], b_xi[None, :], b_X)
+        off_t = o_t[:, None] * CT + o_t[None, :]
+        b_X = tl.load(p_m3 + off_t, mask=o_t[None, :] <= o_t[:, None], other=0.0)
         if STORE_XP:
-            off_m = (i_c * HV + i_hv) * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
-            tl.store(Pb + off_m, b_P)
+            off_m = (i_c * HV + i_hv) * (CT * CT) + off_t
+            tl.store(Pb + off_m, tl.load(p_m1 + off_t))
             tl.store(Xb + off_m, b_X)
         # per K-tile: G and Gl - G as sums of the gates (exp arguments <= 0, no difference of two cumulative
         # sums), then W = X diag(beta) k e(G), Qt, Kt
@@ -121,7 +167,7 @@ def _prep_kernel(
         off_v = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
         b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
         tl.store(U + off_v, tl.dot(b_X, b_v * b_b[:, None], input_precision=PREC), mask=m_tv)
-        b_Aqk = tl.load(p_m2 + o_t[:, None] * CT + o_t[None, :]) * scale
+        b_Aqk = tl.load(p_m2 + off_t) * scale
         b_do = tl.load(do + off_v, mask=m_tv, other=0.0).to(ACC)
         tl.store(dO2 + off_v, tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC), mask=m_tv)
 
@@ -510,11 +556,16 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
         pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
     n_work = NT * HV
     n_prog = n_programs(n_work, dev, interp)
-    scratch = torch.empty(n_prog, CT * BK + 2 * CT * CT, dtype=acc, device=dev)
+    scratch = torch.empty(n_prog, CT * BK + 3 * CT * CT, dtype=acc, device=dev)
+    # the solve's products in tf32x3 (about fp32; kernels/chunk.py's SOLVE_PRECISION) even where the other products
+    # are tf32: X = (I + A_kk)^-1 multiplies six 16x16 factors per diagonal block and chains three rounds of
+    # blocks, and tf32's 2^-11 operand rounding there would reach every row of W and U (an inverse amplifies
+    # relative errors by cond(I + A_kk)); ieee for float64
+    solve_prec = "ieee" if acc == torch.float64 else SOLVE_PRECISION.value
     _prep_kernel[(n_prog,)](
         q, k, v, g, beta, do, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"],
         pre.get("X", z), pre.get("P", z), scratch, cu, chunk_indices, scale, n_work,
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, STORE_XP=store_xp,
+        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, SOLVE_PREC=solve_prec, STORE_XP=store_xp,
         num_warps=launch["prep_warps"] or 8)
     del scratch
 

@@ -274,18 +274,19 @@ def _exact_diag_block(
 
 
 @triton.jit
-def _inverse_unit_lower(L, BC: tl.constexpr):
-    """(I + L)^-1 for a strictly lower-triangular 16x16 L (fp32 products). L is nilpotent (L^16 = 0), so
-    (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8): six small products instead of 15 dependent row steps
+def _inverse_unit_lower(L, BC: tl.constexpr, PREC: tl.constexpr):
+    """(I + L)^-1 for a strictly lower-triangular 16x16 L, products in PREC (the forward: SOLVE_PRECISION; the
+    chunked backward's prep, kernels/backward_chunked.py: also "ieee" for float64). L is nilpotent (L^16 = 0),
+    so (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8): six small products instead of 15 dependent row steps
     of forward substitution (each of which needs two cross-thread reductions)."""
     o_i = tl.arange(0, BC)
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
-    L2 = tl.dot(L, L, input_precision=SOLVE_PRECISION)
-    L4 = tl.dot(L2, L2, input_precision=SOLVE_PRECISION)
-    L8 = tl.dot(L4, L4, input_precision=SOLVE_PRECISION)
-    X = tl.dot(eye - L, eye + L2, input_precision=SOLVE_PRECISION)
-    X = tl.dot(X, eye + L4, input_precision=SOLVE_PRECISION)
-    return tl.dot(X, eye + L8, input_precision=SOLVE_PRECISION)
+    L2 = tl.dot(L, L, input_precision=PREC)
+    L4 = tl.dot(L2, L2, input_precision=PREC)
+    L8 = tl.dot(L4, L4, input_precision=PREC)
+    X = tl.dot(eye - L, eye + L2, input_precision=PREC)
+    X = tl.dot(X, eye + L4, input_precision=PREC)
+    return tl.dot(X, eye + L8, input_precision=PREC)
 
 
 @triton.jit
@@ -464,10 +465,10 @@ def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.c
     _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     Akk += (i_c * HV + i_hv) * (BT * BT)
     Xs += (i_c * HV + i_hv) * (BT * BT)
-    X00 = _inverse_unit_lower(_akk_block(Akk, 0, 0, n, BT, BC), BC)
-    X11 = _inverse_unit_lower(_akk_block(Akk, 1, 1, n, BT, BC), BC)
-    X22 = _inverse_unit_lower(_akk_block(Akk, 2, 2, n, BT, BC), BC)
-    X33 = _inverse_unit_lower(_akk_block(Akk, 3, 3, n, BT, BC), BC)
+    X00 = _inverse_unit_lower(_akk_block(Akk, 0, 0, n, BT, BC), BC, SOLVE_PRECISION)
+    X11 = _inverse_unit_lower(_akk_block(Akk, 1, 1, n, BT, BC), BC, SOLVE_PRECISION)
+    X22 = _inverse_unit_lower(_akk_block(Akk, 2, 2, n, BT, BC), BC, SOLVE_PRECISION)
+    X33 = _inverse_unit_lower(_akk_block(Akk, 3, 3, n, BT, BC), BC, SOLVE_PRECISION)
     A10 = _akk_block(Akk, 1, 0, n, BT, BC)
     A20 = _akk_block(Akk, 2, 0, n, BT, BC)
     A21 = _akk_block(Akk, 2, 1, n, BT, BC)
