@@ -1,6 +1,6 @@
-"""Triton helpers shared by the backward's exact mode (kernels/backward.py) and its chunked mode
-(kernels/backward_chunked.py): a chunk's span in a packed batch, and the decay-weighted [64, 64] pair matrices
-and row / column sums of the matrix form, by 16-row blocks. The formulas: tests/kernels/chunk_backward_matrix.py.
+"""Triton helpers of the backward: a chunk's span in a packed batch (both modes, kernels/backward.py and
+kernels/backward_chunked.py), and the decay-weighted [64, 64] pair matrices and row / column sums of the
+chunked mode's matrix form, by 16-row blocks. The formulas: tests/kernels/chunk_backward_matrix.py.
 
 Off the diagonal, a block is a tensor-core product with the decay split at the first row a of the row block,
 x e(G_i - G_a) times y e(G_a - G_j): both exp arguments <= 0, each G difference summed from the gates
@@ -17,9 +17,8 @@ e(c_i - c_j). Under the tests' strongest gates (g down to -8 per step, |c| <= 12
 apart weigh e(c_i - c_j) ~ 0. The chunked mode's products are tf32 (operands rounded to 2^-11 = 5e-4, target
 about 1e-3), far above it. Under the interpreter's fp32 products the chunked mode's strong-gate test moved
 from about 1e-7 to at most 3e-7 RMS-relative per gradient (7e-7 on dg with gates down to -20; bar 1e-5);
-float64 (u = 1.1e-16) stays near 1e-15 (bar 1e-12). The exact mode's `_local_matrix_kernel` (kernels/backward.py)
-shares these helpers: its strong-gate test with gates down to -40 (|c| up to 600) moved from 2.4e-7 to 2.8e-6
-on dg (bar 1e-5)."""
+float64 (u = 1.1e-16) stays near 1e-15 (bar 1e-12). A one-kernel matrix local kernel (since deleted) with these
+helpers moved from 2.4e-7 to 2.8e-6 on dg under gates down to -40 (|c| up to 600; bar 1e-5)."""
 
 from __future__ import annotations
 

@@ -411,8 +411,8 @@ def _local_da_kernel(
 ):
     """Per (chunk, value head), from 3a's partial sums (added up on reading): Y_k = X^T dW ([T, HV, K], for 3c),
     dA_kk = (-(XdXv + Y_k (beta Kb)^T) X^T)_strict, dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P)
-    (final), the diagonal of dA_qk times scale (d1 [T, HV]: it goes to dq and dk directly, see backward.py's
-    matrix kernel), and the two matrices of the decay-weighted sums, rewritten in place in the first copies
+    (final), the diagonal of dA_qk times scale (d1 [T, HV]: it goes to dq and dk directly,
+    tests/kernels/chunk_backward_matrix.py), and the two matrices of the decay-weighted sums, rewritten in place in the first copies
     of dAqk and XdXv: M1 = scale (dA_qk)_strict and M2 = diag(beta) dA_kk."""
     BKT: tl.constexpr = 64 if BK > 64 else BK
     ACC: tl.constexpr = Yk.dtype.element_ty
