@@ -267,9 +267,10 @@ def digest_mismatches(got: Dict[str, Dict[str, Any]], want: Dict[str, Dict[str, 
                       factor: float = DIGEST_TOLERANCE_FACTOR) -> Dict[str, float]:
     """Outputs whose digests differ by more than the smaller of two bounds: `relative` x the wanted norm + atol x
     sqrt(n) (none when `relative` is None) and, where `rms_rel` gives an output's RMS-relative tolerance rel,
-    `factor` (DIGEST_TOLERANCE_FACTOR) x rel x the wanted norm (`full_norm` for an in-place output), or x atol x sqrt(n)
-    where the reference's RMS is below atol: what compare_output lets an honest output be off by. The largest difference is given as a fraction of the bound (inf when non-finite or missing).
-    The wanted digest is the judge's own: the bound never depends on what the solution's process reports."""
+    `factor` (DIGEST_TOLERANCE_FACTOR) x rel x the wanted norm (`full_norm` for an in-place output), or x atol x
+    sqrt(n) where the reference's RMS is below atol: what compare_output lets an honest output be off by. The
+    largest difference is given as a fraction of the bound (inf when non-finite or missing). The wanted digest is
+    the judge's own: the bound never depends on what the solution's process reports."""
     bad = {}
     for name, w in want.items():
         g = got.get(name)

@@ -55,8 +55,8 @@ Nothing is kept from the forward: everything is recomputed from q, k, v, g, beta
 states, kernels/chunk.py's output_chunk_states, would spare B_c and half the pass, but the chunked forward
 rounds S to bf16 in its products, which would cost the gradients their fp32 accuracy.)
 
-Chunked mode (LAUNCH["mode"] = "chunked", the default; kernels/backward_chunked.py): trades the exact mode's
-fp32 accuracy for speed, to be no worse than fla's chunk_kda (RMS-relative 3e-3 on every gradient with bf16
+Chunked mode (LAUNCH["mode"] = "chunked", the default on a GPU; kernels/backward_chunked.py): trades the exact
+mode's fp32 accuracy for speed, to be no worse than fla's chunk_kda (RMS-relative 3e-3 on every gradient with bf16
 inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are never formed:
 1. `_prep_kernel`, per (chunk, value head), parallel: the chunked forward's A_kk, A_qk (decay-weighted 16-row
    blocks, exp arguments <= 0), X = (I + A_kk)^-1 by 16x16 blocks (the forward's solve), W, U, Qt, Kt, gamma and
