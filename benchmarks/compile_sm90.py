@@ -62,6 +62,9 @@ def backward_signatures(acc: str) -> dict:
         # the chunked mode (kernels/backward_chunked.py)
         "prep": {**inputs, **bufs("g", "W", "U", "Qt", "Kt", "gamma", "dO2", "Xb", "Pb", "scratch"), **tables,
                  "scale": "fp32", "n_work": "i64"},
+        "prep_pairs": {**inputs, **bufs("g", "Pb", "Aqk", "gamma", "scratch"), **tables, "n_work": "i64"},
+        "prep_solve": {**inputs, **bufs("Pb", "Xb"), **tables},
+        "prep_operands": {**inputs, **bufs("g", "Xb", "Aqk", "W", "U", "Qt", "Kt", "dO2"), **tables, "scale": "fp32"},
         "local_v": {**inputs, **bufs("W", "U", "Kt", "dO2", "Xb", "states", "dstates", "dv", "dbeta", "dAqk", "XdXv",
                                      "dQt", "dKt", "dW", "dgamma"), **tables},
         "local_da": {**inputs, **bufs("g", "Xb", "Pb", "dAqk", "XdXv", "dW", "dbeta_v", "Yk", "d1", "dbeta"), **tables,
@@ -101,6 +104,20 @@ def chunked_mode(spills: bool) -> None:
                            dict(shared, BV=BV, STORE_XP=True, SOLVE_PREC=solve), backward.LAUNCH["prep_warps"] or 8)
         extra = ptxas_report(k) if spills and acc == "fp32" else []
         print(f"chunked prep {acc} K={K} V={V} warps=8: ok", *extra)
+        # the split prep (LAUNCH["chunked_prep"] = "split"): the pairs kernel per row block, the solve, the operands
+        for bi in range(4):
+            k = compile_kernel(backward_chunked._prep_pairs_kernel, sigs["prep_pairs"], dict(shared, BI=bi),
+                               backward.LAUNCH["prep_pairs_warps"] or 4)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked split prep pairs {acc} K={K} V={V} BI={bi} warps=4: ok", *extra)
+        k = compile_kernel(backward_chunked._prep_solve_kernel, sigs["prep_solve"], dict(shared, SOLVE_PREC=solve),
+                           backward.LAUNCH["prep_solve_warps"] or 4)
+        extra = ptxas_report(k) if spills and acc == "fp32" else []
+        print(f"chunked split prep solve {acc} K={K} V={V} warps=4: ok", *extra)
+        k = compile_kernel(backward_chunked._prep_operands_kernel, sigs["prep_operands"],
+                           dict(shared, BKT=min(BK, 64), BVT=min(BV, 64)), backward.LAUNCH["prep_operands_warps"] or 4)
+        extra = ptxas_report(k) if spills and acc == "fp32" else []
+        print(f"chunked split prep operands {acc} K={K} V={V} warps=4: ok", *extra)
         pass_prec = "ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_precision"]
         tiles = ((32, 4, 1), (16, 4, 1), (64, 4, 1), (32, 8, 1), (32, 4, 3)) if spills and K == 128 else ((32, 4, 1),)
         for bv, warps, stages in tiles:

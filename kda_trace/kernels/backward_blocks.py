@@ -90,24 +90,33 @@ def _diag_pairs(p_x, p_y, SX: tl.constexpr, p_g, bi, n, nk, BK: tl.constexpr, BK
 @triton.jit
 def _pair_matrix(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, BK: tl.constexpr, CT: tl.constexpr,
                  INCL: tl.constexpr, PREC: tl.constexpr):
-    """M[i, j] = sum_d x_id y_jd e(G_id - G_jd) for j < i (j <= i with INCL), 0 elsewhere, into p_m [CT, CT].
-    x, y: rows of stride SX (masked to the n valid rows and m_k's columns); g: the gates [CT, BK] at p_g (zero
-    past n). Per row block: the diagonal block (`_diag_pairs`), the zero blocks right of it, then the tensor-core
-    products left of it."""
+    """M[i, j] = sum_d x_id y_jd e(G_id - G_jd) for j < i (j <= i with INCL), 0 elsewhere, into p_m [CT, CT]:
+    every row block by `_pair_rows`."""
+    for bi in tl.static_range(CT // 16):
+        _pair_rows(p_x, p_y, SX, p_g, p_m, n, o_k, m_k, bi, BK, CT, INCL, PREC)
+
+
+@triton.jit
+def _pair_rows(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr,
+               CT: tl.constexpr, INCL: tl.constexpr, PREC: tl.constexpr):
+    """Row block bi (rows 16 bi .. 16 bi + 15) of M[i, j] = sum_d x_id y_jd e(G_id - G_jd) for j < i (j <= i with
+    INCL), 0 elsewhere, into p_m [CT, CT]. x, y: rows of stride SX (masked to the n valid rows and m_k's
+    columns); g: the gates [CT, BK] at p_g (zero past n). The diagonal block (`_diag_pairs`), the zero blocks
+    right of it, then the tensor-core products left of it."""
     MB: tl.constexpr = 16
     BKC: tl.constexpr = 32 if BK > 32 else BK
     o_b = tl.arange(0, MB)
     nk = tl.sum(m_k.to(tl.int32), axis=0)  # the valid columns (K)
-    for bi in tl.static_range(CT // MB):
-        rows = bi * MB + o_b
-        b_blk = _diag_pairs(p_x, p_y, SX, p_g, bi, n, nk, BK, BKC)
-        if INCL:
-            b_blk = tl.where(o_b[None, :] <= o_b[:, None], b_blk, 0.0)
-        else:
-            b_blk = tl.where(o_b[None, :] < o_b[:, None], b_blk, 0.0)
-        tl.store(p_m + rows[:, None] * CT + rows[None, :], b_blk)
-        for bj in tl.static_range(bi + 1, CT // MB):
-            tl.store(p_m + rows[:, None] * CT + (bj * MB + o_b)[None, :], tl.zeros([MB, MB], dtype=b_blk.dtype))
+    rows = bi * MB + o_b
+    b_blk = _diag_pairs(p_x, p_y, SX, p_g, bi, n, nk, BK, BKC)
+    if INCL:
+        b_blk = tl.where(o_b[None, :] <= o_b[:, None], b_blk, 0.0)
+    else:
+        b_blk = tl.where(o_b[None, :] < o_b[:, None], b_blk, 0.0)
+    tl.store(p_m + rows[:, None] * CT + rows[None, :], b_blk)
+    for bj in tl.static_range(bi + 1, CT // MB):
+        tl.store(p_m + rows[:, None] * CT + (bj * MB + o_b)[None, :], tl.zeros([MB, MB], dtype=b_blk.dtype))
+    if bi > 0:
         # the blocks left of the diagonal: x e(G_i - G_a) times y e(G_a - G_j) on tensor cores, a the block's first row
         m_r = (rows < n)[:, None] & m_k[None, :]
         b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(p_g.dtype.element_ty)

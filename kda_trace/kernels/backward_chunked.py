@@ -20,7 +20,12 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    16x16 blocks like the forward's solve (`_solve`: kernels/chunk.py's `_inverse_unit_lower` on the diagonal,
    X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ below it), then W, U, Qt, Kt (by K-tiles of 64 columns), gamma and
    dO2 = A_qk^T dO; with the split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32),
-   the solve's in tf32x3 (kernels/chunk.py's SOLVE_PRECISION; ieee for float64).
+   the solve's in tf32x3 (kernels/chunk.py's SOLVE_PRECISION; ieee for float64). LAUNCH["chunked_prep"] =
+   "split" runs the same products as three kernels instead (`_prep_split`): `_prep_pairs_kernel` (one launch per
+   16-row block of P and A_qk, backward_blocks.py's `_pair_rows`), `_prep_solve_kernel` (X per chunk and value
+   head) and `_prep_operands_kernel` (per K-tile: W, Qt, Kt; per V-tile: U, dO2); A_qk goes through an fp32
+   [NT, HV, CT, CT] buffer (16 KiB per chunk and value head). Written to find where the fused kernel's time
+   goes (per-kernel times) and to run smaller programs; "fused" stays the default until timed on a GPU.
 2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over the sequence's chunks: the forward
    recursion from h0 (S_start of each chunk into `states`), then the reverse one from dht (dS_end into `dstates`,
    and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
@@ -46,7 +51,7 @@ import triton.language as tl
 
 CT = 64  # chunk length (backward.CT)
 
-from kda_trace.kernels.backward_blocks import _chunk_span, _col_sums, _pair_matrix, _row_sums
+from kda_trace.kernels.backward_blocks import _chunk_span, _col_sums, _pair_matrix, _pair_rows, _row_sums
 from kda_trace.kernels.chunk import SOLVE_PRECISION, _inverse_unit_lower
 
 
@@ -168,6 +173,113 @@ def _prep_kernel(
         b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
         tl.store(U + off_v, tl.dot(b_X, b_v * b_b[:, None], input_precision=PREC), mask=m_tv)
         b_Aqk = tl.load(p_m2 + off_t) * scale
+        b_do = tl.load(do + off_v, mask=m_tv, other=0.0).to(ACC)
+        tl.store(dO2 + off_v, tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC), mask=m_tv)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 1 in three kernels (LAUNCH["chunked_prep"] = "split"): the prep's work with smaller, more numerous programs
+# ----------------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["n_work"])
+def _prep_pairs_kernel(
+    q, k, g, Pb, Aqk, gamma, scratch, cu_seqlens, chunk_indices, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BI: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Row block BI (one launch per block, like kernels/chunk.py's intra kernel) of P and of A_qk / scale
+    ([NT, HV, CT, CT], backward_blocks.py's `_pair_rows`) for the work items (chunk, value head), shared out over
+    the programs; the last row block also stores gamma. Scratch per program: the chunk's gates [CT, BK], zero past its rows."""
+    ACC: tl.constexpr = Pb.dtype.element_ty
+    pid = tl.program_id(0).to(tl.int64)
+    p_gs = scratch + pid * (CT * BK)
+    o_t = tl.arange(0, CT)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    # the gates the row block reads: rows up to its last one (16 BI + 15)
+    m_need = o_t < (BI + 1) * 16
+    for w in range(pid, n_work, tl.num_programs(0)):
+        i_c = w // HV
+        i_hv = w % HV
+        i_h = i_hv // (HV // H)
+        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+        m_t = o_t < n
+        b_g = tl.load(g + (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :],
+                      mask=(m_t & m_need)[:, None] & m_k[None, :], other=0.0).to(ACC)
+        if BI == CT // 16 - 1:  # the last row block reads every row
+            tl.store(gamma + (i_c * HV + i_hv) * K + o_k, tl.exp(tl.sum(b_g, axis=0)), mask=m_k)
+        tl.debug_barrier()  # the previous item's reads of the scratch are done
+        tl.store(p_gs + o_t[:, None] * BK + o_k[None, :], b_g)
+        tl.debug_barrier()
+        p_q = q + (r0 * H + i_h) * K
+        p_k = k + (r0 * H + i_h) * K
+        item = i_c * HV + i_hv
+        _pair_rows(p_k, p_k, H * K, p_gs, Pb + item * (CT * CT), n, o_k, m_k, BI, BK, CT, False, PREC)
+        _pair_rows(p_q, p_k, H * K, p_gs, Aqk + item * (CT * CT), n, o_k, m_k, BI, BK, CT, True, PREC)
+
+
+@triton.jit
+def _prep_solve_kernel(Pb, beta, Xb, cu_seqlens, chunk_indices, HV: tl.constexpr, CT: tl.constexpr,
+                       SOLVE_PREC: tl.constexpr):
+    """Per (chunk, value head): X = (I + diag(beta) P)^-1 ([NT, HV, CT, CT]) by `_solve`, in X's own slot, then
+    its upper part written as zeros (`_solve` stores the lower blocks only)."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    item = i_c * HV + i_hv
+    p_X = Xb + item * (CT * CT)
+    _solve(Pb + item * (CT * CT), beta + r0 * HV + i_hv, p_X, n, HV, CT, SOLVE_PREC)
+    tl.debug_barrier()
+    o_t = tl.arange(0, CT)
+    off_t = o_t[:, None] * CT + o_t[None, :]
+    b_X = tl.load(p_X + off_t, mask=o_t[None, :] <= o_t[:, None], other=0.0)
+    tl.debug_barrier()
+    tl.store(p_X + off_t, b_X)
+
+
+@triton.jit(do_not_specialize=["scale"])
+def _prep_operands_kernel(
+    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
+    CT: tl.constexpr, PREC: tl.constexpr,
+):
+    """Per (chunk, value head) and tile: for each of the NKT K-tiles of BKT columns, W = X diag(beta) k e(G),
+    Kt = k e(Gl - G) and Qt = scale q e(G) (G and Gl - G as sums of the gates, exp arguments <= 0); for each
+    of the V-tiles of BVT columns after them, U = X diag(beta) v and dO2 = A_qk^T dO."""
+    NKT: tl.constexpr = (K + BKT - 1) // BKT
+    ACC: tl.constexpr = W.dtype.element_ty
+    i_c = tl.program_id(0).to(tl.int64) // HV
+    i_hv = tl.program_id(0).to(tl.int64) % HV
+    i_tile = tl.program_id(1)
+    i_h = i_hv // (HV // H)
+    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    item = i_c * HV + i_hv
+    o_t = tl.arange(0, CT)
+    m_t = o_t < n
+    off_t = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+    b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+    if i_tile < NKT:
+        o_kt = i_tile * BKT + tl.arange(0, BKT)
+        m_tk = m_t[:, None] & (o_kt < K)[None, :]
+        p_gt = g + (r0 * HV + i_hv) * K + o_kt[None, :]
+        b_gt = tl.load(p_gt + o_t[:, None] * (HV * K), mask=m_tk, other=0.0).to(ACC)
+        b_gn = tl.load(p_gt + (o_t + 1)[:, None] * (HV * K), mask=((o_t + 1) < n)[:, None] & (o_kt < K)[None, :],
+                       other=0.0).to(ACC)
+        b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
+        off = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+        off_x = (r0 * H + i_h) * K + o_t[:, None] * (H * K) + o_kt[None, :]
+        b_k = tl.load(k + off_x, mask=m_tk, other=0.0).to(ACC)
+        b_X = tl.load(Xb + off_t)
+        tl.store(W + off, tl.dot(b_X, b_k * (b_b[:, None] * b_eG), input_precision=PREC), mask=m_tk)
+        tl.store(Kt + off, b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True)), mask=m_tk)
+        b_q = tl.load(q + off_x, mask=m_tk, other=0.0).to(ACC)
+        tl.store(Qt + off, scale * b_q * b_eG, mask=m_tk)
+    else:
+        o_v = (i_tile - NKT) * BVT + tl.arange(0, BVT)
+        m_tv = m_t[:, None] & (o_v < V)[None, :]
+        off_v = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
+        b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
+        tl.store(U + off_v, tl.dot(tl.load(Xb + off_t), b_v * b_b[:, None], input_precision=PREC), mask=m_tv)
+        b_Aqk = tl.load(Aqk + off_t) * scale
         b_do = tl.load(do + off_v, mask=m_tv, other=0.0).to(ACC)
         tl.store(dO2 + off_v, tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC), mask=m_tv)
 
@@ -556,18 +668,25 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
         pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
     n_work = NT * HV
     n_prog = n_programs(n_work, dev, interp)
-    scratch = torch.empty(n_prog, CT * BK + 3 * CT * CT, dtype=acc, device=dev)
     # the solve's products in tf32x3 (about fp32; kernels/chunk.py's SOLVE_PRECISION) even where the other products
     # are tf32: X = (I + A_kk)^-1 multiplies six 16x16 factors per diagonal block and chains three rounds of
     # blocks, and tf32's 2^-11 operand rounding there would reach every row of W and U (an inverse amplifies
     # relative errors by cond(I + A_kk)); ieee for float64
     solve_prec = "ieee" if acc == torch.float64 else SOLVE_PRECISION.value
-    _prep_kernel[(n_prog,)](
-        q, k, v, g, beta, do, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"],
-        pre.get("X", z), pre.get("P", z), scratch, cu, chunk_indices, scale, n_work,
-        H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, SOLVE_PREC=solve_prec, STORE_XP=store_xp,
-        num_warps=launch["prep_warps"] or 8)
-    del scratch
+    if launch["chunked_prep"] == "split":
+        _prep_split(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec)
+        if not store_xp:
+            del pre["X"], pre["P"]
+    elif launch["chunked_prep"] == "fused":
+        scratch = torch.empty(n_prog, CT * BK + 3 * CT * CT, dtype=acc, device=dev)
+        _prep_kernel[(n_prog,)](
+            q, k, v, g, beta, do, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"],
+            pre.get("X", z), pre.get("P", z), scratch, cu, chunk_indices, scale, n_work,
+            H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, SOLVE_PREC=solve_prec, STORE_XP=store_xp,
+            num_warps=launch["prep_warps"] or 8)
+        del scratch
+    else:
+        raise ValueError(f"LAUNCH['chunked_prep'] must be 'fused' or 'split', got {launch['chunked_prep']!r}")
 
     states = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dstates = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
@@ -582,6 +701,38 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
         PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"],
         num_warps=launch["chunked_pass_warps"] or 4, num_stages=launch["chunked_pass_stages"] or 1)
     return states, dstates, dh0, pre
+
+
+def _prep_split(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec):
+    """Kernel 1 as three (LAUNCH["chunked_prep"] = "split"): `_prep_pairs_kernel` (one launch per 16-row block,
+    persistent programs), `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2,
+    X and P like `_prep_kernel` with STORE_XP."""
+    from kda_trace.platform import triton_interpreted
+
+    q, k, v, g, beta = xs
+    B, T, H, HV, K, V, N = sizes
+    cu, chunk_indices, _, NT = tables
+    dev = q.device
+    interp = triton_interpreted()
+    BK = max(16, triton.next_power_of_2(K))
+    BV = max(16, triton.next_power_of_2(V))
+    for name in ("X", "P"):
+        if name not in pre:
+            pre[name] = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
+    aqk = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
+    scratch = torch.empty(n_prog, CT * BK, dtype=acc, device=dev)
+    for bi in range(CT // 16):
+        _prep_pairs_kernel[(n_prog,)](
+            q, k, g, pre["P"], aqk, pre["gamma"], scratch, cu, chunk_indices, NT * HV,
+            H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, num_warps=launch["prep_pairs_warps"] or 4)
+    del scratch
+    _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT, SOLVE_PREC=solve_prec,
+                                 num_warps=launch["prep_solve_warps"] or 4)
+    BKT = min(BK, 64)
+    BVT = launch["prep_bv"] or min(BV, 64)
+    _prep_operands_kernel[(NT * HV, triton.cdiv(K, BKT) + triton.cdiv(V, BVT))](
+        q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], cu, chunk_indices,
+        scale, H=H, HV=HV, K=K, V=V, BKT=BKT, BVT=BVT, CT=CT, PREC=prec, num_warps=launch["prep_operands_warps"] or 4)
 
 
 def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):

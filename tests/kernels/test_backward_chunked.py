@@ -71,6 +71,40 @@ def test_bf16_inputs():
     check(make(1, 70, 1, 1, 32, 16, seed=5, dtype=torch.bfloat16), bar=1e-2)
 
 
+SPLIT_PREP_CASES = {
+    # packed [1, 70, 1] tokens, GVA 1 -> 2, odd K and V, 3 persistent programs for the pairs kernel's 8 items, the
+    # operands kernel's V-tiles of 16 (the last 4 wide)
+    "packed_gva_odd": (lambda: make(1, 72, 1, 2, 12, 36, seed=2, n_seqs=3), dict(cu_seqlens=torch.tensor([0, 1, 71, 72])),
+                       {"programs": 3, "prep_bv": 16}),
+    # K = 130: three K-tiles of 64 in the operands kernel, the last with 2 valid columns; two sequences
+    "k_tiles": (lambda: make(1, 70, 1, 1, 130, 20, seed=11, n_seqs=2), dict(cu_seqlens=torch.tensor([0, 66, 70])), {}),
+    # g in [-8, 0] per step, float64 (ieee products), [V, K] states, no h0
+    "float64_strong_gates": (lambda: make(1, 150, 1, 1, 16, 24, seed=3, g_low=-8.0, dtype=f64),
+                             dict(opts=KDAOptions(state_layout="vk", scale=0.7), use_h0=False, bar=1e-12), {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
+def test_split_prep(case, monkeypatch):
+    """LAUNCH["chunked_prep"] = "split" (the prep as a pairs, a solve and an operands kernel): against float64
+    autograd at the usual bars, and against the fused prep: the same products, so the same gradients up to
+    the order of fp32 roundings (measured: bit-identical under the interpreter; bound 1e-6 relative)."""
+    make_x, kwargs, launch = SPLIT_PREP_CASES[case]
+    for key, val in launch.items():
+        monkeypatch.setitem(backward.LAUNCH, key, val)
+    x = make_x()
+    monkeypatch.setitem(backward.LAUNCH, "chunked_prep", "split")
+    split = check(x, **kwargs)
+    monkeypatch.setitem(backward.LAUNCH, "chunked_prep", "fused")
+    fused = check(x, **kwargs)
+    for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
+        a, b = getattr(split, name), getattr(fused, name)
+        if b is None:
+            assert a is None
+            continue
+        assert (a - b).abs().max() <= 1e-6 * b.abs().max(), name
+
+
 def test_token_local_kernel(monkeypatch):
     """The chunked states and dS with the token-step local kernel (LAUNCH["chunked_local"] = "tokens")."""
     monkeypatch.setitem(backward.LAUNCH, "chunked_local", "tokens")
@@ -82,6 +116,10 @@ def test_rejects_unknown_modes(monkeypatch):
     args = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["do"])
     monkeypatch.setitem(backward.LAUNCH, "chunked_local", "matrx")
     with pytest.raises(ValueError, match="chunked_local"):
+        backward.kda_backward(*args)
+    monkeypatch.setitem(backward.LAUNCH, "chunked_local", "split")
+    monkeypatch.setitem(backward.LAUNCH, "chunked_prep", "fusd")
+    with pytest.raises(ValueError, match="chunked_prep"):
         backward.kda_backward(*args)
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunkd")
     with pytest.raises(ValueError, match="LAUNCH\\['mode'\\]"):
