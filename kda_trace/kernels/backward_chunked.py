@@ -707,13 +707,10 @@ def _prep_split(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, so
     """Kernel 1 as three (LAUNCH["chunked_prep"] = "split"): `_prep_pairs_kernel` (one launch per 16-row block,
     persistent programs), `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2,
     X and P like `_prep_kernel` with STORE_XP."""
-    from kda_trace.platform import triton_interpreted
-
     q, k, v, g, beta = xs
     B, T, H, HV, K, V, N = sizes
     cu, chunk_indices, _, NT = tables
     dev = q.device
-    interp = triton_interpreted()
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
     for name in ("X", "P"):
