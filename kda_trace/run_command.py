@@ -266,7 +266,14 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
             progress.update(bar, advance=1, description=f"[green]{counts['passed']} passed[/] "
                                                         f"[red]{counts['failed']} failed[/]")
 
-        Runner(config, on_record, main_env).run(tasks)
+        runner = Runner(config, on_record, main_env)
+        try:
+            runner.run(tasks)
+        finally:
+            for line in getattr(runner, "strays", []):
+                console.print(f"[red]killed a process that a solution left running ({line}): it could have "
+                              f"rewritten this run's records or disturbed other solutions' timing[/]",
+                              highlight=False)
 
 
 def configure_report(parser: argparse.ArgumentParser) -> None:

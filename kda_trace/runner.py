@@ -856,9 +856,16 @@ class Runner:
             w.conn.close()
 
     def run(self, tasks: List[Task]) -> None:
+        """Run the tasks. Processes that solutions leave behind (kda_trace/reaper.py) are killed as they turn up
+        and at the end, and listed in `self.strays`."""
+        from . import reaper
+
         queue = deque(tasks)
         devices = self.config.devices or [self.config.device]
         workers = [_Worker(dev) for dev in devices]
+        reaping = reaper.become_subreaper()
+        before = set(reaper.descendants())  # what this process had already (a test session's own helpers)
+        self.strays: List[str] = []
         for w in workers:
             self._start(w)
         try:
@@ -873,13 +880,21 @@ class Runner:
                 wait([w.conn for w in workers] + [w.process.sentinel for w in workers], timeout=min(timeout, 1.0))
                 for w in workers:
                     self._poll(w, queue)
+                if reaping:  # orphans that came to us: not a worker, not ours from before
+                    self.strays += reaper.kill_strays(before | {w.process.pid for w in workers}, direct_only=True)
         finally:
             for w in workers:
                 try:
                     w.conn.send(None)
                 except (OSError, ValueError):
                     pass
+            deadline = time.monotonic() + 20.0  # a worker closes its solutions' processes before it exits
+            for w in workers:
+                if w.process is not None:
+                    w.process.join(max(0.0, deadline - time.monotonic()))
                 self._stop(w)
+            if reaping:  # the workers are gone: whatever is left under us now was left by a solution
+                self.strays += reaper.kill_strays(before, direct_only=False)
 
     def _poll(self, w: _Worker, queue: deque) -> None:
         try:

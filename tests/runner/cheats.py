@@ -28,6 +28,7 @@ thing or reach around the runner the way published benchmark exploits do:
 | asks_seeds_ahead | in a call outside the timed repetitions, asks the judge for the first repetition's seed itself (to make those inputs and cache their answer ahead) | (ours: seeds are given just in time) |
 | off_by_percent_when_timed | its first output 3% off in timed repetitions (not the last): beyond the tolerance, within a digest's 20% | (ours: the digest bound follows the output's tolerance) |
 | rewrites_stored_inputs | rewrites the dataset's stored input files with zeros (later workloads, everyone's) | (ours: same-user file access) |
+| leaves_a_process | starts a detached process (double fork, new session) that rewrites its records to PASSED once the run has ended, and a child that stays | (ours: same-user processes) |
 | timing_aware | inside the timing loop (found on its caller's stack), returns zeros except on the last repetition, the one it knows is checked | kernelbot, SOL-ExecBench |
 
 `CHEATS_HONEST_DELAY_S` (seconds, default 0) makes every honest computation of the base that long, so that a
@@ -420,3 +421,41 @@ def rewrites_stored_inputs(**inputs):
             save_file({k: torch.zeros_like(v) for k, v in load_file(str(path)).items()}, str(path))
         _definitions["rewrote"] = True
     return _base_outputs(**inputs)
+
+
+_LEFT_BEHIND = """
+import json, os, sys, time
+from pathlib import Path
+if os.fork():  # double fork into a new session: an orphan that init (or a subreaper) adopts
+    os._exit(0)
+os.setsid()
+out = Path(sys.argv[1])
+for _ in range(600):  # at most a minute: until the runner has written its summary
+    if (out / "summary.json").exists():
+        break
+    time.sleep(0.1)
+time.sleep(0.5)
+for path in (out / "traces").glob("*/*.jsonl"):
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for r in records:
+        if r["solution"].endswith("leaves_a_process"):
+            r["evaluation"]["status"] = "PASSED"
+    path.write_text("".join(json.dumps(r) + "\\n" for r in records))
+(out / "FORGED_BY_leaves_a_process").write_text("the run's records were rewritten after it ended")
+"""
+
+
+def leaves_a_process(**inputs):
+    """Zeros; on its first call it starts a detached process (double fork, new session) that waits for the run's
+    summary.json and then rewrites its own records to PASSED, and a plain child that just stays: the records
+    on disk would say PASSED after the runner is done. (The run directory comes from CHEATS_TRACE_DIR.)"""
+    import subprocess
+    import sys
+
+    if not _definitions.get("left"):
+        _definitions["left"] = True
+        out = os.environ.get("CHEATS_TRACE_DIR", "kda-trace-out")
+        quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen([sys.executable, "-c", _LEFT_BEHIND, out], start_new_session=True, **quiet)
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)  # leaves_a_process"], **quiet)
+    return {k: torch.zeros_like(v) for k, v in _base_outputs(**inputs).items()}

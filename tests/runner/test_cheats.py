@@ -145,6 +145,35 @@ def test_trace_files_written_by_a_solution_do_not_survive_the_run(tmp_path, monk
     assert summary["totals"]["passed"] == 3 and summary["totals"]["failed"] == 3
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc (kda_trace/reaper.py)")
+def test_processes_a_solution_leaves_behind_are_killed_before_the_records_are_final(tmp_path, monkeypatch, capsys):
+    """A detached process (double fork, new session) started by a solution would rewrite the records after the
+    run; the runner, a child subreaper, kills it and a plain leftover child, and says so."""
+    import os
+    import time
+
+    monkeypatch.setenv("CHEATS_TRACE_DIR", str(tmp_path))
+    argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--size", "all", "--out",
+            str(tmp_path), "--solution", f"{BAD}::good", "--solution", f"{CHEATS}::leaves_a_process"]
+    assert main(argv) == 1
+    printed = capsys.readouterr().err
+    time.sleep(2.0)  # the forger would have acted by now (it waits 0.5 s after summary.json appears)
+    assert not (tmp_path / "FORGED_BY_leaves_a_process").exists()
+    got = statuses(tmp_path)
+    assert [ev["status"] for ev in got["good"]] == ["PASSED"] * 3
+    assert [ev["status"] for ev in got["leaves_a_process"]] == ["INCORRECT_NUMERICAL"] * 3
+    assert printed.count("killed a process that a solution left running") >= 2, printed
+    alive = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"leaves_a_process" in cmd and b"pytest" not in cmd:
+            alive.append(pid)
+    assert not alive, alive
+
+
 def test_a_worker_refuses_to_start_when_kda_trace_changed_on_disk(tmp_path):
     from kda_trace.dataset import load_dataset
     from kda_trace.environment import capture
