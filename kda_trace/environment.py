@@ -10,7 +10,7 @@ import subprocess
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from . import platform
 from .schema import DevicePeaks, Environment
@@ -102,6 +102,23 @@ at every run)."""
 def dataset_digest(root: str) -> Optional[str]:
     """Digest of the dataset's DATASET_FILES under `root`."""
     return _digest(Path(root), DATASET_FILES)
+
+
+def dataset_fingerprint(root: str) -> Dict[str, str]:
+    """{relative path: sha256 (16 hex digits)} of the dataset's DATASET_FILES under `root`, for `dataset_changes`."""
+    base = Path(root)
+    files = sorted({p for pattern in DATASET_FILES for p in base.glob(pattern) if p.is_file()})
+    return {p.relative_to(base).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in files}
+
+
+def dataset_changes(before: Dict[str, str], root: str) -> List[str]:
+    """The dataset files under `root` that differ from the `before` fingerprint: 'changed / added / removed
+    PATH'. A run judges every workload by the definitions it loaded at its start; a file rewritten during the
+    run (a solution's process can write there) would change later runs, so `kda-trace run` reports it."""
+    after = dataset_fingerprint(root)
+    return ([f"changed {p}" for p in sorted(before) if p in after and after[p] != before[p]]
+            + [f"added {p}" for p in sorted(set(after) - set(before))]
+            + [f"removed {p}" for p in sorted(set(before) - set(after))])
 
 
 @lru_cache(maxsize=None)

@@ -160,6 +160,7 @@ def command_run(args) -> int:
     out = Path(args.out)
     done = finished_keys(out) if args.resume else set()
     main_env = environment.capture(device if device != "cuda" else "cuda:0", seed, root)
+    dataset_before = environment.dataset_fingerprint(str(root))
     writer = TraceWriter(out)
     tasks: List[Task] = []
     counts = {"passed": 0, "failed": 0, "skipped": 0, "resumed": 0}
@@ -241,6 +242,13 @@ def command_run(args) -> int:
     print_summary(summary, console)
     console.print(f"this run: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped; "
                   f"traces in {out / 'traces'}; " + ", ".join(str(p) for p in paths))
+    changed = environment.dataset_changes(dataset_before, str(root))
+    if changed:
+        console.print(f"[red]kda-trace run: the dataset under {root} changed on disk during the run ({'; '.join(changed)}): "
+                      "this run judged every workload by the definitions and workloads as they were at its start, "
+                      "but the files are no longer those (a solution's process may have rewritten them); check them "
+                      "before another run or a publish[/]", highlight=False)
+        return 1
     return 1 if counts["failed"] else 0
 
 

@@ -27,6 +27,7 @@ thing or reach around the runner the way published benchmark exploits do:
 | wrong_unless_judged_whole | zeros in timed repetitions (not the last) and in the untimed check call | (ours: the check call's verdict) |
 | asks_seeds_ahead | in a call outside the timed repetitions, asks the judge for the first repetition's seed itself (to make those inputs and cache their answer ahead) | (ours: seeds are given just in time) |
 | off_by_percent_when_timed | its first output 3% off in timed repetitions (not the last): beyond the tolerance, within a digest's 20% | (ours: the digest bound follows the output's tolerance) |
+| rewrites_definitions | rewrites the dataset's definition files (tolerances 1e9): later runs would pass anything | (ours: same-user file access) |
 | rewrites_stored_inputs | rewrites the dataset's stored input files with zeros (later workloads, everyone's) | (ours: same-user file access) |
 | leaves_a_process | starts a detached process (double fork, new session) that rewrites its records to PASSED once the run has ended, and a child that stays | (ours: same-user processes) |
 | timing_aware | inside the timing loop (found on its caller's stack), returns zeros except on the last repetition, the one it knows is checked | kernelbot, SOL-ExecBench |
@@ -459,3 +460,28 @@ def leaves_a_process(**inputs):
         subprocess.Popen([sys.executable, "-c", _LEFT_BEHIND, out], start_new_session=True, **quiet)
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)  # leaves_a_process"], **quiet)
     return {k: torch.zeros_like(v) for k, v in _base_outputs(**inputs).items()}
+
+
+def rewrites_definitions(**inputs):
+    """Honest, but on its first call it rewrites every definition JSON of the dataset: every rtol / atol set to
+    1e9 (later runs would pass anything), the description marked. (The dataset directory comes from
+    CHEATS_DATASET.)"""
+    import json
+    from pathlib import Path
+
+    root = os.environ.get("CHEATS_DATASET")
+    if root and not _definitions.get("rewrote_definitions"):
+        _definitions["rewrote_definitions"] = True
+
+        def loosen(node):
+            if isinstance(node, dict):
+                return {k: (1e9 if k in ("rtol", "atol") else loosen(v)) for k, v in node.items()}
+            if isinstance(node, list):
+                return [loosen(v) for v in node]
+            return node
+
+        for path in Path(root).glob("definitions/**/*.json"):
+            d = loosen(json.loads(path.read_text()))
+            d["description"] = d.get("description", "") + " (rewritten by a solution)"
+            path.write_text(json.dumps(d, indent=2))
+    return _base_outputs(**inputs)

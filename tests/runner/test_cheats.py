@@ -174,6 +174,28 @@ def test_processes_a_solution_leaves_behind_are_killed_before_the_records_are_fi
     assert not alive, alive
 
 
+def test_a_dataset_rewritten_during_the_run_is_reported_and_fails_the_run(tmp_path, monkeypatch, capsys):
+    """A solution rewrites the definition files (tolerances 1e9): this run's verdicts stand (the definitions were
+    loaded at its start), and the run ends with exit status 1 naming the changed file."""
+    import shutil
+
+    ds = tmp_path / "ds"
+    for sub in ("definitions/toy/toy_scan.json", "workloads/toy/toy_scan.jsonl"):
+        (ds / sub).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(DS) / sub, ds / sub)
+    monkeypatch.setenv("CHEATS_DATASET", str(ds))
+    out = tmp_path / "out"
+    argv = ["run", "--dataset", str(ds), "--workers", "1", "--out", str(out), "--solution", f"{BAD}::good",
+            "--solution", f"{CHEATS}::rewrites_definitions"]
+    assert main(argv) == 1
+    err = " ".join(capsys.readouterr().err.split())  # the console wraps lines
+    assert "changed on disk during the run" in err and "changed definitions/toy/toy_scan.json" in err, err
+    got = statuses(out)
+    assert got["good"] and all(ev["status"] == "PASSED" for ev in got["good"])
+    assert got["rewrites_definitions"] and all(ev["status"] == "PASSED" for ev in got["rewrites_definitions"])
+    assert "rewritten by a solution" in (ds / "definitions/toy/toy_scan.json").read_text()
+
+
 def test_a_worker_refuses_to_start_when_kda_trace_changed_on_disk(tmp_path):
     from kda_trace.dataset import load_dataset
     from kda_trace.environment import capture
