@@ -75,13 +75,22 @@ def descendants(pid: Optional[int] = None, roots: Optional[Iterable[int]] = None
 
 
 def describe(pid: int) -> str:
-    """'pid N: command line' (as much as /proc shows)."""
+    """'pid N: command line' (as much as /proc shows), and the solution whose process it descends from when its
+    environment still says so (solution_host.SOLUTION_ENV; a process can clear its environment)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = " ".join(f.read().replace(b"\0", b" ").decode("utf-8", "replace").split())
     except OSError:
         cmd = ""
-    return f"pid {pid}: {cmd[:160] or '?'}"
+    owner = ""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(b"KDA_TRACE_SOLUTION="):
+                    owner = f", started under solution {item.split(b'=', 1)[1].decode('utf-8', 'replace')[:200]}"
+    except OSError:
+        pass
+    return f"pid {pid}: {cmd[:160] or '?'}{owner}"
 
 
 def _tracker_pid() -> Optional[int]:

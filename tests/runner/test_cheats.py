@@ -156,13 +156,14 @@ def test_processes_a_solution_leaves_behind_are_killed_before_the_records_are_fi
     argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--size", "all", "--out",
             str(tmp_path), "--solution", f"{BAD}::good", "--solution", f"{CHEATS}::leaves_a_process"]
     assert main(argv) == 1
-    printed = capsys.readouterr().err
+    printed = " ".join(capsys.readouterr().err.split())  # the console wraps lines
     time.sleep(2.0)  # the forger would have acted by now (it waits 0.5 s after summary.json appears)
     assert not (tmp_path / "FORGED_BY_leaves_a_process").exists()
     got = statuses(tmp_path)
     assert [ev["status"] for ev in got["good"]] == ["PASSED"] * 3
     assert [ev["status"] for ev in got["leaves_a_process"]] == ["INCORRECT_NUMERICAL"] * 3
     assert printed.count("killed a process that a solution left running") >= 2, printed
+    assert "started under solution " in printed and "leaves_a_process" in printed, printed
     alive = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
