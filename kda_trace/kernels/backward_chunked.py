@@ -160,21 +160,35 @@ def _prep_kernel(
             m_tk = m_t[:, None] & (o_kt < K)[None, :]
             b_gt = tl.load(p_gs + o_t[:, None] * BK + o_kt[None, :])
             b_gn = tl.load(p_gs + (o_t + 1)[:, None] * BK + o_kt[None, :], mask=(o_t + 1 < CT)[:, None], other=0.0)
-            b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
-            off = o_t[:, None] * (HV * K) + o_kt[None, :]
-            off_x = o_t[:, None] * (H * K) + o_kt[None, :]
-            b_k = tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC)
-            tl.store(W + (r0 * HV + i_hv) * K + off, tl.dot(b_X, b_k * (b_b[:, None] * b_eG), input_precision=PREC),
-                     mask=m_tk)
-            tl.store(Kt + (r0 * HV + i_hv) * K + off, b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True)), mask=m_tk)
-            b_q = tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC)
-            tl.store(Qt + (r0 * HV + i_hv) * K + off, scale * b_q * b_eG, mask=m_tk)
+            off = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+            _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, o_t[:, None] * (H * K) + o_kt[None, :], W, Kt, Qt, off,
+                            m_tk, scale, PREC)
         off_v = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
-        b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
-        tl.store(U + off_v, tl.dot(b_X, b_v * b_b[:, None], input_precision=PREC), mask=m_tv)
-        b_Aqk = tl.load(p_m2 + off_t) * scale
-        b_do = tl.load(do + off_v, mask=m_tv, other=0.0).to(ACC)
-        tl.store(dO2 + off_v, tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC), mask=m_tv)
+        _values_tile(b_X, tl.load(p_m2 + off_t) * scale, b_b, v, do, U, dO2, off_v, m_tv, PREC)
+
+
+@triton.jit
+def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk, scale, PREC: tl.constexpr):
+    """One K-tile of the prep's operands: W = X diag(beta) k e(G), Kt = k e(Gl - G), Qt = scale q e(G), from the
+    tile's gates b_gt [CT, BKT] (zero past the chunk) and the gates one row later b_gn (G and Gl - G as sums of
+    the gates: exp arguments <= 0); q, k at p_q / p_k + off_x, W, Kt, Qt at + off."""
+    ACC: tl.constexpr = W.dtype.element_ty
+    b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
+    b_k = tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC)
+    tl.store(W + off, tl.dot(b_X, b_k * (b_b[:, None] * b_eG), input_precision=PREC), mask=m_tk)
+    tl.store(Kt + off, b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True)), mask=m_tk)
+    b_q = tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC)
+    tl.store(Qt + off, scale * b_q * b_eG, mask=m_tk)
+
+
+@triton.jit
+def _values_tile(b_X, b_Aqk, b_b, v, do, U, dO2, off_v, m_tv, PREC: tl.constexpr):
+    """One V-tile of the prep's operands: U = X diag(beta) v and dO2 = A_qk^T dO (b_Aqk: A_qk with its scale)."""
+    ACC: tl.constexpr = U.dtype.element_ty
+    b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
+    tl.store(U + off_v, tl.dot(b_X, b_v * b_b[:, None], input_precision=PREC), mask=m_tv)
+    b_do = tl.load(do + off_v, mask=m_tv, other=0.0).to(ACC)
+    tl.store(dO2 + off_v, tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC), mask=m_tv)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -264,24 +278,15 @@ def _prep_operands_kernel(
         b_gt = tl.load(p_gt + o_t[:, None] * (HV * K), mask=m_tk, other=0.0).to(ACC)
         b_gn = tl.load(p_gt + (o_t + 1)[:, None] * (HV * K), mask=((o_t + 1) < n)[:, None] & (o_kt < K)[None, :],
                        other=0.0).to(ACC)
-        b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
         off = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
-        off_x = (r0 * H + i_h) * K + o_t[:, None] * (H * K) + o_kt[None, :]
-        b_k = tl.load(k + off_x, mask=m_tk, other=0.0).to(ACC)
-        b_X = tl.load(Xb + off_t)
-        tl.store(W + off, tl.dot(b_X, b_k * (b_b[:, None] * b_eG), input_precision=PREC), mask=m_tk)
-        tl.store(Kt + off, b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True)), mask=m_tk)
-        b_q = tl.load(q + off_x, mask=m_tk, other=0.0).to(ACC)
-        tl.store(Qt + off, scale * b_q * b_eG, mask=m_tk)
+        row_x = (r0 * H + i_h) * K  # the chunk's first row of q and k
+        _decayed_k_tile(tl.load(Xb + off_t), b_b, b_gt, b_gn, q + row_x, k + row_x, o_t[:, None] * (H * K) + o_kt[None, :],
+                        W, Kt, Qt, off, m_tk, scale, PREC)
     else:
         o_v = (i_tile - NKT) * BVT + tl.arange(0, BVT)
         m_tv = m_t[:, None] & (o_v < V)[None, :]
         off_v = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
-        b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
-        tl.store(U + off_v, tl.dot(tl.load(Xb + off_t), b_v * b_b[:, None], input_precision=PREC), mask=m_tv)
-        b_Aqk = tl.load(Aqk + off_t) * scale
-        b_do = tl.load(do + off_v, mask=m_tv, other=0.0).to(ACC)
-        tl.store(dO2 + off_v, tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC), mask=m_tv)
+        _values_tile(tl.load(Xb + off_t), tl.load(Aqk + off_t) * scale, b_b, v, do, U, dO2, off_v, m_tv, PREC)
 
 
 @triton.jit
