@@ -80,10 +80,15 @@ def _libs(device: str) -> tuple:
     return tuple(sorted(libs.items()))
 
 
+def _files(root: Path, patterns: tuple[str, ...]) -> List[Path]:
+    """The files under `root` matching `patterns`, in path order."""
+    return sorted({p for pattern in patterns for p in root.glob(pattern) if p.is_file()})
+
+
 def _digest(root: Path, patterns: tuple[str, ...]) -> Optional[str]:
     """sha256 over the files under `root` matching `patterns` (relative path and bytes, in path order), first
     16 hex digits; None when there is no such file."""
-    files = sorted({p for pattern in patterns for p in root.glob(pattern) if p.is_file()})
+    files = _files(root, patterns)
     if not files:
         return None
     h = hashlib.sha256()
@@ -107,8 +112,8 @@ def dataset_digest(root: str) -> Optional[str]:
 def dataset_fingerprint(root: str) -> Dict[str, str]:
     """{relative path: sha256 (16 hex digits)} of the dataset's DATASET_FILES under `root`, for `dataset_changes`."""
     base = Path(root)
-    files = sorted({p for pattern in DATASET_FILES for p in base.glob(pattern) if p.is_file()})
-    return {p.relative_to(base).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in files}
+    return {p.relative_to(base).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+            for p in _files(base, DATASET_FILES)}
 
 
 def dataset_changes(before: Dict[str, str], root: str) -> List[str]:

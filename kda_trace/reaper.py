@@ -18,6 +18,7 @@ import sys
 from typing import Dict, Iterable, List, Optional, Set
 
 PR_SET_CHILD_SUBREAPER = 36
+SOLUTION_ENV = "KDA_TRACE_SOLUTION"  # the solution spec, set in its process's environment (solution_host.host_main)
 
 
 def become_subreaper() -> bool:
@@ -33,9 +34,8 @@ def become_subreaper() -> bool:
 
 def _children() -> Dict[int, List[int]]:
     """{parent pid: [child pids]} of every live process in /proc (empty without /proc); zombies (exited, not yet
-    reaped) are left out, in `_zombies`."""
+    reaped) are left out."""
     kids: Dict[int, List[int]] = {}
-    _zombies.clear()
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -49,15 +49,9 @@ def _children() -> Dict[int, List[int]]:
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2:].split()  # the command name may hold spaces and parentheses
-        if len(fields) > 1:
-            if fields[0] == b"Z":
-                _zombies.add(int(entry))
-            else:
-                kids.setdefault(int(fields[1]), []).append(int(entry))
+        if len(fields) > 1 and fields[0] != b"Z":
+            kids.setdefault(int(fields[1]), []).append(int(entry))
     return kids
-
-
-_zombies: Set[int] = set()
 
 
 def descendants(pid: Optional[int] = None, roots: Optional[Iterable[int]] = None) -> List[int]:
@@ -76,7 +70,7 @@ def descendants(pid: Optional[int] = None, roots: Optional[Iterable[int]] = None
 
 def describe(pid: int) -> str:
     """'pid N: command line' (as much as /proc shows), and the solution whose process it descends from when its
-    environment still says so (solution_host.SOLUTION_ENV; a process can clear its environment)."""
+    environment still says so (SOLUTION_ENV; a process can clear its environment)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = " ".join(f.read().replace(b"\0", b" ").decode("utf-8", "replace").split())
@@ -86,7 +80,7 @@ def describe(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             for item in f.read().split(b"\0"):
-                if item.startswith(b"KDA_TRACE_SOLUTION="):
+                if item.startswith(SOLUTION_ENV.encode() + b"="):
                     owner = f", started under solution {item.split(b'=', 1)[1].decode('utf-8', 'replace')[:200]}"
     except OSError:
         pass

@@ -278,7 +278,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
         try:
             runner.run(tasks)
         finally:
-            for line in getattr(runner, "strays", []):
+            for line in runner.strays:
                 console.print(f"[red]killed a process that a solution left running ({line}): it could have "
                               f"rewritten this run's records or disturbed other solutions' timing[/]",
                               highlight=False)

@@ -837,6 +837,7 @@ class Runner:
         self.startup_timeout = startup_timeout
         self.ctx = mp.get_context("spawn")
         self.restarts = 0
+        self.strays: List[str] = []  # processes that solutions left behind, killed (kda_trace/reaper.py)
 
     def _start(self, w: _Worker) -> None:
         parent, child = self.ctx.Pipe()
@@ -865,7 +866,6 @@ class Runner:
         workers = [_Worker(dev) for dev in devices]
         reaping = reaper.become_subreaper()
         before = set(reaper.descendants())  # what this process had already (a test session's own helpers)
-        self.strays: List[str] = []
         for w in workers:
             self._start(w)
         try:

@@ -36,9 +36,6 @@ from .call_results import HOST_STARTING
 # ============================================================================ the solution's process
 
 
-SOLUTION_ENV = "KDA_TRACE_SOLUTION"  # the solution spec, in the environment of its process
-
-
 def _die_with_parent() -> None:
     """Ask Linux to kill this process when the worker that started it dies (a worker killed for a timeout
     must not leave its solution running on the GPU)."""
@@ -55,6 +52,8 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
     """The solution process: requests in, JSON replies and safetensors files out."""
     _die_with_parent()
     # inherited by the processes the solution starts, so that one it leaves behind can be named (reaper.py)
+    from .reaper import SOLUTION_ENV
+
     os.environ[SOLUTION_ENV] = spec
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from .environment import SourceChanged, check_code_digest
