@@ -1,7 +1,7 @@
 # Sourced by benchmarks/gpu_*.sh on the GPU machine (repository root, .whl carried, and .whl_test if the image lacks a test package): installs the
-# TRITON_CACHE_DIR set by the caller is kept (two scripts side by side on two GPUs: give each its own copy).
 # wheels into /tmp/site, imports from the checkout, keeps Triton's cache (with fla's autotuning results) under
 # .gpu_out/triton, and writes the machine and versions to $OUT/env_HHMMSS.txt.
+# TRITON_CACHE_DIR set by the caller is kept (two scripts side by side on two GPUs: give each its own copy).
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl $(ls .whl_test/*.whl 2>/dev/null)
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu_out/triton}
 mkdir -p "$TRITON_CACHE_DIR"
