@@ -281,6 +281,15 @@ class WorkerContext:
 
         return tensor_bytes(inputs) > HOST_INPUTS_FRACTION * torch.cuda.get_device_properties(self.device).total_memory
 
+    def release_cached_memory(self) -> None:
+        """Give the GPU memory torch's allocator holds but no tensor uses back to the driver: the reference's
+        temporaries would otherwise stay reserved in this process while the solutions' processes run out of memory
+        (H200, a 96-head chunk-states workload: 94 GiB held here, the solutions' allocations failed)."""
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+
     def sync(self) -> None:
         if self.device.startswith("cuda"):
             import torch
@@ -350,6 +359,7 @@ class WorkerContext:
                 yield rec(spec, S.INVALID_REFERENCE, problem)
             return
         ref_timing = time_reference(reference, inputs_a, ref_times, self.device)
+        self.release_cached_memory()
         fresh = FreshReferences(d, w, reference, self.device, cfg.dataset_root, on_host)
 
         for spec in task.solutions:
@@ -805,6 +815,8 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
             return
         for trace in ctx.evaluate_task(task):
             conn.send(("record", trace.model_dump_json()))
+        if not ctx.fatal:
+            ctx.release_cached_memory()  # this workload's input sets and references
         if ctx.fatal:
             conn.send(("fatal",))
             os._exit(3)  # a CUDA fault poisons the context: start over in a fresh process
