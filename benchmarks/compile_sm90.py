@@ -69,8 +69,9 @@ def backward_signatures(acc: str) -> dict:
                                      "dQt", "dKt", "dW", "dgamma"), **tables},
         "local_da": {**inputs, **bufs("g", "Xb", "Pb", "dAqk", "XdXv", "dW", "dbeta_v", "Yk", "d1", "dbeta"), **tables,
                      "scale": "fp32"},
-        "local_k": {**inputs, **bufs("g", "M1", "M2", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "scratch"),
-                    **tables, "scale": "fp32", "n_work": "i64"},
+        "local_k": {**inputs, **bufs("g", "M1", "M2", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg",
+                                     "R1", "R2", "R3", "scratch"), **tables, "scale": "fp32", "n_work": "i64"},
+        "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "scratch"), **tables, "n_work": "i64"},
         "chunked_pass": {**bufs("W", "U", "Qt", "Kt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"),
                          "do": "*bf16", "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
@@ -135,10 +136,18 @@ def chunked_mode(spills: bool) -> None:
         # 3c per K-tile: the GPU default (32 columns, 4 warps), and 64 / 8 with --spills
         bkts = ((32, 4), (64, 8), (64, 4)) if spills and K == 128 else ((min(BK, 32), 4),)
         for bkt, warps in bkts:
-            c = dict(shared, BKT=bkt, NV=triton.cdiv(V, 64), PREC=split_prec)
-            k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps)
+            for given in (False, True):  # the sums inside, or from _local_sums_kernel (LAUNCH["split_k_sums"])
+                c = dict(shared, BKT=bkt, NV=triton.cdiv(V, 64), PREC=split_prec, SUMS_GIVEN=given)
+                k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps)
+                extra = ptxas_report(k) if spills and acc == "fp32" else []
+                print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps} sums_given={given}: ok",
+                      *extra)
+        for bi in range(4):  # 3c's sums per row block (LAUNCH["split_k_sums"] = "blocks")
+            c = dict(shared, BKS=min(BK, 32), NV=triton.cdiv(V, 64), BI=bi, PREC=split_prec)
+            k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,
+                               backward.LAUNCH["sums_warps"] or 4)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps}: ok", *extra)
+            print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} BI={bi} warps=4: ok", *extra)
 
 
 def main() -> int:

@@ -58,9 +58,10 @@ rounds S to bf16 in its products, which would cost the gradients their fp32 accu
 Chunked mode (LAUNCH["mode"] = "chunked", the default on a GPU; kernels/backward_chunked.py): trades the exact
 mode's fp32 accuracy for speed, to be no worse than fla's chunk_kda (RMS-relative 3e-3 on every gradient with bf16
 inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are never formed:
-1. `_prep_kernel`, per (chunk, value head), parallel: the chunked forward's A_kk, A_qk (decay-weighted 16-row
+1. the prep, per (chunk, value head), parallel: the chunked forward's A_kk, A_qk (decay-weighted 16-row
    blocks, exp arguments <= 0), X = (I + A_kk)^-1 by 16x16 blocks (the forward's solve), W, U, Qt, Kt, gamma and
-   A_qk^T dO (LAUNCH["chunked_prep"] = "split": the same as three kernels, see backward_chunked.py).
+   A_qk^T dO, as three kernels (`_prep_pairs_kernel`, `_prep_solve_kernel`, `_prep_operands_kernel`;
+   LAUNCH["chunked_prep"] = "fused": one, `_prep_kernel`; see backward_chunked.py).
 2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over chunks: S_start(c + 1) =
    diag(gamma) S + Kt^T (U - W S) from h0, then dS_start(c) = diag(gamma) dS_end + Qt^T dO - W^T (A_qk^T dO +
    Kt dS_end) from dht (= A_c^T dS_end + b_c without A_c), the state in K-tiles of 64 rows, fp32 between chunks.
@@ -127,17 +128,22 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # registers, no spill; 3 stages or BV 64 spill);
 # split_bv (the V-tile of 3a, 64) and split_v_warps / split_da_warps (8 each); split_k_bk, the K-tile of 3c's work
 # items (32 on a GPU, 64 under the interpreter), and split_k_warps (4 for tiles up to 32 columns, else 8).
-# chunked_prep: kernel 1 as one kernel ("fused", `_prep_kernel`: one 255-register program per (chunk, value head))
-# or three ("split": `_prep_pairs_kernel` per 16-row block, `_prep_solve_kernel`, `_prep_operands_kernel` per K-
-# or V-tile: smaller programs, more of them per SM; same products and precisions); "fused" until an A/B on a GPU
-# (written in the tenth session after its device time). prep_pairs_warps / prep_solve_warps / prep_operands_warps
+# chunked_prep: kernel 1 as three kernels ("split", the default: `_prep_pairs_kernel` per 16-row block,
+# `_prep_solve_kernel`, `_prep_operands_kernel` per K- or V-tile: smaller programs, more of them per SM) or as one
+# ("fused", `_prep_kernel`: one 255-register program per (chunk, value head)); same products and precisions.
+# H200, 32 heads x 16384 (RESULTS.md, eleventh session): split 5.84 + 1.23 + 0.49 ms, fused 16.83 ms. prep_pairs_warps / prep_solve_warps / prep_operands_warps
 # (4 each) and prep_bv (the operands kernel's V-tile, 64) are the split form's.
+# split_k_sums: 3c's decay-weighted sums inside `_local_k_kernel` ("fused") or first by `_local_sums_kernel`, one
+# launch per 16-row block with the sums in registers and no scratch round trips ("blocks"; its tile sums_bk,
+# at most 32, and sums_warps, 4), the pattern that made the split prep 2.2x faster than the fused one; "fused"
+# until timed on a GPU (written in the eleventh session after its device time).
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
                "chunked_pass_precision": "tf32", "split_precision": "tf32", "prep_warps": None,
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
                "split_v_warps": None, "split_da_warps": None, "split_k_bk": None, "split_k_warps": None,
-               "chunked_prep": "fused", "prep_pairs_warps": None, "prep_solve_warps": None,
-               "prep_operands_warps": None, "prep_bv": None})
+               "chunked_prep": "split", "prep_pairs_warps": None, "prep_solve_warps": None,
+               "prep_operands_warps": None, "prep_bv": None,
+               "split_k_sums": "fused", "sums_bk": None, "sums_warps": None})
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,

@@ -195,3 +195,50 @@ def _col_sums(p_m, p_x, SX: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.conste
             off = cols[:, None] * BK + o_k[None, :]
             tl.debug_barrier()  # the diagonal block's chunks are stored
             tl.store(p_out + off, tl.load(p_out + off) + b_acc)
+
+
+@triton.jit
+def _row_sums_block(p_m, p_y, SY: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr,
+                    CT: tl.constexpr, PREC: tl.constexpr):
+    """[MB, BK], in registers: the rows of block bi of `_row_sums`' out[i] = sum_{j <= i} M[i, j] y_j e(G_i - G_j),
+    for BK <= 32 columns (the diagonal block as one [MB, MB, BK] product)."""
+    MB: tl.constexpr = 16
+    o_b = tl.arange(0, MB)
+    rows = bi * MB + o_b
+    b_md = tl.load(p_m + rows[:, None] * CT + rows[None, :])
+    b_y = tl.load(p_y + rows[:, None] * SY + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
+                  other=0.0).to(p_g.dtype.element_ty)
+    b_out = tl.sum(b_md[:, :, None] * b_y[None, :, :] * _diag_decay(p_g, bi, o_k, BK), axis=1)
+    if bi > 0:
+        b_acc = tl.zeros([MB, BK], dtype=p_g.dtype.element_ty)
+        for bj in tl.static_range(bi):
+            cols = bj * MB + o_b
+            b_yj = tl.load(p_y + cols[:, None] * SY + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
+                           other=0.0).to(p_g.dtype.element_ty)
+            b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
+            b_acc += tl.dot(b_m, b_yj * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)), input_precision=PREC)
+        b_out += b_acc * tl.exp(_within(p_g, bi, o_k, BK))
+    return b_out
+
+
+@triton.jit
+def _col_sums_block(p_m, p_x, SX: tl.constexpr, p_g, n, o_k, m_k, bj: tl.constexpr, BK: tl.constexpr,
+                    CT: tl.constexpr, PREC: tl.constexpr):
+    """[MB, BK], in registers: the rows of block bj of `_col_sums`' out[j] = sum_{i >= j} M[i, j] x_i e(G_i - G_j),
+    for BK <= 32 columns (the diagonal block as one [MB, MB, BK] product)."""
+    MB: tl.constexpr = 16
+    NB: tl.constexpr = CT // MB
+    o_b = tl.arange(0, MB)
+    cols = bj * MB + o_b
+    b_md = tl.load(p_m + cols[:, None] * CT + cols[None, :])
+    b_x = tl.load(p_x + cols[:, None] * SX + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
+                  other=0.0).to(p_g.dtype.element_ty)
+    b_out = tl.sum(b_md[:, :, None] * b_x[:, None, :] * _diag_decay(p_g, bj, o_k, BK), axis=0)
+    for bi in tl.static_range(bj + 1, NB):
+        rows = bi * MB + o_b
+        b_xi = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
+                       other=0.0).to(p_g.dtype.element_ty)
+        b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
+        b_out += tl.dot(tl.trans(b_m), b_xi * tl.exp(_within(p_g, bi, o_k, BK)),
+                        input_precision=PREC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
+    return b_out

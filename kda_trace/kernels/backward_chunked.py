@@ -16,16 +16,18 @@ tests/kernels/chunk_backward_matrix.py):
               dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P), then dq, dk, dg with the decay-weighted
               sums of dA_qk and dA_kk (backward_blocks.py's `_row_sums` / `_col_sums`, exp arguments <= 0).
 Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
-1. `_prep_kernel`, per (chunk, value head), persistent programs: P and A_qk by backward_blocks.py's `_pair_matrix`, X by
+1. The prep. LAUNCH["chunked_prep"] = "fused": `_prep_kernel`, per (chunk, value head), persistent programs: P and
+   A_qk by backward_blocks.py's `_pair_matrix`, X by
    16x16 blocks like the forward's solve (`_solve`: kernels/chunk.py's `_inverse_unit_lower` on the diagonal,
    X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ below it), then W, U, Qt, Kt (by K-tiles of 64 columns), gamma and
    dO2 = A_qk^T dO; with the split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32),
    the solve's in tf32x3 (kernels/chunk.py's SOLVE_PRECISION; ieee for float64). LAUNCH["chunked_prep"] =
-   "split" runs the same products as three kernels instead (`_prep_split`): `_prep_pairs_kernel` (one launch per
+   "split" (the default) runs the same products as three kernels instead (`_prep_split`): `_prep_pairs_kernel` (one launch per
    16-row block of P and A_qk, backward_blocks.py's `_pair_rows`), `_prep_solve_kernel` (X per chunk and value
    head) and `_prep_operands_kernel` (per K-tile: W, Qt, Kt; per V-tile: U, dO2); A_qk goes through an fp32
-   [NT, HV, CT, CT] buffer (16 KiB per chunk and value head). Written to find where the fused kernel's time
-   goes (per-kernel times) and to run smaller programs; "fused" stays the default until timed on a GPU.
+   [NT, HV, CT, CT] buffer (16 KiB per chunk and value head). Smaller programs, more of them in flight: on an
+   H200 at 32 heads x 16384 tokens the three take 5.84 + 0.49 + 1.23 ms against the fused kernel's 16.83
+   (benchmarks/RESULTS.md, eleventh session).
 2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over the sequence's chunks: the forward
    recursion from h0 (S_start of each chunk into `states`), then the reverse one from dht (dS_end into `dstates`,
    and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
@@ -51,7 +53,9 @@ import triton.language as tl
 
 CT = 64  # chunk length (backward.CT)
 
-from kda_trace.kernels.backward_blocks import _chunk_span, _col_sums, _pair_matrix, _pair_rows, _row_sums
+from kda_trace.kernels.backward_blocks import (
+    _chunk_span, _col_sums, _col_sums_block, _pair_matrix, _pair_rows, _row_sums, _row_sums_block,
+)
 from kda_trace.kernels.chunk import SOLVE_PRECISION, _inverse_unit_lower
 
 
@@ -571,18 +575,68 @@ def _local_da_kernel(
     tl.store(XdXv + off_p, b_dAkk * b_b[:, None])
 
 
+@triton.jit(do_not_specialize=["n_work"])
+def _local_sums_kernel(
+    q, k, g, M1, M2, R1, R2, R3, scratch, cu_seqlens, chunk_indices, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
+    BI: tl.constexpr, PREC: tl.constexpr,
+):
+    """Row block BI (one launch per block, like `_prep_pairs_kernel`) of 3c's decay-weighted sums, for the work
+    items (chunk, value head, K-tile of BKS <= 32 columns) shared out over the programs ([T, HV, K] each):
+    R1 = row sums of M1 with k, R2 = row sums of M2 with k, R3 = column sums of M1 with q plus those of M2 with
+    k (backward_blocks.py's `_row_sums_block`, `_col_sums_block`; M1, M2 in the first copies of dAqk and XdXv).
+    Every row block holds 6 off-diagonal products of each kind, so the four launches are the same size.
+    Scratch per program: the tile's gates [CT, BKS], zero past the chunk's rows."""
+    NKT: tl.constexpr = (K + BKS - 1) // BKS
+    ACC: tl.constexpr = R1.dtype.element_ty
+    pid = tl.program_id(0).to(tl.int64)
+    p_gs = scratch + pid * (CT * BKS)
+    o_t = tl.arange(0, CT)
+    o_b = tl.arange(0, BKS)
+    rows = BI * 16 + tl.arange(0, 16)
+    for w in range(pid, n_work, tl.num_programs(0)):
+        item = w // NKT  # chunk * HV + value head
+        i_c = item // HV
+        i_hv = item % HV
+        i_h = i_hv // (HV // H)
+        k0 = (w % NKT) * BKS
+        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+        m_kt = k0 + o_b < K
+        off_g = (r0 * HV + i_hv) * K + k0
+        b_gt = tl.load(g + off_g + o_t[:, None] * (HV * K) + o_b[None, :], mask=(o_t < n)[:, None] & m_kt[None, :],
+                       other=0.0).to(ACC)
+        tl.debug_barrier()  # the previous item's reads of the scratch are done
+        tl.store(p_gs + o_t[:, None] * BKS + o_b[None, :], b_gt)
+        tl.debug_barrier()
+        p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
+        p_k = k + (r0 * H + i_h) * K + k0
+        p_m1 = M1 + item * (NV * CT * CT)
+        p_m2 = M2 + item * (NV * CT * CT)
+        b_r1 = _row_sums_block(p_m1, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dq, from A_qk
+        b_r2 = _row_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dk, A_kk rows
+        b_r3 = (_col_sums_block(p_m1, p_q, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)  # dk, A_qk columns
+                + _col_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC))  # dk, A_kk columns
+        off = off_g + rows[:, None] * (HV * K) + o_b[None, :]
+        m_out = (rows < n)[:, None] & m_kt[None, :]
+        tl.store(R1 + off, b_r1, mask=m_out)
+        tl.store(R2 + off, b_r2, mask=m_out)
+        tl.store(R3 + off, b_r3, mask=m_out)
+
+
 @triton.jit(do_not_specialize=["scale", "n_work"])
 def _local_k_kernel(
-    q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, cu_seqlens, chunk_indices, scale, n_work,
+    q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, scratch, cu_seqlens, chunk_indices,
+    scale, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
-    PREC: tl.constexpr,
+    PREC: tl.constexpr, SUMS_GIVEN: tl.constexpr,
 ):
     """Work items (chunk, value head, K-tile of BKT columns), n_work of them, shared out over the programs: the
     decay-weighted sums of M1 and M2 (3b's, in the first copies of dAqk and XdXv; backward_blocks.py's
     `_row_sums`, `_col_sums`) over the tile's key channels, then dq, dk (per value head) and dg of those
     channels, with 3a's dQt, dKt, dgamma (partial copies added up) and 3b's Y_k and d1. Every sum here is per key
     channel (M1, M2 are shared by all), so K-tiles are independent: more, smaller programs than one per (chunk,
-    value head). Scratch per program: the tile's gates [CT, BKT] and three [CT, BKT] sums."""
+    value head). Scratch per program: the tile's gates [CT, BKT] and three [CT, BKT] sums. With SUMS_GIVEN the
+    sums come from `_local_sums_kernel` (R1, R2, R3) and this kernel only combines."""
     ACC: tl.constexpr = dq.dtype.element_ty
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     pid = tl.program_id(0).to(tl.int64)
@@ -611,17 +665,19 @@ def _local_k_kernel(
         b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
         tl.debug_barrier()  # the previous item's reads of the scratch are done
         tl.store(p_gs + off_s, b_gt)
-        tl.store(p_r3 + off_s, tl.zeros([CT, BKT], dtype=ACC))
+        if not SUMS_GIVEN:
+            tl.store(p_r3 + off_s, tl.zeros([CT, BKT], dtype=ACC))
         tl.debug_barrier()
-        p_m1 = M1 + item * (NV * CT * CT)
-        p_m2 = M2 + item * (NV * CT * CT)
-        # the helpers index the tile's columns 0 .. BKT (o_b, masked to K by m_kt) from p_q / p_k and the scratch
-        _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_b, m_kt, BKT, CT, PREC)   # dq from A_qk
-        _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_kk rows
-        _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_qk columns
-        tl.debug_barrier()
-        _col_sums(p_m2, p_k, H * K, p_gs, p_r3, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_kk columns
-        tl.debug_barrier()
+        if not SUMS_GIVEN:
+            p_m1 = M1 + item * (NV * CT * CT)
+            p_m2 = M2 + item * (NV * CT * CT)
+            # the helpers index the tile's columns 0 .. BKT (o_b, masked to K by m_kt) from p_q / p_k and the scratch
+            _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_b, m_kt, BKT, CT, PREC)   # dq from A_qk
+            _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_kk rows
+            _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_qk columns
+            tl.debug_barrier()
+            _col_sums(p_m2, p_k, H * K, p_gs, p_r3, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_kk columns
+            tl.debug_barrier()
         b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
         b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
         off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]
@@ -633,9 +689,14 @@ def _local_k_kernel(
         b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
         b_dQt = _vsum(dQt, off_pk, m_tk, NV, K)
         b_dKt = _vsum(dKt, off_pk, m_tk, NV, K)
-        b_r1 = tl.load(p_r1 + off_s)
-        b_r2 = tl.load(p_r2 + off_s)
-        b_r3 = tl.load(p_r3 + off_s)
+        if SUMS_GIVEN:
+            b_r1 = tl.load(R1 + off_tk, mask=m_tk, other=0.0)
+            b_r2 = tl.load(R2 + off_tk, mask=m_tk, other=0.0)
+            b_r3 = tl.load(R3 + off_tk, mask=m_tk, other=0.0)
+        else:
+            b_r1 = tl.load(p_r1 + off_s)
+            b_r2 = tl.load(p_r2 + off_s)
+            b_r3 = tl.load(p_r3 + off_s)
         b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
         b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
         b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
@@ -772,10 +833,26 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     BKT = launch["split_k_bk"] or (min(BK, 64) if interp else min(BK, 32))
     n_work = NT * HV * triton.cdiv(K, BKT)
     n_prog = n_programs(n_work, dev, interp)
+    sums = launch["split_k_sums"]
+    if sums not in ("fused", "blocks"):
+        raise ValueError(f"LAUNCH['split_k_sums'] must be 'fused' or 'blocks', got {sums!r}")
+    R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)) if sums == "blocks" else (e(1),) * 3  # the sums, [T, HV, K]
+    if sums == "blocks":
+        BKS = launch["sums_bk"] or min(BK, 32)
+        if BKS > 32:
+            raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
+        n_work_s = NT * HV * triton.cdiv(K, BKS)
+        n_prog_s = n_programs(n_work_s, dev, interp)
+        scratch = e(n_prog_s, CT * BKS)
+        for bi in range(CT // 16):
+            _local_sums_kernel[(n_prog_s,)](
+                q, k, g, dAqk, XdXv, *R, scratch, cu, chunk_indices, n_work_s,
+                H=H, HV=HV, K=K, BKS=BKS, CT=CT, NV=NV, BI=bi, PREC=prec, num_warps=launch["sums_warps"] or 4)
+        del scratch
     dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
     scratch = e(n_prog, 4 * CT * BKT)
     _local_k_kernel[(n_prog,)](
-        q, k, g, beta, dAqk, XdXv, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, cu, chunk_indices, scale, n_work,
-        H=H, HV=HV, K=K, BKT=BKT, CT=CT, NV=NV, PREC=prec,
+        q, k, g, beta, dAqk, XdXv, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, scratch, cu, chunk_indices, scale,
+        n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, NV=NV, PREC=prec, SUMS_GIVEN=sums == "blocks",
         num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8))
     return dq, dk, dv, dg, dbeta

@@ -84,25 +84,39 @@ SPLIT_PREP_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
-def test_split_prep(case, monkeypatch):
-    """LAUNCH["chunked_prep"] = "split" (the prep as a pairs, a solve and an operands kernel): against float64
-    autograd at the usual bars, and against the fused prep: the same products, so the same gradients up to
-    the order of fp32 roundings (measured: bit-identical under the interpreter; bound 1e-6 relative)."""
+def _alternative_matches(case, key, alternative, default, monkeypatch, launch_extra=None):
+    """LAUNCH[key] = alternative against float64 autograd at the usual bars (check) and against LAUNCH[key] =
+    default: the gradients of the two within 1e-6 of the largest (the same products, fp32 roundings in another
+    order at most)."""
     make_x, kwargs, launch = SPLIT_PREP_CASES[case]
-    for key, val in launch.items():
-        monkeypatch.setitem(backward.LAUNCH, key, val)
+    for k, val in {**launch, **(launch_extra or {})}.items():
+        monkeypatch.setitem(backward.LAUNCH, k, val)
     x = make_x()
-    monkeypatch.setitem(backward.LAUNCH, "chunked_prep", "split")
-    split = check(x, **kwargs)
-    monkeypatch.setitem(backward.LAUNCH, "chunked_prep", "fused")
-    fused = check(x, **kwargs)
+    monkeypatch.setitem(backward.LAUNCH, key, alternative)
+    alt = check(x, **kwargs)
+    monkeypatch.setitem(backward.LAUNCH, key, default)
+    base = check(x, **kwargs)
     for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
-        a, b = getattr(split, name), getattr(fused, name)
+        a, b = getattr(alt, name), getattr(base, name)
         if b is None:
             assert a is None
             continue
         assert (a - b).abs().max() <= 1e-6 * b.abs().max(), name
+
+
+@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
+def test_split_prep(case, monkeypatch):
+    """LAUNCH["chunked_prep"] = "split" (the prep as a pairs, a solve and an operands kernel, the default) against
+    the fused prep (measured: bit-identical under the interpreter)."""
+    _alternative_matches(case, "chunked_prep", "split", "fused", monkeypatch)
+
+
+@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
+def test_block_sums(case, monkeypatch):
+    """LAUNCH["split_k_sums"] = "blocks" (3c's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row
+    block) against the sums inside `_local_k_kernel`; sums_bk 16 makes K-tiles whose last is partly masked
+    (K = 12, 130) and, on the packed case, more work items than the 3 persistent programs."""
+    _alternative_matches(case, "split_k_sums", "blocks", "fused", monkeypatch, {"sums_bk": 16})
 
 
 def test_token_local_kernel(monkeypatch):
@@ -121,6 +135,15 @@ def test_rejects_unknown_modes(monkeypatch):
     monkeypatch.setitem(backward.LAUNCH, "chunked_prep", "fusd")
     with pytest.raises(ValueError, match="chunked_prep"):
         backward.kda_backward(*args)
+    monkeypatch.setitem(backward.LAUNCH, "chunked_prep", "split")
+    monkeypatch.setitem(backward.LAUNCH, "split_k_sums", "block")
+    with pytest.raises(ValueError, match="split_k_sums"):
+        backward.kda_backward(*args)
+    monkeypatch.setitem(backward.LAUNCH, "split_k_sums", "blocks")
+    monkeypatch.setitem(backward.LAUNCH, "sums_bk", 64)
+    with pytest.raises(ValueError, match="sums_bk"):
+        backward.kda_backward(*args)
+    monkeypatch.setitem(backward.LAUNCH, "split_k_sums", "fused")
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunkd")
     with pytest.raises(ValueError, match="LAUNCH\\['mode'\\]"):
         backward.kda_backward(*args)
