@@ -35,6 +35,10 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="input seed (default: kda_trace.inputs.DEFAULT_SEED)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")
     parser.add_argument("--resume", action="store_true", help="skip (definition, workload, solution) already in --out")
+    parser.add_argument("--rerun", dest="rerun", action="append", default=[], metavar="STATUS",
+                        help="with --resume: evaluate again the records of this status (repeatable), e.g. "
+                             "RUNTIME_ERROR after the machine ran out of memory; the new record replaces the old "
+                             "one in the trace file")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds one phase of an evaluation may take (build, run, timing) before it is "
                              "killed as a hang (default: 300 on a GPU, 600 on the CPU). A solution's first "
@@ -94,7 +98,9 @@ def command_run(args) -> int:
     from .dataset import is_remote, load_dataset, resolve_root
     from .inputs import DEFAULT_SEED
     from .reference import check_reference_source
-    from .runner import RunConfig, Task, TraceWriter, finished_keys, in_shard, make_record, select_workloads
+    from .runner import (
+        RunConfig, Task, TraceWriter, finished_keys, in_shard, make_record, rerun_keys, select_workloads,
+    )
     from .schema import EvaluationStatus as S
     from .solutions.registry import DEFAULT_SOLUTIONS, SolutionError, resolve
     from .timing import TimingConfig
@@ -158,10 +164,16 @@ def command_run(args) -> int:
         console.print(f"[bold]No GPU in use: running on the CPU with TRITON_INTERPRET=1 on the {size} workloads; "
                       "timings are interpreter wall time, not speed figures.[/]")
     out = Path(args.out)
-    done = finished_keys(out) if args.resume else set()
+    rerun = set(args.rerun)
+    unknown = sorted(rerun - {st.value for st in S})
+    if unknown:
+        return _usage(f"--rerun {unknown[0]}: not a status (one of {', '.join(st.value for st in S)})")
+    if rerun and not args.resume:
+        return _usage("--rerun needs --resume (without it every evaluation runs)")
+    done = finished_keys(out, rerun) if args.resume else set()
     main_env = environment.capture(device if device != "cuda" else "cuda:0", seed, root)
     dataset_before = environment.dataset_fingerprint(str(root))
-    writer = TraceWriter(out)
+    writer = TraceWriter(out, replace=rerun_keys(out, rerun) if rerun else set())
     tasks: List[Task] = []
     counts = {"passed": 0, "failed": 0, "skipped": 0, "resumed": 0}
     no_workloads = []

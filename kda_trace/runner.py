@@ -148,17 +148,28 @@ def select_workloads(workloads: Iterable[Workload], size: str) -> List[Workload]
     return list(workloads)
 
 
-def finished_keys(out: Path) -> Set[Tuple[str, str, str]]:
-    """(definition, workload uuid, solution) of every record already in `<out>/traces`."""
-    done = set()
+def _record_keys(out: Path):
+    """(key, status) of every readable record in `<out>/traces`, key = (definition, workload uuid, solution)."""
     for path in sorted((Path(out) / "traces").glob("*/*.jsonl")):
         for line in path.read_text().splitlines():
             try:
                 rec = json.loads(line)
-                done.add((rec["definition"], rec["workload"]["uuid"], rec["solution"]))
+                yield (rec["definition"], rec["workload"]["uuid"], rec["solution"]), rec["evaluation"]["status"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue  # a torn last line from an interrupted run: that pair runs again
-    return done
+
+
+def finished_keys(out: Path, rerun: Set[str] = frozenset()) -> Set[Tuple[str, str, str]]:
+    """(definition, workload uuid, solution) of every record already in `<out>/traces` whose latest record's status
+    is not in `rerun` (kda-trace run --resume --rerun STATUS)."""
+    latest = dict(_record_keys(out))
+    return {key for key, status in latest.items() if status not in rerun}
+
+
+def rerun_keys(out: Path, rerun: Set[str]) -> Set[Tuple[str, str, str]]:
+    """The keys whose latest record's status is in `rerun`: evaluated again, their old records replaced."""
+    latest = dict(_record_keys(out))
+    return {key for key, status in latest.items() if status in rerun}
 
 
 class TraceWriter:
@@ -166,10 +177,12 @@ class TraceWriter:
     finished). `close` writes each file again from memory: what it held before this run, then this run's
     records, so that nothing a solution's process wrote into a trace file while the run went on survives."""
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, replace: Set[Tuple[str, str, str]] = frozenset()):
         self.out = Path(out)
         self._files: Dict[str, Any] = {}
         self._kept: Dict[str, Tuple[Path, bytes, List[str]]] = {}
+        self._replace = replace  # keys evaluated again (--rerun): close drops their earlier records
+        self._written: Set[Tuple[str, str, str]] = set()
 
     def write(self, definition: Definition, trace: Trace) -> None:
         f = self._files.get(definition.name)
@@ -180,6 +193,7 @@ class TraceWriter:
             self._kept[definition.name] = (path, path.read_bytes() if path.exists() else b"", [])
             f = self._files[definition.name] = open(path, "a", encoding="utf-8")
         self._kept[definition.name][2].append(line)
+        self._written.add((trace.definition, trace.workload.uuid, trace.solution))
         f.write(line)
         f.flush()
 
@@ -187,11 +201,23 @@ class TraceWriter:
         for f in self._files.values():
             f.close()
         self._files.clear()
+        gone = self._replace & self._written
         for path, before, lines in self._kept.values():
+            if gone:
+                before = b"".join(line for line in before.splitlines(keepends=True) if _key_of(line) not in gone)
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_bytes(before + "".join(lines).encode("utf-8"))
             os.replace(tmp, path)
         self._kept.clear()
+
+
+def _key_of(line: bytes):
+    """The (definition, workload uuid, solution) of a trace line, None if unreadable (kept as it is)."""
+    try:
+        rec = json.loads(line)
+        return rec["definition"], rec["workload"]["uuid"], rec["solution"]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+        return None
 
 
 def make_record(definition: Definition, workload: Workload, solution: str, status: S, environment: Environment,

@@ -182,6 +182,32 @@ def test_shards_partition_and_merge_and_resume(tmp_path):
     assert main(["report", str(full)]) == 0  # the torn line is reported as a problem, not a crash
 
 
+def test_rerun_replaces_the_records_of_a_status(tmp_path):
+    """--resume --rerun RUNTIME_ERROR evaluates again what failed for the machine's sake (an out-of-memory), and
+    the new record replaces the old one in the trace file; the other records are kept as they were."""
+    out = tmp_path / "run"
+    args = ("--definition", "toy_scan", "--size", "all", "--solution", f"{BAD}::good", "--out", str(out))
+    assert run(*args) == 0
+    path = out / "traces" / "toy" / "toy_scan.jsonl"
+    lines = path.read_text().splitlines()
+    failed = json.loads(lines[0])
+    failed["evaluation"]["status"] = "RUNTIME_ERROR"
+    failed["evaluation"]["log"] = "OutOfMemoryError (planted)"
+    path.write_text("\n".join([json.dumps(failed)] + lines[1:]) + "\n")
+    assert run(*args, "--resume") == 0  # plain --resume evaluates nothing and keeps the failure
+    assert len(path.read_text().splitlines()) == len(lines)
+    assert json.loads((out / "summary.json").read_text())["totals"]["passed"] == len(lines) - 1
+    assert run(*args, "--resume", "--rerun", "RUNTIME_ERROR") == 0
+    after = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(after) == len(lines)
+    assert [r["evaluation"]["status"] for r in after] == ["PASSED"] * len(lines)
+    assert after[:-1] == [json.loads(line) for line in lines[1:]]  # untouched, in their order
+    assert after[-1]["workload"]["uuid"] == failed["workload"]["uuid"]
+    assert json.loads((out / "summary.json").read_text())["totals"]["passed"] == len(lines)
+    assert run(*args, "--rerun", "RUNTIME_ERROR") == 2  # without --resume
+    assert run(*args, "--resume", "--rerun", "OOM") == 2  # not a status
+
+
 def test_usage_errors_exit_2(tmp_path):
     assert run("--solution", "no_such_solution", "--out", str(tmp_path)) == 2
     assert run("--solution", "missing.py::run", "--out", str(tmp_path)) == 2
