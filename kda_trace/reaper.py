@@ -112,9 +112,14 @@ def kill_strays(keep: Set[int], direct_only: bool) -> List[str]:
     strays = [p for p in judged if p not in keep]
     if not strays:
         return []
-    doomed = descendants(roots=strays)
+    return kill_trees(strays)
+
+
+def kill_trees(roots: Iterable[int]) -> List[str]:
+    """SIGKILL the roots and everything under them, reap what became our children; each one described."""
+    doomed = descendants(roots=roots)
     found = [describe(p) for p in doomed]
-    for _ in range(10):  # a stray may fork while it is being killed: kill until nothing new appears
+    for _ in range(10):  # a process may fork while it is being killed: kill until nothing new appears
         for p in doomed:
             try:
                 os.kill(p, signal.SIGKILL)

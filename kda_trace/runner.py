@@ -906,6 +906,7 @@ class Runner:
         before = set(reaper.descendants())  # what this process had already (a test session's own helpers)
         for w in workers:
             self._start(w)
+        interrupted = True  # until the loop ends normally: Ctrl-C, a `timeout` signal, an error of ours
         try:
             while queue or any(w.task is not None for w in workers):
                 for w in workers:
@@ -920,16 +921,29 @@ class Runner:
                     self._poll(w, queue)
                 if reaping:  # orphans that came to us: not a worker, not ours from before
                     self.strays += reaper.kill_strays(before | {w.process.pid for w in workers}, direct_only=True)
+            interrupted = False
         finally:
+            if interrupted:
+                # A worker may be inside a long GPU call and not answer a polite stop for minutes, and whoever
+                # interrupted us (`timeout -k`) may kill us first, orphaning the worker and its solutions' processes
+                # with their GPU memory (an H200 calibration run met 31 GiB held by one): kill them all at once.
+                pids = {w.process.pid for w in workers if w.process is not None and w.process.is_alive()}
+                below = [p for p in reaper.descendants(roots=pids) if p not in pids]
+                for w in workers:
+                    if w.process is not None and w.process.pid in pids:
+                        w.process.kill()  # multiprocessing's own child: reaped by it, in _stop
+                reaper.kill_trees(below)
+            else:
+                for w in workers:
+                    try:
+                        w.conn.send(None)
+                    except (OSError, ValueError):
+                        pass
+                deadline = time.monotonic() + 20.0  # a worker closes its solutions' processes before it exits
+                for w in workers:
+                    if w.process is not None:
+                        w.process.join(max(0.0, deadline - time.monotonic()))
             for w in workers:
-                try:
-                    w.conn.send(None)
-                except (OSError, ValueError):
-                    pass
-            deadline = time.monotonic() + 20.0  # a worker closes its solutions' processes before it exits
-            for w in workers:
-                if w.process is not None:
-                    w.process.join(max(0.0, deadline - time.monotonic()))
                 self._stop(w)
             if reaping:  # the workers are gone: whatever is left under us now was left by a solution
                 self.strays += reaper.kill_strays(before, direct_only=False)

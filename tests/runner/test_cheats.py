@@ -253,3 +253,49 @@ def test_stored_inputs_rewritten_during_a_run_are_refused(tmp_path, monkeypatch)
         assert "written or replaced after this run started" in ev["log"]
     # the rewriter's own first workload: its timed repetitions' inputs were refused
     assert by_workload[("stored-a", "rewrites_stored_inputs")]["status"] not in ("PASSED", "INPUT_MUTATED")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc (kda_trace/reaper.py)")
+def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
+    """Interrupted (Ctrl-C, `timeout -s INT`) while a solution is busy, the run ends within seconds, killing its
+    worker and the solution's process at once: a GPU run interrupted this way once left a process holding 31 GiB
+    of GPU memory for the next run to trip over (`timeout -k 30` killed the runner in its 20 s polite wait). The records finished before the interrupt are kept."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from kda_trace import reaper
+
+    before = set(reaper.descendants())
+    argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--out", str(tmp_path),
+            "--solution", f"{BAD}::good", "--solution", f"{BAD}::hangs", "--timeout", "600"]
+    seen, sent = [], []
+
+    def interrupt_when_hanging():
+        for _ in range(1200):  # until `good` has a record: `hangs`, evaluated after it, is then asleep
+            time.sleep(0.1)
+            if any(p.read_text().strip() for p in (tmp_path / "traces").glob("*/*.jsonl")):
+                break
+        time.sleep(2.0)
+        seen.extend(p for p in reaper.descendants() if p not in before)
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_hanging, daemon=True).start()
+    assert main(argv) == 130
+    assert time.monotonic() - sent[0] < 10  # `timeout -k 30` would kill a runner that waited politely (20 s)
+    assert len(seen) >= 2, seen  # the worker and the solution's process at least
+    time.sleep(0.5)
+    tracker = reaper._tracker_pid()  # multiprocessing's, started by the first run of this test session: it stays
+    left = [p for p in seen if p != tracker and Path(f"/proc/{p}").exists() and _state(p) != "Z"]
+    assert not left, [reaper.describe(p) for p in left]
+    got = statuses(tmp_path)
+    assert [ev["status"] for ev in got["good"]][:1] == ["PASSED"]
+
+
+def _state(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
