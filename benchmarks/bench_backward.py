@@ -8,6 +8,7 @@ Speed (triton.testing.do_bench, median, grads reset between calls), per shape, b
 states, K = V = 128, initial state given, final state returned and differentiated (dht random):
 - fwd+bwd: the forward, then torch.autograd.backward((o, final_state), (do, dht));
 - bwd: the backward alone (the graph of one forward, retained); for both, what the backward itself recomputes.
+The peak memory allocated during the first fwd+bwd (inputs included) is recorded beside the times.
 `--fla-tune-each` forgets fla's autotuning results before each shape (fla's keys leave out the token count),
 so fla runs tuned on the shape; expect about a minute of tuning per shape.
 
@@ -49,6 +50,9 @@ SHAPES = {
     "h32_varlen_real_65536": (32, [812, 95, 1500, 33, 700, 2047, 1, 431, 1280, 300, 900, 93] * 5 + [11044], "pre"),
     "h96_dense_1x8192_safe_l2": (96, [8192], "safe_l2"),
     "h32_dense_1x4096": (32, [4096], "pre"),
+    # the size of kda_bwd_fused_h96's largest workload (65536 tokens in 12 sequences), where ours ran out of memory
+    "h96_varlen_12x_65536_safe_l2": (96, [9000, 3000, 7000, 1000, 12000, 2536, 5000, 8000, 4000, 6000, 1000, 7000],
+                                     "safe_l2"),
 }
 ACCURACY_SHAPES = {
     "h32_dense_1x1024": (32, [1024], "pre"),
@@ -113,19 +117,21 @@ def reset_fla_autotuning():
 
 
 def time_pair(fn, x, cu, mode, do, dht):
-    """(fwd+bwd ms, bwd ms) of fn."""
+    """(fwd+bwd ms, bwd ms, GiB allocated at most during the first fwd+bwd, inputs included) of fn."""
     leaves = list(x.values())
 
     def step():
         o, ht = fn(x, cu, mode)
         torch.autograd.backward((o, ht), (do, dht))
 
+    torch.cuda.reset_peak_memory_stats()
     step()  # compile / autotune outside the timing
+    peak = torch.cuda.max_memory_allocated() / 2**30
     t_both = triton.testing.do_bench(step, warmup=25, rep=200, grad_to_none=leaves, return_mode="median")
     o, ht = fn(x, cu, mode)
     t_bwd = triton.testing.do_bench(lambda: torch.autograd.backward((o, ht), (do, dht), retain_graph=True),
                                     warmup=25, rep=200, grad_to_none=leaves, return_mode="median")
-    return t_both, t_bwd
+    return t_both, t_bwd, peak
 
 
 def kernel_times(x, cu, mode, do, dht) -> dict:
@@ -152,8 +158,9 @@ def speed(names, log, with_fla, fla_tune_each, parts=False):
         x, cu, do, dht = make_inputs(H, lens, mode)
         row = {"shape": name, "heads": H, "tokens": sum(lens), "seqs": len(lens), "mode": mode,
                "bwd_launch": dict(ours_bwd.LAUNCH)}
-        row["ours_fwd_bwd_ms"], row["ours_bwd_ms"] = time_pair(run_ours, x, cu, mode, do, dht)
-        print(f"{name}: ours fwd+bwd {row['ours_fwd_bwd_ms']:.3f} ms, bwd {row['ours_bwd_ms']:.3f} ms", flush=True)
+        row["ours_fwd_bwd_ms"], row["ours_bwd_ms"], row["ours_peak_gib"] = time_pair(run_ours, x, cu, mode, do, dht)
+        print(f"{name}: ours fwd+bwd {row['ours_fwd_bwd_ms']:.3f} ms, bwd {row['ours_bwd_ms']:.3f} ms, "
+              f"peak {row['ours_peak_gib']:.1f} GiB", flush=True)
         if parts:
             row["ours_bwd_kernels_ms"] = kernel_times(x, cu, mode, do, dht)
             for kname, t in list(row["ours_bwd_kernels_ms"].items())[:8]:
@@ -162,9 +169,10 @@ def speed(names, log, with_fla, fla_tune_each, parts=False):
             try:
                 if fla_tune_each:
                     reset_fla_autotuning()
-                row["fla_fwd_bwd_ms"], row["fla_bwd_ms"] = time_pair(run_fla, x, cu, mode, do, dht)
-                print(f"{name}: fla  fwd+bwd {row['fla_fwd_bwd_ms']:.3f} ms, bwd {row['fla_bwd_ms']:.3f} ms",
-                      flush=True)
+                row["fla_fwd_bwd_ms"], row["fla_bwd_ms"], row["fla_peak_gib"] = time_pair(run_fla, x, cu, mode, do,
+                                                                                         dht)
+                print(f"{name}: fla  fwd+bwd {row['fla_fwd_bwd_ms']:.3f} ms, bwd {row['fla_bwd_ms']:.3f} ms, "
+                      f"peak {row['fla_peak_gib']:.1f} GiB", flush=True)
             except Exception as e:  # noqa: BLE001 -- report, keep going
                 print(f"{name}: fla failed: {e!r}", flush=True)
                 row["fla_error"] = repr(e)

@@ -135,15 +135,24 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # (4 each) and prep_bv (the operands kernel's V-tile, 64) are the split form's.
 # split_k_sums: 3c's decay-weighted sums inside `_local_k_kernel` ("fused") or first by `_local_sums_kernel`, one
 # launch per 16-row block with the sums in registers and no scratch round trips ("blocks"; its tile sums_bk,
-# at most 32, and sums_warps, 4), the pattern that made the split prep 2.2x faster than the fused one; "fused"
-# until timed on a GPU (written in the eleventh session after its device time).
+# at most 32, and sums_warps, 4), the pattern that made the split prep 2.2x faster than the fused one; "blocks" is
+# the default since its timing (H200, 32 heads x 16384, fwd+bwd 28.7 ms against 34.1; RESULTS.md, fourteenth session).
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
                "chunked_pass_precision": "tf32", "split_precision": "tf32", "prep_warps": None,
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
                "split_v_warps": None, "split_da_warps": None, "split_k_bk": None, "split_k_warps": None,
                "chunked_prep": "split", "prep_pairs_warps": None, "prep_solve_warps": None,
                "prep_operands_warps": None, "prep_bv": None,
-               "split_k_sums": "fused", "sums_bk": None, "sums_warps": None})
+               "split_k_sums": "blocks", "sums_bk": None, "sums_warps": None})
+# workspace_bytes: the most memory the backward's own buffers may take at once; past it `kda_backward` runs
+# groups of heads one after the other (None: WORKSPACE_CAP_BYTES or 90% of what the device has free, with the
+# caching allocator's unused blocks, at the call, whichever is less; unlimited off CUDA). H200, 65536 tokens x
+# 96 heads: the buffers alone take about 61 GiB, and an evaluation ran out of memory beside the runner's worker
+# (RESULTS.md, fourteenth session).
+LAUNCH["workspace_bytes"] = None
+WORKSPACE_CAP_BYTES = 16 << 30
+"""The default workspace limit: a group of heads under it still has thousands of (chunk, head) work items at the
+sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once would only take memory."""
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,
@@ -633,8 +642,39 @@ def kda_backward(
     xs, sizes, tables, acc, h0 = _prepare(q, k, v, g, beta, opts, initial_state, cu_seqlens)
     B, T, H, HV, K, V, N = sizes
     dht = _dht_kv(dht, opts, N, HV, K, V)
-    dq, dk, dv, dg, dbeta, dh0 = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K))
-    if initial_state is None:
+    do = do.reshape(B * T, HV, V)
+    groups = head_groups(sizes, tables[3], acc, q.device)
+    if len(groups) == 1:
+        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K))
+        return _grads(out, sizes, (q, k, v, beta), acc, opts, initial_state is not None)
+    # heads are independent: each group's inputs are copied out and its gradients into the whole ones, already in
+    # the dtypes returned (dg and dh0 stay fp32 / fp64)
+    TT, dev = B * T, q.device
+    out = (q.new_empty(TT, H, K), k.new_empty(TT, H, K), v.new_empty(TT, HV, V),
+           torch.empty(TT, HV, K, dtype=acc, device=dev), beta.new_empty(TT, HV),
+           torch.empty(N, HV, K, V, dtype=acc, device=dev) if h0 is not None else None)
+    for qk, vh in groups:
+        sub_xs = tuple(_heads(x, qk if i < 2 else vh) for i, x in enumerate(xs))
+        sub = _backward(sub_xs, (B, T, qk.stop - qk.start, vh.stop - vh.start, K, V, N), tables, acc,
+                        _heads(h0, vh), _heads(do, vh), _heads(dht, vh), opts.resolved_scale(K))
+        for whole, piece, heads in zip(out, sub, (qk, qk, vh, vh, vh, vh)):
+            if whole is not None:
+                whole[:, heads] = piece
+        del sub
+    return _grads(out, sizes, (q, k, v, beta), acc, opts, initial_state is not None)
+
+
+def _heads(x, heads):
+    """A contiguous copy of heads (dim 1) of x, or None."""
+    return None if x is None else x[:, heads].contiguous()
+
+
+def _grads(out, sizes, like, acc, opts, has_h0):
+    """KDAGrads in the inputs' shapes and dtypes from the packed dq, dk, dv, dg, dbeta, dh0 ([K, V] layout)."""
+    B, T, H, HV, K, V, N = sizes
+    q, k, v, beta = like
+    dq, dk, dv, dg, dbeta, dh0 = out
+    if not has_h0:
         dh0 = None
     elif opts.state_layout == "vk":
         dh0 = dh0.transpose(-1, -2).contiguous()
@@ -642,6 +682,38 @@ def kda_backward(
         dq=dq.view(B, T, H, K).to(q.dtype), dk=dk.view(B, T, H, K).to(k.dtype), dv=dv.view(B, T, HV, V).to(v.dtype),
         dg=dg.view(B, T, HV, K).to(torch.float64 if acc == torch.float64 else torch.float32),
         dbeta=dbeta.view(B, T, HV).to(beta.dtype), dh0=dh0)
+
+
+def workspace_bytes(sizes, n_chunks, acc) -> int:
+    """Bytes of the chunked mode's buffers alive at once: the larger of backward_chunked.local_split's two peaks
+    (3a: the prep's W, U, Kt, dO2, X, P, the states and dS with 3a's outputs; 3c: 3a's outputs left, the sums and
+    dq, dk, dg), with the fp32 (fp64) gradients the caller gets. An estimate for choosing head groups, not a
+    measurement; the exact mode needs less (its per-chunk maps are [K, K] and [K, V] too, without the CT x CT
+    ones)."""
+    B, T, H, HV, K, V, N = sizes
+    TT, NT, CT2 = B * T, n_chunks, CT * CT
+    NV = triton.cdiv(V, LAUNCH["split_bv"] or 64)
+    first = TT * (2 * K + 3 * V + NV + 3 * NV * K) + NT * (2 * CT2 + 2 * K * V + NV * K + 2 * NV * CT2)
+    third = TT * (V + 2 * NV * K + 7 * K + 2) + NT * (2 * NV * CT2 + NV * K)
+    return HV * max(first, third) * torch.empty(0, dtype=acc).element_size()
+
+
+def head_groups(sizes, n_chunks, acc, device) -> list[tuple[slice, slice]]:
+    """(q/k heads, value heads) of each group the backward runs at once: one group unless the workspace
+    (`workspace_bytes`) exceeds LAUNCH["workspace_bytes"] or, when that is None, WORKSPACE_CAP_BYTES or 90% of
+    the device memory free now; then as few groups as fit, each of whole GVA groups (at worst one q/k head and its value heads)."""
+    B, T, H, HV, K, V, N = sizes
+    budget = LAUNCH["workspace_bytes"]
+    if budget is None:
+        if device.type != "cuda":
+            return [(slice(0, H), slice(0, HV))]
+        free, _ = torch.cuda.mem_get_info(device)
+        unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        budget = min(WORKSPACE_CAP_BYTES, 0.9 * (free + unused))
+    n = min(H, max(1, -(-workspace_bytes(sizes, n_chunks, acc) // max(int(budget), 1))))
+    per = -(-H // n)
+    G = HV // H
+    return [(slice(h, min(h + per, H)), slice(h * G, min(h + per, H) * G)) for h in range(0, H, per)]
 
 
 def kda_forward_exact(

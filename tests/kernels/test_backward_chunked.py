@@ -114,7 +114,7 @@ def test_split_prep(case, monkeypatch):
 @pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
 def test_block_sums(case, monkeypatch):
     """LAUNCH["split_k_sums"] = "blocks" (3c's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row
-    block) against the sums inside `_local_k_kernel`; sums_bk 16 makes K-tiles whose last is partly masked
+    block, the default) against the sums inside `_local_k_kernel` ("fused"); sums_bk 16 makes K-tiles whose last is partly masked
     (K = 12, 130) and, on the packed case, more work items than the 3 persistent programs."""
     _alternative_matches(case, "split_k_sums", "blocks", "fused", monkeypatch, {"sums_bk": 16})
 
@@ -147,6 +147,45 @@ def test_rejects_unknown_modes(monkeypatch):
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunkd")
     with pytest.raises(ValueError, match="LAUNCH\\['mode'\\]"):
         backward.kda_backward(*args)
+
+
+@pytest.mark.parametrize("layout", ["kv", "vk"])
+def test_head_groups_give_the_same_gradients(layout, monkeypatch):
+    """A workspace budget of one byte runs the backward one q/k head (with its GVA value heads) at a time:
+    3 q/k heads, 6 value heads, packed [5, 66, 1] tokens, h0 and dht. Right against float64 and bit-identical to
+    the whole run (each head's arithmetic is the same; only the buffers' head count changes)."""
+    x = make(1, 72, 3, 6, 12, 20, seed=21, n_seqs=3)
+    cu = torch.tensor([0, 5, 71, 72])
+    opts = KDAOptions(state_layout=layout)
+    whole = check(x, opts, cu_seqlens=cu) if layout == "kv" else None
+    monkeypatch.setitem(backward.LAUNCH, "workspace_bytes", 1)
+    sizes = (1, 72, 3, 6, 12, 20, 3)
+    assert backward.head_groups(sizes, 3, torch.float32, torch.device("cpu")) == [
+        (slice(h, h + 1), slice(2 * h, 2 * h + 2)) for h in range(3)]
+    grouped = check(x, opts, cu_seqlens=cu)
+    if whole is not None:
+        for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
+            assert torch.equal(getattr(whole, name), getattr(grouped, name)), name
+
+
+def test_head_groups_are_as_few_as_fit():
+    """Groups follow the budget: the whole backward when it fits, else the fewest groups of whole GVA groups
+    under it; the estimate grows with tokens, heads and the dtype."""
+    one = backward.workspace_bytes((1, 65536, 1, 1, 128, 128, 12), 1036, torch.float32)
+    sizes = (1, 65536, 48, 96, 128, 128, 12)
+    assert backward.workspace_bytes(sizes, 1036, torch.float32) == 96 * one
+    assert backward.workspace_bytes(sizes, 1036, torch.float64) == 2 * 96 * one
+    assert 0.5 * 2**30 < one < 1 * 2**30  # about 640 MB per value head here (61 GiB at 96 heads)
+    cpu = torch.device("cpu")
+    try:
+        backward.LAUNCH["workspace_bytes"] = 96 * one
+        assert backward.head_groups(sizes, 1036, torch.float32, cpu) == [(slice(0, 48), slice(0, 96))]
+        backward.LAUNCH["workspace_bytes"] = 40 * one  # 3 groups of 16 q/k heads, 32 value heads each
+        groups = backward.head_groups(sizes, 1036, torch.float32, cpu)
+        assert groups == [(slice(h, h + 16), slice(2 * h, 2 * h + 32)) for h in (0, 16, 32)]
+    finally:
+        backward.LAUNCH["workspace_bytes"] = None
+    assert backward.head_groups(sizes, 1036, torch.float32, cpu) == [(slice(0, 48), slice(0, 96))]  # no limit
 
 
 def test_training_through_in_kernel_options():
