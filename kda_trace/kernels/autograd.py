@@ -141,7 +141,54 @@ def kda_backward_raw(
     in-op options (`opts`: L2 norm, gate kind and bound, beta form, state layout, scale): the core by
     kernels/backward.py, the element-wise norm / gate / sigmoid by torch.autograd around it (works under
     torch.no_grad and inference mode). Returns {"q", "k", "v", "g" (of g or g_raw), "A_log", "dt_bias",
-    "beta" (of beta or its logits), "initial_state"}, each in its input's dtype (None where not given)."""
+    "beta" (of beta or its logits), "initial_state"}, each in its input's dtype (None where not given).
+
+    Where the backward's workspace would pass its limit (kernels/backward.py `head_groups`), groups of heads run
+    one after the other, the element-wise part included: its float32 copies of q, k and the gate take as much
+    memory as the backward's own buffers at 96 heads x 65536 tokens."""
+    from kda_trace.kernels.backward import head_groups
+    from kda_trace.kernels.chunk import _sequence_tables
+
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    n_chunks = _sequence_tables(cu_seqlens, B, T, q.device)[3]
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    groups = head_groups((B, T, H, HV, K, V, N), n_chunks, acc, q.device)
+    args = dict(q=q, k=k, v=v, g=g, beta=beta, do=do, dht=dht, A_log=A_log, dt_bias=dt_bias,
+                initial_state=initial_state)
+    if len(groups) == 1:
+        return _backward_raw_heads(opts, cu_seqlens, **args)
+    # the heads each argument and gradient has, and where: q, k on dim 2 by q/k heads; the rest by value heads
+    value_dim = dict(v=2, g=2, beta=2, do=2, dht=1, initial_state=1, A_log=0, dt_bias=0)
+    shaped = dict(A_log=(HV,), dt_bias=(HV, K))  # any shape of HV (HV x K) elements
+    out = {}
+    for qk, vh in groups:
+        sub = {}
+        for n, x in args.items():
+            if x is not None:
+                x = x.reshape(shaped[n]) if n in shaped else x
+                sub[n] = x.narrow(2, qk.start, qk.stop - qk.start) if n in ("q", "k") else \
+                    x.narrow(value_dim[n], vh.start, vh.stop - vh.start)
+        part = _backward_raw_heads(opts, cu_seqlens, **{n: sub.get(n) for n in args})
+        for n, d in part.items():
+            if d is None:
+                out.setdefault(n, None)
+                continue
+            given = args["initial_state"] if n == "initial_state" else args[n]
+            if n not in out:
+                out[n] = torch.empty(shaped.get(n, given.shape), dtype=d.dtype, device=d.device)
+            dim, heads = (2, qk) if n in ("q", "k") else (value_dim[n], vh)
+            out[n].narrow(dim, heads.start, heads.stop - heads.start).copy_(d)
+        del part
+    for n in shaped:
+        if out.get(n) is not None:
+            out[n] = out[n].reshape(args[n].shape)
+    return out
+
+
+def _backward_raw_heads(opts, cu_seqlens, *, q, k, v, g, beta, do, dht, A_log, dt_bias, initial_state):
+    """`kda_backward_raw` on all the heads it is given at once."""
     import dataclasses
 
     from kda_trace.kernels.backward import kda_backward
