@@ -695,7 +695,7 @@ def workspace_bytes(sizes, n_chunks, acc) -> int:
     NV = triton.cdiv(V, LAUNCH["split_bv"] or 64)
     first = TT * (2 * K + 3 * V + NV + 3 * NV * K) + NT * (2 * CT2 + 2 * K * V + NV * K + 2 * NV * CT2)
     third = TT * (V + 2 * NV * K + 7 * K + 2) + NT * (2 * NV * CT2 + NV * K)
-    return HV * max(first, third) * torch.empty(0, dtype=acc).element_size()
+    return HV * (max(first, third) + N * K * V) * torch.empty(0, dtype=acc).element_size()  # + dh0
 
 
 def head_groups(sizes, n_chunks, acc, device) -> list[tuple[slice, slice]]:

@@ -815,12 +815,12 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     BVs = launch["split_bv"] or (BV if interp else min(BV, 64))
     NV = triton.cdiv(V, BVs)
     e = lambda *shape: torch.empty(*shape, dtype=acc, device=dev)  # noqa: E731
+    for name in ("Qt", "gamma"):  # read by the pass only: freed before 3a's buffers are allocated
+        pre.pop(name, None)
     # 3a's partial sums, one copy per V-tile
     dv, dbeta_v, dgamma = e(TT, HV, V), e(TT, HV, NV), e(NT, HV, NV, K)
     dQt, dKt, dW = e(TT, HV, NV, K), e(TT, HV, NV, K), e(TT, HV, NV, K)
     dAqk, XdXv = e(NT, HV, NV, CT, CT), e(NT, HV, NV, CT, CT)
-    for name in ("Qt", "gamma"):  # read by the pass only
-        pre.pop(name, None)
     _local_v_kernel[(NT * NV, HV)](
         v, beta, do, pre.pop("W"), pre.pop("U"), pre.pop("Kt"), pre.pop("dO2"), pre["X"], pre.pop("states"),
         pre.pop("dstates"), dv, dbeta_v, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,

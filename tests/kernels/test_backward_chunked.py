@@ -168,6 +168,54 @@ def test_head_groups_give_the_same_gradients(layout, monkeypatch):
             assert torch.equal(getattr(whole, name), getattr(grouped, name)), name
 
 
+def _peak_kernel_buffers(fn):
+    """fn() with every torch.empty / torch.zeros that kernels/ makes counted while alive: (result, peak bytes)."""
+    import sys
+    import weakref
+
+    live, peak = [0], [0]
+    originals = {name: getattr(torch, name) for name in ("empty", "zeros")}
+
+    def counting(original):
+        def make(*args, **kwargs):
+            t = original(*args, **kwargs)
+            if "kda_trace/kernels/" in sys._getframe(1).f_code.co_filename.replace("\\", "/"):
+                n = t.numel() * t.element_size()
+                live[0] += n
+                peak[0] = max(peak[0], live[0])
+                weakref.finalize(t, lambda: live.__setitem__(0, live[0] - n))
+            return t
+        return make
+
+    try:
+        for name, original in originals.items():
+            setattr(torch, name, counting(original))
+        result = fn()
+    finally:
+        for name, original in originals.items():
+            setattr(torch, name, original)
+    return result, peak[0]
+
+
+@pytest.mark.parametrize("split_k_sums", ["blocks", "fused"])
+def test_workspace_estimate_bounds_the_buffers(split_k_sums, monkeypatch):
+    """backward.workspace_bytes, which chooses the head groups, is an upper bound of the buffers the chunked
+    mode really holds at once (counted as they are made and freed), and not far above it: packed [70, 60, 30]
+    tokens, 4 value heads, K = 32, V = 48 (one V-tile, as on a GPU at V <= 64). Two persistent programs: their
+    scratch, left out of the estimate, is a few MB on a GPU (8 programs per SM) but here, with a program per
+    work item, would be a quarter of the total."""
+    monkeypatch.setitem(backward.LAUNCH, "split_k_sums", split_k_sums)
+    monkeypatch.setitem(backward.LAUNCH, "programs", 2)
+    x = make(1, 160, 2, 4, 32, 48, seed=23, n_seqs=3)
+    cu = torch.tensor([0, 70, 130, 160])
+    args = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["do"])
+    _, peak = _peak_kernel_buffers(lambda: backward.kda_backward(
+        *args, initial_state=x["h0"], dht=x["dht"], cu_seqlens=cu))
+    estimate = backward.workspace_bytes((1, 160, 2, 4, 32, 48, 3), 4, torch.float32)
+    assert peak <= estimate + 64, (peak, estimate)  # + the one-element placeholders for absent tensors
+    assert peak >= 0.9 * estimate, (peak, estimate)
+
+
 def test_head_groups_are_as_few_as_fit():
     """Groups follow the budget: the whole backward when it fits, else the fewest groups of whole GVA groups
     under it; the estimate grows with tokens, heads and the dtype."""
