@@ -26,7 +26,7 @@ Kernels, in launch order:
    caching), V_new, and the final state.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
 Speed variants in LAUNCH (off by default, see the comment there) move the decayed operands from kernel 4 into
-kernel 1 (decay_in_gate) or keep G in log2 units (exp2).
+kernel 1 (decay_in_gate), keep G in log2 units (exp2) or compute O inside kernel 5 (out_in_state).
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
 i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
@@ -70,8 +70,8 @@ BC = 16  # sub-chunk length (the diagonal blocks of the solve)
 SOLVE_PRECISION = tl.constexpr("tf32x3")  # the solve's fp32 products: 3 tf32 MMAs, about fp32 accuracy
 MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
 
-# Launch settings: warps per program, K/V tiles, and the state pass's pipelining depth and V-tile (None picks
-# by the number of (sequence, head) pairs, see _state_launch). benchmarks/bench_chunk.py --sweep tries them;
+# Launch settings: warps per program, K/V tiles, pipelining depths (3 is Triton's default), and the state pass's
+# V-tile and depth (None picks by the number of (sequence, head) pairs, see _state_launch). benchmarks/bench_chunk.py --sweep tries them;
 # the defaults come from H100 sweeps (RESULTS.md) and ptxas register / spill reports. l2_in_intra: the intra
 # kernel computes the q/k L2-norm factors of its own rows, so the gate kernel does not read q and k; off
 # until an A/B on a GPU (the H100 sweep of the fifth session, one timing each, could not tell it from noise).
@@ -92,13 +92,17 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   H100: timed only with decay_in_gate and gate_bk=32 (that line): loses, 0.963 on K3 and 0.960 on h32 x 16384.
 # - out_bv=128: the output kernel's V-tile; q exp(G) and A_qk are read once per chunk instead of twice at V = 128.
 #   H100, K3 only: 3.365 -> 3.343 ms (default / changed 1.007), a small win; not timed on other shapes.
+# - out_in_state: the state pass computes each chunk's output while S and V_new are in its registers, so neither
+#   the bf16 chunk-start states (K V / 64 bf16 per token and head: 512 bytes at K = V = 128) nor V_new go through
+#   memory and the output kernel is not launched (about 1.5 of the roughly 10 KB per token and head that the six
+#   kernels move at K = V = 128). The cost: the output's loads and two products join the sequential pass.
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": False,
-    "intra_warps": 2, "intra_bk": 32, "solve_warps": 1,
-    "wu_warps": 8, "wu_bk": 32, "wu_bv": 32,
+    "intra_warps": 2, "intra_bk": 32, "intra_stages": 3, "solve_warps": 1,
+    "wu_warps": 8, "wu_bk": 32, "wu_bv": 32, "wu_stages": 3,
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 8, "out_bv": 64,
-    "decay_in_gate": False, "exp2": False,
+    "decay_in_gate": False, "exp2": False, "out_in_state": False,
 }
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
@@ -571,12 +575,15 @@ def _wu_kernel(
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _state_kernel(
-    W, U, KG, G, h, v_new, h0, ht, hs, cu_seqlens, chunk_offsets,
+    W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
-    EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    OUT: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
+    """The state pass of one (sequence, value head, V-tile). Without OUT it stores the bf16 state at every chunk
+    start (h) and V_new for `_output_kernel`; with OUT (launch setting out_in_state) it computes the chunk's
+    output itself, O = (q exp(G)) S + A_qk V_new, while S and V_new are in registers, and stores neither."""
     # grid (sequences x V-tiles, value heads): only axis 0 may exceed 65535
     NV: tl.constexpr = (V + BV - 1) // BV
     i_n = tl.program_id(0).to(tl.int64) // NV
@@ -610,6 +617,9 @@ def _state_kernel(
     p_vn = v_new + (bos * HV + i_hv) * V
     p_h = h + (c0 * HV + i_hv) * (K * V)
     p_hs = hs + (c0 * HV + i_hv) * (K * V)  # fp32 chunk-start states in the caller's layout (STORE_HS)
+    p_qg = QG + (bos * HV + i_hv) * K
+    p_a = Aqk + (bos * HV + i_hv) * BT
+    p_o = o + (bos * HV + i_hv) * V
     off_tk = o_t[:, None] * (HV * K) + o_k[None, :]
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
     off_h = o_k[:, None] * V + o_v[None, :]
@@ -618,14 +628,26 @@ def _state_kernel(
         n = tl.minimum(n_tok - t * BT, BT)
         m_r = o_t < n
         b_sb = _bf16(b_s, INTERPRET)
-        tl.store(p_h + off_h, b_sb, mask=m_kv)
+        if not OUT:
+            tl.store(p_h + off_h, b_sb, mask=m_kv)
         if STORE_HS:
             tl.store(p_hs + off_s, b_s, mask=m_kv)
 
+        m_rv = m_r[:, None] & m_v[None, :]
         b_w = tl.load(p_w + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
-        b_u = tl.load(p_u + off_tv, mask=m_r[:, None] & m_v[None, :], other=0.0).to(tl.float32)
+        b_u = tl.load(p_u + off_tv, mask=m_rv, other=0.0).to(tl.float32)
         b_vn = _bf16(b_u - _mma(b_w, b_sb, INTERPRET), INTERPRET)
-        tl.store(p_vn + off_tv, b_vn, mask=m_r[:, None] & m_v[None, :])
+        if OUT:
+            # as _output_kernel: A_qk's upper half was never written, so it is masked off
+            m_a = m_r[:, None] & (o_t[None, :] <= o_t[:, None])
+            b_a = tl.load(p_a + o_t[:, None] * (HV * BT) + o_t[None, :], mask=m_a, other=0.0)
+            b_qg = tl.load(p_qg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+            acc = _mma(b_a, b_vn, INTERPRET) + _mma(b_qg, b_sb, INTERPRET)
+            if o.dtype.element_ty == tl.bfloat16:
+                acc = _bf16(acc, INTERPRET)
+            tl.store(p_o + off_tv, acc.to(o.dtype.element_ty), mask=m_rv)
+        else:
+            tl.store(p_vn + off_tv, b_vn, mask=m_rv)
 
         g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=m_k, other=0.0)
         b_kg = tl.load(p_kg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
@@ -638,6 +660,9 @@ def _state_kernel(
         p_vn += BT * HV * V
         p_h += HV * K * V
         p_hs += HV * K * V
+        p_qg += BT * HV * K
+        p_a += BT * HV * BT
+        p_o += BT * HV * V
 
     if STORE_HT:
         tl.store(ht + s_base + off_s, b_s, mask=m_kv)
@@ -848,7 +873,7 @@ def kda_chunk(
             I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
             BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
             MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
-            INTERPRET=interp, num_warps=LAUNCH["intra_warps"],
+            INTERPRET=interp, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
         )
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
     _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
@@ -861,11 +886,14 @@ def kda_chunk(
         H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, DECAY=decay_in_gate, EXP2=exp2,
-        INTERPRET=interp, num_warps=LAUNCH["wu_warps"],
+        INTERPRET=interp, num_warps=LAUNCH["wu_warps"], num_stages=LAUNCH["wu_stages"],
     )
 
-    h = torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
-    v_new = torch.empty(TT, HV, V, dtype=bf16, device=dev)
+    out_in_state = bool(LAUNCH["out_in_state"])
+    o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
+    # with out_in_state the state pass writes o itself: no chunk-start states or V_new in memory
+    h = G if out_in_state else torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
+    v_new = G if out_in_state else torch.empty(TT, HV, V, dtype=bf16, device=dev)
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
     chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if output_chunk_states else None
     BK = max(16, triton.next_power_of_2(K))
@@ -873,19 +901,19 @@ def kda_chunk(
     _state_kernel[(N * triton.cdiv(V, BV), HV)](
         W, U, KG, G, h, v_new,
         initial_state if initial_state is not None else G, final_state if final_state is not None else G,
-        chunk_states if chunk_states is not None else G, cu_seqlens, chunk_offsets,
+        chunk_states if chunk_states is not None else G, QG, Aqk, o, cu_seqlens, chunk_offsets,
         HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
-        STORE_HS=chunk_states is not None, EXP2=exp2, INTERPRET=interp,
+        STORE_HS=chunk_states is not None, OUT=out_in_state, EXP2=exp2, INTERPRET=interp,
         num_warps=LAUNCH["state_warps"], num_stages=stages,
     )
 
-    o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
-    BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
-    _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
-        QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
-        HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=LAUNCH["out_warps"],
-    )
+    if not out_in_state:
+        BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
+        _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
+            QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
+            HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=LAUNCH["out_warps"],
+        )
     if output_chunk_states:
         return o.view(B, T, HV, V), final_state, chunk_states
     return o.view(B, T, HV, V), final_state

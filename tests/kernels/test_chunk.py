@@ -186,11 +186,11 @@ def _worst_token(o, ref):
 
 VARIANTS = {
     "decay_in_gate": {"decay_in_gate": True}, "decay_in_gate_bk32": {"decay_in_gate": True, "gate_bk": 32},
-    "exp2": {"exp2": True}, "out_bv_128": {"out_bv": 128},
+    "exp2": {"exp2": True}, "out_bv_128": {"out_bv": 128}, "out_in_state": {"out_in_state": True},
     "all_with_l2_in_intra": {"decay_in_gate": True, "exp2": True, "l2_in_intra": True},
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
-ROUNDS_DIFFERENTLY = {"exp2", "gate_bk", "out_bv"}
+ROUNDS_DIFFERENTLY = {"exp2", "gate_bk", "out_bv", "out_in_state"}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
