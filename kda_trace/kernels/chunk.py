@@ -97,12 +97,12 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   memory and the output kernel is not launched (about 1.5 of the roughly 10 KB per token and head that the six
 #   kernels move at K = V = 128). The cost: the output's loads and two products join the sequential pass.
 LAUNCH = {
-    "gate_warps": 4, "gate_bk": 64, "l2_in_intra": False,
+    "gate_warps": 4, "gate_bk": 64, "l2_in_intra": True,
     "intra_warps": 2, "intra_bk": 32, "intra_stages": 3, "solve_warps": 1,
-    "wu_warps": 8, "wu_bk": 32, "wu_bv": 32, "wu_stages": 3,
+    "wu_warps": 4, "wu_bk": 64, "wu_bv": 64, "wu_stages": 3,
     "state_warps": 4, "state_stages": None, "state_bv": None,
-    "out_warps": 8, "out_bv": 64,
-    "decay_in_gate": False, "exp2": False, "out_in_state": False,
+    "out_warps": 4, "out_bv": 128,
+    "decay_in_gate": False, "exp2": True, "out_in_state": False,
 }
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 

@@ -186,11 +186,13 @@ def _worst_token(o, ref):
 
 VARIANTS = {
     "decay_in_gate": {"decay_in_gate": True}, "decay_in_gate_bk32": {"decay_in_gate": True, "gate_bk": 32},
-    "exp2": {"exp2": True}, "out_bv_128": {"out_bv": 128}, "out_in_state": {"out_in_state": True},
-    "all_with_l2_in_intra": {"decay_in_gate": True, "exp2": True, "l2_in_intra": True},
+    "exp_not_exp2": {"exp2": False}, "out_bv_64": {"out_bv": 64}, "out_in_state": {"out_in_state": True},
+    "l2_in_gate_kernel": {"l2_in_intra": False},
+    "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
+                                "wu_bv": 32, "wu_warps": 8},
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
-ROUNDS_DIFFERENTLY = {"exp2", "gate_bk", "out_bv", "out_in_state"}
+ROUNDS_DIFFERENTLY = {"exp2", "gate_bk", "out_bv", "out_in_state", "l2_in_intra"}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
