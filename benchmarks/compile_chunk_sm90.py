@@ -60,13 +60,13 @@ def kernels(launch: dict):
                 L["wu_warps"], None))
     saved = dict(chunk.LAUNCH)
     chunk.LAUNCH.update(L)
-    BV, stages = chunk._state_launch(HV, K, V)
+    BV, stages, fused = chunk._state_launch(HV, K, V)
     chunk.LAUNCH.update(saved)
-    sig = {**ptr("bf16", "W", "U", "KG", "h", "v_new"), **ptr("fp32", "G", "h0", "ht", "hs"),
+    sig = {**ptr("bf16", "W", "U", "KG", "h", "v_new", "QG", "Aqk", "o"), **ptr("fp32", "G", "h0", "ht", "hs"),
            "cu_seqlens": "*i64", "chunk_offsets": "*i64"}
     out.append(("state", chunk._state_kernel, sig,
                 dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
-                     STORE_HS=False, EXP2=exp2, INTERPRET=False),
+                     STORE_HS=False, OUT=fused, EXP2=exp2, INTERPRET=False),
                 L["state_warps"], stages))
     sig = {**ptr("bf16", "QG", "Aqk", "h", "v_new", "o"), **tables}
     out.append(("output", chunk._output_kernel, sig,

@@ -102,7 +102,7 @@ LAUNCH = {
     "wu_warps": 4, "wu_bk": 64, "wu_bv": 64, "wu_stages": 3,
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
-    "decay_in_gate": False, "exp2": True, "out_in_state": False,
+    "decay_in_gate": False, "exp2": True, "out_in_state": None,
 }
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
@@ -889,15 +889,14 @@ def kda_chunk(
         INTERPRET=interp, num_warps=LAUNCH["wu_warps"], num_stages=LAUNCH["wu_stages"],
     )
 
-    out_in_state = bool(LAUNCH["out_in_state"])
+    BK = max(16, triton.next_power_of_2(K))
+    BV, stages, out_in_state = _state_launch(N * HV, BK, V)
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
     # with out_in_state the state pass writes o itself: no chunk-start states or V_new in memory
     h = G if out_in_state else torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
     v_new = G if out_in_state else torch.empty(TT, HV, V, dtype=bf16, device=dev)
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
     chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if output_chunk_states else None
-    BK = max(16, triton.next_power_of_2(K))
-    BV, stages = _state_launch(N * HV, BK, V)
     _state_kernel[(N * triton.cdiv(V, BV), HV)](
         W, U, KG, G, h, v_new,
         initial_state if initial_state is not None else G, final_state if final_state is not None else G,
@@ -919,13 +918,21 @@ def kda_chunk(
     return o.view(B, T, HV, V), final_state
 
 
-def _state_launch(n_heads_total: int, BK: int, V: int) -> tuple[int, int]:
-    """V-tile and pipelining depth of the state pass. The pass is sequential over chunks, so few (sequence,
-    head) pairs want narrow tiles (more programs in flight); the [BK, BV] fp32 state must also fit in
+def _state_launch(n_heads_total: int, BK: int, V: int) -> tuple[int, int, bool]:
+    """V-tile, pipelining depth and out_in_state of the state pass. The pass is sequential over chunks, so few
+    (sequence, head) pairs want narrow tiles (more programs in flight); the [BK, BV] fp32 state must also fit in
     registers. On the H100 (benchmarks/RESULTS.md, fourth session) 3 stages helped the 16-wide tiles and
-    cost the wider ones (h96: 707 -> 573 us with 1 stage; h32 x 16384, BV 16: 2.42 -> 2.19 ms with 3)."""
-    BV = 64 if n_heads_total >= 256 else (32 if n_heads_total > 64 else 16)
+    cost the wider ones (h96: 707 -> 573 us with 1 stage; h32 x 16384, BV 16: 2.42 -> 2.19 ms with 3).
+    From 64 pairs on, the output is computed in the pass with 64-wide tiles (out_in_state): on the H100
+    (fifteenth session) that took 4.6-13% off at 64 to 512 pairs and added 16-85% at 8 to 32 pairs."""
+    out_in_state = LAUNCH["out_in_state"]
+    if out_in_state is None:
+        out_in_state = n_heads_total >= 64 and BK <= 128
+    if out_in_state:
+        BV = 64
+    else:
+        BV = 64 if n_heads_total >= 256 else (32 if n_heads_total > 64 else 16)
     if BK > 128:
         BV = min(BV, 32)
     BV = LAUNCH["state_bv"] or max(16, min(BV, triton.next_power_of_2(V)))
-    return BV, LAUNCH["state_stages"] or (3 if BV <= 16 else 1)
+    return BV, LAUNCH["state_stages"] or (3 if BV <= 16 else 1), bool(out_in_state)
