@@ -14,8 +14,8 @@ algorithm"):
 
 Kernels, in launch order:
 1. `_gate_cumsum_kernel`, per (chunk, value head): gate (precomputed, unbounded or safe), cumulative sum
-   G (fp32), and the q/k L2-norm factors 1 / sqrt(sum x^2 + 1e-6) (in kernel 2 instead with the launch
-   setting `l2_in_intra`).
+   G (fp32, in log2 units with the launch setting `exp2`, the default), and with `l2_in_intra` off the q/k
+   L2-norm factors 1 / sqrt(sum x^2 + 1e-6) (by default kernel 2 computes them).
 2. `_intra_kernel`, per (chunk, value head), one launch per 16-row block index: that block's rows of A_qk
    (bf16) and A_kk (fp32 scratch): the columns before the block and the 16x16 diagonal block.
 3. `_solve_kernel`, per (chunk, value head): X = (I + A_kk)^-1 by 16x16 blocks in registers (the diagonal
@@ -23,10 +23,10 @@ Kernels, in launch order:
 4. `_wu_kernel`, per (chunk, value head): W, U, q exp(G) and k exp(G_last - G).
 5. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
    at every chunk start (bf16, for kernel 6; also in fp32 in the caller's layout when asked, for prefix
-   caching), V_new, and the final state.
+   caching), V_new, and the final state; from 64 (sequence, head) pairs on also O (launch setting
+   `out_in_state`), and then kernel 6 is not launched and neither h nor V_new is stored.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
-Speed variants in LAUNCH (off by default, see the comment there) move the decayed operands from kernel 4 into
-kernel 1 (decay_in_gate), keep G in log2 units (exp2) or compute O inside kernel 5 (out_in_state).
+The launch settings in LAUNCH (see the comment there) were chosen by A/B timings on an H100.
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
 i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
@@ -71,31 +71,33 @@ SOLVE_PRECISION = tl.constexpr("tf32x3")  # the solve's fp32 products: 3 tf32 MM
 MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
 
 # Launch settings: warps per program, K/V tiles, pipelining depths (3 is Triton's default), and the state pass's
-# V-tile and depth (None picks by the number of (sequence, head) pairs, see _state_launch). benchmarks/bench_chunk.py --sweep tries them;
-# the defaults come from H100 sweeps (RESULTS.md) and ptxas register / spill reports. l2_in_intra: the intra
-# kernel computes the q/k L2-norm factors of its own rows, so the gate kernel does not read q and k; off
-# until an A/B on a GPU (the H100 sweep of the fifth session, one timing each, could not tell it from noise).
-# Variants (issue 20), all off by default. The CPU tests run each on and off against float64 and the defaults.
-# ptxas numbers: benchmarks/compile_chunk_sm90.py on the K3 shape (triton 3.9 here; the H100 runs 3.6).
-# "H100:" lines: bench_chunk.py --ab on the H100 (torch 2.11, triton 3.6; 7 alternating rounds, medians, default
-# -> changed; K3 = 96 heads x 8192, safe gate + L2 norm); benchmarks/RESULTS.md, "Chunked prefill kernel",
-# "Eighth session". Two more variants were deleted after taking 44% and 25% longer there (default / changed 0.693 on
-# K3 and 0.800 on 8 heads x 131072): the solve inside the W/U kernel and a state pass one product deep per chunk.
+# V-tile and depth (None picks by the number of (sequence, head) pairs, see _state_launch). bench_chunk.py --sweep
+# and --ab time them; ptxas numbers below: benchmarks/compile_chunk_sm90.py on the K3 shape (triton 3.9 here; the
+# H100 runs 3.6). "H100:" lines: bench_chunk.py --ab (torch 2.11, triton 3.6; 7 alternating rounds, medians,
+# default / changed > 1: the change is faster; K3 = 96 heads x 8192, safe gate + L2 norm); benchmarks/RESULTS.md,
+# "Chunked prefill kernel", eighth and fifteenth sessions. The CPU tests run each setting below against float64
+# and against the other side. Two variants were deleted after taking 44% and 25% longer (0.693 on K3, 0.800 on
+# 8 heads x 131072): the solve inside the W/U kernel and a state pass one product deep per chunk.
+# On by default since the fifteenth session (each alone, then together 1.02-1.10x the old defaults):
+# - l2_in_intra: the intra kernel computes the q/k L2-norm factors of its own rows, so the gate kernel does not
+#   read q and k. H100: 1.051 on K3 (rounds differently: o RMS-rel 1.8e-5 from the gate kernel's norms).
+# - exp2: G is kept in log2 units (the gate kernel folds log2(e) into the cumulative sum), so every decay is one
+#   ex2 instead of a multiply and an ex2 (fla #867); the range limit MAX_EXP is scaled to match. Intra blocks 2
+#   and 3: 255 registers (block 3 spills) -> 184 and 193. H100: 1.000-1.012 (0.999 on 16 x 4096 packed).
+# - wu_bk = wu_bv = 64 on 4 warps (fla's W/U tiles; were 32, 32 on 8): H100 1.014 on K3, 1.00 elsewhere.
+# - out_bv=128 on 4 warps (were 64 on 8): q exp(G) and A_qk read once per chunk at V = 128. H100: 1.008-1.009.
+# - out_in_state (None: from 64 (sequence, head) pairs on, K <= 128, with 64-wide V-tiles; _state_launch): the
+#   state pass computes each chunk's output while S and V_new are in its registers, so neither the bf16
+#   chunk-start states (512 bytes per token and head at K = V = 128) nor V_new go through memory and the output
+#   kernel is not launched. The cost: the output's loads and two products join the sequential pass. H100:
+#   1.05-1.13 from 64 to 512 pairs, 0.54-0.86 at 8 to 32 pairs.
+# Off:
 # - decay_in_gate: the gate kernel also writes q exp(G), k exp(G_last - G) and beta k exp(G) (bf16) while G is in
 #   its registers; the W/U kernel then reads only beta k exp(G), v and X, not q, k and the fp32 G. About 2.9 ->
 #   2.5 GB moved by the two kernels on the K3 shape (one more bf16 [T, HV, K] buffer); W/U 200 -> 64 registers
 #   (8 warps). Use with gate_bk=32: at BK 64 the gate kernel spills (154 registers at 32). Bit-identical.
-#   H100, with gate_bk=32 and exp2 (not alone): loses, K3 3.367 -> 3.495 ms, 32 heads x 16384 2.185 -> 2.277 ms.
-# - exp2: G is kept in log2 units (the gate kernel folds log2(e) into the cumulative sum), so every decay is one
-#   ex2 instead of a multiply and an ex2 (fla #867); the range limit MAX_EXP is scaled to match. Intra blocks 2
-#   and 3: 255 registers (block 3 spills) -> 184 and 193. Rounds differently (the same accuracy on the CPU).
-#   H100: timed only with decay_in_gate and gate_bk=32 (that line): loses, 0.963 on K3 and 0.960 on h32 x 16384.
-# - out_bv=128: the output kernel's V-tile; q exp(G) and A_qk are read once per chunk instead of twice at V = 128.
-#   H100, K3 only: 3.365 -> 3.343 ms (default / changed 1.007), a small win; not timed on other shapes.
-# - out_in_state: the state pass computes each chunk's output while S and V_new are in its registers, so neither
-#   the bf16 chunk-start states (K V / 64 bf16 per token and head: 512 bytes at K = V = 128) nor V_new go through
-#   memory and the output kernel is not launched (about 1.5 of the roughly 10 KB per token and head that the six
-#   kernels move at K = V = 128). The cost: the output's loads and two products join the sequential pass.
+#   H100, with gate_bk=32 and exp2 (not alone): 0.963 on K3, 0.960 on 32 heads x 16384.
+# - wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3).
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": True,
     "intra_warps": 2, "intra_bk": 32, "intra_stages": 3, "solve_warps": 1,

@@ -224,6 +224,30 @@ def test_launch_variants_against_float64_and_defaults(variant, monkeypatch):
         assert _worst_token(o, o_ref) <= 1.05 * _worst_token(o0, o_ref), name
 
 
+def test_many_sequence_head_pairs_take_the_output_in_the_state_pass(monkeypatch):
+    """From 64 (sequence, head) pairs on, the default computes O in the state pass (out_in_state=None picks it):
+    34 packed sequences x 2 value heads, lengths 1 to 150 (one to three chunks), GVA, V = 24 (a 64-wide tile
+    mostly masked), initial states. o and the final states within the float64 budget, and equal to the separate
+    output kernel's within rounding (the same products, summed in another order)."""
+    from kda_trace.kernels import chunk
+
+    assert chunk.LAUNCH["out_in_state"] is None
+    assert chunk._state_launch(68, 16, 24)[2] and not chunk._state_launch(63, 16, 24)[2]
+    gen = torch.Generator().manual_seed(21)
+    lens = torch.randint(1, 151, (34,), generator=gen)
+    lens[:3] = torch.tensor([1, 64, 65])
+    cu = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)])
+    x = make(1, int(cu[-1]), 1, 2, 16, 24, seed=22, n_seqs=34)
+    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    opts = KDAOptions(output_final_state=True)
+    o, ht, o_ref, h_ref = run_case(x, opts, cu_seqlens=cu)
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+    monkeypatch.setitem(chunk.LAUNCH, "out_in_state", False)
+    o2, ht2, *_ = run_case(x, opts, cu_seqlens=cu)
+    assert torch.equal(ht, ht2)
+    assert (o - o2).abs().max() <= 1e-5 * o2.abs().max()
+
+
 def test_bf16_inputs_error_budget():
     """bf16 q/k/v/beta against the float64 recurrence on the same (bf16-rounded) values: <= 5e-3."""
     x = make(1, 192, 1, 1, 64, 64, seed=6, dtype=torch.bfloat16)
