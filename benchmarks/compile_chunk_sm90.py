@@ -26,7 +26,7 @@ from triton.compiler.compiler import ASTSource  # noqa: E402
 
 from kda_trace.kernels import chunk  # noqa: E402
 
-SWITCHES = ("decay_in_gate", "exp2")
+SWITCHES = ("decay_in_gate", "exp2")  # "state_split=N" (chunks per segment) is passed as KEY=VALUE
 H = HV = 96
 K = V = 128
 
@@ -62,12 +62,21 @@ def kernels(launch: dict):
     chunk.LAUNCH.update(L)
     BV, stages, fused = chunk._state_launch(HV, K, V)
     chunk.LAUNCH.update(saved)
-    sig = {**ptr("bf16", "W", "U", "KG", "h", "v_new", "QG", "Aqk", "o"), **ptr("fp32", "G", "h0", "ht", "hs"),
-           "cu_seqlens": "*i64", "chunk_offsets": "*i64"}
+    split = bool(L["state_split"])
+    sig = {**ptr("bf16", "W", "U", "KG", "h", "v_new", "QG", "Aqk", "o"), **ptr("fp32", "G", "h0", "ht", "hs", "S0"),
+           "cu_seqlens": "*i64", "chunk_offsets": "*i64", "seg_info": "*i64"}
     out.append(("state", chunk._state_kernel, sig,
                 dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
-                     STORE_HS=False, OUT=fused, EXP2=exp2, INTERPRET=False),
+                     STORE_HS=False, OUT=fused, SPLIT=split, EXP2=exp2, INTERPRET=False),
                 L["state_warps"], stages))
+    if split:
+        sig = {**ptr("bf16", "W", "U", "KG"), **ptr("fp32", "G", "R", "M"), "cu_seqlens": "*i64", "seg_info": "*i64"}
+        out.append(("state 5a", chunk._segment_affine_kernel, sig,
+                    dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, EXP2=exp2, INTERPRET=False),
+                    L["state_warps"], stages))
+        sig = {**ptr("fp32", "R", "M", "S0", "h0"), "seg_offsets": "*i64"}
+        out.append(("state 5b", chunk._segment_scan_kernel, sig,
+                    dict(HV=HV, K=K, V=V, BK=K, BV=BV, STATE_VK=False, USE_H0=True), L["scan_warps"], None))
     sig = {**ptr("bf16", "QG", "Aqk", "h", "v_new", "o"), **tables}
     out.append(("output", chunk._output_kernel, sig,
                 dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=64, BV=min(L["out_bv"], V), INTERPRET=False), L["out_warps"], None))

@@ -98,13 +98,19 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   (8 warps). Use with gate_bk=32: at BK 64 the gate kernel spills (154 registers at 32). Bit-identical.
 #   H100, with gate_bk=32 and exp2 (not alone): 0.963 on K3, 0.960 on 32 heads x 16384.
 # - wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3).
+# - state_split (0: off; else chunks per segment; K <= 128): the state pass split into segments of a sequence
+#   (kernels 5a, 5b; see there), for long sequences with few heads, where the sequential pass is the bound (8 heads
+#   x 131072 tokens: 2048 dependent chunk steps per program). About 3x the state pass's work and the memory of
+#   three fp32 [K, V] or [K, K] tensors per segment and value head. Written in the fifteenth session after the
+#   device time was spent: untimed. scan_warps: kernel 5b's warps (ptxas, K = 128, BV 16: 4 warps spill 984 bytes
+#   holding the [K, K] fp32 map, 8 warps none).
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": True,
     "intra_warps": 2, "intra_bk": 32, "intra_stages": 3, "solve_warps": 1,
     "wu_warps": 4, "wu_bk": 64, "wu_bv": 64, "wu_stages": 3,
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
-    "decay_in_gate": False, "exp2": True, "out_in_state": None,
+    "decay_in_gate": False, "exp2": True, "out_in_state": None, "state_split": 0, "scan_warps": 8,
 }
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
@@ -577,23 +583,35 @@ def _wu_kernel(
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _state_kernel(
-    W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, cu_seqlens, chunk_offsets,
+    W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, cu_seqlens, chunk_offsets, seg_info, S0,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
-    OUT: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    OUT: tl.constexpr, SPLIT: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """The state pass of one (sequence, value head, V-tile). Without OUT it stores the bf16 state at every chunk
     start (h) and V_new for `_output_kernel`; with OUT (launch setting out_in_state) it computes the chunk's
-    output itself, O = (q exp(G)) S + A_qk V_new, while S and V_new are in registers, and stores neither."""
-    # grid (sequences x V-tiles, value heads): only axis 0 may exceed 65535
+    output itself, O = (q exp(G)) S + A_qk V_new, while S and V_new are in registers, and stores neither.
+    With SPLIT (launch setting state_split) a program runs one segment of a sequence instead, from the start
+    state that `_segment_scan_kernel` left in S0, and only a sequence's last segment stores its final state."""
+    # grid (sequences or segments x V-tiles, value heads): only axis 0 may exceed 65535
     NV: tl.constexpr = (V + BV - 1) // BV
     i_n = tl.program_id(0).to(tl.int64) // NV
     i_v = tl.program_id(0).to(tl.int64) % NV
     i_hv = tl.program_id(1).to(tl.int64)
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
+    if SPLIT:
+        i_s = i_n  # the segment; seg_info row: (sequence, first chunk in it, chunks)
+        i_n = tl.load(seg_info + i_s * 3).to(tl.int64)
+        c_first = tl.load(seg_info + i_s * 3 + 1).to(tl.int64)
+        c_count = tl.load(seg_info + i_s * 3 + 2).to(tl.int64)
+        seq_end = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64) + c_first * BT
+        eos = tl.minimum(seq_end, bos + c_count * BT)
+        c0 = tl.load(chunk_offsets + i_n).to(tl.int64) + c_first
+    else:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+        c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     o_t = tl.arange(0, BT)
@@ -606,7 +624,9 @@ def _state_kernel(
     off_s = o_k[:, None] * S_K + o_v[None, :] * S_V
     s_base = (i_n * HV + i_hv) * (K * V)
 
-    if USE_H0:
+    if SPLIT:
+        b_s = tl.load(S0 + (i_s * HV + i_hv) * (K * V) + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
+    elif USE_H0:
         b_s = tl.load(h0 + s_base + off_s, mask=m_kv, other=0.0).to(tl.float32)
     else:
         b_s = tl.zeros([BK, BV], dtype=tl.float32)
@@ -667,7 +687,112 @@ def _state_kernel(
         p_o += BT * HV * V
 
     if STORE_HT:
-        tl.store(ht + s_base + off_s, b_s, mask=m_kv)
+        if SPLIT:
+            if eos == seq_end:
+                tl.store(ht + s_base + off_s, b_s, mask=m_kv)
+        else:
+            tl.store(ht + s_base + off_s, b_s, mask=m_kv)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 5'. the state pass split into segments (launch setting state_split): long sequences, few heads
+# ----------------------------------------------------------------------------------------------------
+# Over one segment (chunks a..b of a sequence) the state pass is affine in its start state:
+#     S_end = M S_start + R,  M = prod_c (diag(exp(G_last,c)) - KG_c^T W_c)  [K, K],  R = the pass from S = 0.
+# Kernel 5a computes R and M of every segment in parallel (M by running the same pass on the columns of the
+# identity with U = 0), 5b chains them per sequence (S_start of segment s + 1 = M_s S_start(s) + R_s), and
+# kernel 5 then runs every segment in parallel from its start state. Three passes over the data instead of one,
+# but the sequential chain is segment_chunks + segments + segment_chunks steps long instead of chunks.
+@triton.jit
+def _segment_affine_kernel(
+    W, U, KG, G, R, M, cu_seqlens, seg_info,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """R (V-tiles 0..NV-1) or M (tiles NV.., BV columns of the [K, K] transition each) of one (segment, value
+    head), with the operations of `_state_kernel` (S rounded to bf16 for W S, V_new rounded to bf16)."""
+    NV: tl.constexpr = (V + BV - 1) // BV
+    NP: tl.constexpr = (K + BV - 1) // BV
+    i_s = tl.program_id(0).to(tl.int64) // (NV + NP)
+    i_v = tl.program_id(0).to(tl.int64) % (NV + NP)
+    i_hv = tl.program_id(1).to(tl.int64)
+    i_n = tl.load(seg_info + i_s * 3).to(tl.int64)
+    c_first = tl.load(seg_info + i_s * 3 + 1).to(tl.int64)
+    c_count = tl.load(seg_info + i_s * 3 + 2).to(tl.int64)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64) + c_first * BT
+    n_tok = tl.minimum(tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos, c_count * BT)
+    o_k = tl.arange(0, BK)
+    o_t = tl.arange(0, BT)
+    m_k = o_k < K
+    is_r = i_v < NV
+    # this tile's columns: of V (R) or of K (M); m_u: columns that read U (R tiles only)
+    o_c = (i_v - (1 - is_r.to(tl.int64)) * NV) * BV + tl.arange(0, BV)
+    is_r_c = (o_c * 0 + i_v) < NV
+    m_c = tl.where(is_r_c, o_c < V, o_c < K)
+    m_u = m_c & is_r_c
+    m_kc = m_k[:, None] & m_c[None, :]
+    b_s = tl.where(m_kc & (o_k[:, None] == o_c[None, :]) & ~is_r_c[None, :], 1.0, 0.0)  # M: the identity; R: 0
+    p_w = W + (bos * HV + i_hv) * K
+    p_kg = KG + (bos * HV + i_hv) * K
+    p_g = G + (bos * HV + i_hv) * K
+    p_u = U + (bos * HV + i_hv) * V
+    off_tk = o_t[:, None] * (HV * K) + o_k[None, :]
+    off_tv = o_t[:, None] * (HV * V) + o_c[None, :]
+    for t in range(tl.cdiv(n_tok, BT)):
+        n = tl.minimum(n_tok - t * BT, BT)
+        m_r = o_t < n
+        b_sb = _bf16(b_s, INTERPRET)
+        b_w = tl.load(p_w + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+        b_u = tl.load(p_u + off_tv, mask=m_r[:, None] & m_u[None, :], other=0.0).to(tl.float32)
+        b_vn = _bf16(b_u - _mma(b_w, b_sb, INTERPRET), INTERPRET)
+        g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=m_k, other=0.0)
+        b_kg = tl.load(p_kg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+        b_s = b_s * _exp(g_last, EXP2)[:, None] + _mma(tl.trans(b_kg), b_vn, INTERPRET)
+        p_w += BT * HV * K
+        p_kg += BT * HV * K
+        p_g += BT * HV * K
+        p_u += BT * HV * V
+    base = i_s * HV + i_hv
+    if is_r:
+        tl.store(R + base * (K * V) + o_k[:, None] * V + o_c[None, :], b_s, mask=m_kc)
+    else:
+        tl.store(M + base * (K * K) + o_k[:, None] * K + o_c[None, :], b_s, mask=m_kc)
+
+
+@triton.jit
+def _segment_scan_kernel(
+    R, M, S0, h0, seg_offsets,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    STATE_VK: tl.constexpr, USE_H0: tl.constexpr,
+):
+    """The start state of every segment of one (sequence, value head, V-tile), into S0 ([K, V] fp32):
+    S_start(first) = h0 or 0, S_start(s + 1) = M_s S_start(s) + R_s (fp32 products, tf32x3)."""
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_n = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
+    i_hv = tl.program_id(1).to(tl.int64)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_kv = m_k[:, None] & (o_v < V)[None, :]
+    if USE_H0:
+        S_K: tl.constexpr = 1 if STATE_VK else V
+        S_V: tl.constexpr = K if STATE_VK else 1
+        b_s = tl.load(h0 + (i_n * HV + i_hv) * (K * V) + o_k[:, None] * S_K + o_v[None, :] * S_V,
+                      mask=m_kv, other=0.0).to(tl.float32)
+    else:
+        b_s = tl.zeros([BK, BV], dtype=tl.float32)
+    s_first = tl.load(seg_offsets + i_n).to(tl.int64)
+    s_end = tl.load(seg_offsets + i_n + 1).to(tl.int64)
+    off_kv = o_k[:, None] * V + o_v[None, :]
+    off_kk = o_k[:, None] * K + o_k[None, :]
+    for i_s in range(s_first, s_end):
+        base = i_s * HV + i_hv
+        tl.store(S0 + base * (K * V) + off_kv, b_s, mask=m_kv)
+        if i_s + 1 < s_end:  # the last segment's end state is the final state: kernel 5 stores it
+            b_m = tl.load(M + base * (K * K) + off_kk, mask=m_k[:, None] & m_k[None, :], other=0.0)
+            b_r = tl.load(R + base * (K * V) + off_kv, mask=m_kv, other=0.0)
+            b_s = tl.dot(b_m, b_s, input_precision=SOLVE_PRECISION) + b_r
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -743,7 +868,8 @@ def _chunk_tables(lens: list[int], device) -> tuple[torch.Tensor, torch.Tensor, 
     return buf[: n + 1], buf[2 * n + 1:].view(torch.int32).view(nt, 2), buf[n + 1: 2 * n + 1], nt
 
 
-_TABLES: OrderedDict = OrderedDict()  # key -> (cu_seqlens given or None, tables of _chunk_tables)
+# key -> (cu_seqlens given or None, tables of _chunk_tables, sequence lengths, {segment chunks: _segment_tables})
+_TABLES: OrderedDict = OrderedDict()
 _TABLES_KEPT = 16
 
 
@@ -757,6 +883,11 @@ def _sequence_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device):
     Inference-mode tensors have no version counter; there the tensor object alone is the key. A CUDA graph
     can capture a call whose tables are cached (a call before the capture); the graph then uses the cached
     device tensors, which stay alive while they are among the last _TABLES_KEPT used."""
+    return _table_entry(cu_seqlens, B, T, device)[1]
+
+
+def _table_entry(cu_seqlens: torch.Tensor | None, B: int, T: int, device) -> tuple:
+    """The cache entry behind `_sequence_tables`, built on a miss."""
     if cu_seqlens is None:
         key = ("dense", B, T, str(device))
     else:
@@ -768,18 +899,38 @@ def _sequence_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device):
     hit = _TABLES.get(key)
     if hit is not None and hit[0] is cu_seqlens:
         _TABLES.move_to_end(key)
-        return hit[1]
+        return hit
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("kda_chunk builds its chunk tables on the host, which a CUDA graph capture cannot "
                            "record: call it once with the same cu_seqlens tensor (or dense shape) before capturing")
     # the one host sync (grid sizes) for packed inputs; dense offsets are known
     offsets = cu_seqlens.tolist() if cu_seqlens is not None else [i * T for i in range(B + 1)]
     lens = sequence_lengths(offsets, B * T)
-    tables = _chunk_tables(lens, device)
-    _TABLES[key] = (cu_seqlens, tables)
+    entry = (cu_seqlens, _chunk_tables(lens, device), lens, {})
+    _TABLES[key] = entry
     if len(_TABLES) > _TABLES_KEPT:
         _TABLES.popitem(last=False)
-    return tables
+    return entry
+
+
+def _segment_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device, seg_chunks: int):
+    """Segments of at most seg_chunks chunks of every sequence, for the split state pass: seg_info [NS, 3]
+    int64 (sequence, first chunk in it, chunks), seg_offsets [N + 1] int64 (first segment of each sequence) and
+    NS; cached with the chunk tables."""
+    _, _, lens, by_size = _table_entry(cu_seqlens, B, T, device)
+    if seg_chunks not in by_size:
+        n_chunks = (np.asarray(lens, dtype=np.int64) + BT - 1) // BT
+        n_segs = (n_chunks + seg_chunks - 1) // seg_chunks
+        seq = np.repeat(np.arange(len(lens), dtype=np.int64), n_segs)
+        first_seg = np.cumsum(n_segs) - n_segs
+        first = (np.arange(len(seq), dtype=np.int64) - first_seg[seq]) * seg_chunks
+        info = np.stack([seq, first, np.minimum(seg_chunks, n_chunks[seq] - first)], axis=1)
+        offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(n_segs)])
+        buf = torch.from_numpy(np.concatenate([info.reshape(-1), offsets]))
+        buf = buf.pin_memory().to(device, non_blocking=True) if torch.device(device).type == "cuda" else buf.to(device)
+        ns = len(seq)
+        by_size[seg_chunks] = (buf[: 3 * ns].view(ns, 3), buf[3 * ns:], ns)
+    return by_size[seg_chunks]
 
 
 def kda_chunk(
@@ -840,6 +991,7 @@ def kda_chunk(
 
     # the packed view: all kernels see [total_tokens, heads, dim]
     q, k, v, g, beta = (x.reshape(B * T, *x.shape[2:]).contiguous() for x in (q, k, v, g, beta))
+    cu_given = cu_seqlens  # the caller's tensor (the tables' cache key)
     cu_seqlens, chunk_indices, chunk_offsets, NT = _sequence_tables(cu_seqlens, B, T, q.device)
     TT, dev = B * T, q.device
     interp = triton_interpreted()
@@ -899,13 +1051,31 @@ def kda_chunk(
     v_new = G if out_in_state else torch.empty(TT, HV, V, dtype=bf16, device=dev)
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
     chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if output_chunk_states else None
-    _state_kernel[(N * triton.cdiv(V, BV), HV)](
-        W, U, KG, G, h, v_new,
-        initial_state if initial_state is not None else G, final_state if final_state is not None else G,
-        chunk_states if chunk_states is not None else G, QG, Aqk, o, cu_seqlens, chunk_offsets,
+    h0_arg = initial_state if initial_state is not None else G
+    seg_info, S0, n_programs = G, G, N  # the state pass's programs: sequences, or segments with state_split
+    seg_chunks = int(LAUNCH["state_split"] or 0)
+    if seg_chunks and BK <= 128:
+        seg_info, seg_offsets, NS = _segment_tables(cu_given, B, T, dev, seg_chunks)
+        if NS > N:  # some sequence is longer than one segment
+            R = torch.empty(NS, HV, K, V, dtype=f32, device=dev)
+            M = torch.empty(NS, HV, K, K, dtype=f32, device=dev)
+            S0 = torch.empty(NS, HV, K, V, dtype=f32, device=dev)
+            _segment_affine_kernel[(NS * (triton.cdiv(V, BV) + triton.cdiv(K, BV)), HV)](
+                W, U, KG, G, R, M, cu_seqlens, seg_info, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV, EXP2=exp2,
+                INTERPRET=interp, num_warps=LAUNCH["state_warps"], num_stages=stages,
+            )
+            _segment_scan_kernel[(N * triton.cdiv(V, BV), HV)](
+                R, M, S0, h0_arg, seg_offsets, HV=HV, K=K, V=V, BK=BK, BV=BV, STATE_VK=vk,
+                USE_H0=initial_state is not None, num_warps=LAUNCH["scan_warps"],
+            )
+            del R, M
+            n_programs = NS
+    _state_kernel[(n_programs * triton.cdiv(V, BV), HV)](
+        W, U, KG, G, h, v_new, h0_arg, final_state if final_state is not None else G,
+        chunk_states if chunk_states is not None else G, QG, Aqk, o, cu_seqlens, chunk_offsets, seg_info, S0,
         HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
-        STORE_HS=chunk_states is not None, OUT=out_in_state, EXP2=exp2, INTERPRET=interp,
+        STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=n_programs != N, EXP2=exp2, INTERPRET=interp,
         num_warps=LAUNCH["state_warps"], num_stages=stages,
     )
 

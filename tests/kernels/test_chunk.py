@@ -187,13 +187,13 @@ def _worst_token(o, ref):
 VARIANTS = {
     "decay_in_gate": {"decay_in_gate": True}, "decay_in_gate_bk32": {"decay_in_gate": True, "gate_bk": 32},
     "exp_not_exp2": {"exp2": False}, "out_bv_64": {"out_bv": 64}, "out_in_state": {"out_in_state": True},
-    "output_kernel": {"out_in_state": False},
+    "output_kernel": {"out_in_state": False}, "state_split_4": {"state_split": 4},
     "l2_in_gate_kernel": {"l2_in_intra": False},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8},
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
-ROUNDS_DIFFERENTLY = {"exp2", "gate_bk", "out_bv", "out_in_state", "l2_in_intra"}
+ROUNDS_DIFFERENTLY = {"exp2", "gate_bk", "out_bv", "out_in_state", "l2_in_intra", "state_split"}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
@@ -226,7 +226,7 @@ def test_launch_variants_against_float64_and_defaults(variant, monkeypatch):
 
 def test_many_sequence_head_pairs_take_the_output_in_the_state_pass(monkeypatch):
     """From 64 (sequence, head) pairs on, the default computes O in the state pass (out_in_state=None picks it):
-    34 packed sequences x 2 value heads, lengths 1 to 150 (one to three chunks), GVA, V = 24 (a 64-wide tile
+    34 packed sequences x 2 value heads, lengths 1 to 80 (one or two chunks), GVA, V = 24 (a 64-wide tile
     mostly masked), initial states. o and the final states within the float64 budget, and equal to the separate
     output kernel's within rounding (the same products, summed in another order)."""
     from kda_trace.kernels import chunk
@@ -234,7 +234,7 @@ def test_many_sequence_head_pairs_take_the_output_in_the_state_pass(monkeypatch)
     assert chunk.LAUNCH["out_in_state"] is None
     assert chunk._state_launch(68, 16, 24)[2] and not chunk._state_launch(63, 16, 24)[2]
     gen = torch.Generator().manual_seed(21)
-    lens = torch.randint(1, 151, (34,), generator=gen)
+    lens = torch.randint(1, 81, (34,), generator=gen)
     lens[:3] = torch.tensor([1, 64, 65])
     cu = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)])
     x = make(1, int(cu[-1]), 1, 2, 16, 24, seed=22, n_seqs=34)
@@ -246,6 +246,38 @@ def test_many_sequence_head_pairs_take_the_output_in_the_state_pass(monkeypatch)
     o2, ht2, *_ = run_case(x, opts, cu_seqlens=cu)
     assert torch.equal(ht, ht2)
     assert (o - o2).abs().max() <= 1e-5 * o2.abs().max()
+
+
+def test_state_split_into_segments(monkeypatch):
+    """The state pass split into segments (launch setting state_split: kernels 5a and 5b chain the segments'
+    affine maps, then every segment runs from its start state): o, the final states and the chunk states within
+    the float64 budget and no less accurate than the sequential pass (25% slack: other roundings), on weak decays
+    (so that states carry across many chunks). Packed: GVA, odd K and V, [V, K] states, lengths 700 (11 chunks),
+    1, 130 and 64; segments of 3 chunks, and of 1 with the output in the state pass."""
+    from kda_trace.kernels import chunk
+
+    cu = torch.tensor([0, 700, 701, 831, 895])
+    x = make(1, 895, 1, 2, 48, 40, seed=23, n_seqs=4)
+    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    x["g"] = x["g"] * 0.1
+    opts = KDAOptions(output_final_state=True, state_layout="vk")
+    args = [x[n] for n in ("q", "k", "v", "g", "beta")]
+    h0 = x["h0"].transpose(-1, -2).contiguous()
+    o_ref, h_ref = ref_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], opts.resolved_scale(48), x["h0"], cu, False)
+    h_ref = h_ref.transpose(-1, -2)
+
+    def run(split, out_in_state):
+        monkeypatch.setitem(chunk.LAUNCH, "state_split", split)
+        monkeypatch.setitem(chunk.LAUNCH, "out_in_state", out_in_state)
+        return kda_chunk(*args, opts, initial_state=h0, cu_seqlens=cu, output_chunk_states=True)
+
+    o0, ht0, states0 = run(0, False)
+    for split, out_in_state in ((3, False), (1, True)):
+        o, ht, states = run(split, out_in_state)
+        assert not torch.equal(o, o0)  # the split pass ran (it rounds differently)
+        assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+        assert rms_rel(o, o_ref) <= 1.25 * rms_rel(o0, o_ref) and rms_rel(ht, h_ref) <= 1.25 * rms_rel(ht0, h_ref)
+        assert states.shape == states0.shape and rms_rel(states, states0) <= BUDGET
 
 
 def test_bf16_inputs_error_budget():
