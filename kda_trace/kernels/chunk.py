@@ -102,7 +102,9 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   (kernels 5a, 5b; see there), for long sequences with few heads, where the sequential pass is the bound (8 heads
 #   x 131072 tokens: 2048 dependent chunk steps per program). About 3x the state pass's work and the memory of
 #   three fp32 [K, V] or [K, K] tensors per segment and value head. Written in the fifteenth session after the
-#   device time was spent: untimed. scan_warps: kernel 5b's warps (ptxas, K = 128, BV 16: 4 warps spill 984 bytes
+#   device time was spent: untimed. With it, kernel 5 picks its tiles and out_in_state by the number of segments
+#   (chains) instead of sequences. split_bv: kernel 5a's tile width (wide: W and k exp(G_last - G) are read
+#   once per tile, and there are many segments to fill the GPU). scan_warps: kernel 5b's warps (ptxas, K = 128, BV 16: 4 warps spill 984 bytes
 #   holding the [K, K] fp32 map, 8 warps none).
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": True,
@@ -110,7 +112,7 @@ LAUNCH = {
     "wu_warps": 4, "wu_bk": 64, "wu_bv": 64, "wu_stages": 3,
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
-    "decay_in_gate": False, "exp2": True, "out_in_state": None, "state_split": 0, "scan_warps": 8,
+    "decay_in_gate": False, "exp2": True, "out_in_state": None, "state_split": 0, "split_bv": 64, "scan_warps": 8,
 }
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
@@ -1044,7 +1046,15 @@ def kda_chunk(
     )
 
     BK = max(16, triton.next_power_of_2(K))
-    BV, stages, out_in_state = _state_launch(N * HV, BK, V)
+    # the state pass's independent chains: sequences, or their segments with state_split
+    n_chains, seg_info, seg_offsets = N, G, G
+    seg_chunks = int(LAUNCH["state_split"] or 0)
+    if seg_chunks and BK <= 128:
+        seg_info, seg_offsets, NS = _segment_tables(cu_given, B, T, dev, seg_chunks)
+        n_chains = NS if NS > N else N  # split only where some sequence is longer than one segment
+    split = n_chains != N
+    # tiles, depth and out_in_state by the number of chains (a segment is as independent as a sequence)
+    BV, stages, out_in_state = _state_launch(n_chains * HV, BK, V)
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
     # with out_in_state the state pass writes o itself: no chunk-start states or V_new in memory
     h = G if out_in_state else torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
@@ -1052,30 +1062,30 @@ def kda_chunk(
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
     chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if output_chunk_states else None
     h0_arg = initial_state if initial_state is not None else G
-    seg_info, S0, n_programs = G, G, N  # the state pass's programs: sequences, or segments with state_split
-    seg_chunks = int(LAUNCH["state_split"] or 0)
-    if seg_chunks and BK <= 128:
-        seg_info, seg_offsets, NS = _segment_tables(cu_given, B, T, dev, seg_chunks)
-        if NS > N:  # some sequence is longer than one segment
-            R = torch.empty(NS, HV, K, V, dtype=f32, device=dev)
-            M = torch.empty(NS, HV, K, K, dtype=f32, device=dev)
-            S0 = torch.empty(NS, HV, K, V, dtype=f32, device=dev)
-            _segment_affine_kernel[(NS * (triton.cdiv(V, BV) + triton.cdiv(K, BV)), HV)](
-                W, U, KG, G, R, M, cu_seqlens, seg_info, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV, EXP2=exp2,
-                INTERPRET=interp, num_warps=LAUNCH["state_warps"], num_stages=stages,
-            )
-            _segment_scan_kernel[(N * triton.cdiv(V, BV), HV)](
-                R, M, S0, h0_arg, seg_offsets, HV=HV, K=K, V=V, BK=BK, BV=BV, STATE_VK=vk,
-                USE_H0=initial_state is not None, num_warps=LAUNCH["scan_warps"],
-            )
-            del R, M
-            n_programs = NS
-    _state_kernel[(n_programs * triton.cdiv(V, BV), HV)](
+    S0 = G
+    if split:
+        R = torch.empty(n_chains, HV, K, V, dtype=f32, device=dev)
+        M = torch.empty(n_chains, HV, K, K, dtype=f32, device=dev)
+        S0 = torch.empty(n_chains, HV, K, V, dtype=f32, device=dev)
+        # 5a: tiles of R's V columns and M's K columns, one width for both
+        BVa = max(16, min(LAUNCH["split_bv"], triton.next_power_of_2(max(K, V))))
+        _segment_affine_kernel[(n_chains * (triton.cdiv(V, BVa) + triton.cdiv(K, BVa)), HV)](
+            W, U, KG, G, R, M, cu_seqlens, seg_info, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BVa, EXP2=exp2,
+            INTERPRET=interp, num_warps=LAUNCH["state_warps"], num_stages=1 if BVa > 16 else 3,
+        )
+        # 5b: sequential over each sequence's segments, tiles as an unsplit pass would take
+        BVb = _state_launch(N * HV, BK, V)[0]
+        _segment_scan_kernel[(N * triton.cdiv(V, BVb), HV)](
+            R, M, S0, h0_arg, seg_offsets, HV=HV, K=K, V=V, BK=BK, BV=BVb, STATE_VK=vk,
+            USE_H0=initial_state is not None, num_warps=LAUNCH["scan_warps"],
+        )
+        del R, M
+    _state_kernel[(n_chains * triton.cdiv(V, BV), HV)](
         W, U, KG, G, h, v_new, h0_arg, final_state if final_state is not None else G,
         chunk_states if chunk_states is not None else G, QG, Aqk, o, cu_seqlens, chunk_offsets, seg_info, S0,
         HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
-        STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=n_programs != N, EXP2=exp2, INTERPRET=interp,
+        STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, EXP2=exp2, INTERPRET=interp,
         num_warps=LAUNCH["state_warps"], num_stages=stages,
     )
 
