@@ -1,4 +1,5 @@
-"""Chunked KDA forward (prefill) in six Triton kernels.
+"""Chunked KDA forward (prefill) in six Triton kernels (five where the state pass writes O, two more with
+state_split).
 
 Each sequence is cut into chunks of BT = 64 tokens (the last one may be shorter); a chunk is handled as
 four sub-chunks of 16 rows. With G the inclusive cumulative sum of the log decay g inside a chunk
