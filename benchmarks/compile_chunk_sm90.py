@@ -46,11 +46,15 @@ def kernels(launch: dict):
                 dict(common, BK=min(L["gate_bk"], 64), GATE=2, L2NORM=not l2_in_intra, BETA=0, DECAY=decay, EXP2=exp2),
                 L["gate_warps"], None))
     sig = {**ptr("bf16", "q", "k", "beta", "Aqk"), **ptr("fp32", "G", "rq", "rk", "Akk"), **tables, "scale": "fp32"}
-    for block in range(chunk.BT // chunk.BC):
-        out.append((f"intra I={block}", chunk._intra_kernel, sig,
-                    dict(common, BC=chunk.BC, BK=L["intra_bk"], I=block, BJ=max(chunk.BC, triton.next_power_of_2(block * chunk.BC)),
-                         BETA=0, L2NORM=True, L2_HERE=l2_in_intra, MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2),
-                    L["intra_warps"], None))
+    intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra,
+                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2)
+    if L["intra_one_launch"]:
+        out.append(("intra all blocks", chunk._intra_chunk_kernel, sig, intra, L["intra_warps"], L["intra_stages"]))
+    else:
+        for block in range(chunk.BT // chunk.BC):
+            out.append((f"intra I={block}", chunk._intra_kernel, sig,
+                        dict(intra, I=block, BJ=max(chunk.BC, triton.next_power_of_2(block * chunk.BC))),
+                        L["intra_warps"], L["intra_stages"]))
     out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "Xs": "*bf16", **tables},
                 dict(HV=HV, BT=chunk.BT, BC=chunk.BC, INTERPRET=False), L["solve_warps"], None))
     sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk"),

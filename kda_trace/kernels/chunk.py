@@ -99,6 +99,10 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   (8 warps). Use with gate_bk=32: at BK 64 the gate kernel spills (154 registers at 32). Bit-identical.
 #   H100, with gate_bk=32 and exp2 (not alone): 0.963 on K3, 0.960 on 32 heads x 16384.
 # - wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3).
+# - intra_one_launch: kernel 2's four blocks of a chunk in one program, one after the other, instead of four
+#   launches: the earlier rows that a block reads as columns (k and the fp32 G: about 1.1 of the intra kernel's
+#   2.4 KB per token and head at K = 128) were just read by the same program, so they come from L1/L2 instead of
+#   DRAM; 4x fewer programs. Written in the fifteenth session after the device time: untimed.
 # - state_split (0: off; else chunks per segment; K <= 128): the state pass split into segments of a sequence
 #   (kernels 5a, 5b; see there), for long sequences with few heads, where the sequential pass is the bound (8 heads
 #   x 131072 tokens: 2048 dependent chunk steps per program). About 3x the state pass's work and the memory of
@@ -114,6 +118,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "decay_in_gate": False, "exp2": True, "out_in_state": None, "state_split": 0, "split_bv": 64, "scan_warps": 8,
+    "intra_one_launch": False,
 }
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
@@ -327,19 +332,62 @@ def _intra_kernel(
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """Rows of the 16-row block I of a chunk: A_qk (bf16, into Aqk) and A_kk (fp32, into the chunk's
-    [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I columns) and the 16x16
-    diagonal block. One launch per block index, one program per (chunk, value head): the blocks of a chunk
-    are independent here (the solve is kernel 3), and a constant I sizes the tiles to the block. With
-    L2_HERE, the L2-norm factors of the block's rows are computed here and stored for the later launches
-    (columns before the block) and for kernel 4."""
+    """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
+    (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
-    i_h = i_hv // (HV // H)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    if I * BC < n:
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ, BETA,
+                     L2NORM, L2_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+
+
+@triton.jit(do_not_specialize=["scale"])
+def _intra_chunk_kernel(
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
+    intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
+    DRAM as across four launches. Written out for BT = 4 * BC; the barriers make the L2-norm factors that
+    one block stores (L2_HERE) visible to the next."""
+    i_c = tl.program_id(0).to(tl.int64)
+    i_hv = tl.program_id(1).to(tl.int64)
+    r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
+                 L2NORM, L2_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+    tl.debug_barrier()
+    if BC < n:
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
+                     L2NORM, L2_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+    tl.debug_barrier()
+    if 2 * BC < n:
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
+                     BETA, L2NORM, L2_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+    tl.debug_barrier()
+    if 3 * BC < n:
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
+                     BETA, L2NORM, L2_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+
+
+@triton.jit
+def _intra_block(
+    q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
+    BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
+    and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I
+    columns) and the 16x16 diagonal block; a constant I sizes the tiles to the block. With L2_HERE, the
+    L2-norm factors of the block's rows are computed here and stored for the later blocks (columns before the
+    block) and for kernel 4."""
+    i_h = i_hv // (HV // H)
     i0 = I * BC
-    if i0 >= n:
-        return
     # chunk-row-0 pointers; row strides SX (q, k), SG (G), SA (A_qk), HV (beta, r)
     SX: tl.constexpr = H * K
     SG: tl.constexpr = HV * K
@@ -1023,15 +1071,19 @@ def kda_chunk(
     Akk = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
-    for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
-        _intra_kernel[(NT, HV)](
-            q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K),
-            H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
-            I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
-            BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
-            MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
-            INTERPRET=interp, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
-        )
+    intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K))
+    intra_consts = dict(
+        H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
+        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
+        MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
+        INTERPRET=interp, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
+    )
+    if LAUNCH["intra_one_launch"]:
+        _intra_chunk_kernel[(NT, HV)](*intra_args, **intra_consts)
+    else:
+        for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
+            _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
+                                    **intra_consts)
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
     _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
                             num_warps=LAUNCH["solve_warps"])

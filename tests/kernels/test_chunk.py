@@ -188,6 +188,7 @@ VARIANTS = {
     "decay_in_gate": {"decay_in_gate": True}, "decay_in_gate_bk32": {"decay_in_gate": True, "gate_bk": 32},
     "exp_not_exp2": {"exp2": False}, "out_bv_64": {"out_bv": 64}, "out_in_state": {"out_in_state": True},
     "output_kernel": {"out_in_state": False}, "state_split_4": {"state_split": 4},
+    "intra_one_launch": {"intra_one_launch": True},
     "l2_in_gate_kernel": {"l2_in_intra": False},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8},
