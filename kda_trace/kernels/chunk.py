@@ -970,6 +970,9 @@ def _segment_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device, seg
     NS; cached with the chunk tables."""
     _, _, lens, by_size = _table_entry(cu_seqlens, B, T, device)
     if seg_chunks not in by_size:
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("kda_chunk builds its segment tables on the host, which a CUDA graph capture cannot "
+                               "record: call it once with the same cu_seqlens tensor and state_split before capturing")
         n_chunks = (np.asarray(lens, dtype=np.int64) + BT - 1) // BT
         n_segs = (n_chunks + seg_chunks - 1) // seg_chunks
         seq = np.repeat(np.arange(len(lens), dtype=np.int64), n_segs)
