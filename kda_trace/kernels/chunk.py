@@ -633,6 +633,35 @@ def _wu_kernel(
 # 5. state pass: sequential over a sequence's chunks
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
+def _v_new(b_sb, p_w, p_u, off_tk, off_tv, m_w, m_u, INTERPRET: tl.constexpr):
+    """V_new = U - W S of one chunk, rounded to bf16 (b_sb: S rounded to bf16; masks m_w for W, m_u for U)."""
+    b_w = tl.load(p_w + off_tk, mask=m_w, other=0.0)
+    b_u = tl.load(p_u + off_tv, mask=m_u, other=0.0).to(tl.float32)
+    return _bf16(b_u - _mma(b_w, b_sb, INTERPRET), INTERPRET)
+
+
+@triton.jit
+def _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_w, HV: tl.constexpr, K: tl.constexpr,
+                       EXP2: tl.constexpr, INTERPRET: tl.constexpr):
+    """S after a chunk of n rows: diag(exp(G_last)) S + (k exp(G_last - G))^T V_new."""
+    g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=o_k < K, other=0.0)
+    b_kg = tl.load(p_kg + off_tk, mask=m_w, other=0.0)
+    return b_s * _exp(g_last, EXP2)[:, None] + _mma(tl.trans(b_kg), b_vn, INTERPRET)
+
+
+@triton.jit
+def _segment_span(seg_info, cu_seqlens, i_s, BT: tl.constexpr):
+    """(sequence, first chunk in it, first row, end row, the sequence's end row) of segment i_s of the split
+    state pass, as int64; a seg_info row is (sequence, first chunk in it, chunks)."""
+    i_n = tl.load(seg_info + i_s * 3).to(tl.int64)
+    c_first = tl.load(seg_info + i_s * 3 + 1).to(tl.int64)
+    c_count = tl.load(seg_info + i_s * 3 + 2).to(tl.int64)
+    seq_end = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64) + c_first * BT
+    return i_n, c_first, bos, tl.minimum(seq_end, bos + c_count * BT), seq_end
+
+
+@triton.jit
 def _state_kernel(
     W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, cu_seqlens, chunk_offsets, seg_info, S0,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
@@ -651,13 +680,8 @@ def _state_kernel(
     i_v = tl.program_id(0).to(tl.int64) % NV
     i_hv = tl.program_id(1).to(tl.int64)
     if SPLIT:
-        i_s = i_n  # the segment; seg_info row: (sequence, first chunk in it, chunks)
-        i_n = tl.load(seg_info + i_s * 3).to(tl.int64)
-        c_first = tl.load(seg_info + i_s * 3 + 1).to(tl.int64)
-        c_count = tl.load(seg_info + i_s * 3 + 2).to(tl.int64)
-        seq_end = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64) + c_first * BT
-        eos = tl.minimum(seq_end, bos + c_count * BT)
+        i_s = i_n  # the segment
+        i_n, c_first, bos, eos, seq_end = _segment_span(seg_info, cu_seqlens, i_s, BT)
         c0 = tl.load(chunk_offsets + i_n).to(tl.int64) + c_first
     else:
         bos = tl.load(cu_seqlens + i_n).to(tl.int64)
@@ -707,24 +731,20 @@ def _state_kernel(
             tl.store(p_hs + off_s, b_s, mask=m_kv)
 
         m_rv = m_r[:, None] & m_v[None, :]
-        b_w = tl.load(p_w + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
-        b_u = tl.load(p_u + off_tv, mask=m_rv, other=0.0).to(tl.float32)
-        b_vn = _bf16(b_u - _mma(b_w, b_sb, INTERPRET), INTERPRET)
+        m_rk = m_r[:, None] & m_k[None, :]
+        b_vn = _v_new(b_sb, p_w, p_u, off_tk, off_tv, m_rk, m_rv, INTERPRET)
         if OUT:
             # as _output_kernel: A_qk's upper half was never written, so it is masked off
             m_a = m_r[:, None] & (o_t[None, :] <= o_t[:, None])
             b_a = tl.load(p_a + o_t[:, None] * (HV * BT) + o_t[None, :], mask=m_a, other=0.0)
-            b_qg = tl.load(p_qg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
+            b_qg = tl.load(p_qg + off_tk, mask=m_rk, other=0.0)
             acc = _mma(b_a, b_vn, INTERPRET) + _mma(b_qg, b_sb, INTERPRET)
             if o.dtype.element_ty == tl.bfloat16:
                 acc = _bf16(acc, INTERPRET)
             tl.store(p_o + off_tv, acc.to(o.dtype.element_ty), mask=m_rv)
         else:
             tl.store(p_vn + off_tv, b_vn, mask=m_rv)
-
-        g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=m_k, other=0.0)
-        b_kg = tl.load(p_kg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
-        b_s = b_s * _exp(g_last, EXP2)[:, None] + _mma(tl.trans(b_kg), b_vn, INTERPRET)
+        b_s = _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_rk, HV, K, EXP2, INTERPRET)
 
         p_w += BT * HV * K
         p_kg += BT * HV * K
@@ -767,11 +787,8 @@ def _segment_affine_kernel(
     i_s = tl.program_id(0).to(tl.int64) // (NV + NP)
     i_v = tl.program_id(0).to(tl.int64) % (NV + NP)
     i_hv = tl.program_id(1).to(tl.int64)
-    i_n = tl.load(seg_info + i_s * 3).to(tl.int64)
-    c_first = tl.load(seg_info + i_s * 3 + 1).to(tl.int64)
-    c_count = tl.load(seg_info + i_s * 3 + 2).to(tl.int64)
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64) + c_first * BT
-    n_tok = tl.minimum(tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos, c_count * BT)
+    _, _, bos, eos, _ = _segment_span(seg_info, cu_seqlens, i_s, BT)
+    n_tok = eos - bos
     o_k = tl.arange(0, BK)
     o_t = tl.arange(0, BT)
     m_k = o_k < K
@@ -792,13 +809,9 @@ def _segment_affine_kernel(
     for t in range(tl.cdiv(n_tok, BT)):
         n = tl.minimum(n_tok - t * BT, BT)
         m_r = o_t < n
-        b_sb = _bf16(b_s, INTERPRET)
-        b_w = tl.load(p_w + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
-        b_u = tl.load(p_u + off_tv, mask=m_r[:, None] & m_u[None, :], other=0.0).to(tl.float32)
-        b_vn = _bf16(b_u - _mma(b_w, b_sb, INTERPRET), INTERPRET)
-        g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=m_k, other=0.0)
-        b_kg = tl.load(p_kg + off_tk, mask=m_r[:, None] & m_k[None, :], other=0.0)
-        b_s = b_s * _exp(g_last, EXP2)[:, None] + _mma(tl.trans(b_kg), b_vn, INTERPRET)
+        m_rk = m_r[:, None] & m_k[None, :]
+        b_vn = _v_new(_bf16(b_s, INTERPRET), p_w, p_u, off_tk, off_tv, m_rk, m_r[:, None] & m_u[None, :], INTERPRET)
+        b_s = _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_rk, HV, K, EXP2, INTERPRET)
         p_w += BT * HV * K
         p_kg += BT * HV * K
         p_g += BT * HV * K
