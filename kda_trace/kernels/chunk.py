@@ -1175,7 +1175,7 @@ def _state_launch(n_heads_total: int, BK: int, V: int) -> tuple[int, int, bool]:
     registers. On the H100 (benchmarks/RESULTS.md, fourth session) 3 stages helped the 16-wide tiles and
     cost the wider ones (h96: 707 -> 573 us with 1 stage; h32 x 16384, BV 16: 2.42 -> 2.19 ms with 3).
     From 64 pairs on, the output is computed in the pass with 64-wide tiles (out_in_state): on the H100
-    (fifteenth session) that took 4.6-13% off at 64 to 512 pairs and added 16-85% at 8 to 32 pairs."""
+    (fifteenth session) that took 4.3-11.6% off at 64 to 512 pairs and added 17-86% at 8 to 32 pairs."""
     out_in_state = LAUNCH["out_in_state"]
     if out_in_state is None:
         out_in_state = n_heads_total >= 64 and BK <= 128
