@@ -59,6 +59,7 @@ SHAPES = {
     "h24_dense_1x8192": (24, [8192], "pre"),
     "h8_dense_1x16384": (8, [16384], "pre"),
     "h8_dense_1x131072": (8, [131072], "pre"),  # issue 20's long sequence: the sequential state pass dominates
+    "h16_dense_1x65536": (16, [65536], "pre"),  # where the split state pass's default (chunk._split_launch) ends
     "h32_varlen_real_8192": (32, [812, 95, 1500, 33, 700, 2047, 1, 431, 1280, 300, 900, 93], "pre"),
 }
 K = V = 128
