@@ -120,7 +120,7 @@ LAUNCH = {
     "decay_in_gate": False, "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True,
 }
-SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 16, 1024  # _split_launch
+SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
 _DEFAULT_OPTIONS = KDAOptions()
