@@ -17,15 +17,18 @@ Kernels, in launch order:
 1. `_gate_cumsum_kernel`, per (chunk, value head): gate (precomputed, unbounded or safe), cumulative sum
    G (fp32, in log2 units with the launch setting `exp2`, the default), and with `l2_in_intra` off the q/k
    L2-norm factors 1 / sqrt(sum x^2 + 1e-6) (by default kernel 2 computes them).
-2. `_intra_kernel`, per (chunk, value head), one launch per 16-row block index: that block's rows of A_qk
-   (bf16) and A_kk (fp32 scratch): the columns before the block and the 16x16 diagonal block.
+2. `_intra_chunk_kernel`, per (chunk, value head): A_qk (bf16) and A_kk (fp32 scratch), its four 16-row
+   blocks one after the other (the columns before each block and the 16x16 diagonal block); with
+   `intra_one_launch` off, `_intra_kernel` does one block per launch.
 3. `_solve_kernel`, per (chunk, value head): X = (I + A_kk)^-1 by 16x16 blocks in registers (the diagonal
    inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)), stored as bf16.
 4. `_wu_kernel`, per (chunk, value head): W, U, q exp(G) and k exp(G_last - G).
 5. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
    at every chunk start (bf16, for kernel 6; also in fp32 in the caller's layout when asked, for prefix
    caching), V_new, and the final state; from 64 (sequence, head) pairs on also O (launch setting
-   `out_in_state`), and then kernel 6 is not launched and neither h nor V_new is stored.
+   `out_in_state`), and then kernel 6 is not launched and neither h nor V_new is stored. For long sequences
+   of few heads (`state_split`) kernels 5a and 5b first find every segment's start state, then kernel 5 runs
+   the segments of a sequence in parallel.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
 The launch settings in LAUNCH (see the comment there) were chosen by A/B timings on an H100.
 
@@ -92,6 +95,22 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   chunk-start states (512 bytes per token and head at K = V = 128) nor V_new go through memory and the output
 #   kernel is not launched. The cost: the output's loads and two products join the sequential pass. H100:
 #   1.05-1.13 from 64 to 512 pairs, 0.54-0.86 at 8 to 32 pairs.
+# On by default since the sixteenth session:
+# - intra_one_launch: kernel 2's four blocks of a chunk in one program, one after the other, instead of four
+#   launches: the earlier rows that a block reads as columns (k and the fp32 G: about 1.1 of the intra kernel's
+#   2.4 KB per token and head at K = 128) were just read by the same program, so they come from L1/L2 instead of
+#   DRAM; 4x fewer programs. Bit-identical. H100: 1.014 on K3; 0.997-1.000 (within the rounds' spread) on 32 x
+#   16384, 8 x 131072 and 16 x 4096 packed.
+# - state_split (None: _split_launch picks; 0: off; else chunks per segment; K <= 128): the state pass split into
+#   segments of a sequence (kernels 5a, 5b; see there), for long sequences with few heads, where the sequential
+#   pass is the bound (8 heads x 131072 tokens: 2048 dependent chunk steps per program). About 3x the state
+#   pass's work and the memory of three fp32 [K, V] or [K, K] tensors per segment and value head. Kernel 5 then
+#   picks its tiles and out_in_state by the number of segments (chains) instead of sequences. H100, segments of
+#   64 chunks: 1.38 at 8 x 131072, 1.15 at 16 x 65536, 1.09 at 8 x 16384; lost at 32 pairs (0.98 on 32 x 16384
+#   and 16 x 2 x 16384 with 32-chunk segments, 0.95 on 32 x 4096 with 16) and at 96 (0.88 on K3).
+#   split_bv: kernel 5a's tile width (wide: W and k exp(G_last - G) are read once per tile, and there are many
+#   segments to fill the GPU). scan_warps: kernel 5b's warps (ptxas, K = 128, BV 16: 4 warps spill 984 bytes
+#   holding the [K, K] fp32 map, 8 warps none).
 # Off:
 # - decay_in_gate: the gate kernel also writes q exp(G), k exp(G_last - G) and beta k exp(G) (bf16) while G is in
 #   its registers; the W/U kernel then reads only beta k exp(G), v and X, not q, k and the fp32 G. About 2.9 ->
@@ -99,18 +118,6 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   (8 warps). Use with gate_bk=32: at BK 64 the gate kernel spills (154 registers at 32). Bit-identical.
 #   H100, with gate_bk=32 and exp2 (not alone): 0.963 on K3, 0.960 on 32 heads x 16384.
 # - wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3).
-# - intra_one_launch: kernel 2's four blocks of a chunk in one program, one after the other, instead of four
-#   launches: the earlier rows that a block reads as columns (k and the fp32 G: about 1.1 of the intra kernel's
-#   2.4 KB per token and head at K = 128) were just read by the same program, so they come from L1/L2 instead of
-#   DRAM; 4x fewer programs. Written in the fifteenth session after the device time: untimed.
-# - state_split (0: off; else chunks per segment; K <= 128): the state pass split into segments of a sequence
-#   (kernels 5a, 5b; see there), for long sequences with few heads, where the sequential pass is the bound (8 heads
-#   x 131072 tokens: 2048 dependent chunk steps per program). About 3x the state pass's work and the memory of
-#   three fp32 [K, V] or [K, K] tensors per segment and value head. Written in the fifteenth session after the
-#   device time was spent: untimed. With it, kernel 5 picks its tiles and out_in_state by the number of segments
-#   (chains) instead of sequences. split_bv: kernel 5a's tile width (wide: W and k exp(G_last - G) are read
-#   once per tile, and there are many segments to fill the GPU). scan_warps: kernel 5b's warps (ptxas, K = 128, BV 16: 4 warps spill 984 bytes
-#   holding the [K, K] fp32 map, 8 warps none).
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": True,
     "intra_warps": 2, "intra_bk": 32, "intra_stages": 3, "solve_warps": 1,
@@ -120,7 +127,7 @@ LAUNCH = {
     "decay_in_gate": False, "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True,
 }
-SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 16, 256  # _split_launch
+SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
 _DEFAULT_OPTIONS = KDAOptions()
@@ -1174,13 +1181,14 @@ def kda_chunk(
 
 def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:
     """Chunks per segment of the split state pass (launch setting state_split; 0: not split). None splits into
-    segments of 64 chunks when the sequential pass has few chains and one is long: at most SPLIT_MAX_PAIRS
-    (sequence, head) pairs, the longest sequence at least SPLIT_MIN_CHUNKS chunks. H100 (sixteenth session):
-    8 x 131072 tokens 1.38x with 64 (1.34x with 32, 1.25x with 16); 32 pairs of 256 or 64 chunks lost
-    (0.95-0.98x)."""
+    segments of SPLIT_CHUNKS chunks when the sequential pass has few chains and one is long: at most
+    SPLIT_MAX_PAIRS (sequence, head) pairs, the longest sequence at least SPLIT_MIN_CHUNKS chunks. H100
+    (sixteenth session), segments of 64 against none: 8 pairs x 2048 chunks 1.38x (128: 1.017x more; 1.34x with
+    32, 1.25x with 16), 16 x 1024 1.15x, 8 x 256 1.09x; 32 pairs of 256 or 64 chunks lost (0.95-0.98x with 32
+    and 16). 16 pairs of 256 to 1023 chunks and 9 to 15 pairs were not measured."""
     seg = LAUNCH["state_split"]
     if seg is None:
-        seg = 64 if n_heads_total <= SPLIT_MAX_PAIRS and longest_chunks >= SPLIT_MIN_CHUNKS else 0
+        seg = SPLIT_CHUNKS if n_heads_total <= SPLIT_MAX_PAIRS and longest_chunks >= SPLIT_MIN_CHUNKS else 0
     return int(seg) if BK <= 128 else 0
 
 

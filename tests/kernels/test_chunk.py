@@ -188,10 +188,10 @@ VARIANTS = {
     "decay_in_gate": {"decay_in_gate": True}, "decay_in_gate_bk32": {"decay_in_gate": True, "gate_bk": 32},
     "exp_not_exp2": {"exp2": False}, "out_bv_64": {"out_bv": 64}, "out_in_state": {"out_in_state": True},
     "output_kernel": {"out_in_state": False}, "state_split_4": {"state_split": 4},
-    "intra_one_launch": {"intra_one_launch": True},
+    "intra_per_block": {"intra_one_launch": False}, "state_split_off": {"state_split": 0},
     "l2_in_gate_kernel": {"l2_in_intra": False},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
-                                "wu_bv": 32, "wu_warps": 8},
+                                "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
 ROUNDS_DIFFERENTLY = {"exp2", "gate_bk", "out_bv", "out_in_state", "l2_in_intra", "state_split"}
@@ -284,6 +284,41 @@ def test_state_split_into_segments(monkeypatch):
         assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
         assert rms_rel(o, o_ref) <= 1.25 * rms_rel(o0, o_ref) and rms_rel(ht, h_ref) <= 1.25 * rms_rel(ht0, h_ref)
         assert states.shape == states0.shape and rms_rel(states, states0) <= BUDGET
+
+
+def test_long_sequences_of_few_heads_split_the_state_pass_by_default(monkeypatch):
+    """state_split=None (the default) splits into SPLIT_CHUNKS-chunk segments where at most SPLIT_MAX_PAIRS
+    (sequence, head) pairs hold a sequence of at least SPLIT_MIN_CHUNKS chunks, and nowhere else; K > 128
+    never splits. With the constants shrunk (1-chunk segments from 2 chunks on), a packed batch of 3, 1 and 1
+    chunks takes the split pass by default: its results differ from the unsplit pass's (other roundings) and
+    stay within the float64 budget."""
+    from kda_trace.kernels import chunk
+
+    assert chunk.LAUNCH["state_split"] is None
+    pairs, chunks = chunk.SPLIT_MAX_PAIRS, chunk.SPLIT_MIN_CHUNKS
+    assert chunk._split_launch(pairs, chunks, 128) == chunk.SPLIT_CHUNKS
+    assert chunk._split_launch(pairs + 1, chunks, 128) == 0
+    assert chunk._split_launch(pairs, chunks - 1, 128) == 0
+    assert chunk._split_launch(1, 10**6, 256) == 0
+    monkeypatch.setitem(chunk.LAUNCH, "state_split", 2)
+    assert chunk._split_launch(10**4, 1, 64) == 2  # an explicit setting is used as given
+
+    cu = torch.tensor([0, 150, 151, 200])
+    x = make(1, 200, 1, 2, 32, 24, seed=24, n_seqs=3)
+    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    x["g"] = x["g"] * 0.1
+    opts = KDAOptions(output_final_state=True)
+    monkeypatch.setitem(chunk.LAUNCH, "state_split", 0)
+    o0, h0, o_ref, h_ref = run_case(x, opts, cu_seqlens=cu)
+    monkeypatch.setitem(chunk.LAUNCH, "state_split", None)
+    monkeypatch.setattr(chunk, "SPLIT_CHUNKS", 1)
+    monkeypatch.setattr(chunk, "SPLIT_MIN_CHUNKS", 2)
+    o, ht, *_ = run_case(x, opts, cu_seqlens=cu)
+    assert not torch.equal(o, o0)  # the split pass ran
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+    monkeypatch.setattr(chunk, "SPLIT_MIN_CHUNKS", 4)  # now no sequence is long enough: the unsplit pass
+    o2, ht2, *_ = run_case(x, opts, cu_seqlens=cu)
+    assert torch.equal(o2, o0) and torch.equal(ht2, h0)
 
 
 def test_bf16_inputs_error_budget():
