@@ -65,8 +65,8 @@ def kernels(launch: dict):
     saved = dict(chunk.LAUNCH)
     chunk.LAUNCH.update(L)
     BV, stages, fused = chunk._state_launch(HV, K, V)
+    split = bool(chunk._split_launch(HV, chunk.SPLIT_MIN_CHUNKS, K))  # as for one long sequence of HV heads
     chunk.LAUNCH.update(saved)
-    split = bool(L["state_split"])
     sig = {**ptr("bf16", "W", "U", "KG", "h", "v_new", "QG", "Aqk", "o"), **ptr("fp32", "G", "h0", "ht", "hs", "S0"),
            "cu_seqlens": "*i64", "chunk_offsets": "*i64", "seg_info": "*i64"}
     out.append(("state", chunk._state_kernel, sig,
