@@ -189,6 +189,7 @@ VARIANTS = {
     "exp_not_exp2": {"exp2": False}, "out_bv_64": {"out_bv": 64}, "out_in_state": {"out_in_state": True},
     "output_kernel": {"out_in_state": False}, "state_split_4": {"state_split": 4},
     "intra_per_block": {"intra_one_launch": False}, "state_split_off": {"state_split": 0},
+    "solve_in_intra": {"solve_in_intra": True},
     "l2_in_gate_kernel": {"l2_in_intra": False},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
