@@ -77,9 +77,11 @@ def kernels(launch: dict):
                      STORE_HS=False, OUT=fused, SPLIT=split, EXP2=exp2, INTERPRET=False),
                 L["state_warps"], stages))
     if split:
-        sig = {**ptr("bf16", "W", "U", "KG"), **ptr("fp32", "G", "R", "M"), "cu_seqlens": "*i64", "seg_info": "*i64"}
+        sig = {**ptr("bf16", "W", "U", "KG"), **ptr("fp32", "G", "R", "M", "h0"), "cu_seqlens": "*i64",
+               "seg_info": "*i64"}
         out.append(("state 5a", chunk._segment_affine_kernel, sig,
-                    dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=min(L["split_bv"], K), EXP2=exp2, INTERPRET=False),
+                    dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=min(L["split_bv"], K), STATE_VK=False, USE_H0=True,
+                         EXP2=exp2, INTERPRET=False),
                     L["state_warps"], 1 if L["split_bv"] > 16 else 3))
         sig = {**ptr("fp32", "R", "M", "S0", "h0"), "seg_offsets": "*i64"}
         out.append(("state 5b", chunk._segment_scan_kernel, sig,

@@ -104,8 +104,9 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   16384, 8 x 131072 and 16 x 4096 packed.
 # - state_split (None: _split_launch picks; 0: off; else chunks per segment; K <= 128): the state pass split into
 #   segments of a sequence (kernels 5a, 5b; see there), for long sequences with few heads, where the sequential
-#   pass is the bound (8 heads x 131072 tokens: 2048 dependent chunk steps per program). About 3x the state
-#   pass's work and the memory of three fp32 [K, V] or [K, K] tensors per segment and value head. Kernel 5 then
+#   pass is the bound (8 heads x 131072 tokens: 2048 dependent chunk steps per program). Up to 3x the state
+#   pass's work (5a skips a sequence's last segment and the [K, K] map of its first: written after the timings
+#   below, untimed) and the memory of three fp32 [K, V] or [K, K] tensors per segment and value head. Kernel 5 then
 #   picks its tiles and out_in_state by the number of segments (chains) instead of sequences. H100, segments of
 #   64 chunks: 1.38 at 8 x 131072, 1.15 at 16 x 65536, 1.09 at 8 x 16384; lost at 32 pairs (0.98 on 32 x 16384
 #   and 16 x 2 x 16384 with 32-chunk segments, 0.95 on 32 x 4096 with 16) and at 96 (0.88 on K3).
@@ -798,26 +799,33 @@ def _state_kernel(
 # Kernel 5a computes R and M of every segment in parallel (M by running the same pass on the columns of the
 # identity with U = 0), 5b chains them per sequence (S_start of segment s + 1 = M_s S_start(s) + R_s), and
 # kernel 5 then runs every segment in parallel from its start state. Three passes over the data instead of one,
-# but the sequential chain is segment_chunks + segments + segment_chunks steps long instead of chunks.
+# but the sequential chain is segment_chunks + segments + segment_chunks steps long instead of chunks. Two
+# segments of a sequence need less: its last (5b never reads its map: kernel 5 computes its end state) and its
+# first, whose end state 5a computes directly, by the pass from the sequence's initial state (R only, no M).
 @triton.jit
 def _segment_affine_kernel(
-    W, U, KG, G, R, M, cu_seqlens, seg_info,
+    W, U, KG, G, R, M, h0, cu_seqlens, seg_info,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    STATE_VK: tl.constexpr, USE_H0: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """R (V-tiles 0..NV-1) or M (tiles NV.., BV columns of the [K, K] transition each) of one (segment, value
-    head), with the operations of `_state_kernel` (S rounded to bf16 for W S, V_new rounded to bf16)."""
+    head), with the operations of `_state_kernel` (S rounded to bf16 for W S, V_new rounded to bf16). A
+    sequence's last segment is skipped; for its first, R is the pass from h0 (its end state) and M is skipped."""
     NV: tl.constexpr = (V + BV - 1) // BV
     NP: tl.constexpr = (K + BV - 1) // BV
     i_s = tl.program_id(0).to(tl.int64) // (NV + NP)
     i_v = tl.program_id(0).to(tl.int64) % (NV + NP)
     i_hv = tl.program_id(1).to(tl.int64)
-    _, _, bos, eos, _ = _segment_span(seg_info, cu_seqlens, i_s, BT)
+    i_n, c_first, bos, eos, seq_end = _segment_span(seg_info, cu_seqlens, i_s, BT)
+    is_r = i_v < NV
+    first = c_first == 0
+    if (eos == seq_end) | (first & ~is_r):
+        return
     n_tok = eos - bos
     o_k = tl.arange(0, BK)
     o_t = tl.arange(0, BT)
     m_k = o_k < K
-    is_r = i_v < NV
     # this tile's columns: of V (R) or of K (M); m_u: columns that read U (R tiles only)
     o_c = (i_v - (1 - is_r.to(tl.int64)) * NV) * BV + tl.arange(0, BV)
     is_r_c = (o_c * 0 + i_v) < NV
@@ -825,6 +833,14 @@ def _segment_affine_kernel(
     m_u = m_c & is_r_c
     m_kc = m_k[:, None] & m_c[None, :]
     b_s = tl.where(m_kc & (o_k[:, None] == o_c[None, :]) & ~is_r_c[None, :], 1.0, 0.0)  # M: the identity; R: 0
+    if USE_H0:  # R of a first segment: from the sequence's initial state
+        # a masked load, not a branch, and offsets within the tile in int32 (the tile's start in the int64
+        # base): 211 registers for this kernel instead of 255 (ptxas for sm_90, K = V = 128; 187 without h0)
+        S_K: tl.constexpr = 1 if STATE_VK else V
+        S_V: tl.constexpr = K if STATE_VK else 1
+        p_h0 = h0 + (i_n * HV + i_hv) * (K * V) + (i_v * BV) * S_V
+        b_s += tl.load(p_h0 + o_k[:, None] * S_K + tl.arange(0, BV)[None, :] * S_V, mask=m_kc & (o_k[:, None] * 0 + c_first == 0),
+                       other=0.0).to(tl.float32)
     p_w = W + (bos * HV + i_hv) * K
     p_kg = KG + (bos * HV + i_hv) * K
     p_g = G + (bos * HV + i_hv) * K
@@ -855,7 +871,8 @@ def _segment_scan_kernel(
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr,
 ):
     """The start state of every segment of one (sequence, value head, V-tile), into S0 ([K, V] fp32):
-    S_start(first) = h0 or 0, S_start(s + 1) = M_s S_start(s) + R_s (fp32 products, tf32x3)."""
+    S_start(first) = h0 or 0, S_start(first + 1) = R_first (kernel 5a ran the first segment from h0),
+    S_start(s + 1) = M_s S_start(s) + R_s (fp32 products, tf32x3)."""
     NV: tl.constexpr = (V + BV - 1) // BV
     i_n = tl.program_id(0).to(tl.int64) // NV
     i_v = tl.program_id(0).to(tl.int64) % NV
@@ -879,9 +896,12 @@ def _segment_scan_kernel(
         base = i_s * HV + i_hv
         tl.store(S0 + base * (K * V) + off_kv, b_s, mask=m_kv)
         if i_s + 1 < s_end:  # the last segment's end state is the final state: kernel 5 stores it
-            b_m = tl.load(M + base * (K * K) + off_kk, mask=m_k[:, None] & m_k[None, :], other=0.0)
             b_r = tl.load(R + base * (K * V) + off_kv, mask=m_kv, other=0.0)
-            b_s = tl.dot(b_m, b_s, input_precision=SOLVE_PRECISION) + b_r
+            if i_s == s_first:
+                b_s = b_r
+            else:
+                b_m = tl.load(M + base * (K * K) + off_kk, mask=m_k[:, None] & m_k[None, :], other=0.0)
+                b_s = tl.dot(b_m, b_s, input_precision=SOLVE_PRECISION) + b_r
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1168,7 +1188,8 @@ def kda_chunk(
         # 5a: tiles of R's V columns and M's K columns, one width for both
         BVa = max(16, min(LAUNCH["split_bv"], triton.next_power_of_2(max(K, V))))
         _segment_affine_kernel[(n_chains * (triton.cdiv(V, BVa) + triton.cdiv(K, BVa)), HV)](
-            W, U, KG, G, R, M, cu_seqlens, seg_info, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BVa, EXP2=exp2,
+            W, U, KG, G, R, M, h0_arg, cu_seqlens, seg_info, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BVa,
+            STATE_VK=vk, USE_H0=initial_state is not None, EXP2=exp2,
             INTERPRET=interp, num_warps=LAUNCH["state_warps"], num_stages=1 if BVa > 16 else 3,
         )
         # 5b: sequential over each sequence's segments, tiles as an unsplit pass would take
