@@ -45,8 +45,10 @@ def kernels(launch: dict):
     out.append(("gate", chunk._gate_cumsum_kernel, sig,
                 dict(common, BK=min(L["gate_bk"], 64), GATE=2, L2NORM=not l2_in_intra, BETA=0, DECAY=decay, EXP2=exp2),
                 L["gate_warps"], None))
-    sig = {**ptr("bf16", "q", "k", "beta", "Aqk"), **ptr("fp32", "G", "rq", "rk", "Akk"), **tables, "scale": "fp32"}
-    intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra,
+    qg_raw = bool(L["qg_in_intra"]) and not decay
+    sig = {**ptr("bf16", "q", "k", "beta", "Aqk", "QG"), **ptr("fp32", "G", "rq", "rk", "Akk"), **tables,
+           "scale": "fp32"}
+    intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2)
     solve_in_intra = L["intra_one_launch"] and L["solve_in_intra"]
     if L["intra_one_launch"]:
@@ -63,18 +65,21 @@ def kernels(launch: dict):
     sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk"),
            **tables, "scale": "fp32"}
     out.append(("wu", chunk._wu_kernel, sig,
-                dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, DECAY=decay, EXP2=exp2),
-                L["wu_warps"], None))
+                dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, DECAY=decay, QG_DONE=qg_raw,
+                     EXP2=exp2),
+                L["wu_warps"], L["wu_stages"]))
     saved = dict(chunk.LAUNCH)
     chunk.LAUNCH.update(L)
     BV, stages, fused = chunk._state_launch(HV, K, V)
     split = bool(chunk._split_launch(HV, chunk.SPLIT_MIN_CHUNKS, K))  # as for one long sequence of HV heads
     chunk.LAUNCH.update(saved)
-    sig = {**ptr("bf16", "W", "U", "KG", "h", "v_new", "QG", "Aqk", "o"), **ptr("fp32", "G", "h0", "ht", "hs", "S0"),
+    sig = {**ptr("bf16", "W", "U", "KG", "h", "v_new", "QG", "Aqk", "o"),
+           **ptr("fp32", "G", "h0", "ht", "hs", "S0", "rq"), "scale": "fp32",
            "cu_seqlens": "*i64", "chunk_offsets": "*i64", "seg_info": "*i64"}
     out.append(("state", chunk._state_kernel, sig,
                 dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
-                     STORE_HS=False, OUT=fused, SPLIT=split, EXP2=exp2, INTERPRET=False),
+                     STORE_HS=False, OUT=fused, SPLIT=split, QG_RAW=qg_raw, L2NORM=True, EXP2=exp2,
+                     INTERPRET=False),
                 L["state_warps"], stages))
     if split:
         sig = {**ptr("bf16", "W", "U", "KG"), **ptr("fp32", "G", "R", "M", "h0"), "cu_seqlens": "*i64",
@@ -86,9 +91,10 @@ def kernels(launch: dict):
         sig = {**ptr("fp32", "R", "M", "S0", "h0"), "seg_offsets": "*i64"}
         out.append(("state 5b", chunk._segment_scan_kernel, sig,
                     dict(HV=HV, K=K, V=V, BK=K, BV=BV, STATE_VK=False, USE_H0=True), L["scan_warps"], None))
-    sig = {**ptr("bf16", "QG", "Aqk", "h", "v_new", "o"), **tables}
+    sig = {**ptr("bf16", "QG", "Aqk", "h", "v_new", "o"), "rq": "*fp32", "scale": "fp32", **tables}
     out.append(("output", chunk._output_kernel, sig,
-                dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=64, BV=min(L["out_bv"], V), INTERPRET=False), L["out_warps"], None))
+                dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=64, BV=min(L["out_bv"], V), QG_RAW=qg_raw, L2NORM=True,
+                     INTERPRET=False), L["out_warps"], None))
     return out
 
 

@@ -119,6 +119,12 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   not read from DRAM) and saves a launch; the solve then runs on intra_warps (2) instead of solve_warps (1).
 #   Bit-identical. Written in the sixteenth session after the device time: untimed (kernel 3 took 168 us of
 #   2118 at 32 x 16384 and 248 of 2773 on K3).
+# - qg_in_intra: kernel 2 writes q exp(G) (from the q and G rows it loads anyway, times exp(G) of the block's
+#   first row), without the scale and L2-norm factors, which are not known until the end of its K loop; kernel
+#   5 or 6 applies them to the rows of (q exp(G)) S. Kernel 4 then reads neither q nor the q norms and writes
+#   no q exp(G): about 0.25 KB per token and head less traffic in all (fla's W/U kernel does not touch q
+#   either). Rounds differently (q exp(G) is rounded to bf16 before the factors). Written in the sixteenth
+#   session after the device time: untimed.
 # - decay_in_gate: the gate kernel also writes q exp(G), k exp(G_last - G) and beta k exp(G) (bf16) while G is in
 #   its registers; the W/U kernel then reads only beta k exp(G), v and X, not q, k and the fp32 G. About 2.9 ->
 #   2.5 GB moved by the two kernels on the K3 shape (one more bf16 [T, HV, K] buffer); W/U 200 -> 64 registers
@@ -132,7 +138,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "decay_in_gate": False, "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
-    "intra_one_launch": True, "solve_in_intra": False,
+    "intra_one_launch": True, "solve_in_intra": False, "qg_in_intra": False,
 }
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
@@ -339,12 +345,19 @@ def _beta_at(beta, rows, m, BETA: tl.constexpr):
     return tl.where(m, beta_value(tl.load(beta + rows, mask=m, other=0.0).to(tl.float32), BETA), 0.0)
 
 
+@triton.jit
+def _qg_row_factors(rq, scale, rows, m, HV: tl.constexpr, L2NORM: tl.constexpr):
+    """scale times the q L2-norm factor (with L2NORM) of a chunk's rows (rq at the chunk's first row): what
+    q exp(G) from the intra kernel (qg_in_intra) leaves out."""
+    return scale * _inv_norm_at(rq, rows * HV, m, L2NORM)
+
+
 @triton.jit(do_not_specialize=["scale"])
 def _intra_kernel(
-    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
-    BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
@@ -353,16 +366,16 @@ def _intra_kernel(
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     if I * BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ, BETA,
-                     L2NORM, L2_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
 
 
 @triton.jit(do_not_specialize=["scale"])
 def _intra_chunk_kernel(
-    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, Xs,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Xs,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-    BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, SOLVE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
@@ -374,20 +387,20 @@ def _intra_chunk_kernel(
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
-    _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+    _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
     tl.debug_barrier()
     if BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
     tl.debug_barrier()
     if 2 * BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
     tl.debug_barrier()
     if 3 * BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
-                     BETA, L2NORM, L2_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
     if SOLVE:
         tl.debug_barrier()
         _solve_chunk(Akk + (i_c * HV + i_hv) * (BT * BT), Xs + (i_c * HV + i_hv) * (BT * BT), n, BT, BC, INTERPRET)
@@ -395,17 +408,19 @@ def _intra_chunk_kernel(
 
 @triton.jit
 def _intra_block(
-    q, k, beta, G, rq, rk, Akk, Aqk, scale, i_c, i_hv, r0, n,
+    q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
-    BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I
     columns) and the 16x16 diagonal block; a constant I sizes the tiles to the block. With L2_HERE, the
     L2-norm factors of the block's rows are computed here and stored for the later blocks (columns before the
-    block) and for kernel 4."""
+    block) and for kernel 4. With QG_HERE (launch setting qg_in_intra) it also stores q exp(G) of the block's
+    rows, without the scale and L2-norm factors (not known until the end of the K loop: kernel 5 or 6 applies
+    them to the rows of (q exp(G)) S), so that kernel 4 need not read q."""
     i_h = i_hv // (HV // H)
     i0 = I * BC
     # chunk-row-0 pointers; row strides SX (q, k), SG (G), SA (A_qk), HV (beta, r)
@@ -420,6 +435,7 @@ def _intra_block(
     rq += r0 * HV + i_hv
     rk += r0 * HV + i_hv
     Akk += (i_c * HV + i_hv) * (BT * BT)
+    QG += (r0 * HV + i_hv) * K
 
     o_c = tl.arange(0, BC)
     o_t = tl.arange(0, BJ)  # the columns before the block: o_t < i0
@@ -461,6 +477,9 @@ def _intra_block(
         r_lo = e_row * tl.where(upper, _exp(g_c8 - g_c, EXP2)[None, :], 1.0)
         kr_lo = b_k * r_lo
         qr_lo = b_q * r_lo
+        if QG_HERE:  # q exp(G_i) = q exp(G_i - G_c) exp(G_c)
+            tl.store(QG + o_i[:, None] * SG + o_k[None, :], _bf16(qr_lo * _exp(g_c, EXP2)[None, :], INTERPRET),
+                     mask=m_ik)
         # anchor g_c on both sides: right for the columns 0-7 of the block (any row)
         kk_lo += tl.dot(kr_lo, tl.trans(k_col), input_precision="tf32")
         qk_lo += tl.dot(qr_lo, tl.trans(k_col), input_precision="tf32")
@@ -587,11 +606,12 @@ def _wu_kernel(
     q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, KB, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    BETA: tl.constexpr, L2NORM: tl.constexpr, DECAY: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, DECAY: tl.constexpr, QG_DONE: tl.constexpr, EXP2: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """W = X (beta k exp(G)), U = X (beta v), q exp(G) and k exp(G_last - G) for one (chunk, value head),
     from the X that `_solve_kernel` left in Xs. With DECAY the gate kernel wrote the three decayed operands
-    already; beta k exp(G) is read from KB. (A separate kernel: fused into `_intra_kernel` it made that kernel
+    already; beta k exp(G) is read from KB. With QG_DONE the intra kernel wrote q exp(G) (qg_in_intra). (A separate kernel: fused into `_intra_kernel` it made that kernel
     spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
@@ -630,7 +650,8 @@ def _wu_kernel(
             tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
     else:
         rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
-        rq_t = _inv_norm_at(rq, o_t * HV, m_t, L2NORM)
+        if not QG_DONE:
+            rq_t = _inv_norm_at(rq, o_t * HV, m_t, L2NORM)
         for k0 in range(0, K, BK):
             o_k = k0 + tl.arange(0, BK)
             m_k = o_k < K
@@ -643,8 +664,9 @@ def _wu_kernel(
             tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
             # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
             tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_g, 0.0), EXP2), INTERPRET), mask=m)
-            b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
-            tl.store(QG + off, _bf16(b_q * (scale * rq_t)[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
+            if not QG_DONE:
+                b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+                tl.store(QG + off, _bf16(b_q * (scale * rq_t)[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
 
     # U = X (beta v), per V-tile
     for v0 in range(0, V, BV):
@@ -689,11 +711,12 @@ def _segment_span(seg_info, cu_seqlens, i_s, BT: tl.constexpr):
 
 @triton.jit
 def _state_kernel(
-    W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, cu_seqlens, chunk_offsets, seg_info, S0,
+    W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, rq, scale, cu_seqlens, chunk_offsets, seg_info, S0,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
-    OUT: tl.constexpr, SPLIT: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    OUT: tl.constexpr, SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """The state pass of one (sequence, value head, V-tile). Without OUT it stores the bf16 state at every chunk
     start (h) and V_new for `_output_kernel`; with OUT (launch setting out_in_state) it computes the chunk's
@@ -741,6 +764,7 @@ def _state_kernel(
     p_h = h + (c0 * HV + i_hv) * (K * V)
     p_hs = hs + (c0 * HV + i_hv) * (K * V)  # fp32 chunk-start states in the caller's layout (STORE_HS)
     p_qg = QG + (bos * HV + i_hv) * K
+    p_rq = rq + bos * HV + i_hv
     p_a = Aqk + (bos * HV + i_hv) * BT
     p_o = o + (bos * HV + i_hv) * V
     off_tk = o_t[:, None] * (HV * K) + o_k[None, :]
@@ -764,7 +788,11 @@ def _state_kernel(
             m_a = m_r[:, None] & (o_t[None, :] <= o_t[:, None])
             b_a = tl.load(p_a + o_t[:, None] * (HV * BT) + o_t[None, :], mask=m_a, other=0.0)
             b_qg = tl.load(p_qg + off_tk, mask=m_rk, other=0.0)
-            acc = _mma(b_a, b_vn, INTERPRET) + _mma(b_qg, b_sb, INTERPRET)
+            if QG_RAW:  # as _output_kernel: the scale and norm factors on the rows of (q exp(G)) S
+                f = _qg_row_factors(p_rq, scale, o_t, m_r, HV, L2NORM)
+                acc = _mma(b_a, b_vn, INTERPRET) + f[:, None] * _mma(b_qg, b_sb, INTERPRET)
+            else:
+                acc = _mma(b_a, b_vn, INTERPRET) + _mma(b_qg, b_sb, INTERPRET)
             if o.dtype.element_ty == tl.bfloat16:
                 acc = _bf16(acc, INTERPRET)
             tl.store(p_o + off_tv, acc.to(o.dtype.element_ty), mask=m_rv)
@@ -780,6 +808,7 @@ def _state_kernel(
         p_h += HV * K * V
         p_hs += HV * K * V
         p_qg += BT * HV * K
+        p_rq += BT * HV
         p_a += BT * HV * BT
         p_o += BT * HV * V
 
@@ -909,10 +938,13 @@ def _segment_scan_kernel(
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _output_kernel(
-    QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
+    QG, Aqk, h, v_new, o, rq, scale, cu_seqlens, chunk_indices,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, INTERPRET: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    QG_RAW: tl.constexpr, L2NORM: tl.constexpr, INTERPRET: tl.constexpr,
 ):
+    """O of one (chunk, value head, V-tile): (scale q exp(G)) S + A_qk V_new. With QG_RAW (qg_in_intra) QG holds
+    q exp(G) without the scale and L2-norm factors, and they are applied to the rows of the product."""
     # grid (chunks x V-tiles, value heads): only axis 0 may exceed 65535; a chunk's V-tiles are neighbours
     NV: tl.constexpr = (V + BV - 1) // BV
     i_c = tl.program_id(0).to(tl.int64) // NV
@@ -938,12 +970,18 @@ def _output_kernel(
     acc = _mma(b_a, b_vn, INTERPRET)
 
     # + (scale q exp(G)) S, S = the state at the chunk start
+    acc_s = tl.zeros([BT, BV], dtype=tl.float32)
     for k0 in range(0, K, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
         b_qg = tl.load(QG + o_t[:, None] * (HV * K) + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0.0)
         b_h = tl.load(h + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0.0)
-        acc += _mma(b_qg, b_h, INTERPRET)
+        if QG_RAW:
+            acc_s += _mma(b_qg, b_h, INTERPRET)
+        else:
+            acc += _mma(b_qg, b_h, INTERPRET)
+    if QG_RAW:
+        acc += _qg_row_factors(rq + r0 * HV + i_hv, scale, o_t, m_r, HV, L2NORM)[:, None] * acc_s
     if o.dtype.element_ty == tl.bfloat16:
         acc = _bf16(acc, INTERPRET)
     tl.store(o + off_v, acc.to(o.dtype.element_ty), mask=m_rv)
@@ -1132,10 +1170,13 @@ def kda_chunk(
     Akk = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
-    intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K))
+    # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
+    qg_raw = bool(LAUNCH["qg_in_intra"]) and not decay_in_gate
+    intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG)
     intra_consts = dict(
         H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
+        QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
         INTERPRET=interp, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
     )
@@ -1157,7 +1198,7 @@ def kda_chunk(
         q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, KB, cu_seqlens, chunk_indices, opts.resolved_scale(K),
         H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
-        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, DECAY=decay_in_gate, EXP2=exp2,
+        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, DECAY=decay_in_gate, QG_DONE=qg_raw, EXP2=exp2,
         INTERPRET=interp, num_warps=LAUNCH["wu_warps"], num_stages=LAUNCH["wu_stages"],
     )
 
@@ -1201,18 +1242,20 @@ def kda_chunk(
         del R, M
     _state_kernel[(n_chains * triton.cdiv(V, BV), HV)](
         W, U, KG, G, h, v_new, h0_arg, final_state if final_state is not None else G,
-        chunk_states if chunk_states is not None else G, QG, Aqk, o, cu_seqlens, chunk_offsets, seg_info, S0,
-        HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
+        chunk_states if chunk_states is not None else G, QG, Aqk, o, rq, opts.resolved_scale(K), cu_seqlens,
+        chunk_offsets, seg_info, S0, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
-        STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, EXP2=exp2, INTERPRET=interp,
+        STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, QG_RAW=qg_raw,
+        L2NORM=opts.use_qk_l2norm, EXP2=exp2, INTERPRET=interp,
         num_warps=LAUNCH["state_warps"], num_stages=stages,
     )
 
     if not out_in_state:
         BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
         _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
-            QG, Aqk, h, v_new, o, cu_seqlens, chunk_indices,
-            HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, INTERPRET=interp, num_warps=LAUNCH["out_warps"],
+            QG, Aqk, h, v_new, o, rq, opts.resolved_scale(K), cu_seqlens, chunk_indices,
+            HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, QG_RAW=qg_raw, L2NORM=opts.use_qk_l2norm,
+            INTERPRET=interp, num_warps=LAUNCH["out_warps"],
         )
     if output_chunk_states:
         return o.view(B, T, HV, V), final_state, chunk_states
