@@ -103,7 +103,7 @@ def weak_decay(x, mode):
     if mode == "pre":
         y["g"] = x["g"] * 1e-3
     else:
-        y["g"] = (-10.0 - x["dt_bias"] + 0 * x["g"].float()).to(x["g"].dtype)
+        y["g"] = (-10.0 - x["dt_bias"]).expand_as(x["g"]).to(x["g"].dtype)
         y["A_log"] = torch.zeros_like(x["A_log"])
     return y
 

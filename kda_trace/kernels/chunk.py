@@ -347,8 +347,8 @@ def _beta_at(beta, rows, m, BETA: tl.constexpr):
 
 @triton.jit
 def _qg_row_factors(rq, scale, rows, m, HV: tl.constexpr, L2NORM: tl.constexpr):
-    """scale times the q L2-norm factor (with L2NORM) of a chunk's rows (rq at the chunk's first row): what
-    q exp(G) from the intra kernel (qg_in_intra) leaves out."""
+    """scale times the q L2-norm factor (with L2NORM) of a chunk's rows (rq at the chunk's first row): the row
+    factors of scale q exp(G), applied by kernel 4, or with qg_in_intra by kernel 5 or 6."""
     return scale * _inv_norm_at(rq, rows * HV, m, L2NORM)
 
 
@@ -611,8 +611,8 @@ def _wu_kernel(
 ):
     """W = X (beta k exp(G)), U = X (beta v), q exp(G) and k exp(G_last - G) for one (chunk, value head),
     from the X that `_solve_kernel` left in Xs. With DECAY the gate kernel wrote the three decayed operands
-    already; beta k exp(G) is read from KB. With QG_DONE the intra kernel wrote q exp(G) (qg_in_intra). (A separate kernel: fused into `_intra_kernel` it made that kernel
-    spill registers.)"""
+    already; beta k exp(G) is read from KB. With QG_DONE the intra kernel wrote q exp(G) (qg_in_intra). (A
+    separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
@@ -651,7 +651,7 @@ def _wu_kernel(
     else:
         rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
         if not QG_DONE:
-            rq_t = _inv_norm_at(rq, o_t * HV, m_t, L2NORM)
+            f_q = _qg_row_factors(rq, scale, o_t, m_t, HV, L2NORM)
         for k0 in range(0, K, BK):
             o_k = k0 + tl.arange(0, BK)
             m_k = o_k < K
@@ -666,7 +666,7 @@ def _wu_kernel(
             tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_g, 0.0), EXP2), INTERPRET), mask=m)
             if not QG_DONE:
                 b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
-                tl.store(QG + off, _bf16(b_q * (scale * rq_t)[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
+                tl.store(QG + off, _bf16(b_q * f_q[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
 
     # U = X (beta v), per V-tile
     for v0 in range(0, V, BV):
@@ -868,7 +868,8 @@ def _segment_affine_kernel(
         S_K: tl.constexpr = 1 if STATE_VK else V
         S_V: tl.constexpr = K if STATE_VK else 1
         p_h0 = h0 + (i_n * HV + i_hv) * (K * V) + (i_v * BV) * S_V
-        b_s += tl.load(p_h0 + o_k[:, None] * S_K + tl.arange(0, BV)[None, :] * S_V, mask=m_kc & (o_k[:, None] * 0 + c_first == 0),
+        m_first = m_kc & ((o_k[:, None] * 0 + c_first) == 0)  # `first` as a tile: the interpreter takes no scalar mask
+        b_s += tl.load(p_h0 + o_k[:, None] * S_K + tl.arange(0, BV)[None, :] * S_V, mask=m_first,
                        other=0.0).to(tl.float32)
     p_w = W + (bos * HV + i_hv) * K
     p_kg = KG + (bos * HV + i_hv) * K
@@ -1060,11 +1061,11 @@ def _table_entry(cu_seqlens: torch.Tensor | None, B: int, T: int, device) -> tup
     return entry
 
 
-def _segment_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device, seg_chunks: int):
+def _segment_tables(entry: tuple, device, seg_chunks: int):
     """Segments of at most seg_chunks chunks of every sequence, for the split state pass: seg_info [NS, 3]
     int64 (sequence, first chunk in it, chunks), seg_offsets [N + 1] int64 (first segment of each sequence) and
-    NS; cached with the chunk tables."""
-    _, _, lens, by_size = _table_entry(cu_seqlens, B, T, device)
+    NS; cached in the chunk tables' entry (`_table_entry`)."""
+    _, _, lens, by_size = entry
     if seg_chunks not in by_size:
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("kda_chunk builds its segment tables on the host, which a CUDA graph capture cannot "
@@ -1141,8 +1142,8 @@ def kda_chunk(
 
     # the packed view: all kernels see [total_tokens, heads, dim]
     q, k, v, g, beta = (x.reshape(B * T, *x.shape[2:]).contiguous() for x in (q, k, v, g, beta))
-    cu_given = cu_seqlens  # the caller's tensor (the tables' cache key)
-    cu_seqlens, chunk_indices, chunk_offsets, NT = _sequence_tables(cu_seqlens, B, T, q.device)
+    tables = _table_entry(cu_seqlens, B, T, q.device)  # the cached entry behind _sequence_tables
+    cu_seqlens, chunk_indices, chunk_offsets, NT = tables[1]
     TT, dev = B * T, q.device
     interp = triton_interpreted()
     f32, bf16 = torch.float32, torch.bfloat16
@@ -1206,10 +1207,10 @@ def kda_chunk(
     # the state pass's independent chains: sequences, or their segments with state_split
     n_chains, seg_info, seg_offsets = N, G, G
     few_chains = N * HV <= SPLIT_MAX_PAIRS  # only then the longest sequence matters (a host max over N lengths)
-    longest = -(-max(_table_entry(cu_given, B, T, dev)[2]) // BT) if few_chains else 0
+    longest = -(-max(tables[2]) // BT) if few_chains else 0
     seg_chunks = _split_launch(N * HV, longest, BK)
     if seg_chunks:
-        seg_info, seg_offsets, NS = _segment_tables(cu_given, B, T, dev, seg_chunks)
+        seg_info, seg_offsets, NS = _segment_tables(tables, dev, seg_chunks)
         n_chains = NS if NS > N else N  # split only where some sequence is longer than one segment
     split = n_chains != N
     # tiles, depth and out_in_state by the number of chains (a segment is as independent as a sequence)
