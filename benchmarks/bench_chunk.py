@@ -2,7 +2,7 @@
 
     python benchmarks/bench_chunk.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--accuracy] [--profile SHAPE]
         [--profile-fla SHAPE] [--sweep SHAPE] [--ab SHAPE:KEY=VALUE[,KEY=VALUE...]] [--host SHAPES] [--no-speed]
-        [--out DIR]
+        [--launch KEY=VALUE[,KEY=VALUE...]] [--out DIR]
 
 Per shape: median ms (triton.testing.do_bench, 25 ms warm-up, 200 ms of repeats) of ours and fla with
 the same options and inputs (bf16 q/k/v/beta, fp32 g and states, K = V = 128, initial state given and final
@@ -22,6 +22,7 @@ earlier, maybe much smaller, input. This flag makes fla tune on every shape (abo
 --sweep SHAPE: launch settings of ours, greedily, each timed once (order effects included).
 --ab SHAPE:KEY=VALUE,...: the default launch settings against the given changes, timed in alternation
 (default, changed, default, ...) for AB_ROUNDS rounds; prints both medians and their ratio. Repeatable.
+--launch KEY=VALUE,...: launch settings of ours for the whole run (the defaults of --ab included).
 --host SHAPE: host cost per call of ours and fla (wall time of 20 calls issued back to back, GPU time from
 do_bench beside it, and a cProfile of ours' wrapper).
 """
@@ -304,13 +305,18 @@ def parse_ab(spec):
     name, _, changes_text = spec.partition(":")
     if name not in SHAPES:
         raise SystemExit(f"--ab {spec}: unknown shape {name!r} ({', '.join(SHAPES)})")
+    return name, parse_launch(changes_text, f"--ab {spec}")
+
+
+def parse_launch(text, where="--launch"):
+    """{launch setting: value} of `KEY=VALUE,...` (None, True, False or an int); exits on an unknown setting."""
     changes = {}
-    for item in changes_text.split(","):
+    for item in text.split(","):
         key, _, value = item.partition("=")
         if key not in ours.LAUNCH:
-            raise SystemExit(f"--ab {spec}: {key!r} is not a launch setting ({', '.join(ours.LAUNCH)})")
+            raise SystemExit(f"{where}: {key!r} is not a launch setting ({', '.join(ours.LAUNCH)})")
         changes[key] = None if value == "None" else (value == "True" if value in ("True", "False") else int(value))
-    return name, changes
+    return changes
 
 
 def ab(spec):
@@ -358,14 +364,17 @@ def main():
     ap.add_argument("--no-fla", action="store_true", help="time ours only (fla autotunes for minutes per shape)")
     ap.add_argument("--fla-tune-each", action="store_true",
                     help="autotune fla on every shape (in-process and disk caches off; about a minute a shape)")
+    ap.add_argument("--launch", default=None, metavar="KEY=VALUE,...", help="launch settings of ours for the whole run")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
+    if a.launch:
+        ours.LAUNCH.update(parse_launch(a.launch))
     if a.fla_tune_each:
         os.environ["FLA_CACHE_RESULTS"] = "0"  # read when fla is imported: no results from earlier runs
     import fla
 
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
-          f"fla {getattr(fla, '__version__', '?')}")
+          f"fla {getattr(fla, '__version__', '?')}" + (f"; ours with --launch {a.launch}" if a.launch else ""))
     defaults = dict(ours.LAUNCH)
     for spec in a.ab:
         parse_ab(spec)  # every spec checked before the first is timed

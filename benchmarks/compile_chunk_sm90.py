@@ -50,18 +50,15 @@ def kernels(launch: dict):
            "scale": "fp32"}
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2)
-    solve_in_intra = L["intra_one_launch"] and L["solve_in_intra"]
     if L["intra_one_launch"]:
-        out.append(("intra all blocks" + (" + solve" if solve_in_intra else ""), chunk._intra_chunk_kernel,
-                    {**sig, "Xs": "*bf16"}, dict(intra, SOLVE=solve_in_intra), L["intra_warps"], L["intra_stages"]))
+        out.append(("intra all blocks", chunk._intra_chunk_kernel, sig, intra, L["intra_warps"], L["intra_stages"]))
     else:
         for block in range(chunk.BT // chunk.BC):
             out.append((f"intra I={block}", chunk._intra_kernel, sig,
                         dict(intra, I=block, BJ=max(chunk.BC, triton.next_power_of_2(block * chunk.BC))),
                         L["intra_warps"], L["intra_stages"]))
-    if not solve_in_intra:
-        out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "Xs": "*bf16", **tables},
-                    dict(HV=HV, BT=chunk.BT, BC=chunk.BC, INTERPRET=False), L["solve_warps"], None))
+    out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "Xs": "*bf16", **tables},
+                dict(HV=HV, BT=chunk.BT, BC=chunk.BC, INTERPRET=False), L["solve_warps"], None))
     sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk"),
            **tables, "scale": "fp32"}
     out.append(("wu", chunk._wu_kernel, sig,

@@ -17,13 +17,14 @@ Kernels, in launch order:
 1. `_gate_cumsum_kernel`, per (chunk, value head): gate (precomputed, unbounded or safe), cumulative sum
    G (fp32, in log2 units with the launch setting `exp2`, the default), and with `l2_in_intra` off the q/k
    L2-norm factors 1 / sqrt(sum x^2 + 1e-6) (by default kernel 2 computes them).
-2. `_intra_chunk_kernel`, per (chunk, value head): A_qk (bf16) and A_kk (fp32 scratch), its four 16-row
-   blocks one after the other (the columns before each block and the 16x16 diagonal block); with
-   `intra_one_launch` off, `_intra_kernel` does one block per launch.
+2. `_intra_chunk_kernel`, per (chunk, value head): A_qk (bf16), A_kk (fp32 scratch) and q exp(G) (bf16,
+   without the scale and L2-norm factors, which kernel 5 or 6 applies), its four 16-row blocks one after the
+   other (the columns before each block and the 16x16 diagonal block); with `intra_one_launch` off,
+   `_intra_kernel` does one block per launch.
 3. `_solve_kernel`, per (chunk, value head): X = (I + A_kk)^-1 by 16x16 blocks in registers (the diagonal
-   inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)), stored as bf16 (with `solve_in_intra`, at the end of
-   kernel 2's program instead).
-4. `_wu_kernel`, per (chunk, value head): W, U, q exp(G) and k exp(G_last - G).
+   inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)), stored as bf16.
+4. `_wu_kernel`, per (chunk, value head): W, U and k exp(G_last - G) (and q exp(G) with `qg_in_intra` off; by
+   default kernel 2 writes it).
 5. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
    at every chunk start (bf16, for kernel 6; also in fp32 in the caller's layout when asked, for prefix
    caching), V_new, and the final state; from 64 (sequence, head) pairs on also O (launch setting
@@ -113,24 +114,26 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   split_bv: kernel 5a's tile width (wide: W and k exp(G_last - G) are read once per tile, and there are many
 #   segments to fill the GPU). scan_warps: kernel 5b's warps (ptxas, K = 128, BV 16: 4 warps spill 984 bytes
 #   holding the [K, K] fp32 map, 8 warps none).
-# Off:
-# - solve_in_intra (with intra_one_launch): kernel 3's solve at the end of kernel 2's program, which reads the
-#   chunk's A_kk back from the caches right after writing it (the fp32 A_kk, 256 bytes per token and head, is
-#   not read from DRAM) and saves a launch; the solve then runs on intra_warps (2) instead of solve_warps (1).
-#   Bit-identical. Written in the sixteenth session after the device time: untimed (kernel 3 took 168 us of
-#   2118 at 32 x 16384 and 248 of 2773 on K3).
+# On by default since the seventeenth session:
 # - qg_in_intra: kernel 2 writes q exp(G) (from the q and G rows it loads anyway, times exp(G) of the block's
 #   first row), without the scale and L2-norm factors, which are not known until the end of its K loop; kernel
 #   5 or 6 applies them to the rows of (q exp(G)) S. Kernel 4 then reads neither q nor the q norms and writes
 #   no q exp(G): about 0.25 KB per token and head less traffic in all (fla's W/U kernel does not touch q
-#   either). Rounds differently (q exp(G) is rounded to bf16 before the factors). Written in the sixteenth
-#   session after the device time: untimed.
+#   either). Rounds differently (q exp(G) is rounded to bf16 before the factors). H100: 1.077 on K3, 1.058 on
+#   32 x 16384 (with wu_warps=8: 1.068 on K3, with wu_stages=1: 1.071; wu_warps=8 alone 1.007).
+# Off:
 # - decay_in_gate: the gate kernel also writes q exp(G), k exp(G_last - G) and beta k exp(G) (bf16) while G is in
 #   its registers; the W/U kernel then reads only beta k exp(G), v and X, not q, k and the fp32 G. About 2.9 ->
 #   2.5 GB moved by the two kernels on the K3 shape (one more bf16 [T, HV, K] buffer); W/U 200 -> 64 registers
 #   (8 warps). Use with gate_bk=32: at BK 64 the gate kernel spills (154 registers at 32). Bit-identical.
 #   H100, with gate_bk=32 and exp2 (not alone): 0.963 on K3, 0.960 on 32 heads x 16384.
 # - wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3).
+# Deleted in the seventeenth session: the solve at the end of the one-launch intra program (its A_kk read back
+# from the caches, one launch less): H100 0.659 on K3, 0.699 on 32 x 16384. Tried in the seventeenth session and
+# not kept: the gate and its cumulative sum inside the intra kernel (each 16-row block continuing the sum from the
+# G its predecessor stored; kernel 1 not launched, G never read back by kernel 2): 0.843 on K3, 0.946 on 32 x
+# 16384; with intra_bk 16 (no spill in ptxas) 0.899, 0.954, and 0.949-0.954 on 16 x 4096 packed and 8 x 131072
+# (intra_bk 16 alone: 0.962, 0.980).
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": True,
     "intra_warps": 2, "intra_bk": 32, "intra_stages": 3, "solve_warps": 1,
@@ -138,7 +141,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "decay_in_gate": False, "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
-    "intra_one_launch": True, "solve_in_intra": False, "qg_in_intra": False,
+    "intra_one_launch": True, "qg_in_intra": True,
 }
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
@@ -372,18 +375,16 @@ def _intra_kernel(
 
 @triton.jit(do_not_specialize=["scale"])
 def _intra_chunk_kernel(
-    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Xs,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, SOLVE: tl.constexpr, INTERPRET: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
     intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
-    DRAM as across four launches. With SOLVE (launch setting solve_in_intra) the same program then solves
-    X = (I + A_kk)^-1 into Xs, reading the A_kk it just wrote back from the caches, and kernel 3 is not
-    launched. Written out for BT = 4 * BC; the barriers make what one block stores (A_kk, and the L2-norm
-    factors with L2_HERE) visible to the threads of the next step."""
+    DRAM as across four launches. Written out for BT = 4 * BC; the barriers make what one block stores (A_kk,
+    and the L2-norm factors with L2_HERE) visible to the threads of the next step."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
@@ -401,9 +402,6 @@ def _intra_chunk_kernel(
     if 3 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
                      BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
-    if SOLVE:
-        tl.debug_barrier()
-        _solve_chunk(Akk + (i_c * HV + i_hv) * (BT * BT), Xs + (i_c * HV + i_hv) * (BT * BT), n, BT, BC, INTERPRET)
 
 
 @triton.jit
@@ -567,12 +565,6 @@ def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.c
     _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     Akk += (i_c * HV + i_hv) * (BT * BT)
     Xs += (i_c * HV + i_hv) * (BT * BT)
-    _solve_chunk(Akk, Xs, n, BT, BC, INTERPRET)
-
-
-@triton.jit
-def _solve_chunk(Akk, Xs, n, BT: tl.constexpr, BC: tl.constexpr, INTERPRET: tl.constexpr):
-    """The solve of one (chunk, value head) whose A_kk and X scratch start at Akk and Xs (`_solve_kernel`)."""
     X00 = _inverse_unit_lower(_akk_block(Akk, 0, 0, n, BT, BC), BC, SOLVE_PRECISION)
     X11 = _inverse_unit_lower(_akk_block(Akk, 1, 1, n, BT, BC), BC, SOLVE_PRECISION)
     X22 = _inverse_unit_lower(_akk_block(Akk, 2, 2, n, BT, BC), BC, SOLVE_PRECISION)
@@ -1181,17 +1173,15 @@ def kda_chunk(
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
         INTERPRET=interp, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
     )
-    Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
-    solve_in_intra = LAUNCH["intra_one_launch"] and LAUNCH["solve_in_intra"]
     if LAUNCH["intra_one_launch"]:
-        _intra_chunk_kernel[(NT, HV)](*intra_args, Xs, SOLVE=solve_in_intra, **intra_consts)
+        _intra_chunk_kernel[(NT, HV)](*intra_args, **intra_consts)
     else:
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
             _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
                                     **intra_consts)
-    if not solve_in_intra:
-        _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
-                                num_warps=LAUNCH["solve_warps"])
+    Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
+    _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
+                            num_warps=LAUNCH["solve_warps"])
 
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     U = torch.empty(TT, HV, V, dtype=bf16, device=dev)
