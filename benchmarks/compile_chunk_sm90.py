@@ -1,10 +1,10 @@
 """Compile the chunked forward's kernels (kernels/chunk.py) for sm_90 without a GPU, with the default launch
 settings and with each speed variant of chunk.LAUNCH, and print ptxas's register / spill report per kernel.
 
-    python benchmarks/compile_chunk_sm90.py [--heads N] [--only gate,wu,...] [KEY=VALUE | SWITCH ...]
+    python benchmarks/compile_chunk_sm90.py [--heads N] [--only gate,wu,...] [KEY=VALUE ...]
 
-KEY=VALUE: launch settings of chunk.LAUNCH (as bench_chunk.py --ab takes them), SWITCH: a switch to turn on
-(decay_in_gate, exp2; "all" for both), all applied together; none: the defaults and each switch alone.
+KEY=VALUE: launch settings of chunk.LAUNCH (as bench_chunk.py --ab takes them), all applied together; none: the
+defaults.
 --only: compile only these kernels (gate, intra, solve, wu, state, output). --heads: the number of (sequence,
 head) pairs (default 96; it picks the state pass's V-tile and stages, e.g. 8 for 8 heads x 131072). The shape
 is the K3 safe-gate one of bench_chunk.py (96 heads, K = V = 128, safe gate, L2 norm in the kernel, beta as a
@@ -26,7 +26,6 @@ from triton.compiler.compiler import ASTSource  # noqa: E402
 
 from kda_trace.kernels import chunk  # noqa: E402
 
-SWITCHES = ("decay_in_gate", "exp2")  # "state_split=N" (chunks per segment) is passed as KEY=VALUE
 H = HV = 96
 K = V = 128
 
@@ -34,18 +33,18 @@ K = V = 128
 def kernels(launch: dict):
     """(name, kernel, signature, constexprs, warps, stages) of one forward call with these launch settings."""
     L = launch
-    decay, exp2 = L["decay_in_gate"], L["exp2"]
-    l2_in_intra = L["l2_in_intra"] and not decay
+    exp2, l2_in_intra = L["exp2"], L["l2_in_intra"]
     ptr = lambda t, *names: {n: f"*{t}" for n in names}  # noqa: E731
     tables = {"cu_seqlens": "*i64", "chunk_indices": "*i32"}
     common = dict(H=H, HV=HV, K=K, BT=chunk.BT, INTERPRET=False)
     out = []
-    sig = {**ptr("bf16", "g", "q", "k", "beta", "QG", "KG", "KB"), **ptr("fp32", "A_log", "dt_bias", "G", "rq", "rk"),
-           **tables, "lower_bound": "fp32", "scale": "fp32"}
+    sig = {**ptr("bf16", "g", "q", "k"), **ptr("fp32", "A_log", "dt_bias", "G", "rq", "rk"), **tables,
+           "lower_bound": "fp32"}
     out.append(("gate", chunk._gate_cumsum_kernel, sig,
-                dict(common, BK=min(L["gate_bk"], 64), GATE=2, L2NORM=not l2_in_intra, BETA=0, DECAY=decay, EXP2=exp2),
+                dict(H=H, HV=HV, K=K, BT=chunk.BT, BK=min(L["gate_bk"], 64), GATE=2, L2NORM=not l2_in_intra,
+                     EXP2=exp2),
                 L["gate_warps"], None))
-    qg_raw = bool(L["qg_in_intra"]) and not decay
+    qg_raw = bool(L["qg_in_intra"])
     sig = {**ptr("bf16", "q", "k", "beta", "Aqk", "QG"), **ptr("fp32", "G", "rq", "rk", "Akk"), **tables,
            "scale": "fp32"}
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
@@ -59,10 +58,10 @@ def kernels(launch: dict):
                         L["intra_warps"], L["intra_stages"]))
     out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "Xs": "*bf16", **tables},
                 dict(HV=HV, BT=chunk.BT, BC=chunk.BC, INTERPRET=False), L["solve_warps"], None))
-    sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk"),
+    sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG"), **ptr("fp32", "G", "rq", "rk"),
            **tables, "scale": "fp32"}
     out.append(("wu", chunk._wu_kernel, sig,
-                dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, DECAY=decay, QG_DONE=qg_raw,
+                dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, QG_DONE=qg_raw,
                      EXP2=exp2),
                 L["wu_warps"], L["wu_stages"]))
     saved = dict(chunk.LAUNCH)
@@ -119,14 +118,9 @@ def main() -> int:
         asked = asked[2:]
     changes = {}
     for item in asked:
-        if item == "all":
-            changes.update(dict.fromkeys(SWITCHES, True))
-        elif "=" in item:
-            key, _, value = item.partition("=")
-            changes[key] = None if value == "None" else (value == "True" if value in ("True", "False") else int(value))
-        else:
-            changes[item] = True
-    runs = [changes] if changes else [{}] + [{s: True} for s in SWITCHES]
+        key, _, value = item.partition("=")
+        changes[key] = None if value == "None" else (value == "True" if value in ("True", "False") else int(value))
+    runs = [changes]
     failed = False
     for changes in runs:
         unknown = set(changes) - set(chunk.LAUNCH)

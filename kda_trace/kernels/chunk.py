@@ -106,11 +106,12 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # - state_split (None: _split_launch picks; 0: off; else chunks per segment; K <= 128): the state pass split into
 #   segments of a sequence (kernels 5a, 5b; see there), for long sequences with few heads, where the sequential
 #   pass is the bound (8 heads x 131072 tokens: 2048 dependent chunk steps per program). Up to 3x the state
-#   pass's work (5a skips a sequence's last segment and the [K, K] map of its first: written after the timings
-#   below, untimed) and the memory of three fp32 [K, V] or [K, K] tensors per segment and value head. Kernel 5 then
-#   picks its tiles and out_in_state by the number of segments (chains) instead of sequences. H100, segments of
-#   64 chunks: 1.38 at 8 x 131072, 1.15 at 16 x 65536, 1.09 at 8 x 16384; lost at 32 pairs (0.98 on 32 x 16384
-#   and 16 x 2 x 16384 with 32-chunk segments, 0.95 on 32 x 4096 with 16) and at 96 (0.88 on K3).
+#   pass's work (5a skips a sequence's last segment and the [K, K] map of its first) and the memory of three fp32
+#   [K, V] or [K, K] tensors per segment and value head. Kernel 5 then picks its tiles and out_in_state by the
+#   number of segments (chains) instead of sequences. H100, segments of 64 chunks: 1.38 at 8 x 131072, 1.15 at 16 x
+#   65536, 1.09 at 8 x 16384; lost at 32 pairs (0.98 on 32 x 16384 and 16 x 2 x 16384 with 32-chunk segments,
+#   0.95 on 32 x 4096 with 16) and at 96 (0.88 on K3). With the lighter 5a (seventeenth session): 1.375 at 8 x
+#   131072, 1.082 at 8 x 16384, 0.999 at 32 x 16384 (64-chunk segments).
 #   split_bv: kernel 5a's tile width (wide: W and k exp(G_last - G) are read once per tile, and there are many
 #   segments to fill the GPU). scan_warps: kernel 5b's warps (ptxas, K = 128, BV 16: 4 warps spill 984 bytes
 #   holding the [K, K] fp32 map, 8 warps none).
@@ -121,26 +122,24 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   no q exp(G): about 0.25 KB per token and head less traffic in all (fla's W/U kernel does not touch q
 #   either). Rounds differently (q exp(G) is rounded to bf16 before the factors). H100: 1.077 on K3, 1.058 on
 #   32 x 16384 (with wu_warps=8: 1.068 on K3, with wu_stages=1: 1.071; wu_warps=8 alone 1.007).
-# Off:
-# - decay_in_gate: the gate kernel also writes q exp(G), k exp(G_last - G) and beta k exp(G) (bf16) while G is in
-#   its registers; the W/U kernel then reads only beta k exp(G), v and X, not q, k and the fp32 G. About 2.9 ->
-#   2.5 GB moved by the two kernels on the K3 shape (one more bf16 [T, HV, K] buffer); W/U 200 -> 64 registers
-#   (8 warps). Use with gate_bk=32: at BK 64 the gate kernel spills (154 registers at 32). Bit-identical.
-#   H100, with gate_bk=32 and exp2 (not alone): 0.963 on K3, 0.960 on 32 heads x 16384.
-# - wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3).
-# Deleted in the seventeenth session: the solve at the end of the one-launch intra program (its A_kk read back
-# from the caches, one launch less): H100 0.659 on K3, 0.699 on 32 x 16384. Tried in the seventeenth session and
-# not kept: the gate and its cumulative sum inside the intra kernel (each 16-row block continuing the sum from the
-# G its predecessor stored; kernel 1 not launched, G never read back by kernel 2): 0.843 on K3, 0.946 on 32 x
-# 16384; with intra_bk 16 (no spill in ptxas) 0.899, 0.954, and 0.949-0.954 on 16 x 4096 packed and 8 x 131072
-# (intra_bk 16 alone: 0.962, 0.980).
+# Not kept (H100, default / changed < 1): wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3).
+# Deleted in the seventeenth session:
+# - the solve at the end of the one-launch intra program (its A_kk read back from the caches, one launch less):
+#   0.659 on K3, 0.699 on 32 x 16384;
+# - decay_in_gate (the gate kernel also wrote q exp(G), k exp(G_last - G) and beta k exp(G) while G was in its
+#   registers, so that the W/U kernel read neither q, k nor G; it needed gate_bk=32 not to spill): 0.963 on K3,
+#   0.960 on 32 x 16384 (eighth session).
+# Tried in the seventeenth session and not kept: the gate and its cumulative sum inside the intra kernel (each
+# 16-row block continuing the sum from the G its predecessor stored; kernel 1 not launched, G never read back by
+# kernel 2): 0.843 on K3, 0.946 on 32 x 16384; with intra_bk 16 (no spill in ptxas) 0.899, 0.954, and
+# 0.949-0.954 on 16 x 4096 packed and 8 x 131072 (intra_bk 16 alone: 0.962, 0.980).
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": True,
     "intra_warps": 2, "intra_bk": 32, "intra_stages": 3, "solve_warps": 1,
     "wu_warps": 4, "wu_bk": 64, "wu_bv": 64, "wu_stages": 3,
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
-    "decay_in_gate": False, "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
+    "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True,
 }
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
@@ -224,16 +223,14 @@ def _l2_factors(q, k, rq, rk, r0, n, i_h, i_hv, H: tl.constexpr, HV: tl.constexp
     return r_q, r_k
 
 
-@triton.jit(do_not_specialize=["lower_bound", "scale"])
+@triton.jit(do_not_specialize=["lower_bound"])
 def _gate_cumsum_kernel(
-    g, A_log, dt_bias, G, q, k, rq, rk, beta, QG, KG, KB, cu_seqlens, chunk_indices, lower_bound, scale,
+    g, A_log, dt_bias, G, q, k, rq, rk, cu_seqlens, chunk_indices, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    GATE: tl.constexpr, L2NORM: tl.constexpr, BETA: tl.constexpr, DECAY: tl.constexpr, EXP2: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    GATE: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
 ):
-    """G = the cumulative log decay of one (chunk, value head) (times log2(e) with EXP2), the q/k L2-norm
-    factors (L2NORM), and with DECAY also the decayed operands that the W/U kernel computes otherwise:
-    q scale exp(G), k exp(G_last - G) and beta k exp(G) (bf16; q and k L2-normalised)."""
+    """G = the cumulative log decay of one (chunk, value head) (times log2(e) with EXP2), and the q/k L2-norm
+    factors (L2NORM: with the launch setting l2_in_intra off)."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
@@ -242,20 +239,6 @@ def _gate_cumsum_kernel(
     m_r = o_t < n
     g += (r0 * HV + i_hv) * K
     G += (r0 * HV + i_hv) * K
-
-    if DECAY:
-        # the norms first: the decayed operands need them
-        if L2NORM:
-            rq_t, rk_t = _l2_factors(q, k, rq, rk, r0, n, i_h, i_hv, H, HV, K, BT, BK)
-        else:
-            rq_t = tl.full([BT], 1.0, tl.float32)
-            rk_t = tl.full([BT], 1.0, tl.float32)
-        b_beta = _beta_at(beta, (r0 * HV + i_hv) + o_t * HV, m_r, BETA)
-        q += (r0 * H + i_h) * K
-        k += (r0 * H + i_h) * K
-        QG += (r0 * HV + i_hv) * K
-        KG += (r0 * HV + i_hv) * K
-        KB += (r0 * HV + i_hv) * K
     if GATE != 0:
         b_A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
     for k0 in range(0, K, BK):
@@ -272,17 +255,8 @@ def _gate_cumsum_kernel(
             b_g = b_g * LOG2E
         b_G = tl.cumsum(b_g, axis=0)
         tl.store(G + off, b_G, mask=m)
-        if DECAY:
-            # the same fp32 operations as in _wu_kernel (rows past n: G = 0 there, k and q load as 0)
-            g_last = tl.sum(tl.where((o_t == n - 1)[:, None], b_G, 0.0), axis=0)
-            off_x = o_t[:, None] * (H * K) + o_k[None, :]
-            b_k = tl.load(k + off_x, mask=m, other=0.0).to(tl.float32) * rk_t[:, None]
-            tl.store(KB + off, _bf16(b_k * (b_beta[:, None] * _exp(b_G, EXP2)), INTERPRET), mask=m)
-            tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_G, 0.0), EXP2), INTERPRET), mask=m)
-            b_q = tl.load(q + off_x, mask=m, other=0.0).to(tl.float32)
-            tl.store(QG + off, _bf16(b_q * (scale * rq_t)[:, None] * _exp(b_G, EXP2), INTERPRET), mask=m)
 
-    if L2NORM and not DECAY:
+    if L2NORM:
         _l2_factors(q, k, rq, rk, r0, n, i_h, i_hv, H, HV, K, BT, BK)
 
 
@@ -595,15 +569,14 @@ def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.c
 
 @triton.jit(do_not_specialize=["scale"])
 def _wu_kernel(
-    q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, KB, cu_seqlens, chunk_indices, scale,
+    q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    BETA: tl.constexpr, L2NORM: tl.constexpr, DECAY: tl.constexpr, QG_DONE: tl.constexpr, EXP2: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, QG_DONE: tl.constexpr, EXP2: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     """W = X (beta k exp(G)), U = X (beta v), q exp(G) and k exp(G_last - G) for one (chunk, value head),
-    from the X that `_solve_kernel` left in Xs. With DECAY the gate kernel wrote the three decayed operands
-    already; beta k exp(G) is read from KB. With QG_DONE the intra kernel wrote q exp(G) (qg_in_intra). (A
+    from the X that `_solve_kernel` left in Xs. With QG_DONE the intra kernel wrote q exp(G) (qg_in_intra). (A
     separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
@@ -618,7 +591,6 @@ def _wu_kernel(
     W += (r0 * HV + i_hv) * K
     QG += (r0 * HV + i_hv) * K
     KG += (r0 * HV + i_hv) * K
-    KB += (r0 * HV + i_hv) * K
     v += (r0 * HV + i_hv) * V
     U += (r0 * HV + i_hv) * V
     beta += r0 * HV + i_hv
@@ -633,32 +605,24 @@ def _wu_kernel(
     m_x = m_t[:, None] & (o_t[None, :] <= o_t[:, None])  # X is lower triangular (upper blocks not written)
     b_X = tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0)
     b_beta = _beta_at(beta, o_t * HV, m_t, BETA)
-    if DECAY:
-        for k0 in range(0, K, BK):
-            o_k = k0 + tl.arange(0, BK)
-            m = m_t[:, None] & (o_k < K)[None, :]
-            off = o_t[:, None] * SG + o_k[None, :]
-            b_kb = tl.load(KB + off, mask=m, other=0.0)
-            tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
-    else:
-        rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
+    rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
+    if not QG_DONE:
+        f_q = _qg_row_factors(rq, scale, o_t, m_t, HV, L2NORM)
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m = m_t[:, None] & m_k[None, :]
+        b_k = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32) * rk_t[:, None]
+        b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
+        g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
+        off = o_t[:, None] * SG + o_k[None, :]
+        b_kb = _bf16(b_k * (b_beta[:, None] * _exp(b_g, EXP2)), INTERPRET)
+        tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
+        # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
+        tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_g, 0.0), EXP2), INTERPRET), mask=m)
         if not QG_DONE:
-            f_q = _qg_row_factors(rq, scale, o_t, m_t, HV, L2NORM)
-        for k0 in range(0, K, BK):
-            o_k = k0 + tl.arange(0, BK)
-            m_k = o_k < K
-            m = m_t[:, None] & m_k[None, :]
-            b_k = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32) * rk_t[:, None]
-            b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
-            g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
-            off = o_t[:, None] * SG + o_k[None, :]
-            b_kb = _bf16(b_k * (b_beta[:, None] * _exp(b_g, EXP2)), INTERPRET)
-            tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
-            # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
-            tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_g, 0.0), EXP2), INTERPRET), mask=m)
-            if not QG_DONE:
-                b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
-                tl.store(QG + off, _bf16(b_q * f_q[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
+            b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+            tl.store(QG + off, _bf16(b_q * f_q[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
 
     # U = X (beta v), per V-tile
     for v0 in range(0, V, BV):
@@ -1141,30 +1105,24 @@ def kda_chunk(
     f32, bf16 = torch.float32, torch.bfloat16
 
     BKg = min(64, max(16, triton.next_power_of_2(K)))
-    decay_in_gate, exp2 = bool(LAUNCH["decay_in_gate"]), bool(LAUNCH["exp2"])
-    # with decay_in_gate the gate kernel needs the norms itself, so they stay there
-    l2_in_intra = bool(LAUNCH["l2_in_intra"]) and not decay_in_gate
+    exp2, l2_in_intra = bool(LAUNCH["exp2"]), bool(LAUNCH["l2_in_intra"])
     G = torch.empty(TT, HV, K, dtype=f32, device=dev)
     rq = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
     rk = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
     QG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     KG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
-    KB = torch.empty(TT, HV, K, dtype=bf16, device=dev) if decay_in_gate else QG  # beta k exp(G)
     gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
     _gate_cumsum_kernel[(NT, HV)](
-        g, *gate_args, G, q, k, rq, rk, beta, QG, KG, KB, cu_seqlens, chunk_indices, float(opts.lower_bound),
-        opts.resolved_scale(K),
+        g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
         H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), GATE=GATE_CODES[opts.gate],
-        L2NORM=opts.use_qk_l2norm and not l2_in_intra, BETA=BETA_CODES[opts.beta], DECAY=decay_in_gate,
-        EXP2=exp2, INTERPRET=interp,
-        num_warps=LAUNCH["gate_warps"],
+        L2NORM=opts.use_qk_l2norm and not l2_in_intra, EXP2=exp2, num_warps=LAUNCH["gate_warps"],
     )
 
     Akk = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
-    qg_raw = bool(LAUNCH["qg_in_intra"]) and not decay_in_gate
+    qg_raw = bool(LAUNCH["qg_in_intra"])
     intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG)
     intra_consts = dict(
         H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
@@ -1186,10 +1144,10 @@ def kda_chunk(
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     U = torch.empty(TT, HV, V, dtype=bf16, device=dev)
     _wu_kernel[(NT, HV)](
-        q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, KB, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+        q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
         H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
-        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, DECAY=decay_in_gate, QG_DONE=qg_raw, EXP2=exp2,
+        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, EXP2=exp2,
         INTERPRET=interp, num_warps=LAUNCH["wu_warps"], num_stages=LAUNCH["wu_stages"],
     )
 

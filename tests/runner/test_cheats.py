@@ -282,8 +282,14 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
         sent.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGINT)
 
+    # a shell without job control starts background commands with SIGINT ignored, and Python then keeps it
+    # ignored: the interrupt below would be lost and the run would wait for `hangs` (600 s)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt_when_hanging, daemon=True).start()
-    assert main(argv) == 130
+    try:
+        assert main(argv) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - sent[0] < 10  # `timeout -k 30` would kill a runner that waited politely (20 s)
     assert len(seen) >= 2, seen  # the worker and the solution's process at least
     time.sleep(0.5)
