@@ -18,7 +18,20 @@ import sys
 from typing import Dict, Iterable, List, Optional, Set
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 SOLUTION_ENV = "KDA_TRACE_SOLUTION"  # the solution spec, set in its process's environment (solution_host.host_main)
+
+
+def die_with_parent() -> None:
+    """Ask Linux to kill this process (SIGKILL) when the thread that started it ends: a runner killed outright
+    (`timeout -k`, the OOM killer) must not leave its workers, and a worker killed for a timeout must not leave
+    its solution's process, running on the GPU. Nothing elsewhere than Linux."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def become_subreaper() -> bool:

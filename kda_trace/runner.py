@@ -26,6 +26,7 @@ import multiprocessing as mp
 import os
 import secrets
 import signal
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -817,6 +818,12 @@ def _timing_fields(timing) -> Dict[str, Any]:
 
 def worker_main(conn, config: RunConfig, device: str) -> None:
     """Worker process: receive Tasks, send ('phase', spec, name) / ('record', json) / ('done',) messages."""
+    from .reaper import die_with_parent
+
+    die_with_parent()  # with the runner, however it ends
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)  # the runner ended before die_with_parent could see it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
     if not device.startswith("cuda") and len(config.devices) > 1:
         import torch
@@ -850,6 +857,10 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
 
 
 # ============================================================================ main side
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 @dataclass
@@ -904,6 +915,10 @@ class Runner:
         workers = [_Worker(dev) for dev in devices]
         reaping = reaper.become_subreaper()
         before = set(reaper.descendants())  # what this process had already (a test session's own helpers)
+        # SIGTERM (`timeout`'s default signal, `kill`) ends the run as Ctrl-C does, with the cleanup below;
+        # Python's default for it is to exit at once, leaving the workers to die_with_parent
+        term = threading.current_thread() is threading.main_thread()
+        previous_term = signal.signal(signal.SIGTERM, _interrupt) if term else None
         for w in workers:
             self._start(w)
         interrupted = True  # until the loop ends normally: Ctrl-C, a `timeout` signal, an error of ours
@@ -947,6 +962,8 @@ class Runner:
                 self._stop(w)
             if reaping:  # the workers are gone: whatever is left under us now was left by a solution
                 self.strays += reaper.kill_strays(before, direct_only=False)
+            if term:
+                signal.signal(signal.SIGTERM, previous_term)
 
     def _poll(self, w: _Worker, queue: deque) -> None:
         try:

@@ -36,23 +36,13 @@ from .call_results import HOST_STARTING
 # ============================================================================ the solution's process
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when the worker that started it dies (a worker killed for a timeout
-    must not leave its solution running on the GPU)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str, workdir: str,
               code_digest: Optional[str] = None) -> None:
     """The solution process: requests in, JSON replies and safetensors files out."""
-    _die_with_parent()
+    from .reaper import SOLUTION_ENV, die_with_parent
+
+    die_with_parent()  # with its worker
     # inherited by the processes the solution starts, so that one it leaves behind can be named (reaper.py)
-    from .reaper import SOLUTION_ENV
 
     os.environ[SOLUTION_ENV] = spec
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -256,10 +256,12 @@ def test_stored_inputs_rewritten_during_a_run_are_refused(tmp_path, monkeypatch)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc (kda_trace/reaper.py)")
-def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
-    """Interrupted (Ctrl-C, `timeout -s INT`) while a solution is busy, the run ends within seconds, killing its
-    worker and the solution's process at once: a GPU run interrupted this way once left a process holding 31 GiB
-    of GPU memory for the next run to trip over (`timeout -k 30` killed the runner in its 20 s polite wait). The records finished before the interrupt are kept."""
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_leaves_no_process_behind(tmp_path, signame):
+    """Interrupted (Ctrl-C, `timeout -s INT`, or `timeout`'s default SIGTERM) while a solution is busy, the run
+    ends within seconds, killing its worker and the solution's process at once: a GPU run interrupted this way
+    once left a process holding 31 GiB of GPU memory for the next run to trip over (`timeout -k 30` killed the
+    runner in its 20 s polite wait). The records finished before the interrupt are kept."""
     import os
     import signal
     import threading
@@ -280,7 +282,7 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path):
         time.sleep(2.0)
         seen.extend(p for p in reaper.descendants() if p not in before)
         sent.append(time.monotonic())
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), getattr(signal, signame))
 
     # a shell without job control starts background commands with SIGINT ignored, and Python then keeps it
     # ignored: the interrupt below would be lost and the run would wait for `hangs` (600 s)
@@ -305,3 +307,46 @@ def _state(pid):
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "gone"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc (kda_trace/reaper.py)")
+def test_a_runner_killed_outright_takes_its_worker_and_solution_process_with_it(tmp_path):
+    """SIGKILL (`timeout -k`, the OOM killer) gives the runner no cleanup: its worker and the solution's process
+    end anyway (PR_SET_PDEATHSIG, kda_trace/reaper.py `die_with_parent`) instead of running on, orphaned."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from kda_trace import reaper
+
+    argv = [sys.executable, "-m", "kda_trace.cli", "run", "--dataset", DS, "--workers", "1", "--definition",
+            "toy_scan", "--out", str(tmp_path), "--solution", f"{BAD}::good", "--solution", f"{BAD}::hangs",
+            "--timeout", "600"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(1200):  # until `good` has a record: `hangs`, evaluated after it, is then asleep
+            time.sleep(0.1)
+            if any(p.read_text().strip() for p in (tmp_path / "traces").glob("*/*.jsonl")):
+                break
+        time.sleep(2.0)
+        below = reaper.descendants(proc.pid)
+        assert len(below) >= 2, below  # the worker and the solution's process at least
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 10.0
+    tracker = reaper._tracker_pid()
+    while True:
+        left = [p for p in below if Path(f"/proc/{p}").exists() and _state(p) not in ("Z", "gone")]
+        left = [p for p in left if p != tracker]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for p in below:  # the ones that were reparented to this process (a subreaper in a test session): reap them
+        try:
+            os.waitpid(p, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    assert not left, [reaper.describe(p) for p in left]
