@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
 import triton  # noqa: E402
+from bench_chunk import parse_launch  # noqa: E402
 from compile_sm90 import TARGET, ptxas_report  # noqa: E402
 from triton.compiler.compiler import ASTSource  # noqa: E402
 
@@ -116,29 +117,19 @@ def main() -> int:
         else:
             H = HV = int(asked[1])
         asked = asked[2:]
-    changes = {}
-    for item in asked:
-        key, _, value = item.partition("=")
-        changes[key] = None if value == "None" else (value == "True" if value in ("True", "False") else int(value))
-    runs = [changes]
+    changes = parse_launch(",".join(asked), "compile_chunk_sm90.py") if asked else {}  # exits on an unknown key
     failed = False
-    for changes in runs:
-        unknown = set(changes) - set(chunk.LAUNCH)
-        if unknown:
-            print(f"not launch settings: {sorted(unknown)}")
-            return 1
-        launch = {**chunk.LAUNCH, **changes}
-        print(f"\n{changes or 'defaults'}:")
-        for name, fn, sig, consts, warps, stages in kernels(launch):
-            if only and name.split()[0] not in only:
-                continue
-            try:
-                kernel = compile_kernel(fn, sig, consts, warps, stages)
-            except Exception as e:  # noqa: BLE001 -- report every kernel
-                print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:400]}")
-                failed = True
-                continue
-            print(f"  {name} (warps {warps}): " + "; ".join(ptxas_report(kernel)))
+    print(f"\n{changes or 'defaults'}:")
+    for name, fn, sig, consts, warps, stages in kernels({**chunk.LAUNCH, **changes}):
+        if only and name.split()[0] not in only:
+            continue
+        try:
+            kernel = compile_kernel(fn, sig, consts, warps, stages)
+        except Exception as e:  # noqa: BLE001 -- report every kernel
+            print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:400]}")
+            failed = True
+            continue
+        print(f"  {name} (warps {warps}): " + "; ".join(ptxas_report(kernel)))
     return 1 if failed else 0
 
 

@@ -201,7 +201,7 @@ def _chunk_rows(cu_seqlens, chunk_indices, i_c, BT: tl.constexpr):
 @triton.jit
 def _l2_factors(q, k, rq, rk, r0, n, i_h, i_hv, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
                 BT: tl.constexpr, BK: tl.constexpr):
-    """1 / sqrt(sum x^2 + 1e-6) of the chunk's q and k rows, stored in rq, rk ([T, HV]) and returned."""
+    """1 / sqrt(sum x^2 + 1e-6) of the chunk's q and k rows, stored in rq, rk ([T, HV])."""
     o_t = tl.arange(0, BT)
     m_r = o_t < n
     q += (r0 * H + i_h) * K
@@ -220,7 +220,6 @@ def _l2_factors(q, k, rq, rk, r0, n, i_h, i_hv, H: tl.constexpr, HV: tl.constexp
     r_k = 1.0 / tl.sqrt(ss_k + 1e-6)
     tl.store(rq + (r0 * HV + i_hv) + o_t * HV, r_q, mask=m_r)
     tl.store(rk + (r0 * HV + i_hv) + o_t * HV, r_k, mask=m_r)
-    return r_q, r_k
 
 
 @triton.jit(do_not_specialize=["lower_bound"])
@@ -575,8 +574,9 @@ def _wu_kernel(
     BETA: tl.constexpr, L2NORM: tl.constexpr, QG_DONE: tl.constexpr, EXP2: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    """W = X (beta k exp(G)), U = X (beta v), q exp(G) and k exp(G_last - G) for one (chunk, value head),
-    from the X that `_solve_kernel` left in Xs. With QG_DONE the intra kernel wrote q exp(G) (qg_in_intra). (A
+    """W = X (beta k exp(G)), U = X (beta v), k exp(G_last - G) and, without QG_DONE, scale q exp(G) for one
+    (chunk, value head), from the X that `_solve_kernel` left in Xs (with QG_DONE the intra kernel wrote q exp(G):
+    qg_in_intra). (A
     separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)

@@ -275,11 +275,7 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path, signame):
     seen, sent = [], []
 
     def interrupt_when_hanging():
-        for _ in range(1200):  # until `good` has a record: `hangs`, evaluated after it, is then asleep
-            time.sleep(0.1)
-            if any(p.read_text().strip() for p in (tmp_path / "traces").glob("*/*.jsonl")):
-                break
-        time.sleep(2.0)
+        _wait_until_hangs_runs(tmp_path)
         seen.extend(p for p in reaper.descendants() if p not in before)
         sent.append(time.monotonic())
         os.kill(os.getpid(), getattr(signal, signame))
@@ -300,6 +296,19 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path, signame):
     assert not left, [reaper.describe(p) for p in left]
     got = statuses(tmp_path)
     assert [ev["status"] for ev in got["good"]][:1] == ["PASSED"]
+
+
+def _wait_until_hangs_runs(out, limit_s=120.0):
+    """Wait until solution `good` has a record in run directory `out` (at most limit_s), then 2 s more: `hangs`,
+    evaluated after it, is then asleep in its process."""
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        if any(p.read_text().strip() for p in (out / "traces").glob("*/*.jsonl")):
+            break
+    time.sleep(2.0)
 
 
 def _state(pid):
@@ -326,21 +335,15 @@ def test_a_runner_killed_outright_takes_its_worker_and_solution_process_with_it(
             "--timeout", "600"]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(1200):  # until `good` has a record: `hangs`, evaluated after it, is then asleep
-            time.sleep(0.1)
-            if any(p.read_text().strip() for p in (tmp_path / "traces").glob("*/*.jsonl")):
-                break
-        time.sleep(2.0)
+        _wait_until_hangs_runs(tmp_path)
         below = reaper.descendants(proc.pid)
         assert len(below) >= 2, below  # the worker and the solution's process at least
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     deadline = time.monotonic() + 10.0
-    tracker = reaper._tracker_pid()
     while True:
         left = [p for p in below if Path(f"/proc/{p}").exists() and _state(p) not in ("Z", "gone")]
-        left = [p for p in left if p != tracker]
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)
