@@ -13,6 +13,7 @@ Run it without TRITON_INTERPRET (the kernels must be compiled, not interpreted).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -106,11 +107,13 @@ def chunked_mode(spills: bool) -> None:
         extra = ptxas_report(k) if spills and acc == "fp32" else []
         print(f"chunked prep {acc} K={K} V={V} warps=8: ok", *extra)
         # the split prep (LAUNCH["chunked_prep"] = "split"): the pairs kernel per row block, the solve, the operands
-        for bi in range(4):
-            k = compile_kernel(backward_chunked._prep_pairs_kernel, sigs["prep_pairs"], dict(shared, BI=bi),
-                               backward.LAUNCH["prep_pairs_warps"] or 4)
+        # LAUNCH["diag_blocks"]: the default, and with --spills the other form too
+        anchor_forms = (True, False) if spills else (backward.LAUNCH["diag_blocks"] == "anchors",)
+        for bi, anchors in itertools.product(range(4), anchor_forms):
+            k = compile_kernel(backward_chunked._prep_pairs_kernel, sigs["prep_pairs"],
+                               dict(shared, BI=bi, ANCHORS=anchors), backward.LAUNCH["prep_pairs_warps"] or 4)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked split prep pairs {acc} K={K} V={V} BI={bi} warps=4: ok", *extra)
+            print(f"chunked split prep pairs {acc} K={K} V={V} BI={bi} anchors={anchors} warps=4: ok", *extra)
         k = compile_kernel(backward_chunked._prep_solve_kernel, sigs["prep_solve"], dict(shared, SOLVE_PREC=solve),
                            backward.LAUNCH["prep_solve_warps"] or 4)
         extra = ptxas_report(k) if spills and acc == "fp32" else []
@@ -142,12 +145,13 @@ def chunked_mode(spills: bool) -> None:
                 extra = ptxas_report(k) if spills and acc == "fp32" else []
                 print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps} sums_given={given}: ok",
                       *extra)
-        for bi in range(4):  # 3c's sums per row block (LAUNCH["split_k_sums"] = "blocks")
-            c = dict(shared, BKS=min(BK, 32), NV=triton.cdiv(V, 64), BI=bi, PREC=split_prec)
+        for bi, anchors in itertools.product(range(4), anchor_forms):  # 3c's sums per row block ("blocks")
+            c = dict(shared, BKS=min(BK, 32), NV=triton.cdiv(V, 64), BI=bi, PREC=split_prec, ANCHORS=anchors)
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,
                                backward.LAUNCH["sums_warps"] or 4)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} BI={bi} warps=4: ok", *extra)
+            print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} BI={bi} anchors={anchors} "
+                  "warps=4: ok", *extra)
 
 
 def main() -> int:

@@ -150,6 +150,11 @@ LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf3
 # 96 heads: the buffers alone take about 61 GiB, and an evaluation ran out of memory beside the runner's worker
 # (RESULTS.md, fourteenth session).
 LAUNCH["workspace_bytes"] = None
+# diag_blocks: the 16x16 diagonal blocks of the split prep's pair matrices and of the block sums ("anchors": tensor-
+# core products at two anchors per block, as the forward's intra kernel, element-wise where a block's gates pass
+# backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel). The fused prep
+# and fused sums are element-wise either way.
+LAUNCH["diag_blocks"] = "anchors"
 WORKSPACE_CAP_BYTES = 16 << 30
 """The default workspace limit: a group of heads under it still has thousands of (chunk, head) work items at the
 sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once would only take memory."""

@@ -242,3 +242,157 @@ def _col_sums_block(p_m, p_x, SX: tl.constexpr, p_g, n, o_k, m_k, bj: tl.constex
         b_out += tl.dot(tl.trans(b_m), b_xi * tl.exp(_within(p_g, bi, o_k, BK)),
                         input_precision=PREC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
     return b_out
+
+
+# ----------------------------------------------------------------------------------------------------
+# The diagonal blocks on tensor cores (LAUNCH["diag_blocks"] = "anchors", the default): two anchors per block
+# ----------------------------------------------------------------------------------------------------
+MAX_EXP = tl.constexpr(60.0)  # the largest positive exp argument of an anchored factor (kernels/chunk.py's MAX_EXP)
+
+
+@triton.jit
+def _anchor_factors(c, MAX_EXP: tl.constexpr):
+    """The decays e(c_i - c_j) (j <= i) of a diagonal block split at two anchors, as kernels/chunk.py's intra
+    kernel does: the first row of the block (a = 0) serves the columns j < 8, row 8 the columns j >= 8 (then i >= 8
+    too). c: the within-block cumulative gates [MB, BK] (`_within`). Returns the row and column factors of each
+    anchor, e(c_i) and e(-c_j) [j < 8], e(c_i - c_8) [i >= 8] and e(c_8 - c_j) [j >= 8] (zero outside the
+    brackets), and the block's range: the largest positive argument, max(-c_7, c_8 - c_15) over the columns.
+    Where the range passes MAX_EXP the column factors are clamped and wrong: the callers then use the
+    element-wise form. The row factors are <= 1; where they underflow, the true weight is below e(c_i + MAX_EXP)
+    <= e(-27) of the row's own diagonal term."""
+    MB: tl.constexpr = 16
+    o_b = tl.arange(0, MB)
+    lower = (o_b < MB // 2)[:, None]
+    c7 = tl.sum(tl.where(o_b[:, None] == MB // 2 - 1, c, 0.0), axis=0)
+    c8 = tl.sum(tl.where(o_b[:, None] == MB // 2, c, 0.0), axis=0)
+    c15 = tl.sum(tl.where(o_b[:, None] == MB - 1, c, 0.0), axis=0)
+    d = c - c8[None, :]
+    e_rl = tl.exp(tl.minimum(c, 0.0))
+    e_cl = tl.where(lower, tl.exp(tl.minimum(-c, MAX_EXP)), 0.0)
+    e_rh = tl.where(lower, 0.0, tl.exp(tl.minimum(d, 0.0)))
+    e_ch = tl.where(lower, 0.0, tl.exp(tl.minimum(-d, MAX_EXP)))
+    spread = tl.max(tl.maximum(-c7, c8 - c15), axis=0)
+    return e_rl, e_cl, e_rh, e_ch, spread
+
+
+@triton.jit
+def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.constexpr, bi: tl.constexpr,
+                        BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, MAX_EXP: tl.constexpr):
+    """Row block bi of both pair matrices of the prep, as two `_pair_rows` calls give them (P = pairs of k with k,
+    strict, into p_p; A_qk / scale = q with k, diagonal included, into p_a), by K-chunks of at most 64 columns:
+    the diagonal block as tensor-core products at two anchors (`_anchor_factors`; the element-wise `_diag_pairs`
+    where the block's range passes MAX_EXP), the columns before it as one product with every earlier row (like
+    kernels/chunk.py's intra kernel; k_j e(G_a - G_j), the argument summed from the gates), the k-side factors
+    shared by the two matrices. K: the valid columns of the BK."""
+    MB: tl.constexpr = 16
+    BKC: tl.constexpr = 64 if BK > 64 else BK
+    BJ: tl.constexpr = 64 if bi == 3 else (32 if bi == 2 else 16)  # the earlier rows j < 16 bi, padded
+    ACC: tl.constexpr = p_g.dtype.element_ty
+    o_b = tl.arange(0, MB)
+    rows = bi * MB + o_b
+    o_j = tl.arange(0, BJ)
+    m_j = o_j < bi * MB
+    kk_lo = tl.zeros([MB, MB], dtype=ACC)  # columns 0-7 of the diagonal block (anchor: its row 0)
+    kk_hi = tl.zeros([MB, MB], dtype=ACC)  # columns 8-15 (anchor: its row 8)
+    qk_lo = tl.zeros([MB, MB], dtype=ACC)
+    qk_hi = tl.zeros([MB, MB], dtype=ACC)
+    off_k = tl.zeros([MB, BJ], dtype=ACC)  # the columns before the block
+    off_q = tl.zeros([MB, BJ], dtype=ACC)
+    spread = tl.zeros([], dtype=ACC)
+    for k0 in range(0, BK, BKC):
+        o_k = k0 + tl.arange(0, BKC)
+        m_k = o_k < K
+        m_r = (rows < n)[:, None] & m_k[None, :]
+        b_k = tl.load(p_k + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
+        b_q = tl.load(p_q + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
+        e_rl, e_cl, e_rh, e_ch, s = _anchor_factors(_within(p_g, bi, o_k, BK), MAX_EXP)
+        spread = tl.maximum(spread, s)
+        b_kl = b_k * e_cl
+        b_kh = b_k * e_ch
+        b_krl = b_k * e_rl
+        b_qrl = b_q * e_rl
+        kk_lo += tl.dot(b_krl, tl.trans(b_kl), input_precision=PREC)
+        qk_lo += tl.dot(b_qrl, tl.trans(b_kl), input_precision=PREC)
+        kk_hi += tl.dot(b_k * e_rh, tl.trans(b_kh), input_precision=PREC)
+        qk_hi += tl.dot(b_q * e_rh, tl.trans(b_kh), input_precision=PREC)
+        if bi > 0:
+            # k_j e(G_a - G_j) for the rows j < a = 16 bi: G_a - G_j = sum_{j < t <= a} g_t (<= 0)
+            b_gn = tl.load(p_g + (o_j + 1)[:, None] * BK + o_k[None, :], mask=((o_j + 1) <= bi * MB)[:, None],
+                           other=0.0)
+            b_ya = tl.load(p_k + o_j[:, None] * SX + o_k[None, :], mask=((o_j < n) & m_j)[:, None] & m_k[None, :],
+                           other=0.0).to(ACC) * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+            off_k += tl.dot(b_krl, tl.trans(b_ya), input_precision=PREC)
+            off_q += tl.dot(b_qrl, tl.trans(b_ya), input_precision=PREC)
+    right = (o_b >= MB // 2)[None, :]
+    b_kk = tl.where(right, kk_hi, kk_lo)
+    b_qk = tl.where(right, qk_hi, qk_lo)
+    if spread > MAX_EXP:
+        b_kk = _diag_pairs(p_k, p_k, SX, p_g, bi, n, K, BK, 32 if BK > 32 else BK)
+        b_qk = _diag_pairs(p_q, p_k, SX, p_g, bi, n, K, BK, 32 if BK > 32 else BK)
+    tl.store(p_p + rows[:, None] * CT + rows[None, :], tl.where(o_b[None, :] < o_b[:, None], b_kk, 0.0))
+    tl.store(p_a + rows[:, None] * CT + rows[None, :], tl.where(o_b[None, :] <= o_b[:, None], b_qk, 0.0))
+    for bj in tl.static_range(bi + 1, CT // MB):
+        cols = bj * MB + o_b
+        tl.store(p_p + rows[:, None] * CT + cols[None, :], tl.zeros([MB, MB], dtype=ACC))
+        tl.store(p_a + rows[:, None] * CT + cols[None, :], tl.zeros([MB, MB], dtype=ACC))
+    if bi > 0:
+        tl.store(p_p + rows[:, None] * CT + o_j[None, :], off_k, mask=m_j[None, :])
+        tl.store(p_a + rows[:, None] * CT + o_j[None, :], off_q, mask=m_j[None, :])
+
+
+@triton.jit
+def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr,
+                         BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, MAX_EXP: tl.constexpr):
+    """Rows of block bi of the local kernel's three decay-weighted sums, in registers ([MB, BK] each, BK <= 32):
+    r1 = `_row_sums_block`(M1, k), r2 = `_row_sums_block`(M2, k), r3 = `_col_sums_block`(M1, q) +
+    `_col_sums_block`(M2, k), with the diagonal blocks as tensor-core products at two anchors
+    (`_anchor_factors`; the element-wise products where the block's range passes MAX_EXP) and the factors each
+    side shares computed once."""
+    MB: tl.constexpr = 16
+    NB: tl.constexpr = CT // MB
+    ACC: tl.constexpr = p_g.dtype.element_ty
+    o_b = tl.arange(0, MB)
+    rows = bi * MB + o_b
+    m_r = (rows < n)[:, None] & m_k[None, :]
+    b_k = tl.load(p_k + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
+    b_q = tl.load(p_q + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
+    b_m1 = tl.load(p_m1 + rows[:, None] * CT + rows[None, :])
+    b_m2 = tl.load(p_m2 + rows[:, None] * CT + rows[None, :])
+    e_rl, e_cl, e_rh, e_ch, spread = _anchor_factors(_within(p_g, bi, o_k, BK), MAX_EXP)
+    # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
+    b_kl = b_k * e_cl
+    b_kh = b_k * e_ch
+    b_r1 = e_rl * tl.dot(b_m1, b_kl, input_precision=PREC) + e_rh * tl.dot(b_m1, b_kh, input_precision=PREC)
+    b_r2 = e_rl * tl.dot(b_m2, b_kl, input_precision=PREC) + e_rh * tl.dot(b_m2, b_kh, input_precision=PREC)
+    b_t1 = tl.trans(b_m1)
+    b_t2 = tl.trans(b_m2)
+    b_r3 = (e_cl * (tl.dot(b_t1, b_q * e_rl, input_precision=PREC) + tl.dot(b_t2, b_k * e_rl, input_precision=PREC))
+            + e_ch * (tl.dot(b_t1, b_q * e_rh, input_precision=PREC) + tl.dot(b_t2, b_k * e_rh, input_precision=PREC)))
+    if spread > MAX_EXP:
+        b_dec = _diag_decay(p_g, bi, o_k, BK)  # [i, j, d]
+        b_r1 = tl.sum(b_m1[:, :, None] * b_k[None, :, :] * b_dec, axis=1)
+        b_r2 = tl.sum(b_m2[:, :, None] * b_k[None, :, :] * b_dec, axis=1)
+        b_r3 = tl.sum((b_m1[:, :, None] * b_q[:, None, :] + b_m2[:, :, None] * b_k[:, None, :]) * b_dec, axis=0)
+    if bi > 0:
+        # the blocks left of the diagonal (rows), anchor = the block's first row, as in `_row_sums_block`
+        b_a1 = tl.zeros([MB, BK], dtype=ACC)
+        b_a2 = tl.zeros([MB, BK], dtype=ACC)
+        for bj in tl.static_range(bi):
+            cols = bj * MB + o_b
+            b_y = tl.load(p_k + cols[:, None] * SX + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
+                          other=0.0).to(ACC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
+            b_a1 += tl.dot(tl.load(p_m1 + rows[:, None] * CT + cols[None, :]), b_y, input_precision=PREC)
+            b_a2 += tl.dot(tl.load(p_m2 + rows[:, None] * CT + cols[None, :]), b_y, input_precision=PREC)
+        b_r1 += b_a1 * e_rl
+        b_r2 += b_a2 * e_rl
+    # the blocks below the diagonal (columns), anchor = their row block's first row, as in `_col_sums_block`
+    for bl in tl.static_range(bi + 1, NB):
+        lrows = bl * MB + o_b
+        m_l = (lrows < n)[:, None] & m_k[None, :]
+        e_l = tl.exp(_within(p_g, bl, o_k, BK))
+        b_xq = tl.load(p_q + lrows[:, None] * SX + o_k[None, :], mask=m_l, other=0.0).to(ACC) * e_l
+        b_xk = tl.load(p_k + lrows[:, None] * SX + o_k[None, :], mask=m_l, other=0.0).to(ACC) * e_l
+        b_s = (tl.dot(tl.trans(tl.load(p_m1 + lrows[:, None] * CT + rows[None, :])), b_xq, input_precision=PREC)
+               + tl.dot(tl.trans(tl.load(p_m2 + lrows[:, None] * CT + rows[None, :])), b_xk, input_precision=PREC))
+        b_r3 += b_s * tl.exp(_to_anchor(p_g, bi, bl, o_k, BK))
+    return b_r1, b_r2, b_r3

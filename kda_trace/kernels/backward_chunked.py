@@ -54,7 +54,8 @@ import triton.language as tl
 CT = 64  # chunk length (backward.CT)
 
 from kda_trace.kernels.backward_blocks import (
-    _chunk_span, _col_sums, _col_sums_block, _pair_matrix, _pair_rows, _row_sums, _row_sums_block,
+    MAX_EXP, _chunk_span, _col_sums, _col_sums_block, _pair_matrix, _pair_rows, _pair_rows_anchored, _row_sums,
+    _row_sums_block, _sums_block_anchored,
 )
 from kda_trace.kernels.chunk import SOLVE_PRECISION, _inverse_unit_lower
 
@@ -202,11 +203,12 @@ def _values_tile(b_X, b_Aqk, b_b, v, do, U, dO2, off_v, m_tv, PREC: tl.constexpr
 def _prep_pairs_kernel(
     q, k, g, Pb, Aqk, gamma, scratch, cu_seqlens, chunk_indices, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BI: tl.constexpr,
-    PREC: tl.constexpr,
+    PREC: tl.constexpr, ANCHORS: tl.constexpr,
 ):
     """Row block BI (one launch per block, like kernels/chunk.py's intra kernel) of P and of A_qk / scale
-    ([NT, HV, CT, CT], backward_blocks.py's `_pair_rows`) for the work items (chunk, value head), shared out over
-    the programs; the last row block also stores gamma. Scratch per program: the chunk's gates [CT, BK], zero past its rows."""
+    ([NT, HV, CT, CT], backward_blocks.py's `_pair_rows_anchored` with ANCHORS, else `_pair_rows` twice) for the
+    work items (chunk, value head), shared out over the programs; the last row block also stores gamma. Scratch
+    per program: the chunk's gates [CT, BK], zero past its rows."""
     ACC: tl.constexpr = Pb.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
     p_gs = scratch + pid * (CT * BK)
@@ -231,8 +233,12 @@ def _prep_pairs_kernel(
         p_q = q + (r0 * H + i_h) * K
         p_k = k + (r0 * H + i_h) * K
         item = i_c * HV + i_hv
-        _pair_rows(p_k, p_k, H * K, p_gs, Pb + item * (CT * CT), n, o_k, m_k, BI, BK, CT, False, PREC)
-        _pair_rows(p_q, p_k, H * K, p_gs, Aqk + item * (CT * CT), n, o_k, m_k, BI, BK, CT, True, PREC)
+        if ANCHORS:
+            _pair_rows_anchored(p_q, p_k, H * K, p_gs, Pb + item * (CT * CT), Aqk + item * (CT * CT), n, K, BI, BK,
+                                CT, PREC, MAX_EXP)
+        else:
+            _pair_rows(p_k, p_k, H * K, p_gs, Pb + item * (CT * CT), n, o_k, m_k, BI, BK, CT, False, PREC)
+            _pair_rows(p_q, p_k, H * K, p_gs, Aqk + item * (CT * CT), n, o_k, m_k, BI, BK, CT, True, PREC)
 
 
 @triton.jit
@@ -579,12 +585,13 @@ def _local_da_kernel(
 def _local_sums_kernel(
     q, k, g, M1, M2, R1, R2, R3, scratch, cu_seqlens, chunk_indices, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
-    BI: tl.constexpr, PREC: tl.constexpr,
+    BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr,
 ):
     """Row block BI (one launch per block, like `_prep_pairs_kernel`) of 3c's decay-weighted sums, for the work
     items (chunk, value head, K-tile of BKS <= 32 columns) shared out over the programs ([T, HV, K] each):
     R1 = row sums of M1 with k, R2 = row sums of M2 with k, R3 = column sums of M1 with q plus those of M2 with
-    k (backward_blocks.py's `_row_sums_block`, `_col_sums_block`; M1, M2 in the first copies of dAqk and XdXv).
+    k (backward_blocks.py's `_sums_block_anchored` with ANCHORS, else `_row_sums_block` and `_col_sums_block`;
+    M1, M2 in the first copies of dAqk and XdXv).
     Every row block holds 6 off-diagonal products of each kind, so the four launches are the same size.
     Scratch per program: the tile's gates [CT, BKS], zero past the chunk's rows."""
     NKT: tl.constexpr = (K + BKS - 1) // BKS
@@ -612,10 +619,14 @@ def _local_sums_kernel(
         p_k = k + (r0 * H + i_h) * K + k0
         p_m1 = M1 + item * (NV * CT * CT)
         p_m2 = M2 + item * (NV * CT * CT)
-        b_r1 = _row_sums_block(p_m1, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dq, from A_qk
-        b_r2 = _row_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dk, A_kk rows
-        b_r3 = (_col_sums_block(p_m1, p_q, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)  # dk, A_qk columns
-                + _col_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC))  # dk, A_kk columns
+        if ANCHORS:
+            b_r1, b_r2, b_r3 = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT,
+                                                    PREC, MAX_EXP)
+        else:
+            b_r1 = _row_sums_block(p_m1, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dq, from A_qk
+            b_r2 = _row_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dk, A_kk rows
+            b_r3 = (_col_sums_block(p_m1, p_q, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)  # dk, A_qk columns
+                    + _col_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC))  # dk, A_kk columns
         off = off_g + rows[:, None] * (HV * K) + o_b[None, :]
         m_out = (rows < n)[:, None] & m_kt[None, :]
         tl.store(R1 + off, b_r1, mask=m_out)
@@ -769,6 +780,14 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     return states, dstates, dh0, pre
 
 
+def _anchors(launch) -> bool:
+    """LAUNCH["diag_blocks"]: the diagonal blocks of the pair matrices and of 3c's sums on tensor cores at two
+    anchors ("anchors") or element-wise ("elementwise")."""
+    if launch["diag_blocks"] not in ("anchors", "elementwise"):
+        raise ValueError(f"LAUNCH['diag_blocks'] must be 'anchors' or 'elementwise', got {launch['diag_blocks']!r}")
+    return launch["diag_blocks"] == "anchors"
+
+
 def _prep_split(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec):
     """Kernel 1 as three (LAUNCH["chunked_prep"] = "split"): `_prep_pairs_kernel` (one launch per 16-row block,
     persistent programs), `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2,
@@ -787,7 +806,8 @@ def _prep_split(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, so
     for bi in range(CT // 16):
         _prep_pairs_kernel[(n_prog,)](
             q, k, g, pre["P"], aqk, pre["gamma"], scratch, cu, chunk_indices, NT * HV,
-            H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, num_warps=launch["prep_pairs_warps"] or 4)
+            H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
+            num_warps=launch["prep_pairs_warps"] or 4)
     del scratch
     _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT, SOLVE_PREC=solve_prec,
                                  num_warps=launch["prep_solve_warps"] or 4)
@@ -847,7 +867,8 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
         for bi in range(CT // 16):
             _local_sums_kernel[(n_prog_s,)](
                 q, k, g, dAqk, XdXv, *R, scratch, cu, chunk_indices, n_work_s,
-                H=H, HV=HV, K=K, BKS=BKS, CT=CT, NV=NV, BI=bi, PREC=prec, num_warps=launch["sums_warps"] or 4)
+                H=H, HV=HV, K=K, BKS=BKS, CT=CT, NV=NV, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
+                num_warps=launch["sums_warps"] or 4)
         del scratch
     dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
     scratch = e(n_prog, 4 * CT * BKT)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton.language
 
 from test_backward import check, f64, make
 
@@ -119,6 +120,40 @@ def test_block_sums(case, monkeypatch):
     _alternative_matches(case, "split_k_sums", "blocks", "fused", monkeypatch, {"sums_bk": 16})
 
 
+@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
+def test_anchored_diagonal_blocks(case, monkeypatch):
+    """LAUNCH["diag_blocks"] = "anchors" (the diagonal blocks of the pair matrices and the block sums as tensor-core
+    products at two anchors, the default) against "elementwise"; sums_bk 16 as in test_block_sums. The two differ
+    (other roundings), which shows that the anchored products ran."""
+    _alternative_matches(case, "diag_blocks", "anchors", "elementwise", monkeypatch, {"sums_bk": 16})
+    if case != "float64_strong_gates":  # (there, every block of the strong gates may fall back)
+        make_x, kwargs, _ = SPLIT_PREP_CASES[case]
+        kwargs = {k: v for k, v in kwargs.items() if k != "bar"}
+        x = make_x()
+        monkeypatch.setitem(backward.LAUNCH, "diag_blocks", "anchors")
+        a = check(x, **kwargs)
+        monkeypatch.setitem(backward.LAUNCH, "diag_blocks", "elementwise")
+        b = check(x, **kwargs)
+        assert not torch.equal(a.dq, b.dq) and not torch.equal(a.dk, b.dk)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, f64])
+def test_anchored_blocks_fall_back_past_max_exp(dtype, monkeypatch):
+    """Gates down to -20 per step in the second chunk (each of its blocks has a half whose decay passes e(70),
+    beyond MAX_EXP = 60: those blocks take the element-wise form) and to -4 in the others (anchored): the usual
+    bars. In fp32, with the fall-back disabled (MAX_EXP raised past any range) the same inputs overflow."""
+    from kda_trace.kernels import backward_chunked
+
+    x = make(1, 150, 1, 1, 16, 24, seed=21, g_low=-4.0, dtype=dtype)
+    x["g"][:, 64:128] = (torch.rand(1, 64, 1, 16, generator=torch.Generator().manual_seed(5)) * -20.0).to(dtype)
+    bar = 1e-12 if dtype == f64 else 1e-5
+    check(x, bar=bar)
+    if dtype == torch.float32:
+        monkeypatch.setattr(backward_chunked, "MAX_EXP", triton.language.constexpr(1e9))
+        with pytest.raises(AssertionError, match="non-finite"):
+            check(x, bar=bar)
+
+
 def test_token_local_kernel(monkeypatch):
     """The chunked states and dS with the token-step local kernel (LAUNCH["chunked_local"] = "tokens")."""
     monkeypatch.setitem(backward.LAUNCH, "chunked_local", "tokens")
@@ -144,6 +179,10 @@ def test_rejects_unknown_modes(monkeypatch):
     with pytest.raises(ValueError, match="sums_bk"):
         backward.kda_backward(*args)
     monkeypatch.setitem(backward.LAUNCH, "split_k_sums", "fused")
+    monkeypatch.setitem(backward.LAUNCH, "diag_blocks", "anchor")
+    with pytest.raises(ValueError, match="LAUNCH\\['diag_blocks'\\]"):
+        check(make(1, 8, 1, 1, 4, 4, seed=0))
+    monkeypatch.setitem(backward.LAUNCH, "diag_blocks", "anchors")
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunkd")
     with pytest.raises(ValueError, match="LAUNCH\\['mode'\\]"):
         backward.kda_backward(*args)
