@@ -276,12 +276,37 @@ def _anchor_factors(c, MAX_EXP: tl.constexpr):
 
 
 @triton.jit
+def _diag_pairs_by_column(p_x, p_y, SX: tl.constexpr, p_g, bi: tl.constexpr, n, K: tl.constexpr, BK: tl.constexpr):
+    """`_diag_pairs` one column j at a time, by K-chunks of at most 64 (the fall-back of `_pair_rows_anchored`:
+    rare, so few registers matter more than speed)."""
+    MB: tl.constexpr = 16
+    BKC: tl.constexpr = 64 if BK > 64 else BK
+    ACC: tl.constexpr = p_g.dtype.element_ty
+    o_b = tl.arange(0, MB)
+    rows = bi * MB + o_b
+    b_blk = tl.zeros([MB, MB], dtype=ACC)
+    for k0 in range(0, BK, BKC):
+        o_k = k0 + tl.arange(0, BKC)
+        m_k = o_k < K
+        b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
+                      other=0.0).to(ACC)
+        b_c = _within(p_g, bi, o_k, BK)
+        for t in range(MB):
+            r_t = bi * MB + t
+            y_t = tl.load(p_y + r_t * SX + o_k, mask=m_k & (o_k * 0 + r_t < n), other=0.0).to(ACC)
+            c_t = tl.sum(tl.where(o_b[:, None] == t, b_c, 0.0), axis=0)
+            col = tl.sum(b_x * y_t[None, :] * tl.exp(tl.minimum(b_c - c_t[None, :], 0.0)), axis=1)
+            b_blk += tl.where(o_b[None, :] == t, col[:, None], 0.0)
+    return b_blk
+
+
+@triton.jit
 def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.constexpr, bi: tl.constexpr,
                         BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, MAX_EXP: tl.constexpr):
     """Row block bi of both pair matrices of the prep, as two `_pair_rows` calls give them (P = pairs of k with k,
     strict, into p_p; A_qk / scale = q with k, diagonal included, into p_a), by K-chunks of at most 64 columns:
-    the diagonal block as tensor-core products at two anchors (`_anchor_factors`; the element-wise `_diag_pairs`
-    where the block's range passes MAX_EXP), the columns before it as one product with every earlier row (like
+    the diagonal block as tensor-core products at two anchors (`_anchor_factors`; element-wise by
+    `_diag_pairs_by_column` where the block's range passes MAX_EXP), the columns before it as one product with every earlier row (like
     kernels/chunk.py's intra kernel; k_j e(G_a - G_j), the argument summed from the gates), the k-side factors
     shared by the two matrices. K: the valid columns of the BK."""
     MB: tl.constexpr = 16
@@ -327,8 +352,8 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.cons
     b_kk = tl.where(right, kk_hi, kk_lo)
     b_qk = tl.where(right, qk_hi, qk_lo)
     if spread > MAX_EXP:
-        b_kk = _diag_pairs(p_k, p_k, SX, p_g, bi, n, K, BK, 32 if BK > 32 else BK)
-        b_qk = _diag_pairs(p_q, p_k, SX, p_g, bi, n, K, BK, 32 if BK > 32 else BK)
+        b_kk = _diag_pairs_by_column(p_k, p_k, SX, p_g, bi, n, K, BK)
+        b_qk = _diag_pairs_by_column(p_q, p_k, SX, p_g, bi, n, K, BK)
     tl.store(p_p + rows[:, None] * CT + rows[None, :], tl.where(o_b[None, :] < o_b[:, None], b_kk, 0.0))
     tl.store(p_a + rows[:, None] * CT + rows[None, :], tl.where(o_b[None, :] <= o_b[:, None], b_qk, 0.0))
     for bj in tl.static_range(bi + 1, CT // MB):
@@ -346,8 +371,9 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
     """Rows of block bi of the local kernel's three decay-weighted sums, in registers ([MB, BK] each, BK <= 32):
     r1 = `_row_sums_block`(M1, k), r2 = `_row_sums_block`(M2, k), r3 = `_col_sums_block`(M1, q) +
     `_col_sums_block`(M2, k), with the diagonal blocks as tensor-core products at two anchors
-    (`_anchor_factors`; the element-wise products where the block's range passes MAX_EXP) and the factors each
-    side shares computed once."""
+    (`_anchor_factors`; the element-wise products where the block's range passes MAX_EXP), the columns before the
+    block (rows) and the rows after it (columns) each as one product with the anchor between them, and the
+    factors each side shares computed once."""
     MB: tl.constexpr = 16
     NB: tl.constexpr = CT // MB
     ACC: tl.constexpr = p_g.dtype.element_ty
@@ -369,30 +395,53 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
     b_r3 = (e_cl * (tl.dot(b_t1, b_q * e_rl, input_precision=PREC) + tl.dot(b_t2, b_k * e_rl, input_precision=PREC))
             + e_ch * (tl.dot(b_t1, b_q * e_rh, input_precision=PREC) + tl.dot(b_t2, b_k * e_rh, input_precision=PREC)))
     if spread > MAX_EXP:
-        b_dec = _diag_decay(p_g, bi, o_k, BK)  # [i, j, d]
-        b_r1 = tl.sum(b_m1[:, :, None] * b_k[None, :, :] * b_dec, axis=1)
-        b_r2 = tl.sum(b_m2[:, :, None] * b_k[None, :, :] * b_dec, axis=1)
-        b_r3 = tl.sum((b_m1[:, :, None] * b_q[:, None, :] + b_m2[:, :, None] * b_k[:, None, :]) * b_dec, axis=0)
+        # element-wise, one pair index t at a time (rare: strong gates; few registers, unlike [MB, MB, BK] products):
+        # rows i take M[i, t] k_t e(c_i - c_t), columns j take M[t, j] x_t e(c_t - c_j)
+        b_c = _within(p_g, bi, o_k, BK)
+        b_r1 = tl.zeros([MB, BK], dtype=ACC)
+        b_r2 = tl.zeros([MB, BK], dtype=ACC)
+        b_r3 = tl.zeros([MB, BK], dtype=ACC)
+        for t in range(MB):
+            r_t = bi * MB + t
+            m_t = m_k & (o_k * 0 + r_t < n)
+            k_t = tl.load(p_k + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
+            q_t = tl.load(p_q + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
+            c_t = tl.sum(tl.where(o_b[:, None] == t, b_c, 0.0), axis=0)
+            w_row = tl.exp(tl.minimum(b_c - c_t[None, :], 0.0))
+            w_col = tl.exp(tl.minimum(c_t[None, :] - b_c, 0.0))
+            m1_col = tl.load(p_m1 + rows * CT + r_t)
+            m2_col = tl.load(p_m2 + rows * CT + r_t)
+            b_r1 += m1_col[:, None] * k_t[None, :] * w_row
+            b_r2 += m2_col[:, None] * k_t[None, :] * w_row
+            m1_row = tl.load(p_m1 + r_t * CT + rows)
+            m2_row = tl.load(p_m2 + r_t * CT + rows)
+            b_r3 += (m1_row[:, None] * q_t[None, :] + m2_row[:, None] * k_t[None, :]) * w_col
     if bi > 0:
-        # the blocks left of the diagonal (rows), anchor = the block's first row, as in `_row_sums_block`
-        b_a1 = tl.zeros([MB, BK], dtype=ACC)
-        b_a2 = tl.zeros([MB, BK], dtype=ACC)
-        for bj in tl.static_range(bi):
-            cols = bj * MB + o_b
-            b_y = tl.load(p_k + cols[:, None] * SX + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
-                          other=0.0).to(ACC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
-            b_a1 += tl.dot(tl.load(p_m1 + rows[:, None] * CT + cols[None, :]), b_y, input_precision=PREC)
-            b_a2 += tl.dot(tl.load(p_m2 + rows[:, None] * CT + cols[None, :]), b_y, input_precision=PREC)
-        b_r1 += b_a1 * e_rl
-        b_r2 += b_a2 * e_rl
-    # the blocks below the diagonal (columns), anchor = their row block's first row, as in `_col_sums_block`
-    for bl in tl.static_range(bi + 1, NB):
-        lrows = bl * MB + o_b
-        m_l = (lrows < n)[:, None] & m_k[None, :]
-        e_l = tl.exp(_within(p_g, bl, o_k, BK))
-        b_xq = tl.load(p_q + lrows[:, None] * SX + o_k[None, :], mask=m_l, other=0.0).to(ACC) * e_l
-        b_xk = tl.load(p_k + lrows[:, None] * SX + o_k[None, :], mask=m_l, other=0.0).to(ACC) * e_l
-        b_s = (tl.dot(tl.trans(tl.load(p_m1 + lrows[:, None] * CT + rows[None, :])), b_xq, input_precision=PREC)
-               + tl.dot(tl.trans(tl.load(p_m2 + lrows[:, None] * CT + rows[None, :])), b_xk, input_precision=PREC))
-        b_r3 += b_s * tl.exp(_to_anchor(p_g, bi, bl, o_k, BK))
+        # rows: every column j < a = 16 bi in one product, k_j e(G_a - G_j), G_a - G_j = sum_{j < t <= a} g_t
+        BJ: tl.constexpr = 64 if bi == 3 else (32 if bi == 2 else 16)
+        o_j = tl.arange(0, BJ)
+        m_j = o_j < bi * MB
+        b_gn = tl.load(p_g + (o_j + 1)[:, None] * BK + o_k[None, :], mask=((o_j + 1) <= bi * MB)[:, None], other=0.0)
+        b_ya = tl.load(p_k + o_j[:, None] * SX + o_k[None, :], mask=((o_j < n) & m_j)[:, None] & m_k[None, :],
+                       other=0.0).to(ACC) * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+        b_mj = rows[:, None] * CT + o_j[None, :]
+        b_r1 += e_rl * tl.dot(tl.load(p_m1 + b_mj, mask=m_j[None, :], other=0.0), b_ya, input_precision=PREC)
+        b_r2 += e_rl * tl.dot(tl.load(p_m2 + b_mj, mask=m_j[None, :], other=0.0), b_ya, input_precision=PREC)
+    if bi < NB - 1:
+        # columns: every row i >= b = 16 (bi + 1) in one product, x_i e(G_i - G_b) (G_i - G_b = sum_{b < t <= i}
+        # g_t), times e(G_b - G_j) (= sum_{j < t <= b} g_t) for the block's own rows j
+        BL: tl.constexpr = 64 if bi == 0 else (32 if bi == 1 else 16)
+        b0: tl.constexpr = (bi + 1) * MB
+        o_l = b0 + tl.arange(0, BL)
+        m_l = o_l < CT
+        b_gl = tl.load(p_g + o_l[:, None] * BK + o_k[None, :], mask=(m_l & (o_l > b0))[:, None], other=0.0)
+        e_l = tl.exp(tl.cumsum(b_gl, axis=0))
+        m_lk = ((o_l < n) & m_l)[:, None] & m_k[None, :]
+        b_xq = tl.load(p_q + o_l[:, None] * SX + o_k[None, :], mask=m_lk, other=0.0).to(ACC) * e_l
+        b_xk = tl.load(p_k + o_l[:, None] * SX + o_k[None, :], mask=m_lk, other=0.0).to(ACC) * e_l
+        b_ml = o_l[:, None] * CT + rows[None, :]
+        b_s = (tl.dot(tl.trans(tl.load(p_m1 + b_ml, mask=m_l[:, None], other=0.0)), b_xq, input_precision=PREC)
+               + tl.dot(tl.trans(tl.load(p_m2 + b_ml, mask=m_l[:, None], other=0.0)), b_xk, input_precision=PREC))
+        b_gb = tl.load(p_g + (rows + 1)[:, None] * BK + o_k[None, :])
+        b_r3 += b_s * tl.exp(tl.cumsum(b_gb, axis=0, reverse=True))
     return b_r1, b_r2, b_r3
