@@ -272,7 +272,9 @@ def main():
         key, _, val = item.partition("=")
         if key not in ours_bwd.LAUNCH:
             raise SystemExit(f"--launch: unknown key {key!r} (LAUNCH has {', '.join(ours_bwd.LAUNCH)})")
-        ours_bwd.LAUNCH[key] = int(val) if val.lstrip("-").isdigit() else val  # mode=exact: a name
+        named = {"True": True, "False": False}
+        # a number, True / False, or a name (mode=exact)
+        ours_bwd.LAUNCH[key] = int(val) if val.lstrip("-").isdigit() else named.get(val, val)
     versions = f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
     if not a.no_fla:
         import fla

@@ -155,6 +155,9 @@ LAUNCH["workspace_bytes"] = None
 # backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel). The fused prep
 # and fused sums are element-wise either way.
 LAUNCH["diag_blocks"] = "anchors"
+# chunked_pass_parallel: the pass's forward (states) and reverse (dS) recursions as separate programs at once
+# (True) or one after the other in one program (False); they are independent.
+LAUNCH["chunked_pass_parallel"] = True
 WORKSPACE_CAP_BYTES = 16 << 30
 """The default workspace limit: a group of heads under it still has thousands of (chunk, head) work items at the
 sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once would only take memory."""

@@ -28,9 +28,9 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    [NT, HV, CT, CT] buffer (16 KiB per chunk and value head). Smaller programs, more of them in flight: on an
    H200 at 32 heads x 16384 tokens the three take 5.84 + 0.49 + 1.23 ms against the fused kernel's 16.83
    (benchmarks/RESULTS.md, eleventh session).
-2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over the sequence's chunks: the forward
-   recursion from h0 (S_start of each chunk into `states`), then the reverse one from dht (dS_end into `dstates`,
-   and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
+2. `_state_pass_kernel`, per (sequence, V-tile, value head) and direction, sequential over the sequence's chunks:
+   the forward recursion from h0 (S_start of each chunk into `states`) and, in programs of their own beside them,
+   the reverse one from dht (dS_end into `dstates`, and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
    tile and direction per chunk (LAUNCH["chunked_pass_precision"], tf32). No K x K map.
 3a. `_local_v_kernel`, per (chunk, value head, V-tile): Vn, dVn, Y_v, dv, and this V-tile's part of every sum
    over V (dA_qk, Y_v (beta v)^T, dQt, dKt, dW, dgamma, rowsum(v Y_v)), one partial copy per V-tile
@@ -366,43 +366,71 @@ def _store_tiles(p, off_s, t0, t1, t2, t3, m0, m1, m2, m3, NKT: tl.constexpr, TS
 def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
-    USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr,
+    USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PARALLEL: tl.constexpr,
 ):
-    """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), then dS_end(c) from the
-    last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The [K, BV]
-    state is held as up to four K-tiles of 64 rows (s0..s3, d0..d3: fla's layout), so that each product reads
-    [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once (K = 128: 255 registers and spills)."""
+    """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
+    last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
+    recursions are independent (dS does not read S): with PARALLEL (LAUNCH["chunked_pass_parallel"]) the grid's
+    third axis picks one (0: forward, 1: reverse), so twice as many programs run at once, each holding one
+    state; else one program runs both. The [K, BV] state is held as up to four K-tiles of 64 rows (fla's
+    layout), so that each product reads [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once
+    (K = 128: 255 registers and spills)."""
     NV: tl.constexpr = (V + BV - 1) // BV
     BKT: tl.constexpr = 64 if BK > 64 else BK
     NKT: tl.constexpr = BK // BKT
     i_n = tl.program_id(0).to(tl.int64) // NV
     i_v = tl.program_id(0).to(tl.int64) % NV
     i_hv = tl.program_id(1).to(tl.int64)
-    ACC: tl.constexpr = states.dtype.element_ty
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
     n_tok = tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos
-    n_chunks = (n_tok + CT - 1) // CT
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
+    if PARALLEL:
+        if tl.program_id(2) == 0:
+            _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
+                          USE_H0, PREC)
+        else:
+            _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V,
+                          BKT, NKT, BV, CT, USE_DHT, PREC)
+    else:
+        _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
+                      USE_H0, PREC)
+        _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
+                      NKT, BV, CT, USE_DHT, PREC)
+
+
+@triton.jit
+def _pass_layout(i_v, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
+                 HV: tl.constexpr):
+    """The pass's tile offsets and masks: (o_t, o_v, m_v, off_tv, off_s, m0..m3); tile j of a [K, V] state holds
+    the rows j * BKT + o_kt (at off_s + j * BKT * V)."""
     o_t = tl.arange(0, CT)
     o_kt = tl.arange(0, BKT)
     o_v = i_v * BV + tl.arange(0, BV)
     m_v = o_v < V
-    s_seq = (i_n * HV + i_hv) * (K * V)
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
-    # tile j of a [K, V] state: rows j * BKT + o_kt
     off_s = o_kt[:, None] * V + o_v[None, :]
     m0 = (o_kt < K)[:, None] & m_v[None, :]
     m1 = (BKT + o_kt < K)[:, None] & m_v[None, :]
     m2 = (2 * BKT + o_kt < K)[:, None] & m_v[None, :]
     m3 = (3 * BKT + o_kt < K)[:, None] & m_v[None, :]
-    TS: tl.constexpr = BKT * V  # offset of tile 1 in a state
+    return o_t, o_v, m_v, off_tv, off_s, m0, m1, m2, m3
 
+
+@triton.jit
+def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
+                  HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
+                  BV: tl.constexpr, CT: tl.constexpr, USE_H0: tl.constexpr, PREC: tl.constexpr):
+    """The forward recursion of `_state_pass_kernel`: S_start of every chunk into states."""
+    ACC: tl.constexpr = states.dtype.element_ty
+    TS: tl.constexpr = BKT * V  # offset of tile 1 in a state
+    o_t, o_v, m_v, off_tv, off_s, m0, m1, m2, m3 = _pass_layout(i_v, K, V, BKT, BV, CT, HV)
+    n_chunks = (n_tok + CT - 1) // CT
     s0 = tl.zeros([BKT, BV], dtype=ACC)
     s1 = tl.zeros([BKT, BV], dtype=ACC)
     s2 = tl.zeros([BKT, BV], dtype=ACC)
     s3 = tl.zeros([BKT, BV], dtype=ACC)
     if USE_H0:
-        s0, s1, s2, s3 = _load_tiles(h0 + s_seq, off_s, m0, m1, m2, m3, NKT, TS, BKT, BV, ACC)
+        s0, s1, s2, s3 = _load_tiles(h0 + (i_n * HV + i_hv) * (K * V), off_s, m0, m1, m2, m3, NKT, TS, BKT, BV, ACC)
     for c in range(n_chunks):
         r0 = bos + c * CT  # the chunk's first row
         i_g = (c0 + c) * HV + i_hv  # its (chunk, value head) index
@@ -424,6 +452,18 @@ def _state_pass_kernel(
                 s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
                 s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
 
+
+@triton.jit
+def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
+                  HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
+                  BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr):
+    """The reverse recursion of `_state_pass_kernel`: dS_end of every chunk into dstates, from the last chunk
+    back, and dh0."""
+    ACC: tl.constexpr = dstates.dtype.element_ty
+    TS: tl.constexpr = BKT * V
+    o_t, o_v, m_v, off_tv, off_s, m0, m1, m2, m3 = _pass_layout(i_v, K, V, BKT, BV, CT, HV)
+    s_seq = (i_n * HV + i_hv) * (K * V)
+    n_chunks = (n_tok + CT - 1) // CT
     d0 = tl.zeros([BKT, BV], dtype=ACC)
     d1 = tl.zeros([BKT, BV], dtype=ACC)
     d2 = tl.zeros([BKT, BV], dtype=ACC)
@@ -771,11 +811,12 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     # the pass is sequential over chunks: few (sequence, head) pairs want narrow V-tiles (more programs in flight),
     # like kernels/chunk.py's state pass; 64 spills at K = 128
     BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 16 if N * HV <= 64 else 32))
-    _state_pass_kernel[(N * triton.cdiv(V, BVp), HV)](
+    parallel = launch["chunked_pass_parallel"]
+    _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
         pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
         h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
         HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-        PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"],
+        PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"], PARALLEL=bool(parallel),
         num_warps=launch["chunked_pass_warps"] or 4, num_stages=launch["chunked_pass_stages"] or 1)
     return states, dstates, dh0, pre
 

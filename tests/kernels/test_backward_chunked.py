@@ -154,6 +154,13 @@ def test_anchored_blocks_fall_back_past_max_exp(dtype, monkeypatch):
             check(x, bar=bar)
 
 
+@pytest.mark.parametrize("case", ["packed_gva_odd", "k_tiles"])
+def test_pass_directions_in_parallel(case, monkeypatch):
+    """LAUNCH["chunked_pass_parallel"] (the pass's two recursions as separate programs, the default) against one
+    program running both: the same products, so the same gradients."""
+    _alternative_matches(case, "chunked_pass_parallel", True, False, monkeypatch)
+
+
 def test_token_local_kernel(monkeypatch):
     """The chunked states and dS with the token-step local kernel (LAUNCH["chunked_local"] = "tokens")."""
     monkeypatch.setitem(backward.LAUNCH, "chunked_local", "tokens")
