@@ -2,6 +2,7 @@
 chunk_kda, forward + backward and backward alone, on one GPU; and every gradient's error against float64.
 
     python benchmarks/bench_backward.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--no-speed] [--accuracy]
+        [--accuracy-shapes a,b]
         [--bv N] [--warps N] [--seg N] [--launch key=N,...] [--parts] [--out DIR]
 
 Speed (triton.testing.do_bench, median, grads reset between calls), per shape, bf16 q/k/v/beta, fp32 g and
@@ -231,9 +232,10 @@ def rms_rel(a, ref):
     return ((a - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
 
 
-def accuracy(log, with_fla):
+def accuracy(log, with_fla, names=None):
     print("\ngradient RMS-relative error against float64 autograd (bf16 inputs)")
-    for name, (H, lens, mode) in ACCURACY_SHAPES.items():
+    for name in names or ACCURACY_SHAPES:
+        H, lens, mode = ACCURACY_SHAPES[name]
         x, cu, do, dht = make_inputs(H, lens, mode, seed=1)
         ref = truth_grads(x, cu, mode, do, dht)
         for who, fn in (("ours", run_ours), ("fla", run_fla)) if with_fla else (("ours", run_ours),):
@@ -253,6 +255,7 @@ def main():
     ap.add_argument("--fla-tune-each", action="store_true")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--accuracy", action="store_true")
+    ap.add_argument("--accuracy-shapes", default="", help=f"of {', '.join(ACCURACY_SHAPES)} (default: all)")
     ap.add_argument("--bv", type=int, default=None, help="backward kernel V-tile")
     ap.add_argument("--warps", type=int, default=None, help="backward kernel warps")
     ap.add_argument("--seg", type=int, default=None, help="backward kernel scratch segment (16, 32 or 64 tokens)")
@@ -286,7 +289,7 @@ def main():
         if not a.no_speed:
             speed(a.shapes.split(","), log, not a.no_fla, a.fla_tune_each, a.parts)
         if a.accuracy:
-            accuracy(log, not a.no_fla)
+            accuracy(log, not a.no_fla, list(filter(None, a.accuracy_shapes.split(","))))
 
 
 if __name__ == "__main__":

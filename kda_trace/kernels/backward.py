@@ -124,9 +124,10 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # split_precision (the split local kernels'), tf32 each: operands rounded to 2^-11 relative, against fla's bf16
 # at 2^-8 (measured: module docstring, "Precision"). tf32x3
 # (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). Tiles and warps:
-# prep_warps (8); chunked_pass_bv / _warps / _stages (16 up to 64 sequence-heads, else 32 / 4 / 1: 203 / 222
-# registers, no spill; 3 stages or BV 64 spill);
-# split_bv (the V-tile of 3a, 64) and split_v_warps / split_da_warps (8 each); split_k_bk, the K-tile of 3c's work
+# prep_warps (8); chunked_pass_bv / _warps / _stages (32 / 4 / 2 up to 64 sequence-heads, else 1 stage: 186 / 213
+# registers, no spill; 3 stages or BV 64 spill; H100 A/B, RESULTS.md eighteenth session);
+# split_bv (the V-tile of 3a, 64), split_v_warps (4: 8 took 2.87 against 2.52 ms at 32 heads x 16384, H100) and
+# split_da_warps (8); split_k_bk, the K-tile of 3c's work
 # items (32 on a GPU, 64 under the interpreter), and split_k_warps (4 for tiles up to 32 columns, else 8).
 # chunked_prep: kernel 1 as three kernels ("split", the default: `_prep_pairs_kernel` per 16-row block,
 # `_prep_solve_kernel`, `_prep_operands_kernel` per K- or V-tile: smaller programs, more of them per SM) or as one

@@ -810,14 +810,17 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     dh0 = torch.empty(N, HV, K, V, dtype=acc, device=dev)
     # the pass is sequential over chunks: few (sequence, head) pairs want narrow V-tiles (more programs in flight),
     # like kernels/chunk.py's state pass; 64 spills at K = 128
-    BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 16 if N * HV <= 64 else 32))
+    # V-tiles of 32 (16 made more programs but took longer: 4.2 against 3.4 ms at 32 heads x 16384 on the H100), and
+    # two pipeline stages up to 64 (sequence, head) pairs (one above: 5.2 against 3.5 ms at 96 heads x 8192)
+    BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 32))
+    stages = launch["chunked_pass_stages"] or (2 if N * HV <= 64 else 1)
     parallel = launch["chunked_pass_parallel"]
     _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
         pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
         h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
         HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
         PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"], PARALLEL=bool(parallel),
-        num_warps=launch["chunked_pass_warps"] or 4, num_stages=launch["chunked_pass_stages"] or 1)
+        num_warps=launch["chunked_pass_warps"] or 4, num_stages=stages)
     return states, dstates, dh0, pre
 
 
@@ -885,7 +888,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     _local_v_kernel[(NT * NV, HV)](
         v, beta, do, pre.pop("W"), pre.pop("U"), pre.pop("Kt"), pre.pop("dO2"), pre["X"], pre.pop("states"),
         pre.pop("dstates"), dv, dbeta_v, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,
-        HV=HV, K=K, V=V, BK=BK, BV=BVs, CT=CT, PREC=prec, num_warps=launch["split_v_warps"] or 8)
+        HV=HV, K=K, V=V, BK=BK, BV=BVs, CT=CT, PREC=prec, num_warps=launch["split_v_warps"] or 4)
     Yk, d1, dbeta = e(TT, HV, K), e(TT, HV), e(TT, HV)
     _local_da_kernel[(NT, HV)](
         k, g, beta, pre.pop("X"), pre.pop("P"), dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu, chunk_indices, scale,
