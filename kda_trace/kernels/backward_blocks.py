@@ -302,13 +302,14 @@ def _diag_pairs_by_column(p_x, p_y, SX: tl.constexpr, p_g, bi: tl.constexpr, n, 
 
 @triton.jit
 def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.constexpr, bi: tl.constexpr,
-                        BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, MAX_EXP: tl.constexpr):
+                        BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
+                        MAX_EXP: tl.constexpr):
     """Row block bi of both pair matrices of the prep, as two `_pair_rows` calls give them (P = pairs of k with k,
     strict, into p_p; A_qk / scale = q with k, diagonal included, into p_a), by K-chunks of at most 64 columns:
     the diagonal block as tensor-core products at two anchors (`_anchor_factors`; element-wise by
     `_diag_pairs_by_column` where the block's range passes MAX_EXP), the columns before it as one product with every earlier row (like
     kernels/chunk.py's intra kernel; k_j e(G_a - G_j), the argument summed from the gates), the k-side factors
-    shared by the two matrices. K: the valid columns of the BK."""
+    shared by the two matrices. K: the valid columns of the BK. Products in PREC, the diagonal block's in DPREC."""
     MB: tl.constexpr = 16
     BKC: tl.constexpr = 64 if BK > 64 else BK
     BJ: tl.constexpr = 64 if bi == 3 else (32 if bi == 2 else 16)  # the earlier rows j < 16 bi, padded
@@ -336,10 +337,10 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.cons
         b_kh = b_k * e_ch
         b_krl = b_k * e_rl
         b_qrl = b_q * e_rl
-        kk_lo += tl.dot(b_krl, tl.trans(b_kl), input_precision=PREC)
-        qk_lo += tl.dot(b_qrl, tl.trans(b_kl), input_precision=PREC)
-        kk_hi += tl.dot(b_k * e_rh, tl.trans(b_kh), input_precision=PREC)
-        qk_hi += tl.dot(b_q * e_rh, tl.trans(b_kh), input_precision=PREC)
+        kk_lo += tl.dot(b_krl, tl.trans(b_kl), input_precision=DPREC)
+        qk_lo += tl.dot(b_qrl, tl.trans(b_kl), input_precision=DPREC)
+        kk_hi += tl.dot(b_k * e_rh, tl.trans(b_kh), input_precision=DPREC)
+        qk_hi += tl.dot(b_q * e_rh, tl.trans(b_kh), input_precision=DPREC)
         if bi > 0:
             # k_j e(G_a - G_j) for the rows j < a = 16 bi: G_a - G_j = sum_{j < t <= a} g_t (<= 0)
             b_gn = tl.load(p_g + (o_j + 1)[:, None] * BK + o_k[None, :], mask=((o_j + 1) <= bi * MB)[:, None],
@@ -367,13 +368,14 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.cons
 
 @triton.jit
 def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr,
-                         BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, MAX_EXP: tl.constexpr):
+                         BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
+                         MAX_EXP: tl.constexpr):
     """Rows of block bi of the local kernel's three decay-weighted sums, in registers ([MB, BK] each, BK <= 32):
     r1 = `_row_sums_block`(M1, k), r2 = `_row_sums_block`(M2, k), r3 = `_col_sums_block`(M1, q) +
     `_col_sums_block`(M2, k), with the diagonal blocks as tensor-core products at two anchors
     (`_anchor_factors`; the element-wise products where the block's range passes MAX_EXP), the columns before the
     block (rows) and the rows after it (columns) each as one product with the anchor between them, and the
-    factors each side shares computed once."""
+    factors each side shares computed once. Products in PREC, the diagonal block's in DPREC."""
     MB: tl.constexpr = 16
     NB: tl.constexpr = CT // MB
     ACC: tl.constexpr = p_g.dtype.element_ty
@@ -388,12 +390,12 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
     # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
     b_kl = b_k * e_cl
     b_kh = b_k * e_ch
-    b_r1 = e_rl * tl.dot(b_m1, b_kl, input_precision=PREC) + e_rh * tl.dot(b_m1, b_kh, input_precision=PREC)
-    b_r2 = e_rl * tl.dot(b_m2, b_kl, input_precision=PREC) + e_rh * tl.dot(b_m2, b_kh, input_precision=PREC)
+    b_r1 = e_rl * tl.dot(b_m1, b_kl, input_precision=DPREC) + e_rh * tl.dot(b_m1, b_kh, input_precision=DPREC)
+    b_r2 = e_rl * tl.dot(b_m2, b_kl, input_precision=DPREC) + e_rh * tl.dot(b_m2, b_kh, input_precision=DPREC)
     b_t1 = tl.trans(b_m1)
     b_t2 = tl.trans(b_m2)
-    b_r3 = (e_cl * (tl.dot(b_t1, b_q * e_rl, input_precision=PREC) + tl.dot(b_t2, b_k * e_rl, input_precision=PREC))
-            + e_ch * (tl.dot(b_t1, b_q * e_rh, input_precision=PREC) + tl.dot(b_t2, b_k * e_rh, input_precision=PREC)))
+    b_r3 = (e_cl * (tl.dot(b_t1, b_q * e_rl, input_precision=DPREC) + tl.dot(b_t2, b_k * e_rl, input_precision=DPREC))
+            + e_ch * (tl.dot(b_t1, b_q * e_rh, input_precision=DPREC) + tl.dot(b_t2, b_k * e_rh, input_precision=DPREC)))
     if spread > MAX_EXP:
         # element-wise, one pair index t at a time (rare: strong gates; few registers, unlike [MB, MB, BK] products):
         # rows i take M[i, t] k_t e(c_i - c_t), columns j take M[t, j] x_t e(c_t - c_j)

@@ -203,7 +203,7 @@ def _values_tile(b_X, b_Aqk, b_b, v, do, U, dO2, off_v, m_tv, PREC: tl.constexpr
 def _prep_pairs_kernel(
     q, k, g, Pb, Aqk, gamma, scratch, cu_seqlens, chunk_indices, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BI: tl.constexpr,
-    PREC: tl.constexpr, ANCHORS: tl.constexpr,
+    PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
 ):
     """Row block BI (one launch per block, like kernels/chunk.py's intra kernel) of P and of A_qk / scale
     ([NT, HV, CT, CT], backward_blocks.py's `_pair_rows_anchored` with ANCHORS, else `_pair_rows` twice) for the
@@ -235,7 +235,7 @@ def _prep_pairs_kernel(
         item = i_c * HV + i_hv
         if ANCHORS:
             _pair_rows_anchored(p_q, p_k, H * K, p_gs, Pb + item * (CT * CT), Aqk + item * (CT * CT), n, K, BI, BK,
-                                CT, PREC, MAX_EXP)
+                                CT, PREC, DPREC, MAX_EXP)
         else:
             _pair_rows(p_k, p_k, H * K, p_gs, Pb + item * (CT * CT), n, o_k, m_k, BI, BK, CT, False, PREC)
             _pair_rows(p_q, p_k, H * K, p_gs, Aqk + item * (CT * CT), n, o_k, m_k, BI, BK, CT, True, PREC)
@@ -625,7 +625,7 @@ def _local_da_kernel(
 def _local_sums_kernel(
     q, k, g, M1, M2, R1, R2, R3, scratch, cu_seqlens, chunk_indices, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
-    BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr,
+    BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
 ):
     """Row block BI (one launch per block, like `_prep_pairs_kernel`) of 3c's decay-weighted sums, for the work
     items (chunk, value head, K-tile of BKS <= 32 columns) shared out over the programs ([T, HV, K] each):
@@ -661,7 +661,7 @@ def _local_sums_kernel(
         p_m2 = M2 + item * (NV * CT * CT)
         if ANCHORS:
             b_r1, b_r2, b_r3 = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT,
-                                                    PREC, MAX_EXP)
+                                                    PREC, DPREC, MAX_EXP)
         else:
             b_r1 = _row_sums_block(p_m1, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dq, from A_qk
             b_r2 = _row_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dk, A_kk rows
@@ -808,19 +808,30 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     states = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dstates = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dh0 = torch.empty(N, HV, K, V, dtype=acc, device=dev)
-    # the pass is sequential over chunks: few (sequence, head) pairs want narrow V-tiles (more programs in flight),
-    # like kernels/chunk.py's state pass; 64 spills at K = 128
-    # V-tiles of 32 (16 made more programs but took longer: 4.2 against 3.4 ms at 32 heads x 16384 on the H100), and
-    # two pipeline stages up to 64 (sequence, head) pairs (one above: 5.2 against 3.5 ms at 96 heads x 8192)
+    # The pass is sequential over chunks. V-tiles of 32 (16 made more programs but took longer: 4.2 against 3.4 ms
+    # at 32 heads x 16384 on the H100; 64 spills at K = 128); two pipeline stages up to 64 (sequence, head) pairs
+    # (with more pairs one stage was faster: 3.5 against 5.2 ms at 96 heads x 8192), where they fit: the two stages
+    # need more shared memory than Hopper has at K > 128 or with a 4-byte do (benchmarks/probe_pass_launch.py), and
+    # a launch that runs out of it is retried with one stage.
     BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 32))
-    stages = launch["chunked_pass_stages"] or (2 if N * HV <= 64 else 1)
+    two = N * HV <= 64 and BK <= 128 and do.element_size() <= 2
+    stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
-    _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
-        pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
-        h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
-        HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-        PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"], PARALLEL=bool(parallel),
-        num_warps=launch["chunked_pass_warps"] or 4, num_stages=stages)
+
+    def run_pass(num_stages):
+        _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
+            pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
+            h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
+            HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
+            PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"], PARALLEL=bool(parallel),
+            num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
+
+    try:
+        run_pass(stages)
+    except triton.runtime.errors.OutOfResources:
+        if stages == 1 or launch["chunked_pass_stages"]:
+            raise
+        run_pass(1)
     return states, dstates, dh0, pre
 
 
@@ -851,6 +862,7 @@ def _prep_split(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, so
         _prep_pairs_kernel[(n_prog,)](
             q, k, g, pre["P"], aqk, pre["gamma"], scratch, cu, chunk_indices, NT * HV,
             H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
+            DPREC="ieee" if acc == torch.float64 else launch["diag_precision"],
             num_warps=launch["prep_pairs_warps"] or 4)
     del scratch
     _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT, SOLVE_PREC=solve_prec,
@@ -912,6 +924,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
             _local_sums_kernel[(n_prog_s,)](
                 q, k, g, dAqk, XdXv, *R, scratch, cu, chunk_indices, n_work_s,
                 H=H, HV=HV, K=K, BKS=BKS, CT=CT, NV=NV, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
+                DPREC="ieee" if acc == torch.float64 else launch["diag_precision"],
                 num_warps=launch["sums_warps"] or 4)
         del scratch
     dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
