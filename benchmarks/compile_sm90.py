@@ -109,7 +109,7 @@ def chunked_mode(spills: bool) -> None:
         # the split prep (LAUNCH["chunked_prep"] = "split"): the pairs kernel per row block, the solve, the operands
         # LAUNCH["diag_blocks"]: the default, and with --spills the other form too
         anchor_forms = (True, False) if spills else (backward.LAUNCH["diag_blocks"] == "anchors",)
-        dprec = "ieee" if acc == "fp64" else backward.LAUNCH["diag_precision"]
+        dprec = "ieee" if acc == "fp64" else backward.LAUNCH["pairs_diag_precision"]
         for bi, anchors in itertools.product(range(4), anchor_forms):
             k = compile_kernel(backward_chunked._prep_pairs_kernel, sigs["prep_pairs"],
                                dict(shared, BI=bi, ANCHORS=anchors, DPREC=dprec), backward.LAUNCH["prep_pairs_warps"] or 4)
@@ -149,7 +149,7 @@ def chunked_mode(spills: bool) -> None:
                       *extra)
         for bi, anchors in itertools.product(range(4), anchor_forms):  # 3c's sums per row block ("blocks")
             c = dict(shared, BKS=min(BK, 32), NV=triton.cdiv(V, 64), BI=bi, PREC=split_prec, ANCHORS=anchors,
-                     DPREC=dprec)
+                     DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,
                                backward.LAUNCH["sums_warps"] or 4)
             extra = ptxas_report(k) if spills and acc == "fp32" else []

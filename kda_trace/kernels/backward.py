@@ -156,9 +156,11 @@ LAUNCH["workspace_bytes"] = None
 # backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel). The fused prep
 # and fused sums are element-wise either way.
 LAUNCH["diag_blocks"] = "anchors"
-# diag_precision: the anchored diagonal blocks' products (tf32x3, about fp32: with tf32 there the safe-gate shape's
-# ddt_bias error went from 2.65e-3 to 5.03e-3 RMS-relative, fla's 5.35e-3; H100, RESULTS.md eighteenth session)
-LAUNCH["diag_precision"] = "tf32x3"
+# pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
+# sums kernels (tf32x3, about fp32, for both: with tf32 for both the safe-gate shape's ddt_bias error went from 2.64e-3
+# to 5.03e-3 RMS-relative (fla: 5.35e-3) and its dg from 3.01e-3 to 3.34e-3, for 7% less time; H100, RESULTS.md
+# eighteenth session)
+LAUNCH.update({"pairs_diag_precision": "tf32x3", "sums_diag_precision": "tf32x3"})
 # chunked_pass_parallel: the pass's forward (states) and reverse (dS) recursions as separate programs at once
 # (True) or one after the other in one program (False); they are independent.
 LAUNCH["chunked_pass_parallel"] = True

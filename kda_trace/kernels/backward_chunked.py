@@ -862,7 +862,7 @@ def _prep_split(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, so
         _prep_pairs_kernel[(n_prog,)](
             q, k, g, pre["P"], aqk, pre["gamma"], scratch, cu, chunk_indices, NT * HV,
             H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
-            DPREC="ieee" if acc == torch.float64 else launch["diag_precision"],
+            DPREC="ieee" if acc == torch.float64 else launch["pairs_diag_precision"],
             num_warps=launch["prep_pairs_warps"] or 4)
     del scratch
     _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT, SOLVE_PREC=solve_prec,
@@ -924,7 +924,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
             _local_sums_kernel[(n_prog_s,)](
                 q, k, g, dAqk, XdXv, *R, scratch, cu, chunk_indices, n_work_s,
                 H=H, HV=HV, K=K, BKS=BKS, CT=CT, NV=NV, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
-                DPREC="ieee" if acc == torch.float64 else launch["diag_precision"],
+                DPREC="ieee" if acc == torch.float64 else launch["pairs_diag_precision"],
                 num_warps=launch["sums_warps"] or 4)
         del scratch
     dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
