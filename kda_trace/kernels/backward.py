@@ -157,10 +157,11 @@ LAUNCH["workspace_bytes"] = None
 # and fused sums are element-wise either way.
 LAUNCH["diag_blocks"] = "anchors"
 # pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
-# sums kernels (tf32x3, about fp32, for both: with tf32 for both the safe-gate shape's ddt_bias error went from 2.64e-3
-# to 5.03e-3 RMS-relative (fla: 5.35e-3) and its dg from 3.01e-3 to 3.34e-3, for 7% less time; H100, RESULTS.md
-# eighteenth session)
-LAUNCH.update({"pairs_diag_precision": "tf32x3", "sums_diag_precision": "tf32x3"})
+# sums kernels. The pairs' feed P, A_qk and so X = (I + A_kk)^-1 and every gradient: tf32x3 (about fp32) there; with
+# tf32 the safe-gate shape's ddt_bias error went from 2.64e-3 to 5.03e-3 RMS-relative (fla: 5.35e-3) and its dg
+# from 3.01e-3 to 3.34e-3, while tf32 in the sums changed no gradient's error (H100, RESULTS.md eighteenth session).
+# tf32x3 costs about 0.5 ms in the pairs and 0.8 ms in the sums at 32 heads x 16384.
+LAUNCH.update({"pairs_diag_precision": "tf32x3", "sums_diag_precision": "tf32"})
 # chunked_pass_parallel: the pass's forward (states) and reverse (dS) recursions as separate programs at once
 # (True) or one after the other in one program (False); they are independent.
 LAUNCH["chunked_pass_parallel"] = True
