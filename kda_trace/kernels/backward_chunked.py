@@ -924,7 +924,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
             _local_sums_kernel[(n_prog_s,)](
                 q, k, g, dAqk, XdXv, *R, scratch, cu, chunk_indices, n_work_s,
                 H=H, HV=HV, K=K, BKS=BKS, CT=CT, NV=NV, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
-                DPREC="ieee" if acc == torch.float64 else launch["pairs_diag_precision"],
+                DPREC="ieee" if acc == torch.float64 else launch["sums_diag_precision"],
                 num_warps=launch["sums_warps"] or 4)
         del scratch
     dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
