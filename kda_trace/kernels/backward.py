@@ -151,23 +151,26 @@ LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf3
 # 96 heads: the buffers alone take about 61 GiB, and an evaluation ran out of memory beside the runner's worker
 # (RESULTS.md, fourteenth session).
 LAUNCH["workspace_bytes"] = None
+WORKSPACE_CAP_BYTES = 16 << 30
+"""The default workspace limit: a group of heads under it still has thousands of (chunk, head) work items at the
+sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once would only take memory."""
+
 # diag_blocks: the 16x16 diagonal blocks of the split prep's pair matrices and of the block sums ("anchors": tensor-
 # core products at two anchors per block, as the forward's intra kernel, element-wise where a block's gates pass
 # backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel). The fused prep
 # and fused sums are element-wise either way.
 LAUNCH["diag_blocks"] = "anchors"
 # pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
-# sums kernels. The pairs' feed P, A_qk and so X = (I + A_kk)^-1 and every gradient: tf32x3 (about fp32) there; with
-# tf32 the safe-gate shape's ddt_bias error went from 2.64e-3 to 5.03e-3 RMS-relative (fla: 5.35e-3) and its dg
-# from 3.01e-3 to 3.34e-3, while tf32 in the sums changed no gradient's error (H100, RESULTS.md eighteenth session).
-# tf32x3 costs about 0.5 ms in the pairs and 0.8 ms in the sums at 32 heads x 16384.
-LAUNCH.update({"pairs_diag_precision": "tf32x3", "sums_diag_precision": "tf32"})
+# sums kernels. The sums' reach dg and, summed over tokens, ddt_bias: tf32x3 (about fp32) there. With tf32 in both,
+# the safe-gate shape's ddt_bias error went from 2.64e-3 to 5.03e-3 RMS-relative (fla: 5.35e-3) and its dg from
+# 3.01e-3 to 3.34e-3; with tf32 in the pairs only, 2.71e-3 and 3.03e-3. Time at 32 heads x 16384: 18.06 ms with
+# tf32 in both, 18.92 with these, 19.35 with tf32x3 in both (H100, RESULTS.md eighteenth session).
+LAUNCH.update({"pairs_diag_precision": "tf32", "sums_diag_precision": "tf32x3"})
 # chunked_pass_parallel: the pass's forward (states) and reverse (dS) recursions as separate programs at once
-# (True) or one after the other in one program (False); they are independent.
+# (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
+# 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
 LAUNCH["chunked_pass_parallel"] = True
-WORKSPACE_CAP_BYTES = 16 << 30
-"""The default workspace limit: a group of heads under it still has thousands of (chunk, head) work items at the
-sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once would only take memory."""
+
 
 @triton.jit
 def _load_token(q, k, v, g, beta, r, i_h, i_hv, o_k, o_v, m_k, m_v,

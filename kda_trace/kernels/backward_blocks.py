@@ -5,8 +5,10 @@ chunked mode's matrix form, by 16-row blocks. The formulas: tests/kernels/chunk_
 Off the diagonal, a block is a tensor-core product with the decay split at the first row a of the row block,
 x e(G_i - G_a) times y e(G_a - G_j): both exp arguments <= 0, each G difference summed from the gates
 (`_within`, `_to_anchor`), never the difference of two cumulative sums from the chunk start (those reach
-64 |g|). A diagonal block (`_pair_matrix`'s `_diag_pairs`, and the diagonal parts of `_row_sums` and
-`_col_sums`) is element-wise, e(G_i - G_j) per pair and column, computed at once as one [16, 16, BKC]
+64 |g|). The anchored forms at the end (`_pair_rows_anchored`, `_sums_block_anchored`, the default: LAUNCH["diag_blocks"])
+take a diagonal block as tensor-core products too, at two anchors per block like the forward's intra kernel, and
+fall back to element-wise products where a block's gates pass MAX_EXP. Otherwise a diagonal block (`_pair_matrix`'s
+`_diag_pairs`, and the diagonal parts of `_row_sums` and `_col_sums`) is element-wise, e(G_i - G_j) per pair and column, computed at once as one [16, 16, BKC]
 product per K-chunk of BKC = 32 columns (`_diag_decay`; before: 16 serial steps of one column or row each),
 with G_i - G_j = c_i - c_j, c the cumulative gates from the block's first row (`_within`), the argument
 clamped to <= 0 (pairs i < j, whose entries are dropped or multiplied by M's zeros, and rounding). Accuracy

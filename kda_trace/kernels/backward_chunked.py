@@ -23,7 +23,8 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    dO2 = A_qk^T dO; with the split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32),
    the solve's in tf32x3 (kernels/chunk.py's SOLVE_PRECISION; ieee for float64). LAUNCH["chunked_prep"] =
    "split" (the default) runs the same products as three kernels instead (`_prep_split`): `_prep_pairs_kernel` (one launch per
-   16-row block of P and A_qk, backward_blocks.py's `_pair_rows`), `_prep_solve_kernel` (X per chunk and value
+   16-row block of P and A_qk, backward_blocks.py's `_pair_rows_anchored`: the diagonal blocks as tensor-core
+   products at two anchors, LAUNCH["diag_blocks"]; `_pair_rows` with element-wise diagonal blocks), `_prep_solve_kernel` (X per chunk and value
    head) and `_prep_operands_kernel` (per K-tile: W, Qt, Kt; per V-tile: U, dO2); A_qk goes through an fp32
    [NT, HV, CT, CT] buffer (16 KiB per chunk and value head). Smaller programs, more of them in flight: on an
    H200 at 32 heads x 16384 tokens the three take 5.84 + 0.49 + 1.23 ms against the fused kernel's 16.83
