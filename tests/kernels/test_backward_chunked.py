@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 import triton.language
+import triton.runtime.errors
 
 from test_backward import check, f64, make
 
@@ -159,6 +160,39 @@ def test_pass_directions_in_parallel(case, monkeypatch):
     """LAUNCH["chunked_pass_parallel"] (the pass's two recursions as separate programs, the default) against one
     program running both: the same products, so the same gradients."""
     _alternative_matches(case, "chunked_pass_parallel", True, False, monkeypatch)
+
+
+class _NoTwoStages:
+    """Stands in for `_state_pass_kernel`: a launch with two pipeline stages raises OutOfResources, as on an H100
+    with an fp32 do or K > 128 (benchmarks/probe_pass_launch.py); other launches run the real kernel."""
+
+    def __init__(self, real):
+        self.real, self.stages = real, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.stages.append(kwargs["num_stages"])
+            if kwargs["num_stages"] == 2:
+                raise triton.runtime.errors.OutOfResources(237568, 232448, "shared memory")
+            return self.real[grid](*args, **kwargs)
+        return launch
+
+
+def test_pass_retries_with_one_stage(monkeypatch):
+    """bf16 inputs and do, K <= 128 and few sequence-heads: the pass asks for two stages; where they do not fit it
+    runs with one and the gradients are right. A two-stage setting given in LAUNCH is not overridden: the error stands."""
+    from kda_trace.kernels import backward_chunked
+
+    fake = _NoTwoStages(backward_chunked._state_pass_kernel)
+    monkeypatch.setattr(backward_chunked, "_state_pass_kernel", fake)
+    x = make(1, 70, 1, 1, 32, 16, seed=5, dtype=torch.bfloat16)
+    check(x, bar=1e-2)  # make gives an fp32 do: the pass asks for one stage
+    x["do"] = x["do"].to(torch.bfloat16)
+    check(x, bar=1e-2)
+    assert fake.stages == [1, 2, 1]
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_stages", 2)
+    with pytest.raises(triton.runtime.errors.OutOfResources):
+        check(x, bar=1e-2)
 
 
 def test_token_local_kernel(monkeypatch):
