@@ -135,9 +135,10 @@ def chunked_mode(spills: bool) -> None:
         for name, fn, wkey in (("local_v", backward_chunked._local_v_kernel, "split_v_warps"),
                                ("local_da", backward_chunked._local_da_kernel, "split_da_warps")):
             c = dict(shared, BV=min(BV, 64), NV=triton.cdiv(V, 64), PREC=split_prec)
-            k = compile_kernel(fn, sigs[name], c, backward.LAUNCH[wkey] or 8)
+            warps = backward.LAUNCH[wkey] or (4 if wkey == "split_v_warps" else 8)  # the launch defaults
+            k = compile_kernel(fn, sigs[name], c, warps)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked split {name} {acc} K={K} V={V} warps=8: ok", *extra)
+            print(f"chunked split {name} {acc} K={K} V={V} warps={warps}: ok", *extra)
         # 3c per K-tile: the GPU default (32 columns, 4 warps), and 64 / 8 with --spills
         bkts = ((32, 4), (64, 8), (64, 4)) if spills and K == 128 else ((min(BK, 32), 4),)
         for bkt, warps in bkts:
