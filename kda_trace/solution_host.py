@@ -43,7 +43,6 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
 
     die_with_parent()  # with its worker
     # inherited by the processes the solution starts, so that one it leaves behind can be named (reaper.py)
-
     os.environ[SOLUTION_ENV] = spec
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from .environment import SourceChanged, check_code_digest

@@ -303,6 +303,17 @@ def _diag_pairs_by_column(p_x, p_y, SX: tl.constexpr, p_g, bi: tl.constexpr, n, 
 
 
 @triton.jit
+def _earlier_rows(p_k, SX: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr, BJ: tl.constexpr):
+    """[BJ, BKC]: k_j e(G_a - G_j) for every row j before a = 16 bi (zero from row a on), G_a - G_j summed from the
+    gates, sum_{j < t <= a} g_t (<= 0): `_to_anchor` for all the earlier blocks at once."""
+    o_j = tl.arange(0, BJ)
+    m_j = o_j < bi * 16
+    b_gn = tl.load(p_g + (o_j + 1)[:, None] * BK + o_k[None, :], mask=((o_j + 1) <= bi * 16)[:, None], other=0.0)
+    return tl.load(p_k + o_j[:, None] * SX + o_k[None, :], mask=((o_j < n) & m_j)[:, None] & m_k[None, :],
+                   other=0.0).to(p_g.dtype.element_ty) * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+
+
+@triton.jit
 def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.constexpr, bi: tl.constexpr,
                         BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
                         MAX_EXP: tl.constexpr):
@@ -344,11 +355,7 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.cons
         kk_hi += tl.dot(b_k * e_rh, tl.trans(b_kh), input_precision=DPREC)
         qk_hi += tl.dot(b_q * e_rh, tl.trans(b_kh), input_precision=DPREC)
         if bi > 0:
-            # k_j e(G_a - G_j) for the rows j < a = 16 bi: G_a - G_j = sum_{j < t <= a} g_t (<= 0)
-            b_gn = tl.load(p_g + (o_j + 1)[:, None] * BK + o_k[None, :], mask=((o_j + 1) <= bi * MB)[:, None],
-                           other=0.0)
-            b_ya = tl.load(p_k + o_j[:, None] * SX + o_k[None, :], mask=((o_j < n) & m_j)[:, None] & m_k[None, :],
-                           other=0.0).to(ACC) * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+            b_ya = _earlier_rows(p_k, SX, p_g, n, o_k, m_k, bi, BK, BJ)
             off_k += tl.dot(b_krl, tl.trans(b_ya), input_precision=PREC)
             off_q += tl.dot(b_qrl, tl.trans(b_ya), input_precision=PREC)
     right = (o_b >= MB // 2)[None, :]
@@ -400,7 +407,8 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
             + e_ch * (tl.dot(b_t1, b_q * e_rh, input_precision=DPREC) + tl.dot(b_t2, b_k * e_rh, input_precision=DPREC)))
     if spread > MAX_EXP:
         # element-wise, one pair index t at a time (rare: strong gates; few registers, unlike [MB, MB, BK] products):
-        # rows i take M[i, t] k_t e(c_i - c_t), columns j take M[t, j] x_t e(c_t - c_j)
+        # rows i take M[i, t] k_t e(c_i - c_t), columns j take M[t, j] x_t e(c_t - c_j); c loaded again rather
+        # than kept live through the anchored products (ptxas: 168 -> 234 registers in the last row block)
         b_c = _within(p_g, bi, o_k, BK)
         b_r1 = tl.zeros([MB, BK], dtype=ACC)
         b_r2 = tl.zeros([MB, BK], dtype=ACC)
@@ -421,13 +429,11 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
             m2_row = tl.load(p_m2 + r_t * CT + rows)
             b_r3 += (m1_row[:, None] * q_t[None, :] + m2_row[:, None] * k_t[None, :]) * w_col
     if bi > 0:
-        # rows: every column j < a = 16 bi in one product, k_j e(G_a - G_j), G_a - G_j = sum_{j < t <= a} g_t
+        # rows: every column j < a = 16 bi in one product (`_earlier_rows`)
         BJ: tl.constexpr = 64 if bi == 3 else (32 if bi == 2 else 16)
         o_j = tl.arange(0, BJ)
         m_j = o_j < bi * MB
-        b_gn = tl.load(p_g + (o_j + 1)[:, None] * BK + o_k[None, :], mask=((o_j + 1) <= bi * MB)[:, None], other=0.0)
-        b_ya = tl.load(p_k + o_j[:, None] * SX + o_k[None, :], mask=((o_j < n) & m_j)[:, None] & m_k[None, :],
-                       other=0.0).to(ACC) * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+        b_ya = _earlier_rows(p_k, SX, p_g, n, o_k, m_k, bi, BK, BJ)
         b_mj = rows[:, None] * CT + o_j[None, :]
         b_r1 += e_rl * tl.dot(tl.load(p_m1 + b_mj, mask=m_j[None, :], other=0.0), b_ya, input_precision=PREC)
         b_r2 += e_rl * tl.dot(tl.load(p_m2 + b_mj, mask=m_j[None, :], other=0.0), b_ya, input_precision=PREC)

@@ -576,8 +576,7 @@ def _wu_kernel(
 ):
     """W = X (beta k exp(G)), U = X (beta v), k exp(G_last - G) and, without QG_DONE, scale q exp(G) for one
     (chunk, value head), from the X that `_solve_kernel` left in Xs (with QG_DONE the intra kernel wrote q exp(G):
-    qg_in_intra). (A
-    separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
+    qg_in_intra). (A separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
