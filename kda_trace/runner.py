@@ -779,6 +779,12 @@ class FreshReferences:
             finite = all(sum(nonfinite_counts(t)) == 0 for t in out.values() if hasattr(t, "dtype"))
             digest = output_digest(out, self.digest_seed, self.device, inplace_bases(self.d, inputs)) if finite else None
             self.made = {rep: (inputs, out, digest)}  # one at a time: a workload's inputs can be large
+            if self.device.startswith("cuda"):
+                import torch
+
+                # the reference's temporaries, freed but still reserved here, left the next solutions' processes
+                # no room (H200, kda_bwd_fused_h96's 65536-token workload: 116.9 GiB in the worker process)
+                torch.cuda.empty_cache()
         return self.made[rep]
 
     def inputs(self, rep: int) -> Dict[str, Any]:

@@ -66,6 +66,19 @@ TOL_GRAD = {"atol": 5e-3, "rtol": 5e-2, "min_matched_ratio": 0.9999, "max_rms_re
 # 3.4e-3 to 5.4e-3. Their atol is one such rounding, rounded up; dq and dv (|x| < 0.35) keep 5e-3.
 TOL_GRAD_WIDE = {**TOL_GRAD, "atol": 2e-2}
 TOL_DG = {"atol": 2e-2, "rtol": 5e-2, "min_matched_ratio": 0.9999, "max_rms_rel_error": 3e-2, "min_cosine": 0.9995}
+# g_raw's gradient through the safe gate: fla's chunk_kda (0.6.0) has rows 0.11 to 0.22 away from float64 autograd
+# (RMS error over the row / max(RMS row, atol); single elements off by 0.05 at |x| = 0.18) on 3 of the 7 workloads of
+# kda_bwd_fused_h96 it could run on an H100, where the float32 reference is 3.9e-3 away and ours at most 2.5e-2
+# (benchmarks/row_truth.py, RESULTS.md "Verdicts", nineteenth session). fla is the kernel Kimi-style models train
+# with, so its rows must pass: the per-row bound is 0.5 here, twice fla's worst row seen and half of what a zeroed,
+# stale or neighbour's row scores (1.0 to 1.4), so a wrong row still fails.
+TOL_DG_RAW_SAFE = {**TOL_DG, "max_row_rel_error": 0.5}
+# dA_log and ddt_bias sum over every token: their absolute error scales with the whole sum's (|dA_log| reaches 30),
+# so an element-wise atol + rtol * |ref| judges cancellation: a head whose terms cancel to 1 carries the error of a
+# sum of 30. Through the safe gate fla's sums are 0.5-0.6% RMS-relative from float64 and 7 of 96 dA_log heads (0.3%
+# of ddt_bias) fall outside 0.02 + 5%; the reference is 1e-6 away, ours 0.12-0.19%. The sums are judged as wholes
+# (RMS-relative, cosine) and per head (ddt_bias's per-row bound); the element-wise matched ratio is off for them.
+TOL_SUM_SAFE = {**TOL_DG, "min_matched_ratio": None}
 
 # --------------------------------------------------------------------------- generators
 GEN_RAW_QK = {"kind": "randn"}                        # normalised inside the op
@@ -564,17 +577,19 @@ GEN_G_STRONG = {"kind": "uniform", "low": -8.0, "high": 0.0}  # precomputed g do
 # what the GPU calibration showed for each packed backward definition (benchmarks/RESULTS.md, Verdicts)
 PACKED_BACKWARD_CALIBRATION = {
     "kda_bwd_fused_h32_d128_v_last": (
-        "calibrated on an H200 (benchmarks/RESULTS.md, eleventh session): ours, fla's chunk_kda and the reference "
-        "passed all 8 workloads, every gradient's worst row under a tenth of the per-row bound (fla's worst db "
-        "8.8e-3, ours 6.3e-3)."),
+        "calibrated on an H200 (benchmarks/RESULTS.md, eleventh session) and ours again on an H100 with the kernels "
+        "of the nineteenth session: ours, fla's chunk_kda and the reference passed all 8 workloads, every gradient's "
+        "worst row under a tenth of the per-row bound (fla's worst db 8.8e-3, ours 6.3e-3)."),
     "kda_bwd_varlen_h32_d128_v_last": (
-        "calibrated on an H200 (benchmarks/RESULTS.md, eleventh session): ours, fla's chunk_kda and the reference "
-        "passed 7 of the 8 workloads (the eighth not reached), the smallest per-row margin fla's dq, 5.5x."),
+        "calibrated on an H200 and an H100 (benchmarks/RESULTS.md, eleventh and nineteenth sessions): ours and the "
+        "reference passed all 8 workloads, fla's chunk_kda 7 (the 65536-token one not reached), the smallest "
+        "per-row margin fla's dq, 5.5x."),
     "kda_bwd_fused_h96_d128_v_last_safe_gate": (
-        "partly calibrated on an H200 (benchmarks/RESULTS.md, eleventh to fourteenth sessions): ours and the "
-        "reference passed 7 of the 8 workloads (the largest, 65536 tokens, not yet: ours ran out of memory before "
-        "the head groups of the fourteenth session), ours with a per-row margin of 3.9x on dg_raw; fla's chunk_kda "
-        "not yet measured at 96 heads (its backward's autotuning did not finish in 9 minutes)."),
+        "calibrated on an H100 and an H200 (benchmarks/RESULTS.md, nineteenth session): ours, fla's chunk_kda and "
+        "the reference passed all 8 workloads. Looser than the dense backward for the gate's gradients, because fla "
+        "is off there against float64 (and the float32 reference is not): dg_raw's per-row bound is 0.5 (fla's "
+        "worst row 0.22, ours 2.6e-2; a zeroed or a neighbour's row scores 1.0 to 1.4), and dA_log and ddt_bias, "
+        "sums over every token, are judged as wholes and per head, without the element-wise matched ratio."),
 }
 
 
@@ -600,9 +615,12 @@ def packed_backward_definition(fused: bool, model: str, model_text: str, gate: s
             "dq": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "gradient of the raw q", tolerance=TOL_GRAD, sequence_axis=T),
             "dk": tensor([T, "num_heads", "head_dim_k"], "bfloat16", "gradient of the raw k", tolerance=TOL_GRAD_WIDE, sequence_axis=T),
             "dv": tensor([T, HV, "head_dim_v"], "bfloat16", "gradient of v", tolerance=TOL_GRAD, sequence_axis=T),
-            "dg_raw": tensor([T, HV, "head_dim_k"], "bfloat16", "gradient of g_raw", tolerance=TOL_DG, sequence_axis=T),
-            "dA_log": tensor([HV], "float32", "gradient of A_log (a sum over all tokens and channels)", tolerance=TOL_DG),
-            "ddt_bias": tensor([HV, "head_dim_k"], "float32", "gradient of dt_bias (a sum over all tokens)", tolerance=TOL_DG),
+            "dg_raw": tensor([T, HV, "head_dim_k"], "bfloat16", "gradient of g_raw",
+                             tolerance=TOL_DG_RAW_SAFE if gate == "safe" else TOL_DG, sequence_axis=T),
+            "dA_log": tensor([HV], "float32", "gradient of A_log (a sum over all tokens and channels)",
+                             tolerance=TOL_SUM_SAFE if gate == "safe" else TOL_DG),
+            "ddt_bias": tensor([HV, "head_dim_k"], "float32", "gradient of dt_bias (a sum over all tokens)",
+                               tolerance=TOL_SUM_SAFE if gate == "safe" else TOL_DG),
             "db": tensor([T, HV], "bfloat16", "gradient of the beta logits b", tolerance=TOL_GRAD_WIDE, sequence_axis=T),
         }
         reference = reference_source("backward_fused", NUM_HEADS=h, NUM_V_HEADS=h, HEAD_DIM_K=D, HEAD_DIM_V=D,

@@ -1,0 +1,90 @@
+"""Per-row errors against float64 for one workload of a fused backward definition (issue 15's calibration).
+
+The runner judges a solution against the definition's float32 reference. When a solution fails the per-row
+bound, this says who is off: the reference, ours and fla are each compared with float64 autograd through the
+plain recurrence (bench_backward.truth_grads, independent of all three), with the runner's own metric
+(compare.compare_output, the definition's tolerances), on the runner's inputs (same seed, same device).
+
+    python benchmarks/row_truth.py --name kda_bwd_fused_h96_d128_v_last_safe_gate --workload 3889c18e \
+        [--seed S] [--solutions reference,triton,fla]
+
+Only the kda_bwd_fused_* definitions with the safe gate at -5 and K = 128 (what truth_grads' "safe_l2" mode
+computes). Prints one line per (solution, output) and writes JSON lines to stdout's end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from bench_backward import K, truth_grads  # noqa: E402
+from kda_trace.compare import compare_output, tolerance_for  # noqa: E402
+from kda_trace.dataset import load_dataset  # noqa: E402
+from kda_trace.inputs import DEFAULT_SEED, make_inputs  # noqa: E402
+from kda_trace.solutions.registry import resolve  # noqa: E402
+
+# definition output -> truth_grads leaf (inputs given [1, T, ...] as truth_grads' packed batch)
+LEAF = {"dq": "q", "dk": "k", "dv": "v", "dg_raw": "g", "db": "beta", "dA_log": "A_log", "ddt_bias": "dt_bias",
+        "dh0": "h0"}
+
+
+def truth(inputs: dict) -> dict:
+    """float64 gradients of every output of the definition, shaped as the definition's outputs."""
+    assert abs(float(inputs["scale"]) - K ** -0.5) < 1e-12, "truth_grads uses scale K^-0.5"
+    x = {"q": inputs["q"][None], "k": inputs["k"][None], "v": inputs["v"][None], "g": inputs["g_raw"][None],
+         "beta": inputs["b"][None], "h0": inputs["initial_state"], "A_log": inputs["A_log"],
+         "dt_bias": inputs["dt_bias"]}
+    grads = truth_grads(x, inputs["cu_seqlens"], "safe_l2", inputs["do"][None], inputs["dht"])
+    return {out: grads[leaf].reshape(x[leaf].shape[1:] if leaf in ("q", "k", "v", "g", "beta") else x[leaf].shape)
+            for out, leaf in LEAF.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--workload", required=True, help="a uuid prefix")
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    ap.add_argument("--solutions", default="reference,triton,fla")
+    ap.add_argument("--device", default="cuda")
+    a = ap.parse_args()
+    ds = load_dataset()
+    d = ds.definitions[a.name]
+    (w,) = [w for w in ds.workloads_of(a.name) if w.uuid.startswith(a.workload)]
+    inputs = make_inputs(d, w, a.seed, a.device)
+    names = list(d.outputs)
+    assert set(names) == set(LEAF), names
+    ref64 = truth(inputs)
+    results = {}
+    for sol in a.solutions.split(","):
+        run = resolve(sol, a.device).build(d, a.device)
+        outs = run(**{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()})
+        outs = dict(zip(names, outs)) if not isinstance(outs, dict) else outs
+        results[sol] = outs
+        for o in names:
+            m = compare_output(d, o, ref64[o].float(), outs[o].float(), tolerance_for(d, o), inputs["cu_seqlens"])
+            row = {"workload": w.uuid[:8], "seed": a.seed, "solution": sol, "output": o, "against": "float64",
+                   "max_row_rel_error": m.max_row_rel_error, "rows_over_bound": m.rows_over_bound,
+                   "worst_row": m.worst_row.where if m.worst_row else None, "rms_rel_error": m.rms_rel_error}
+            print(json.dumps(row), flush=True)
+    if "reference" in results:  # what the runner sees: each solution against the float32 reference
+        for sol, outs in results.items():
+            if sol == "reference":
+                continue
+            for o in names:
+                m = compare_output(d, o, results["reference"][o].float(), outs[o].float(), tolerance_for(d, o),
+                                   inputs["cu_seqlens"])
+                print(json.dumps({"workload": w.uuid[:8], "seed": a.seed, "solution": sol, "output": o,
+                                  "against": "reference", "max_row_rel_error": m.max_row_rel_error,
+                                  "rows_over_bound": m.rows_over_bound,
+                                  "worst_row": m.worst_row.where if m.worst_row else None}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
