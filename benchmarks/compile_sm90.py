@@ -61,8 +61,6 @@ def backward_signatures(acc: str) -> dict:
                   "scale": "fp32", "n_work": "i64"},
         "forward": {**inputs, **bufs("g", "h0", "o", "ht"), "cu_seqlens": "*i64", "scale": "fp32"},
         # the chunked mode (kernels/backward_chunked.py)
-        "prep": {**inputs, **bufs("g", "W", "U", "Qt", "Kt", "gamma", "dO2", "Xb", "Pb", "scratch"), **tables,
-                 "scale": "fp32", "n_work": "i64"},
         "prep_pairs": {**inputs, **bufs("g", "Pb", "Aqk", "gamma", "scratch"), **tables, "n_work": "i64"},
         "prep_solve": {**inputs, **bufs("Pb", "Xb"), **tables},
         "prep_operands": {**inputs, **bufs("g", "Xb", "Aqk", "W", "U", "Qt", "Kt", "dO2"), **tables, "scale": "fp32"},
@@ -70,8 +68,8 @@ def backward_signatures(acc: str) -> dict:
                                      "dQt", "dKt", "dW", "dgamma"), **tables},
         "local_da": {**inputs, **bufs("g", "Xb", "Pb", "dAqk", "XdXv", "dW", "dbeta_v", "Yk", "d1", "dbeta"), **tables,
                      "scale": "fp32"},
-        "local_k": {**inputs, **bufs("g", "M1", "M2", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg",
-                                     "R1", "R2", "R3", "scratch"), **tables, "scale": "fp32", "n_work": "i64"},
+        "local_k": {**inputs, **bufs("g", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "R1", "R2", "R3",
+                                     "scratch"), **tables, "scale": "fp32", "n_work": "i64"},
         "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "scratch"), **tables, "n_work": "i64"},
         "chunked_pass": {**bufs("W", "U", "Qt", "Kt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"),
                          "do": "*bf16", "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
@@ -102,11 +100,7 @@ def chunked_mode(spills: bool) -> None:
         BK, BV = triton.next_power_of_2(K), triton.next_power_of_2(V)
         shared = dict(H=8, HV=16, K=K, V=V, BK=BK, CT=64, PREC="ieee" if acc == "fp64" else prec)
         solve = "ieee" if acc == "fp64" else backward_chunked.SOLVE_PRECISION.value
-        k = compile_kernel(backward_chunked._prep_kernel, sigs["prep"],
-                           dict(shared, BV=BV, STORE_XP=True, SOLVE_PREC=solve), backward.LAUNCH["prep_warps"] or 8)
-        extra = ptxas_report(k) if spills and acc == "fp32" else []
-        print(f"chunked prep {acc} K={K} V={V} warps=8: ok", *extra)
-        # the split prep (LAUNCH["chunked_prep"] = "split"): the pairs kernel per row block, the solve, the operands
+        # the prep: the pairs kernel per row block, the solve, the operands
         # LAUNCH["diag_blocks"]: the default, and with --spills the other form too
         anchor_forms = (True, False) if spills else (backward.LAUNCH["diag_blocks"] == "anchors",)
         dprec = "ieee" if acc == "fp64" else backward.LAUNCH["pairs_diag_precision"]
@@ -142,13 +136,11 @@ def chunked_mode(spills: bool) -> None:
         # 3c per K-tile: the GPU default (32 columns, 4 warps), and 64 / 8 with --spills
         bkts = ((32, 4), (64, 8), (64, 4)) if spills and K == 128 else ((min(BK, 32), 4),)
         for bkt, warps in bkts:
-            for given in (False, True):  # the sums inside, or from _local_sums_kernel (LAUNCH["split_k_sums"])
-                c = dict(shared, BKT=bkt, NV=triton.cdiv(V, 64), PREC=split_prec, SUMS_GIVEN=given)
-                k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps)
-                extra = ptxas_report(k) if spills and acc == "fp32" else []
-                print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps} sums_given={given}: ok",
-                      *extra)
-        for bi, anchors in itertools.product(range(4), anchor_forms):  # 3c's sums per row block ("blocks")
+            c = dict(shared, BKT=bkt, NV=triton.cdiv(V, 64))
+            k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps}: ok", *extra)
+        for bi, anchors in itertools.product(range(4), anchor_forms):  # 3c's sums per row block
             c = dict(shared, BKS=min(BK, 32), NV=triton.cdiv(V, 64), BI=bi, PREC=split_prec, ANCHORS=anchors,
                      DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,

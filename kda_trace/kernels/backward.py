@@ -60,8 +60,8 @@ mode's fp32 accuracy for speed, to be no worse than fla's chunk_kda (RMS-relativ
 inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are never formed:
 1. the prep, per (chunk, value head), parallel: the chunked forward's A_kk, A_qk (decay-weighted 16-row
    blocks, exp arguments <= 0), X = (I + A_kk)^-1 by 16x16 blocks (the forward's solve), W, U, Qt, Kt, gamma and
-   A_qk^T dO, as three kernels (`_prep_pairs_kernel`, `_prep_solve_kernel`, `_prep_operands_kernel`;
-   LAUNCH["chunked_prep"] = "fused": one, `_prep_kernel`; see backward_chunked.py).
+   A_qk^T dO, as three kernels (`_prep_pairs_kernel`, `_prep_solve_kernel`, `_prep_operands_kernel`; see
+   backward_chunked.py).
 2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over chunks: S_start(c + 1) =
    diag(gamma) S + Kt^T (U - W S) from h0, then dS_start(c) = diag(gamma) dS_end + Qt^T dO - W^T (A_qk^T dO +
    Kt dS_end) from dht (= A_c^T dS_end + b_c without A_c), the state in K-tiles of 64 rows, fp32 between chunks.
@@ -124,27 +124,22 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # split_precision (the split local kernels'), tf32 each: operands rounded to 2^-11 relative, against fla's bf16
 # at 2^-8 (measured: module docstring, "Precision"). tf32x3
 # (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). Tiles and warps:
-# prep_warps (8); chunked_pass_bv / _warps / _stages (32 / 4 / 2 up to 64 sequence-heads, else 1 stage: 186 / 213
+# chunked_pass_bv / _warps / _stages (32 / 4 / 2 up to 64 sequence-heads, else 1 stage: 186 / 213
 # registers, no spill; 3 stages or BV 64 spill; H100 A/B, RESULTS.md eighteenth session);
 # split_bv (the V-tile of 3a, 64), split_v_warps (4: 8 took 2.87 against 2.52 ms at 32 heads x 16384, H100) and
 # split_da_warps (8); split_k_bk, the K-tile of 3c's work
 # items (32 on a GPU, 64 under the interpreter), and split_k_warps (4 for tiles up to 32 columns, else 8).
-# chunked_prep: kernel 1 as three kernels ("split", the default: `_prep_pairs_kernel` per 16-row block,
-# `_prep_solve_kernel`, `_prep_operands_kernel` per K- or V-tile: smaller programs, more of them per SM) or as one
-# ("fused", `_prep_kernel`: one 255-register program per (chunk, value head)); same products and precisions.
-# H200, 32 heads x 16384 (RESULTS.md, eleventh session): split 5.84 + 1.23 + 0.49 ms, fused 16.83 ms. prep_pairs_warps / prep_solve_warps / prep_operands_warps
-# (4 each) and prep_bv (the operands kernel's V-tile, 64) are the split form's.
-# split_k_sums: 3c's decay-weighted sums inside `_local_k_kernel` ("fused") or first by `_local_sums_kernel`, one
-# launch per 16-row block with the sums in registers and no scratch round trips ("blocks"; its tile sums_bk,
-# at most 32, and sums_warps, 4), the pattern that made the split prep 2.2x faster than the fused one; "blocks" is
-# the default since its timing (H200, 32 heads x 16384, fwd+bwd 28.7 ms against 34.1; RESULTS.md, fourteenth session).
+# The prep's three kernels: prep_pairs_warps / prep_solve_warps / prep_operands_warps (4 each) and prep_bv (the
+# operands kernel's V-tile, 64). 3c's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row block with
+# the sums in registers: sums_bk (its K-tile, at most 32) and sums_warps (4). (One fused prep kernel, and the sums
+# inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms against 5.84 + 1.23 +
+# 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth sessions.)
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
-               "chunked_pass_precision": "tf32", "split_precision": "tf32", "prep_warps": None,
+               "chunked_pass_precision": "tf32", "split_precision": "tf32",
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
                "split_v_warps": None, "split_da_warps": None, "split_k_bk": None, "split_k_warps": None,
-               "chunked_prep": "split", "prep_pairs_warps": None, "prep_solve_warps": None,
-               "prep_operands_warps": None, "prep_bv": None,
-               "split_k_sums": "blocks", "sums_bk": None, "sums_warps": None})
+               "prep_pairs_warps": None, "prep_solve_warps": None, "prep_operands_warps": None, "prep_bv": None,
+               "sums_bk": None, "sums_warps": None})
 # workspace_bytes: the most memory the backward's own buffers may take at once; past it `kda_backward` runs
 # groups of heads one after the other (None: WORKSPACE_CAP_BYTES or 90% of what the device has free, with the
 # caching allocator's unused blocks, at the call, whichever is less; unlimited off CUDA). H200, 65536 tokens x
@@ -155,10 +150,9 @@ WORKSPACE_CAP_BYTES = 16 << 30
 """The default workspace limit: a group of heads under it still has thousands of (chunk, head) work items at the
 sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once would only take memory."""
 
-# diag_blocks: the 16x16 diagonal blocks of the split prep's pair matrices and of the block sums ("anchors": tensor-
-# core products at two anchors per block, as the forward's intra kernel, element-wise where a block's gates pass
-# backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel). The fused prep
-# and fused sums are element-wise either way.
+# diag_blocks: the 16x16 diagonal blocks of the prep's pair matrices and of 3c's sums ("anchors": tensor-core
+# products at two anchors per block, as the forward's intra kernel, element-wise where a block's gates pass
+# backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel).
 LAUNCH["diag_blocks"] = "anchors"
 # pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
 # sums kernels. The sums' reach dg and, summed over tokens, ddt_bias: tf32x3 (about fp32) there. With tf32 in both,
@@ -704,7 +698,7 @@ def _grads(out, sizes, like, acc, opts, has_h0):
 
 def workspace_bytes(sizes, n_chunks, acc) -> int:
     """Bytes of the chunked mode's buffers alive at once: the larger of backward_chunked.local_split's two peaks
-    (3a: the prep's W, U, Kt, dO2, X, P, the states and dS with 3a's outputs; 3c: 3a's outputs left, the sums and
+    (3a: the prep's W, U, Kt, dO2, X, P, the states and dS with 3a's outputs; 3c: 3a's outputs left, the sums, then
     dq, dk, dg), and dh0. The persistent programs' scratch (a few MB on a GPU) is left out. Checked against the
     buffers really made and freed on the CPU (test_backward_chunked: within 10%); the exact mode needs less (its
     per-chunk maps are [K, K] and [K, V] too, without the CT x CT ones)."""
@@ -712,7 +706,9 @@ def workspace_bytes(sizes, n_chunks, acc) -> int:
     TT, NT, CT2 = B * T, n_chunks, CT * CT
     NV = triton.cdiv(V, LAUNCH["split_bv"] or 64)
     first = TT * (2 * K + 3 * V + NV + 3 * NV * K) + NT * (2 * CT2 + 2 * K * V + NV * K + 2 * NV * CT2)
-    third = TT * (V + 2 * NV * K + 7 * K + 2) + NT * (2 * NV * CT2 + NV * K)
+    # 3c: 3a's dv, dQt, dKt, dgamma, 3b's Y_k, d1, dbeta and the three sums, with 3b's two matrices while the sums
+    # are made, then with dq, dk, dg
+    third = TT * (V + 2 * NV * K + 4 * K + 2) + NT * NV * K + max(NT * 2 * NV * CT2, 3 * TT * K)
     return HV * (max(first, third) + N * K * V) * torch.empty(0, dtype=acc).element_size()  # + dh0
 
 

@@ -7,8 +7,8 @@ x e(G_i - G_a) times y e(G_a - G_j): both exp arguments <= 0, each G difference 
 (`_within`, `_to_anchor`), never the difference of two cumulative sums from the chunk start (those reach
 64 |g|). The anchored forms at the end (`_pair_rows_anchored`, `_sums_block_anchored`, the default: LAUNCH["diag_blocks"])
 take a diagonal block as tensor-core products too, at two anchors per block like the forward's intra kernel, and
-fall back to element-wise products where a block's gates pass MAX_EXP. Otherwise a diagonal block (`_pair_matrix`'s
-`_diag_pairs`, and the diagonal parts of `_row_sums` and `_col_sums`) is element-wise, e(G_i - G_j) per pair and column, computed at once as one [16, 16, BKC]
+fall back to element-wise products where a block's gates pass MAX_EXP. Otherwise a diagonal block (`_pair_rows`'
+`_diag_pairs`, and the diagonal parts of `_row_sums_block` and `_col_sums_block`) is element-wise, e(G_i - G_j) per pair and column, computed at once as one [16, 16, BKC]
 product per K-chunk of BKC = 32 columns (`_diag_decay`; before: 16 serial steps of one column or row each),
 with G_i - G_j = c_i - c_j, c the cumulative gates from the block's first row (`_within`), the argument
 clamped to <= 0 (pairs i < j, whose entries are dropped or multiplied by M's zeros, and rounding). Accuracy
@@ -90,15 +90,6 @@ def _diag_pairs(p_x, p_y, SX: tl.constexpr, p_g, bi, n, nk, BK: tl.constexpr, BK
 
 
 @triton.jit
-def _pair_matrix(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, BK: tl.constexpr, CT: tl.constexpr,
-                 INCL: tl.constexpr, PREC: tl.constexpr):
-    """M[i, j] = sum_d x_id y_jd e(G_id - G_jd) for j < i (j <= i with INCL), 0 elsewhere, into p_m [CT, CT]:
-    every row block by `_pair_rows`."""
-    for bi in tl.static_range(CT // 16):
-        _pair_rows(p_x, p_y, SX, p_g, p_m, n, o_k, m_k, bi, BK, CT, INCL, PREC)
-
-
-@triton.jit
 def _pair_rows(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr,
                CT: tl.constexpr, INCL: tl.constexpr, PREC: tl.constexpr):
     """Row block bi (rows 16 bi .. 16 bi + 15) of M[i, j] = sum_d x_id y_jd e(G_id - G_jd) for j < i (j <= i with
@@ -132,78 +123,10 @@ def _pair_rows(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, bi: tl.constex
 
 
 @triton.jit
-def _row_sums(p_m, p_y, SY: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.constexpr, CT: tl.constexpr,
-              PREC: tl.constexpr):
-    """out[i] = sum_{j <= i} M[i, j] y_j e(G_i - G_j) ([CT, BK] at p_out), M [CT, CT] at p_m (zero above
-    the diagonal). Per row block: the diagonal block's part by K-chunks of BKC columns, one [MB, MB, BKC]
-    product each, stored; then the tensor-core products left of it added to the whole rows."""
-    MB: tl.constexpr = 16
-    BKC: tl.constexpr = 32 if BK > 32 else BK
-    o_b = tl.arange(0, MB)
-    nk = tl.sum(m_k.to(tl.int32), axis=0)  # the valid columns (K)
-    for bi in tl.static_range(CT // MB):
-        rows = bi * MB + o_b
-        b_md = tl.load(p_m + rows[:, None] * CT + rows[None, :])
-        for k0 in range(0, BK, BKC):
-            o_c = k0 + tl.arange(0, BKC)
-            b_yc = tl.load(p_y + rows[:, None] * SY + o_c[None, :], mask=(rows < n)[:, None] & (o_c < nk)[None, :],
-                           other=0.0).to(p_g.dtype.element_ty)
-            b_d = tl.sum(b_md[:, :, None] * b_yc[None, :, :] * _diag_decay(p_g, bi, o_c, BK), axis=1)
-            tl.store(p_out + rows[:, None] * BK + o_c[None, :], b_d)
-        if bi > 0:
-            b_acc = tl.zeros([MB, BK], dtype=p_g.dtype.element_ty)
-            for bj in tl.static_range(bi):
-                cols = bj * MB + o_b
-                b_y = tl.load(p_y + cols[:, None] * SY + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
-                              other=0.0).to(p_g.dtype.element_ty)
-                b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
-                b_acc += tl.dot(b_m, b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)), input_precision=PREC)
-            off = rows[:, None] * BK + o_k[None, :]
-            tl.debug_barrier()  # the diagonal block's chunks are stored
-            tl.store(p_out + off, tl.load(p_out + off) + b_acc * tl.exp(_within(p_g, bi, o_k, BK)))
-
-
-@triton.jit
-def _col_sums(p_m, p_x, SX: tl.constexpr, p_g, p_out, n, o_k, m_k, BK: tl.constexpr, CT: tl.constexpr,
-              PREC: tl.constexpr):
-    """out[j] += sum_{i >= j} M[i, j] x_i e(G_i - G_j) ([CT, BK] at p_out), M [CT, CT] at p_m (zero above
-    the diagonal); the anchor of each product is the first row of its row block. Per column block: the
-    diagonal block's part by K-chunks of BKC columns, one [MB, MB, BKC] product each, added in place; then the
-    tensor-core products below it added to the whole rows."""
-    MB: tl.constexpr = 16
-    BKC: tl.constexpr = 32 if BK > 32 else BK
-    NB: tl.constexpr = CT // MB
-    o_b = tl.arange(0, MB)
-    nk = tl.sum(m_k.to(tl.int32), axis=0)  # the valid columns (K)
-    for bj in tl.static_range(NB):
-        cols = bj * MB + o_b
-        b_md = tl.load(p_m + cols[:, None] * CT + cols[None, :])
-        for k0 in range(0, BK, BKC):
-            o_c = k0 + tl.arange(0, BKC)
-            b_xc = tl.load(p_x + cols[:, None] * SX + o_c[None, :], mask=(cols < n)[:, None] & (o_c < nk)[None, :],
-                           other=0.0).to(p_g.dtype.element_ty)
-            off_c = cols[:, None] * BK + o_c[None, :]
-            b_d = tl.sum(b_md[:, :, None] * b_xc[:, None, :] * _diag_decay(p_g, bj, o_c, BK), axis=0)
-            tl.store(p_out + off_c, tl.load(p_out + off_c) + b_d)
-        if bj < NB - 1:
-            b_acc = tl.zeros([MB, BK], dtype=p_g.dtype.element_ty)
-            for bi in tl.static_range(bj + 1, NB):
-                rows = bi * MB + o_b
-                b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
-                              other=0.0).to(p_g.dtype.element_ty)
-                b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
-                b_acc += tl.dot(tl.trans(b_m), b_x * tl.exp(_within(p_g, bi, o_k, BK)),
-                                input_precision=PREC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
-            off = cols[:, None] * BK + o_k[None, :]
-            tl.debug_barrier()  # the diagonal block's chunks are stored
-            tl.store(p_out + off, tl.load(p_out + off) + b_acc)
-
-
-@triton.jit
 def _row_sums_block(p_m, p_y, SY: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr,
                     CT: tl.constexpr, PREC: tl.constexpr):
-    """[MB, BK], in registers: the rows of block bi of `_row_sums`' out[i] = sum_{j <= i} M[i, j] y_j e(G_i - G_j),
-    for BK <= 32 columns (the diagonal block as one [MB, MB, BK] product)."""
+    """[MB, BK], in registers: the rows of block bi of out[i] = sum_{j <= i} M[i, j] y_j e(G_i - G_j) (M [CT, CT]
+    at p_m, zero above the diagonal), for BK <= 32 columns (the diagonal block as one [MB, MB, BK] product)."""
     MB: tl.constexpr = 16
     o_b = tl.arange(0, MB)
     rows = bi * MB + o_b
@@ -226,8 +149,8 @@ def _row_sums_block(p_m, p_y, SY: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constex
 @triton.jit
 def _col_sums_block(p_m, p_x, SX: tl.constexpr, p_g, n, o_k, m_k, bj: tl.constexpr, BK: tl.constexpr,
                     CT: tl.constexpr, PREC: tl.constexpr):
-    """[MB, BK], in registers: the rows of block bj of `_col_sums`' out[j] = sum_{i >= j} M[i, j] x_i e(G_i - G_j),
-    for BK <= 32 columns (the diagonal block as one [MB, MB, BK] product)."""
+    """[MB, BK], in registers: the rows of block bj of out[j] = sum_{i >= j} M[i, j] x_i e(G_i - G_j) (M [CT, CT]
+    at p_m, zero above the diagonal), for BK <= 32 columns (the diagonal block as one [MB, MB, BK] product)."""
     MB: tl.constexpr = 16
     NB: tl.constexpr = CT // MB
     o_b = tl.arange(0, MB)

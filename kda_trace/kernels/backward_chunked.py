@@ -14,21 +14,17 @@ tests/kernels/chunk_backward_matrix.py):
     local:    dA_qk = (dO Vn^T)_lower, dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T, dgamma = rowsum(S * dSe),
               Y_v = X^T dVn (dv = beta Y_v), Y_k = X^T dW, dA_kk = (-(Y_v (beta v)^T + Y_k (beta Kb)^T) X^T)_strict,
               dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P), then dq, dk, dg with the decay-weighted
-              sums of dA_qk and dA_kk (backward_blocks.py's `_row_sums` / `_col_sums`, exp arguments <= 0).
+              sums of dA_qk and dA_kk (backward_blocks.py's `_sums_block_anchored`, exp arguments <= 0).
 Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
-1. The prep. LAUNCH["chunked_prep"] = "fused": `_prep_kernel`, per (chunk, value head), persistent programs: P and
-   A_qk by backward_blocks.py's `_pair_matrix`, X by
-   16x16 blocks like the forward's solve (`_solve`: kernels/chunk.py's `_inverse_unit_lower` on the diagonal,
-   X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ below it), then W, U, Qt, Kt (by K-tiles of 64 columns), gamma and
-   dO2 = A_qk^T dO; with the split local kernels also X and P. Products in LAUNCH["chunked_precision"] (tf32),
-   the solve's in tf32x3 (kernels/chunk.py's SOLVE_PRECISION; ieee for float64). LAUNCH["chunked_prep"] =
-   "split" (the default) runs the same products as three kernels instead (`_prep_split`): `_prep_pairs_kernel` (one launch per
-   16-row block of P and A_qk, backward_blocks.py's `_pair_rows_anchored`: the diagonal blocks as tensor-core
-   products at two anchors, LAUNCH["diag_blocks"]; `_pair_rows` with element-wise diagonal blocks), `_prep_solve_kernel` (X per chunk and value
-   head) and `_prep_operands_kernel` (per K-tile: W, Qt, Kt; per V-tile: U, dO2); A_qk goes through an fp32
-   [NT, HV, CT, CT] buffer (16 KiB per chunk and value head). Smaller programs, more of them in flight: on an
-   H200 at 32 heads x 16384 tokens the three take 5.84 + 0.49 + 1.23 ms against the fused kernel's 16.83
-   (benchmarks/RESULTS.md, eleventh session).
+1. The prep, three kernels (`_prep`): `_prep_pairs_kernel` (one launch per 16-row block of P and A_qk,
+   backward_blocks.py's `_pair_rows_anchored`: the diagonal blocks as tensor-core products at two anchors,
+   LAUNCH["diag_blocks"]; `_pair_rows` with element-wise diagonal blocks), `_prep_solve_kernel` (X per chunk and
+   value head, by 16x16 blocks like the forward's solve: `_solve`) and `_prep_operands_kernel` (per K-tile: W, Qt,
+   Kt; per V-tile: U, dO2 = A_qk^T dO); A_qk goes through an fp32 [NT, HV, CT, CT] buffer (16 KiB per chunk and
+   value head). Products in LAUNCH["chunked_precision"] (tf32), the solve's in tf32x3 (kernels/chunk.py's
+   SOLVE_PRECISION; ieee for float64). One fused prep kernel per (chunk, value head) took 16.83 ms against these
+   three's 5.84 + 0.49 + 1.23 on an H200 at 32 heads x 16384 tokens (benchmarks/RESULTS.md, eleventh session; deleted
+   in the nineteenth).
 2. `_state_pass_kernel`, per (sequence, V-tile, value head) and direction, sequential over the sequence's chunks:
    the forward recursion from h0 (S_start of each chunk into `states`) and, in programs of their own beside them,
    the reverse one from dht (dS_end into `dstates`, and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
@@ -38,9 +34,12 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    (deterministic: no atomics).
 3b. `_local_da_kernel`, per (chunk, value head): the partial copies added up; Y_k, dA_kk, dbeta, the diagonal of
    dA_qk, and the two matrices of the decay-weighted sums.
-3c. `_local_k_kernel`, per (chunk, value head, K-tile of LAUNCH["split_k_bk"] columns, 32 on a GPU), persistent
-   programs: the decay-weighted sums, then dq, dk (per value head), dg of the tile's key channels (every sum of
-   3c is per key channel, so the K-tiles are independent work items). 3a to 3c in LAUNCH["split_precision"] (tf32).
+3c. `_local_sums_kernel`, one launch per 16-row block, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns,
+   32 at most): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep); then `_local_k_kernel`, per (chunk,
+   value head, K-tile of LAUNCH["split_k_bk"] columns, 32 on a GPU), persistent programs: dq, dk (per value head),
+   dg of the tile's key channels (every sum of 3c is per key channel, so the K-tiles are independent work items).
+   3a to 3c in LAUNCH["split_precision"] (tf32). The sums inside `_local_k_kernel` took longer (fifteenth
+   session; deleted in the nineteenth).
 The split into 3a/3b/3c and the K-tiles are for registers: a one-kernel form (whole K and V per chunk, deleted)
 had 19 KB of spill stores at K = V = 128 and needed 256 KiB of shared memory; ptxas for sm_90
 (benchmarks/compile_sm90.py --chunked --spills) reports no spill or a few hundred bytes per split kernel.
@@ -55,8 +54,7 @@ import triton.language as tl
 CT = 64  # chunk length (backward.CT)
 
 from kda_trace.kernels.backward_blocks import (
-    MAX_EXP, _chunk_span, _col_sums, _col_sums_block, _pair_matrix, _pair_rows, _pair_rows_anchored, _row_sums,
-    _row_sums_block, _sums_block_anchored,
+    MAX_EXP, _chunk_span, _col_sums_block, _pair_rows, _pair_rows_anchored, _row_sums_block, _sums_block_anchored,
 )
 from kda_trace.kernels.chunk import SOLVE_PRECISION, _inverse_unit_lower
 
@@ -105,74 +103,6 @@ def _solve(p_P, p_b, p_X, n, HV: tl.constexpr, CT: tl.constexpr, PREC: tl.conste
             _put_block(p_X, -tl.dot(_get_block(p_X, i, i, CT), x, input_precision=PREC), i, i - d, CT)
 
 
-@triton.jit(do_not_specialize=["scale", "n_work"])
-def _prep_kernel(
-    q, k, v, g, beta, do, W, U, Qt, Kt, gamma, dO2, Xb, Pb, scratch, cu_seqlens, chunk_indices, scale, n_work,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, SOLVE_PREC: tl.constexpr,
-    STORE_XP: tl.constexpr,
-):
-    """Work items (chunk, value head), n_work of them, shared out over the programs: the chunk's W, U, Qt, Kt
-    ([T, HV, K|V] like g and v), gamma ([NT, HV, K]) and dO2 = A_qk^T dO ([T, HV, V]). Scratch per program:
-    the gates [CT, BK] (zero past the chunk's rows) and three [CT, CT] matrices (P, A_qk / scale, X). X by
-    `_solve`, its products in SOLVE_PREC (tf32x3 on a GPU: see chunk_states_and_grads). The [CT, K] operands
-    are made by K-tiles of at most 64 columns after X, so that few [CT, K]-sized values are live at once. With
-    STORE_XP also X and P (A_kk = diag(beta) P) per (chunk, value head), [NT, HV, CT, CT], for the split local
-    kernels."""
-    BKT: tl.constexpr = 64 if BK > 64 else BK
-    ACC: tl.constexpr = W.dtype.element_ty
-    pid = tl.program_id(0).to(tl.int64)
-    p_gs = scratch + pid * (CT * BK + 3 * CT * CT)
-    p_m1 = p_gs + CT * BK
-    p_m2 = p_m1 + CT * CT
-    p_m3 = p_m2 + CT * CT
-    o_t = tl.arange(0, CT)
-    o_k = tl.arange(0, BK)
-    o_v = tl.arange(0, BV)
-    m_k = o_k < K
-    m_v = o_v < V
-    for w in range(pid, n_work, tl.num_programs(0)):
-        i_c = w // HV
-        i_hv = w % HV
-        i_h = i_hv // (HV // H)
-        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
-        m_t = o_t < n
-        m_tv = m_t[:, None] & m_v[None, :]
-        p_q = q + (r0 * H + i_h) * K
-        p_k = k + (r0 * H + i_h) * K
-        p_g = g + (r0 * HV + i_hv) * K  # row t: + t * HV * K (also W, Qt, Kt)
-        b_g = tl.load(p_g + o_t[:, None] * (HV * K) + o_k[None, :], mask=m_t[:, None] & m_k[None, :],
-                      other=0.0).to(ACC)
-        tl.store(gamma + (i_c * HV + i_hv) * K + o_k, tl.exp(tl.sum(b_g, axis=0)), mask=m_k)
-        tl.debug_barrier()  # the previous item's reads of the scratch are done
-        tl.store(p_gs + o_t[:, None] * BK + o_k[None, :], b_g)
-        tl.debug_barrier()
-        _pair_matrix(p_k, p_k, H * K, p_gs, p_m1, n, o_k, m_k, BK, CT, False, PREC)  # P: A_kk = diag(beta) P
-        _pair_matrix(p_q, p_k, H * K, p_gs, p_m2, n, o_k, m_k, BK, CT, True, PREC)   # A_qk / scale
-        tl.debug_barrier()
-        _solve(p_m1, beta + r0 * HV + i_hv, p_m3, n, HV, CT, SOLVE_PREC)  # X = (I + A_kk)^-1 into p_m3
-        tl.debug_barrier()
-        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
-        off_t = o_t[:, None] * CT + o_t[None, :]
-        b_X = tl.load(p_m3 + off_t, mask=o_t[None, :] <= o_t[:, None], other=0.0)
-        if STORE_XP:
-            off_m = (i_c * HV + i_hv) * (CT * CT) + off_t
-            tl.store(Pb + off_m, tl.load(p_m1 + off_t))
-            tl.store(Xb + off_m, b_X)
-        # per K-tile: G and Gl - G as sums of the gates (exp arguments <= 0, no difference of two cumulative
-        # sums), then W = X diag(beta) k e(G), Qt, Kt
-        for k0 in tl.static_range(0, BK, BKT):
-            o_kt = k0 + tl.arange(0, BKT)
-            m_tk = m_t[:, None] & (o_kt < K)[None, :]
-            b_gt = tl.load(p_gs + o_t[:, None] * BK + o_kt[None, :])
-            b_gn = tl.load(p_gs + (o_t + 1)[:, None] * BK + o_kt[None, :], mask=(o_t + 1 < CT)[:, None], other=0.0)
-            off = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
-            _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, o_t[:, None] * (H * K) + o_kt[None, :], W, Kt, Qt, off,
-                            m_tk, scale, PREC)
-        off_v = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
-        _values_tile(b_X, tl.load(p_m2 + off_t) * scale, b_b, v, do, U, dO2, off_v, m_tv, PREC)
-
-
 @triton.jit
 def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk, scale, PREC: tl.constexpr):
     """One K-tile of the prep's operands: W = X diag(beta) k e(G), Kt = k e(Gl - G), Qt = scale q e(G), from the
@@ -198,7 +128,7 @@ def _values_tile(b_X, b_Aqk, b_b, v, do, U, dO2, off_v, m_tv, PREC: tl.constexpr
 
 
 # ----------------------------------------------------------------------------------------------------
-# 1 in three kernels (LAUNCH["chunked_prep"] = "split"): the prep's work with smaller, more numerous programs
+# 1, the prep, in three kernels: P and A_qk by row blocks, X, then the operands by tiles
 # ----------------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["n_work"])
 def _prep_pairs_kernel(
@@ -677,25 +607,19 @@ def _local_sums_kernel(
 
 @triton.jit(do_not_specialize=["scale", "n_work"])
 def _local_k_kernel(
-    q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, scratch, cu_seqlens, chunk_indices,
+    q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, scratch, cu_seqlens, chunk_indices,
     scale, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
-    PREC: tl.constexpr, SUMS_GIVEN: tl.constexpr,
 ):
-    """Work items (chunk, value head, K-tile of BKT columns), n_work of them, shared out over the programs: the
-    decay-weighted sums of M1 and M2 (3b's, in the first copies of dAqk and XdXv; backward_blocks.py's
-    `_row_sums`, `_col_sums`) over the tile's key channels, then dq, dk (per value head) and dg of those
-    channels, with 3a's dQt, dKt, dgamma (partial copies added up) and 3b's Y_k and d1. Every sum here is per key
-    channel (M1, M2 are shared by all), so K-tiles are independent: more, smaller programs than one per (chunk,
-    value head). Scratch per program: the tile's gates [CT, BKT] and three [CT, BKT] sums. With SUMS_GIVEN the
-    sums come from `_local_sums_kernel` (R1, R2, R3) and this kernel only combines."""
+    """Work items (chunk, value head, K-tile of BKT columns), n_work of them, shared out over the programs: dq,
+    dk (per value head) and dg of the tile's key channels from `_local_sums_kernel`'s decay-weighted sums (R1, R2,
+    R3), 3a's dQt, dKt, dgamma (partial copies added up) and 3b's Y_k and d1. Every sum here is per key channel, so
+    K-tiles are independent: more, smaller programs than one per (chunk, value head). Scratch per program: the
+    tile's gates [CT, BKT] (the gates one row later are read from it)."""
     ACC: tl.constexpr = dq.dtype.element_ty
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     pid = tl.program_id(0).to(tl.int64)
-    p_gs = scratch + pid * (4 * CT * BKT)
-    p_r1 = p_gs + CT * BKT
-    p_r2 = p_r1 + CT * BKT
-    p_r3 = p_r2 + CT * BKT
+    p_gs = scratch + pid * (CT * BKT)
     o_t = tl.arange(0, CT)
     o_b = tl.arange(0, BKT)
     off_s = o_t[:, None] * BKT + o_b[None, :]
@@ -717,19 +641,7 @@ def _local_k_kernel(
         b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
         tl.debug_barrier()  # the previous item's reads of the scratch are done
         tl.store(p_gs + off_s, b_gt)
-        if not SUMS_GIVEN:
-            tl.store(p_r3 + off_s, tl.zeros([CT, BKT], dtype=ACC))
         tl.debug_barrier()
-        if not SUMS_GIVEN:
-            p_m1 = M1 + item * (NV * CT * CT)
-            p_m2 = M2 + item * (NV * CT * CT)
-            # the helpers index the tile's columns 0 .. BKT (o_b, masked to K by m_kt) from p_q / p_k and the scratch
-            _row_sums(p_m1, p_k, H * K, p_gs, p_r1, n, o_b, m_kt, BKT, CT, PREC)   # dq from A_qk
-            _row_sums(p_m2, p_k, H * K, p_gs, p_r2, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_kk rows
-            _col_sums(p_m1, p_q, H * K, p_gs, p_r3, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_qk columns
-            tl.debug_barrier()
-            _col_sums(p_m2, p_k, H * K, p_gs, p_r3, n, o_b, m_kt, BKT, CT, PREC)   # dk, A_kk columns
-            tl.debug_barrier()
         b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
         b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
         off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]
@@ -741,14 +653,9 @@ def _local_k_kernel(
         b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
         b_dQt = _vsum(dQt, off_pk, m_tk, NV, K)
         b_dKt = _vsum(dKt, off_pk, m_tk, NV, K)
-        if SUMS_GIVEN:
-            b_r1 = tl.load(R1 + off_tk, mask=m_tk, other=0.0)
-            b_r2 = tl.load(R2 + off_tk, mask=m_tk, other=0.0)
-            b_r3 = tl.load(R3 + off_tk, mask=m_tk, other=0.0)
-        else:
-            b_r1 = tl.load(p_r1 + off_s)
-            b_r2 = tl.load(p_r2 + off_s)
-            b_r3 = tl.load(p_r3 + off_s)
+        b_r1 = tl.load(R1 + off_tk, mask=m_tk, other=0.0)
+        b_r2 = tl.load(R2 + off_tk, mask=m_tk, other=0.0)
+        b_r3 = tl.load(R3 + off_tk, mask=m_tk, other=0.0)
         b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
         b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
         b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
@@ -791,20 +698,9 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     # blocks, and tf32's 2^-11 operand rounding there would reach every row of W and U (an inverse amplifies
     # relative errors by cond(I + A_kk)); ieee for float64
     solve_prec = "ieee" if acc == torch.float64 else SOLVE_PRECISION.value
-    if launch["chunked_prep"] == "split":
-        _prep_split(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec)
-        if not store_xp:
-            del pre["X"], pre["P"]
-    elif launch["chunked_prep"] == "fused":
-        scratch = torch.empty(n_prog, CT * BK + 3 * CT * CT, dtype=acc, device=dev)
-        _prep_kernel[(n_prog,)](
-            q, k, v, g, beta, do, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"],
-            pre.get("X", z), pre.get("P", z), scratch, cu, chunk_indices, scale, n_work,
-            H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, CT=CT, PREC=prec, SOLVE_PREC=solve_prec, STORE_XP=store_xp,
-            num_warps=launch["prep_warps"] or 8)
-        del scratch
-    else:
-        raise ValueError(f"LAUNCH['chunked_prep'] must be 'fused' or 'split', got {launch['chunked_prep']!r}")
+    _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec)
+    if not store_xp:
+        del pre["X"], pre["P"]
 
     states = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dstates = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
@@ -844,10 +740,9 @@ def _anchors(launch) -> bool:
     return launch["diag_blocks"] == "anchors"
 
 
-def _prep_split(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec):
-    """Kernel 1 as three (LAUNCH["chunked_prep"] = "split"): `_prep_pairs_kernel` (one launch per 16-row block,
-    persistent programs), `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2,
-    X and P like `_prep_kernel` with STORE_XP."""
+def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec):
+    """Kernel 1 as three: `_prep_pairs_kernel` (one launch per 16-row block, persistent programs),
+    `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P."""
     q, k, v, g, beta = xs
     B, T, H, HV, K, V, N = sizes
     cu, chunk_indices, _, NT = tables
@@ -910,28 +805,23 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     BKT = launch["split_k_bk"] or (min(BK, 64) if interp else min(BK, 32))
     n_work = NT * HV * triton.cdiv(K, BKT)
     n_prog = n_programs(n_work, dev, interp)
-    sums = launch["split_k_sums"]
-    if sums not in ("fused", "blocks"):
-        raise ValueError(f"LAUNCH['split_k_sums'] must be 'fused' or 'blocks', got {sums!r}")
-    R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)) if sums == "blocks" else (e(1),) * 3  # the sums, [T, HV, K]
-    if sums == "blocks":
-        BKS = launch["sums_bk"] or min(BK, 32)
-        if BKS > 32:
-            raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
-        n_work_s = NT * HV * triton.cdiv(K, BKS)
-        n_prog_s = n_programs(n_work_s, dev, interp)
-        scratch = e(n_prog_s, CT * BKS)
-        for bi in range(CT // 16):
-            _local_sums_kernel[(n_prog_s,)](
-                q, k, g, dAqk, XdXv, *R, scratch, cu, chunk_indices, n_work_s,
-                H=H, HV=HV, K=K, BKS=BKS, CT=CT, NV=NV, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
-                DPREC="ieee" if acc == torch.float64 else launch["sums_diag_precision"],
-                num_warps=launch["sums_warps"] or 4)
-        del scratch
+    R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
+    BKS = launch["sums_bk"] or min(BK, 32)
+    if BKS > 32:
+        raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
+    n_work_s = NT * HV * triton.cdiv(K, BKS)
+    n_prog_s = n_programs(n_work_s, dev, interp)
+    scratch = e(n_prog_s, CT * BKS)
+    for bi in range(CT // 16):
+        _local_sums_kernel[(n_prog_s,)](
+            q, k, g, dAqk, XdXv, *R, scratch, cu, chunk_indices, n_work_s,
+            H=H, HV=HV, K=K, BKS=BKS, CT=CT, NV=NV, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
+            DPREC="ieee" if acc == torch.float64 else launch["sums_diag_precision"],
+            num_warps=launch["sums_warps"] or 4)
+    del scratch, dAqk, XdXv
     dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
-    scratch = e(n_prog, 4 * CT * BKT)
+    scratch = e(n_prog, CT * BKT)
     _local_k_kernel[(n_prog,)](
-        q, k, g, beta, dAqk, XdXv, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, scratch, cu, chunk_indices, scale,
-        n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, NV=NV, PREC=prec, SUMS_GIVEN=sums == "blocks",
-        num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8))
+        q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, scratch, cu, chunk_indices, scale,
+        n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, NV=NV, num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8))
     return dq, dk, dv, dg, dbeta

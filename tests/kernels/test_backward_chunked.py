@@ -108,25 +108,11 @@ def _alternative_matches(case, key, alternative, default, monkeypatch, launch_ex
 
 
 @pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
-def test_split_prep(case, monkeypatch):
-    """LAUNCH["chunked_prep"] = "split" (the prep as a pairs, a solve and an operands kernel, the default) against
-    the fused prep (measured: bit-identical under the interpreter)."""
-    _alternative_matches(case, "chunked_prep", "split", "fused", monkeypatch)
-
-
-@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
-def test_block_sums(case, monkeypatch):
-    """LAUNCH["split_k_sums"] = "blocks" (3c's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row
-    block, the default) against the sums inside `_local_k_kernel` ("fused"); sums_bk 16 makes K-tiles whose last is partly masked
-    (K = 12, 130) and, on the packed case, more work items than the 3 persistent programs."""
-    _alternative_matches(case, "split_k_sums", "blocks", "fused", monkeypatch, {"sums_bk": 16})
-
-
-@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
 def test_anchored_diagonal_blocks(case, monkeypatch):
     """LAUNCH["diag_blocks"] = "anchors" (the diagonal blocks of the pair matrices and the block sums as tensor-core
-    products at two anchors, the default) against "elementwise"; sums_bk 16 as in test_block_sums. The two differ
-    (other roundings), which shows that the anchored products ran."""
+    products at two anchors, the default) against "elementwise", both against float64 autograd; sums_bk 16 makes
+    K-tiles of the sums whose last is partly masked (K = 12, 130) and, on the packed case, more work items than the
+    3 persistent programs. The two differ (other roundings), which shows that the anchored products ran."""
     a, b = _alternative_matches(case, "diag_blocks", "anchors", "elementwise", monkeypatch, {"sums_bk": 16})
     if case != "float64_strong_gates":  # (there, every block of the strong gates may fall back)
         assert not torch.equal(a.dq, b.dq) and not torch.equal(a.dk, b.dk)
@@ -202,18 +188,10 @@ def test_rejects_unknown_modes(monkeypatch):
     with pytest.raises(ValueError, match="chunked_local"):
         backward.kda_backward(*args)
     monkeypatch.setitem(backward.LAUNCH, "chunked_local", "split")
-    monkeypatch.setitem(backward.LAUNCH, "chunked_prep", "fusd")
-    with pytest.raises(ValueError, match="chunked_prep"):
-        backward.kda_backward(*args)
-    monkeypatch.setitem(backward.LAUNCH, "chunked_prep", "split")
-    monkeypatch.setitem(backward.LAUNCH, "split_k_sums", "block")
-    with pytest.raises(ValueError, match="split_k_sums"):
-        backward.kda_backward(*args)
-    monkeypatch.setitem(backward.LAUNCH, "split_k_sums", "blocks")
     monkeypatch.setitem(backward.LAUNCH, "sums_bk", 64)
     with pytest.raises(ValueError, match="sums_bk"):
         backward.kda_backward(*args)
-    monkeypatch.setitem(backward.LAUNCH, "split_k_sums", "fused")
+    monkeypatch.setitem(backward.LAUNCH, "sums_bk", None)
     monkeypatch.setitem(backward.LAUNCH, "diag_blocks", "anchor")
     with pytest.raises(ValueError, match="LAUNCH\\['diag_blocks'\\]"):
         check(make(1, 8, 1, 1, 4, 4, seed=0))
@@ -271,14 +249,12 @@ def _peak_kernel_buffers(fn):
     return result, peak[0]
 
 
-@pytest.mark.parametrize("split_k_sums", ["blocks", "fused"])
-def test_workspace_estimate_bounds_the_buffers(split_k_sums, monkeypatch):
+def test_workspace_estimate_bounds_the_buffers(monkeypatch):
     """backward.workspace_bytes, which chooses the head groups, is an upper bound of the buffers the chunked
     mode really holds at once (counted as they are made and freed), and not far above it: packed [70, 60, 30]
     tokens, 4 value heads, K = 32, V = 48 (one V-tile, as on a GPU at V <= 64). Two persistent programs: their
     scratch, left out of the estimate, is a few MB on a GPU (8 programs per SM) but here, with a program per
     work item, would be a quarter of the total."""
-    monkeypatch.setitem(backward.LAUNCH, "split_k_sums", split_k_sums)
     monkeypatch.setitem(backward.LAUNCH, "programs", 2)
     x = make(1, 160, 2, 4, 32, 48, seed=23, n_seqs=3)
     cu = torch.tensor([0, 70, 130, 160])
