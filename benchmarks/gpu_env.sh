@@ -14,4 +14,8 @@ mkdir -p "$TRITON_CACHE_DIR"
 } > "$OUT/env_$(date +%H%M%S).txt" 2>&1
 # fla's autotuning results come back in $OUT/autotune.tar.gz on exit; unpack them into .gpu_out/triton here
 # so the next call skips the minutes of first-use tuning (tar xzf autotune.tar.gz -C .gpu_out/triton).
-trap '(cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" | tar czf "$OUT/autotune.tar.gz" -T -)' EXIT
+# The device tool returns at most 8 files from $OUT: past that, the text files go back packed in texts.tar.gz.
+trap '(cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" | tar czf "$OUT/autotune.tar.gz" -T -)
+      if [ "$(find "$OUT" -type f | wc -l)" -gt 8 ]; then
+          (cd "$OUT" && find . -name "*.txt" | tar czf texts.tar.gz -T - --remove-files)
+      fi' EXIT
