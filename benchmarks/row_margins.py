@@ -1,5 +1,7 @@
 """Per-row bound margins of a run: for each definition, output and solution, the largest per-row error over
-every record that compared outputs, against the bound applied. Also a status count per solution.
+every record that compared outputs, against the bound applied. Also a status count per solution, and the
+definitions whose records were judged by more than one dataset revision (a run directory resumed across changes
+of the dataset: each record carries its dataset_digest, which covers every definition, so a change elsewhere counts).
 
     python benchmarks/row_margins.py RUN_DIR [RUN_DIR ...]
 """
@@ -13,6 +15,7 @@ from pathlib import Path
 def main(dirs):
     worst = defaultdict(lambda: (0.0, None, None))
     statuses = defaultdict(Counter)
+    digests = defaultdict(Counter)
     for d in dirs:
         for path in sorted(Path(d).glob("traces/*/*.jsonl")):
             for line in path.read_text().splitlines():
@@ -20,6 +23,7 @@ def main(dirs):
                 ev = rec["evaluation"]
                 solution = rec["solution"].split("::")[-1]
                 statuses[solution][ev["status"]] += 1
+                digests[rec["definition"]][(ev.get("environment") or {}).get("dataset_digest")] += 1
                 for name, m in ((ev.get("correctness") or {}).get("outputs") or {}).items():
                     value = m.get("max_row_rel_error")
                     if value is None or not isinstance(value, (int, float)):
@@ -34,6 +38,10 @@ def main(dirs):
     print()
     for solution, counts in sorted(statuses.items()):
         print(f"{solution:22} " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for definition, counts in sorted(digests.items()):
+        if len(counts) > 1:
+            print(f"{definition}: records of {len(counts)} dataset revisions ("
+                  + ", ".join(f"{d} x{n}" for d, n in counts.most_common()) + ")")
 
 
 if __name__ == "__main__":
