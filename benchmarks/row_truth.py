@@ -6,10 +6,10 @@ plain recurrence (bench_backward.truth_grads, independent of all three), with th
 (compare.compare_output, the definition's tolerances), on the runner's inputs (same seed, same device).
 
     python benchmarks/row_truth.py --name kda_bwd_fused_h96_d128_v_last_safe_gate --workload 3889c18e \
-        [--seed S] [--solutions reference,triton,fla]
+        [--seed S] [--solutions reference,triton,fla] [--device cuda]
 
 Only the kda_bwd_fused_* definitions with the safe gate at -5 and K = 128 (what truth_grads' "safe_l2" mode
-computes). Prints one line per (solution, output) and writes JSON lines to stdout's end.
+computes). Prints one JSON line per (solution, output): against float64, then against the reference.
 """
 
 from __future__ import annotations
@@ -19,15 +19,14 @@ import json
 import os
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_backward import K, truth_grads  # noqa: E402
+from kda_trace.call_results import normalize_outputs  # noqa: E402
 from kda_trace.compare import compare_output, tolerance_for  # noqa: E402
 from kda_trace.dataset import load_dataset  # noqa: E402
-from kda_trace.inputs import DEFAULT_SEED, make_inputs  # noqa: E402
+from kda_trace.inputs import DEFAULT_SEED, clone_inputs, make_inputs  # noqa: E402
 from kda_trace.solutions.registry import resolve  # noqa: E402
 
 # definition output -> truth_grads leaf (inputs given [1, T, ...] as truth_grads' packed batch)
@@ -61,29 +60,26 @@ def main():
     names = list(d.outputs)
     assert set(names) == set(LEAF), names
     ref64 = truth(inputs)
+
+    def report(sol, against, refs, outs):
+        """One JSON line per output: the runner's per-row metric of outs against refs."""
+        for o in names:
+            m = compare_output(d, o, refs[o].float(), outs[o].float(), tolerance_for(d, o), inputs["cu_seqlens"])
+            print(json.dumps({"workload": w.uuid[:8], "seed": a.seed, "solution": sol, "output": o, "against": against,
+                              "max_row_rel_error": m.max_row_rel_error, "rows_over_bound": m.rows_over_bound,
+                              "worst_row": m.worst_row.where if m.worst_row else None,
+                              "rms_rel_error": m.rms_rel_error}), flush=True)
+
     results = {}
     for sol in a.solutions.split(","):
-        run = resolve(sol, a.device).build(d, a.device)
-        outs = run(**{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()})
-        outs = dict(zip(names, outs)) if not isinstance(outs, dict) else outs
+        outs, why = normalize_outputs(d, resolve(sol, a.device).build(d, a.device)(**clone_inputs(inputs)))
+        assert outs is not None, f"{sol} {why}"
         results[sol] = outs
-        for o in names:
-            m = compare_output(d, o, ref64[o].float(), outs[o].float(), tolerance_for(d, o), inputs["cu_seqlens"])
-            row = {"workload": w.uuid[:8], "seed": a.seed, "solution": sol, "output": o, "against": "float64",
-                   "max_row_rel_error": m.max_row_rel_error, "rows_over_bound": m.rows_over_bound,
-                   "worst_row": m.worst_row.where if m.worst_row else None, "rms_rel_error": m.rms_rel_error}
-            print(json.dumps(row), flush=True)
+        report(sol, "float64", ref64, outs)
     if "reference" in results:  # what the runner sees: each solution against the float32 reference
         for sol, outs in results.items():
-            if sol == "reference":
-                continue
-            for o in names:
-                m = compare_output(d, o, results["reference"][o].float(), outs[o].float(), tolerance_for(d, o),
-                                   inputs["cu_seqlens"])
-                print(json.dumps({"workload": w.uuid[:8], "seed": a.seed, "solution": sol, "output": o,
-                                  "against": "reference", "max_row_rel_error": m.max_row_rel_error,
-                                  "rows_over_bound": m.rows_over_bound,
-                                  "worst_row": m.worst_row.where if m.worst_row else None}), flush=True)
+            if sol != "reference":
+                report(sol, "reference", results["reference"], outs)
 
 
 if __name__ == "__main__":
