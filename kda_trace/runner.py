@@ -308,15 +308,6 @@ class WorkerContext:
 
         return tensor_bytes(inputs) > HOST_INPUTS_FRACTION * torch.cuda.get_device_properties(self.device).total_memory
 
-    def release_cached_memory(self) -> None:
-        """Give the GPU memory torch's allocator holds but no tensor uses back to the driver: the reference's
-        temporaries would otherwise stay reserved in this process while the solutions' processes run out of memory
-        (H200, a 96-head chunk-states workload: 94 GiB held here, the solutions' allocations failed)."""
-        if self.device.startswith("cuda"):
-            import torch
-
-            torch.cuda.empty_cache()
-
     def sync(self) -> None:
         if self.device.startswith("cuda"):
             import torch
@@ -386,7 +377,7 @@ class WorkerContext:
                 yield rec(spec, S.INVALID_REFERENCE, problem)
             return
         ref_timing = time_reference(reference, inputs_a, ref_times, self.device)
-        self.release_cached_memory()
+        release_cached_memory(self.device)
         fresh = FreshReferences(d, w, reference, self.device, cfg.dataset_root, on_host)
 
         for spec in task.solutions:
@@ -737,6 +728,16 @@ def _repetitions_miscounted(reply: Dict[str, Any], timing, on_host: bool) -> str
     return ""
 
 
+def release_cached_memory(device: str) -> None:
+    """Give the GPU memory torch's allocator holds but no tensor uses back to the driver: the reference's
+    temporaries would otherwise stay reserved in the worker while the solutions' processes run out of memory
+    (H200, a 96-head chunk-states workload: 94 GiB held there, the solutions' allocations failed)."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
 class FreshReferences:
     """The timing loop's inputs for one workload: repetition i's seed is drawn from the OS when a solution's
     process first asks for it (just before timing that repetition) and given again to the workload's other
@@ -779,12 +780,9 @@ class FreshReferences:
             finite = all(sum(nonfinite_counts(t)) == 0 for t in out.values() if hasattr(t, "dtype"))
             digest = output_digest(out, self.digest_seed, self.device, inplace_bases(self.d, inputs)) if finite else None
             self.made = {rep: (inputs, out, digest)}  # one at a time: a workload's inputs can be large
-            if self.device.startswith("cuda"):
-                import torch
-
-                # the reference's temporaries, freed but still reserved here, left the next solutions' processes
-                # no room (H200, kda_bwd_fused_h96's 65536-token workload: 116.9 GiB in the worker process)
-                torch.cuda.empty_cache()
+            # the reference's temporaries: kept reserved, they left the next solutions' processes no room (H200,
+            # kda_bwd_fused_h96's 65536-token workload: 116.9 GiB in the worker process)
+            release_cached_memory(self.device)
         return self.made[rep]
 
     def inputs(self, rep: int) -> Dict[str, Any]:
@@ -855,7 +853,7 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
         for trace in ctx.evaluate_task(task):
             conn.send(("record", trace.model_dump_json()))
         if not ctx.fatal:
-            ctx.release_cached_memory()  # this workload's input sets and references
+            release_cached_memory(ctx.device)  # this workload's input sets and references
         if ctx.fatal:
             conn.send(("fatal",))
             os._exit(3)  # a CUDA fault poisons the context: start over in a fresh process
