@@ -688,9 +688,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     pre = {n: torch.empty(TT, HV, K, dtype=acc, device=dev) for n in ("W", "Qt", "Kt")}
     pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in ("U", "dO2")})
     pre["gamma"] = torch.empty(NT, HV, K, dtype=acc, device=dev)
+    pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
     z = torch.empty(1, dtype=acc, device=dev)
-    if store_xp:
-        pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
     n_work = NT * HV
     n_prog = n_programs(n_work, dev, interp)
     # the solve's products in tf32x3 (about fp32; kernels/chunk.py's SOLVE_PRECISION) even where the other products
@@ -749,9 +748,6 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
     dev = q.device
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
-    for name in ("X", "P"):
-        if name not in pre:
-            pre[name] = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
     aqk = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
     scratch = torch.empty(n_prog, CT * BK, dtype=acc, device=dev)
     for bi in range(CT // 16):
