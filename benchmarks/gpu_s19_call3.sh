@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nineteenth session, third call (issue 15), H100: call 2's float64 check again (its log did not come back),
-# written to $OUT/truth_rows.txt and its dg_raw lines printed; then the rest of kda_bwd_varlen_h32 (calib_s19).
+# written to $OUT/truth_rows_<workload>.txt and its dg_raw lines printed; then the rest of kda_bwd_varlen_h32 (calib_s19).
 source benchmarks/gpu_env.sh
 for wl in "3889c18e" "8cc092f8" "f116161e --seed 1162621451689319817"; do
     timeout -s INT -k 15 150 python3 benchmarks/row_truth.py --name kda_bwd_fused_h96_d128_v_last_safe_gate \
