@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import multiprocessing as mp
 import os
 import secrets
@@ -89,8 +90,8 @@ class RunConfig:
     refuses a stored input file changed since (inputs.pin_input_files)."""
     inputs_on_host: Optional[bool] = None
     """Keep a workload's two input sets and the reference outputs in host memory and copy them to the GPU
-    per call, so the GPU holds one input set at a time. None: only when a GPU's input set is larger than
-    HOST_INPUTS_FRACTION of its memory (the stress workloads)."""
+    per call, so the GPU holds one input set at a time. None: only when a GPU's input set and reference outputs
+    together are larger than HOST_INPUTS_FRACTION of its memory (the stress workloads)."""
 
 
 @dataclass
@@ -106,11 +107,31 @@ class Task:
 
 
 HOST_INPUTS_FRACTION = 1 / 10
-"""An input set larger than this fraction of the GPU's memory is kept in host memory (RunConfig.inputs_on_host).
-Two input sets, a copy per call, the reference outputs and a chunked kernel's workspace (about two input
-sets) come to 6-7 input sets plus the allocator's fragmentation: the 17.5 GB input sets of the stress
-workloads ran out of memory on a 150 GB H200 when kept on the GPU. The largest non-stress input set
-(6.4 GB, 96 heads x 65536 tokens) stays on an 80 GB H100."""
+"""An input set and its outputs larger together than this fraction of the GPU's memory are kept in host memory
+(RunConfig.inputs_on_host). The worker holds two input sets, their reference outputs and the timing loop's fresh
+set with its outputs; each solution's process two input sets, a copy per call, the outputs and their snapshot:
+with a chunked kernel's workspace, 10 or more input sets' worth. Kept on the GPU, the stress workloads ran out
+of memory on a 150 GB H200: the 17.5 GB prefill input sets, and the decode pools of 8.7 GB, which the outputs
+repeat (inputs alone under 1/10, which the rule counted until the twentieth session). The largest non-stress
+prefill (8.1 GB with its outputs, 96 heads x 65536 tokens) stays on an 80 GB H100."""
+
+
+def declared_bytes(d: Definition, specs: Dict[str, Any], w: Workload) -> int:
+    """The bytes of `specs` (d.inputs or d.outputs) at a workload's axes, by their shapes and dtypes (a spec
+    without a shape, a scalar, counts 0)."""
+    from .inputs import torch_dtype
+
+    total = 0
+    for spec in specs.values():
+        shape = d.shape_of(spec, w.axes)
+        if shape is not None:
+            total += math.prod(shape) * torch_dtype(spec.dtype).itemsize
+    return total
+
+
+def keeps_on_host(input_bytes: int, output_bytes: int, gpu_bytes: int) -> bool:
+    """The default of RunConfig.inputs_on_host on a GPU of `gpu_bytes` (HOST_INPUTS_FRACTION)."""
+    return input_bytes + output_bytes > HOST_INPUTS_FRACTION * gpu_bytes
 
 
 def tensor_bytes(values: Dict[str, Any]) -> int:
@@ -298,7 +319,7 @@ class WorkerContext:
                 self.references[definition.name] = e
         return self.references[definition.name]
 
-    def inputs_on_host(self, inputs: Dict[str, Any]) -> bool:
+    def inputs_on_host(self, d: Definition, w: Workload, inputs: Dict[str, Any]) -> bool:
         """Whether this workload's input sets and reference outputs stay in host memory (RunConfig.inputs_on_host)."""
         if not self.device.startswith("cuda"):
             return False
@@ -306,7 +327,8 @@ class WorkerContext:
             return self.config.inputs_on_host
         import torch
 
-        return tensor_bytes(inputs) > HOST_INPUTS_FRACTION * torch.cuda.get_device_properties(self.device).total_memory
+        return keeps_on_host(tensor_bytes(inputs), declared_bytes(d, d.outputs, w),
+                             torch.cuda.get_device_properties(self.device).total_memory)
 
     def sync(self) -> None:
         if self.device.startswith("cuda"):
@@ -326,7 +348,7 @@ class WorkerContext:
         self.notify(None, "inputs")
         try:
             inputs_a = make_inputs(d, w, cfg.seed, self.device, cfg.dataset_root)
-            on_host = self.inputs_on_host(inputs_a)
+            on_host = self.inputs_on_host(d, w, inputs_a)
             if on_host:
                 inputs_a = to_host(inputs_a)
             seed_b = secrets.randbits(SEED_BITS)

@@ -22,6 +22,7 @@ outputs; the judge may then ask for one more, untimed call on one repetition's i
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -126,6 +127,10 @@ class _Host:
                 # of cached blocks left the worker no room for 1.5 GiB of outputs); the next timed call's warm-up
                 # takes the allocations again, outside the timed repetitions
                 try:
+                    if self.pending is None and torch.cuda.memory_allocated() > CACHE_LIMIT_BYTES:
+                        # an evaluation ended (or failed): tensors still allocated may sit in reference cycles (a
+                        # stress pool's 8 GiB outlived a REWARD_HACK reply and left the next solution no room)
+                        gc.collect()
                     unused = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
                     if unused > CACHE_LIMIT_BYTES or (self.pending is None
                                                       and torch.cuda.memory_reserved() > CACHE_LIMIT_BYTES):

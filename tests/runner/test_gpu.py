@@ -67,3 +67,31 @@ def test_inputs_on_host_gives_the_same_verdicts(tmp_path):
                 runs[label][(rec["definition"], rec["workload"]["uuid"])] = {
                     name: (m["rms_rel_error"], m["max_abs_error"]) for name, m in outputs.items()}
     assert runs["gpu"] and runs["gpu"] == runs["host"]
+
+
+@pytest.mark.skipif(not platform.has_cuda(), reason="needs a CUDA device")
+@pytest.mark.parametrize("side_stream", [False, True])
+def test_one_repetition_with_a_large_output_is_not_called_a_side_stream(side_stream):
+    """The last repetition's snapshot of its outputs (a state pool's copy: milliseconds) ran inside the host
+    clock's span: one repetition of a fast decode call on the stress pools read as work the events missed
+    (twentieth session, honest triton and fla called REWARD_HACK). Work really left on another stream is still seen."""
+    import torch
+
+    from kda_trace.timing import TimingConfig, measure
+
+    pool = torch.zeros(2 * 2**30 // 4, device="cuda")  # 2 GiB: its copy takes about a millisecond on an H100
+    side = torch.cuda.Stream()
+    busy = torch.empty(4096, 4096, device="cuda")
+
+    def run(pool):
+        pool[:1024].add_(1.0)
+        if side_stream:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(20):
+                    busy.copy_(busy @ busy)
+        return pool
+
+    r = measure(run, {"pool": pool}, "cuda", TimingConfig(warmup=0, min_reps=1, max_reps=1), estimate_s=2.0)
+    assert len(r.times_ms) == 1
+    assert (r.outside_stream_ms is not None) == side_stream, (r.times_ms, r.wall_ms)
