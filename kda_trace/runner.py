@@ -346,15 +346,17 @@ class WorkerContext:
         rec = lambda spec, status, log="", **kw: make_record(d, w, task.names[spec], status,  # noqa: E731
                                                               self.environment, log, **kw)
         self.notify(None, "inputs")
+
+        def input_sets():
+            a = make_inputs(d, w, cfg.seed, self.device, cfg.dataset_root)
+            host = self.inputs_on_host(d, w, a)
+            a = to_host(a) if host else a
+            seed = secrets.randbits(SEED_BITS)
+            b = make_inputs(d, w, seed, self.device, cfg.dataset_root)
+            return a, (to_host(b) if host else b), host, seed
+
         try:
-            inputs_a = make_inputs(d, w, cfg.seed, self.device, cfg.dataset_root)
-            on_host = self.inputs_on_host(d, w, inputs_a)
-            if on_host:
-                inputs_a = to_host(inputs_a)
-            seed_b = secrets.randbits(SEED_BITS)
-            inputs_b = make_inputs(d, w, seed_b, self.device, cfg.dataset_root)
-            if on_host:
-                inputs_b = to_host(inputs_b)
+            inputs_a, inputs_b, on_host, seed_b = self.with_room(input_sets)
         except InputError as e:
             for spec in task.solutions:
                 yield rec(spec, S.INVALID_WORKLOAD, str(e))
@@ -370,20 +372,24 @@ class WorkerContext:
         if isinstance(reference, Exception):
             problem = str(reference)
         else:
-            try:
-                refs, ref_times = [], []
+            def reference_outputs():
+                outs, times = [], []
                 for inputs in (inputs_a, inputs_b):
                     args = clone_inputs(inputs, self.device)
                     self.sync()
                     t0 = time.perf_counter()
                     result = reference(**args)
                     self.sync()
-                    ref_times.append((time.perf_counter() - t0) * 1e3)
+                    times.append((time.perf_counter() - t0) * 1e3)
                     out, why = normalize_outputs(d, result)
                     if out is None:
                         raise ValueError(f"reference {why}")
-                    refs.append(to_host(out) if on_host else out)
-                    del args, result, out  # this is a generator: locals would hold GPU memory across yields
+                    outs.append(to_host(out) if on_host else out)
+                    del args, result, out
+                return outs, times
+
+            try:
+                refs, ref_times = self.with_room(reference_outputs)
                 for label, out in zip(("", " (second input set)"), refs):
                     for name, t in out.items():
                         nan, inf = nonfinite_counts(t)
@@ -412,6 +418,13 @@ class WorkerContext:
             try:
                 record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
                                                 on_host, seed_b, fresh)
+                stopped = self.stop_other_hosts(spec) if _out_of_gpu_memory(record) else []
+                if stopped:
+                    record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing,
+                                                    rec, on_host, seed_b, fresh)
+                    record.evaluation.log = (f"[evaluated twice: the first attempt ran out of GPU memory, and the "
+                                             f"processes of {', '.join(stopped)} were stopped before the second] "
+                                             + record.evaluation.log)
             except SourceChanged:
                 raise  # this worker stops; its replacement refuses to start and the run ends saying why
             except Exception as e:  # noqa: BLE001 - e.g. out of memory while comparing: record it, go on
@@ -421,6 +434,29 @@ class WorkerContext:
             if record.evaluation.status == S.REWARD_HACK:
                 self.caught[spec] = f"workload {w.uuid}: {record.evaluation.log[:300]}"
             yield record  # outside `except`: a live exception would keep its frames' GPU tensors alive
+
+    def with_room(self, make: Callable[[], Any]) -> Any:
+        """`make()`, and once more after stopping every solution's process if it ran out of GPU memory while one
+        was running (see stop_other_hosts)."""
+        try:
+            return make()
+        except Exception as e:  # noqa: BLE001 - only torch's OutOfMemoryError is retried
+            if type(e).__name__ != "OutOfMemoryError" or not any(h.alive() for h in self.hosts.values()):
+                raise
+        self.stop_other_hosts(None)  # out of the `except`: the exception's frames held the failed attempt's memory
+        return make()
+
+    def stop_other_hosts(self, spec: Optional[str]) -> List[str]:
+        """Stop the idle processes of the solutions other than `spec` (each starts again when next needed), so that
+        GPU memory one of them holds between its evaluations (a cache that only grows: tests/runner/cheats.py's
+        content_cache held 58 GiB of an H100) cannot make another solution fail. Returns the specs stopped."""
+        stopped = []
+        for other, host in self.hosts.items():
+            if other != spec and host.alive():
+                host.stop()
+                stopped.append(other)
+        release_cached_memory(self.device)
+        return stopped
 
     def host(self, spec: str):
         """The process that runs solution `spec` (solution_host.SolutionHost), started on first use."""
@@ -815,6 +851,10 @@ class FreshReferences:
 
     def digest(self, rep: int) -> Optional[Dict[str, Any]]:
         return self._make(rep)[2]
+
+
+def _out_of_gpu_memory(record: Trace) -> bool:
+    return record.evaluation.status == S.RUNTIME_ERROR and OUT_OF_GPU_MEMORY_HINT in (record.evaluation.log or "")
 
 
 def _failures(correctness: Correctness) -> str:

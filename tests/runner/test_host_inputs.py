@@ -1,5 +1,7 @@
 """Which workloads the runner keeps in host memory by default (runner.keeps_on_host), by the dataset's shapes."""
 
+import pytest
+
 from kda_trace.dataset import load_dataset
 from kda_trace.runner import declared_bytes, keeps_on_host
 
@@ -37,3 +39,75 @@ def test_declared_bytes_counts_shapes_and_dtypes():
     pool = w.axes["pool_size"] * 32 * 128 * 128 * 4  # float32 state pool, 32 heads, K = V = 128
     o = w.axes["batch_size"] * 32 * 128 * 2  # bf16, one token per sequence
     assert declared_bytes(d, d.outputs, w) == pool + o
+
+
+class _IdleHost:
+    def __init__(self):
+        self.running = True
+
+    def alive(self):
+        return self.running
+
+    def stop(self):
+        self.running = False
+
+
+def _worker(tmp_path):
+    from kda_trace.dataset import default_root
+    from kda_trace.runner import RunConfig, WorkerContext
+
+    config = RunConfig(dataset_root=default_root(), out=tmp_path, device="cpu", seed=0, timeout=60)
+    return WorkerContext(config, "cpu", lambda spec, phase: None)
+
+
+def test_out_of_gpu_memory_is_tried_again_with_the_other_solutions_processes_stopped(tmp_path):
+    """A solution's process that keeps GPU memory between its evaluations (a cache that only grows) must not make
+    the worker's inputs or another solution fail: out of memory, the worker stops the idle processes and tries
+    once more."""
+    import torch
+
+    ctx = _worker(tmp_path)
+    ctx.hosts = {"hog": _IdleHost(), "other": _IdleHost()}
+    attempts = []
+
+    def make():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return "made"
+
+    assert ctx.with_room(make) == "made" and len(attempts) == 2
+    assert not ctx.hosts["hog"].alive() and not ctx.hosts["other"].alive()
+    # with nobody to stop, or for another error, the first failure stands
+    with pytest.raises(torch.OutOfMemoryError):
+        ctx.with_room(lambda: (_ for _ in ()).throw(torch.OutOfMemoryError("again")))
+    ctx.hosts["x"] = _IdleHost()
+    with pytest.raises(ValueError):
+        ctx.with_room(lambda: (_ for _ in ()).throw(ValueError("a generator bug")))
+    assert ctx.hosts["x"].alive()
+    assert ctx.stop_other_hosts("x") == [] and ctx.stop_other_hosts(None) == ["x"]
+
+
+def test_a_solution_out_of_gpu_memory_is_evaluated_again_and_its_record_says_so(tmp_path, monkeypatch):
+    from kda_trace.call_results import OUT_OF_GPU_MEMORY_HINT
+    from kda_trace.runner import Task, make_record
+    from kda_trace.schema import EvaluationStatus as S
+
+    ds = load_dataset()
+    d = ds.definitions["kda_gate_h32_d128"]
+    w = next(w for w in ds.workloads_of(d.name) if "smoke" in w.tags)
+    ctx = _worker(tmp_path)
+    ctx.hosts = {"hog": _IdleHost()}
+    attempts = []
+
+    def evaluate_solution(task, spec, *args):
+        attempts.append(ctx.hosts["hog"].alive())
+        status, log = ((S.RUNTIME_ERROR, f"{OUT_OF_GPU_MEMORY_HINT} OutOfMemoryError") if len(attempts) == 1
+                       else (S.PASSED, "ok"))
+        return make_record(d, w, spec, status, ctx.environment, log)
+
+    monkeypatch.setattr(ctx, "evaluate_solution", evaluate_solution)
+    [record] = ctx.evaluate_task(Task(d, w, ["mine"], {"mine": "mine"}))
+    assert attempts == [True, False]  # the second attempt ran with the other process stopped
+    assert record.evaluation.status == S.PASSED
+    assert record.evaluation.log.startswith("[evaluated twice") and "hog" in record.evaluation.log
