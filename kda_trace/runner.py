@@ -134,6 +134,15 @@ def keeps_on_host(input_bytes: int, output_bytes: int, gpu_bytes: int) -> bool:
     return input_bytes + output_bytes > HOST_INPUTS_FRACTION * gpu_bytes
 
 
+def judged_inputs(d: Definition, inputs: Dict[str, Any]) -> Dict[str, Any]:
+    """The inputs the judge still reads once the references are made (WorkerContext.correctness): cu_seqlens, the
+    in-place inputs (for their untouched slots) and the scalars. Dropping the rest frees two input sets (on a
+    stress workload, up to 52 GB of host memory) while the solutions' processes hold their own."""
+    keep = set(d.inplace.values()) | {n for n, s in d.inputs.items()
+                                      if s.generator is not None and s.generator.kind == "cu_seqlens"}
+    return {n: v for n, v in inputs.items() if n in keep or not hasattr(v, "dtype")}
+
+
 def tensor_bytes(values: Dict[str, Any]) -> int:
     import torch
 
@@ -405,8 +414,11 @@ class WorkerContext:
                 yield rec(spec, S.INVALID_REFERENCE, problem)
             return
         ref_timing = time_reference(reference, inputs_a, ref_times, self.device)
-        release_cached_memory(self.device)
         fresh = FreshReferences(d, w, reference, self.device, cfg.dataset_root, on_host)
+        fresh.input_checksums(inputs_a)
+        # the solutions make their own input sets from the seeds: while they run, the judge keeps only what it reads
+        inputs_a, inputs_b = judged_inputs(d, inputs_a), judged_inputs(d, inputs_b)
+        release_cached_memory(self.device)
 
         for spec in task.solutions:
             if self.fatal:

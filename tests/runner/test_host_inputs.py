@@ -111,3 +111,18 @@ def test_a_solution_out_of_gpu_memory_is_evaluated_again_and_its_record_says_so(
     assert attempts == [True, False]  # the second attempt ran with the other process stopped
     assert record.evaluation.status == S.PASSED
     assert record.evaluation.log.startswith("[evaluated twice") and "hog" in record.evaluation.log
+
+
+def test_the_judge_keeps_only_the_inputs_it_reads_while_the_solutions_run():
+    from kda_trace.inputs import make_inputs
+    from kda_trace.runner import judged_inputs
+
+    ds = load_dataset()
+    for name, kept in (("kda_prefill_h8_d128_k_last", {"cu_seqlens", "scale"}),
+                       ("kda_decode_h32_d128_k_last", {"state_pool", "scale"})):
+        d = ds.definitions[name]
+        w = next(w for w in ds.workloads_of(name) if "smoke" in w.tags)
+        inputs = make_inputs(d, w, 0, "cpu", ds.root)
+        judged = judged_inputs(d, inputs)
+        assert set(judged) == kept
+        assert all(judged[n] is inputs[n] for n in judged)
