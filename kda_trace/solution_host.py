@@ -128,8 +128,9 @@ class _Host:
                 # takes the allocations again, outside the timed repetitions
                 try:
                     if self.pending is None and torch.cuda.memory_allocated() > CACHE_LIMIT_BYTES:
-                        # an evaluation ended (or failed): tensors still allocated may sit in reference cycles (a
-                        # stress pool's 8 GiB outlived a REWARD_HACK reply and left the next solution no room)
+                        # an evaluation ended (or failed): tensors still allocated may sit in reference cycles. Seen
+                        # once, cause not established: a process held a pool's size (8.7 GiB) after its evaluation
+                        # ended with REWARD_HACK, and the next solution ran out of memory
                         gc.collect()
                     unused = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
                     if unused > CACHE_LIMIT_BYTES or (self.pending is None
