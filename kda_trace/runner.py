@@ -378,33 +378,47 @@ class WorkerContext:
         self.notify(None, "reference")
         reference = self.reference(d)
         refs, problem = None, ""
+
+        def reference_output(inputs):
+            """(the reference's outputs on `inputs`, kept where the inputs are kept; its wall time in ms)"""
+            args = clone_inputs(inputs, self.device)
+            self.sync()
+            t0 = time.perf_counter()
+            result = reference(**args)
+            self.sync()
+            ms = (time.perf_counter() - t0) * 1e3
+            out, why = normalize_outputs(d, result)
+            if out is None:
+                raise ValueError(f"reference {why}")
+            return (to_host(out) if on_host else out), ms
+
+        def nonfinite(out, label=""):
+            for name, t in out.items():
+                nan, inf = nonfinite_counts(t)
+                if nan or inf:
+                    return (f"reference output {name!r}{label} has {nan} NaN and {inf} Inf elements: no solution "
+                            "can pass this workload")
+            return ""
+
+        def another_second_set():
+            """A new input set B (seed, judged inputs, reference outputs) for a second attempt: the solution saw
+            this workload's seeds in its first one and could have prepared B's outputs."""
+            seed = secrets.randbits(SEED_BITS)
+            b = make_inputs(d, w, seed, self.device, cfg.dataset_root)
+            b = to_host(b) if on_host else b
+            out, _ = reference_output(b)
+            if nonfinite(out):
+                raise ValueError(nonfinite(out))
+            return seed, judged_inputs(d, b), out
+
         if isinstance(reference, Exception):
             problem = str(reference)
         else:
-            def reference_outputs():
-                outs, times = [], []
-                for inputs in (inputs_a, inputs_b):
-                    args = clone_inputs(inputs, self.device)
-                    self.sync()
-                    t0 = time.perf_counter()
-                    result = reference(**args)
-                    self.sync()
-                    times.append((time.perf_counter() - t0) * 1e3)
-                    out, why = normalize_outputs(d, result)
-                    if out is None:
-                        raise ValueError(f"reference {why}")
-                    outs.append(to_host(out) if on_host else out)
-                    del args, result, out
-                return outs, times
-
             try:
-                refs, ref_times = self.with_room(reference_outputs)
-                for label, out in zip(("", " (second input set)"), refs):
-                    for name, t in out.items():
-                        nan, inf = nonfinite_counts(t)
-                        if nan or inf:
-                            problem = problem or (f"reference output {name!r}{label} has {nan} NaN and {inf} Inf "
-                                                  "elements: no solution can pass this workload")
+                outputs_and_ms = self.with_room(lambda: [reference_output(inputs_a), reference_output(inputs_b)])
+                refs, ref_times = [o for o, _ in outputs_and_ms], [ms for _, ms in outputs_and_ms]
+                del outputs_and_ms
+                problem = nonfinite(refs[0]) or nonfinite(refs[1], " (second input set)")
             except Exception as e:  # noqa: BLE001
                 problem = f"reference failed on workload {w.uuid}: {_short_traceback(e)}"
                 if _is_fatal_cuda_error(e):
@@ -432,8 +446,10 @@ class WorkerContext:
                                                 on_host, seed_b, fresh)
                 stopped = self.stop_other_hosts(spec) if _out_of_gpu_memory(record) else []
                 if stopped:
-                    record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing,
-                                                    rec, on_host, seed_b, fresh)
+                    seed_b2, inputs_b2, ref_b2 = self.with_room(another_second_set)
+                    record = self.evaluate_solution(task, spec, inputs_a, inputs_b2, refs[0], ref_b2, ref_timing,
+                                                    rec, on_host, seed_b2, fresh.renewed())
+                    del inputs_b2, ref_b2
                     record.evaluation.log = (f"[evaluated twice: the first attempt ran out of GPU memory, and the "
                                              f"processes of {', '.join(stopped)} were stopped before the second] "
                                              + record.evaluation.log)
@@ -823,6 +839,13 @@ class FreshReferences:
         self.digest_seed = secrets.randbits(SEED_BITS)
         self._checksums: Optional[Dict[str, int]] = None
         self.made: Dict[int, Tuple[Dict[str, Any], Dict[str, Any], Optional[Dict[str, Any]]]] = {}
+
+    def renewed(self) -> "FreshReferences":
+        """The same workload with new seeds for the timing loop and the digests (a solution's second attempt),
+        keeping input set A's checksums (the judge no longer holds all of A's inputs)."""
+        other = FreshReferences(self.d, self.w, self.reference, self.device, self.root, self.on_host)
+        other._checksums = self._checksums
+        return other
 
     def input_checksums(self, inputs_a: Dict[str, Any]) -> Dict[str, int]:
         """Input set A's checksums (integrity.bit_checksum), made once: a call's inputs must still have them."""

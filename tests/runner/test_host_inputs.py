@@ -89,6 +89,8 @@ def test_out_of_gpu_memory_is_tried_again_with_the_other_solutions_processes_sto
 
 
 def test_a_solution_out_of_gpu_memory_is_evaluated_again_and_its_record_says_so(tmp_path, monkeypatch):
+    import torch
+
     from kda_trace.call_results import OUT_OF_GPU_MEMORY_HINT
     from kda_trace.runner import Task, make_record
     from kda_trace.schema import EvaluationStatus as S
@@ -100,8 +102,11 @@ def test_a_solution_out_of_gpu_memory_is_evaluated_again_and_its_record_says_so(
     ctx.hosts = {"hog": _IdleHost()}
     attempts = []
 
-    def evaluate_solution(task, spec, *args):
+    seen = []
+
+    def evaluate_solution(task, spec, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec, on_host, seed_b, fresh):
         attempts.append(ctx.hosts["hog"].alive())
+        seen.append((seed_b, fresh, ref_b))
         status, log = ((S.RUNTIME_ERROR, f"{OUT_OF_GPU_MEMORY_HINT} OutOfMemoryError") if len(attempts) == 1
                        else (S.PASSED, "ok"))
         return make_record(d, w, spec, status, ctx.environment, log)
@@ -109,6 +114,11 @@ def test_a_solution_out_of_gpu_memory_is_evaluated_again_and_its_record_says_so(
     monkeypatch.setattr(ctx, "evaluate_solution", evaluate_solution)
     [record] = ctx.evaluate_task(Task(d, w, ["mine"], {"mine": "mine"}))
     assert attempts == [True, False]  # the second attempt ran with the other process stopped
+    # ... on a new input set B and new timing seeds: the first attempt had seen this workload's
+    (seed_1, fresh_1, ref_1), (seed_2, fresh_2, ref_2) = seen
+    assert seed_1 != seed_2 and fresh_1 is not fresh_2 and fresh_1.seed(0) != fresh_2.seed(0)
+    assert not all(torch.equal(ref_1[n], ref_2[n]) for n in ref_1)
+    assert fresh_2._checksums is fresh_1._checksums is not None
     assert record.evaluation.status == S.PASSED
     assert record.evaluation.log.startswith("[evaluated twice") and "hog" in record.evaluation.log
 
