@@ -101,6 +101,12 @@ def tolerance_for(definition: Definition, output: str, overrides: Dict[str, Tole
     return Tolerance(**merged)
 
 
+def cu_seqlens_input(definition: Definition) -> Optional[str]:
+    """The name of the input generated as cu_seqlens (packed sequences), or None."""
+    return next((n for n, s in definition.inputs.items() if s.generator is not None and s.generator.kind == "cu_seqlens"),
+                None)
+
+
 def packed_axis(definition: Definition) -> Optional[tuple[str, str]]:
     """(token axis, cu_seqlens input name) when the definition packs sequences with cu_seqlens."""
     for name, spec in definition.inputs.items():

@@ -138,8 +138,9 @@ def judged_inputs(d: Definition, inputs: Dict[str, Any]) -> Dict[str, Any]:
     """The inputs the judge still reads once the references are made (WorkerContext.correctness): cu_seqlens, the
     in-place inputs (for their untouched slots) and the scalars. Dropping the rest frees two input sets (on a
     stress workload, up to 52 GB of host memory) while the solutions' processes hold their own."""
-    keep = set(d.inplace.values()) | {n for n, s in d.inputs.items()
-                                      if s.generator is not None and s.generator.kind == "cu_seqlens"}
+    from .compare import cu_seqlens_input
+
+    keep = set(d.inplace.values()) | {cu_seqlens_input(d)}
     return {n: v for n, v in inputs.items() if n in keep or not hasattr(v, "dtype")}
 
 
@@ -407,8 +408,9 @@ class WorkerContext:
             b = make_inputs(d, w, seed, self.device, cfg.dataset_root)
             b = to_host(b) if on_host else b
             out, _ = reference_output(b)
-            if nonfinite(out):
-                raise ValueError(nonfinite(out))
+            problem = nonfinite(out)
+            if problem:
+                raise ValueError(problem)
             return seed, judged_inputs(d, b), out
 
         if isinstance(reference, Exception):
@@ -669,10 +671,9 @@ class WorkerContext:
         return nbytes / (tbps * 1e12) * 1e3, nbytes / 1e9, tbps
 
     def correctness(self, d: Definition, inputs, refs, outputs) -> Correctness:
-        from .compare import compare_output, inplace_violations, packed_axis, tolerance_for
+        from .compare import compare_output, cu_seqlens_input, inplace_violations, packed_axis, tolerance_for
 
-        cu = next((inputs[n] for n, s in d.inputs.items() if s.generator is not None and s.generator.kind == "cu_seqlens"),
-                  None)
+        cu = inputs.get(cu_seqlens_input(d))
         metrics: Dict[str, OutputMetrics] = {}
         for name in d.outputs:
             tol = tolerance_for(d, name, self.config.tolerances)
