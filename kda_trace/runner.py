@@ -113,7 +113,7 @@ set with its outputs; each solution's process two input sets, a copy per call, t
 with a chunked kernel's workspace, 10 or more input sets' worth. Kept on the GPU, the stress workloads ran out
 of memory on a 150 GB H200: the 17.5 GB prefill input sets, and the decode pools of 8.7 GB, which the outputs
 repeat (inputs alone under 1/10, which the rule counted until the twentieth session). The largest non-stress
-prefill (8.1 GB with its outputs, 96 heads x 65536 tokens) stays on an 80 GB H100."""
+prefill (8.2 GB with its outputs, 96 heads x 65536 tokens) stays on an 80 GB H100."""
 
 
 def declared_bytes(d: Definition, specs: Dict[str, Any], w: Workload) -> int:
@@ -479,7 +479,7 @@ class WorkerContext:
     def stop_other_hosts(self, spec: Optional[str]) -> List[str]:
         """Stop the idle processes of the solutions other than `spec` (each starts again when next needed), so that
         GPU memory one of them holds between its evaluations (a cache that only grows: tests/runner/cheats.py's
-        content_cache held 58 GiB of an H100) cannot make another solution fail. Returns the specs stopped."""
+        content_cache's process held 55-58 GiB of an H100) cannot make another solution fail. Returns the specs stopped."""
         stopped = []
         for other, host in self.hosts.items():
             if other != spec and host.alive():
