@@ -298,21 +298,24 @@ _WORD = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _CHECKSUM_SLICE = 1 << 24
 
 
-def bit_checksum(t: torch.Tensor) -> int:
+def bit_checksum(t: torch.Tensor, device: Optional[str] = None) -> int:
     """A checksum of a tensor's bits, the same on every device: sum of word_i * (i * A + B) in wrapping 64-bit
     integer arithmetic, whose order does not matter. Any change of one element changes it; the judge compares
-    the checksums of the inputs after a call (made in the solution's process) with its own."""
+    the checksums of the inputs after a call (made in the solution's process) with its own. `device` (default:
+    the tensor's) does the arithmetic, a slice at a time: a GPU sums a stress workload's inputs kept in host
+    memory in seconds, where the host's cores took minutes."""
     flat = t.detach().contiguous().reshape(-1)
     words = flat.view(_WORD[flat.element_size()])
-    total = torch.zeros((), dtype=torch.int64, device=flat.device)
+    where = torch.device(device) if device is not None else flat.device
+    total = torch.zeros((), dtype=torch.int64, device=where)
     for start in range(0, words.numel(), _CHECKSUM_SLICE):
-        w = words[start:start + _CHECKSUM_SLICE].to(torch.int64)
-        idx = torch.arange(start, start + w.numel(), dtype=torch.int64, device=flat.device)
+        w = words[start:start + _CHECKSUM_SLICE].to(where).to(torch.int64)
+        idx = torch.arange(start, start + w.numel(), dtype=torch.int64, device=where)
         total += (w * (idx * 0x9E3779B97F4A7C1 + 0x632BE59BD9B4E01)).sum()
     return int(total)
 
 
-def input_checksums(definition, inputs: Dict[str, Any]) -> Dict[str, int]:
-    """bit_checksum of every tensor input a call may not write (all but the in-place ones)."""
+def input_checksums(definition, inputs: Dict[str, Any], device: Optional[str] = None) -> Dict[str, int]:
+    """bit_checksum (on `device`) of every tensor input a call may not write (all but the in-place ones)."""
     inplace = set(definition.inplace.values())
-    return {n: bit_checksum(v) for n, v in inputs.items() if isinstance(v, torch.Tensor) and n not in inplace}
+    return {n: bit_checksum(v, device) for n, v in inputs.items() if isinstance(v, torch.Tensor) and n not in inplace}

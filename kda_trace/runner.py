@@ -355,39 +355,27 @@ class WorkerContext:
         d, w, cfg = task.definition, task.workload, self.config
         rec = lambda spec, status, log="", **kw: make_record(d, w, task.names[spec], status,  # noqa: E731
                                                               self.environment, log, **kw)
-        self.notify(None, "inputs")
-
-        def input_sets():
-            a = make_inputs(d, w, cfg.seed, self.device, cfg.dataset_root)
-            host = self.inputs_on_host(d, w, a)
-            a = to_host(a) if host else a
-            seed = secrets.randbits(SEED_BITS)
-            b = make_inputs(d, w, seed, self.device, cfg.dataset_root)
-            return a, (to_host(b) if host else b), host, seed
-
-        try:
-            inputs_a, inputs_b, on_host, seed_b = self.with_room(input_sets)
-        except InputError as e:
-            for spec in task.solutions:
-                yield rec(spec, S.INVALID_WORKLOAD, str(e))
-            return
-        except Exception as e:  # noqa: BLE001 - a generator bug is still this workload's problem
-            for spec in task.solutions:
-                yield rec(spec, S.INVALID_WORKLOAD, f"workload {w.uuid}: inputs could not be made: {_short_traceback(e)}")
-            return
-
-        self.notify(None, "reference")
         reference = self.reference(d)
-        refs, problem = None, ""
+        on_host = False
+
+        def inputs_of(seed):
+            """One input set: the judge's copy is kept in host memory when inputs_on_host says so."""
+            nonlocal on_host
+            self.notify(None, "inputs")
+            made = make_inputs(d, w, seed, self.device, cfg.dataset_root)
+            on_host = self.inputs_on_host(d, w, made)
+            return to_host(made) if on_host else made
 
         def reference_output(inputs):
             """(the reference's outputs on `inputs`, kept where the inputs are kept; its wall time in ms)"""
+            self.notify(None, "reference")
             args = clone_inputs(inputs, self.device)
             self.sync()
             t0 = time.perf_counter()
             result = reference(**args)
             self.sync()
             ms = (time.perf_counter() - t0) * 1e3
+            del args
             out, why = normalize_outputs(d, result)
             if out is None:
                 raise ValueError(f"reference {why}")
@@ -405,36 +393,63 @@ class WorkerContext:
             """A new input set B (seed, judged inputs, reference outputs) for a second attempt: the solution saw
             this workload's seeds in its first one and could have prepared B's outputs."""
             seed = secrets.randbits(SEED_BITS)
-            b = make_inputs(d, w, seed, self.device, cfg.dataset_root)
-            b = to_host(b) if on_host else b
+            b = inputs_of(seed)
             out, _ = reference_output(b)
             problem = nonfinite(out)
             if problem:
                 raise ValueError(problem)
             return seed, judged_inputs(d, b), out
 
-        if isinstance(reference, Exception):
-            problem = str(reference)
-        else:
+        # One input set at a time, each cut down to what the judge reads once its reference outputs are made: a
+        # stress workload's two full sets and two reference outputs in host memory at once were more than an
+        # H200 machine's 128 GB when the solutions' processes held their own sets (kda_fwd_h32_dk128_dv256's
+        # 3ad95b31).
+        seed_b = secrets.randbits(SEED_BITS)
+        refs, ref_times, kept = [], [], []
+        ref_timing, fresh = None, None
+        for label, seed in (("", cfg.seed), (" (second input set)", seed_b)):
             try:
-                outputs_and_ms = self.with_room(lambda: [reference_output(inputs_a), reference_output(inputs_b)])
-                refs, ref_times = [o for o, _ in outputs_and_ms], [ms for _, ms in outputs_and_ms]
-                del outputs_and_ms
-                problem = nonfinite(refs[0]) or nonfinite(refs[1], " (second input set)")
-            except Exception as e:  # noqa: BLE001
-                problem = f"reference failed on workload {w.uuid}: {_short_traceback(e)}"
-                if _is_fatal_cuda_error(e):
-                    self.fatal = True
-        if problem:
-            for spec in task.solutions:
-                yield rec(spec, S.INVALID_REFERENCE, problem)
-            return
-        ref_timing = time_reference(reference, inputs_a, ref_times, self.device)
-        fresh = FreshReferences(d, w, reference, self.device, cfg.dataset_root, on_host)
-        fresh.input_checksums(inputs_a)
-        # the solutions make their own input sets from the seeds: while they run, the judge keeps only what it reads
-        inputs_a, inputs_b = judged_inputs(d, inputs_a), judged_inputs(d, inputs_b)
-        release_cached_memory(self.device)
+                inputs = self.with_room(lambda: inputs_of(seed))  # noqa: B023 - called at once
+            except InputError as e:
+                for spec in task.solutions:
+                    yield rec(spec, S.INVALID_WORKLOAD, str(e))
+                return
+            except Exception as e:  # noqa: BLE001 - a generator bug is still this workload's problem
+                for spec in task.solutions:
+                    yield rec(spec, S.INVALID_WORKLOAD, f"workload {w.uuid}: inputs could not be made: "
+                                                        f"{_short_traceback(e)}")
+                return
+            problem = str(reference) if isinstance(reference, Exception) else ""
+            if not problem:
+                try:
+                    out, ms = self.with_room(lambda: reference_output(inputs))  # noqa: B023 - called at once
+                    refs.append(out)
+                    ref_times.append(ms)
+                    del out
+                    problem = nonfinite(refs[-1], label)
+                except Exception as e:  # noqa: BLE001
+                    problem = f"reference failed on workload {w.uuid}{label}: {_short_traceback(e)}"
+                    if _is_fatal_cuda_error(e):
+                        self.fatal = True
+            if problem:
+                for spec in task.solutions:
+                    yield rec(spec, S.INVALID_REFERENCE, problem)
+                return
+            if fresh is None:  # input set A: its checksums, and the reference's timing while A is whole
+                self.notify(None, "reference: timing")
+                if not reference_timed_by_calls(ref_times, self.device):
+                    ref_timing = time_reference(reference, inputs, ref_times, self.device)
+                self.notify(None, "inputs: checksums")
+                fresh = FreshReferences(d, w, reference, self.device, cfg.dataset_root, on_host)
+                fresh.input_checksums(inputs)
+            # the solutions make their own input sets from the seeds: the judge keeps only what it reads
+            kept.append(judged_inputs(d, inputs))
+            inputs = None  # before the next set is made
+            release_cached_memory(self.device)
+        if ref_timing is None:
+            ref_timing = time_reference(reference, None, ref_times, self.device)
+        inputs_a, inputs_b = kept
+        del kept
 
         for spec in task.solutions:
             if self.fatal:
@@ -516,12 +531,14 @@ class WorkerContext:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} in phase {self.last_phase!r}")
         if reply.get("kind") == "status":
             return rec(spec, _status(reply), str(reply.get("log", "")) or "the solution's process claimed a pass")
+        self.notify(spec, "judge: first outputs")
         outputs, why = load_checked(host, "first", self.device)
         if outputs is None:
             return rec(spec, S.RUNTIME_ERROR, why)
         status, why = check_outputs(d, {n: outputs.get(n) for n in d.outputs}, axes, self.device)
         if status is not None:
             return rec(spec, status, why)
+        self.notify(spec, "judge: compare")
         correctness = self.correctness(d, inputs_a, ref_a, outputs)
         del outputs  # free before timing (stress workloads)
         sums = reply.get("input_checksums") or {}
@@ -542,6 +559,7 @@ class WorkerContext:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} while timing", correctness=correctness)
         if reply.get("kind") == "status":
             return rec(spec, _status(reply), str(reply.get("log", "")), correctness=correctness)
+        self.notify(spec, "judge: final outputs")
         second, why = load_checked(host, "final", self.device)
         status = None
         if second is not None:
@@ -549,6 +567,7 @@ class WorkerContext:
         if second is None or status is not None:
             return rec(spec, status or S.RUNTIME_ERROR, f"second input set (last call of the timing loop): {why}",
                        correctness=correctness)
+        self.notify(spec, "judge: compare B")
         check_b = self.correctness(d, inputs_b, ref_b, second)
         correctness.extra = {**(correctness.extra or {}), "second_input_set": {
             "seed": seed_b,
@@ -720,18 +739,26 @@ class WorkerContext:
         return perf
 
 
+def reference_timed_by_calls(correctness_ms: List[float], device: str,
+                             budget_s: float = REFERENCE_TIMING["budget_s"]) -> bool:
+    """Whether the reference's correctness calls are its timing: on the CPU, or when the first one
+    (device-synchronised) took longer than `budget_s`."""
+    return not device.startswith("cuda") or correctness_ms[0] > budget_s * 1e3
+
+
 def time_reference(reference, inputs, correctness_ms: List[float], device: str,
                    budget_s: float = REFERENCE_TIMING["budget_s"]):
-    """The reference's TimingResult (None if timing it failed). On the CPU, or on a GPU when both
-    correctness calls (`correctness_ms`, device-synchronised) took longer than `budget_s`, those calls are
-    the timing; otherwise `timing.measure` with REFERENCE_TIMING. A note says which."""
+    """The reference's TimingResult (None if timing it failed): its correctness calls (`correctness_ms`) when
+    `reference_timed_by_calls` says so (then `inputs` may be None); otherwise `timing.measure` with
+    REFERENCE_TIMING on `inputs`. A note says which."""
     from .timing import TimingConfig, TimingResult, measure
 
+    calls = f"{len(correctness_ms)} correctness call{'s' if len(correctness_ms) != 1 else ''}"
     if not device.startswith("cuda"):
-        return TimingResult(list(correctness_ms), "cpu_wall", notes=["reference timing: its 2 correctness calls"])
-    if min(correctness_ms) > budget_s * 1e3:
+        return TimingResult(list(correctness_ms), "cpu_wall", notes=[f"reference timing: its {calls}"])
+    if reference_timed_by_calls(correctness_ms, device, budget_s):
         return TimingResult(list(correctness_ms), "cuda_sync_wall", notes=[
-            "reference timing: its 2 correctness calls (wall time between device synchronisations; each took "
+            f"reference timing: its {calls} (wall time between device synchronisations; the first took "
             f"more than the {budget_s:g} s timing budget)"])
     try:
         timing = measure(reference, inputs, device, TimingConfig(**{**REFERENCE_TIMING, "budget_s": budget_s}))
@@ -853,7 +880,7 @@ class FreshReferences:
         from .integrity import input_checksums
 
         if self._checksums is None:
-            self._checksums = input_checksums(self.d, inputs_a)
+            self._checksums = input_checksums(self.d, inputs_a, self.device)
         return self._checksums
 
     def seed(self, rep: int) -> int:
@@ -977,6 +1004,9 @@ class _Worker:
     ready: bool = False
 
 
+PHASE_LOG_ENV = "KDA_TRACE_PHASE_LOG"
+
+
 class Runner:
     """Runs tasks on worker processes and hands every record to `on_record(definition, trace)`."""
 
@@ -1067,6 +1097,22 @@ class Runner:
             if term:
                 signal.signal(signal.SIGTERM, previous_term)
 
+    def _log_phase(self, w: _Worker) -> None:
+        """A line per phase in $KDA_TRACE_PHASE_LOG when set: where a long evaluation spends its time, and how
+        much host memory the machine had left at each step (tab-separated: unix time, device, workload,
+        solution, phase, MemAvailable in GB)."""
+        path = os.environ.get(PHASE_LOG_ENV)
+        if not path or w.task is None:
+            return
+        try:
+            with open("/proc/meminfo") as f:
+                available = next((int(line.split()[1]) / 1e6 for line in f if line.startswith("MemAvailable:")), -1.0)
+        except OSError:
+            available = -1.0
+        with open(path, "a") as f:
+            f.write(f"{time.time():.2f}\t{w.device}\t{w.task.workload.uuid[:8]}\t{w.phase[0] or '-'}\t"
+                    f"{w.phase[1]}\t{available:.1f}\n")
+
     def _poll(self, w: _Worker, queue: deque) -> None:
         try:
             while w.conn.poll():
@@ -1078,6 +1124,7 @@ class Runner:
                 elif msg[0] == "phase":
                     allowed = self.startup_timeout if msg[2] == HOST_STARTING else self.config.timeout
                     w.phase, w.deadline = (msg[1], msg[2]), time.monotonic() + allowed
+                    self._log_phase(w)
                 elif msg[0] == "record":
                     try:
                         trace = Trace.model_validate_json(msg[1])
@@ -1117,8 +1164,8 @@ class Runner:
         self._start(w)
         if task is None:
             return
-        if spec is None and phase in ("inputs", "reference") and remaining:
-            kind = S.INVALID_WORKLOAD if phase == "inputs" else S.INVALID_REFERENCE
+        if spec is None and remaining:  # the worker's own phases, before any solution ran
+            kind = S.INVALID_WORKLOAD if phase.startswith("inputs") else S.INVALID_REFERENCE
             for s in remaining:
                 self.on_record(task.definition, make_record(task.definition, task.workload, task.names[s], kind,
                                                             self.environment, f"{phase} of workload "

@@ -203,8 +203,11 @@ class _Host:
         copies, first_call_s = called
         checksums = integrity.input_checksums(d, args)  # compared by the judge with its own inputs
         del args
-        if self.device.startswith("cuda") and self.unjoined_streams(d, run, inputs_a, _syncer(self.device)):
-            return
+        if self.device.startswith("cuda"):
+            self.phase("held-back call")
+            if self.unjoined_streams(d, run, inputs_a, _syncer(self.device)):
+                return
+        self.phase("save")
         self.save("first", copies)
         self.pending = (d, w, run, inputs_a, inputs_b, first_call_s, bool(request["on_host"]))
         self.reply(kind="first", first_call_s=first_call_s, input_checksums={n: str(c) for n, c in checksums.items()})
@@ -322,6 +325,7 @@ class _Host:
                       f"but each call took {timing.outside_stream_ms:.4g} ms between device-wide synchronisations "
                       "(work launched on another stream, not joined to the caller's)")
             return
+        self.phase("save")
         self.save("final", copies)
         self.checkable = (d, w, run)
         self.reply(kind="timed", times_ms=timing.times_ms, mode=timing.mode, notes=timing.notes,

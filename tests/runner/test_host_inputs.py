@@ -136,3 +136,47 @@ def test_the_judge_keeps_only_the_inputs_it_reads_while_the_solutions_run():
         judged = judged_inputs(d, inputs)
         assert set(judged) == kept
         assert all(judged[n] is inputs[n] for n in judged)
+
+
+def test_the_judge_holds_one_input_set_at_a_time(tmp_path, monkeypatch):
+    """Input set B is made after A's reference outputs, when the judge keeps only what it reads of A: a stress
+    workload's two full sets at once, beside the solutions' processes' own, were more than a machine's memory."""
+    import gc
+    import weakref
+
+    import torch
+
+    import kda_trace.inputs as inputs_module
+    from kda_trace.runner import Task, make_record
+    from kda_trace.schema import EvaluationStatus as S
+
+    ds = load_dataset()
+    d = ds.definitions["kda_prefill_h8_d128_k_last"]
+    w = next(w for w in ds.workloads_of(d.name) if "smoke" in w.tags)
+    made, alive_when_b_is_made = [], []
+    real = inputs_module.make_inputs
+
+    def spy(*args, **kwargs):
+        if made:
+            gc.collect()
+            alive_when_b_is_made.append(sorted(n for n, ref in made[0].items() if ref() is not None))
+        inputs = real(*args, **kwargs)
+        made.append({n: weakref.ref(t) for n, t in inputs.items() if isinstance(t, torch.Tensor)})
+        return inputs
+
+    monkeypatch.setattr(inputs_module, "make_inputs", spy)
+    ctx = _worker(tmp_path)
+    seen = {}
+
+    def evaluate_solution(task, spec, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec, on_host, seed_b, fresh):
+        seen.update(a=set(inputs_a), b=set(inputs_b), refs=(ref_a, ref_b), timing=ref_timing)
+        return make_record(d, w, spec, S.PASSED, ctx.environment, "")
+
+    monkeypatch.setattr(ctx, "evaluate_solution", evaluate_solution)
+    [record] = ctx.evaluate_task(Task(d, w, ["mine"], {"mine": "mine"}))
+    assert record.evaluation.status == S.PASSED
+    assert len(made) == 2 and alive_when_b_is_made == [["cu_seqlens"]]
+    assert seen["a"] == seen["b"] == {"cu_seqlens", "scale"}
+    ref_a, ref_b = seen["refs"]
+    assert set(ref_a) == set(d.outputs) and not torch.equal(ref_a["o"], ref_b["o"])  # two sets, two seeds
+    assert len(seen["timing"].times_ms) == 2  # on the CPU the reference's two correctness calls are its timing

@@ -254,3 +254,21 @@ def test_out_of_gpu_memory_is_named_as_such():
         raise ValueError("bad shape")
     except ValueError as e:
         assert _short_traceback(e).startswith("ValueError: bad shape")
+
+
+def test_the_phase_log_says_where_an_evaluation_spends_its_time(tmp_path, monkeypatch):
+    from kda_trace.runner import PHASE_LOG_ENV
+
+    log = tmp_path / "phases.tsv"
+    monkeypatch.setenv(PHASE_LOG_ENV, str(log))
+    assert run("--definition", "toy_scan", "--out", str(tmp_path / "out"), "--solution", "reference") == 0
+    rows = [line.split("\t") for line in log.read_text().splitlines()]
+    assert all(len(r) == 6 for r in rows)
+    phases = [(r[3], r[4]) for r in rows]
+    for step in [("-", "inputs"), ("-", "reference"), ("-", "inputs: checksums"), ("reference", "run"),
+                 ("reference", "save"), ("reference", "judge: compare"), ("reference", "timing"),
+                 ("reference", "judge: compare B")]:
+        assert step in phases
+    times = [float(r[0]) for r in rows]
+    assert times == sorted(times)
+    assert all(float(r[5]) > 0 for r in rows)  # the machine's available memory in GB, from /proc/meminfo
