@@ -26,7 +26,7 @@ def is_fatal_cuda_error(e: BaseException) -> bool:
 
 
 OUT_OF_GPU_MEMORY_HINT = ("[out of GPU memory: this machine's GPU is too small for the workload, or for the runner's "
-                          "copies of it; --inputs-on-host keeps the input sets and reference outputs in host memory]")
+                          "copies of it; --inputs-on-host keeps no input set on the GPU between calls]")
 
 
 def short_traceback(e: BaseException, limit: int = 6) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
 import torch
 
@@ -189,8 +190,37 @@ def make_inputs(definition: Definition, workload: Workload, seed: int = DEFAULT_
     return out
 
 
+class RemadeInputs(Mapping):
+    """A workload's input set that is never kept: reading an input makes it again from the seed (make_input),
+    on the device, one input at a time. For the workloads kept off the GPU (runner.keeps_on_host): a stress
+    workload's set does not fit on the GPU beside a second one, and copies of it to host memory and back took
+    minutes per evaluation at pageable-copy speed (an H200 machine, 26 GB sets at about 2 GB/s). The same seed
+    gives bit-identical values each time (module docstring)."""
+
+    def __init__(self, definition: Definition, workload: Workload, seed: int, device: str,
+                 root: Optional[Path] = None):
+        self.definition, self.workload, self.seed, self.device, self.root = definition, workload, seed, device, root
+        self.axes = {**definition.const_axes, **workload.axes}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.definition.inputs:
+            raise KeyError(name)
+        try:
+            return make_input(self.definition, self.workload, name, self.axes, self.seed, self.device, self.root)
+        except InputError as e:
+            raise InputError(f"workload {self.workload.uuid} of {self.definition.name}: {e}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.definition.inputs)
+
+    def __len__(self) -> int:
+        return len(self.definition.inputs)
+
+
 def clone_inputs(inputs: Dict[str, Any], device: Optional[str] = None) -> Dict[str, Any]:
     """A fresh copy of every tensor (on `device`, default where it is), so a solution can never change
-    another's inputs."""
+    another's inputs. A RemadeInputs set is made again instead: its tensors are already nobody else's."""
+    if isinstance(inputs, RemadeInputs):
+        return {k: v.to(device) if device and isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     return {k: (v.to(device, copy=True) if device else v.clone()) if isinstance(v, torch.Tensor) else v
             for k, v in inputs.items()}

@@ -66,9 +66,10 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
                              "budget is timed once)")
     parser.add_argument("--max-reps", type=int, default=None, help="most timed repetitions")
     parser.add_argument("--inputs-on-host", action="store_true", default=None,
-                        help="keep each workload's input sets and reference outputs in host memory and copy them "
-                             "to the GPU per call (default: only where an input set and its outputs are larger than "
-                             "1/10 of the GPU's memory, as on the stress workloads)")
+                        help="keep no input set on the GPU between calls: the judge keeps the inputs it reads and the "
+                             "reference outputs in host memory, and each solution's process makes an input set again "
+                             "from its seed whenever it needs it (default: only where an input set and its outputs "
+                             "are larger than 1/10 of the GPU's memory, as on the stress workloads)")
     add_baseline_argument(parser)
     parser.add_argument("--peak-tbps", type=float, default=None, metavar="TB/S",
                         help="the device's peak memory bandwidth for the speed-of-light fraction (default: the "

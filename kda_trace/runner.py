@@ -89,9 +89,10 @@ class RunConfig:
     """inputs.input_files of the run's workloads when it started, before any solution code ran: a worker
     refuses a stored input file changed since (inputs.pin_input_files)."""
     inputs_on_host: Optional[bool] = None
-    """Keep a workload's two input sets and the reference outputs in host memory and copy them to the GPU
-    per call, so the GPU holds one input set at a time. None: only when a GPU's input set and reference outputs
-    together are larger than HOST_INPUTS_FRACTION of its memory (the stress workloads)."""
+    """Keep no input set on the GPU between calls: the judge keeps the inputs it reads and the reference outputs
+    in host memory, and each solution's process makes an input set again from its seed whenever it reads it, so
+    the GPU holds one input set at a time. None: only when a GPU's input set and reference outputs together are
+    larger than HOST_INPUTS_FRACTION of its memory (the stress workloads)."""
 
 
 @dataclass
@@ -107,13 +108,13 @@ class Task:
 
 
 HOST_INPUTS_FRACTION = 1 / 10
-"""An input set and its outputs larger together than this fraction of the GPU's memory are kept in host memory
-(RunConfig.inputs_on_host). The worker holds two input sets, their reference outputs and the timing loop's fresh
-set with its outputs; each solution's process two input sets, a copy per call, the outputs and their snapshot:
-with a chunked kernel's workspace, 10 or more input sets' worth. Kept on the GPU, the stress workloads ran out
-of memory on a 150 GB H200: the 17.5 GB prefill input sets, and the decode pools of 8.7 GB, which the outputs
-repeat (inputs alone under 1/10, which the rule counted until the twentieth session). The largest non-stress
-prefill (8.2 GB with its outputs, 96 heads x 65536 tokens) stays on an 80 GB H100."""
+"""An input set and its outputs larger together than this fraction of the GPU's memory are kept off the GPU
+(RunConfig.inputs_on_host). On the GPU, the worker holds two reference outputs and the timing loop's fresh input
+set with its reference outputs; each solution's process two input sets, a copy per call, the outputs and their
+snapshot: with a chunked kernel's workspace, 10 or more input sets' worth. Kept on the GPU, the stress workloads
+ran out of memory on a 150 GB H200: the 17.5 GB prefill input sets, and the decode pools of 8.7 GB, which the
+outputs repeat (inputs alone under 1/10, which the rule counted until the twentieth session). The largest
+non-stress prefill (8.2 GB with its outputs, 96 heads x 65536 tokens) stays on an 80 GB H100."""
 
 
 def declared_bytes(d: Definition, specs: Dict[str, Any], w: Workload) -> int:
@@ -137,7 +138,7 @@ def keeps_on_host(input_bytes: int, output_bytes: int, gpu_bytes: int) -> bool:
 def judged_inputs(d: Definition, inputs: Dict[str, Any]) -> Dict[str, Any]:
     """The inputs the judge still reads once the references are made (WorkerContext.correctness): cu_seqlens, the
     in-place inputs (for their untouched slots) and the scalars. Dropping the rest frees two input sets (on a
-    stress workload, up to 52 GB of host memory) while the solutions' processes hold their own."""
+    stress workload, up to 52 GB) while the solutions' processes run."""
     from .compare import cu_seqlens_input
 
     keep = set(d.inplace.values()) | {cu_seqlens_input(d)}
@@ -330,11 +331,14 @@ class WorkerContext:
         return self.references[definition.name]
 
     def inputs_on_host(self, d: Definition, w: Workload, inputs: Dict[str, Any]) -> bool:
-        """Whether this workload's input sets and reference outputs stay in host memory (RunConfig.inputs_on_host)."""
-        if not self.device.startswith("cuda"):
-            return False
+        """Whether this workload's input sets are kept off the GPU (RunConfig.inputs_on_host): the judge keeps the
+        inputs it reads and the reference outputs in host memory, and each solution's process makes every input set
+        again from its seed whenever it reads it (inputs.RemadeInputs). Forced, it applies on the CPU too, where
+        host memory is the device's: the tests take that path there."""
         if self.config.inputs_on_host is not None:
             return self.config.inputs_on_host
+        if not self.device.startswith("cuda"):
+            return False
         import torch
 
         return keeps_on_host(tensor_bytes(inputs), declared_bytes(d, d.outputs, w),
@@ -351,25 +355,33 @@ class WorkerContext:
     def evaluate_task(self, task: Task) -> Iterable[Trace]:
         """Records for every solution of the task, yielded as each finishes."""
         from .compare import nonfinite_counts
-        from .inputs import InputError, clone_inputs, make_inputs
+        from .inputs import InputError, make_inputs
         d, w, cfg = task.definition, task.workload, self.config
         rec = lambda spec, status, log="", **kw: make_record(d, w, task.names[spec], status,  # noqa: E731
                                                               self.environment, log, **kw)
         reference = self.reference(d)
         on_host = False
+        updated = set(d.inplace.values())
 
         def inputs_of(seed):
-            """One input set: the judge's copy is kept in host memory when inputs_on_host says so."""
+            """One input set, on the device (the reference reads it there); inputs_on_host decides where the
+            judge keeps what it reads of it (kept_of) and its reference outputs."""
             nonlocal on_host
             self.notify(None, "inputs")
             made = make_inputs(d, w, seed, self.device, cfg.dataset_root)
             on_host = self.inputs_on_host(d, w, made)
-            return to_host(made) if on_host else made
+            return made
+
+        def kept_of(inputs):
+            kept = judged_inputs(d, inputs)
+            return to_host(kept) if on_host else kept
 
         def reference_output(inputs):
-            """(the reference's outputs on `inputs`, kept where the inputs are kept; its wall time in ms)"""
+            """(the reference's outputs on `inputs`, kept where the judged inputs are kept; its wall time in ms).
+            The reference gets copies of the inputs it updates in place only: the others are read, and a second
+            copy of a stress workload's inputs on the GPU is a second 26 GB."""
             self.notify(None, "reference")
-            args = clone_inputs(inputs, self.device)
+            args = {n: v.clone() if n in updated and hasattr(v, "clone") else v for n, v in inputs.items()}
             self.sync()
             t0 = time.perf_counter()
             result = reference(**args)
@@ -398,12 +410,11 @@ class WorkerContext:
             problem = nonfinite(out)
             if problem:
                 raise ValueError(problem)
-            return seed, judged_inputs(d, b), out
+            return seed, kept_of(b), out
 
         # One input set at a time, each cut down to what the judge reads once its reference outputs are made: a
-        # stress workload's two full sets and two reference outputs in host memory at once were more than an
-        # H200 machine's 128 GB when the solutions' processes held their own sets (kda_fwd_h32_dk128_dv256's
-        # 3ad95b31).
+        # stress workload's two full sets and two reference outputs in host memory at once, beside the solutions'
+        # processes' own sets, were more than an H200 machine's 128 GB (kda_fwd_h32_dk128_dv256's 3ad95b31).
         seed_b = secrets.randbits(SEED_BITS)
         refs, ref_times, kept = [], [], []
         ref_timing, fresh = None, None
@@ -419,6 +430,10 @@ class WorkerContext:
                     yield rec(spec, S.INVALID_WORKLOAD, f"workload {w.uuid}: inputs could not be made: "
                                                         f"{_short_traceback(e)}")
                 return
+            if fresh is None:  # input set A's checksums, before anything reads it: every call's inputs must match
+                self.notify(None, "inputs: checksums")
+                fresh = FreshReferences(d, w, reference, self.device, cfg.dataset_root, on_host)
+                fresh.input_checksums(inputs)
             problem = str(reference) if isinstance(reference, Exception) else ""
             if not problem:
                 try:
@@ -435,15 +450,11 @@ class WorkerContext:
                 for spec in task.solutions:
                     yield rec(spec, S.INVALID_REFERENCE, problem)
                 return
-            if fresh is None:  # input set A: its checksums, and the reference's timing while A is whole
-                self.notify(None, "reference: timing")
-                if not reference_timed_by_calls(ref_times, self.device):
-                    ref_timing = time_reference(reference, inputs, ref_times, self.device)
-                self.notify(None, "inputs: checksums")
-                fresh = FreshReferences(d, w, reference, self.device, cfg.dataset_root, on_host)
-                fresh.input_checksums(inputs)
+            if len(ref_times) == 1 and not reference_timed_by_calls(ref_times, self.device):
+                self.notify(None, "reference: timing")  # while input set A is whole
+                ref_timing = time_reference(reference, inputs, ref_times, self.device)
             # the solutions make their own input sets from the seeds: the judge keeps only what it reads
-            kept.append(judged_inputs(d, inputs))
+            kept.append(kept_of(inputs))
             inputs = None  # before the next set is made
             release_cached_memory(self.device)
         if ref_timing is None:
@@ -613,7 +624,7 @@ class WorkerContext:
         its outputs against the reference's on the same inputs. On a mismatch the solution is called once more,
         untimed, on those inputs: outputs that differ from the timed call's are REWARD_HACK (it did other work
         when timed), wrong ones INCORRECT_NUMERICAL. (status, log) or None (passed, or nothing to check: one
-        repetition, or inputs kept in host memory; `correctness.extra` says which)."""
+        repetition, or inputs kept off the GPU; `correctness.extra` says which)."""
         from .compare import tolerance_for
         from .integrity import (SAME_INPUTS_RELATIVE, SAME_INPUTS_TOLERANCE_FACTOR, digest_mismatches,
                                 inplace_bases, output_digest)
@@ -623,7 +634,7 @@ class WorkerContext:
         correctness.extra = {**(correctness.extra or {}), "timed_repetition": record}
         drawn = [i for i, g in enumerate(digests or []) if g is not None]
         if not drawn:
-            record["why_not"] = ("inputs in host memory: the timing loop repeats input set A" if fresh.on_host
+            record["why_not"] = ("inputs kept off the GPU: the timing loop repeats input set A" if fresh.on_host
                                  else "a single timed repetition (the last, on input set B)")
             return None
         reused = [r for r in drawn if r in fresh.made]  # the reference already ran there for another solution
@@ -697,7 +708,7 @@ class WorkerContext:
         for name in d.outputs:
             tol = tolerance_for(d, name, self.config.tolerances)
             out = outputs[name]
-            ref = refs[name].to(out.device)  # the inputs and references may be kept in host memory
+            ref = refs[name].to(out.device)  # kept in host memory (inputs_on_host)
             m = compare_output(d, name, ref, out, tol, None if cu is None else cu.to(out.device))
             if name in d.inplace:
                 original = inputs[d.inplace[name]].to(out.device)

@@ -159,8 +159,8 @@ class _Host:
 
     def first(self, request: Dict[str, Any]) -> None:
         from . import integrity
-        from .inputs import InputError, clone_inputs, make_inputs, pin_input_files
-        from .call_results import is_fatal_cuda_error, short_traceback, to_host
+        from .inputs import InputError, RemadeInputs, clone_inputs, make_inputs, pin_input_files
+        from .call_results import is_fatal_cuda_error, short_traceback
         from .schema import Definition, Workload
 
         d = Definition.model_validate_json(request["definition"])
@@ -187,16 +187,18 @@ class _Host:
         self.phase("inputs")
         pin_input_files({path: tuple(ident) for path, ident in (request.get("input_files") or {}).items()})
         try:
-            inputs_a = make_inputs(d, w, request["seed"], self.device, self.dataset_root)
-            inputs_b = make_inputs(d, w, request["seed_b"], self.device, self.dataset_root)
+            if request["on_host"]:  # too large to keep: each set is made again from its seed whenever it is read
+                inputs_a = RemadeInputs(d, w, request["seed"], self.device, self.dataset_root)
+                inputs_b = RemadeInputs(d, w, request["seed_b"], self.device, self.dataset_root)
+            else:
+                inputs_a = make_inputs(d, w, request["seed"], self.device, self.dataset_root)
+                inputs_b = make_inputs(d, w, request["seed_b"], self.device, self.dataset_root)
+            args = clone_inputs(inputs_a, self.device)
         except InputError as e:  # a stored input file changed during the run: nobody is judged on it
             self.fail("INVALID_WORKLOAD", str(e))
             return
-        if request["on_host"]:
-            inputs_a, inputs_b = to_host(inputs_a), to_host(inputs_b)
 
         self.phase("run")
-        args = clone_inputs(inputs_a, self.device)
         called = self.call("the first call", f"workload {w.uuid}", d, run, args)
         if called is None:
             return
@@ -282,6 +284,7 @@ class _Host:
     def time(self, request: Dict[str, Any]) -> None:
         from . import integrity
         from .call_results import is_fatal_cuda_error, normalize_outputs, short_traceback
+        from .inputs import InputError
         from .timing import TimingConfig, TimingTampered, measure
 
         if self.pending is None:
@@ -291,7 +294,7 @@ class _Host:
         self.pending = None
         self.phase("timing")
         rep_inputs = digest = None
-        if request.get("fresh_inputs") and not on_host:  # inputs in host memory: no room for a third set
+        if request.get("fresh_inputs") and not on_host:  # inputs kept off the GPU: no room for a third set
             from .inputs import make_inputs
 
             digest_seed = int(request["digest_seed"])
@@ -304,6 +307,9 @@ class _Host:
                              digest=digest)
         except TimingTampered as e:
             self.fail("REWARD_HACK", f"timing: {e}")
+            return
+        except InputError as e:  # input set B, made again from its seed (inputs.RemadeInputs)
+            self.fail("INVALID_WORKLOAD", str(e))
             return
         except Exception as e:  # noqa: BLE001
             self.fail("RUNTIME_ERROR", f"failed while timing: {short_traceback(e)}", fatal=is_fatal_cuda_error(e))

@@ -142,9 +142,10 @@ def _refresh(work: Dict[str, Any], source: Dict[str, Any], names=None) -> None:
     """Copy `source` into the working tensors. An integer tensor that already holds the same values (cu_seqlens
     of a workload, the same in every input set) is left as it is: a copy would bump its version counter and
     void the per-tensor caches of derived tables that engines and fla keep (a cost no real call pays)."""
-    for name, value in source.items():
+    for name in source:
         if names is not None and name not in names:
             continue
+        value = source[name]  # read only when copied: a RemadeInputs set makes it now (inputs.py)
         if isinstance(value, torch.Tensor):
             held = work[name]
             if value.is_floating_point() or value.is_complex() or held.shape != value.shape \
@@ -162,8 +163,8 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
     returned in `final_outputs`. `estimate_s`, the duration of an earlier call, sizes the repetitions
     when there is no warm-up to measure one. `mutable` (default: all) names the inputs restored before
     each warm-up (and each repetition without `rep_inputs`): the runner passes the in-place ones, as it has
-    already checked that the others are left alone, which spares a copy of a stress workload's inputs from
-    host memory per repetition. `rep_inputs(i)` gives timed repetition i (but the last) inputs of its own;
+    already checked that the others are left alone, which spares making a stress workload's inputs again per
+    repetition (inputs.RemadeInputs). `rep_inputs(i)` gives timed repetition i (but the last) inputs of its own;
     `digest(outputs, that repetition's inputs)` is taken after about DIGESTED_REPS timed repetitions but the
     last, each drawn after it returned, outside the timed span (`TimingResult.digests`).
 
@@ -173,7 +174,7 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
     cfg = defaults_for(device, config or TimingConfig())
     final_inputs = final_inputs if final_inputs is not None else inputs
     restore = _Restore(inputs, final_inputs, mutable, rep_inputs)
-    work = clone_inputs(inputs, device)  # the call's own copy, on the device (the inputs may be in host memory)
+    work = clone_inputs(inputs, device)  # the call's own copy, on the device
     gpu = device.startswith("cuda")
     mode = "cuda_events" if gpu else "cpu_wall"
     notes: List[str] = []

@@ -50,7 +50,7 @@ def test_slow_reference_is_timed_by_its_correctness_calls():
 
 @pytest.mark.skipif(not platform.has_cuda(), reason="needs a CUDA device")
 def test_inputs_on_host_gives_the_same_verdicts(tmp_path):
-    """--inputs-on-host (automatic for the stress workloads) copies each call's inputs from host memory: the
+    """--inputs-on-host (automatic for the stress workloads) makes each call's inputs again from their seeds: the
     records must match a run that keeps everything on the GPU, error for error."""
     runs = {}
     for label, extra in (("gpu", []), ("host", ["--inputs-on-host"])):

@@ -1,4 +1,5 @@
-"""Which workloads the runner keeps in host memory by default (runner.keeps_on_host), by the dataset's shapes."""
+"""Which workloads the runner keeps off the GPU by default (runner.keeps_on_host), by the dataset's shapes, and
+what the judge and the solutions' processes hold then."""
 
 import pytest
 
@@ -180,3 +181,69 @@ def test_the_judge_holds_one_input_set_at_a_time(tmp_path, monkeypatch):
     ref_a, ref_b = seen["refs"]
     assert set(ref_a) == set(d.outputs) and not torch.equal(ref_a["o"], ref_b["o"])  # two sets, two seeds
     assert len(seen["timing"].times_ms) == 2  # on the CPU the reference's two correctness calls are its timing
+
+
+def test_a_remade_input_set_is_the_same_set_at_every_read():
+    import torch
+
+    from kda_trace.inputs import RemadeInputs, clone_inputs, make_inputs
+
+    ds = load_dataset()
+    for name in ("kda_prefill_h8_d128_k_last", "kda_decode_h32_d128_k_last"):
+        d = ds.definitions[name]
+        w = next(w for w in ds.workloads_of(name) if "smoke" in w.tags)
+        made = make_inputs(d, w, 7, "cpu", ds.root)
+        remade = RemadeInputs(d, w, 7, "cpu", ds.root)
+        assert list(remade) == list(made) == list(d.inputs) and len(remade) == len(made)
+        first, again = clone_inputs(remade), clone_inputs(remade)
+        for n, v in made.items():
+            if isinstance(v, torch.Tensor):
+                assert torch.equal(first[n], v) and torch.equal(again[n], v) and first[n].dtype == v.dtype
+                assert first[n].data_ptr() != again[n].data_ptr()  # each read is a tensor of its own
+            else:
+                assert first[n] == v
+        other = RemadeInputs(d, w, 8, "cpu", ds.root)
+        assert not torch.equal(other[next(iter(d.inputs))], first[next(iter(d.inputs))])
+        with pytest.raises(KeyError):
+            remade["not_an_input"]
+
+
+def _metrics(out):
+    import json
+
+    got = {}
+    for path in sorted((out / "traces").glob("*/*.jsonl")):
+        for r in map(json.loads, path.read_text().splitlines()):
+            ev = r["evaluation"]
+            got[(r["solution"].split("::")[-1], r["definition"], r["workload"]["uuid"])] = (
+                ev["status"], ev["log"], {n: m["rms_rel_error"] for n, m in (ev["correctness"] or {}).get("outputs", {}).items()})
+    return got
+
+
+def test_inputs_kept_off_the_gpu_give_the_same_verdicts(tmp_path):
+    """--inputs-on-host (forced, it applies on the CPU too): the judge keeps only the inputs it reads, and the
+    solutions' processes make each input set again from its seed. The honest solution's errors are those of a run
+    that keeps the sets, input for input; one wrong row and a changed input are still caught."""
+    from pathlib import Path
+
+    from kda_trace.cli import main
+
+    here = Path(__file__).parent
+    cheats, bad = here / "cheats.py", here / "bad_solutions.py"
+    common = ["run", "--workers", "1", "--name", "kda_prefill_h8_d128_k_last", "--name", "kda_decode_h8_d128_k_last",
+              "--size", "smoke", "--max-reps", "3"]
+    main(common + ["--out", str(tmp_path / "kept"), "--solution", f"{cheats}::honest"])
+    main(common + ["--out", str(tmp_path / "remade"), "--inputs-on-host", "--solution", f"{cheats}::honest",
+                   "--solution", f"{cheats}::row_zeroed", "--solution", f"{cheats}::state_row_zeroed"])
+    kept, remade = _metrics(tmp_path / "kept"), _metrics(tmp_path / "remade")
+    honest = {k: v for k, v in remade.items() if k[0] == "honest"}
+    assert honest and all(v[0] == "PASSED" for v in honest.values()), honest
+    assert {k: v[2] for k, v in honest.items()} == {k: v[2] for k, v in kept.items()}
+    for (name, definition, uuid), (status, log, _) in remade.items():
+        if name != "honest":
+            assert status == "INCORRECT_NUMERICAL" and "per-row bound" in log, (name, definition, log)
+    main(["run", "--workers", "1", "--dataset", str(here / "fixtures" / "ds"), "--definition", "toy_scan",
+          "--inputs-on-host", "--out", str(tmp_path / "toy"), "--solution", f"{bad}::mutates_input",
+          "--solution", f"{bad}::caches_first", "--solution", f"{bad}::good"])
+    toy = {k[0]: v[0] for k, v in _metrics(tmp_path / "toy").items()}
+    assert toy == {"mutates_input": "INPUT_MUTATED", "caches_first": "INCORRECT_NUMERICAL", "good": "PASSED"}
