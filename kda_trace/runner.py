@@ -376,7 +376,7 @@ class WorkerContext:
             kept = judged_inputs(d, inputs)
             return to_host(kept) if on_host else kept
 
-        def reference_output(inputs):
+        def reference_output(inputs, label=""):
             """(the reference's outputs on `inputs`, kept where the judged inputs are kept; its wall time in ms).
             The reference gets copies of the inputs it updates in place only: the others are read, and a second
             copy of a stress workload's inputs on the GPU is a second 26 GB."""
@@ -391,7 +391,8 @@ class WorkerContext:
             out, why = normalize_outputs(d, result)
             if out is None:
                 raise ValueError(f"reference {why}")
-            return (to_host(out) if on_host else out), ms
+            problem = nonfinite(out, label)  # on the device, before the copy to host memory
+            return (to_host(out) if on_host else out), ms, problem
 
         def nonfinite(out, label=""):
             for name, t in out.items():
@@ -406,8 +407,7 @@ class WorkerContext:
             this workload's seeds in its first one and could have prepared B's outputs."""
             seed = secrets.randbits(SEED_BITS)
             b = inputs_of(seed)
-            out, _ = reference_output(b)
-            problem = nonfinite(out)
+            out, _, problem = reference_output(b)
             if problem:
                 raise ValueError(problem)
             return seed, kept_of(b), out
@@ -437,11 +437,10 @@ class WorkerContext:
             problem = str(reference) if isinstance(reference, Exception) else ""
             if not problem:
                 try:
-                    out, ms = self.with_room(lambda: reference_output(inputs))  # noqa: B023 - called at once
+                    out, ms, problem = self.with_room(lambda: reference_output(inputs, label))  # noqa: B023
                     refs.append(out)
                     ref_times.append(ms)
                     del out
-                    problem = nonfinite(refs[-1], label)
                 except Exception as e:  # noqa: BLE001
                     problem = f"reference failed on workload {w.uuid}{label}: {_short_traceback(e)}"
                     if _is_fatal_cuda_error(e):
@@ -565,7 +564,7 @@ class WorkerContext:
 
         try:
             reply = host.request(kind="time", timing=_timing_fields(self.config.timing), seeds=fresh,
-                                 fresh_inputs=not on_host, digest_seed=fresh.digest_seed)
+                                 digest_seed=fresh.digest_seed)
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} while timing", correctness=correctness)
         if reply.get("kind") == "status":
@@ -594,7 +593,7 @@ class WorkerContext:
 
         timing = TimingResult([float(t) for t in reply["times_ms"]], str(reply["mode"]),
                               notes=[str(n) for n in reply.get("notes") or []])
-        miscount = _repetitions_miscounted(reply, timing, on_host)
+        miscount = _repetitions_miscounted(reply, timing)
         if miscount:
             return rec(spec, S.REWARD_HACK, miscount, correctness=correctness)
         verdict = self.check_timed_repetition(d, host, reply.get("digests"), fresh, correctness)
@@ -624,7 +623,7 @@ class WorkerContext:
         its outputs against the reference's on the same inputs. On a mismatch the solution is called once more,
         untimed, on those inputs: outputs that differ from the timed call's are REWARD_HACK (it did other work
         when timed), wrong ones INCORRECT_NUMERICAL. (status, log) or None (passed, or nothing to check: one
-        repetition, or inputs kept off the GPU; `correctness.extra` says which)."""
+        repetition; `correctness.extra` says why)."""
         from .compare import tolerance_for
         from .integrity import (SAME_INPUTS_RELATIVE, SAME_INPUTS_TOLERANCE_FACTOR, digest_mismatches,
                                 inplace_bases, output_digest)
@@ -634,8 +633,7 @@ class WorkerContext:
         correctness.extra = {**(correctness.extra or {}), "timed_repetition": record}
         drawn = [i for i, g in enumerate(digests or []) if g is not None]
         if not drawn:
-            record["why_not"] = ("inputs kept off the GPU: the timing loop repeats input set A" if fresh.on_host
-                                 else "a single timed repetition (the last, on input set B)")
+            record["why_not"] = "a single timed repetition (the last, on input set B)"
             return None
         reused = [r for r in drawn if r in fresh.made]  # the reference already ran there for another solution
         rep = reused[0] if reused else drawn[secrets.randbelow(len(drawn))]
@@ -837,12 +835,10 @@ def _status(reply: Dict[str, Any]) -> S:
     return S.REWARD_HACK if status == S.PASSED else status
 
 
-def _repetitions_miscounted(reply: Dict[str, Any], timing, on_host: bool) -> str:
+def _repetitions_miscounted(reply: Dict[str, Any], timing) -> str:
     """Why the timing reply does not add up, or ''. The judge gave one seed per timed repetition but the last
     (SolutionHost.request counts them): the times and digests must number one more, and with two repetitions or
     more at least one digest must be there (the host always digests one)."""
-    if on_host:
-        return ""
     given, digests = reply.get("seeds_given"), reply.get("digests")
     n = len(timing.times_ms)
     if given is None or digests is None or given + 1 != n or len(digests) != n:
@@ -901,17 +897,25 @@ class FreshReferences:
 
     def _make(self, rep: int):
         from .compare import nonfinite_counts
-        from .inputs import clone_inputs, make_inputs
+        from .inputs import make_inputs
         from .integrity import inplace_bases, output_digest
 
         if rep not in self.made:
+            self.made = {}  # one at a time: a workload's inputs can be large
             inputs = make_inputs(self.d, self.w, self.seed(rep), self.device, self.root)
-            out, why = normalize_outputs(self.d, self.reference(**clone_inputs(inputs, self.device)))
+            updated = set(self.d.inplace.values())  # as in evaluate_task: only these are written
+            args = {n: v.clone() if n in updated and hasattr(v, "clone") else v for n, v in inputs.items()}
+            out, why = normalize_outputs(self.d, self.reference(**args))
+            del args
             if out is None:
                 raise ValueError(f"reference {why}")
             finite = all(sum(nonfinite_counts(t)) == 0 for t in out.values() if hasattr(t, "dtype"))
             digest = output_digest(out, self.digest_seed, self.device, inplace_bases(self.d, inputs)) if finite else None
-            self.made = {rep: (inputs, out, digest)}  # one at a time: a workload's inputs can be large
+            # the judge reads cu_seqlens and the in-place inputs of these inputs (WorkerContext.correctness)
+            inputs = judged_inputs(self.d, inputs)
+            if self.on_host:
+                inputs, out = to_host(inputs), to_host(out)
+            self.made = {rep: (inputs, out, digest)}
             # the reference's temporaries: kept reserved, they left the next solutions' processes no room (H200,
             # kda_bwd_fused_h96's 65536-token workload: 116.9 GiB in the worker process)
             release_cached_memory(self.device)

@@ -293,13 +293,14 @@ class _Host:
         d, w, run, inputs_a, inputs_b, first_call_s, on_host = self.pending
         self.pending = None
         self.phase("timing")
-        rep_inputs = digest = None
-        if request.get("fresh_inputs") and not on_host:  # inputs kept off the GPU: no room for a third set
-            from .inputs import make_inputs
+        from .inputs import RemadeInputs, make_inputs
 
-            digest_seed = int(request["digest_seed"])
-            rep_inputs = lambda i: make_inputs(d, w, self.ask_seed(i), self.device, self.dataset_root)  # noqa: E731
-            digest = lambda outputs, inputs: _digest(d, outputs, inputs, digest_seed, self.device)  # noqa: E731
+        # every timed repetition but the last on inputs of its own; kept off the GPU, they are made one input at a
+        # time as they are copied into the call's tensors
+        make = RemadeInputs if on_host else make_inputs
+        digest_seed = int(request["digest_seed"])
+        rep_inputs = lambda i: make(d, w, self.ask_seed(i), self.device, self.dataset_root)  # noqa: E731
+        digest = lambda outputs, inputs: _digest(d, outputs, inputs, digest_seed, self.device)  # noqa: E731
         threads = integrity.live_threads()
         try:
             timing = measure(run, inputs_a, self.device, TimingConfig(**request["timing"]), final_inputs=inputs_b,

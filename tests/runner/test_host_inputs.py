@@ -239,7 +239,7 @@ def test_inputs_kept_off_the_gpu_give_the_same_verdicts(tmp_path):
     honest = {k: v for k, v in remade.items() if k[0] == "honest"}
     assert honest and all(v[0] == "PASSED" for v in honest.values()), honest
     assert {k: v[2] for k, v in honest.items()} == {k: v[2] for k, v in kept.items()}
-    for (name, definition, uuid), (status, log, _) in remade.items():
+    for (name, definition, _), (status, log, _) in remade.items():
         if name != "honest":
             assert status == "INCORRECT_NUMERICAL" and "per-row bound" in log, (name, definition, log)
     main(["run", "--workers", "1", "--dataset", str(here / "fixtures" / "ds"), "--definition", "toy_scan",
@@ -247,3 +247,39 @@ def test_inputs_kept_off_the_gpu_give_the_same_verdicts(tmp_path):
           "--solution", f"{bad}::caches_first", "--solution", f"{bad}::good"])
     toy = {k[0]: v[0] for k, v in _metrics(tmp_path / "toy").items()}
     assert toy == {"mutates_input": "INPUT_MUTATED", "caches_first": "INCORRECT_NUMERICAL", "good": "PASSED"}
+
+
+def test_cheats_in_the_timing_loop_are_caught_with_inputs_kept_off_the_gpu(tmp_path):
+    """Kept off the GPU (the stress workloads), every timed repetition still gets inputs of its own and a drawn one
+    is checked by digest: a solution that is right only on the last repetition, or skips its pool writes while
+    timed, does not pass there either."""
+    import json
+    from pathlib import Path
+
+    from kda_trace.cli import main
+
+    here = Path(__file__).parent
+    cheats = here / "cheats.py"
+    out = tmp_path / "toy"
+    argv = ["run", "--workers", "1", "--dataset", str(here / "fixtures" / "ds"), "--definition", "toy_scan",
+            "--inputs-on-host", "--out", str(out)]
+    for name in ("timing_aware", "lazy_when_timed", "wrong_unless_judged_whole", "honest"):
+        argv += ["--solution", f"{cheats}::{name}"]
+    main(argv)
+    toy = {k[0]: v for k, v in _metrics(out).items()}
+    assert {k: v[0] for k, v in toy.items()} == {"timing_aware": "REWARD_HACK", "lazy_when_timed": "REWARD_HACK",
+                                                 "wrong_unless_judged_whole": "INCORRECT_NUMERICAL",
+                                                 "honest": "PASSED"}, toy
+    assert "timed repetition" in toy["timing_aware"][1] and "timed repetition" in toy["wrong_unless_judged_whole"][1]
+    record = json.loads(next((out / "traces").glob("*/*.jsonl")).read_text().splitlines()[-1])
+    assert record["solution"].endswith("honest")
+    assert record["evaluation"]["correctness"]["extra"]["timed_repetition"]["checked"] is True
+
+    out = tmp_path / "decode"
+    main(["run", "--workers", "1", "--name", "kda_decode_h8_d128_k_last", "--size", "smoke", "--inputs-on-host",
+          "--out", str(out), "--solution", f"{cheats}::pool_write_skipped_when_timed", "--solution", f"{cheats}::honest"])
+    got = _metrics(out)
+    assert {k[0] for k in got} == {"pool_write_skipped_when_timed", "honest"}
+    for (name, _, uuid), (status, log, _) in got.items():
+        want = "REWARD_HACK" if name == "pool_write_skipped_when_timed" else "PASSED"
+        assert status == want, (name, uuid, log)
