@@ -490,15 +490,18 @@ class WorkerContext:
                 self.caught[spec] = f"workload {w.uuid}: {record.evaluation.log[:300]}"
             yield record  # outside `except`: a live exception would keep its frames' GPU tensors alive
 
-    def with_room(self, make: Callable[[], Any]) -> Any:
-        """`make()`, and once more after stopping every solution's process if it ran out of GPU memory while one
-        was running (see stop_other_hosts)."""
+    def with_room(self, make: Callable[[], Any], spec: Optional[str] = None) -> Any:
+        """`make()`, and once more after stopping the processes of the solutions other than `spec` (all when None)
+        if it ran out of GPU memory while one of them was running (see stop_other_hosts). The judge's own work for
+        solution `spec` (comparing its outputs, the reference on a timed repetition's inputs) goes through here: a
+        solution that holds GPU memory between its evaluations cannot fail another's record."""
         try:
             return make()
         except Exception as e:  # noqa: BLE001 - only torch's OutOfMemoryError is retried
-            if type(e).__name__ != "OutOfMemoryError" or not any(h.alive() for h in self.hosts.values()):
+            others = [h for s, h in self.hosts.items() if s != spec and h.alive()]
+            if type(e).__name__ != "OutOfMemoryError" or not others:
                 raise
-        self.stop_other_hosts(None)  # out of the `except`: the exception's frames held the failed attempt's memory
+        self.stop_other_hosts(spec)  # out of the `except`: the exception's frames held the failed attempt's memory
         return make()
 
     def stop_other_hosts(self, spec: Optional[str]) -> List[str]:
@@ -549,8 +552,8 @@ class WorkerContext:
         if status is not None:
             return rec(spec, status, why)
         self.notify(spec, "judge: compare")
-        correctness = self.correctness(d, inputs_a, ref_a, outputs)
-        del outputs  # free before timing (stress workloads)
+        correctness = self.with_room(lambda: self.correctness(d, inputs_a, ref_a, outputs), spec)
+        outputs = None  # free before timing (stress workloads)
         sums = reply.get("input_checksums") or {}
         mutated = [n for n, c in fresh.input_checksums(inputs_a).items() if sums.get(n) != str(c)]
         if mutated:
@@ -578,7 +581,7 @@ class WorkerContext:
             return rec(spec, status or S.RUNTIME_ERROR, f"second input set (last call of the timing loop): {why}",
                        correctness=correctness)
         self.notify(spec, "judge: compare B")
-        check_b = self.correctness(d, inputs_b, ref_b, second)
+        check_b = self.with_room(lambda: self.correctness(d, inputs_b, ref_b, second), spec)
         correctness.extra = {**(correctness.extra or {}), "second_input_set": {
             "seed": seed_b,
             "passed": all(m.passed for m in check_b.outputs.values()),
@@ -596,7 +599,7 @@ class WorkerContext:
         miscount = _repetitions_miscounted(reply, timing)
         if miscount:
             return rec(spec, S.REWARD_HACK, miscount, correctness=correctness)
-        verdict = self.check_timed_repetition(d, host, reply.get("digests"), fresh, correctness)
+        verdict = self.check_timed_repetition(d, spec, host, reply.get("digests"), fresh, correctness)
         if verdict is not None:
             return rec(spec, verdict[0], verdict[1], correctness=correctness)
         floor = self.physical_floor_ms(d, w)
@@ -617,7 +620,7 @@ class WorkerContext:
         return {p: list(self.config.input_files[p]) for p in stored_input_paths(w, self.config.dataset_root)
                 if p in self.config.input_files}
 
-    def check_timed_repetition(self, d: Definition, host, digests, fresh: "FreshReferences",
+    def check_timed_repetition(self, d: Definition, spec: str, host, digests, fresh: "FreshReferences",
                                correctness: Correctness) -> Optional[Tuple[str, str]]:
         """Check one timed repetition other than the last, drawn now that the timing is over, by the digest of
         its outputs against the reference's on the same inputs. On a mismatch the solution is called once more,
@@ -638,7 +641,7 @@ class WorkerContext:
         reused = [r for r in drawn if r in fresh.made]  # the reference already ran there for another solution
         rep = reused[0] if reused else drawn[secrets.randbelow(len(drawn))]
         try:
-            want = fresh.digest(rep)
+            want = self.with_room(lambda: fresh.digest(rep), spec)
         except Exception as e:  # noqa: BLE001 - the reference's problem on inputs the workload does not name
             record["why_not"] = f"the reference failed on repetition {rep}'s inputs: {_short_traceback(e)}"
             return None
@@ -669,7 +672,8 @@ class WorkerContext:
         if untimed:
             return S.REWARD_HACK, (f"the outputs of {seen} differ from an untimed call's on the same inputs "
                                    f"(outputs {sorted(untimed)}): the solution did other work while it was timed")
-        failed = _failures(self.correctness(d, fresh.inputs(rep), fresh.outputs(rep), again))
+        failed = _failures(self.with_room(lambda: self.correctness(d, fresh.inputs(rep), fresh.outputs(rep), again),
+                                          spec))
         if failed:
             return S.INCORRECT_NUMERICAL, f"wrong on the inputs of {seen}: {failed}"
         # the untimed call passed; the timed one must be as close to it as the tolerance allows (a deterministic

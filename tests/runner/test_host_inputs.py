@@ -52,6 +52,8 @@ class _IdleHost:
     def stop(self):
         self.running = False
 
+    close = stop
+
 
 def _worker(tmp_path):
     from kda_trace.dataset import default_root
@@ -283,3 +285,35 @@ def test_cheats_in_the_timing_loop_are_caught_with_inputs_kept_off_the_gpu(tmp_p
     for (name, _, uuid), (status, log, _) in got.items():
         want = "REWARD_HACK" if name == "pool_write_skipped_when_timed" else "PASSED"
         assert status == want, (name, uuid, log)
+
+
+def test_the_judges_comparison_out_of_memory_stops_the_other_processes_not_the_judged_one(tmp_path, monkeypatch):
+    """A hog's memory must not fail another solution in the judge's own work for it either (comparing its outputs):
+    the worker stops the other solutions' processes, keeps the judged one's (it is in the middle of its evaluation)
+    and compares again."""
+    import torch
+
+    from kda_trace.runner import Task
+    from kda_trace.schema import EvaluationStatus as S
+
+    ds = load_dataset()
+    d = ds.definitions["kda_gate_h32_d128"]
+    w = next(w for w in ds.workloads_of(d.name) if "smoke" in w.tags)
+    ctx = _worker(tmp_path)
+    ctx.hosts["hog"] = _IdleHost()
+    real, calls = ctx.correctness, []
+
+    def correctness(*args):
+        calls.append(ctx.hosts["reference"].alive())
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(*args)
+
+    monkeypatch.setattr(ctx, "correctness", correctness)
+    try:
+        [record] = ctx.evaluate_task(Task(d, w, ["reference"], {"reference": "reference"}))
+        assert record.evaluation.status == S.PASSED, record.evaluation.log
+        assert not ctx.hosts["hog"].alive()
+        assert calls[:2] == [True, True] and len(calls) >= 3  # tried again with the judged process alive; then B
+    finally:
+        ctx.close()
