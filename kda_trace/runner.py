@@ -145,6 +145,16 @@ def judged_inputs(d: Definition, inputs: Dict[str, Any]) -> Dict[str, Any]:
     return {n: v for n, v in inputs.items() if n in keep or not hasattr(v, "dtype")}
 
 
+def reference_args(d: Definition, inputs: Dict[str, Any]) -> Dict[str, Any]:
+    """The reference's arguments: copies of the inputs it updates in place (the judge keeps the originals), the
+    others as they are (a reference only reads them, and a second copy of a stress workload's inputs on the GPU is
+    a second 26 GB)."""
+    import torch
+
+    updated = set(d.inplace.values())
+    return {n: v.clone() if n in updated and isinstance(v, torch.Tensor) else v for n, v in inputs.items()}
+
+
 def tensor_bytes(values: Dict[str, Any]) -> int:
     import torch
 
@@ -361,7 +371,6 @@ class WorkerContext:
                                                               self.environment, log, **kw)
         reference = self.reference(d)
         on_host = False
-        updated = set(d.inplace.values())
 
         def inputs_of(seed):
             """One input set, on the device (the reference reads it there); inputs_on_host decides where the
@@ -377,11 +386,10 @@ class WorkerContext:
             return to_host(kept) if on_host else kept
 
         def reference_output(inputs, label=""):
-            """(the reference's outputs on `inputs`, kept where the judged inputs are kept; its wall time in ms).
-            The reference gets copies of the inputs it updates in place only: the others are read, and a second
-            copy of a stress workload's inputs on the GPU is a second 26 GB."""
+            """(the reference's outputs on `inputs`, kept where the judged inputs are kept; its wall time in ms; a
+            NaN/Inf problem or '')."""
             self.notify(None, "reference")
-            args = {n: v.clone() if n in updated and hasattr(v, "clone") else v for n, v in inputs.items()}
+            args = reference_args(d, inputs)
             self.sync()
             t0 = time.perf_counter()
             result = reference(**args)
@@ -907,8 +915,7 @@ class FreshReferences:
         if rep not in self.made:
             self.made = {}  # one at a time: a workload's inputs can be large
             inputs = make_inputs(self.d, self.w, self.seed(rep), self.device, self.root)
-            updated = set(self.d.inplace.values())  # as in evaluate_task: only these are written
-            args = {n: v.clone() if n in updated and hasattr(v, "clone") else v for n, v in inputs.items()}
+            args = reference_args(self.d, inputs)
             out, why = normalize_outputs(self.d, self.reference(**args))
             del args
             if out is None:
