@@ -15,5 +15,7 @@ KDA_TRACE_PHASE_LOG=$OUT/phases_reps.tsv timeout -s INT -k 30 240 python3 -m kda
     --solution triton --solution tests/runner/cheats.py::pool_write_skipped_when_timed \
     --solution tests/runner/cheats.py::honest --out .gpu_out/stress_reps_s22 2>&1 | tail -30 | tee "$OUT/stress_reps_log.txt"
 tar czf "$OUT/stress_reps_s22.tar.gz" .gpu_out/stress_reps_s22
+# the device returns 8 files: this part's texts go back in one archive (the nested script packs its own)
+(cd "$OUT" && tar czf s22_part1.tar.gz runner_gpu_tests.txt stress_reps_log.txt phases_reps.tsv --remove-files)
 left=$((560 - SECONDS))
 [ "$left" -gt 200 ] && NAMES=${NAMES:-kda_prefill_h64_d128_k_last_safe_gate} STRESS_S=$left bash benchmarks/gpu_s21_call1.sh
