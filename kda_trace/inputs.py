@@ -180,14 +180,7 @@ def _load_safetensors(name, spec, source: SafetensorsInput, definition, axes, ro
 def make_inputs(definition: Definition, workload: Workload, seed: int = DEFAULT_SEED, device: str = "cpu",
                 root: Optional[Path] = None) -> Dict[str, Any]:
     """All inputs of a workload, in the definition's order. Raises InputError naming the workload."""
-    axes = {**definition.const_axes, **workload.axes}
-    out: Dict[str, Any] = {}
-    for name in definition.inputs:
-        try:
-            out[name] = make_input(definition, workload, name, axes, seed, device, root)
-        except InputError as e:
-            raise InputError(f"workload {workload.uuid} of {definition.name}: {e}") from None
-    return out
+    return dict(RemadeInputs(definition, workload, seed, device, root))
 
 
 class RemadeInputs(Mapping):

@@ -90,7 +90,7 @@ class _Host:
         self.solution = None
         self.built: Dict[str, Any] = {}
         self.exit_after_reply = False
-        self.pending = None  # (definition, workload, run, inputs_a, inputs_b, first_call_s, on_host): first -> time
+        self.pending = None  # (definition, workload, run, inputs_a, inputs_b, first_call_s, make): first -> time
         self.checkable = None  # (definition, workload, run) after "time", for a "check"
         self.nonce = None
 
@@ -186,13 +186,11 @@ class _Host:
 
         self.phase("inputs")
         pin_input_files({path: tuple(ident) for path, ident in (request.get("input_files") or {}).items()})
+        # too large to keep (on_host): each set is made again from its seed whenever it is read
+        make = RemadeInputs if request["on_host"] else make_inputs
         try:
-            if request["on_host"]:  # too large to keep: each set is made again from its seed whenever it is read
-                inputs_a = RemadeInputs(d, w, request["seed"], self.device, self.dataset_root)
-                inputs_b = RemadeInputs(d, w, request["seed_b"], self.device, self.dataset_root)
-            else:
-                inputs_a = make_inputs(d, w, request["seed"], self.device, self.dataset_root)
-                inputs_b = make_inputs(d, w, request["seed_b"], self.device, self.dataset_root)
+            inputs_a = make(d, w, request["seed"], self.device, self.dataset_root)
+            inputs_b = make(d, w, request["seed_b"], self.device, self.dataset_root)
             args = clone_inputs(inputs_a, self.device)
         except InputError as e:  # a stored input file changed during the run: nobody is judged on it
             self.fail("INVALID_WORKLOAD", str(e))
@@ -211,7 +209,7 @@ class _Host:
                 return
         self.phase("save")
         self.save("first", copies)
-        self.pending = (d, w, run, inputs_a, inputs_b, first_call_s, bool(request["on_host"]))
+        self.pending = (d, w, run, inputs_a, inputs_b, first_call_s, make)
         self.reply(kind="first", first_call_s=first_call_s, input_checksums={n: str(c) for n, c in checksums.items()})
 
     def call(self, which: str, where: str, d, run, args) -> Optional[tuple]:
@@ -290,14 +288,11 @@ class _Host:
         if self.pending is None:
             self.fail("RUNTIME_ERROR", "internal error: timing asked for before a first call")
             return
-        d, w, run, inputs_a, inputs_b, first_call_s, on_host = self.pending
+        d, w, run, inputs_a, inputs_b, first_call_s, make = self.pending
         self.pending = None
         self.phase("timing")
-        from .inputs import RemadeInputs, make_inputs
-
-        # every timed repetition but the last on inputs of its own; kept off the GPU, they are made one input at a
-        # time as they are copied into the call's tensors
-        make = RemadeInputs if on_host else make_inputs
+        # every timed repetition but the last on inputs of its own, made as the first call's were (kept off the GPU:
+        # one input at a time, as they are copied into the call's tensors)
         digest_seed = int(request["digest_seed"])
         rep_inputs = lambda i: make(d, w, self.ask_seed(i), self.device, self.dataset_root)  # noqa: E731
         digest = lambda outputs, inputs: _digest(d, outputs, inputs, digest_seed, self.device)  # noqa: E731
