@@ -8,7 +8,7 @@
 # 3. what time is left: the stress run of benchmarks/gpu_s21_call1.sh (the 3 prefill workloads it did not reach).
 source benchmarks/gpu_env.sh
 export CHEATS_BASE=triton
-python3 -m pytest -q -p no:cacheprovider tests/runner/test_gpu.py > "$OUT/runner_gpu_tests.txt" 2>&1
+python3 -m pytest -q -p no:cacheprovider -o addopts= -m gpu tests/runner/test_gpu.py > "$OUT/runner_gpu_tests.txt" 2>&1
 tail -5 "$OUT/runner_gpu_tests.txt"
 KDA_TRACE_PHASE_LOG=$OUT/phases_reps.tsv timeout -s INT -k 30 240 python3 -m kda_trace.cli run \
     --name kda_decode_h32_d128_k_last --size stress-only --reps 3 --max-reps 10 --timeout 200 \
