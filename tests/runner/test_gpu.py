@@ -26,7 +26,13 @@ def test_fla_decode_on_gpu(tmp_path, graph):
     lines = (tmp_path / "traces" / "kda" / "kda_decode_h32_d128_k_last.jsonl").read_text().splitlines()
     for rec in map(json.loads, lines):
         perf = rec["evaluation"]["performance"]
-        assert perf["mode"] == ("cuda_graph" if graph else "cuda_events")
+        if graph and rec["solution"] == "reference":
+            # the decode reference checks its slots on the host (state_indices.tolist()), which a capture
+            # cannot record: it is timed with events, and its record says why
+            assert perf["mode"] == "cuda_events", perf
+            assert "CUDA graph capture failed" in rec["evaluation"]["log"]
+        else:
+            assert perf["mode"] == ("cuda_graph" if graph else "cuda_events")
         assert perf["repetitions"] >= 10 and perf["latency_ms"] > 0 and perf["reference_latency_ms"] > 0
         assert rec["evaluation"]["environment"]["libs"].get("driver")
 
