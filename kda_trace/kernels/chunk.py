@@ -32,6 +32,8 @@ Kernels, in launch order:
    of few heads (`state_split`) kernels 5a and 5b first find every segment's start state, then kernel 5 runs
    the segments of a sequence in parallel.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
+With `out_overlap` (off: slower on the H100 so far) kernels 5 and 6 are one launch, `_state_and_output_kernel`,
+whose output programs wait for the pass to release each chunk.
 The launch settings in LAUNCH (see the comment there) were chosen by A/B timings on an H100.
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
@@ -141,6 +143,7 @@ LAUNCH = {
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True, "out_overlap": False,
+    "overlap_every": 8,
 }
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
@@ -679,7 +682,7 @@ def _state_kernel(
     _state_chain(
         W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, rq, scale, cu_seqlens, chunk_offsets, seg_info, S0, G,
         tl.program_id(0).to(tl.int64) // NV, tl.program_id(0).to(tl.int64) % NV, tl.program_id(1).to(tl.int64),
-        HV, K, V, BT, BK, BV, STATE_VK, USE_H0, STORE_HT, STORE_HS, OUT, SPLIT, QG_RAW, L2NORM, EXP2, False,
+        HV, K, V, BT, BK, BV, STATE_VK, USE_H0, STORE_HT, STORE_HS, OUT, SPLIT, QG_RAW, L2NORM, EXP2, 0,
         INTERPRET,
     )
 
@@ -692,15 +695,18 @@ def _state_chain(
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
     OUT: tl.constexpr, SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
-    FLAGS: tl.constexpr, INTERPRET: tl.constexpr,
+    SIGNAL: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """The state pass of one (sequence, value head, V-tile). Without OUT it stores the bf16 state at every chunk
     start (h) and V_new for `_output_kernel`; with OUT (launch setting out_in_state) it computes the chunk's
     output itself, O = (q exp(G)) S + A_qk V_new, while S and V_new are in registers, and stores neither.
     With SPLIT (launch setting state_split) a program runs one segment of a sequence instead, from the start
     state that `_segment_scan_kernel` left in S0, and only a sequence's last segment stores its final state.
-    With FLAGS (launch setting out_overlap) it adds 1 to flags[chunk, value head] once the chunk's h and V_new
-    tiles are stored, for the output programs of `_state_and_output_kernel` that wait on it."""
+    With SIGNAL > 0 (launch setting out_overlap) it adds 1 to flags[chunk, value head] once the chunk's h and
+    V_new tiles are stored, for the output programs of `_state_and_output_kernel` that wait on it: every SIGNAL
+    chunks, for those chunks at once (SIGNAL a power of two). With a release after every chunk the launch took
+    1.15 us more per chunk than the two launches on the H100 (twenty-second session); a release waits for the
+    program's stores to land, the suspected cause (not measured apart)."""
     if SPLIT:
         i_s = i_n  # the segment
         i_n, c_first, bos, eos, seq_end = _segment_span(seg_info, cu_seqlens, i_s, BT)
@@ -772,10 +778,12 @@ def _state_chain(
         else:
             tl.store(p_vn + off_tv, b_vn, mask=m_rv)
         b_s = _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_rk, HV, K, EXP2, INTERPRET)
-        if FLAGS:
-            # every thread's h and V_new stores of this chunk come before the release that counts the tile in
-            tl.debug_barrier()
-            tl.atomic_add(flags + (c0 + t) * HV + i_hv, 1, sem="release")
+        if SIGNAL > 0:
+            if ((t + 1) % SIGNAL == 0) | (t + 1 == tl.cdiv(n_tok, BT)):
+                # every thread's h and V_new stores come before the release that counts these chunks' tiles in
+                tl.debug_barrier()
+                o_e = t - t % SIGNAL + tl.arange(0, SIGNAL)
+                tl.atomic_add(flags + (c0 + o_e) * HV + i_hv, 1, mask=o_e <= t, sem="release")
 
         p_w += BT * HV * K
         p_kg += BT * HV * K
@@ -985,7 +993,8 @@ def _state_and_output_kernel(
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BKO: tl.constexpr, BVO: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
-    SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr, SIGNAL: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """The state pass and the output in one launch, so that the output's programs fill the GPU while the
     sequential pass, with few (sequence, head) pairs, leaves most of it idle. Each program takes the next work
@@ -1004,7 +1013,7 @@ def _state_and_output_kernel(
         _state_chain(
             W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, rq, scale, cu_seqlens, chunk_offsets, seg_info, S0, flags,
             w // (HV * NV), i_v, i_hv, HV, K, V, BT, BK, BV, STATE_VK, USE_H0, STORE_HT, STORE_HS, False, SPLIT,
-            QG_RAW, L2NORM, EXP2, True, INTERPRET,
+            QG_RAW, L2NORM, EXP2, SIGNAL, INTERPRET,
         )
     else:
         u = w - n_state
@@ -1284,6 +1293,8 @@ def kda_chunk(
     hs_arg = chunk_states if chunk_states is not None else G
     BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
     overlap = not out_in_state and bool(LAUNCH["out_overlap"])
+    if overlap and LAUNCH["overlap_every"] not in (1, 2, 4, 8, 16, 32, 64):
+        raise ValueError(f"LAUNCH['overlap_every'] must be a power of two up to 64, got {LAUNCH['overlap_every']!r}")
     if overlap:
         n_state = n_chains * triton.cdiv(V, BV) * HV
         sync = torch.zeros(NT * HV + 1, dtype=torch.int32, device=dev)  # flags [NT, HV], then the ticket counter
@@ -1294,7 +1305,7 @@ def kda_chunk(
             HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV, BKO=min(64, BK), BVO=BVo,
             STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
             STORE_HS=chunk_states is not None, SPLIT=split, QG_RAW=qg_raw, L2NORM=opts.use_qk_l2norm, EXP2=exp2,
-            INTERPRET=interp, num_warps=LAUNCH["state_warps"], num_stages=stages,
+            SIGNAL=int(LAUNCH["overlap_every"]), INTERPRET=interp, num_warps=LAUNCH["state_warps"], num_stages=stages,
         )
     else:
         _state_kernel[(n_chains * triton.cdiv(V, BV), HV)](

@@ -294,7 +294,8 @@ def test_output_overlapped_with_the_state_pass(monkeypatch):
     in the order the pass finishes them and waiting on per-chunk counters. Under the interpreter (programs run
     one after another) the same operations as the two launches: o, final states and chunk states equal bit for
     bit, unsplit and split into segments (packed, GVA, odd K and V over several V-tiles, [V, K] states). The order
-    table: chunks by position in their sequence, or in their segment."""
+    table: chunks by position in their sequence, or in their segment. Chunks per signal (overlap_every): 1, 4 (a
+    partial last group) and 8."""
     from kda_trace.kernels import chunk
 
     entry = (None, None, [1, 64, 65, 130], {})
@@ -307,14 +308,18 @@ def test_output_overlapped_with_the_state_pass(monkeypatch):
     args = [x[n] for n in ("q", "k", "v", "g", "beta")]
     h0 = x["h0"].transpose(-1, -2).contiguous()
     monkeypatch.setitem(chunk.LAUNCH, "out_in_state", False)
-    for split in (0, 2):
+    for split, every in ((0, 1), (0, 4), (2, 8)):  # chunks per signal: 1, 4 (5 chunks: a partial group), 8
         monkeypatch.setitem(chunk.LAUNCH, "state_split", split)
+        monkeypatch.setitem(chunk.LAUNCH, "overlap_every", every)
         results = []
         for overlap in (False, True):
             monkeypatch.setitem(chunk.LAUNCH, "out_overlap", overlap)
             results.append(kda_chunk(*args, opts, initial_state=h0, cu_seqlens=cu, output_chunk_states=True))
         for a, b in zip(*results):
-            assert torch.equal(a, b), split
+            assert torch.equal(a, b), (split, every)
+    monkeypatch.setitem(chunk.LAUNCH, "overlap_every", 3)
+    with pytest.raises(ValueError, match="power of two"):
+        kda_chunk(*args, opts, initial_state=h0, cu_seqlens=cu)
 
 
 @pytest.mark.parametrize("H,HV,K,V,layout", [(1, 2, 32, 24, "kv"), (1, 2, 100, 160, "kv"), (2, 2, 128, 16, "vk"),
