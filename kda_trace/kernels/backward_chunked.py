@@ -56,7 +56,7 @@ CT = 64  # chunk length (backward.CT)
 from kda_trace.kernels.backward_blocks import (
     MAX_EXP, _chunk_span, _col_sums_block, _pair_rows, _pair_rows_anchored, _row_sums_block, _sums_block_anchored,
 )
-from kda_trace.kernels.chunk import SOLVE_PRECISION, _inverse_unit_lower
+from kda_trace.kernels.chunk import SOLVE_PRECISION, _bf16, _inverse_unit_lower, _mma
 
 
 @triton.jit
@@ -245,25 +245,35 @@ def _rows(p, r0, i_hv, k0, m_t, o_t, BKT: tl.constexpr, HV: tl.constexpr, K: tl.
 
 
 @triton.jit
+def _pdot(a, b, PREC: tl.constexpr, INTERPRET: tl.constexpr):
+    """a @ b for the pass: fp32 operands in PREC (tf32, tf32x3, ieee), or with PREC "bf16" both rounded to bf16
+    (tensor cores at twice tf32's rate, the forward's state pass's precision), fp32 accumulation."""
+    if PREC == "bf16":
+        return _mma(_bf16(a, INTERPRET), _bf16(b, INTERPRET), INTERPRET)
+    else:
+        return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
 def _fwd_tile(b_s, W, Kt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_vn,
-              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr):
+              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
     """One K-tile of S_end = diag(gamma) S + Kt^T Vn."""
     o_k = k0 + tl.arange(0, BKT)
     b_gam = tl.load(gamma + i_g * K + o_k, mask=o_k < K, other=0.0)
     b_ktt = _rows(Kt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
-    return b_s * b_gam[:, None] + tl.dot(b_ktt, b_vn, input_precision=PREC)
+    return b_s * b_gam[:, None] + _pdot(b_ktt, b_vn, PREC, INTERPRET)
 
 
 @triton.jit
 def _rev_tile(b_d, W, Qt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_do, b_dvn,
-              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr):
+              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
     """One K-tile of dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn."""
     o_k = k0 + tl.arange(0, BKT)
     b_gam = tl.load(gamma + i_g * K + o_k, mask=o_k < K, other=0.0)
     b_qtt = _rows(Qt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
     b_wt = _rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
-    return (b_d * b_gam[:, None] + tl.dot(b_qtt, b_do, input_precision=PREC)
-            - tl.dot(b_wt, b_dvn, input_precision=PREC))
+    return (b_d * b_gam[:, None] + _pdot(b_qtt, b_do, PREC, INTERPRET)
+            - _pdot(b_wt, b_dvn, PREC, INTERPRET))
 
 
 @triton.jit
@@ -298,6 +308,7 @@ def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PARALLEL: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
@@ -318,15 +329,15 @@ def _state_pass_kernel(
     if PARALLEL:
         if tl.program_id(2) == 0:
             _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
-                          USE_H0, PREC)
+                          USE_H0, PREC, INTERPRET)
         else:
             _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V,
-                          BKT, NKT, BV, CT, USE_DHT, PREC)
+                          BKT, NKT, BV, CT, USE_DHT, PREC, INTERPRET)
     else:
         _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
-                      USE_H0, PREC)
+                      USE_H0, PREC, INTERPRET)
         _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
-                      NKT, BV, CT, USE_DHT, PREC)
+                      NKT, BV, CT, USE_DHT, PREC, INTERPRET)
 
 
 @triton.jit
@@ -350,7 +361,8 @@ def _pass_layout(i_v, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BV: t
 @triton.jit
 def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
-                  BV: tl.constexpr, CT: tl.constexpr, USE_H0: tl.constexpr, PREC: tl.constexpr):
+                  BV: tl.constexpr, CT: tl.constexpr, USE_H0: tl.constexpr, PREC: tl.constexpr,
+                  INTERPRET: tl.constexpr):
     """The forward recursion of `_state_pass_kernel`: S_start of every chunk into states."""
     ACC: tl.constexpr = states.dtype.element_ty
     TS: tl.constexpr = BKT * V  # offset of tile 1 in a state
@@ -370,24 +382,25 @@ def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
         if c < n_chunks - 1:  # the last chunk's end state is not needed
             # Vn = U - W S, then S_end = diag(gamma) S + Kt^T Vn
             b_vn = tl.load(U + (r0 * HV + i_hv) * V + off_tv, mask=m_t[:, None] & m_v[None, :], other=0.0)
-            b_vn -= tl.dot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, input_precision=PREC)
+            b_vn -= _pdot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, PREC, INTERPRET)
             if NKT > 1:
-                b_vn -= tl.dot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, input_precision=PREC)
+                b_vn -= _pdot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, PREC, INTERPRET)
             if NKT > 2:
-                b_vn -= tl.dot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, input_precision=PREC)
-                b_vn -= tl.dot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, input_precision=PREC)
-            s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC)
+                b_vn -= _pdot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, PREC, INTERPRET)
+                b_vn -= _pdot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, PREC, INTERPRET)
+            s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC, INTERPRET)
             if NKT > 1:
-                s1 = _fwd_tile(s1, W, Kt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+                s1 = _fwd_tile(s1, W, Kt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_vn, BKT, HV, K, PREC, INTERPRET)
             if NKT > 2:
-                s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
-                s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+                s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC, INTERPRET)
+                s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC, INTERPRET)
 
 
 @triton.jit
 def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
-                  BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr):
+                  BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr,
+                  INTERPRET: tl.constexpr):
     """The reverse recursion of `_state_pass_kernel`: dS_end of every chunk into dstates, from the last chunk
     back, and dh0."""
     ACC: tl.constexpr = dstates.dtype.element_ty
@@ -410,19 +423,19 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
         _store_tiles(dstates + i_g * (K * V), off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, TS)
         # dVn = A_qk^T dO + Kt dS_end, then dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn
         b_dvn = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0)
-        b_dvn += tl.dot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, input_precision=PREC)
+        b_dvn += _pdot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, PREC, INTERPRET)
         if NKT > 1:
-            b_dvn += tl.dot(_rows(Kt, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), d1, input_precision=PREC)
+            b_dvn += _pdot(_rows(Kt, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), d1, PREC, INTERPRET)
         if NKT > 2:
-            b_dvn += tl.dot(_rows(Kt, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), d2, input_precision=PREC)
-            b_dvn += tl.dot(_rows(Kt, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), d3, input_precision=PREC)
+            b_dvn += _pdot(_rows(Kt, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), d2, PREC, INTERPRET)
+            b_dvn += _pdot(_rows(Kt, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), d3, PREC, INTERPRET)
         b_do = tl.load(do + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0).to(ACC)
-        d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+        d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, INTERPRET)
         if NKT > 1:
-            d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+            d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, INTERPRET)
         if NKT > 2:
-            d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
-            d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+            d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, INTERPRET)
+            d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, INTERPRET)
     _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, TS)
 
 
@@ -720,7 +733,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
             h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
             HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
             PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"], PARALLEL=bool(parallel),
-            num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
+            INTERPRET=interp, num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
 
     try:
         run_pass(stages)

@@ -73,6 +73,18 @@ def test_bf16_inputs():
     check(make(1, 70, 1, 1, 32, 16, seed=5, dtype=torch.bfloat16), bar=1e-2)
 
 
+def test_pass_products_in_bf16(monkeypatch):
+    """LAUNCH["chunked_pass_precision"] = "bf16" (untimed): the pass's operands rounded to bf16, as the forward's
+    state pass does: fp32 inputs over three chunks, two packed sequences, GVA, held to the bf16 bar (1e-2) and
+    differing from the fp32 products' gradients (the rounding is applied)."""
+    x = make(1, 150, 1, 2, 32, 24, seed=21, n_seqs=2)
+    cu = torch.tensor([0, 130, 150])
+    base = check(x, cu_seqlens=cu)
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_precision", "bf16")
+    rounded = check(x, cu_seqlens=cu, bar=1e-2)
+    assert not torch.equal(rounded.dq, base.dq) and not torch.equal(rounded.dh0, base.dh0)
+
+
 SPLIT_PREP_CASES = {
     # packed [1, 70, 1] tokens, GVA 1 -> 2, odd K and V, 3 persistent programs for the pairs kernel's 8 items, the
     # operands kernel's V-tiles of 16 (the last 4 wide)
