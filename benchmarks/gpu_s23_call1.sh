@@ -1,21 +1,15 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-second session for the next (issues 20 and 16), H100 (carry .whl and .gpu_out), about 9 min:
-# 1. the GPU tests of the two untimed variants: out_overlap (now releasing every overlap_every chunks) and the
-#    backward pass on bf16 operands (the chunked mode's GPU tests with it);
-# 2. out_overlap A/B at 32 and 16 pairs (8 and 32 chunks per release), against the defaults;
-# 3. the backward with chunked_pass_precision=bf16 against the default (tf32), two rounds, speed at 32 heads x
-#    16384 and K3, and every gradient's accuracy against float64 on the safe-gate shape (fla's beside it).
+# Prepared in the twenty-second session for the next (issue 20), H100 (carry .whl and .gpu_out), about 6 min:
+# 1. the GPU test of out_overlap (now releasing every overlap_every chunks: 40 calls per shape, the same bits);
+# 2. A/B against the defaults (bench_chunk.py --ab, 7 alternating rounds): out_overlap at 32 and 16 pairs with 8
+#    and 32 chunks per release; the W/U kernel on narrower K-tiles on K3 and at 32 x 16384 (ptxas for sm_90,
+#    triton 3.9 on the CPU machine, K3 shape: 920 bytes spilled at the default wu_bk=64, 168 at 32, 12 at 32 with
+#    wu_bv=32, none at 16; the H100 runs triton 3.6).
 source benchmarks/gpu_env.sh
 timeout -s INT -k 10 150 python3 -m pytest tests/kernels/test_chunk.py -o addopts= -m gpu -q -p no:cacheprovider \
     -rfEs -k "overlap_on_gpu" 2>&1 | tail -5 | tee "$OUT/tests.txt"
-timeout -s INT -k 10 200 python3 benchmarks/bench_chunk.py --no-speed --ab h32_dense_1x16384:out_overlap=True \
-    --ab h32_dense_1x16384:out_overlap=True,overlap_every=32 --ab h16_dense_2x16384:out_overlap=True 2>&1 \
-    | tee "$OUT/ab_chunk.txt"
-for round in 1 2; do
-    for launch in chunked_pass_precision=tf32 chunked_pass_precision=bf16; do
-        echo "== round $round $launch" | tee -a "$OUT/backward.txt"
-        timeout -s INT -k 10 100 python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384,h96_dense_1x8192_safe_l2 \
-            --launch "$launch" $([ "$round" = 1 ] && echo "--accuracy --accuracy-shapes h8_dense_1x2048_safe_l2") 2>&1 \
-            | grep -v -i warn | tee -a "$OUT/backward.txt"
-    done
-done
+ab=()
+for spec in ${AB:-h32_dense_1x16384:out_overlap=True h32_dense_1x16384:out_overlap=True,overlap_every=32 \
+        h16_dense_2x16384:out_overlap=True h96_dense_1x8192_safe_l2:wu_bk=32 h96_dense_1x8192_safe_l2:wu_bk=32,wu_bv=32 \
+        h96_dense_1x8192_safe_l2:wu_bk=16 h32_dense_1x16384:wu_bk=32,wu_bv=32}; do ab+=(--ab "$spec"); done
+timeout -s INT -k 10 $((570 - SECONDS)) python3 benchmarks/bench_chunk.py --no-speed "${ab[@]}" 2>&1 | tee "$OUT/ab_chunk.txt"
