@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-import triton.language
-import triton.runtime.errors
 
-from test_backward import check, f64, make
+from kda_trace.platform import default_device, ensure_triton_can_run
 
-from kda_trace.kernels import backward
-from kda_trace.kernels.options import KDAOptions
+ensure_triton_can_run(default_device())  # before triton is imported: the interpreter on a machine without a GPU
+
+import triton.language  # noqa: E402
+import triton.runtime.errors  # noqa: E402
+
+from test_backward import check, f64, make  # noqa: E402
+
+from kda_trace.kernels import backward  # noqa: E402
+from kda_trace.kernels.options import KDAOptions  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
