@@ -145,14 +145,26 @@ def judged_inputs(d: Definition, inputs: Dict[str, Any]) -> Dict[str, Any]:
     return {n: v for n, v in inputs.items() if n in keep or not hasattr(v, "dtype")}
 
 
-def reference_args(d: Definition, inputs: Dict[str, Any]) -> Dict[str, Any]:
-    """The reference's arguments: copies of the inputs it updates in place (the judge keeps the originals), the
-    others as they are (a reference only reads them, and a second copy of a stress workload's inputs on the GPU is
-    a second 26 GB)."""
+def call_reference(d: Definition, reference: Callable[..., Any], inputs: Dict[str, Any],
+                   sync: Callable[[], None] = lambda: None) -> Tuple[Dict[str, Any], float]:
+    """(the reference's outputs by name on `inputs`, its wall time in ms between two `sync()`s). It gets copies of
+    the inputs it updates in place (the judge keeps the originals) and the others as they are (a reference only
+    reads them, and a second copy of a stress workload's inputs on the GPU is a second 26 GB). ValueError when
+    it does not return the definition's outputs."""
     import torch
 
     updated = set(d.inplace.values())
-    return {n: v.clone() if n in updated and isinstance(v, torch.Tensor) else v for n, v in inputs.items()}
+    args = {n: v.clone() if n in updated and isinstance(v, torch.Tensor) else v for n, v in inputs.items()}
+    sync()
+    t0 = time.perf_counter()
+    result = reference(**args)
+    sync()
+    ms = (time.perf_counter() - t0) * 1e3
+    del args
+    out, why = normalize_outputs(d, result)
+    if out is None:
+        raise ValueError(f"reference {why}")
+    return out, ms
 
 
 def tensor_bytes(values: Dict[str, Any]) -> int:
@@ -389,16 +401,7 @@ class WorkerContext:
             """(the reference's outputs on `inputs`, kept where the judged inputs are kept; its wall time in ms; a
             NaN/Inf problem or '')."""
             self.notify(None, "reference")
-            args = reference_args(d, inputs)
-            self.sync()
-            t0 = time.perf_counter()
-            result = reference(**args)
-            self.sync()
-            ms = (time.perf_counter() - t0) * 1e3
-            del args
-            out, why = normalize_outputs(d, result)
-            if out is None:
-                raise ValueError(f"reference {why}")
+            out, ms = call_reference(d, reference, inputs, self.sync)
             problem = nonfinite(out, label)  # on the device, before the copy to host memory
             return (to_host(out) if on_host else out), ms, problem
 
@@ -915,11 +918,7 @@ class FreshReferences:
         if rep not in self.made:
             self.made = {}  # one at a time: a workload's inputs can be large
             inputs = make_inputs(self.d, self.w, self.seed(rep), self.device, self.root)
-            args = reference_args(self.d, inputs)
-            out, why = normalize_outputs(self.d, self.reference(**args))
-            del args
-            if out is None:
-                raise ValueError(f"reference {why}")
+            out, _ = call_reference(self.d, self.reference, inputs)
             finite = all(sum(nonfinite_counts(t)) == 0 for t in out.values() if hasattr(t, "dtype"))
             digest = output_digest(out, self.digest_seed, self.device, inplace_bases(self.d, inputs)) if finite else None
             # the judge reads cu_seqlens and the in-place inputs of these inputs (WorkerContext.correctness)
