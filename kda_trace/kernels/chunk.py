@@ -750,7 +750,8 @@ def _state_chain(
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
     off_h = o_k[:, None] * V + o_v[None, :]
     n_tok = eos - bos
-    for t in range(tl.cdiv(n_tok, BT)):
+    n_chunks = tl.cdiv(n_tok, BT)
+    for t in range(n_chunks):
         n = tl.minimum(n_tok - t * BT, BT)
         m_r = o_t < n
         b_sb = _bf16(b_s, INTERPRET)
@@ -779,7 +780,7 @@ def _state_chain(
             tl.store(p_vn + off_tv, b_vn, mask=m_rv)
         b_s = _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_rk, HV, K, EXP2, INTERPRET)
         if SIGNAL > 0:
-            if ((t + 1) % SIGNAL == 0) | (t + 1 == tl.cdiv(n_tok, BT)):
+            if ((t + 1) % SIGNAL == 0) | (t + 1 == n_chunks):
                 # every thread's h and V_new stores come before the release that counts these chunks' tiles in
                 tl.debug_barrier()
                 o_e = t - t % SIGNAL + tl.arange(0, SIGNAL)
@@ -1127,16 +1128,13 @@ def _ready_order(entry: tuple, device, seg_chunks: int) -> torch.Tensor:
     """Every chunk (global index, int32) by its position in its sequence, or with the split state pass
     (seg_chunks > 0) in its segment: the order in which the state pass finishes them, in which the output
     programs of the out_overlap launch take them. Cached in the chunk tables' entry (`_table_entry`)."""
-    _, tables, lens, cache = entry
+    _, tables, _, cache = entry
     key = ("ready", seg_chunks)
     if key not in cache:
-        n_chunks = (np.asarray(lens, dtype=np.int64) + BT - 1) // BT
-        local = np.arange(int(n_chunks.sum()), dtype=np.int64) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
+        local = tables[1][:, 1].long()  # each chunk's position in its sequence (_chunk_tables), on the device
         if seg_chunks:
-            local %= seg_chunks
-        order = torch.from_numpy(np.argsort(local, kind="stable").astype(np.int32))
-        cache[key] = order.pin_memory().to(device, non_blocking=True) if torch.device(device).type == "cuda" \
-            else order.to(device)
+            local = local % seg_chunks
+        cache[key] = torch.argsort(local, stable=True).to(torch.int32)
     return cache[key]
 
 
@@ -1293,9 +1291,9 @@ def kda_chunk(
     hs_arg = chunk_states if chunk_states is not None else G
     BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
     overlap = not out_in_state and bool(LAUNCH["out_overlap"])
-    if overlap and LAUNCH["overlap_every"] not in (1, 2, 4, 8, 16, 32, 64):
-        raise ValueError(f"LAUNCH['overlap_every'] must be a power of two up to 64, got {LAUNCH['overlap_every']!r}")
     if overlap:
+        if LAUNCH["overlap_every"] not in (1, 2, 4, 8, 16, 32, 64):
+            raise ValueError(f"LAUNCH['overlap_every'] must be a power of two up to 64, got {LAUNCH['overlap_every']!r}")
         n_state = n_chains * triton.cdiv(V, BV) * HV
         sync = torch.zeros(NT * HV + 1, dtype=torch.int32, device=dev)  # flags [NT, HV], then the ticket counter
         _state_and_output_kernel[(n_state + NT * triton.cdiv(V, BVo) * HV,)](

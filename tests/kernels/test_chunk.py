@@ -298,7 +298,7 @@ def test_output_overlapped_with_the_state_pass(monkeypatch):
     partial last group) and 8."""
     from kda_trace.kernels import chunk
 
-    entry = (None, None, [1, 64, 65, 130], {})
+    entry = (None, chunk._chunk_tables([1, 64, 65, 130], "cpu"), [1, 64, 65, 130], {})
     assert chunk._ready_order(entry, "cpu", 0).tolist() == [0, 1, 2, 4, 3, 5, 6]
     assert chunk._ready_order(entry, "cpu", 2).tolist() == [0, 1, 2, 4, 6, 3, 5]
     cu = torch.tensor([0, 300, 301, 431, 495])
