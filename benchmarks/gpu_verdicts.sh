@@ -23,8 +23,9 @@ cheats=(${CHEATS:-honest row_zeroed row_from_neighbour row_stale state_row_zeroe
         timing_aware lazy_tensor lazy_when_timed pool_write_skipped_when_timed wrong_unless_judged_whole asks_seeds_ahead
         off_by_percent_when_timed
         content_cache tests/runner/redteam.py::keeps_l2_warm tests/runner/redteam.py::disables_stream_checks})
-# content_cache is expected to pass with the honest time (its cache never hits), keeps_l2_warm too (the flush remakes
-# a buffer that is not its own size)
+# content_cache is expected to pass with its own time (its cache never hits; making its key costs it more than the
+# kernel on small workloads), or to fail out of GPU memory where one output set per timed repetition does not fit;
+# keeps_l2_warm is REWARD_HACK (the flush buffer it replaced is checked: timing.TimingTampered)
 args=()
 case "$PHASE" in
 cheats)  # NAMES overrides the definitions; EXTRA adds solutions (e.g. "fla")

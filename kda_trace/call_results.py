@@ -29,13 +29,20 @@ OUT_OF_GPU_MEMORY_HINT = ("[out of GPU memory: this machine's GPU is too small f
                           "copies of it; --inputs-on-host keeps no input set on the GPU between calls]")
 
 
-def short_traceback(e: BaseException, limit: int = 6) -> str:
+def is_out_of_gpu_memory(e: BaseException) -> bool:
+    """torch's OutOfMemoryError, or the CUDA driver's own (a new process's context did not fit: torch raises that
+    from torch.cuda.set_device as an AcceleratorError)."""
     import torch
+
+    return isinstance(e, torch.OutOfMemoryError) or "CUDA error: out of memory" in str(e)
+
+
+def short_traceback(e: BaseException, limit: int = 6) -> str:
 
     lines = traceback.format_exception(type(e), e, e.__traceback__)
     tail = "".join(lines[-limit:]).strip()
     # said first: the error's own text is long and gets cut in tables
-    hint = OUT_OF_GPU_MEMORY_HINT + " " if isinstance(e, torch.OutOfMemoryError) else ""
+    hint = OUT_OF_GPU_MEMORY_HINT + " " if is_out_of_gpu_memory(e) else ""
     return f"{hint}{type(e).__name__}: {e}\n{tail}"
 
 

@@ -164,6 +164,17 @@ def snapshot(outputs: Any) -> Any:
     return outputs
 
 
+def poison(outputs: Dict[str, Any]) -> None:
+    """Overwrite a call's output tensors (NaN, or -1) once their copies are taken. Freed, their blocks may come back
+    from torch's caching allocator as a later call's outputs (the held-back call's, on the same inputs); still holding
+    this call's results, they would hide work that call left running on another stream, its outputs reading right
+    the moment it returned."""
+    with torch.inference_mode():  # which also writes inference tensors and leaves that require grad
+        for value in outputs.values():
+            if isinstance(value, torch.Tensor):
+                value.fill_(float("nan") if value.is_floating_point() or value.is_complex() else -1)
+
+
 def changed_after_return(live: Dict[str, Any], copies: Dict[str, Any], sync, wait_s: float = AFTER_RETURN_WAIT_S,
                          sleep=time.sleep) -> List[str]:
     """Outputs whose bits differ between the copies taken at return and the live tensors once the device is

@@ -497,6 +497,10 @@ class WorkerContext:
                 self.fatal = _is_fatal_cuda_error(e)
                 record = rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: evaluating the outputs failed: "
                                                     f"{_short_traceback(e)}")
+            if _out_of_gpu_memory(record) and spec in self.hosts:
+                # what its process still holds (a cache that only grows) must not keep the next solutions' processes
+                # from starting: tests/runner/cheats.py's content_cache held 75 GiB of an H100 after failing
+                self.hosts[spec].stop()
             if record.evaluation.status == S.REWARD_HACK:
                 self.caught[spec] = f"workload {w.uuid}: {record.evaluation.log[:300]}"
             yield record  # outside `except`: a live exception would keep its frames' GPU tensors alive

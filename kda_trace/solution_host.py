@@ -53,22 +53,14 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
     except SourceChanged as e:
         conn.send_bytes(json.dumps({"kind": "refused", "log": str(e), "nonce": None}).encode())
         return
-    from .platform import ensure_triton_can_run
+    try:
+        baseline, registry = _start(device)
+    except Exception as e:  # noqa: BLE001 - e.g. no room on the GPU for this process's CUDA context: said, not lost
+        from .call_results import short_traceback
 
-    ensure_triton_can_run(device)
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
-    # everything the checks use is imported before the fingerprint, and the fingerprint before the solution;
-    # torch._dynamo too, which wraps torch.manual_seed (and more) when a library first imports it
-    import safetensors.torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
-
-    from . import call_results, compare, inputs, integrity, timing  # noqa: F401
-    from .solutions import registry
-
-    baseline = integrity.HarnessFingerprint.capture()
+        conn.send_bytes(json.dumps({"kind": "start_failed", "log": short_traceback(e, limit=2),
+                                    "nonce": None}).encode())
+        return
     host = _Host(conn, spec, device, trust_code, Path(dataset_root), Path(workdir), baseline, registry)
     conn.send_bytes(json.dumps({"kind": "ready", "nonce": None}).encode())
     while True:
@@ -81,6 +73,26 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
         host.handle(request)
         if host.exit_after_reply:
             os._exit(3)
+
+
+def _start(device: str):
+    """The process's CUDA context and everything the checks use, imported before the harness's fingerprint is
+    taken, and that before the solution is imported; torch._dynamo too, which wraps torch.manual_seed (and more)
+    when a library first imports it. Returns (the fingerprint, the solution registry)."""
+    from .platform import ensure_triton_can_run
+
+    ensure_triton_can_run(device)
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    import safetensors.torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+
+    from . import call_results, compare, inputs, integrity, timing  # noqa: F401
+    from .solutions import registry
+
+    return integrity.HarnessFingerprint.capture(), registry
 
 
 class _Host:
@@ -236,6 +248,7 @@ class _Host:
             return None
         if self.after_call_problems(which, d, outputs, copies, args, threads, sync):
             return None
+        integrity.poison(outputs)
         return copies, seconds
 
     def unjoined_streams(self, d, run, inputs_a, sync) -> bool:
@@ -444,6 +457,9 @@ class SolutionHost:
             from .environment import SourceChanged
 
             raise SourceChanged(str(reply.get("log")))
+        if reply.get("kind") == "start_failed":
+            self.stop()
+            raise HostDied(f"the solution's process could not start: {reply.get('log')}")
         if reply.get("kind") != "ready":
             raise HostDied(f"the solution's process did not start properly: {reply}")
 

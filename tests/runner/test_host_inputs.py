@@ -1,6 +1,8 @@
 """Which workloads the runner keeps off the GPU by default (runner.keeps_on_host), by the dataset's shapes, and
 what the judge and the solutions' processes hold then."""
 
+import multiprocessing as mp
+
 import pytest
 
 from kda_trace.dataset import load_dataset
@@ -124,6 +126,48 @@ def test_a_solution_out_of_gpu_memory_is_evaluated_again_and_its_record_says_so(
     assert fresh_2._checksums is fresh_1._checksums is not None
     assert record.evaluation.status == S.PASSED
     assert record.evaluation.log.startswith("[evaluated twice") and "hog" in record.evaluation.log
+
+
+def test_a_solution_still_out_of_gpu_memory_has_its_process_stopped(tmp_path, monkeypatch):
+    """A solution that fails out of GPU memory even alone (its own cache filled the GPU) must not keep what its
+    process holds: on an H100 the content_cache fixture's 75 GiB kept the next workload's processes from starting."""
+    from kda_trace.call_results import OUT_OF_GPU_MEMORY_HINT
+    from kda_trace.runner import Task, make_record
+    from kda_trace.schema import EvaluationStatus as S
+
+    ds = load_dataset()
+    d = ds.definitions["kda_gate_h32_d128"]
+    w = next(w for w in ds.workloads_of(d.name) if "smoke" in w.tags)
+    ctx = _worker(tmp_path)
+    ctx.hosts = {"hog": _IdleHost(), "other": _IdleHost()}
+
+    def evaluate_solution(task, spec, *args):
+        status, log = (S.RUNTIME_ERROR, f"{OUT_OF_GPU_MEMORY_HINT} OutOfMemoryError") if spec == "hog" else (S.PASSED, "")
+        return make_record(d, w, spec, status, ctx.environment, log)
+
+    monkeypatch.setattr(ctx, "evaluate_solution", evaluate_solution)
+    records = list(ctx.evaluate_task(Task(d, w, ["other", "hog"], {"other": "other", "hog": "hog"})))
+    assert [r.evaluation.status for r in records] == [S.PASSED, S.RUNTIME_ERROR]
+    assert "evaluated twice" in records[1].evaluation.log  # "other" was stopped for the second attempt
+    assert not ctx.hosts["hog"].alive()
+
+
+def test_a_process_that_cannot_start_says_why():
+    """A solution's process whose start fails (on a GPU: no room left for its CUDA context) reports the error, which
+    the worker reads (out of GPU memory, it stops the other processes and tries again); it is not just 'died'."""
+    from kda_trace.call_results import OUT_OF_GPU_MEMORY_HINT, short_traceback
+    from kda_trace.dataset import default_root
+    from kda_trace.solution_host import HostDied, SolutionHost
+
+    host = SolutionHost(mp.get_context("spawn"), "triton", "cuda:0", False, default_root(), lambda *a: None)
+    try:
+        with pytest.raises(HostDied, match="could not start: .*(CUDA|cuda)"):
+            host.start()  # this CPU machine's torch has no CUDA
+        assert not host.alive()
+    finally:
+        host.close()
+    assert short_traceback(RuntimeError("CUDA error: out of memory")).startswith(OUT_OF_GPU_MEMORY_HINT)
+    assert OUT_OF_GPU_MEMORY_HINT not in short_traceback(RuntimeError("CUDA error: an illegal memory access"))
 
 
 def test_the_judge_keeps_only_the_inputs_it_reads_while_the_solutions_run():

@@ -175,3 +175,28 @@ def test_the_tolerance_bound_falls_back_to_atol_for_a_tiny_reference():
         assert digest_mismatches(output_digest(honest, 9), want, {"o": 1e-3}, relative=None, rms_rel={"o": 5e-3}) == {}
         off = {"o": ref["o"] + 1e-1 * noise / noise.pow(2).mean().sqrt()}  # 100 x atol
         assert set(digest_mismatches(output_digest(off, 9), want, {"o": 1e-3}, relative=None, rms_rel={"o": 5e-3})) == {"o"}
+
+
+def test_a_calls_outputs_are_overwritten_once_copied(tmp_path):
+    """Freed output blocks can come back from torch's caching allocator as the next call's outputs; holding the same
+    results, they would hide a side stream's work from the held-back call. The solution's process overwrites a
+    call's outputs once it has their copies."""
+    from pathlib import Path
+
+    from kda_trace.dataset import load_dataset
+    from kda_trace.solution_host import _Host
+
+    d = load_dataset(Path(__file__).parent / "fixtures" / "ds").definitions["toy_scan"]
+    host = _Host(None, "x", "cpu", False, tmp_path, tmp_path, integrity.HarnessFingerprint.capture(), None)
+    kept = {}
+
+    def run(x, state_pool, state_indices, scale):
+        kept["y"] = x * scale
+        state_pool[state_indices] += 1
+        return kept["y"], state_pool
+
+    args = {"x": torch.ones(2, 3, 4), "state_pool": torch.zeros(5, 4), "state_indices": torch.tensor([1, 3]),
+            "scale": 2.0}
+    copies, _ = host.call("the first call", "here", d, run, args)
+    assert torch.equal(copies["y"], torch.full((2, 3, 4), 2.0)) and copies["new_state_pool"].sum() == 8
+    assert kept["y"].isnan().all() and args["state_pool"].isnan().all()
