@@ -32,8 +32,6 @@ Kernels, in launch order:
    of few heads (`state_split`) kernels 5a and 5b first find every segment's start state, then kernel 5 runs
    the segments of a sequence in parallel.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
-With `out_overlap` (off: slower on the H100 so far) kernels 5 and 6 are one launch, `_state_and_output_kernel`,
-whose output programs wait for the pass to release each chunk.
 The launch settings in LAUNCH (see the comment there) were chosen by A/B timings on an H100.
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
@@ -142,8 +140,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
-    "intra_one_launch": True, "qg_in_intra": True, "out_overlap": False,
-    "overlap_every": 8,
+    "intra_one_launch": True, "qg_in_intra": True,
 }
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
@@ -676,37 +673,16 @@ def _state_kernel(
     OUT: tl.constexpr, SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    """The state pass (`_state_chain`), one program per (sequence or segment, V-tile, value head)."""
-    # grid (sequences or segments x V-tiles, value heads): only axis 0 may exceed 65535
-    NV: tl.constexpr = (V + BV - 1) // BV
-    _state_chain(
-        W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, rq, scale, cu_seqlens, chunk_offsets, seg_info, S0, G,
-        tl.program_id(0).to(tl.int64) // NV, tl.program_id(0).to(tl.int64) % NV, tl.program_id(1).to(tl.int64),
-        HV, K, V, BT, BK, BV, STATE_VK, USE_H0, STORE_HT, STORE_HS, OUT, SPLIT, QG_RAW, L2NORM, EXP2, 0,
-        INTERPRET,
-    )
-
-
-@triton.jit
-def _state_chain(
-    W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, rq, scale, cu_seqlens, chunk_offsets, seg_info, S0, flags,
-    i_n, i_v, i_hv,
-    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
-    OUT: tl.constexpr, SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
-    SIGNAL: tl.constexpr, INTERPRET: tl.constexpr,
-):
     """The state pass of one (sequence, value head, V-tile). Without OUT it stores the bf16 state at every chunk
     start (h) and V_new for `_output_kernel`; with OUT (launch setting out_in_state) it computes the chunk's
     output itself, O = (q exp(G)) S + A_qk V_new, while S and V_new are in registers, and stores neither.
     With SPLIT (launch setting state_split) a program runs one segment of a sequence instead, from the start
-    state that `_segment_scan_kernel` left in S0, and only a sequence's last segment stores its final state.
-    With SIGNAL > 0 (launch setting out_overlap) it adds 1 to flags[chunk, value head] once the chunk's h and
-    V_new tiles are stored, for the output programs of `_state_and_output_kernel` that wait on it: every SIGNAL
-    chunks, for those chunks at once (SIGNAL a power of two). With a release after every chunk the launch took
-    1.15 us more per chunk than the two launches on the H100 (twenty-second session); a release waits for the
-    program's stores to land, the suspected cause (not measured apart)."""
+    state that `_segment_scan_kernel` left in S0, and only a sequence's last segment stores its final state."""
+    # grid (sequences or segments x V-tiles, value heads): only axis 0 may exceed 65535
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_n = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
+    i_hv = tl.program_id(1).to(tl.int64)
     if SPLIT:
         i_s = i_n  # the segment
         i_n, c_first, bos, eos, seq_end = _segment_span(seg_info, cu_seqlens, i_s, BT)
@@ -750,8 +726,7 @@ def _state_chain(
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
     off_h = o_k[:, None] * V + o_v[None, :]
     n_tok = eos - bos
-    n_chunks = tl.cdiv(n_tok, BT)
-    for t in range(n_chunks):
+    for t in range(tl.cdiv(n_tok, BT)):
         n = tl.minimum(n_tok - t * BT, BT)
         m_r = o_t < n
         b_sb = _bf16(b_s, INTERPRET)
@@ -779,12 +754,6 @@ def _state_chain(
         else:
             tl.store(p_vn + off_tv, b_vn, mask=m_rv)
         b_s = _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_rk, HV, K, EXP2, INTERPRET)
-        if SIGNAL > 0:
-            if ((t + 1) % SIGNAL == 0) | (t + 1 == n_chunks):
-                # every thread's h and V_new stores come before the release that counts these chunks' tiles in
-                tl.debug_barrier()
-                o_e = t - t % SIGNAL + tl.arange(0, SIGNAL)
-                tl.atomic_add(flags + (c0 + o_e) * HV + i_hv, 1, mask=o_e <= t, sem="release")
 
         p_w += BT * HV * K
         p_kg += BT * HV * K
@@ -930,23 +899,13 @@ def _output_kernel(
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     QG_RAW: tl.constexpr, L2NORM: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """The output (`_output_tile`), one program per (chunk, V-tile, value head)."""
-    # grid (chunks x V-tiles, value heads): only axis 0 may exceed 65535; a chunk's V-tiles are neighbours
-    NV: tl.constexpr = (V + BV - 1) // BV
-    _output_tile(QG, Aqk, h, v_new, o, rq, scale, cu_seqlens, chunk_indices, tl.program_id(0).to(tl.int64) // NV,
-                 tl.program_id(0).to(tl.int64) % NV, tl.program_id(1).to(tl.int64), HV, K, V, BT, BK, BV, QG_RAW,
-                 L2NORM, INTERPRET)
-
-
-@triton.jit
-def _output_tile(
-    QG, Aqk, h, v_new, o, rq, scale, cu_seqlens, chunk_indices, i_c, i_v, i_hv,
-    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    QG_RAW: tl.constexpr, L2NORM: tl.constexpr, INTERPRET: tl.constexpr,
-):
     """O of one (chunk, value head, V-tile): (scale q exp(G)) S + A_qk V_new. With QG_RAW (qg_in_intra) QG holds
     q exp(G) without the scale and L2-norm factors, and they are applied to the rows of the product."""
+    # grid (chunks x V-tiles, value heads): only axis 0 may exceed 65535; a chunk's V-tiles are neighbours
+    NV: tl.constexpr = (V + BV - 1) // BV
+    i_c = tl.program_id(0).to(tl.int64) // NV
+    i_v = tl.program_id(0).to(tl.int64) % NV
+    i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     o_t = tl.arange(0, BT)
     m_r = o_t < n
@@ -982,50 +941,6 @@ def _output_tile(
     if o.dtype.element_ty == tl.bfloat16:
         acc = _bf16(acc, INTERPRET)
     tl.store(o + off_v, acc.to(o.dtype.element_ty), mask=m_rv)
-
-
-# ----------------------------------------------------------------------------------------------------
-# 5 + 6 overlapped (launch setting out_overlap): the output of a chunk as soon as the state pass has passed it
-# ----------------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["scale", "n_state"])
-def _state_and_output_kernel(
-    W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, rq, scale, cu_seqlens, chunk_indices, chunk_offsets, seg_info,
-    S0, flags, counter, ready_order, n_state,
-    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BKO: tl.constexpr, BVO: tl.constexpr,
-    STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
-    SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr, SIGNAL: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
-    """The state pass and the output in one launch, so that the output's programs fill the GPU while the
-    sequential pass, with few (sequence, head) pairs, leaves most of it idle. Each program takes the next work
-    item from `counter` (an atomic ticket, not its program id): items below n_state are state chains
-    (`_state_chain`), the rest output tiles (`_output_tile`) in `ready_order` (chunks by their position in
-    their sequence or segment, the order the pass reaches them), each waiting until all NV state tiles of its
-    chunk and value head are counted in `flags`. A program that waits got its ticket after every state chain
-    was taken by a program already running, and chains wait on nothing: no deadlock, whatever the order in
-    which the GPU starts programs."""
-    NV: tl.constexpr = (V + BV - 1) // BV
-    NVO: tl.constexpr = (V + BVO - 1) // BVO
-    w = tl.atomic_add(counter, 1).to(tl.int64)
-    if w < n_state:
-        i_hv = w % HV
-        i_v = (w // HV) % NV
-        _state_chain(
-            W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, rq, scale, cu_seqlens, chunk_offsets, seg_info, S0, flags,
-            w // (HV * NV), i_v, i_hv, HV, K, V, BT, BK, BV, STATE_VK, USE_H0, STORE_HT, STORE_HS, False, SPLIT,
-            QG_RAW, L2NORM, EXP2, SIGNAL, INTERPRET,
-        )
-    else:
-        u = w - n_state
-        i_c = tl.load(ready_order + u // (HV * NVO)).to(tl.int64)
-        i_hv = (u // NVO) % HV
-        p_flag = flags + i_c * HV + i_hv
-        done = tl.atomic_add(p_flag, 0, sem="acquire")
-        while done < NV:
-            done = tl.atomic_add(p_flag, 0, sem="acquire")
-        _output_tile(QG, Aqk, h, v_new, o, rq, scale, cu_seqlens, chunk_indices, i_c, u % NVO, i_hv,
-                     HV, K, V, BT, BKO, BVO, QG_RAW, L2NORM, INTERPRET)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1122,20 +1037,6 @@ def _segment_tables(entry: tuple, device, seg_chunks: int):
         ns = len(seq)
         by_size[seg_chunks] = (buf[: 3 * ns].view(ns, 3), buf[3 * ns:], ns)
     return by_size[seg_chunks]
-
-
-def _ready_order(entry: tuple, device, seg_chunks: int) -> torch.Tensor:
-    """Every chunk (global index, int32) by its position in its sequence, or with the split state pass
-    (seg_chunks > 0) in its segment: the order in which the state pass finishes them, in which the output
-    programs of the out_overlap launch take them. Cached in the chunk tables' entry (`_table_entry`)."""
-    _, tables, _, cache = entry
-    key = ("ready", seg_chunks)
-    if key not in cache:
-        local = tables[1][:, 1].long()  # each chunk's position in its sequence (_chunk_tables), on the device
-        if seg_chunks:
-            local = local % seg_chunks
-        cache[key] = torch.argsort(local, stable=True).to(torch.int32)
-    return cache[key]
 
 
 def kda_chunk(
@@ -1287,35 +1188,18 @@ def kda_chunk(
             USE_H0=initial_state is not None, num_warps=LAUNCH["scan_warps"],
         )
         del R, M
-    ht_arg = final_state if final_state is not None else G
-    hs_arg = chunk_states if chunk_states is not None else G
-    BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
-    overlap = not out_in_state and bool(LAUNCH["out_overlap"])
-    if overlap:
-        if LAUNCH["overlap_every"] not in (1, 2, 4, 8, 16, 32, 64):
-            raise ValueError(f"LAUNCH['overlap_every'] must be a power of two up to 64, got {LAUNCH['overlap_every']!r}")
-        n_state = n_chains * triton.cdiv(V, BV) * HV
-        sync = torch.zeros(NT * HV + 1, dtype=torch.int32, device=dev)  # flags [NT, HV], then the ticket counter
-        _state_and_output_kernel[(n_state + NT * triton.cdiv(V, BVo) * HV,)](
-            W, U, KG, G, h, v_new, h0_arg, ht_arg, hs_arg, QG, Aqk, o, rq, opts.resolved_scale(K), cu_seqlens,
-            chunk_indices, chunk_offsets, seg_info, S0, sync, sync[NT * HV:],
-            _ready_order(tables, dev, seg_chunks if split else 0), n_state,
-            HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV, BKO=min(64, BK), BVO=BVo,
-            STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
-            STORE_HS=chunk_states is not None, SPLIT=split, QG_RAW=qg_raw, L2NORM=opts.use_qk_l2norm, EXP2=exp2,
-            SIGNAL=int(LAUNCH["overlap_every"]), INTERPRET=interp, num_warps=LAUNCH["state_warps"], num_stages=stages,
-        )
-    else:
-        _state_kernel[(n_chains * triton.cdiv(V, BV), HV)](
-            W, U, KG, G, h, v_new, h0_arg, ht_arg, hs_arg, QG, Aqk, o, rq, opts.resolved_scale(K), cu_seqlens,
-            chunk_offsets, seg_info, S0, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
-            STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
-            STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, QG_RAW=qg_raw,
-            L2NORM=opts.use_qk_l2norm, EXP2=exp2, INTERPRET=interp,
-            num_warps=LAUNCH["state_warps"], num_stages=stages,
-        )
+    _state_kernel[(n_chains * triton.cdiv(V, BV), HV)](
+        W, U, KG, G, h, v_new, h0_arg, final_state if final_state is not None else G,
+        chunk_states if chunk_states is not None else G, QG, Aqk, o, rq, opts.resolved_scale(K), cu_seqlens,
+        chunk_offsets, seg_info, S0, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
+        STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
+        STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, QG_RAW=qg_raw,
+        L2NORM=opts.use_qk_l2norm, EXP2=exp2, INTERPRET=interp,
+        num_warps=LAUNCH["state_warps"], num_stages=stages,
+    )
 
-    if not (out_in_state or overlap):
+    if not out_in_state:
+        BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
         _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
             QG, Aqk, h, v_new, o, rq, opts.resolved_scale(K), cu_seqlens, chunk_indices,
             HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, QG_RAW=qg_raw, L2NORM=opts.use_qk_l2norm,

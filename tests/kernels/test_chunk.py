@@ -192,8 +192,6 @@ VARIANTS = {
     "qg_in_wu": {"qg_in_intra": False}, "qg_in_wu_fused": {"qg_in_intra": False, "out_in_state": True},
     "qg_in_wu_per_block": {"qg_in_intra": False, "intra_one_launch": False},
     "l2_in_gate_kernel": {"l2_in_intra": False},
-    "out_overlap": {"out_overlap": True},
-    "out_overlap_split_4": {"out_overlap": True, "state_split": 4},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
@@ -287,39 +285,6 @@ def test_state_split_into_segments(monkeypatch):
         assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
         assert rms_rel(o, o_ref) <= 1.25 * rms_rel(o0, o_ref) and rms_rel(ht, h_ref) <= 1.25 * rms_rel(ht0, h_ref)
         assert states.shape == states0.shape and rms_rel(states, states0) <= BUDGET
-
-
-def test_output_overlapped_with_the_state_pass(monkeypatch):
-    """Launch setting out_overlap: the state pass and the output in one launch, the output programs taking chunks
-    in the order the pass finishes them and waiting on per-chunk counters. Under the interpreter (programs run
-    one after another) the same operations as the two launches: o, final states and chunk states equal bit for
-    bit, unsplit and split into segments (packed, GVA, odd K and V over several V-tiles, [V, K] states). The order
-    table: chunks by position in their sequence, or in their segment. Chunks per signal (overlap_every): 1, 4 (a
-    partial last group) and 8."""
-    from kda_trace.kernels import chunk
-
-    entry = (None, chunk._chunk_tables([1, 64, 65, 130], "cpu"), [1, 64, 65, 130], {})
-    assert chunk._ready_order(entry, "cpu", 0).tolist() == [0, 1, 2, 4, 3, 5, 6]
-    assert chunk._ready_order(entry, "cpu", 2).tolist() == [0, 1, 2, 4, 6, 3, 5]
-    cu = torch.tensor([0, 300, 301, 431, 495])
-    x = make(1, 495, 1, 2, 48, 40, seed=24, n_seqs=4)
-    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
-    opts = KDAOptions(output_final_state=True, state_layout="vk")
-    args = [x[n] for n in ("q", "k", "v", "g", "beta")]
-    h0 = x["h0"].transpose(-1, -2).contiguous()
-    monkeypatch.setitem(chunk.LAUNCH, "out_in_state", False)
-    for split, every in ((0, 1), (0, 4), (2, 8)):  # chunks per signal: 1, 4 (5 chunks: a partial group), 8
-        monkeypatch.setitem(chunk.LAUNCH, "state_split", split)
-        monkeypatch.setitem(chunk.LAUNCH, "overlap_every", every)
-        results = []
-        for overlap in (False, True):
-            monkeypatch.setitem(chunk.LAUNCH, "out_overlap", overlap)
-            results.append(kda_chunk(*args, opts, initial_state=h0, cu_seqlens=cu, output_chunk_states=True))
-        for a, b in zip(*results):
-            assert torch.equal(a, b), (split, every)
-    monkeypatch.setitem(chunk.LAUNCH, "overlap_every", 3)
-    with pytest.raises(ValueError, match="power of two"):
-        kda_chunk(*args, opts, initial_state=h0, cu_seqlens=cu)
 
 
 @pytest.mark.parametrize("H,HV,K,V,layout", [(1, 2, 32, 24, "kv"), (1, 2, 100, 160, "kv"), (2, 2, 128, 16, "vk"),
@@ -518,31 +483,6 @@ def test_launch_variants_on_gpu(monkeypatch):
         if name == "before_the_15th_session":  # the defaults that replaced these lost no accuracy (issue 20)
             assert e_o <= 1.03 * rms_rel(o, o_ref) and e_h <= 1.03 * rms_rel(ht, h_ref)
             assert e_w <= 1.05 * _worst_token(o, o_ref)
-
-
-@pytest.mark.gpu
-@needs_gpu
-def test_output_overlap_on_gpu_is_deterministic(monkeypatch):
-    """out_overlap on a GPU, where its output programs really wait on the state pass's counters: 40 calls each
-    on 16 heads x 4096 tokens (unsplit) and 8 heads x 20000 (split into segments by default), bf16. Every call
-    gives the same bits (a missed wait would read a stale or half-written state: results that vary), and the
-    results match the two-launch pass's within rounding."""
-    from kda_trace.kernels import chunk
-
-    for HV, T in ((16, 4096), (8, 20000)):
-        x = make(1, T, HV, HV, 128, 128, seed=25, dtype=torch.bfloat16)
-        x["q"] = F.normalize(x["q"].float(), dim=-1).bfloat16()
-        x["k"] = F.normalize(x["k"].float(), dim=-1).bfloat16()
-        args = [x[n].cuda() for n in ("q", "k", "v", "g", "beta")]
-        opts = KDAOptions(output_final_state=True)
-        o0, ht0 = kda_chunk(*args, opts, initial_state=x["h0"].cuda())
-        monkeypatch.setitem(chunk.LAUNCH, "out_overlap", True)
-        o1, ht1 = kda_chunk(*args, opts, initial_state=x["h0"].cuda())
-        assert rms_rel(o1.float(), o0.float()) <= 1e-3 and rms_rel(ht1, ht0) <= 1e-4
-        for _ in range(40):
-            o, ht = kda_chunk(*args, opts, initial_state=x["h0"].cuda())
-            assert torch.equal(o, o1) and torch.equal(ht, ht1), (HV, T)
-        monkeypatch.setitem(chunk.LAUNCH, "out_overlap", False)
 
 
 @pytest.mark.gpu
