@@ -1,17 +1,11 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-second session for the next (issue 16), H100 (carry .whl and .gpu_out), about 6 min: the
-# backward with chunked_pass_precision=bf16 (the pass's operands rounded to bf16) against the default (tf32), in
-# alternating processes, speed at 32 heads x 16384 and K3 (fwd+bwd and bwd), and in the first round every
-# gradient's accuracy against float64 on the safe-gate shape (fla's, eighteenth session: dq 3.38e-3 ... ddt_bias
-# 5.35e-3; ours at tf32 2.43e-3 ... 2.71e-3). Then the chunked mode's GPU tests with it.
-source benchmarks/gpu_env.sh
-for round in 1 2; do
-    for launch in chunked_pass_precision=tf32 chunked_pass_precision=bf16; do
-        echo "== round $round $launch" | tee -a "$OUT/backward.txt"
-        acc=(); [ "$round" = 1 ] && acc=(--accuracy --accuracy-shapes h8_dense_1x2048_safe_l2)
-        timeout -s INT -k 10 100 python3 benchmarks/bench_backward.py --no-fla --shapes h32_dense_1x16384,h96_dense_1x8192_safe_l2 \
-            --launch "$launch" "${acc[@]}" 2>&1 | grep -v -i warn | tee -a "$OUT/backward.txt"
-    done
-done
-timeout -s INT -k 10 $((570 - SECONDS)) python3 -m pytest tests/kernels/test_backward_chunked.py -o addopts= -m gpu -q \
-    -p no:cacheprovider -rfEs 2>&1 | tail -5 | tee "$OUT/tests.txt"
+# Twenty-third session, third call (issue 15), H100 (carry .whl and .gpu_out), about 9.5 min: the cheat table on
+# prefill h32 (shard 0/4), which call 1 (gpu_s23_call2.sh) did not reach. content_cache left out: its cache grows by
+# one output set per timed repetition (fresh inputs every repetition), ran the GPU out of memory on chunk-states
+# h12's 8192 tokens in call 1, and its process's 75 GiB then kept the next solutions' processes from starting (fixed
+# in the runner after this call). The backward bf16 call prepared for this slot moved to gpu_s24_call1.sh.
+CHEATS="honest row_zeroed row_from_neighbour row_stale state_row_zeroed patches_timer patches_harness thread_fill
+        side_stream returns_input_memory gc_scan caller_frames empty_like illegal_address forged_pass forges_trace_files
+        timing_aware lazy_tensor lazy_when_timed pool_write_skipped_when_timed wrong_unless_judged_whole asks_seeds_ahead
+        off_by_percent_when_timed tests/runner/redteam.py::keeps_l2_warm tests/runner/redteam.py::disables_stream_checks" \
+NAMES="kda_prefill_h32_d128_k_last" PHASE=cheats RUN_NAME=cheats_s23_h32 bash benchmarks/gpu_verdicts.sh 560 --shard 0/4
