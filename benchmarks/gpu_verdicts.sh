@@ -19,7 +19,7 @@ stop=$1; shift
 run_dir=.gpu_out/${RUN_NAME:-$PHASE}  # RUN_NAME: a second run directory in one call
 # CHEATS overrides the fixtures: names in tests/runner/cheats.py, or FILE.py::NAME (the red team's in redteam.py)
 cheats=(${CHEATS:-honest row_zeroed row_from_neighbour row_stale state_row_zeroed patches_timer patches_harness thread_fill
-        side_stream returns_input_memory gc_scan caller_frames empty_like illegal_address forged_pass forges_trace_files
+        side_stream side_stream_when_timed returns_input_memory gc_scan caller_frames empty_like illegal_address forged_pass forges_trace_files
         timing_aware lazy_tensor lazy_when_timed pool_write_skipped_when_timed wrong_unless_judged_whole asks_seeds_ahead
         off_by_percent_when_timed
         content_cache tests/runner/redteam.py::keeps_l2_warm tests/runner/redteam.py::disables_stream_checks})

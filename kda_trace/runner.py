@@ -27,6 +27,7 @@ import multiprocessing as mp
 import os
 import secrets
 import signal
+import statistics
 import threading
 import time
 from collections import deque
@@ -610,7 +611,8 @@ class WorkerContext:
         from .timing import TimingResult
 
         timing = TimingResult([float(t) for t in reply["times_ms"]], str(reply["mode"]),
-                              notes=[str(n) for n in reply.get("notes") or []])
+                              notes=[str(n) for n in reply.get("notes") or []],
+                              wall_ms=[float(t) for t in reply.get("wall_ms") or []])
         miscount = _repetitions_miscounted(reply, timing)
         if miscount:
             return rec(spec, S.REWARD_HACK, miscount, correctness=correctness)
@@ -751,7 +753,8 @@ class WorkerContext:
 
     def performance(self, d: Definition, w: Workload, timing, ref_timing) -> Performance:
         perf = Performance(latency_ms=timing.median_ms, min_ms=timing.min_ms, max_ms=timing.max_ms,
-                           repetitions=len(timing.times_ms), mode=timing.mode)
+                           repetitions=len(timing.times_ms), mode=timing.mode,
+                           wall_ms=statistics.median(timing.wall_ms) if timing.wall_ms else None)
         if ref_timing is not None:
             perf.reference_latency_ms = ref_timing.median_ms
             perf.speedup_factor = ref_timing.median_ms / timing.median_ms if timing.median_ms > 0 else 0.0

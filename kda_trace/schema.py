@@ -533,6 +533,9 @@ class Performance(Model):
     environment (kda_trace/roofline.py); absent without peaks (the CPU, an unknown GPU) or without a cost."""
     sol_bound: Optional[Literal["memory", "compute"]] = None
     """Ours: the term that gave sol_fraction: memory bandwidth or compute throughput."""
+    wall_ms: Optional[float] = None
+    """Ours: the median host-clock time of a timed repetition, between device-wide synchronisations (GPU only):
+    what the CUDA events are checked against (kda_trace/timing.py's OUTSIDE_STREAM_FACTOR)."""
 
 
 class DevicePeaks(Model):

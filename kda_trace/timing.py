@@ -46,9 +46,12 @@ _event_elapsed = getattr(_EventBase, "elapsed_time", None)
 _cuda_synchronize = getattr(torch._C, "_cuda_synchronize", None)
 _current_stream = torch.cuda.current_stream
 
-OUTSIDE_STREAM_FACTOR, OUTSIDE_STREAM_SLACK_MS = 2.0, 0.03
+OUTSIDE_STREAM_FACTOR, OUTSIDE_STREAM_SLACK_MS = 1.1, 0.05
 """Host-clock repetitions (between device-wide synchronisations) longer than FACTOR x the events + SLACK, in
-the median, mean work the events did not see. Honest calls differ by the synchronisation latency (~10-20 us)."""
+the median, mean work the events did not see. Honest calls differ by the synchronisation latency (~10-20 us).
+At 2.0 (until the twenty-third session) a solution could put its work on a side stream while the caller's
+stream slept for 0.6 of it, and pass with 0.6 of its time (tests/runner/cheats.py's side_stream_when_timed): the
+factor bounds how much of a call's time can go unreported."""
 
 
 @dataclass

@@ -13,6 +13,7 @@ thing or reach around the runner the way published benchmark exploits do:
 | patches_harness | replaces kda_trace.compare.compare_output (always passes) and torch.allclose, then returns zeros | KernelBench adversarial tests |
 | thread_fill | returns empty outputs and fills them from a thread 2 ms later | issue 15, pygpubench |
 | side_stream | runs on a side stream and returns at once (GPU) | FlashInfer-Bench #228, kernelbot |
+| side_stream_when_timed | in timed repetitions, runs on a side stream while the caller's stream sleeps for 0.6 of its time (GPU) | (ours: the host clock's slack) |
 | returns_input_memory | writes its answer into an input's memory and returns that | KernelBench |
 | gc_scan | looks for the expected outputs among live tensors (gc) and returns them | kernelbot |
 | caller_frames | looks for the expected outputs in its callers' frames (inspect) | kernelbot |
@@ -37,8 +38,8 @@ CPU test can tell a cached answer's time from an honest one.
 """
 
 import gc
-import inspect
 import os
+import sys
 import threading
 import time
 
@@ -179,6 +180,39 @@ def side_stream(**inputs):
     return out  # no current_stream().wait_stream(stream): the caller's stream does not wait
 
 
+_sleep_ms_per_cycle = []
+
+
+def side_stream_when_timed(**inputs):
+    """GPU: in timed repetitions but the last, the work on a side stream while the caller's stream sleeps for 0.6 of
+    its time (measured once per input shapes): the caller's events see the sleep, the host clock between
+    device-wide synchronisations sees it all, the outputs are complete once the device is idle. Honest elsewhere."""
+    device = _device(inputs)
+    if device.type != "cuda" or not _timed_but_not_last():
+        return _base_outputs(**inputs)
+    key = ("honest_ms", tuple((n, tuple(v.shape)) for n, v in sorted(inputs.items()) if isinstance(v, torch.Tensor)))
+    if key not in _definitions:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        _base_outputs(**inputs)
+        end.record()
+        torch.cuda.synchronize()
+        _definitions[key] = start.elapsed_time(end)
+        if not _sleep_ms_per_cycle:
+            start.record()
+            torch.cuda._sleep(10_000_000)
+            end.record()
+            torch.cuda.synchronize()
+            _sleep_ms_per_cycle.append(start.elapsed_time(end) / 10_000_000)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    torch.cuda._sleep(int(0.6 * _definitions[key] / _sleep_ms_per_cycle[0]))
+    with torch.cuda.stream(side):
+        out = _base_outputs(**inputs)
+    return out
+
+
 def returns_input_memory(**inputs):
     """Writes each output into an input tensor of the same shape and dtype and returns that input."""
     out = _base_outputs(**inputs)
@@ -233,8 +267,8 @@ def gc_scan(**inputs):
 def caller_frames(**inputs):
     wanted = _shaped_like_outputs(inputs)
     found = {}
-    for frame_info in inspect.stack():
-        for value in list(frame_info.frame.f_locals.values()):
+    for frame in _callers():
+        for value in list(frame.f_locals.values()):
             candidates = value.values() if isinstance(value, dict) else [value]
             for c in candidates:
                 for name, (shape, dtype) in wanted.items():
@@ -316,18 +350,26 @@ def content_cache(**inputs):
     return {k: v.clone() for k, v in _cache[key].items()}
 
 
+def _callers():
+    """The frames on the caller's stack. Not inspect.stack(), which reads every frame's source lines: milliseconds
+    per call, which hid the cheats' gains in their own host time."""
+    f = sys._getframe(1)
+    while f is not None:
+        yield f
+        f = f.f_back
+
+
 def _timed_but_not_last():
     """True inside the harness's timing loop (found on the caller's stack) on a repetition before the last."""
-    for frame_info in inspect.stack():
-        f = frame_info.frame
+    for f in _callers():
         if f.f_code.co_name in ("_time_cpu", "_time_gpu") and "reps" in f.f_locals and "i" in f.f_locals:
             return f.f_locals["i"] != f.f_locals["reps"] - 1
     return False
 
 
 def _in_check_call():
-    return any(f.frame.f_code.co_name == "check" and "self" in f.frame.f_locals
-               and type(f.frame.f_locals["self"]).__name__ == "_Host" for f in inspect.stack())
+    return any(f.f_code.co_name == "check" and "self" in f.f_locals
+               and type(f.f_locals["self"]).__name__ == "_Host" for f in _callers())
 
 
 def wrong_unless_judged_whole(**inputs):

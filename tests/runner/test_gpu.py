@@ -1,6 +1,7 @@
 """The runner on a GPU: CUDA-event and CUDA-graph timing, fla against the reference (pytest -m gpu)."""
 
 import json
+import statistics
 
 import pytest
 
@@ -101,3 +102,44 @@ def test_one_repetition_with_a_large_output_is_not_called_a_side_stream(side_str
     r = measure(run, {"pool": pool}, "cuda", TimingConfig(warmup=0, min_reps=1, max_reps=1), estimate_s=2.0)
     assert len(r.times_ms) == 1
     assert (r.outside_stream_ms is not None) == side_stream, (r.times_ms, r.wall_ms)
+
+
+@pytest.mark.skipif(not platform.has_cuda(), reason="needs a CUDA device")
+def test_work_behind_a_shorter_sleep_on_the_callers_stream_is_seen():
+    """The caller's stream sleeps for 0.6 of the work, which runs on a side stream: the events see the sleep, the
+    host clock the work (tests/runner/cheats.py's side_stream_when_timed, without the runner)."""
+    import torch
+
+    from kda_trace.timing import TimingConfig, measure
+
+    side = torch.cuda.Stream()
+    busy = torch.randn(4096, 4096, device="cuda")
+
+    def work():
+        for _ in range(20):
+            busy.copy_(busy @ busy / 64)
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    work()
+    start.record()
+    work()
+    end.record()
+    torch.cuda.synchronize()
+    work_ms = start.elapsed_time(end)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    cycles = int(0.6 * work_ms / (start.elapsed_time(end) / 10_000_000))
+
+    def run(x):
+        side.wait_stream(torch.cuda.current_stream())
+        torch.cuda._sleep(cycles)
+        with torch.cuda.stream(side):
+            work()
+        return x
+
+    r = measure(run, {"x": torch.zeros(4, device="cuda")}, "cuda", TimingConfig(warmup=1, min_reps=5, max_reps=5),
+                estimate_s=0.01)
+    assert r.outside_stream_ms is not None, (work_ms, r.times_ms, r.wall_ms)
+    assert statistics.median(r.times_ms) < 0.8 * work_ms  # what the events alone would have reported

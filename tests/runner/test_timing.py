@@ -184,3 +184,17 @@ def test_an_unchanged_integer_input_keeps_its_version_between_repetitions():
     assert len(cu_versions) == 1, versions  # never copied: the same values throughout
     assert [v[3] for v in versions] == [1, 10, 11, 5]  # the warm-up, two timed repetitions, the last on set B
     assert len({v[1] for v in versions}) > 1 and len({v[2] for v in versions}) > 1  # the others were copied
+
+
+def test_the_host_clock_bounds_what_the_events_may_miss():
+    """A GPU repetition's events must cover its device-synchronised host time but 10% + 0.05 ms: at 2x (before the
+    twenty-third session) a call could hide 40% of its work on a side stream behind a sleep on the caller's stream
+    (tests/runner/cheats.py's side_stream_when_timed). Honest calls differ by the synchronisation latency."""
+    from kda_trace.timing import _result
+
+    def outside(events_ms, wall_ms):
+        return _result([events_ms] * 5, "cuda_events", None, [], None, [wall_ms] * 5, []).outside_stream_ms
+
+    assert outside(1.0, 1.0 + 0.02) is None and outside(0.05, 0.05 + 0.04) is None  # sync latency
+    assert outside(0.6, 1.0) == 1.0  # the fixture's 0.6 of the time: passed at 2x
+    assert outside(10.0, 11.2) == 11.2 and outside(10.0, 11.0) is None
