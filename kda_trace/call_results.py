@@ -38,7 +38,6 @@ def is_out_of_gpu_memory(e: BaseException) -> bool:
 
 
 def short_traceback(e: BaseException, limit: int = 6) -> str:
-
     lines = traceback.format_exception(type(e), e, e.__traceback__)
     tail = "".join(lines[-limit:]).strip()
     # said first: the error's own text is long and gets cut in tables
