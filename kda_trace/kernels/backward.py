@@ -73,12 +73,10 @@ inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are neve
    one-kernel matrix form of 3 (whole K and V per chunk) was deleted: it needs 256 KiB of shared memory at
    K = V = 128, past the H100's 227 KiB.
 Precision: fp32 storage and accumulation; products on tensor cores in tf32 (LAUNCH["chunked_precision"],
-["split_precision"]; tf32x3 each on request), the pass's in bf16 for 16-bit inputs (["chunked_pass_precision"]);
-ieee for float64 inputs. Measured on the H100 with the pass in tf32 (bf16 inputs, 32 heads x 1024 tokens,
-RMS-relative against float64): dq 1.8e-3, dk 2.0e-3, dv 1.9e-3, dg 1.1e-3, dbeta 2.0e-3, dh0 4.2e-4, against
-fla's 2.9e-3, 3.3e-3, 3.0e-3, 2.8e-3, 2.8e-3, 1.6e-3; the pass in bf16 moved dh0 from 4.4e-4 to 1.8e-3 on the
-safe-gate shape (8 heads x 2048, fla 2.2e-3) and left the others as they were. dq, dk, dv and dbeta are bf16
-outputs: their rounding alone is about 1.7e-3 (the CPU estimate of the tf32 cost,
+["chunked_pass_precision"], ["split_precision"]; tf32x3 each on request); ieee for float64 inputs. Measured on
+the H100 (bf16 inputs, 32 heads x 1024 tokens, RMS-relative against float64): dq 1.8e-3, dk 2.0e-3, dv 1.9e-3,
+dg 1.1e-3, dbeta 2.0e-3, dh0 4.2e-4, against fla's 2.9e-3, 3.3e-3, 3.0e-3, 2.8e-3, 2.8e-3, 1.6e-3 (dq, dk, dv,
+dbeta are bf16 outputs: their rounding alone is about 1.7e-3; the CPU estimate of the tf32 cost,
 benchmarks/chunked_tf32_estimate.py, said 4e-4). The states come from
 the prep's fp32 W, U, Kt, not from kernels/chunk.py's bf16 products (see above). Memory beyond inputs and
 gradients (fp32, K = V = 128, V-tiles of 64; per token and value head): the prep's W, Qt, Kt, U, A_qk^T dO, X, P
@@ -124,9 +122,9 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # "tokens": `_local_kernel`). Precisions on a GPU (float64 inputs always ieee):
 # chunked_precision (the prep kernel's products), chunked_pass_precision (the sequential pass's) and
 # split_precision (the split local kernels'), tf32 each: operands rounded to 2^-11 relative, against fla's bf16
-# at 2^-8 (measured: module docstring, "Precision"), except the pass's for 16-bit inputs (None: bf16, operands
-# rounded as in the forward's state pass, twice tf32's tensor-core rate; tf32 for fp32 inputs). tf32x3
-# (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). Tiles and warps:
+# at 2^-8 (measured: module docstring, "Precision"). tf32x3
+# (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). The pass also takes
+# "bf16" (operands rounded to bf16, as the forward's state pass: twice tf32's tensor-core rate; untimed, off). Tiles and warps:
 # chunked_pass_bv / _warps / _stages (32 / 4 / 2 up to 64 sequence-heads, else 1 stage: 186 / 213
 # registers, no spill; 3 stages or BV 64 spill; H100 A/B, RESULTS.md eighteenth session);
 # split_bv (the V-tile of 3a, 64), split_v_warps (4: 8 took 2.87 against 2.52 ms at 32 heads x 16384, H100) and
@@ -138,7 +136,7 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms against 5.84 + 1.23 +
 # 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth sessions.)
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
-               "chunked_pass_precision": None, "split_precision": "tf32",
+               "chunked_pass_precision": "tf32", "split_precision": "tf32",
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
                "split_v_warps": None, "split_da_warps": None, "split_k_bk": None, "split_k_warps": None,
                "prep_pairs_warps": None, "prep_solve_warps": None, "prep_operands_warps": None, "prep_bv": None,

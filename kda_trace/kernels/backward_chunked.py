@@ -28,8 +28,7 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
 2. `_state_pass_kernel`, per (sequence, V-tile, value head) and direction, sequential over the sequence's chunks:
    the forward recursion from h0 (S_start of each chunk into `states`) and, in programs of their own beside them,
    the reverse one from dht (dS_end into `dstates`, and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
-   tile and direction per chunk (LAUNCH["chunked_pass_precision"]: bf16 operands for 16-bit inputs, tf32 for fp32).
-   No K x K map.
+   tile and direction per chunk (LAUNCH["chunked_pass_precision"], tf32). No K x K map.
 3a. `_local_v_kernel`, per (chunk, value head, V-tile): Vn, dVn, Y_v, dv, and this V-tile's part of every sum
    over V (dA_qk, Y_v (beta v)^T, dQt, dKt, dW, dgamma, rowsum(v Y_v)), one partial copy per V-tile
    (deterministic: no atomics).
@@ -727,18 +726,13 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     two = N * HV <= 64 and BK <= 128 and do.element_size() <= 2
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
-    # bf16 operands for 16-bit inputs, as the forward's state pass: 8% faster forward + backward than tf32 at 32 heads
-    # x 16384 on the H100, dh0's RMS-relative error 4.4e-4 -> 1.8e-3 (fla's 2.2e-3), the other gradients unchanged
-    # (RESULTS.md, twenty-third session); tf32 for fp32 inputs, ieee for float64
-    pass_prec = "ieee" if acc == torch.float64 else (
-        launch["chunked_pass_precision"] or ("bf16" if q.element_size() <= 2 else "tf32"))
 
     def run_pass(num_stages):
         _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
             pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
             h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
             HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-            PREC=pass_prec, PARALLEL=bool(parallel),
+            PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"], PARALLEL=bool(parallel),
             INTERPRET=interp, num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
 
     try:
