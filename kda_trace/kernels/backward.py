@@ -124,7 +124,9 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # split_precision (the split local kernels'), tf32 each: operands rounded to 2^-11 relative, against fla's bf16
 # at 2^-8 (measured: module docstring, "Precision"). tf32x3
 # (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). The pass also takes
-# "bf16" (operands rounded to bf16, as the forward's state pass: twice tf32's tensor-core rate; untimed, off). Tiles and warps:
+# "bf16" (operands rounded to bf16, as the forward's state pass: forward + backward 8% faster at 32 heads x 16384
+# on the H100, but dh0's error 1.7e-3, just past fla's 1.64-1.69e-3 on two shapes: off; RESULTS.md, twenty-third
+# session). Tiles and warps:
 # chunked_pass_bv / _warps / _stages (32 / 4 / 2 up to 64 sequence-heads, else 1 stage: 186 / 213
 # registers, no spill; 3 stages or BV 64 spill; H100 A/B, RESULTS.md eighteenth session);
 # split_bv (the V-tile of 3a, 64), split_v_warps (4: 8 took 2.87 against 2.52 ms at 32 heads x 16384, H100) and

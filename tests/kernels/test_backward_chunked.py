@@ -79,9 +79,9 @@ def test_bf16_inputs():
 
 
 def test_pass_products_in_bf16(monkeypatch):
-    """LAUNCH["chunked_pass_precision"] = "bf16" (untimed): the pass's operands rounded to bf16, as the forward's
-    state pass does: fp32 inputs over three chunks, two packed sequences, GVA, held to the bf16 bar (1e-2) and
-    differing from the fp32 products' gradients (the rounding is applied)."""
+    """LAUNCH["chunked_pass_precision"] = "bf16" (off: dh0 just past fla's on the H100): the pass's operands
+    rounded to bf16, as the forward's state pass does: fp32 inputs over three chunks, two packed sequences, GVA,
+    held to the bf16 bar (1e-2) and differing from the fp32 products' gradients (the rounding is applied)."""
     x = make(1, 150, 1, 2, 32, 24, seed=21, n_seqs=2)
     cu = torch.tensor([0, 130, 150])
     base = check(x, cu_seqlens=cu)
