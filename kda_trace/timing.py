@@ -48,11 +48,11 @@ _current_stream = torch.cuda.current_stream
 
 OUTSIDE_STREAM_FACTOR, OUTSIDE_STREAM_SLACK_MS = 1.1, 0.05
 """Host-clock repetitions (between device-wide synchronisations) longer than FACTOR x the events + SLACK, in
-the median, mean work the events did not see. Honest calls differ by the synchronisation latency (~10-20 us).
-At 2.0 (until the twenty-third session) a solution could put its work on a side stream while the caller's
-stream slept for part of it (tests/runner/cheats.py's side_stream_when_timed: on an H100, events 0.266 ms against
-0.371 ms of host clock, inside the old bound): the factor bounds how much of a call's time can go unreported. Honest
-calls on an H100 from 0.06 to 9.9 ms: 12-37 us apart (benchmarks/RESULTS.md, twenty-third session)."""
+the median, mean work the events did not see. Honest calls differ by the synchronisation latency: on an H100,
+12-37 us for calls of 0.06 to 9.9 ms (benchmarks/RESULTS.md, twenty-third session). At 2.0 (until that session) a
+solution could put its work on a side stream while the caller's stream slept for part of it
+(tests/runner/cheats.py's side_stream_when_timed: on an H100, events 0.266 ms against 0.371 ms of host clock,
+inside the old bound): the factor bounds how much of a call's time can go unreported."""
 
 
 @dataclass
