@@ -307,7 +307,7 @@ def _store_tiles(p, off_s, t0, t1, t2, t3, m0, m1, m2, m3, NKT: tl.constexpr, TS
 def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
-    USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PARALLEL: tl.constexpr,
+    USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_REV: tl.constexpr, PARALLEL: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
@@ -316,7 +316,8 @@ def _state_pass_kernel(
     third axis picks one (0: forward, 1: reverse), so twice as many programs run at once, each holding one
     state; else one program runs both. The [K, BV] state is held as up to four K-tiles of 64 rows (fla's
     layout), so that each product reads [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once
-    (K = 128: 255 registers and spills)."""
+    (K = 128: 255 registers and spills). PREC is the forward recursion's precision, PREC_REV the reverse one's (dh0
+    comes from the reverse recursion alone)."""
     NV: tl.constexpr = (V + BV - 1) // BV
     BKT: tl.constexpr = 64 if BK > 64 else BK
     NKT: tl.constexpr = BK // BKT
@@ -332,12 +333,12 @@ def _state_pass_kernel(
                           USE_H0, PREC, INTERPRET)
         else:
             _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V,
-                          BKT, NKT, BV, CT, USE_DHT, PREC, INTERPRET)
+                          BKT, NKT, BV, CT, USE_DHT, PREC_REV, INTERPRET)
     else:
         _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                       USE_H0, PREC, INTERPRET)
         _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
-                      NKT, BV, CT, USE_DHT, PREC, INTERPRET)
+                      NKT, BV, CT, USE_DHT, PREC_REV, INTERPRET)
 
 
 @triton.jit
@@ -726,13 +727,15 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     two = N * HV <= 64 and BK <= 128 and do.element_size() <= 2
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
+    prec_fwd = "ieee" if acc == torch.float64 else launch["chunked_pass_precision"]
+    prec_rev = "ieee" if acc == torch.float64 else (launch["chunked_pass_rev_precision"] or prec_fwd)
 
     def run_pass(num_stages):
         _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
             pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
             h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
             HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-            PREC="ieee" if acc == torch.float64 else launch["chunked_pass_precision"], PARALLEL=bool(parallel),
+            PREC=prec_fwd, PREC_REV=prec_rev, PARALLEL=bool(parallel),
             INTERPRET=interp, num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
 
     try:

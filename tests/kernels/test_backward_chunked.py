@@ -90,6 +90,18 @@ def test_pass_products_in_bf16(monkeypatch):
     assert not torch.equal(rounded.dq, base.dq) and not torch.equal(rounded.dh0, base.dh0)
 
 
+
+def test_the_reverse_recursion_keeps_its_own_precision(monkeypatch):
+    """chunked_pass_rev_precision: bf16 in the forward recursion only. dh0 comes from the reverse recursion alone, so it
+    equals the fp32 pass's bit for bit, while dq (which reads the forward states) takes the rounding."""
+    x = make(1, 150, 1, 2, 32, 24, seed=21, n_seqs=2)
+    cu = torch.tensor([0, 130, 150])
+    base = check(x, cu_seqlens=cu)
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_precision", "bf16")
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_rev_precision", "tf32")
+    mixed = check(x, cu_seqlens=cu, bar=1e-2)
+    assert torch.equal(mixed.dh0, base.dh0) and not torch.equal(mixed.dq, base.dq)
+
 SPLIT_PREP_CASES = {
     # packed [1, 70, 1] tokens, GVA 1 -> 2, odd K and V, 3 persistent programs for the pairs kernel's 8 items, the
     # operands kernel's V-tiles of 16 (the last 4 wide)
