@@ -27,7 +27,6 @@ import multiprocessing as mp
 import os
 import secrets
 import signal
-import statistics
 import threading
 import time
 from collections import deque
@@ -754,7 +753,7 @@ class WorkerContext:
     def performance(self, d: Definition, w: Workload, timing, ref_timing) -> Performance:
         perf = Performance(latency_ms=timing.median_ms, min_ms=timing.min_ms, max_ms=timing.max_ms,
                            repetitions=len(timing.times_ms), mode=timing.mode,
-                           wall_ms=statistics.median(timing.wall_ms) if timing.wall_ms else None)
+                           wall_ms=timing.median_wall_ms)
         if ref_timing is not None:
             perf.reference_latency_ms = ref_timing.median_ms
             perf.speedup_factor = ref_timing.median_ms / timing.median_ms if timing.median_ms > 0 else 0.0

@@ -91,6 +91,10 @@ class TimingResult:
         return statistics.median(self.times_ms)
 
     @property
+    def median_wall_ms(self) -> Optional[float]:
+        return statistics.median(self.wall_ms) if self.wall_ms else None
+
+    @property
     def min_ms(self) -> float:
         return min(self.times_ms)
 
@@ -220,10 +224,9 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
 
 def _result(times, mode, outputs, notes, snap, walls, digests) -> TimingResult:
     result = TimingResult(times, mode, outputs, notes, final_snapshot=snap, wall_ms=walls, digests=digests)
-    if walls:
-        wall = statistics.median(walls)
-        if wall > OUTSIDE_STREAM_FACTOR * result.median_ms + OUTSIDE_STREAM_SLACK_MS:
-            result.outside_stream_ms = wall
+    wall = result.median_wall_ms
+    if wall is not None and wall > OUTSIDE_STREAM_FACTOR * result.median_ms + OUTSIDE_STREAM_SLACK_MS:
+        result.outside_stream_ms = wall
     return result
 
 

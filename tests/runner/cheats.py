@@ -180,7 +180,20 @@ def side_stream(**inputs):
     return out  # no current_stream().wait_stream(stream): the caller's stream does not wait
 
 
-_sleep_ms_per_cycle = []
+def _shapes(inputs):
+    """A key for the inputs' shapes."""
+    return tuple((n, tuple(v.shape)) for n, v in sorted(inputs.items()) if isinstance(v, torch.Tensor))
+
+
+def _event_ms(fn):
+    """fn()'s GPU time on the current stream, by CUDA events, from an idle device."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
 
 
 def side_stream_when_timed(**inputs):
@@ -190,24 +203,14 @@ def side_stream_when_timed(**inputs):
     device = _device(inputs)
     if device.type != "cuda" or not _timed_but_not_last():
         return _base_outputs(**inputs)
-    key = ("honest_ms", tuple((n, tuple(v.shape)) for n, v in sorted(inputs.items()) if isinstance(v, torch.Tensor)))
+    key = ("honest_ms", _shapes(inputs))
     if key not in _definitions:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        _base_outputs(**inputs)
-        end.record()
-        torch.cuda.synchronize()
-        _definitions[key] = start.elapsed_time(end)
-        if not _sleep_ms_per_cycle:
-            start.record()
-            torch.cuda._sleep(10_000_000)
-            end.record()
-            torch.cuda.synchronize()
-            _sleep_ms_per_cycle.append(start.elapsed_time(end) / 10_000_000)
+        _definitions[key] = _event_ms(lambda: _base_outputs(**inputs))
+    if "sleep_ms_per_cycle" not in _definitions:
+        _definitions["sleep_ms_per_cycle"] = _event_ms(lambda: torch.cuda._sleep(10_000_000)) / 10_000_000
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    torch.cuda._sleep(int(0.6 * _definitions[key] / _sleep_ms_per_cycle[0]))
+    torch.cuda._sleep(int(0.6 * _definitions[key] / _definitions["sleep_ms_per_cycle"]))
     with torch.cuda.stream(side):
         out = _base_outputs(**inputs)
     return out
@@ -241,13 +244,13 @@ def _shaped_like_outputs(inputs):
         return {n: (d.shape_of(s, axes) or [], torch_dtype(s.dtype)) for n, s in d.outputs.items()}
     # an output axis that no input has (chunk_states' num_chunks): one honest call shows the shapes. Its results are
     # overwritten before they are freed, so that a later torch.empty cannot hand them back as this fixture's answer
-    key = ("shapes", d.name, tuple((n, tuple(v.shape)) for n, v in sorted(inputs.items())
-                                   if isinstance(v, torch.Tensor)))
+    key = ("shapes", d.name, _shapes(inputs))
     if key not in _definitions:
+        from kda_trace.integrity import poison
+
         probe = _base_outputs(**{n: v.clone() if n in d.inplace.values() else v for n, v in inputs.items()})
         _definitions[key] = {n: (list(t.shape), t.dtype) for n, t in probe.items()}
-        for t in probe.values():
-            t.fill_(float("nan") if t.is_floating_point() else -1)
+        poison(probe)
         del probe
     return _definitions[key]
 

@@ -119,18 +119,18 @@ def test_work_behind_a_shorter_sleep_on_the_callers_stream_is_seen():
         for _ in range(20):
             busy.copy_(busy @ busy / 64)
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    def event_ms(fn):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+
     work()
-    start.record()
-    work()
-    end.record()
-    torch.cuda.synchronize()
-    work_ms = start.elapsed_time(end)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    end.record()
-    torch.cuda.synchronize()
-    cycles = int(0.6 * work_ms / (start.elapsed_time(end) / 10_000_000))
+    work_ms = event_ms(work)
+    cycles = int(0.6 * work_ms / (event_ms(lambda: torch.cuda._sleep(10_000_000)) / 10_000_000))
 
     def run(x):
         side.wait_stream(torch.cuda.current_stream())
