@@ -41,6 +41,35 @@ def _chunk_span(cu_seqlens, chunk_indices, i_c, CT: tl.constexpr):
 
 
 @triton.jit
+def _xdot(a, b, PREC: tl.constexpr):
+    """a @ b with fp32 accumulation: fp32 (float64) operands in PREC ("tf32", "tf32x3", "ieee"), or with PREC "bf16"
+    both rounded to bf16 first (tensor cores at twice tf32's rate, fla's and our forward's precision).
+    "bf16_interpreted" is "bf16" under the interpreter (`dot_precision`), whose bf16 products Triton 3.9 gets
+    wrong: the same rounding, then fp32 products of the rounded values."""
+    if PREC == "bf16":
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    elif PREC == "bf16_interpreted":
+        return tl.dot(_round_bf16(a), _round_bf16(b), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
+def _round_bf16(x):
+    """x rounded to bf16, nearest even, kept in fp32 (Triton 3.9's interpreter truncates its fp32 -> bf16 casts)."""
+    bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+
+
+def dot_precision(prec: str, interpreted: bool) -> str:
+    """The PREC that `_xdot` takes for a launch setting's precision ("bf16" becomes "bf16_interpreted" under the
+    interpreter)."""
+    if prec not in ("tf32", "tf32x3", "ieee", "bf16"):
+        raise ValueError(f"a product precision must be tf32, tf32x3, ieee or bf16, got {prec!r}")
+    return "bf16_interpreted" if prec == "bf16" and interpreted else prec
+
+
+@triton.jit
 def _within(p_g, bi, o_k, BK: tl.constexpr):
     """[MB, BK]: sum_{a < t <= i} g_t for the rows i of block bi, a its first row (G_i - G_a)."""
     MB: tl.constexpr = 16
@@ -119,7 +148,7 @@ def _pair_rows(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, bi: tl.constex
             m_c = (cols < n)[:, None] & m_k[None, :]
             b_y = tl.load(p_y + cols[:, None] * SX + o_k[None, :], mask=m_c, other=0.0).to(p_g.dtype.element_ty)
             b_yb = b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
-            tl.store(p_m + rows[:, None] * CT + cols[None, :], tl.dot(b_xa, tl.trans(b_yb), input_precision=PREC))
+            tl.store(p_m + rows[:, None] * CT + cols[None, :], _xdot(b_xa, tl.trans(b_yb), PREC))
 
 
 @triton.jit
@@ -141,7 +170,7 @@ def _row_sums_block(p_m, p_y, SY: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constex
             b_yj = tl.load(p_y + cols[:, None] * SY + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
                            other=0.0).to(p_g.dtype.element_ty)
             b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
-            b_acc += tl.dot(b_m, b_yj * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)), input_precision=PREC)
+            b_acc += _xdot(b_m, b_yj * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)), PREC)
         b_out += b_acc * tl.exp(_within(p_g, bi, o_k, BK))
     return b_out
 
@@ -164,8 +193,8 @@ def _col_sums_block(p_m, p_x, SX: tl.constexpr, p_g, n, o_k, m_k, bj: tl.constex
         b_xi = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
                        other=0.0).to(p_g.dtype.element_ty)
         b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
-        b_out += tl.dot(tl.trans(b_m), b_xi * tl.exp(_within(p_g, bi, o_k, BK)),
-                        input_precision=PREC) * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
+        b_out += (_xdot(tl.trans(b_m), b_xi * tl.exp(_within(p_g, bi, o_k, BK)), PREC)
+                  * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)))
     return b_out
 
 
@@ -273,14 +302,14 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.cons
         b_kh = b_k * e_ch
         b_krl = b_k * e_rl
         b_qrl = b_q * e_rl
-        kk_lo += tl.dot(b_krl, tl.trans(b_kl), input_precision=DPREC)
-        qk_lo += tl.dot(b_qrl, tl.trans(b_kl), input_precision=DPREC)
-        kk_hi += tl.dot(b_k * e_rh, tl.trans(b_kh), input_precision=DPREC)
-        qk_hi += tl.dot(b_q * e_rh, tl.trans(b_kh), input_precision=DPREC)
+        kk_lo += _xdot(b_krl, tl.trans(b_kl), DPREC)
+        qk_lo += _xdot(b_qrl, tl.trans(b_kl), DPREC)
+        kk_hi += _xdot(b_k * e_rh, tl.trans(b_kh), DPREC)
+        qk_hi += _xdot(b_q * e_rh, tl.trans(b_kh), DPREC)
         if bi > 0:
             b_ya = _earlier_rows(p_k, SX, p_g, n, o_k, m_k, bi, BK, BJ)
-            off_k += tl.dot(b_krl, tl.trans(b_ya), input_precision=PREC)
-            off_q += tl.dot(b_qrl, tl.trans(b_ya), input_precision=PREC)
+            off_k += _xdot(b_krl, tl.trans(b_ya), PREC)
+            off_q += _xdot(b_qrl, tl.trans(b_ya), PREC)
     right = (o_b >= MB // 2)[None, :]
     b_kk = tl.where(right, kk_hi, kk_lo)
     b_qk = tl.where(right, qk_hi, qk_lo)
@@ -322,12 +351,12 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
     # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
     b_kl = b_k * e_cl
     b_kh = b_k * e_ch
-    b_r1 = e_rl * tl.dot(b_m1, b_kl, input_precision=DPREC) + e_rh * tl.dot(b_m1, b_kh, input_precision=DPREC)
-    b_r2 = e_rl * tl.dot(b_m2, b_kl, input_precision=DPREC) + e_rh * tl.dot(b_m2, b_kh, input_precision=DPREC)
+    b_r1 = e_rl * _xdot(b_m1, b_kl, DPREC) + e_rh * _xdot(b_m1, b_kh, DPREC)
+    b_r2 = e_rl * _xdot(b_m2, b_kl, DPREC) + e_rh * _xdot(b_m2, b_kh, DPREC)
     b_t1 = tl.trans(b_m1)
     b_t2 = tl.trans(b_m2)
-    b_r3 = (e_cl * (tl.dot(b_t1, b_q * e_rl, input_precision=DPREC) + tl.dot(b_t2, b_k * e_rl, input_precision=DPREC))
-            + e_ch * (tl.dot(b_t1, b_q * e_rh, input_precision=DPREC) + tl.dot(b_t2, b_k * e_rh, input_precision=DPREC)))
+    b_r3 = (e_cl * (_xdot(b_t1, b_q * e_rl, DPREC) + _xdot(b_t2, b_k * e_rl, DPREC))
+            + e_ch * (_xdot(b_t1, b_q * e_rh, DPREC) + _xdot(b_t2, b_k * e_rh, DPREC)))
     if spread > MAX_EXP:
         # element-wise, one pair index t at a time (rare: strong gates; few registers, unlike [MB, MB, BK] products):
         # rows i take M[i, t] k_t e(c_i - c_t), columns j take M[t, j] x_t e(c_t - c_j); c loaded again rather
@@ -358,8 +387,8 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
         m_j = o_j < bi * MB
         b_ya = _earlier_rows(p_k, SX, p_g, n, o_k, m_k, bi, BK, BJ)
         b_mj = rows[:, None] * CT + o_j[None, :]
-        b_r1 += e_rl * tl.dot(tl.load(p_m1 + b_mj, mask=m_j[None, :], other=0.0), b_ya, input_precision=PREC)
-        b_r2 += e_rl * tl.dot(tl.load(p_m2 + b_mj, mask=m_j[None, :], other=0.0), b_ya, input_precision=PREC)
+        b_r1 += e_rl * _xdot(tl.load(p_m1 + b_mj, mask=m_j[None, :], other=0.0), b_ya, PREC)
+        b_r2 += e_rl * _xdot(tl.load(p_m2 + b_mj, mask=m_j[None, :], other=0.0), b_ya, PREC)
     if bi < NB - 1:
         # columns: every row i >= b = 16 (bi + 1) in one product, x_i e(G_i - G_b) (G_i - G_b = sum_{b < t <= i}
         # g_t), times e(G_b - G_j) (= sum_{j < t <= b} g_t) for the block's own rows j
@@ -373,8 +402,8 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
         b_xq = tl.load(p_q + o_l[:, None] * SX + o_k[None, :], mask=m_lk, other=0.0).to(ACC) * e_l
         b_xk = tl.load(p_k + o_l[:, None] * SX + o_k[None, :], mask=m_lk, other=0.0).to(ACC) * e_l
         b_ml = o_l[:, None] * CT + rows[None, :]
-        b_s = (tl.dot(tl.trans(tl.load(p_m1 + b_ml, mask=m_l[:, None], other=0.0)), b_xq, input_precision=PREC)
-               + tl.dot(tl.trans(tl.load(p_m2 + b_ml, mask=m_l[:, None], other=0.0)), b_xk, input_precision=PREC))
+        b_s = (_xdot(tl.trans(tl.load(p_m1 + b_ml, mask=m_l[:, None], other=0.0)), b_xq, PREC)
+               + _xdot(tl.trans(tl.load(p_m2 + b_ml, mask=m_l[:, None], other=0.0)), b_xk, PREC))
         b_gb = tl.load(p_g + (rows + 1)[:, None] * BK + o_k[None, :])
         b_r3 += b_s * tl.exp(tl.cumsum(b_gb, axis=0, reverse=True))
     return b_r1, b_r2, b_r3

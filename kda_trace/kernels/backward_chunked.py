@@ -55,8 +55,9 @@ CT = 64  # chunk length (backward.CT)
 
 from kda_trace.kernels.backward_blocks import (
     MAX_EXP, _chunk_span, _col_sums_block, _pair_rows, _pair_rows_anchored, _row_sums_block, _sums_block_anchored,
+    _xdot, dot_precision,
 )
-from kda_trace.kernels.chunk import SOLVE_PRECISION, _bf16, _inverse_unit_lower, _mma
+from kda_trace.kernels.chunk import SOLVE_PRECISION, _inverse_unit_lower
 
 
 @triton.jit
@@ -99,8 +100,8 @@ def _solve(p_P, p_b, p_X, n, HV: tl.constexpr, CT: tl.constexpr, PREC: tl.conste
         for i in tl.static_range(d, NB):
             x = tl.zeros([16, 16], dtype=p_X.dtype.element_ty)
             for m in tl.static_range(i - d, i):
-                x += tl.dot(_akk_block(p_P, p_b, n, i, m, HV, CT), _get_block(p_X, m, i - d, CT), input_precision=PREC)
-            _put_block(p_X, -tl.dot(_get_block(p_X, i, i, CT), x, input_precision=PREC), i, i - d, CT)
+                x += _xdot(_akk_block(p_P, p_b, n, i, m, HV, CT), _get_block(p_X, m, i - d, CT), PREC)
+            _put_block(p_X, -_xdot(_get_block(p_X, i, i, CT), x, PREC), i, i - d, CT)
 
 
 @triton.jit
@@ -111,7 +112,7 @@ def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk,
     ACC: tl.constexpr = W.dtype.element_ty
     b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
     b_k = tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC)
-    tl.store(W + off, tl.dot(b_X, b_k * (b_b[:, None] * b_eG), input_precision=PREC), mask=m_tk)
+    tl.store(W + off, _xdot(b_X, b_k * (b_b[:, None] * b_eG), PREC), mask=m_tk)
     tl.store(Kt + off, b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True)), mask=m_tk)
     b_q = tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC)
     tl.store(Qt + off, scale * b_q * b_eG, mask=m_tk)
@@ -122,9 +123,9 @@ def _values_tile(b_X, b_Aqk, b_b, v, do, U, dO2, off_v, m_tv, PREC: tl.constexpr
     """One V-tile of the prep's operands: U = X diag(beta) v and dO2 = A_qk^T dO (b_Aqk: A_qk with its scale)."""
     ACC: tl.constexpr = U.dtype.element_ty
     b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
-    tl.store(U + off_v, tl.dot(b_X, b_v * b_b[:, None], input_precision=PREC), mask=m_tv)
+    tl.store(U + off_v, _xdot(b_X, b_v * b_b[:, None], PREC), mask=m_tv)
     b_do = tl.load(do + off_v, mask=m_tv, other=0.0).to(ACC)
-    tl.store(dO2 + off_v, tl.dot(tl.trans(b_Aqk), b_do, input_precision=PREC), mask=m_tv)
+    tl.store(dO2 + off_v, _xdot(tl.trans(b_Aqk), b_do, PREC), mask=m_tv)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -245,35 +246,25 @@ def _rows(p, r0, i_hv, k0, m_t, o_t, BKT: tl.constexpr, HV: tl.constexpr, K: tl.
 
 
 @triton.jit
-def _pdot(a, b, PREC: tl.constexpr, INTERPRET: tl.constexpr):
-    """a @ b for the pass: fp32 operands in PREC (tf32, tf32x3, ieee), or with PREC "bf16" both rounded to bf16
-    (tensor cores at twice tf32's rate, the forward's state pass's precision), fp32 accumulation."""
-    if PREC == "bf16":
-        return _mma(_bf16(a, INTERPRET), _bf16(b, INTERPRET), INTERPRET)
-    else:
-        return tl.dot(a, b, input_precision=PREC)
-
-
-@triton.jit
 def _fwd_tile(b_s, W, Kt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_vn,
-              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
+              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr):
     """One K-tile of S_end = diag(gamma) S + Kt^T Vn."""
     o_k = k0 + tl.arange(0, BKT)
     b_gam = tl.load(gamma + i_g * K + o_k, mask=o_k < K, other=0.0)
     b_ktt = _rows(Kt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
-    return b_s * b_gam[:, None] + _pdot(b_ktt, b_vn, PREC, INTERPRET)
+    return b_s * b_gam[:, None] + _xdot(b_ktt, b_vn, PREC)
 
 
 @triton.jit
 def _rev_tile(b_d, W, Qt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_do, b_dvn,
-              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
+              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr):
     """One K-tile of dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn."""
     o_k = k0 + tl.arange(0, BKT)
     b_gam = tl.load(gamma + i_g * K + o_k, mask=o_k < K, other=0.0)
     b_qtt = _rows(Qt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
     b_wt = _rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
-    return (b_d * b_gam[:, None] + _pdot(b_qtt, b_do, PREC, INTERPRET)
-            - _pdot(b_wt, b_dvn, PREC, INTERPRET))
+    return (b_d * b_gam[:, None] + _xdot(b_qtt, b_do, PREC)
+            - _xdot(b_wt, b_dvn, PREC))
 
 
 @triton.jit
@@ -308,7 +299,6 @@ def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_REV: tl.constexpr, PARALLEL: tl.constexpr,
-    INTERPRET: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
@@ -330,15 +320,15 @@ def _state_pass_kernel(
     if PARALLEL:
         if tl.program_id(2) == 0:
             _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
-                          USE_H0, PREC, INTERPRET)
+                          USE_H0, PREC)
         else:
             _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V,
-                          BKT, NKT, BV, CT, USE_DHT, PREC_REV, INTERPRET)
+                          BKT, NKT, BV, CT, USE_DHT, PREC_REV)
     else:
         _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
-                      USE_H0, PREC, INTERPRET)
+                      USE_H0, PREC)
         _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
-                      NKT, BV, CT, USE_DHT, PREC_REV, INTERPRET)
+                      NKT, BV, CT, USE_DHT, PREC_REV)
 
 
 @triton.jit
@@ -362,8 +352,7 @@ def _pass_layout(i_v, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BV: t
 @triton.jit
 def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
-                  BV: tl.constexpr, CT: tl.constexpr, USE_H0: tl.constexpr, PREC: tl.constexpr,
-                  INTERPRET: tl.constexpr):
+                  BV: tl.constexpr, CT: tl.constexpr, USE_H0: tl.constexpr, PREC: tl.constexpr):
     """The forward recursion of `_state_pass_kernel`: S_start of every chunk into states."""
     ACC: tl.constexpr = states.dtype.element_ty
     TS: tl.constexpr = BKT * V  # offset of tile 1 in a state
@@ -383,25 +372,24 @@ def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
         if c < n_chunks - 1:  # the last chunk's end state is not needed
             # Vn = U - W S, then S_end = diag(gamma) S + Kt^T Vn
             b_vn = tl.load(U + (r0 * HV + i_hv) * V + off_tv, mask=m_t[:, None] & m_v[None, :], other=0.0)
-            b_vn -= _pdot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, PREC, INTERPRET)
+            b_vn -= _xdot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, PREC)
             if NKT > 1:
-                b_vn -= _pdot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, PREC, INTERPRET)
+                b_vn -= _xdot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, PREC)
             if NKT > 2:
-                b_vn -= _pdot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, PREC, INTERPRET)
-                b_vn -= _pdot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, PREC, INTERPRET)
-            s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC, INTERPRET)
+                b_vn -= _xdot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, PREC)
+                b_vn -= _xdot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, PREC)
+            s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC)
             if NKT > 1:
-                s1 = _fwd_tile(s1, W, Kt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_vn, BKT, HV, K, PREC, INTERPRET)
+                s1 = _fwd_tile(s1, W, Kt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
             if NKT > 2:
-                s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC, INTERPRET)
-                s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC, INTERPRET)
+                s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+                s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
 
 
 @triton.jit
 def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
-                  BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr,
-                  INTERPRET: tl.constexpr):
+                  BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr):
     """The reverse recursion of `_state_pass_kernel`: dS_end of every chunk into dstates, from the last chunk
     back, and dh0."""
     ACC: tl.constexpr = dstates.dtype.element_ty
@@ -424,19 +412,19 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
         _store_tiles(dstates + i_g * (K * V), off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, TS)
         # dVn = A_qk^T dO + Kt dS_end, then dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn
         b_dvn = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0)
-        b_dvn += _pdot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, PREC, INTERPRET)
+        b_dvn += _xdot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, PREC)
         if NKT > 1:
-            b_dvn += _pdot(_rows(Kt, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), d1, PREC, INTERPRET)
+            b_dvn += _xdot(_rows(Kt, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), d1, PREC)
         if NKT > 2:
-            b_dvn += _pdot(_rows(Kt, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), d2, PREC, INTERPRET)
-            b_dvn += _pdot(_rows(Kt, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), d3, PREC, INTERPRET)
+            b_dvn += _xdot(_rows(Kt, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), d2, PREC)
+            b_dvn += _xdot(_rows(Kt, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), d3, PREC)
         b_do = tl.load(do + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0).to(ACC)
-        d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, INTERPRET)
+        d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
         if NKT > 1:
-            d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, INTERPRET)
+            d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
         if NKT > 2:
-            d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, INTERPRET)
-            d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, INTERPRET)
+            d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+            d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
     _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, TS)
 
 
@@ -480,18 +468,18 @@ def _local_v_kernel(
         m_kv = (o_k < K)[:, None] & m_v[None, :]
         b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
         b_d = tl.load(p_d + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
-        b_vn -= tl.dot(_rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_s, input_precision=PREC)
-        b_dvn += tl.dot(_rows(Kt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_d, input_precision=PREC)
+        b_vn -= _xdot(_rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_s, PREC)
+        b_dvn += _xdot(_rows(Kt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_d, PREC)
     off_x = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
     off_m = (item * NV + i_v) * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
-    b_yv = tl.dot(tl.trans(tl.load(Xb + off_x)), b_dvn, input_precision=PREC)
+    b_yv = _xdot(tl.trans(tl.load(Xb + off_x)), b_dvn, PREC)
     b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
     b_v = tl.load(v + off_tv, mask=m_tv, other=0.0).to(ACC)
     tl.store(dv + off_tv, b_b[:, None] * b_yv, mask=m_tv)
     tl.store(dbeta + ((r0 + o_t) * HV + i_hv) * NV + i_v, tl.sum(b_v * b_yv, axis=1), mask=m_t)
-    tl.store(XdXv + off_m, tl.dot(b_yv, tl.trans(b_v * b_b[:, None]), input_precision=PREC))
+    tl.store(XdXv + off_m, _xdot(b_yv, tl.trans(b_v * b_b[:, None]), PREC))
     b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
-    tl.store(dAqk + off_m, tl.dot(b_do, tl.trans(b_vn), input_precision=PREC))
+    tl.store(dAqk + off_m, _xdot(b_do, tl.trans(b_vn), PREC))
     for k0 in tl.static_range(0, BK, BKT):
         o_k = k0 + tl.arange(0, BKT)
         m_k = o_k < K
@@ -500,9 +488,9 @@ def _local_v_kernel(
         b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
         b_d = tl.load(p_d + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
         off_tk = ((r0 * HV + i_hv) * NV + i_v) * K + o_t[:, None] * (HV * NV * K) + o_k[None, :]
-        tl.store(dQt + off_tk, tl.dot(b_do, tl.trans(b_s), input_precision=PREC), mask=m_tk)
-        tl.store(dKt + off_tk, tl.dot(b_vn, tl.trans(b_d), input_precision=PREC), mask=m_tk)
-        tl.store(dW + off_tk, -tl.dot(b_dvn, tl.trans(b_s), input_precision=PREC), mask=m_tk)
+        tl.store(dQt + off_tk, _xdot(b_do, tl.trans(b_s), PREC), mask=m_tk)
+        tl.store(dKt + off_tk, _xdot(b_vn, tl.trans(b_d), PREC), mask=m_tk)
+        tl.store(dW + off_tk, -_xdot(b_dvn, tl.trans(b_s), PREC), mask=m_tk)
         tl.store(dgamma + (item * NV + i_v) * K + o_k, tl.sum(b_s * b_d, axis=1), mask=m_k)
 
 
@@ -552,11 +540,11 @@ def _local_da_kernel(
         b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
         b_kb = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC) * tl.exp(
             tl.cumsum(b_gt, axis=0))
-        b_yk = tl.dot(tl.trans(b_X), _vsum(dW, off_pk, m_tk, NV, K), input_precision=PREC)
+        b_yk = _xdot(tl.trans(b_X), _vsum(dW, off_pk, m_tk, NV, K), PREC)
         tl.store(Yk + off_tk, b_yk, mask=m_tk)
-        b_xdx += tl.dot(b_yk, tl.trans(b_kb * b_b[:, None]), input_precision=PREC)
+        b_xdx += _xdot(b_yk, tl.trans(b_kb * b_b[:, None]), PREC)
         b_db += tl.sum(b_kb * b_yk, axis=1)
-    b_dAkk = tl.where(strict, -tl.dot(b_xdx, tl.trans(b_X), input_precision=PREC), 0.0)
+    b_dAkk = tl.where(strict, -_xdot(b_xdx, tl.trans(b_X), PREC), 0.0)
     b_db += tl.sum(b_dAkk * tl.load(Pb + off_m), axis=1)
     tl.store(dbeta + (r0 + o_t) * HV + i_hv, b_db, mask=m_t)
     b_dAqk = _vsum(dAqk, off_p, True, NV, CT * CT)
@@ -698,7 +686,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     interp = triton_interpreted()
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
-    prec = "ieee" if acc == torch.float64 else launch["chunked_precision"]
+    prec = _precision(acc, launch["chunked_precision"], interp)
     pre = {n: torch.empty(TT, HV, K, dtype=acc, device=dev) for n in ("W", "Qt", "Kt")}
     pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in ("U", "dO2")})
     pre["gamma"] = torch.empty(NT, HV, K, dtype=acc, device=dev)
@@ -727,8 +715,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     two = N * HV <= 64 and BK <= 128 and do.element_size() <= 2
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
-    prec_fwd = "ieee" if acc == torch.float64 else launch["chunked_pass_precision"]
-    prec_rev = "ieee" if acc == torch.float64 else (launch["chunked_pass_rev_precision"] or prec_fwd)
+    prec_fwd = _precision(acc, launch["chunked_pass_precision"], interp)
+    prec_rev = _precision(acc, launch["chunked_pass_rev_precision"] or launch["chunked_pass_precision"], interp)
 
     def run_pass(num_stages):
         _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
@@ -736,7 +724,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
             h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
             HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
             PREC=prec_fwd, PREC_REV=prec_rev, PARALLEL=bool(parallel),
-            INTERPRET=interp, num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
+            num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
 
     try:
         run_pass(stages)
@@ -745,6 +733,11 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
             raise
         run_pass(1)
     return states, dstates, dh0, pre
+
+
+def _precision(acc, setting: str, interp: bool) -> str:
+    """The PREC of `_xdot` for a launch precision setting: ieee for float64 buffers, else the setting."""
+    return "ieee" if acc == torch.float64 else dot_precision(setting, interp)
 
 
 def _anchors(launch) -> bool:
@@ -758,6 +751,8 @@ def _anchors(launch) -> bool:
 def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec):
     """Kernel 1 as three: `_prep_pairs_kernel` (one launch per 16-row block, persistent programs),
     `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P."""
+    from kda_trace.platform import triton_interpreted
+
     q, k, v, g, beta = xs
     B, T, H, HV, K, V, N = sizes
     cu, chunk_indices, _, NT = tables
@@ -770,7 +765,7 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         _prep_pairs_kernel[(n_prog,)](
             q, k, g, pre["P"], aqk, pre["gamma"], scratch, cu, chunk_indices, NT * HV,
             H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
-            DPREC="ieee" if acc == torch.float64 else launch["pairs_diag_precision"],
+            DPREC=_precision(acc, launch["pairs_diag_precision"], triton_interpreted()),
             num_warps=launch["prep_pairs_warps"] or 4)
     del scratch
     _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT, SOLVE_PREC=solve_prec,
@@ -795,7 +790,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     interp = triton_interpreted()
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
-    prec = "ieee" if acc == torch.float64 else launch["split_precision"]
+    prec = _precision(acc, launch["split_precision"], interp)
     BVs = launch["split_bv"] or (BV if interp else min(BV, 64))
     NV = triton.cdiv(V, BVs)
     e = lambda *shape: torch.empty(*shape, dtype=acc, device=dev)  # noqa: E731
@@ -828,7 +823,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
         _local_sums_kernel[(n_prog_s,)](
             q, k, g, dAqk, XdXv, *R, scratch, cu, chunk_indices, n_work_s,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, NV=NV, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
-            DPREC="ieee" if acc == torch.float64 else launch["sums_diag_precision"],
+            DPREC=_precision(acc, launch["sums_diag_precision"], interp),
             num_warps=launch["sums_warps"] or 4)
     del scratch, dAqk, XdXv
     dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)

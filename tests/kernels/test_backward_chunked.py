@@ -91,6 +91,23 @@ def test_pass_products_in_bf16(monkeypatch):
 
 
 
+@pytest.mark.parametrize("key", ["chunked_precision", "split_precision", "pairs_diag_precision"])
+def test_local_products_in_bf16(key, monkeypatch):
+    """The prep's (chunked_precision, pairs_diag_precision) or the local kernels' (split_precision) products with
+    bf16 operands: fp32 inputs over three chunks, two packed sequences, GVA, held to the bf16 bar (1e-2) and
+    differing from the fp32 products' gradients (the rounding is applied); a precision that `_xdot` does not know is
+    refused before any launch."""
+    x = make(1, 150, 1, 2, 32, 24, seed=21, n_seqs=2)
+    cu = torch.tensor([0, 130, 150])
+    base = check(x, cu_seqlens=cu)
+    monkeypatch.setitem(backward.LAUNCH, key, "bf16")
+    rounded = check(x, cu_seqlens=cu, bar=1e-2)
+    assert not torch.equal(rounded.dq, base.dq) and not torch.equal(rounded.dg, base.dg)
+    monkeypatch.setitem(backward.LAUNCH, key, "fp16")
+    with pytest.raises(ValueError, match="tf32, tf32x3, ieee or bf16"):
+        check(x, cu_seqlens=cu)
+
+
 def test_the_reverse_recursion_keeps_its_own_precision(monkeypatch):
     """chunked_pass_rev_precision: bf16 in the forward recursion only. dh0 comes from the reverse recursion alone, so it
     equals the fp32 pass's bit for bit, while dq (which reads the forward states) takes the rounding."""
