@@ -22,7 +22,7 @@ dataset's backward reference), on smaller shapes (the float64 loop is slow).
 LAUNCH) for a sweep; `--launch` sets any LAUNCH key (programs, map_bx, pass_bv, pass_rows, ...; `mode=exact` for
 the exact mode, `mode=chunked` (the default) with its precisions chunked_precision, chunked_pass_precision,
 split_precision, e.g. `--launch split_precision=tf32x3`). `--parts`: per
-shape, the GPU time of each kernel of one backward (torch.profiler), to see where the backward's time goes.
+shape, the GPU time of each kernel of one backward (torch.profiler), ours and fla's, to see where the time goes.
 """
 
 from __future__ import annotations
@@ -135,13 +135,14 @@ def time_pair(fn, x, cu, mode, do, dht):
     return t_both, t_bwd, peak
 
 
-def kernel_times(x, cu, mode, do, dht) -> dict:
-    """GPU time (ms) per kernel name of one backward of ours (the graph of one forward), by torch.profiler."""
+def kernel_times(fn, x, cu, mode, do, dht) -> dict:
+    """GPU time (ms) per kernel name of one backward of fn (run_ours or run_fla; the graph of one forward), by
+    torch.profiler."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    o, ht = run_ours(x, cu, mode)
-    torch.autograd.backward((o, ht), (do, dht), retain_graph=True)  # compiled outside the profile
+    o, ht = fn(x, cu, mode)
+    torch.autograd.backward((o, ht), (do, dht), retain_graph=True)  # compiled (and tuned) outside the profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         torch.autograd.backward((o, ht), (do, dht))
@@ -151,6 +152,12 @@ def kernel_times(x, cu, mode, do, dht) -> dict:
         if ev.device_type == DeviceType.CUDA:  # the kernels themselves, not the operators that launched them
             times[ev.key] = times.get(ev.key, 0.0) + ev.device_time_total / 1000
     return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
+def print_parts(who: str, times: dict) -> None:
+    print(f"    {who}: {sum(times.values()):.3f} ms in {len(times)} kernels", flush=True)
+    for kname, t in list(times.items())[:12]:
+        print(f"    {t:9.3f} ms  {kname[:100]}", flush=True)
 
 
 def speed(names, log, with_fla, fla_tune_each, parts=False):
@@ -163,9 +170,8 @@ def speed(names, log, with_fla, fla_tune_each, parts=False):
         print(f"{name}: ours fwd+bwd {row['ours_fwd_bwd_ms']:.3f} ms, bwd {row['ours_bwd_ms']:.3f} ms, "
               f"peak {row['ours_peak_gib']:.1f} GiB", flush=True)
         if parts:
-            row["ours_bwd_kernels_ms"] = kernel_times(x, cu, mode, do, dht)
-            for kname, t in list(row["ours_bwd_kernels_ms"].items())[:8]:
-                print(f"    {t:9.3f} ms  {kname[:100]}", flush=True)
+            row["ours_bwd_kernels_ms"] = kernel_times(run_ours, x, cu, mode, do, dht)
+            print_parts("ours", row["ours_bwd_kernels_ms"])
         if with_fla:
             try:
                 if fla_tune_each:
@@ -174,6 +180,9 @@ def speed(names, log, with_fla, fla_tune_each, parts=False):
                                                                                          dht)
                 print(f"{name}: fla  fwd+bwd {row['fla_fwd_bwd_ms']:.3f} ms, bwd {row['fla_bwd_ms']:.3f} ms, "
                       f"peak {row['fla_peak_gib']:.1f} GiB", flush=True)
+                if parts:
+                    row["fla_bwd_kernels_ms"] = kernel_times(run_fla, x, cu, mode, do, dht)
+                    print_parts("fla", row["fla_bwd_kernels_ms"])
             except Exception as e:  # noqa: BLE001 -- report, keep going
                 print(f"{name}: fla failed: {e!r}", flush=True)
                 row["fla_error"] = repr(e)
