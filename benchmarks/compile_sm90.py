@@ -103,7 +103,7 @@ def chunked_mode(spills: bool) -> None:
         # the prep: the pairs kernel per row block, the solve, the operands
         # LAUNCH["diag_blocks"]: the default, and with --spills the other form too
         anchor_forms = (True, False) if spills else (backward.LAUNCH["diag_blocks"] == "anchors",)
-        dprec = "ieee" if acc == "fp64" else backward.LAUNCH["pairs_diag_precision"]
+        dprec = "ieee" if acc == "fp64" else backward.LAUNCH["pairs_diag_precision"] or "bf16"
         for bi, anchors in itertools.product(range(4), anchor_forms):
             k = compile_kernel(backward_chunked._prep_pairs_kernel, sigs["prep_pairs"],
                                dict(shared, BI=bi, ANCHORS=anchors, DPREC=dprec), backward.LAUNCH["prep_pairs_warps"] or 4)

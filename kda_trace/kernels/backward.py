@@ -126,8 +126,9 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). The pass also takes
 # "bf16" (operands rounded to bf16, as the forward's state pass: forward + backward 8% faster at 32 heads x 16384
 # on the H100, but dh0's error 1.7e-3, just past fla's 1.64-1.69e-3 on two shapes: off; RESULTS.md, twenty-third
-# session). chunked_pass_rev_precision (None: the same) sets the reverse recursion's alone, which dh0 comes from
-# (bf16 forward and tf32 reverse: untimed). Tiles and warps:
+# session; bf16 in the forward recursion only kept dh0 but gained 0.4%, twenty-fourth). Every precision key takes
+# "bf16" (backward_blocks.`_xdot`); the prep's and the local kernels' gained 1-2% each and took dq, dk, dv, dbeta to
+# fla's errors, ddt_bias past them (RESULTS.md, twenty-fourth session): off. Tiles and warps:
 # chunked_pass_bv / _warps / _stages (32 / 4 / 2 up to 64 sequence-heads, else 1 stage: 186 / 213
 # registers, no spill; 3 stages or BV 64 spill; H100 A/B, RESULTS.md eighteenth session);
 # split_bv (the V-tile of 3a, 64), split_v_warps (4: 8 took 2.87 against 2.52 ms at 32 heads x 16384, H100) and
@@ -139,7 +140,7 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms against 5.84 + 1.23 +
 # 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth sessions.)
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
-               "chunked_pass_precision": "tf32", "chunked_pass_rev_precision": None, "split_precision": "tf32",
+               "chunked_pass_precision": "tf32", "split_precision": "tf32",
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
                "split_v_warps": None, "split_da_warps": None, "split_k_bk": None, "split_k_warps": None,
                "prep_pairs_warps": None, "prep_solve_warps": None, "prep_operands_warps": None, "prep_bv": None,
@@ -162,8 +163,11 @@ LAUNCH["diag_blocks"] = "anchors"
 # sums kernels. The sums' reach dg and, summed over tokens, ddt_bias: tf32x3 (about fp32) there. With tf32 in both,
 # the safe-gate shape's ddt_bias error went from 2.64e-3 to 5.03e-3 RMS-relative (fla: 5.35e-3) and its dg from
 # 3.01e-3 to 3.34e-3; with tf32 in the pairs only, 2.71e-3 and 3.03e-3. Time at 32 heads x 16384: 18.06 ms with
-# tf32 in both, 18.92 with these, 19.35 with tf32x3 in both (H100, RESULTS.md eighteenth session).
-LAUNCH.update({"pairs_diag_precision": "tf32", "sums_diag_precision": "tf32x3"})
+# tf32 in both, 18.92 with tf32 / tf32x3, 19.35 with tf32x3 in both (H100, RESULTS.md eighteenth session).
+# The pairs' in bf16 (None: bf16 on a GPU; fp32 under the interpreter, whose tf32 products are fp32 too): 18.79
+# against 18.97 ms at 32 heads x 16384, 38.57 against 38.69 on K3, every gradient within 1.04x of tf32's error on
+# three shapes and dg, dA_log, ddt_bias lower on the safe-gate one (H100, RESULTS.md twenty-fourth session).
+LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32x3"})
 # chunked_pass_parallel: the pass's forward (states) and reverse (dS) recursions as separate programs at once
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).

@@ -298,7 +298,7 @@ def _store_tiles(p, off_s, t0, t1, t2, t3, m0, m1, m2, m3, NKT: tl.constexpr, TS
 def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
-    USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_REV: tl.constexpr, PARALLEL: tl.constexpr,
+    USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PARALLEL: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
@@ -306,8 +306,7 @@ def _state_pass_kernel(
     third axis picks one (0: forward, 1: reverse), so twice as many programs run at once, each holding one
     state; else one program runs both. The [K, BV] state is held as up to four K-tiles of 64 rows (fla's
     layout), so that each product reads [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once
-    (K = 128: 255 registers and spills). PREC is the forward recursion's precision, PREC_REV the reverse one's (dh0
-    comes from the reverse recursion alone)."""
+    (K = 128: 255 registers and spills)."""
     NV: tl.constexpr = (V + BV - 1) // BV
     BKT: tl.constexpr = 64 if BK > 64 else BK
     NKT: tl.constexpr = BK // BKT
@@ -323,12 +322,12 @@ def _state_pass_kernel(
                           USE_H0, PREC)
         else:
             _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V,
-                          BKT, NKT, BV, CT, USE_DHT, PREC_REV)
+                          BKT, NKT, BV, CT, USE_DHT, PREC)
     else:
         _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                       USE_H0, PREC)
         _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
-                      NKT, BV, CT, USE_DHT, PREC_REV)
+                      NKT, BV, CT, USE_DHT, PREC)
 
 
 @triton.jit
@@ -715,15 +714,14 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     two = N * HV <= 64 and BK <= 128 and do.element_size() <= 2
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
-    prec_fwd = _precision(acc, launch["chunked_pass_precision"], interp)
-    prec_rev = _precision(acc, launch["chunked_pass_rev_precision"] or launch["chunked_pass_precision"], interp)
+    prec = _precision(acc, launch["chunked_pass_precision"], interp)
 
     def run_pass(num_stages):
         _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
             pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
             h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
             HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-            PREC=prec_fwd, PREC_REV=prec_rev, PARALLEL=bool(parallel),
+            PREC=prec, PARALLEL=bool(parallel),
             num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
 
     try:
@@ -753,6 +751,7 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
     `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P."""
     from kda_trace.platform import triton_interpreted
 
+    interp = triton_interpreted()
     q, k, v, g, beta = xs
     B, T, H, HV, K, V, N = sizes
     cu, chunk_indices, _, NT = tables
@@ -765,7 +764,7 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         _prep_pairs_kernel[(n_prog,)](
             q, k, g, pre["P"], aqk, pre["gamma"], scratch, cu, chunk_indices, NT * HV,
             H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
-            DPREC=_precision(acc, launch["pairs_diag_precision"], triton_interpreted()),
+            DPREC=_precision(acc, launch["pairs_diag_precision"] or ("tf32" if interp else "bf16"), interp),
             num_warps=launch["prep_pairs_warps"] or 4)
     del scratch
     _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT, SOLVE_PREC=solve_prec,
