@@ -121,6 +121,7 @@ def chunked_mode(spills: bool) -> None:
         tiles = ((32, 4, 1), (16, 4, 1), (64, 4, 1), (32, 8, 1), (32, 4, 3)) if spills and K == 128 else ((32, 4, 1),)
         for bv, warps, stages in tiles:
             c = dict(shared, BV=min(bv, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
+                     PREC_SRC="ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_source_precision"] or pass_prec,
                      PARALLEL=backward.LAUNCH["chunked_pass_parallel"])
             k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages)
             extra = ptxas_report(k) if spills and acc == "fp32" else []

@@ -257,13 +257,13 @@ def _fwd_tile(b_s, W, Kt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_vn,
 
 @triton.jit
 def _rev_tile(b_d, W, Qt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_do, b_dvn,
-              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr):
-    """One K-tile of dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn."""
+              BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr):
+    """One K-tile of dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn (Qt^T dO in PREC_SRC)."""
     o_k = k0 + tl.arange(0, BKT)
     b_gam = tl.load(gamma + i_g * K + o_k, mask=o_k < K, other=0.0)
     b_qtt = _rows(Qt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
     b_wt = _rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
-    return (b_d * b_gam[:, None] + _xdot(b_qtt, b_do, PREC)
+    return (b_d * b_gam[:, None] + _xdot(b_qtt, b_do, PREC_SRC)
             - _xdot(b_wt, b_dvn, PREC))
 
 
@@ -298,7 +298,8 @@ def _store_tiles(p, off_s, t0, t1, t2, t3, m0, m1, m2, m3, NKT: tl.constexpr, TS
 def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
-    USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PARALLEL: tl.constexpr,
+    USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
+    PARALLEL: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
@@ -306,7 +307,9 @@ def _state_pass_kernel(
     third axis picks one (0: forward, 1: reverse), so twice as many programs run at once, each holding one
     state; else one program runs both. The [K, BV] state is held as up to four K-tiles of 64 rows (fla's
     layout), so that each product reads [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once
-    (K = 128: 255 registers and spills)."""
+    (K = 128: 255 registers and spills). PREC: the products' precision, but PREC_SRC for the reverse recursion's
+    Qt^T dO (off the recursion's chain of dependent products, and the one whose bf16 rounding reaches dh0:
+    benchmarks/pass_rounding_estimate.py)."""
     NV: tl.constexpr = (V + BV - 1) // BV
     BKT: tl.constexpr = 64 if BK > 64 else BK
     NKT: tl.constexpr = BK // BKT
@@ -322,12 +325,12 @@ def _state_pass_kernel(
                           USE_H0, PREC)
         else:
             _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V,
-                          BKT, NKT, BV, CT, USE_DHT, PREC)
+                          BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC)
     else:
         _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                       USE_H0, PREC)
         _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
-                      NKT, BV, CT, USE_DHT, PREC)
+                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC)
 
 
 @triton.jit
@@ -388,7 +391,8 @@ def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
 @triton.jit
 def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
-                  BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr):
+                  BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr,
+                  PREC_SRC: tl.constexpr):
     """The reverse recursion of `_state_pass_kernel`: dS_end of every chunk into dstates, from the last chunk
     back, and dh0."""
     ACC: tl.constexpr = dstates.dtype.element_ty
@@ -418,12 +422,12 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
             b_dvn += _xdot(_rows(Kt, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), d2, PREC)
             b_dvn += _xdot(_rows(Kt, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), d3, PREC)
         b_do = tl.load(do + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0).to(ACC)
-        d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+        d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
         if NKT > 1:
-            d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+            d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
         if NKT > 2:
-            d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
-            d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC)
+            d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
+            d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
     _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, TS)
 
 
@@ -715,13 +719,14 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
     prec = _precision(acc, launch["chunked_pass_precision"], interp)
+    prec_src = _precision(acc, launch["chunked_pass_source_precision"] or launch["chunked_pass_precision"], interp)
 
     def run_pass(num_stages):
         _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
             pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
             h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
             HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-            PREC=prec, PARALLEL=bool(parallel),
+            PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel),
             num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
 
     try:

@@ -23,7 +23,7 @@ ensure_triton_can_run(default_device())  # before triton is imported: the interp
 import triton.language  # noqa: E402
 import triton.runtime.errors  # noqa: E402
 
-from test_backward import check, f64, make  # noqa: E402
+from test_backward import check, f64, make, rms_rel, truth  # noqa: E402
 
 from kda_trace.kernels import backward  # noqa: E402
 from kda_trace.kernels.options import KDAOptions  # noqa: E402
@@ -90,6 +90,21 @@ def test_pass_products_in_bf16(monkeypatch):
     assert not torch.equal(rounded.dq, base.dq) and not torch.equal(rounded.dh0, base.dh0)
 
 
+
+def test_the_pass_source_product_keeps_dh0(monkeypatch):
+    """chunked_pass_source_precision: the pass in bf16 but for the reverse recursion's Qt^T dO in fp32 (tf32 on a
+    GPU). dh0's error against float64 is then a fraction of the all-bf16 pass's (Qt^T dO is where dh0's rounding
+    error comes from: benchmarks/pass_rounding_estimate.py), while dq still takes the forward recursion's rounding."""
+    x = make(1, 330, 1, 1, 32, 24, seed=22)
+    ref = truth(x, 32 ** -0.5, None, True, True)
+    base = check(x)
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_precision", "bf16")
+    rounded = check(x, bar=1e-2)
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_source_precision", "tf32")
+    mixed = check(x, bar=1e-2)
+    err = {name: rms_rel(gr.dh0, ref["h0"]) for name, gr in (("base", base), ("rounded", rounded), ("mixed", mixed))}
+    assert err["mixed"] < 0.3 * err["rounded"], err
+    assert not torch.equal(mixed.dh0, base.dh0) and not torch.equal(mixed.dq, base.dq)
 
 @pytest.mark.parametrize("key", ["chunked_precision", "split_precision", "pairs_diag_precision"])
 def test_local_products_in_bf16(key, monkeypatch):
