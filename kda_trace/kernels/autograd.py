@@ -1,16 +1,15 @@
 """KDA you can train through: `kda_autograd(...)` returns (o, final_state) and `.backward()` works.
 
-The core is a `torch.autograd.Function` over the precomputed-gate operator:
-- forward: our chunked Triton kernel (kernels/chunk.py; bf16 intermediates, as fla's chunk_kda) for
-  fp32/bf16/fp16 inputs, or the exact token-by-token forward of kernels/backward.py when every input is
-  float64 (so that `torch.autograd.gradcheck` can compare finite differences with the backward);
-- backward: kernels/backward.py (exact fp32 gradients of the recurrence; it recomputes the states from the
-  saved inputs, nothing else is kept from the forward).
-
-The in-kernel options that engines and Kimi Linear's training use (q/k L2 norm, the gate from g_raw, A_log
-and dt_bias, beta from logits) are applied here *around* the core, as plain PyTorch elementwise operations
-whose gradients torch.autograd computes: they are not fused into the Triton kernels in training. Gradients
-reach q, k, v, g or g_raw, A_log, dt_bias, beta or b, and the initial state.
+One `torch.autograd.Function` over the whole operator, in-kernel options included (q/k L2 norm, the gate from
+g_raw, A_log and dt_bias, beta from logits), as Kimi Linear trains:
+- forward: our chunked Triton kernel (kernels/chunk.py, bf16 intermediates as fla's chunk_kda) with every option
+  applied inside it, for fp32/bf16/fp16 inputs; when every input is float64 (so that `torch.autograd.gradcheck`
+  can compare finite differences with the backward), the options in PyTorch and the exact token-by-token forward
+  of kernels/backward.py;
+- backward: `kda_backward_raw` (kernels/backward.py's fp32 gradients of the recurrence, which recomputes the states
+  from the saved raw inputs; the element-wise norm, gate and sigmoid are recomputed and differentiated by
+  torch.autograd around it). Nothing but the raw inputs is kept from the forward.
+Gradients reach q, k, v, g or g_raw, A_log, dt_bias, beta or its logits, and the initial state.
 """
 
 from __future__ import annotations
@@ -22,33 +21,50 @@ from kda_trace.kernels.options import KDAOptions
 
 
 class _KDA(torch.autograd.Function):
-    """(q, k, v, g, beta, h0) -> (o, final_state) with precomputed g and beta a probability."""
+    """(q, k, v, g, beta, h0, A_log, dt_bias) -> (o, final_state) under `opts` (its output_final_state True)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, beta, h0, scale, state_layout, cu_seqlens):
+    def forward(ctx, q, k, v, g, beta, h0, A_log, dt_bias, opts, cu_seqlens):
         from kda_trace.kernels.backward import kda_forward_exact
         from kda_trace.kernels.chunk import kda_chunk
 
-        opts = KDAOptions(scale=scale, state_layout=state_layout, output_final_state=True)
         if all(x.dtype == torch.float64 for x in (q, k, v, g, beta)):
-            o, ht = kda_forward_exact(q, k, v, g, beta, opts, initial_state=h0, cu_seqlens=cu_seqlens)
+            q_n, k_n, g_n, beta_n = _apply_options(q, k, g, beta, A_log, dt_bias, opts)
+            o, ht = kda_forward_exact(q_n, k_n, v, g_n, beta_n, _core(opts), initial_state=h0, cu_seqlens=cu_seqlens)
         else:
-            o, ht = kda_chunk(q, k, v, g, beta, opts, initial_state=h0, cu_seqlens=cu_seqlens)
-        ctx.save_for_backward(q, k, v, g, beta, h0, cu_seqlens)
+            o, ht = kda_chunk(q, k, v, g, beta, opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
+                              cu_seqlens=cu_seqlens)
+        ctx.save_for_backward(q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens)
         ctx.opts = opts
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):
-        from kda_trace.kernels.backward import kda_backward
-
-        q, k, v, g, beta, h0, cu_seqlens = ctx.saved_tensors
+        q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(v)
-        gr = kda_backward(q, k, v, g, beta, do, ctx.opts, initial_state=h0, dht=dht, cu_seqlens=cu_seqlens)
-        dh0 = None if h0 is None else gr.dh0.to(h0.dtype)
-        return (gr.dq.to(q.dtype), gr.dk.to(k.dtype), gr.dv.to(v.dtype), gr.dg.to(g.dtype),
-                gr.dbeta.to(beta.dtype), dh0, None, None, None)
+        gr = kda_backward_raw(q, k, v, g, beta, do, dht, ctx.opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
+                              cu_seqlens=cu_seqlens)
+        cast = lambda name, x: None if x is None or gr[name] is None else gr[name].to(x.dtype)  # noqa: E731
+        return (cast("q", q), cast("k", k), cast("v", v), cast("g", g), cast("beta", beta),
+                cast("initial_state", h0), cast("A_log", A_log), cast("dt_bias", dt_bias), None, None)
+
+
+def _core(opts: KDAOptions) -> KDAOptions:
+    """opts without the in-kernel options (what kernels/backward.py's core takes)."""
+    import dataclasses
+
+    return dataclasses.replace(opts, use_qk_l2norm=False, gate="precomputed", beta="prob")
+
+
+def _apply_options(q, k, g, beta, A_log, dt_bias, opts: KDAOptions):
+    """(q, k, g, beta) after the options of `opts` (L2 norm, gate, beta form), in PyTorch (differentiable)."""
+    if opts.use_qk_l2norm:
+        q, k = _l2norm(q), _l2norm(k)
+    if opts.gate != "precomputed":
+        g = gate_torch(g, A_log, dt_bias, opts.gate, opts.lower_bound)
+    beta = {"prob": lambda b: b, "logits": torch.sigmoid, "logits_x2": lambda b: 2 * torch.sigmoid(b)}[opts.beta](beta)
+    return q, k, g, beta
 
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:
@@ -107,19 +123,11 @@ def kda_autograd(
         o `[B, T, HV, V]` (v's dtype) and the final state (initial_state's layout, fp32 / fp64). Both take
         part in autograd; gradients reach every tensor argument that requires grad (not cu_seqlens).
     """
-    if use_qk_l2norm:
-        q, k = _l2norm(q), _l2norm(k)
-    if gate != "precomputed":
-        if A_log is None or dt_bias is None:
-            raise ValueError(f"gate {gate!r} needs A_log and dt_bias")
-        g = gate_torch(g, A_log, dt_bias, gate, lower_bound)
-    if beta_kind == "logits":
-        beta = torch.sigmoid(beta)
-    elif beta_kind == "logits_x2":
-        beta = 2 * torch.sigmoid(beta)
-    elif beta_kind != "prob":
-        raise ValueError(f"beta_kind must be prob, logits or logits_x2, got {beta_kind!r}")
-    return _KDA.apply(q, k, v, g, beta, initial_state, scale, state_layout, cu_seqlens)
+    opts = KDAOptions(scale=scale, use_qk_l2norm=use_qk_l2norm, gate=gate, lower_bound=lower_bound,
+                      beta=beta_kind, state_layout=state_layout, output_final_state=True)
+    if gate != "precomputed" and (A_log is None or dt_bias is None):
+        raise ValueError(f"gate {gate!r} needs A_log and dt_bias")
+    return _KDA.apply(q, k, v, g, beta, initial_state, A_log, dt_bias, opts, cu_seqlens)
 
 
 def kda_backward_raw(
@@ -189,23 +197,17 @@ def kda_backward_raw(
 
 def _backward_raw_heads(opts, cu_seqlens, *, q, k, v, g, beta, do, dht, A_log, dt_bias, initial_state):
     """`kda_backward_raw` on all the heads it is given at once."""
-    import dataclasses
-
     from kda_trace.kernels.backward import kda_backward
 
-    core = dataclasses.replace(opts, use_qk_l2norm=False, gate="precomputed", beta="prob")
     with torch.inference_mode(False), torch.enable_grad():
         f = (lambda t: t.double()) if q.dtype == torch.float64 else (lambda t: t.float())
         names = ["q", "k", "g", "beta"] + (["A_log", "dt_bias"] if opts.gate != "precomputed" else [])
         given = {"q": q, "k": k, "g": g, "beta": beta, "A_log": A_log, "dt_bias": dt_bias}
         raw = {n: f(given[n]).clone().requires_grad_() for n in names}
-        q_n, k_n = (_l2norm(raw["q"]), _l2norm(raw["k"])) if opts.use_qk_l2norm else (raw["q"], raw["k"])
-        g_n = raw["g"] if opts.gate == "precomputed" else gate_torch(raw["g"], raw["A_log"], raw["dt_bias"], opts.gate,
-                                                                   opts.lower_bound)
-        beta_n = {"prob": lambda b: b, "logits": torch.sigmoid, "logits_x2": lambda b: 2 * torch.sigmoid(b)}[opts.beta](
-            raw["beta"])
+        q_n, k_n, g_n, beta_n = _apply_options(raw["q"], raw["k"], raw["g"], raw["beta"], raw.get("A_log"),
+                                               raw.get("dt_bias"), opts)
         mid = [q_n, k_n, g_n, beta_n]
-        gr = kda_backward(*(t.detach() for t in mid[:2]), v, *(t.detach() for t in mid[2:]), do, core,
+        gr = kda_backward(*(t.detach() for t in mid[:2]), v, *(t.detach() for t in mid[2:]), do, _core(opts),
                           initial_state=initial_state, dht=dht, cu_seqlens=cu_seqlens)
         d_raw = torch.autograd.grad(mid, [raw[n] for n in names], [gr.dq, gr.dk, gr.dg, gr.dbeta])
     out = {n: d.to(given[n].dtype) for n, d in zip(names, d_raw)}
