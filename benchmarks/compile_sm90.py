@@ -117,11 +117,12 @@ def chunked_mode(spills: bool) -> None:
                            dict(shared, BKT=min(BK, 64), BVT=min(BV, 64)), backward.LAUNCH["prep_operands_warps"] or 4)
         extra = ptxas_report(k) if spills and acc == "fp32" else []
         print(f"chunked split prep operands {acc} K={K} V={V} warps=4: ok", *extra)
-        pass_prec = "ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_precision"]
+        pass_prec = "ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_precision"] or "bf16"
+        src_prec = backward.LAUNCH["chunked_pass_source_precision"] or ("tf32" if pass_prec == "bf16" else pass_prec)
         tiles = ((32, 4, 1), (16, 4, 1), (64, 4, 1), (32, 8, 1), (32, 4, 3)) if spills and K == 128 else ((32, 4, 1),)
         for bv, warps, stages in tiles:
             c = dict(shared, BV=min(bv, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
-                     PREC_SRC="ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_source_precision"] or pass_prec,
+                     PREC_SRC="ieee" if acc == "fp64" else src_prec,
                      PARALLEL=backward.LAUNCH["chunked_pass_parallel"])
             k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages)
             extra = ptxas_report(k) if spills and acc == "fp32" else []

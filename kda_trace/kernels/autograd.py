@@ -147,13 +147,13 @@ def kda_backward_raw(
 ) -> dict[str, torch.Tensor | None]:
     """Gradients of sum(o * do) + sum(final_state * dht) with respect to the raw inputs of a KDA call with
     in-op options (`opts`: L2 norm, gate kind and bound, beta form, state layout, scale): the core by
-    kernels/backward.py, the element-wise norm / gate / sigmoid by torch.autograd around it (works under
-    torch.no_grad and inference mode). Returns {"q", "k", "v", "g" (of g or g_raw), "A_log", "dt_bias",
+    kernels/backward.py, the element-wise norm / gate / sigmoid and their chain rule by kernels/option_grads.py
+    and kernels/gate.py around it (no torch.autograd: works under torch.no_grad and inference mode). Returns {"q", "k", "v", "g" (of g or g_raw), "A_log", "dt_bias",
     "beta" (of beta or its logits), "initial_state"}, each in its input's dtype (None where not given).
 
     Where the backward's workspace would pass its limit (kernels/backward.py `head_groups`), groups of heads run
-    one after the other, the element-wise part included: its float32 copies of q, k and the gate take as much
-    memory as the backward's own buffers at 96 heads x 65536 tokens."""
+    one after the other, the element-wise part included: its float32 q, k and gate take as much memory as the
+    backward's own buffers at 96 heads x 65536 tokens."""
     from kda_trace.kernels.backward import head_groups
     from kda_trace.kernels.chunk import _sequence_tables
 
@@ -196,22 +196,30 @@ def kda_backward_raw(
 
 
 def _backward_raw_heads(opts, cu_seqlens, *, q, k, v, g, beta, do, dht, A_log, dt_bias, initial_state):
-    """`kda_backward_raw` on all the heads it is given at once."""
+    """`kda_backward_raw` on all the heads it is given at once: the options' results recomputed (q, k normalised
+    and the gate in Triton kernels, beta's sigmoid in PyTorch), the core backward, then the chain rule back to the
+    raw inputs (kernels/option_grads.py)."""
+    from kda_trace.kernels import option_grads
     from kda_trace.kernels.backward import kda_backward
+    from kda_trace.kernels.gate import kda_gate
 
-    with torch.inference_mode(False), torch.enable_grad():
-        f = (lambda t: t.double()) if q.dtype == torch.float64 else (lambda t: t.float())
-        names = ["q", "k", "g", "beta"] + (["A_log", "dt_bias"] if opts.gate != "precomputed" else [])
-        given = {"q": q, "k": k, "g": g, "beta": beta, "A_log": A_log, "dt_bias": dt_bias}
-        raw = {n: f(given[n]).clone().requires_grad_() for n in names}
-        q_n, k_n, g_n, beta_n = _apply_options(raw["q"], raw["k"], raw["g"], raw["beta"], raw.get("A_log"),
-                                               raw.get("dt_bias"), opts)
-        mid = [q_n, k_n, g_n, beta_n]
-        gr = kda_backward(*(t.detach() for t in mid[:2]), v, *(t.detach() for t in mid[2:]), do, _core(opts),
-                          initial_state=initial_state, dht=dht, cu_seqlens=cu_seqlens)
-        d_raw = torch.autograd.grad(mid, [raw[n] for n in names], [gr.dq, gr.dk, gr.dg, gr.dbeta])
-    out = {n: d.to(given[n].dtype) for n, d in zip(names, d_raw)}
-    out.update(v=gr.dv, initial_state=gr.dh0)
-    out.setdefault("A_log", None)
-    out.setdefault("dt_bias", None)
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    l2 = opts.use_qk_l2norm
+    q_n, k_n = (option_grads.l2_normalize(q, acc), option_grads.l2_normalize(k, acc)) if l2 else (q, k)
+    g_n = g if opts.gate == "precomputed" else kda_gate(g, A_log, dt_bias, opts.gate, opts.lower_bound)
+    s = None if opts.beta == "prob" else torch.sigmoid(beta.to(acc))
+    beta_n = {"prob": beta, "logits": s, "logits_x2": None if s is None else 2 * s}[opts.beta]
+    gr = kda_backward(q_n, k_n, v, g_n, beta_n, do, _core(opts), initial_state=initial_state, dht=dht,
+                      cu_seqlens=cu_seqlens)
+    del q_n, k_n, g_n, beta_n
+    out = {"v": gr.dv, "initial_state": gr.dh0, "A_log": None, "dt_bias": None}
+    for name, x, d in (("q", q, gr.dq), ("k", k, gr.dk)):
+        out[name] = option_grads.l2_normalize_backward(x, d.to(acc)) if l2 else d.to(x.dtype)
+    if opts.gate == "precomputed":
+        out["g"] = gr.dg.to(g.dtype)
+    else:
+        out["g"], out["A_log"], out["dt_bias"] = option_grads.gate_backward(g, A_log, dt_bias, gr.dg.to(acc),
+                                                                            opts.gate, opts.lower_bound)
+    dbeta = gr.dbeta if s is None else gr.dbeta.to(acc) * s * (1 - s) * (2 if opts.beta == "logits_x2" else 1)
+    out["beta"] = dbeta.to(beta.dtype)
     return out

@@ -121,17 +121,16 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # Chunked mode's keys: chunked_local, its local kernels ("split", the default: backward_chunked.py's three;
 # "tokens": `_local_kernel`). Precisions on a GPU (float64 inputs always ieee):
 # chunked_precision (the prep kernel's products), chunked_pass_precision (the sequential pass's) and
-# split_precision (the split local kernels'), tf32 each: operands rounded to 2^-11 relative, against fla's bf16
-# at 2^-8 (measured: module docstring, "Precision"). tf32x3
-# (about fp32) makes each of them spill at K = V = 128 (compile_sm90.py --chunked --spills). The pass also takes
-# "bf16" (operands rounded to bf16, as the forward's state pass: forward + backward 8% faster at 32 heads x 16384
-# on the H100, but dh0's error 1.7e-3, just past fla's 1.64-1.69e-3 on two shapes: off; RESULTS.md, twenty-third
-# session; bf16 in the forward recursion only kept dh0 but gained 0.4%, twenty-fourth).
-# chunked_pass_source_precision (None: the pass's) sets the reverse recursion's Qt^T dO product alone: the product
-# off the recursion's chain, and the one whose bf16 rounding makes dh0's error (benchmarks/pass_rounding_estimate.py:
-# 1.7e-3 with every product in bf16, 2.4e-4 with that one in tf32, 2.1e-4 all tf32). Every precision key takes
-# "bf16" (backward_blocks.`_xdot`); the prep's and the local kernels' gained 1-2% each and took dq, dk, dv, dbeta to
-# fla's errors, ddt_bias past them (RESULTS.md, twenty-fourth session): off. Tiles and warps:
+# split_precision (the split local kernels'), tf32 each but the pass: operands rounded to 2^-11 relative, against
+# fla's bf16 at 2^-8 (measured: module docstring, "Precision"). tf32x3 (about fp32) makes each of them spill at
+# K = V = 128 (compile_sm90.py --chunked --spills). Every precision key takes "bf16" too (backward_blocks.`_xdot`).
+# The pass: None = bf16 on a GPU (tf32 under the interpreter, which computes it in fp32), with
+# chunked_pass_source_precision (None: tf32 where the pass is bf16, else the pass's) for the reverse recursion's
+# Qt^T dO alone: that product's bf16 rounding is what reaches dh0 (benchmarks/pass_rounding_estimate.py: dh0
+# 1.7e-3 with every product in bf16, 2.4e-4 with that one in tf32, 2.1e-4 all tf32). H100, 32 heads x 16384: fwd+bwd
+# 18.39 / 18.25 ms against 18.82 / 18.74 all tf32 and 17.12 / 17.09 all bf16; dh0 4.6e-4 against 4.3e-4 and 1.7e-3
+# (fla 1.64e-3) (RESULTS.md, twenty-fourth session). The prep's and the local kernels' bf16 gained 1-2% each and
+# took dq, dk, dv, dbeta to fla's errors, ddt_bias past them (same session): off. Tiles and warps:
 # chunked_pass_bv / _warps / _stages (32 / 4 / 2 up to 64 sequence-heads, else 1 stage: 186 / 213
 # registers, no spill; 3 stages or BV 64 spill; H100 A/B, RESULTS.md eighteenth session);
 # split_bv (the V-tile of 3a, 64), split_v_warps (4: 8 took 2.87 against 2.52 ms at 32 heads x 16384, H100) and
@@ -143,7 +142,7 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms against 5.84 + 1.23 +
 # 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth sessions.)
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
-               "chunked_pass_precision": "tf32", "chunked_pass_source_precision": None, "split_precision": "tf32",
+               "chunked_pass_precision": None, "chunked_pass_source_precision": None, "split_precision": "tf32",
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
                "split_v_warps": None, "split_da_warps": None, "split_k_bk": None, "split_k_warps": None,
                "prep_pairs_warps": None, "prep_solve_warps": None, "prep_operands_warps": None, "prep_bv": None,

@@ -79,13 +79,14 @@ def test_bf16_inputs():
 
 
 def test_pass_products_in_bf16(monkeypatch):
-    """LAUNCH["chunked_pass_precision"] = "bf16" (off: dh0 just past fla's on the H100): the pass's operands
+    """LAUNCH["chunked_pass_precision"] = "bf16" (the GPU default, with Qt^T dO in tf32 unless asked): the pass's operands
     rounded to bf16, as the forward's state pass does: fp32 inputs over three chunks, two packed sequences, GVA,
     held to the bf16 bar (1e-2) and differing from the fp32 products' gradients (the rounding is applied)."""
     x = make(1, 150, 1, 2, 32, 24, seed=21, n_seqs=2)
     cu = torch.tensor([0, 130, 150])
     base = check(x, cu_seqlens=cu)
     monkeypatch.setitem(backward.LAUNCH, "chunked_pass_precision", "bf16")
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_source_precision", "bf16")
     rounded = check(x, cu_seqlens=cu, bar=1e-2)
     assert not torch.equal(rounded.dq, base.dq) and not torch.equal(rounded.dh0, base.dh0)
 
@@ -93,14 +94,15 @@ def test_pass_products_in_bf16(monkeypatch):
 
 def test_the_pass_source_product_keeps_dh0(monkeypatch):
     """chunked_pass_source_precision: the pass in bf16 but for the reverse recursion's Qt^T dO in fp32 (tf32 on a
-    GPU). dh0's error against float64 is then a fraction of the all-bf16 pass's (Qt^T dO is where dh0's rounding
+    GPU, the default there). dh0's error against float64 is then a fraction of the all-bf16 pass's (Qt^T dO is where dh0's rounding
     error comes from: benchmarks/pass_rounding_estimate.py), while dq still takes the forward recursion's rounding."""
     x = make(1, 330, 1, 1, 32, 24, seed=22)
     ref = truth(x, 32 ** -0.5, None, True, True)
     base = check(x)
     monkeypatch.setitem(backward.LAUNCH, "chunked_pass_precision", "bf16")
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_source_precision", "bf16")
     rounded = check(x, bar=1e-2)
-    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_source_precision", "tf32")
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_source_precision", None)  # tf32 with a bf16 pass
     mixed = check(x, bar=1e-2)
     err = {name: rms_rel(gr.dh0, ref["h0"]) for name, gr in (("base", base), ("rounded", rounded), ("mixed", mixed))}
     assert err["mixed"] < 0.3 * err["rounded"], err
