@@ -6,7 +6,8 @@ reverse recursion, LAUNCH["chunked_pass_precision"]), product by product, which 
 
 the chunk operands (Qt, Kt, W, A_qk^T dO, gamma) exact (tests/kernels/chunk_backward_matrix.py's formulas), from
 bf16-rounded inputs (q, k L2-normalised, v, dO; g = logsigmoid of a normal, beta = sigmoid). Each variant names
-the products whose operands are rounded to bf16; the others get tf32 (10 mantissa bits). dh0's RMS-relative error
+the products whose operands are rounded to bf16; the others get tf32 (10 mantissa bits); "split": Qt as the sum
+of two bf16 terms (`_xdot`'s "bf16_split_a"), dO bf16 already. dh0's RMS-relative error
 against the float64 recursion, over the heads.
 
     python benchmarks/pass_rounding_estimate.py [--heads 4] [--tokens 2048]
@@ -69,7 +70,8 @@ def reverse(chunks, dS, rounded):
     for Qt, Kt, W, dO2, gamma, dO in reversed(chunks):
         r = {p: (bf16 if p in rounded else tf32r) if rounded is not None else (lambda x: x) for p in ("kd", "qdo", "wdv")}
         dVn = dO2 + r["kd"](Kt) @ r["kd"](dS)
-        dS = gamma[:, None] * dS + r["qdo"](Qt).T @ r["qdo"](dO) - r["wdv"](W).T @ r["wdv"](dVn)
+        qt = (bf16(Qt) + bf16(Qt - bf16(Qt))) if rounded is not None and "qdo_split" in rounded else r["qdo"](Qt)
+        dS = gamma[:, None] * dS + qt.T @ r["qdo"](dO) - r["wdv"](W).T @ r["wdv"](dVn)
     return dS
 
 
@@ -81,6 +83,7 @@ def main():
     torch.manual_seed(0)
     K = V = 128
     variants = {"tf32 (all)": (), "bf16 (all)": ("kd", "qdo", "wdv"), "bf16 but Qt^T dO": ("kd", "wdv"),
+                "bf16, Qt^T dO split": ("kd", "qdo", "wdv", "qdo_split"),
                 "bf16 but Kt dS": ("qdo", "wdv"), "bf16 but W^T dVn": ("kd", "qdo"), "bf16 Qt^T dO only": ("qdo",)}
     err = {n: [0.0, 0.0] for n in variants}
     for _ in range(a.heads):

@@ -44,12 +44,23 @@ def _chunk_span(cu_seqlens, chunk_indices, i_c, CT: tl.constexpr):
 def _xdot(a, b, PREC: tl.constexpr):
     """a @ b with fp32 accumulation: fp32 (float64) operands in PREC ("tf32", "tf32x3", "ieee"), or with PREC "bf16"
     both rounded to bf16 first (tensor cores at twice tf32's rate, fla's and our forward's precision).
-    "bf16_interpreted" is "bf16" under the interpreter (`dot_precision`), whose bf16 products Triton 3.9 gets
-    wrong: the same rounding, then fp32 products of the rounded values."""
+    "bf16_split_a": a as the sum of two bf16 terms (its rounding and the rest: a to about 2^-16 relative), b
+    rounded to bf16, two bf16 products: about fp32 accuracy where b is bf16 already (a bf16 dO), at bf16 operand
+    traffic. "*_interpreted": the same under the interpreter (`dot_precision`), whose bf16 products Triton 3.9 gets
+    wrong: the same roundings, then fp32 products of the rounded values."""
     if PREC == "bf16":
         return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
     elif PREC == "bf16_interpreted":
         return tl.dot(_round_bf16(a), _round_bf16(b), input_precision="ieee")
+    elif PREC == "bf16_split_a":
+        a_hi = a.to(tl.bfloat16)
+        b_16 = b.to(tl.bfloat16)
+        return tl.dot(a_hi, b_16) + tl.dot((a - a_hi.to(a.dtype)).to(tl.bfloat16), b_16)
+    elif PREC == "bf16_split_a_interpreted":
+        a_hi = _round_bf16(a)
+        b_16 = _round_bf16(b)
+        return (tl.dot(a_hi, b_16, input_precision="ieee")
+                + tl.dot(_round_bf16(a - a_hi), b_16, input_precision="ieee"))
     else:
         return tl.dot(a, b, input_precision=PREC)
 
@@ -62,11 +73,11 @@ def _round_bf16(x):
 
 
 def dot_precision(prec: str, interpreted: bool) -> str:
-    """The PREC that `_xdot` takes for a launch setting's precision ("bf16" becomes "bf16_interpreted" under the
+    """The PREC that `_xdot` takes for a launch setting's precision ("bf16..." becomes "bf16..._interpreted" under the
     interpreter)."""
-    if prec not in ("tf32", "tf32x3", "ieee", "bf16"):
-        raise ValueError(f"a product precision must be tf32, tf32x3, ieee or bf16, got {prec!r}")
-    return "bf16_interpreted" if prec == "bf16" and interpreted else prec
+    if prec not in ("tf32", "tf32x3", "ieee", "bf16", "bf16_split_a"):
+        raise ValueError(f"a product precision must be tf32, tf32x3, ieee, bf16 or bf16_split_a, got {prec!r}")
+    return prec + "_interpreted" if prec.startswith("bf16") and interpreted else prec
 
 
 @triton.jit

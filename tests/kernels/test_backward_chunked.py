@@ -94,8 +94,9 @@ def test_pass_products_in_bf16(monkeypatch):
 
 def test_the_pass_source_product_keeps_dh0(monkeypatch):
     """chunked_pass_source_precision: the pass in bf16 but for the reverse recursion's Qt^T dO in fp32 (tf32 on a
-    GPU, the default there). dh0's error against float64 is then a fraction of the all-bf16 pass's (Qt^T dO is where dh0's rounding
-    error comes from: benchmarks/pass_rounding_estimate.py), while dq still takes the forward recursion's rounding."""
+    GPU, the default there), or as two bf16 products of Qt's two bf16 terms with a bf16 dO ("bf16_split_a"). dh0's
+    error against float64 is then a fraction of the all-bf16 pass's (Qt^T dO is where dh0's rounding error comes
+    from: benchmarks/pass_rounding_estimate.py), while dq still takes the forward recursion's rounding."""
     x = make(1, 330, 1, 1, 32, 24, seed=22)
     ref = truth(x, 32 ** -0.5, None, True, True)
     base = check(x)
@@ -104,8 +105,13 @@ def test_the_pass_source_product_keeps_dh0(monkeypatch):
     rounded = check(x, bar=1e-2)
     monkeypatch.setitem(backward.LAUNCH, "chunked_pass_source_precision", None)  # tf32 with a bf16 pass
     mixed = check(x, bar=1e-2)
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_source_precision", "bf16_split_a")
+    x16 = {n: t.bfloat16().float() if n == "do" else t for n, t in x.items()}  # the split is exact for a bf16 dO
+    split = check(x16, bar=1e-2)
+    ref16 = truth(x16, 32 ** -0.5, None, True, True)
     err = {name: rms_rel(gr.dh0, ref["h0"]) for name, gr in (("base", base), ("rounded", rounded), ("mixed", mixed))}
-    assert err["mixed"] < 0.3 * err["rounded"], err
+    err["split"] = rms_rel(split.dh0, ref16["h0"])
+    assert err["mixed"] < 0.3 * err["rounded"] and err["split"] < 0.3 * err["rounded"], err
     assert not torch.equal(mixed.dh0, base.dh0) and not torch.equal(mixed.dq, base.dq)
 
 @pytest.mark.parametrize("key", ["chunked_precision", "split_precision", "pairs_diag_precision"])
@@ -122,7 +128,7 @@ def test_local_products_in_bf16(key, monkeypatch):
     rounded = check(x, cu_seqlens=cu, bar=1e-2)
     assert not torch.equal(rounded.dq, base.dq) and not torch.equal(rounded.dg, base.dg)
     monkeypatch.setitem(backward.LAUNCH, key, "fp16")
-    with pytest.raises(ValueError, match="tf32, tf32x3, ieee or bf16"):
+    with pytest.raises(ValueError, match="tf32, tf32x3, ieee, bf16 or bf16_split_a"):
         check(x, cu_seqlens=cu)
 
 
