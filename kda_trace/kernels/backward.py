@@ -125,11 +125,12 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # fla's bf16 at 2^-8 (measured: module docstring, "Precision"). tf32x3 (about fp32) makes each of them spill at
 # K = V = 128 (compile_sm90.py --chunked --spills). Every precision key takes "bf16" too (backward_blocks.`_xdot`).
 # The pass: None = bf16 on a GPU (tf32 under the interpreter, which computes it in fp32), with
-# chunked_pass_source_precision (None: tf32 where the pass is bf16, else the pass's) for the reverse recursion's
-# Qt^T dO alone: that product's bf16 rounding is what reaches dh0 (benchmarks/pass_rounding_estimate.py: dh0
-# 1.7e-3 with every product in bf16, 2.4e-4 with that one in tf32, 2.1e-4 all tf32). H100, 32 heads x 16384: fwd+bwd
-# 18.39 / 18.25 ms against 18.82 / 18.74 all tf32 and 17.12 / 17.09 all bf16; dh0 4.6e-4 against 4.3e-4 and 1.7e-3
-# (fla 1.64e-3) (RESULTS.md, twenty-fourth session). The prep's and the local kernels' bf16 gained 1-2% each and
+# chunked_pass_source_precision (None: where the pass is bf16, "bf16_split_a" for a bf16 dO, Qt as two bf16 terms
+# and two bf16 products, else tf32; otherwise the pass's) for the reverse recursion's Qt^T dO alone: that
+# product's bf16 rounding is what reaches dh0 (benchmarks/pass_rounding_estimate.py: dh0 1.7e-3 with every product
+# in bf16, 2.4e-4 with that one in tf32, 1.5e-4 split, 2.1e-4 all tf32). H100, 32 heads x 16384: fwd+bwd 17.14 /
+# 17.17 ms split against 18.28 / 18.24 with tf32 there, 18.82 / 18.74 all tf32 and 17.12 / 17.09 all bf16; dh0
+# 1.8e-4 split, 4.6e-4, 4.3e-4 and 1.7e-3 (fla 1.64e-3) (RESULTS.md, twenty-fourth session). The prep's and the local kernels' bf16 gained 1-2% each and
 # took dq, dk, dv, dbeta to fla's errors, ddt_bias past them (same session): off. Tiles and warps:
 # chunked_pass_bv / _warps / _stages (32 / 4 / 2 up to 64 sequence-heads, else 1 stage: 186 / 213
 # registers, no spill; 3 stages or BV 64 spill; H100 A/B, RESULTS.md eighteenth session);

@@ -28,8 +28,8 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
 2. `_state_pass_kernel`, per (sequence, V-tile, value head) and direction, sequential over the sequence's chunks:
    the forward recursion from h0 (S_start of each chunk into `states`) and, in programs of their own beside them,
    the reverse one from dht (dS_end into `dstates`, and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
-   tile and direction per chunk (LAUNCH["chunked_pass_precision"]: bf16 but for the reverse recursion's Qt^T dO, in
-   tf32). No K x K map.
+   tile and direction per chunk (LAUNCH["chunked_pass_precision"]: bf16 but for the reverse recursion's Qt^T dO, as
+   two bf16 products of Qt's two bf16 terms with a bf16 dO, else tf32). No K x K map.
 3a. `_local_v_kernel`, per (chunk, value head, V-tile): Vn, dVn, Y_v, dv, and this V-tile's part of every sum
    over V (dA_qk, Y_v (beta v)^T, dQt, dKt, dW, dgamma, rowsum(v Y_v)), one partial copy per V-tile
    (deterministic: no atomics).
@@ -720,7 +720,10 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
     pass_prec = launch["chunked_pass_precision"] or ("tf32" if interp else "bf16")
-    src_prec = launch["chunked_pass_source_precision"] or ("tf32" if pass_prec == "bf16" else pass_prec)
+    # Qt^T dO, the product whose rounding reaches dh0: Qt as two bf16 terms where dO is bf16 (exact then), tf32
+    # for other dO
+    src_bf16 = "bf16_split_a" if do.dtype == torch.bfloat16 else "tf32"
+    src_prec = launch["chunked_pass_source_precision"] or (src_bf16 if pass_prec == "bf16" else pass_prec)
     prec, prec_src = _precision(acc, pass_prec, interp), _precision(acc, src_prec, interp)
 
     def run_pass(num_stages):
