@@ -1,10 +1,12 @@
 """The chunked backward against the exact mode on one GPU, fp32 inputs, by K and GVA (call 8 of the twenty-fourth
 session: test_autograd's fp32 test, K = 12 with GVA 1 -> 2, had dk 2e-2 off on the GPU, 4e-4 in the interpreter's
 emulation of the same precisions). Prints the RMS-relative difference of every gradient. `python
-benchmarks/probe_small_k.py [KEY=VALUE ...]` (kernels/backward.py LAUNCH keys for the chunked side)."""
+benchmarks/probe_small_k.py [KEY=VALUE ...]` (kernels/backward.py LAUNCH keys for the chunked side). PROBE_ONLY=exact or
+chunked runs that mode alone (no comparison), PROBE_SHAPES="K,H,HV,T;..." picks the shapes."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -31,7 +33,11 @@ def main():
     for item in sys.argv[1:]:
         key, _, val = item.partition("=")
         extra[key] = val
-    for K, H, HV, T in ((12, 1, 2, 70), (12, 2, 2, 70), (16, 1, 2, 70), (32, 1, 2, 70), (128, 1, 2, 70), (12, 1, 2, 700)):
+    shapes = ((12, 1, 2, 70), (12, 2, 2, 70), (16, 1, 2, 70), (32, 1, 2, 70), (128, 1, 2, 70), (12, 1, 2, 700))
+    if os.environ.get("PROBE_SHAPES"):
+        shapes = [tuple(int(v) for v in sh.split(",")) for sh in os.environ["PROBE_SHAPES"].split(";")]
+    only = os.environ.get("PROBE_ONLY")
+    for K, H, HV, T in shapes:
         gen = torch.Generator().manual_seed(K + H + T)
         r = lambda *s, gen=gen: torch.randn(*s, generator=gen).cuda()  # noqa: E731
         V = 10
@@ -39,6 +45,10 @@ def main():
         x = dict(q=q / q.norm(dim=-1, keepdim=True), k=k / k.norm(dim=-1, keepdim=True), v=r(1, T, HV, V),
                  g=-torch.rand(1, T, HV, K, generator=gen).cuda(), beta=torch.rand(1, T, HV, generator=gen).cuda(),
                  h0=r(1, HV, K, V) * 0.3, do=r(1, T, HV, V) * 0.1, dht=r(1, HV, K, V) * 0.1)
+        if only:
+            grads(x, {"mode": only, **(extra if only == "chunked" else {})})
+            print(f"K={K} H={H} HV={HV} T={T} {only} {extra}: ran", flush=True)
+            continue
         exact = grads(x, {"mode": "exact"})
         chunked = grads(x, {"mode": "chunked", **extra})
         err = {n: float((chunked[n] - exact[n]).norm() / exact[n].norm()) for n in exact}
