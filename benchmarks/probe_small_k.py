@@ -46,8 +46,17 @@ def main():
                  g=-torch.rand(1, T, HV, K, generator=gen).cuda(), beta=torch.rand(1, T, HV, generator=gen).cuda(),
                  h0=r(1, HV, K, V) * 0.3, do=r(1, T, HV, V) * 0.1, dht=r(1, HV, K, V) * 0.1)
         if only:
-            grads(x, {"mode": only, **(extra if only == "chunked" else {})})
-            print(f"K={K} H={H} HV={HV} T={T} {only} {extra}: ran", flush=True)
+            got = grads(x, {"mode": only, **(extra if only == "chunked" else {})})
+            if os.environ.get("PROBE_TRUTH"):  # against float64 autograd through the recurrence, on the CPU
+                sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "kernels"))
+                from test_backward import truth
+
+                ref = truth({n: t.cpu() for n, t in x.items()}, K ** -0.5)
+                err = {n: float((got[n].cpu().double() - ref[n]).norm() / ref[n].norm()) for n in got}
+                print(f"K={K} H={H} HV={HV} T={T} {only} {extra} vs float64: "
+                      + " ".join(f"{n} {e:.1e}" for n, e in err.items()), flush=True)
+            else:
+                print(f"K={K} H={H} HV={HV} T={T} {only} {extra}: ran", flush=True)
             continue
         exact = grads(x, {"mode": "exact"})
         chunked = grads(x, {"mode": "chunked", **extra})
