@@ -7,8 +7,8 @@ g_raw, A_log and dt_bias, beta from logits), as Kimi Linear trains:
   can compare finite differences with the backward), the options in PyTorch and the exact token-by-token forward
   of kernels/backward.py;
 - backward: `kda_backward_raw` (kernels/backward.py's fp32 gradients of the recurrence, which recomputes the states
-  from the saved raw inputs; the element-wise norm, gate and sigmoid are recomputed and differentiated by
-  torch.autograd around it). Nothing but the raw inputs is kept from the forward.
+  from the saved raw inputs; the element-wise norm, gate and sigmoid recomputed and their chain rule applied by
+  Triton kernels around it, kernels/option_grads.py). Nothing but the raw inputs is kept from the forward.
 Gradients reach q, k, v, g or g_raw, A_log, dt_bias, beta or its logits, and the initial state.
 """
 
@@ -148,8 +148,9 @@ def kda_backward_raw(
     """Gradients of sum(o * do) + sum(final_state * dht) with respect to the raw inputs of a KDA call with
     in-op options (`opts`: L2 norm, gate kind and bound, beta form, state layout, scale): the core by
     kernels/backward.py, the element-wise norm / gate / sigmoid and their chain rule by kernels/option_grads.py
-    and kernels/gate.py around it (no torch.autograd: works under torch.no_grad and inference mode). Returns {"q", "k", "v", "g" (of g or g_raw), "A_log", "dt_bias",
-    "beta" (of beta or its logits), "initial_state"}, each in its input's dtype (None where not given).
+    and kernels/gate.py around it (no torch.autograd: works under torch.no_grad and inference mode). Returns
+    {"q", "k", "v", "g" (of g or g_raw), "A_log", "dt_bias", "beta" (of beta or its logits), "initial_state"},
+    each in its input's dtype (None where not given).
 
     Where the backward's workspace would pass its limit (kernels/backward.py `head_groups`), groups of heads run
     one after the other, the element-wise part included: its float32 q, k and gate take as much memory as the

@@ -489,7 +489,7 @@ def _prepare(q, k, v, g, beta, opts, initial_state, cu_seqlens):
 
     if opts.gate != "precomputed" or opts.beta != "prob" or opts.use_qk_l2norm:
         raise ValueError("kernels.backward takes a precomputed g, beta as a probability and q/k as given; apply "
-                         "the gate, sigmoid and L2 norm around it (kernels.autograd does, with torch autograd)")
+                         "the gate, sigmoid and L2 norm around it (kernels.autograd.kda_backward_raw does)")
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     if k.shape != q.shape or v.shape[:2] != (B, T) or g.shape != (B, T, HV, K) or beta.shape != (B, T, HV):

@@ -56,8 +56,9 @@ def build_backward(definition):
 
     dense (`kda_bwd_*`: q [B, T, H, K], precomputed g, beta a probability) and packed (`kda_bwd_varlen_*`:
     q [total_seq_len, H, K] with cu_seqlens) go straight to the backward kernel; the packed backward through
-    the in-op options (`kda_bwd_fused_*`: raw q/k, g_raw, A_log, dt_bias, beta logits) differentiates the
-    element-wise norm, gate and sigmoid with torch.autograd around the kernel (kernels.autograd)."""
+    the in-op options (`kda_bwd_fused_*`: raw q/k, g_raw, A_log, dt_bias, beta logits) recomputes the
+    element-wise norm, gate and sigmoid and applies their chain rule in Triton kernels around the backward kernel
+    (kernels.autograd.kda_backward_raw, kernels/option_grads.py)."""
     from kda_trace.kernels.autograd import kda_backward_raw
     from kda_trace.kernels.backward import kda_backward
 

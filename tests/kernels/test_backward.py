@@ -309,7 +309,7 @@ def test_launch_settings_and_head_dims_on_gpu(K, V, launch, monkeypatch):
 @pytest.mark.gpu
 @needs_gpu
 def test_bf16_training_step_matches_fla_on_gpu():
-    """bf16 inputs through kda_autograd (safe gate, L2 norm, beta logits in PyTorch around our kernels) and
+    """bf16 inputs through kda_autograd (safe gate, L2 norm, beta logits in our kernels) and
     through fla's chunk_kda with the same options: every gradient agrees to bf16 accuracy."""
     fla = pytest.importorskip("fla.ops.kda")
     from kda_trace.kernels.autograd import kda_autograd
