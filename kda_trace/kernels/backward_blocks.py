@@ -27,6 +27,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kda_trace.kernels.chunk import _bf16, _mma
+
 
 @triton.jit
 def _chunk_span(cu_seqlens, chunk_indices, i_c, CT: tl.constexpr):
@@ -46,30 +48,26 @@ def _xdot(a, b, PREC: tl.constexpr):
     both rounded to bf16 first (tensor cores at twice tf32's rate, fla's and our forward's precision).
     "bf16_split_a": a as the sum of two bf16 terms (its rounding and the rest: a to about 2^-16 relative), b
     rounded to bf16, two bf16 products: about fp32 accuracy where b is bf16 already (a bf16 dO), at bf16 operand
-    traffic. "*_interpreted": the same under the interpreter (`dot_precision`), whose bf16 products Triton 3.9 gets
-    wrong: the same roundings, then fp32 products of the rounded values."""
+    traffic. "*_interpreted": the same under the interpreter (`dot_precision`), through kernels/chunk.py's `_bf16`
+    and `_mma`, which round and multiply there the way the GPU does."""
     if PREC == "bf16":
-        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+        return _mma(_bf16(a, False), _bf16(b, False), False)
     elif PREC == "bf16_interpreted":
-        return tl.dot(_round_bf16(a), _round_bf16(b), input_precision="ieee")
+        return _mma(_bf16(a, True), _bf16(b, True), True)
     elif PREC == "bf16_split_a":
-        a_hi = a.to(tl.bfloat16)
-        b_16 = b.to(tl.bfloat16)
-        return tl.dot(a_hi, b_16) + tl.dot((a - a_hi.to(a.dtype)).to(tl.bfloat16), b_16)
+        return _split_a_dot(a, b, False)
     elif PREC == "bf16_split_a_interpreted":
-        a_hi = _round_bf16(a)
-        b_16 = _round_bf16(b)
-        return (tl.dot(a_hi, b_16, input_precision="ieee")
-                + tl.dot(_round_bf16(a - a_hi), b_16, input_precision="ieee"))
+        return _split_a_dot(a, b, True)
     else:
         return tl.dot(a, b, input_precision=PREC)
 
 
 @triton.jit
-def _round_bf16(x):
-    """x rounded to bf16, nearest even, kept in fp32 (Triton 3.9's interpreter truncates its fp32 -> bf16 casts)."""
-    bits = x.to(tl.float32).to(tl.uint32, bitcast=True)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+def _split_a_dot(a, b, INTERPRET: tl.constexpr):
+    """`_xdot`'s "bf16_split_a": (a_hi + a_lo) @ b16 as two bf16 products."""
+    a_hi = _bf16(a, INTERPRET)
+    b_16 = _bf16(b, INTERPRET)
+    return _mma(a_hi, b_16, INTERPRET) + _mma(_bf16(a - a_hi.to(a.dtype), INTERPRET), b_16, INTERPRET)
 
 
 def dot_precision(prec: str, interpreted: bool) -> str:
