@@ -8,6 +8,8 @@ import pytest
 from kda_trace import platform
 from kda_trace.cli import main
 
+from cheats import _event_ms  # GPU time of a call by CUDA events, from an idle device (the fixture's own timer)
+
 pytestmark = pytest.mark.gpu
 
 
@@ -119,18 +121,9 @@ def test_work_behind_a_shorter_sleep_on_the_callers_stream_is_seen():
         for _ in range(20):
             busy.copy_(busy @ busy / 64)
 
-    def event_ms(fn):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end)
-
     work()
-    work_ms = event_ms(work)
-    cycles = int(0.6 * work_ms / (event_ms(lambda: torch.cuda._sleep(10_000_000)) / 10_000_000))
+    work_ms = _event_ms(work)
+    cycles = int(0.6 * work_ms / (_event_ms(lambda: torch.cuda._sleep(10_000_000)) / 10_000_000))
 
     def run(x):
         side.wait_stream(torch.cuda.current_stream())
