@@ -78,20 +78,6 @@ def test_bf16_inputs():
     check(make(1, 70, 1, 1, 32, 16, seed=5, dtype=torch.bfloat16), bar=1e-2)
 
 
-def test_pass_products_in_bf16(monkeypatch):
-    """LAUNCH["chunked_pass_precision"] = "bf16" (the GPU default, with Qt^T dO in tf32 unless asked): the pass's operands
-    rounded to bf16, as the forward's state pass does: fp32 inputs over three chunks, two packed sequences, GVA,
-    held to the bf16 bar (1e-2) and differing from the fp32 products' gradients (the rounding is applied)."""
-    x = make(1, 150, 1, 2, 32, 24, seed=21, n_seqs=2)
-    cu = torch.tensor([0, 130, 150])
-    base = check(x, cu_seqlens=cu)
-    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_precision", "bf16")
-    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_source_precision", "bf16")
-    rounded = check(x, cu_seqlens=cu, bar=1e-2)
-    assert not torch.equal(rounded.dq, base.dq) and not torch.equal(rounded.dh0, base.dh0)
-
-
-
 def test_the_pass_source_product_keeps_dh0(monkeypatch):
     """chunked_pass_source_precision: the pass in bf16 but for the reverse recursion's Qt^T dO in fp32 (tf32 on a
     GPU, the default there), or as two bf16 products of Qt's two bf16 terms with a bf16 dO ("bf16_split_a"). dh0's
@@ -114,20 +100,24 @@ def test_the_pass_source_product_keeps_dh0(monkeypatch):
     assert err["mixed"] < 0.3 * err["rounded"] and err["split"] < 0.3 * err["rounded"], err
     assert not torch.equal(mixed.dh0, base.dh0) and not torch.equal(mixed.dq, base.dq)
 
-@pytest.mark.parametrize("key", ["chunked_precision", "split_precision", "pairs_diag_precision"])
-def test_local_products_in_bf16(key, monkeypatch):
-    """The prep's (chunked_precision, pairs_diag_precision) or the local kernels' (split_precision) products with
-    bf16 operands: fp32 inputs over three chunks, two packed sequences, GVA, held to the bf16 bar (1e-2) and
-    differing from the tf32 products' gradients (fp32 under the interpreter: the rounding is applied); a precision
-    that `_xdot` does not know is refused before any launch."""
+
+@pytest.mark.parametrize("keys", [("chunked_precision",), ("split_precision",), ("pairs_diag_precision",),
+                                  ("chunked_pass_precision", "chunked_pass_source_precision")])
+def test_products_in_bf16(keys, monkeypatch):
+    """The prep's (chunked_precision, pairs_diag_precision), the local kernels' (split_precision) or the pass's
+    products with bf16 operands: fp32 inputs over three chunks, two packed sequences, GVA, held to the bf16 bar
+    (1e-2) and differing from the tf32 products' gradients (fp32 under the interpreter: the rounding is applied); a
+    precision that `_xdot` does not know is refused before any launch."""
     x = make(1, 150, 1, 2, 32, 24, seed=21, n_seqs=2)
     cu = torch.tensor([0, 130, 150])
-    monkeypatch.setitem(backward.LAUNCH, key, "tf32")
+    for key in keys:
+        monkeypatch.setitem(backward.LAUNCH, key, "tf32")
     base = check(x, cu_seqlens=cu)
-    monkeypatch.setitem(backward.LAUNCH, key, "bf16")
+    for key in keys:
+        monkeypatch.setitem(backward.LAUNCH, key, "bf16")
     rounded = check(x, cu_seqlens=cu, bar=1e-2)
     assert not torch.equal(rounded.dq, base.dq) and not torch.equal(rounded.dg, base.dg)
-    monkeypatch.setitem(backward.LAUNCH, key, "fp16")
+    monkeypatch.setitem(backward.LAUNCH, keys[0], "fp16")
     with pytest.raises(ValueError, match="tf32, tf32x3, ieee, bf16 or bf16_split_a"):
         check(x, cu_seqlens=cu)
 
