@@ -3,7 +3,7 @@ chunk_kda, forward + backward and backward alone, on one GPU; and every gradient
 
     python benchmarks/bench_backward.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--no-speed] [--accuracy]
         [--accuracy-shapes a,b]
-        [--bv N] [--warps N] [--seg N] [--launch key=N,...] [--parts] [--out DIR]
+        [--bv N] [--warps N] [--seg N] [--launch key=N,...] [--parts] [--recompute] [--out DIR]
 
 Speed (triton.testing.do_bench, median, grads reset between calls), per shape, bf16 q/k/v/beta, fp32 g and
 states, K = V = 128, initial state given, final state returned and differentiated (dht random):
@@ -23,6 +23,8 @@ LAUNCH) for a sweep; `--launch` sets any LAUNCH key (programs, map_bx, pass_bv, 
 the exact mode, `mode=chunked` (the default) with its precisions chunked_precision, chunked_pass_precision,
 split_precision, e.g. `--launch split_precision=tf32x3`). `--parts`: per
 shape, the GPU time of each kernel of one backward (torch.profiler), ours and fla's, to see where the time goes.
+`--recompute`: our backward recomputes the chunk matrices instead of taking the forward's (kda_autograd's
+keep_chunk_matrices=False).
 """
 
 from __future__ import annotations
@@ -88,12 +90,15 @@ def make_inputs(H, lens, mode, seed=0, dev="cuda"):
     return x, cu, r(B, Tb, H, V).to(bf) * 0.1, r(N, H, K, V) * 0.1
 
 
+KEEP = {"keep_chunk_matrices": True}  # --recompute: False
+
+
 def run_ours(x, cu, mode):
     if mode == "pre":
-        return kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu)
+        return kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu, **KEEP)
     return kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu,
                         use_qk_l2norm=True, gate="safe", A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=-5.0,
-                        beta_kind="logits")
+                        beta_kind="logits", **KEEP)
 
 
 def run_fla(x, cu, mode):
@@ -165,7 +170,7 @@ def speed(names, log, with_fla, fla_tune_each, parts=False):
         H, lens, mode = SHAPES[name]
         x, cu, do, dht = make_inputs(H, lens, mode)
         row = {"shape": name, "heads": H, "tokens": sum(lens), "seqs": len(lens), "mode": mode,
-               "bwd_launch": dict(ours_bwd.LAUNCH)}
+               "bwd_launch": dict(ours_bwd.LAUNCH), **KEEP}
         row["ours_fwd_bwd_ms"], row["ours_bwd_ms"], row["ours_peak_gib"] = time_pair(run_ours, x, cu, mode, do, dht)
         print(f"{name}: ours fwd+bwd {row['ours_fwd_bwd_ms']:.3f} ms, bwd {row['ours_bwd_ms']:.3f} ms, "
               f"peak {row['ours_peak_gib']:.1f} GiB", flush=True)
@@ -253,7 +258,8 @@ def accuracy(log, with_fla, names=None):
             o, ht = fn(x, cu, mode)
             torch.autograd.backward((o, ht), (do, dht))
             errs = {n: rms_rel(t.grad, ref[n]) for n, t in x.items()}
-            print(json.dumps({"accuracy": name, "who": who, **errs}), file=log, flush=True)
+            print(json.dumps({"accuracy": name, "who": who, **errs, **(KEEP if who == "ours" else {})}), file=log,
+                  flush=True)
             print(f"  {name:26s} {who:5s} " + " ".join(f"d{n} {e:.2e}" for n, e in errs.items()), flush=True)
 
 
@@ -270,8 +276,11 @@ def main():
     ap.add_argument("--seg", type=int, default=None, help="backward kernel scratch segment (16, 32 or 64 tokens)")
     ap.add_argument("--launch", default="", help="kernels/backward.py LAUNCH settings, e.g. programs=2048,pass_rows=16 (0: the default)")
     ap.add_argument("--parts", action="store_true", help="GPU time per kernel of one backward (torch.profiler)")
+    ap.add_argument("--recompute", action="store_true",
+                    help="kda_autograd(keep_chunk_matrices=False): the backward recomputes the chunk matrices")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
+    KEEP["keep_chunk_matrices"] = not a.recompute
     if a.fla_tune_each:
         os.environ["FLA_CACHE_RESULTS"] = "0"
     if a.bv:

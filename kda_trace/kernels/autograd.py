@@ -8,7 +8,8 @@ g_raw, A_log and dt_bias, beta from logits), as Kimi Linear trains:
   of kernels/backward.py;
 - backward: `kda_backward_raw` (kernels/backward.py's fp32 gradients of the recurrence, which recomputes the states
   from the saved raw inputs; the element-wise norm, gate and sigmoid recomputed and their chain rule applied by
-  Triton kernels around it, kernels/option_grads.py). Nothing but the raw inputs is kept from the forward.
+  Triton kernels around it, kernels/option_grads.py). The forward keeps the raw inputs and, unless asked not to,
+  its chunk matrices (P, A_qk, (I + A_kk)^-1 in fp32), which the backward's chunked mode would otherwise recompute.
 Gradients reach q, k, v, g or g_raw, A_log, dt_bias, beta or its logits, and the initial state.
 """
 
@@ -24,30 +25,32 @@ class _KDA(torch.autograd.Function):
     """(q, k, v, g, beta, h0, A_log, dt_bias) -> (o, final_state) under `opts` (its output_final_state True)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, beta, h0, A_log, dt_bias, opts, cu_seqlens):
+    def forward(ctx, q, k, v, g, beta, h0, A_log, dt_bias, opts, cu_seqlens, keep):
         from kda_trace.kernels.backward import kda_forward_exact
         from kda_trace.kernels.chunk import kda_chunk
 
+        kept = {}
         if all(x.dtype == torch.float64 for x in (q, k, v, g, beta)):
             q_n, k_n, g_n, beta_n = _apply_options(q, k, g, beta, A_log, dt_bias, opts)
             o, ht = kda_forward_exact(q_n, k_n, v, g_n, beta_n, _core(opts), initial_state=h0, cu_seqlens=cu_seqlens)
         else:
             o, ht = kda_chunk(q, k, v, g, beta, opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
-                              cu_seqlens=cu_seqlens)
-        ctx.save_for_backward(q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens)
+                              cu_seqlens=cu_seqlens, saved=kept if keep else None)
+        ctx.save_for_backward(q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens, kept.get("P"), kept.get("Aqk"),
+                              kept.get("X"))
         ctx.opts = opts
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens = ctx.saved_tensors
+        q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens, P, Aqk, X = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(v)
         gr = kda_backward_raw(q, k, v, g, beta, do, dht, ctx.opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
-                              cu_seqlens=cu_seqlens)
+                              cu_seqlens=cu_seqlens, chunk_matrices=None if P is None else dict(P=P, Aqk=Aqk, X=X))
         cast = lambda name, x: None if x is None or gr[name] is None else gr[name].to(x.dtype)  # noqa: E731
         return (cast("q", q), cast("k", k), cast("v", v), cast("g", g), cast("beta", beta),
-                cast("initial_state", h0), cast("A_log", A_log), cast("dt_bias", dt_bias), None, None)
+                cast("initial_state", h0), cast("A_log", A_log), cast("dt_bias", dt_bias), None, None, None)
 
 
 def _core(opts: KDAOptions) -> KDAOptions:
@@ -104,6 +107,7 @@ def kda_autograd(
     lower_bound: float = -5.0,
     beta_kind: str = "prob",
     state_layout: str = "kv",
+    keep_chunk_matrices: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Differentiable KDA (dense or packed varlen), forward by our Triton kernels, backward by ours.
 
@@ -118,6 +122,9 @@ def kda_autograd(
         cu_seqlens: `[N + 1]` cumulative lengths of a packed batch (B = 1), or None.
         use_qk_l2norm: L2-normalise q and k (x / sqrt(sum x^2 + 1e-6)) first.
         A_log `[HV]`, dt_bias `[HV, K]`: the gate's parameters (needed unless gate is "precomputed").
+        keep_chunk_matrices: the forward keeps its chunk matrices (P, A_qk and (I + A_kk)^-1, fp32, 48 KiB per
+            64 tokens and value head: 384 MiB at 32 heads x 16384 tokens) until the backward, which then does not
+            recompute them (fla's chunk_kda keeps its A_qk and A_kk the same way); False: recomputed.
 
     Returns:
         o `[B, T, HV, V]` (v's dtype) and the final state (initial_state's layout, fp32 / fp64). Both take
@@ -127,7 +134,7 @@ def kda_autograd(
                       beta=beta_kind, state_layout=state_layout, output_final_state=True)
     if gate != "precomputed" and (A_log is None or dt_bias is None):
         raise ValueError(f"gate {gate!r} needs A_log and dt_bias")
-    return _KDA.apply(q, k, v, g, beta, initial_state, A_log, dt_bias, opts, cu_seqlens)
+    return _KDA.apply(q, k, v, g, beta, initial_state, A_log, dt_bias, opts, cu_seqlens, keep_chunk_matrices)
 
 
 def kda_backward_raw(
@@ -144,13 +151,15 @@ def kda_backward_raw(
     dt_bias: torch.Tensor | None = None,
     initial_state: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
+    chunk_matrices: dict | None = None,
 ) -> dict[str, torch.Tensor | None]:
     """Gradients of sum(o * do) + sum(final_state * dht) with respect to the raw inputs of a KDA call with
     in-op options (`opts`: L2 norm, gate kind and bound, beta form, state layout, scale): the core by
     kernels/backward.py, the element-wise norm / gate / sigmoid and their chain rule by kernels/option_grads.py
     and kernels/gate.py around it (no torch.autograd: works under torch.no_grad and inference mode). Returns
     {"q", "k", "v", "g" (of g or g_raw), "A_log", "dt_bias", "beta" (of beta or its logits), "initial_state"},
-    each in its input's dtype (None where not given).
+    each in its input's dtype (None where not given). chunk_matrices: the forward's, as kernels/backward.py
+    `kda_backward` takes them (kept by `kda_chunk(..., saved=...)`), or None.
 
     Where the backward's workspace would pass its limit (kernels/backward.py `head_groups`), groups of heads run
     one after the other, the element-wise part included: its float32 q, k and gate take as much memory as the
@@ -167,7 +176,7 @@ def kda_backward_raw(
     args = dict(q=q, k=k, v=v, g=g, beta=beta, do=do, dht=dht, A_log=A_log, dt_bias=dt_bias,
                 initial_state=initial_state)
     if len(groups) == 1:
-        return _backward_raw_heads(opts, cu_seqlens, **args)
+        return _backward_raw_heads(opts, cu_seqlens, chunk_matrices, **args)
     # the heads each argument and gradient has, and where: q, k on dim 2 by q/k heads; the rest by value heads
     value_dim = dict(v=2, g=2, beta=2, do=2, dht=1, initial_state=1, A_log=0, dt_bias=0)
     shaped = dict(A_log=(HV,), dt_bias=(HV, K))  # any shape of HV (HV x K) elements
@@ -179,7 +188,8 @@ def kda_backward_raw(
                 x = x.reshape(shaped[n]) if n in shaped else x
                 sub[n] = x.narrow(2, qk.start, qk.stop - qk.start) if n in ("q", "k") else \
                     x.narrow(value_dim[n], vh.start, vh.stop - vh.start)
-        part = _backward_raw_heads(opts, cu_seqlens, **{n: sub.get(n) for n in args})
+        mats = None if chunk_matrices is None else {n: m[:, vh] for n, m in chunk_matrices.items()}
+        part = _backward_raw_heads(opts, cu_seqlens, mats, **{n: sub.get(n) for n in args})
         for n, d in part.items():
             if d is None:
                 out.setdefault(n, None)
@@ -196,7 +206,8 @@ def kda_backward_raw(
     return out
 
 
-def _backward_raw_heads(opts, cu_seqlens, *, q, k, v, g, beta, do, dht, A_log, dt_bias, initial_state):
+def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, do, dht, A_log, dt_bias,
+                        initial_state):
     """`kda_backward_raw` on all the heads it is given at once: the options' results recomputed (q, k normalised
     and the gate in Triton kernels, beta's sigmoid in PyTorch), the core backward, then the chain rule back to the
     raw inputs (kernels/option_grads.py)."""
@@ -211,7 +222,7 @@ def _backward_raw_heads(opts, cu_seqlens, *, q, k, v, g, beta, do, dht, A_log, d
     s = None if opts.beta == "prob" else torch.sigmoid(beta.to(acc))
     beta_n = {"prob": beta, "logits": s, "logits_x2": None if s is None else 2 * s}[opts.beta]
     gr = kda_backward(q_n, k_n, v, g_n, beta_n, do, _core(opts), initial_state=initial_state, dht=dht,
-                      cu_seqlens=cu_seqlens)
+                      cu_seqlens=cu_seqlens, chunk_matrices=chunk_matrices)
     del q_n, k_n, g_n, beta_n
     out = {"v": gr.dv, "initial_state": gr.dh0, "A_log": None, "dt_bias": None}
     for name, x, d in (("q", q, gr.dq), ("k", k, gr.dk)):

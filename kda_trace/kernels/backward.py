@@ -525,8 +525,9 @@ def _tile(key, width, interpreted, gpu_default=16):
     return max(16, triton.next_power_of_2(width)) if interpreted else gpu_default
 
 
-def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
-    """The three kernels; returns fp32 (fp64) dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout)."""
+def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None):
+    """The three kernels; returns fp32 (fp64) dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout). given: the
+    forward's chunk matrices for the chunked mode (the exact mode does not use them), or None."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -539,17 +540,9 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
     do = do.reshape(TT, HV, V).contiguous()
     # the default (None): chunked when compiled; under the interpreter the exact mode, which it runs about 7x faster
     # (bf16, 32 heads x 2 x 12 tokens: 13 s against 91 s), so that the CPU run of the smoke workloads stays short
-    # On a GPU the chunked mode is wrong at K <= 16 (one 16-column K-tile): dk 1.6e-2 to 3.9e-2 and dg 1.4e-2 to
-    # 2.1e-2 off float64 at K = 16 and 12, against 1.2e-3 at K = 32 and 100 (H100, 52ffb05 and later; not under the
-    # interpreter, where both modes agree to 1e-7; not found yet: benchmarks/RESULTS.md, twenty-fourth session). The
-    # exact mode is right there and takes those heads; asking for the chunked mode there is refused.
-    small_k_on_gpu = BK <= 16 and not interp
-    if LAUNCH["mode"] == "chunked" and small_k_on_gpu:
-        raise ValueError(f"LAUNCH['mode'] = 'chunked' gives wrong gradients on a GPU at K <= 16 (K = {K}); "
-                         "use the exact mode (the default there)")
-    mode = LAUNCH["mode"] or ("exact" if interp or small_k_on_gpu else "chunked")
+    mode = LAUNCH["mode"] or ("exact" if interp else "chunked")
     if mode == "chunked":
-        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp)
+        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given)
     if mode != "exact":
         raise ValueError(f"LAUNCH['mode'] must be 'exact' or 'chunked', got {LAUNCH['mode']!r}")
 
@@ -582,7 +575,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale):
     return dq, dk, dv, dg, dbeta, dh0
 
 
-def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp):
+def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=None):
     """LAUNCH["mode"] = "chunked": states and dS at chunk boundaries by kernels/backward_chunked.py, then the
     local kernel LAUNCH["chunked_local"]; same returns as `_backward`."""
     from kda_trace.kernels.backward_chunked import chunk_states_and_grads, local_split
@@ -590,7 +583,7 @@ def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp):
     B, T, H, HV, K, V, N = sizes
     local = LAUNCH["chunked_local"]
     states, dstates, dh0, pre = chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, LAUNCH,
-                                                       _n_programs, store_xp=local == "split")
+                                                       _n_programs, store_xp=local == "split", given=given)
     if local == "split":
         pre.update(states=states, dstates=dstates)  # local_split frees each buffer after its last reader
         del states, dstates
@@ -655,7 +648,7 @@ def _dht_kv(dht, opts, N, HV, K, V):
 def kda_backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, do: torch.Tensor,
     opts: KDAOptions = _DEFAULT_OPTIONS, *, initial_state: torch.Tensor | None = None, dht: torch.Tensor | None = None,
-    cu_seqlens: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None, chunk_matrices: dict | None = None,
 ) -> KDAGrads:
     r"""Gradients of L = sum(o * do) + sum(final_state * dht) for the KDA forward with these inputs.
 
@@ -666,17 +659,21 @@ def kda_backward(
         initial_state: `[N, HV, K, V]` ("kv") or `[N, HV, V, K]` ("vk"), or None for zeros.
         dht: gradient of the final state (same shape as initial_state), or None for zeros.
         cu_seqlens: `[N + 1]` cumulative lengths of a packed batch (B = 1), or None (N = B rows of T).
+        chunk_matrices: the chunk matrices P, Aqk and X of the forward on these inputs, as kernels/chunk.py's
+            `kda_chunk(..., saved=...)` keeps them (fp32 `[NT, HV, 64, 64]`): the chunked mode then skips
+            computing them (about 15% of the backward at 32 heads x 16384 on the H100). None: computed here.
 
     Returns:
         KDAGrads(dq, dk, dv, dg, dbeta, dh0); dh0 is None when initial_state is None.
     """
     xs, sizes, tables, acc, h0 = _prepare(q, k, v, g, beta, opts, initial_state, cu_seqlens)
     B, T, H, HV, K, V, N = sizes
+    given = _check_chunk_matrices(chunk_matrices, (tables[3], HV, CT, CT), acc, q.device)
     dht = _dht_kv(dht, opts, N, HV, K, V)
     do = do.reshape(B * T, HV, V)
     groups = head_groups(sizes, tables[3], acc, q.device)
     if len(groups) == 1:
-        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K))
+        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), given)
         return _grads(out, sizes, (q, k, v, beta), acc, opts, initial_state is not None)
     # heads are independent: each group's inputs are copied out and its gradients into the whole ones, already in
     # the dtypes returned (dg and dh0 stay fp32 / fp64)
@@ -687,12 +684,25 @@ def kda_backward(
     for qk, vh in groups:
         sub_xs = tuple(_heads(x, qk if i < 2 else vh) for i, x in enumerate(xs))
         sub = _backward(sub_xs, (B, T, qk.stop - qk.start, vh.stop - vh.start, K, V, N), tables, acc,
-                        _heads(h0, vh), _heads(do, vh), _heads(dht, vh), opts.resolved_scale(K))
+                        _heads(h0, vh), _heads(do, vh), _heads(dht, vh), opts.resolved_scale(K),
+                        None if given is None else {n: _heads(m, vh) for n, m in given.items()})
         for whole, piece, heads in zip(out, sub, (qk, qk, vh, vh, vh, vh)):
             if whole is not None:
                 whole[:, heads] = piece
         del sub
     return _grads(out, sizes, (q, k, v, beta), acc, opts, initial_state is not None)
+
+
+def _check_chunk_matrices(given, shape, acc, device):
+    """kda_backward's chunk_matrices, checked: P, Aqk and X of `shape` in acc on the device (or None)."""
+    if given is None:
+        return None
+    for name in ("P", "Aqk", "X"):
+        m = given.get(name)
+        if m is None or tuple(m.shape) != shape or m.dtype != acc or m.device != device:
+            got = None if m is None else f"{list(m.shape)} {m.dtype} on {m.device}"
+            raise ValueError(f"chunk_matrices[{name!r}] must be {list(shape)} {acc} on {device}, got {got}")
+    return {name: given[name].contiguous() for name in ("P", "Aqk", "X")}
 
 
 def _heads(x, heads):

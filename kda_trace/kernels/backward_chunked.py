@@ -134,14 +134,14 @@ def _values_tile(b_X, b_Aqk, b_b, v, do, U, dO2, off_v, m_tv, PREC: tl.constexpr
 # ----------------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["n_work"])
 def _prep_pairs_kernel(
-    q, k, g, Pb, Aqk, gamma, scratch, cu_seqlens, chunk_indices, n_work,
+    q, k, g, Pb, Aqk, scratch, cu_seqlens, chunk_indices, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BI: tl.constexpr,
     PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
 ):
     """Row block BI (one launch per block, like kernels/chunk.py's intra kernel) of P and of A_qk / scale
     ([NT, HV, CT, CT], backward_blocks.py's `_pair_rows_anchored` with ANCHORS, else `_pair_rows` twice) for the
-    work items (chunk, value head), shared out over the programs; the last row block also stores gamma. Scratch
-    per program: the chunk's gates [CT, BK], zero past its rows."""
+    work items (chunk, value head), shared out over the programs. Scratch per program: the chunk's gates [CT, BK],
+    zero past its rows."""
     ACC: tl.constexpr = Pb.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
     p_gs = scratch + pid * (CT * BK)
@@ -158,8 +158,6 @@ def _prep_pairs_kernel(
         m_t = o_t < n
         b_g = tl.load(g + (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :],
                       mask=(m_t & m_need)[:, None] & m_k[None, :], other=0.0).to(ACC)
-        if BI == CT // 16 - 1:  # the last row block reads every row
-            tl.store(gamma + (i_c * HV + i_hv) * K + o_k, tl.exp(tl.sum(b_g, axis=0)), mask=m_k)
         tl.debug_barrier()  # the previous item's reads of the scratch are done
         tl.store(p_gs + o_t[:, None] * BK + o_k[None, :], b_g)
         tl.debug_barrier()
@@ -195,13 +193,14 @@ def _prep_solve_kernel(Pb, beta, Xb, cu_seqlens, chunk_indices, HV: tl.constexpr
 
 @triton.jit(do_not_specialize=["scale"])
 def _prep_operands_kernel(
-    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, cu_seqlens, chunk_indices, scale,
+    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
     CT: tl.constexpr, PREC: tl.constexpr,
 ):
     """Per (chunk, value head) and tile: for each of the NKT K-tiles of BKT columns, W = X diag(beta) k e(G),
-    Kt = k e(Gl - G) and Qt = scale q e(G) (G and Gl - G as sums of the gates, exp arguments <= 0); for each
-    of the V-tiles of BVT columns after them, U = X diag(beta) v and dO2 = A_qk^T dO."""
+    Kt = k e(Gl - G) and Qt = scale q e(G) (G and Gl - G as sums of the gates, exp arguments <= 0) and the
+    chunk's decay gamma = e(G_last); for each of the V-tiles of BVT columns after them, U = X diag(beta) v and
+    dO2 = A_qk^T dO."""
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     ACC: tl.constexpr = W.dtype.element_ty
     i_c = tl.program_id(0).to(tl.int64) // HV
@@ -219,6 +218,7 @@ def _prep_operands_kernel(
         m_tk = m_t[:, None] & (o_kt < K)[None, :]
         p_gt = g + (r0 * HV + i_hv) * K + o_kt[None, :]
         b_gt = tl.load(p_gt + o_t[:, None] * (HV * K), mask=m_tk, other=0.0).to(ACC)
+        tl.store(gamma + item * K + o_kt, tl.exp(tl.sum(b_gt, axis=0)), mask=o_kt < K)
         b_gn = tl.load(p_gt + (o_t + 1)[:, None] * (HV * K), mask=((o_t + 1) < n)[:, None] & (o_kt < K)[None, :],
                        other=0.0).to(ACC)
         off = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
@@ -517,8 +517,11 @@ def _local_da_kernel(
     dA_kk = (-(XdXv + Y_k (beta Kb)^T) X^T)_strict, dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P)
     (final), the diagonal of dA_qk times scale (d1 [T, HV]: it goes to dq and dk directly,
     tests/kernels/chunk_backward_matrix.py), and the two matrices of the decay-weighted sums, rewritten in place in the first copies
-    of dAqk and XdXv: M1 = scale (dA_qk)_strict and M2 = diag(beta) dA_kk."""
-    BKT: tl.constexpr = 64 if BK > 64 else BK
+    of dAqk and XdXv: M1 = scale (dA_qk)_strict and M2 = diag(beta) dA_kk.
+    K-tiles of 32 to 64 columns (masked past K): with 16-wide tiles (K <= 16) the tf32 product
+    Y_k (beta Kb)^T, inner dimension 16, came out wrong on the H100 (Triton 3.6; M2 15% off, dk 4e-2 off float64:
+    benchmarks/RESULTS.md, twenty-fifth session)."""
+    BKT: tl.constexpr = 64 if BK > 64 else (BK if BK >= 32 else 32)
     ACC: tl.constexpr = Yk.dtype.element_ty
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
@@ -677,10 +680,12 @@ def _local_k_kernel(
         tl.store(dg + off_tk, b_dg, mask=m_tk)
 
 
-def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, store_xp=False):
+def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, store_xp=False,
+                           given=None):
     """Kernels 1 and 2: (states, dstates [NT, HV, K, V], dh0 [N, HV, K, V], prep) in acc; prep: the prep
     kernel's buffers by name (W, U, Qt, Kt, gamma, dO2, and X, P with store_xp). xs: the packed q, k, v, g, beta;
-    do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH."""
+    do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH; given: the forward's P, Aqk
+    and X (`_prep`), or None to compute them."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -694,7 +699,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     pre = {n: torch.empty(TT, HV, K, dtype=acc, device=dev) for n in ("W", "Qt", "Kt")}
     pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in ("U", "dO2")})
     pre["gamma"] = torch.empty(NT, HV, K, dtype=acc, device=dev)
-    pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
+    if given is None:
+        pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
     z = torch.empty(1, dtype=acc, device=dev)
     n_work = NT * HV
     n_prog = n_programs(n_work, dev, interp)
@@ -703,7 +709,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     # blocks, and tf32's 2^-11 operand rounding there would reach every row of W and U (an inverse amplifies
     # relative errors by cond(I + A_kk)); ieee for float64
     solve_prec = "ieee" if acc == torch.float64 else SOLVE_PRECISION.value
-    _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec)
+    _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given)
     if not store_xp:
         del pre["X"], pre["P"]
 
@@ -756,9 +762,10 @@ def _anchors(launch) -> bool:
     return launch["diag_blocks"] == "anchors"
 
 
-def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec):
+def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given=None):
     """Kernel 1 as three: `_prep_pairs_kernel` (one launch per 16-row block, persistent programs),
-    `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P."""
+    `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P. given: P, Aqk
+    and X as the forward kept them (kernels/chunk.py `kda_chunk`'s `saved`): then only the operands kernel runs."""
     from kda_trace.platform import triton_interpreted
 
     interp = triton_interpreted()
@@ -768,22 +775,26 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
     dev = q.device
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
-    aqk = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
-    scratch = torch.empty(n_prog, CT * BK, dtype=acc, device=dev)
-    for bi in range(CT // 16):
-        _prep_pairs_kernel[(n_prog,)](
-            q, k, g, pre["P"], aqk, pre["gamma"], scratch, cu, chunk_indices, NT * HV,
-            H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
-            DPREC=_precision(acc, launch["pairs_diag_precision"] or ("tf32" if interp else "bf16"), interp),
-            num_warps=launch["prep_pairs_warps"] or 4)
-    del scratch
-    _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT, SOLVE_PREC=solve_prec,
-                                 num_warps=launch["prep_solve_warps"] or 4)
+    if given is not None:
+        pre["P"], pre["X"], aqk = given["P"], given["X"], given["Aqk"]
+    else:
+        aqk = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
+        scratch = torch.empty(n_prog, CT * BK, dtype=acc, device=dev)
+        for bi in range(CT // 16):
+            _prep_pairs_kernel[(n_prog,)](
+                q, k, g, pre["P"], aqk, scratch, cu, chunk_indices, NT * HV,
+                H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
+                DPREC=_precision(acc, launch["pairs_diag_precision"] or ("tf32" if interp else "bf16"), interp),
+                num_warps=launch["prep_pairs_warps"] or 4)
+        del scratch
+        _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT,
+                                     SOLVE_PREC=solve_prec, num_warps=launch["prep_solve_warps"] or 4)
     BKT = min(BK, 64)
     BVT = launch["prep_bv"] or min(BV, 64)
     _prep_operands_kernel[(NT * HV, triton.cdiv(K, BKT) + triton.cdiv(V, BVT))](
-        q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], cu, chunk_indices,
-        scale, H=H, HV=HV, K=K, V=V, BKT=BKT, BVT=BVT, CT=CT, PREC=prec, num_warps=launch["prep_operands_warps"] or 4)
+        q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"], cu,
+        chunk_indices, scale, H=H, HV=HV, K=K, V=V, BKT=BKT, BVT=BVT, CT=CT, PREC=prec,
+        num_warps=launch["prep_operands_warps"] or 4)
 
 
 def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):

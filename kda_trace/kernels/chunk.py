@@ -330,11 +330,11 @@ def _qg_row_factors(rq, scale, rows, m, HV: tl.constexpr, L2NORM: tl.constexpr):
 
 @triton.jit(do_not_specialize=["scale"])
 def _intra_kernel(
-    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Ps, Qs,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
@@ -342,17 +342,17 @@ def _intra_kernel(
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     if I * BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
 
 
 @triton.jit(do_not_specialize=["scale"])
 def _intra_chunk_kernel(
-    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Ps, Qs,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
     intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
@@ -361,29 +361,29 @@ def _intra_chunk_kernel(
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
-    _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+    _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
     tl.debug_barrier()
     if BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
     tl.debug_barrier()
     if 2 * BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
     tl.debug_barrier()
     if 3 * BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
 
 
 @triton.jit
 def _intra_block(
-    q, k, beta, G, rq, rk, Akk, Aqk, QG, scale, i_c, i_hv, r0, n,
+    q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I
@@ -391,7 +391,9 @@ def _intra_block(
     L2-norm factors of the block's rows are computed here and stored for the later blocks (columns before the
     block) and for kernel 4. With QG_HERE (launch setting qg_in_intra) it also stores q exp(G) of the block's
     rows, without the scale and L2-norm factors (not known until the end of the K loop: kernel 5 or 6 applies
-    them to the rows of (q exp(G)) S), so that kernel 4 need not read q."""
+    them to the rows of (q exp(G)) S), so that kernel 4 need not read q. With SAVE (`kda_chunk`'s `saved`), also
+    P = A_kk without beta and A_qk without the scale, fp32, into the chunk's [BT, BT] slots of Ps and Qs, for the
+    backward (kernels/backward_chunked.py computes the same matrices when they are not given)."""
     i_h = i_hv // (HV // H)
     i0 = I * BC
     # chunk-row-0 pointers; row strides SX (q, k), SG (G), SA (A_qk), HV (beta, r)
@@ -491,9 +493,20 @@ def _intra_block(
         rq_i = _inv_norm_at(rq, o_i * HV, m_i, L2NORM)
         rk_i = _inv_norm_at(rk, o_i * HV, m_i, L2NORM)
     rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
+    m_lo = m_i[:, None] & (o_t < i0)[None, :]
+    if SAVE:
+        Ps += (i_c * HV + i_hv) * (BT * BT)
+        Qs += (i_c * HV + i_hv) * (BT * BT)
+        p_off = o_i[:, None] * BT + o_t[None, :]
+        p_diag = o_i[:, None] * BT + o_i[None, :]
+        tl.store(Ps + p_off, off_lo * rk_i[:, None] * rk_t[None, :], mask=m_lo)
+        tl.store(Ps + p_diag, tl.where(o_c[:, None] > o_c[None, :], kk * rk_i[:, None] * rk_i[None, :], 0.0),
+                 mask=m_i[:, None])
+        tl.store(Qs + p_off, off_qlo * rq_i[:, None] * rk_t[None, :], mask=m_lo)
+        tl.store(Qs + p_diag, tl.where(o_c[:, None] >= o_c[None, :], qk * rq_i[:, None] * rk_i[None, :], 0.0),
+                 mask=m_i[:, None])
     kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
     qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
-    m_lo = m_i[:, None] & (o_t < i0)[None, :]
     # A_qk row block: columns < i0 from the first product, the diagonal block at i0
     off_q = off_qlo * (scale * rq_i)[:, None] * rk_t[None, :]
     tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(off_q, INTERPRET), mask=m_lo)
@@ -515,10 +528,14 @@ def _akk_block(Akk, I: tl.constexpr, J: tl.constexpr, n, BT: tl.constexpr, BC: t
 
 
 @triton.jit
-def _store_x_block(Xs, x, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,  # noqa: E741
-                   INTERPRET: tl.constexpr):
+def _store_x_block(Xs, Xf, x, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,  # noqa: E741
+                   INTERPRET: tl.constexpr, SAVE: tl.constexpr):
+    """Block (I, J) of X into Xs as bf16, and with SAVE into Xf as fp32."""
     o = tl.arange(0, BC)
-    tl.store(Xs + (I * BC + o)[:, None] * BT + (J * BC + o)[None, :], _bf16(x, INTERPRET))
+    off = (I * BC + o)[:, None] * BT + (J * BC + o)[None, :]
+    tl.store(Xs + off, _bf16(x, INTERPRET))
+    if SAVE:
+        tl.store(Xf + off, x)
 
 
 @triton.jit
@@ -527,17 +544,18 @@ def _mm(a, b):
 
 
 @triton.jit
-def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                  INTERPRET: tl.constexpr):
+def _solve_kernel(Akk, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                  INTERPRET: tl.constexpr, SAVE: tl.constexpr):
     """X = (I + A_kk)^-1 of one (chunk, value head) of n valid rows, from its A_kk scratch into its X scratch,
     by 16x16 blocks, all in registers: X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ.
-    Written as bf16 (the lower blocks only; the W/U kernel masks the upper triangle). Written out for
-    BT = 4 * BC."""
+    Written as bf16 (the lower blocks only; the W/U kernel masks the upper triangle), with SAVE also as fp32
+    into Xf (for the backward). Written out for BT = 4 * BC."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     Akk += (i_c * HV + i_hv) * (BT * BT)
     Xs += (i_c * HV + i_hv) * (BT * BT)
+    Xf += (i_c * HV + i_hv) * (BT * BT)
     X00 = _inverse_unit_lower(_akk_block(Akk, 0, 0, n, BT, BC), BC, SOLVE_PRECISION)
     X11 = _inverse_unit_lower(_akk_block(Akk, 1, 1, n, BT, BC), BC, SOLVE_PRECISION)
     X22 = _inverse_unit_lower(_akk_block(Akk, 2, 2, n, BT, BC), BC, SOLVE_PRECISION)
@@ -554,16 +572,16 @@ def _solve_kernel(Akk, Xs, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.c
     X32 = -_mm(X33, _mm(A32, X22))
     X31 = -_mm(X33, _mm(A31, X11) + _mm(A32, X21))
     X30 = -_mm(X33, _mm(A30, X00) + _mm(A31, X10) + _mm(A32, X20))
-    _store_x_block(Xs, X00, 0, 0, BT, BC, INTERPRET)
-    _store_x_block(Xs, X10, 1, 0, BT, BC, INTERPRET)
-    _store_x_block(Xs, X11, 1, 1, BT, BC, INTERPRET)
-    _store_x_block(Xs, X20, 2, 0, BT, BC, INTERPRET)
-    _store_x_block(Xs, X21, 2, 1, BT, BC, INTERPRET)
-    _store_x_block(Xs, X22, 2, 2, BT, BC, INTERPRET)
-    _store_x_block(Xs, X30, 3, 0, BT, BC, INTERPRET)
-    _store_x_block(Xs, X31, 3, 1, BT, BC, INTERPRET)
-    _store_x_block(Xs, X32, 3, 2, BT, BC, INTERPRET)
-    _store_x_block(Xs, X33, 3, 3, BT, BC, INTERPRET)
+    _store_x_block(Xs, Xf, X00, 0, 0, BT, BC, INTERPRET, SAVE)
+    _store_x_block(Xs, Xf, X10, 1, 0, BT, BC, INTERPRET, SAVE)
+    _store_x_block(Xs, Xf, X11, 1, 1, BT, BC, INTERPRET, SAVE)
+    _store_x_block(Xs, Xf, X20, 2, 0, BT, BC, INTERPRET, SAVE)
+    _store_x_block(Xs, Xf, X21, 2, 1, BT, BC, INTERPRET, SAVE)
+    _store_x_block(Xs, Xf, X22, 2, 2, BT, BC, INTERPRET, SAVE)
+    _store_x_block(Xs, Xf, X30, 3, 0, BT, BC, INTERPRET, SAVE)
+    _store_x_block(Xs, Xf, X31, 3, 1, BT, BC, INTERPRET, SAVE)
+    _store_x_block(Xs, Xf, X32, 3, 2, BT, BC, INTERPRET, SAVE)
+    _store_x_block(Xs, Xf, X33, 3, 3, BT, BC, INTERPRET, SAVE)
 
 
 @triton.jit(do_not_specialize=["scale"])
@@ -1052,6 +1070,7 @@ def kda_chunk(
     initial_state: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
     output_chunk_states: bool = False,
+    saved: dict | None = None,
 ) -> tuple[torch.Tensor, ...]:
     r"""Chunked KDA forward (prefill / extend), dense or packed variable-length.
 
@@ -1072,6 +1091,10 @@ def kda_chunk(
             lengths are read once per cu_seqlens tensor, a device sync; see `_sequence_tables`).
         output_chunk_states: also return the state before every chunk of BT = 64 tokens of every sequence
             (what an engine's prefix cache stores; fla's return_intermediate_states convention).
+        saved: a dict to fill with the chunk matrices the backward would otherwise recompute (kernels/autograd.py
+            keeps them for kernels/backward.py's chunked mode), fp32 `[NT, HV, 64, 64]` each, zero past each
+            chunk's rows and above the diagonal: "P" (A_kk without beta, strictly lower), "Aqk" (A_qk without
+            the scale) and "X" ((I + A_kk)^-1), on the q/k the kernel saw (L2-normalised with the option).
 
     Returns:
         o: `[B, T, HV, V]` in v's dtype.
@@ -1122,13 +1145,16 @@ def kda_chunk(
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
     qg_raw = bool(LAUNCH["qg_in_intra"])
-    intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG)
+    keep = saved is not None
+    kept = {n: torch.zeros(NT, HV, BT, BT, dtype=f32, device=dev) if keep else G for n in ("P", "Aqk", "X")}
+    intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
+                  kept["P"], kept["Aqk"])
     intra_consts = dict(
         H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
-        INTERPRET=interp, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
+        INTERPRET=interp, SAVE=keep, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
     )
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](*intra_args, **intra_consts)
@@ -1137,8 +1163,10 @@ def kda_chunk(
             _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
                                     **intra_consts)
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
-    _solve_kernel[(NT, HV)](Akk, Xs, cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
-                            num_warps=LAUNCH["solve_warps"])
+    _solve_kernel[(NT, HV)](Akk, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
+                            SAVE=keep, num_warps=LAUNCH["solve_warps"])
+    if keep:
+        saved.update(kept)
 
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     U = torch.empty(TT, HV, V, dtype=bf16, device=dev)

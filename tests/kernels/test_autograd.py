@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kda_trace.platform import default_device, ensure_triton_can_run
+from kda_trace.platform import default_device, ensure_triton_can_run, triton_interpreted
 
 DEVICE = default_device()
 ensure_triton_can_run(DEVICE)
@@ -62,9 +62,11 @@ def test_gradcheck_varlen_in_kernel_options_float64():
 @pytest.mark.parametrize("gate", ["unbounded", "safe"])
 def test_training_gradients_fp32_against_float64(gate):
     """fp32 leaves through the chunked forward and our backward; every leaf's gradient (raw q and k, v, g_raw,
-    A_log, dt_bias, beta logits, h0) against float64 autograd through the plain recurrence. The backward is the
-    exact mode in fp32 here (under the interpreter, and on a GPU at K <= 16), so the bar is 1e-4 RMS-relative (dA_log
-    sums T * K products); the forward's o is bf16-grade."""
+    A_log, dt_bias, beta logits, h0) against float64 autograd through the plain recurrence. Under the interpreter
+    the backward is the exact mode in fp32, so the bar is 1e-4 RMS-relative (dA_log sums T * K products); on a GPU
+    the chunked mode's tf32 / bf16 products, 5e-3, but 1e-2 for dA_log: a sum of T * K signed terms dg * g, whose
+    cancellation multiplies the terms' relative error (H100, unbounded gate: dA_log 7.1e-3 with every other
+    gradient near 1.3e-3, twenty-fifth session). The forward's o is bf16-grade."""
     B, T, H, HV, K, V = 1, 70, 1, 2, 12, 10
     x = leaves(B, T, H, HV, K, V, 1, seed=2, dtype=torch.float32, raw=True)
     do = torch.randn(B, T, HV, V, dtype=f64) * 0.1
@@ -80,7 +82,8 @@ def test_training_gradients_fp32_against_float64(gate):
     ((o_ref * do).sum() + (h_ref * dht).sum()).backward()
     assert rms_rel(o, o_ref) < 5e-3 and rms_rel(ht, h_ref) < 5e-3
     for n in x:
-        assert rms_rel(x[n].grad, ref[n].grad) < 1e-4, (n, rms_rel(x[n].grad, ref[n].grad))
+        bar = 1e-4 if triton_interpreted() else 1e-2 if n == "A_log" else 5e-3
+        assert rms_rel(x[n].grad, ref[n].grad) < bar, (n, rms_rel(x[n].grad, ref[n].grad))
 
 
 @pytest.mark.parametrize("gate,layout", [("safe", "vk"), ("unbounded", "kv")])
@@ -117,3 +120,49 @@ def test_backward_raw_head_groups_give_the_same_gradients(gate, layout, monkeypa
         assert (grouped[n] - whole[n]).abs().max() <= 1e-6 * whole[n].abs().max(), n
     assert (grouped["A_log"] != 0).all() and (grouped["dt_bias"] != 0).all()  # every head's group wrote its part
     assert (grouped["initial_state"].flatten(2) != 0).any(-1).all()
+
+
+def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
+    """kda_autograd keeps the forward's chunk matrices (P, A_qk, X) for the backward's chunked mode, which then
+    launches neither its pairs nor its solve kernel: every leaf's gradient within 1e-5 of the recomputing
+    backward's (both fp32 products under the interpreter), for the safe gate, L2 norm and beta logits on packed
+    [5, 145] tokens, GVA 2 -> 4, odd K and V; the same again by groups of heads (a workspace limit of one byte:
+    the kept matrices are split by value heads too)."""
+    from kda_trace.kernels import backward, backward_chunked
+
+    monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
+    x = leaves(1, 150, 2, 4, 20, 12, 2, seed=41, dtype=torch.float32, raw=True)
+    cu = torch.tensor([0, 5, 150], device=DEVICE)
+    gen = torch.Generator().manual_seed(42)
+    do = torch.randn(1, 150, 4, 12, generator=gen).to(DEVICE)
+    dht = torch.randn(2, 4, 20, 12, generator=gen).to(DEVICE)
+    launches = {"pairs": 0}
+    pairs = backward_chunked._prep_pairs_kernel
+
+    class Counted:
+        def __getitem__(self, grid):
+            launches["pairs"] += 1
+            return pairs[grid]
+
+    monkeypatch.setattr(backward_chunked, "_prep_pairs_kernel", Counted())
+
+    def grads(keep):
+        for t in x.values():
+            t.grad = None
+        o, ht = kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu,
+                             use_qk_l2norm=True, gate="safe", A_log=x["A_log"], dt_bias=x["dt_bias"],
+                             lower_bound=-4.0, beta_kind="logits", keep_chunk_matrices=keep)
+        torch.autograd.backward((o, ht), (do.to(o.dtype), dht))
+        return {n: t.grad.clone() for n, t in x.items()}
+
+    base = grads(False)
+    assert launches["pairs"] == 4  # one launch per 16-row block
+    kept = grads(True)
+    assert launches["pairs"] == 4  # none more
+    for n in base:
+        assert rms_rel(kept[n], base[n]) < 1e-5, (n, rms_rel(kept[n], base[n]))
+    monkeypatch.setitem(backward.LAUNCH, "workspace_bytes", 1)
+    grouped = grads(True)
+    assert launches["pairs"] == 4
+    for n in base:
+        assert rms_rel(grouped[n], kept[n]) < 1e-6, (n, rms_rel(grouped[n], kept[n]))

@@ -369,12 +369,8 @@ def test_chunked_mode_on_gpu(K, V, launch, monkeypatch):
 @needs_gpu
 @pytest.mark.parametrize("K", [12, 16, 24, 32])
 def test_small_k_on_gpu(K, monkeypatch):
-    """Small K on a GPU, fp32, GVA 1 -> 2, 70 tokens: the default gives every gradient within 5e-3 of float64
-    autograd (the exact mode at K <= 16, where the chunked mode is wrong on a GPU: dk 1.6e-2 to 3.9e-2, H100,
-    twenty-fourth session), and asking for the chunked mode there is refused."""
-    monkeypatch.setitem(backward.LAUNCH, "mode", None)
-    check(make(1, 70, 1, 2, K, 10, seed=40 + K), bar=5e-3)
+    """Small K on a GPU, fp32, GVA 1 -> 2, 70 tokens, the chunked mode with its default precisions: every gradient
+    within 5e-3 of float64 autograd. With 16-wide K-tiles in `_local_da_kernel` dk was 1.6e-2 to 3.9e-2 off at
+    K = 16 and 12 (H100, Triton 3.6: a tf32 product of inner width 16; twenty-fourth and twenty-fifth sessions)."""
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
-    if K <= 16:
-        with pytest.raises(ValueError, match="K <= 16"):
-            check(make(1, 70, 1, 2, K, 10, seed=40 + K))
+    check(make(1, 70, 1, 2, K, 10, seed=40 + K), bar=5e-3)

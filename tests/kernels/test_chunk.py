@@ -583,6 +583,53 @@ def test_chunk_states_every_chunk_start(layout):
     assert torch.equal(o, o2) and torch.equal(ht, ht2)  # asking for the states changes nothing else
 
 
+def test_kept_chunk_matrices_against_float64():
+    """saved=: P (A_kk without beta, strictly lower), A_qk without the scale (lower with the diagonal) and
+    X = (I + diag(beta) P)^-1 of every chunk, fp32 [NT, HV, 64, 64], on L2-normalised q/k with the safe gate and
+    beta logits, packed lengths 70, 1, 129 (2 + 1 + 3 chunks), GVA 1 -> 2, odd K: each chunk's matrices against
+    float64 built from the inputs, zero past its rows and above the diagonal (X the identity past its rows); and
+    keeping them changes neither o nor the final state. The bar: 1e-4 under the interpreter (fp32 products), 2e-3
+    on a GPU, where the pair products are tf32 (operands rounded to 2^-11: P 2e-4 off in absolute terms, its
+    largest entry 0.22, on the H100 in the twenty-fifth session)."""
+    cu = torch.tensor([0, 70, 71, 200])
+    x = make(1, 200, 1, 2, 24, 20, seed=23, gate="safe", n_seqs=3)
+    x["beta"] = torch.randn(x["beta"].shape, generator=torch.Generator().manual_seed(12)).to(x["beta"])
+    opts = KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-3.0, beta="logits", output_final_state=True)
+    dv = lambda t: t.to(DEVICE)
+    args = (dv(x["q"]), dv(x["k"]), dv(x["v"]), dv(x["g"]), dv(x["beta"]), opts)
+    kw = dict(A_log=dv(x["A_log"]), dt_bias=dv(x["dt_bias"]), initial_state=dv(x["h0"]), cu_seqlens=dv(cu))
+    kept = {}
+    o, ht = kda_chunk(*args, **kw, saved=kept)
+    o2, ht2 = kda_chunk(*args, **kw)
+    assert torch.equal(o, o2) and torch.equal(ht, ht2)
+    assert all(kept[n].shape == (6, 2, 64, 64) and kept[n].dtype == torch.float32 for n in ("P", "Aqk", "X"))
+    norm = lambda t: t.to(f64) / torch.sqrt((t.to(f64) ** 2).sum(-1, keepdim=True) + 1e-6)
+    q, k = norm(x["q"][0]), norm(x["k"][0])  # [T, 1, K]
+    g = ref_gate(x["g"], x["A_log"], x["dt_bias"], "safe", -3.0)[0]  # [T, 2, K]
+    beta = ref_beta(x["beta"], "logits")[0]  # [T, 2]
+    bar = 1e-4 if DEVICE == "cpu" else 2e-3
+    item = 0
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        for r0 in range(s, e, 64):
+            n = min(64, e - r0)
+            for hv in range(2):
+                G = g[r0:r0 + n, hv].cumsum(0)
+                decay = torch.exp(G[:, None, :] - G[None, :, :])  # [i, j, K]; used where j <= i only
+                kk = (k[r0:r0 + n, 0][:, None, :] * k[r0:r0 + n, 0][None, :, :] * decay).sum(-1)
+                qk = (q[r0:r0 + n, 0][:, None, :] * k[r0:r0 + n, 0][None, :, :] * decay).sum(-1)
+                want = {n_: torch.zeros(64, 64, dtype=f64) for n_ in ("P", "Aqk")}
+                want["P"][:n, :n] = torch.tril(kk, -1)
+                want["Aqk"][:n, :n] = torch.tril(qk)
+                want["X"] = torch.eye(64, dtype=f64)
+                want["X"][:n, :n] = torch.linalg.inv(torch.eye(n, dtype=f64) + beta[r0:r0 + n, hv, None] * want["P"][:n, :n])
+                for name, ref in want.items():
+                    got = kept[name][item, hv].cpu().to(f64)
+                    assert (got - ref).abs().max() <= bar * max(1.0, ref.abs().max()), (name, r0, hv)
+                    assert torch.equal(got[n:], ref[n:]) and torch.equal(torch.triu(got, 1), torch.triu(ref, 1))
+            item += 1
+    assert item == 6
+
+
 def test_adapter_prefill_chunk_states_vs_family_reference():
     """The prefill_chunk_states family's reference vs our adapter: the chunked path (100 tokens) and the
     token-by-token path of a batch of at most 64 tokens, whose chunk states are the initial states."""
