@@ -175,6 +175,9 @@ LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32x3"})
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
 LAUNCH["chunked_pass_parallel"] = True
+# chunked_pass_bf16_copies (None: on): with the pass in bf16 it reads bf16 copies of W and Kt, which its products
+# round to bf16 anyway (same gradients, bit for bit), written by the prep's operands kernel.
+LAUNCH["chunked_pass_bf16_copies"] = None
 
 
 @triton.jit

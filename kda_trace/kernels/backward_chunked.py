@@ -58,7 +58,7 @@ from kda_trace.kernels.backward_blocks import (
     MAX_EXP, _chunk_span, _col_sums_block, _pair_rows, _pair_rows_anchored, _row_sums_block, _sums_block_anchored,
     _xdot, dot_precision,
 )
-from kda_trace.kernels.chunk import SOLVE_PRECISION, _inverse_unit_lower
+from kda_trace.kernels.chunk import SOLVE_PRECISION, _bf16, _inverse_unit_lower
 
 
 @triton.jit
@@ -106,15 +106,22 @@ def _solve(p_P, p_b, p_X, n, HV: tl.constexpr, CT: tl.constexpr, PREC: tl.conste
 
 
 @triton.jit
-def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk, scale, PREC: tl.constexpr):
+def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, W16, Kt16, off, m_tk, scale,
+                    PREC: tl.constexpr, COPY16: tl.constexpr, INTERPRET: tl.constexpr):
     """One K-tile of the prep's operands: W = X diag(beta) k e(G), Kt = k e(Gl - G), Qt = scale q e(G), from the
     tile's gates b_gt [CT, BKT] (zero past the chunk) and the gates one row later b_gn (G and Gl - G as sums of
-    the gates: exp arguments <= 0); q, k at p_q / p_k + off_x, W, Kt, Qt at + off."""
+    the gates: exp arguments <= 0); q, k at p_q / p_k + off_x, W, Kt, Qt at + off. With COPY16 also W and Kt
+    rounded to bf16 (nearest even) into W16 and Kt16, for a pass whose products round them so anyway."""
     ACC: tl.constexpr = W.dtype.element_ty
     b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
     b_k = tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC)
-    tl.store(W + off, _xdot(b_X, b_k * (b_b[:, None] * b_eG), PREC), mask=m_tk)
-    tl.store(Kt + off, b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True)), mask=m_tk)
+    b_w = _xdot(b_X, b_k * (b_b[:, None] * b_eG), PREC)
+    tl.store(W + off, b_w, mask=m_tk)
+    b_kt = b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+    tl.store(Kt + off, b_kt, mask=m_tk)
+    if COPY16:
+        tl.store(W16 + off, _bf16(b_w, INTERPRET), mask=m_tk)
+        tl.store(Kt16 + off, _bf16(b_kt, INTERPRET), mask=m_tk)
     b_q = tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC)
     tl.store(Qt + off, scale * b_q * b_eG, mask=m_tk)
 
@@ -193,14 +200,14 @@ def _prep_solve_kernel(Pb, beta, Xb, cu_seqlens, chunk_indices, HV: tl.constexpr
 
 @triton.jit(do_not_specialize=["scale"])
 def _prep_operands_kernel(
-    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, cu_seqlens, chunk_indices, scale,
+    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, W16, Kt16, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
-    CT: tl.constexpr, PREC: tl.constexpr,
+    CT: tl.constexpr, PREC: tl.constexpr, COPY16: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Per (chunk, value head) and tile: for each of the NKT K-tiles of BKT columns, W = X diag(beta) k e(G),
     Kt = k e(Gl - G) and Qt = scale q e(G) (G and Gl - G as sums of the gates, exp arguments <= 0) and the
-    chunk's decay gamma = e(G_last); for each of the V-tiles of BVT columns after them, U = X diag(beta) v and
-    dO2 = A_qk^T dO."""
+    chunk's decay gamma = e(G_last) (with COPY16 also bf16 copies of W and Kt, `_decayed_k_tile`); for each of the
+    V-tiles of BVT columns after them, U = X diag(beta) v and dO2 = A_qk^T dO."""
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     ACC: tl.constexpr = W.dtype.element_ty
     i_c = tl.program_id(0).to(tl.int64) // HV
@@ -224,7 +231,7 @@ def _prep_operands_kernel(
         off = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
         row_x = (r0 * H + i_h) * K  # the chunk's first row of q and k
         _decayed_k_tile(tl.load(Xb + off_t), b_b, b_gt, b_gn, q + row_x, k + row_x, o_t[:, None] * (H * K) + o_kt[None, :],
-                        W, Kt, Qt, off, m_tk, scale, PREC)
+                        W, Kt, Qt, W16, Kt16, off, m_tk, scale, PREC, COPY16, INTERPRET)
     else:
         o_v = (i_tile - NKT) * BVT + tl.arange(0, BVT)
         m_tv = m_t[:, None] & (o_v < V)[None, :]
@@ -701,6 +708,12 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     pre["gamma"] = torch.empty(NT, HV, K, dtype=acc, device=dev)
     if given is None:
         pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
+    pass_prec = launch["chunked_pass_precision"] or ("tf32" if interp else "bf16")
+    # A pass in bf16 rounds W and Kt to bf16 in each product: it reads bf16 copies instead (the same values, half
+    # the bytes of its two widest operands; LAUNCH["chunked_pass_bf16_copies"], None: on), freed after it.
+    copies = launch["chunked_pass_bf16_copies"]
+    if pass_prec == "bf16" and acc == torch.float32 and (copies is None or copies):
+        pre.update({n: torch.empty(TT, HV, K, dtype=torch.bfloat16, device=dev) for n in ("W16", "Kt16")})
     z = torch.empty(1, dtype=acc, device=dev)
     n_work = NT * HV
     n_prog = n_programs(n_work, dev, interp)
@@ -725,7 +738,6 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     two = N * HV <= 64 and BK <= 128 and do.element_size() <= 2
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
-    pass_prec = launch["chunked_pass_precision"] or ("tf32" if interp else "bf16")
     # Qt^T dO, the product whose rounding reaches dh0: Qt as two bf16 terms where dO is bf16 (exact then), tf32
     # for other dO
     src_bf16 = "bf16_split_a" if do.dtype == torch.bfloat16 else "tf32"
@@ -734,7 +746,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
 
     def run_pass(num_stages):
         _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
-            pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
+            pre.get("W16", pre["W"]), pre["U"], pre["Qt"], pre.get("Kt16", pre["Kt"]), pre["gamma"], pre["dO2"], do,
+            states, dstates,
             h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
             HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
             PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel),
@@ -746,6 +759,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
         if stages == 1 or launch["chunked_pass_stages"]:
             raise
         run_pass(1)
+    pre.pop("W16", None), pre.pop("Kt16", None)
     return states, dstates, dh0, pre
 
 
@@ -764,8 +778,9 @@ def _anchors(launch) -> bool:
 
 def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given=None):
     """Kernel 1 as three: `_prep_pairs_kernel` (one launch per 16-row block, persistent programs),
-    `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P. given: P, Aqk
-    and X as the forward kept them (kernels/chunk.py `kda_chunk`'s `saved`): then only the operands kernel runs."""
+    `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P, and W16, Kt16
+    where pre has them (bf16 copies for the pass). given: P, Aqk and X as the forward kept them
+    (kernels/chunk.py `kda_chunk`'s `saved`): then only the operands kernel runs."""
     from kda_trace.platform import triton_interpreted
 
     interp = triton_interpreted()
@@ -792,8 +807,9 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
     BKT = min(BK, 64)
     BVT = launch["prep_bv"] or min(BV, 64)
     _prep_operands_kernel[(NT * HV, triton.cdiv(K, BKT) + triton.cdiv(V, BVT))](
-        q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"], cu,
-        chunk_indices, scale, H=H, HV=HV, K=K, V=V, BKT=BKT, BVT=BVT, CT=CT, PREC=prec,
+        q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"],
+        pre.get("W16", pre["W"]), pre.get("Kt16", pre["Kt"]), cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
+        BKT=BKT, BVT=BVT, CT=CT, PREC=prec, COPY16="W16" in pre, INTERPRET=interp,
         num_warps=launch["prep_operands_warps"] or 4)
 
 

@@ -78,6 +78,37 @@ def test_bf16_inputs():
     check(make(1, 70, 1, 1, 32, 16, seed=5, dtype=torch.bfloat16), bar=1e-2)
 
 
+def test_pass_reads_bf16_copies_with_the_same_gradients(monkeypatch):
+    """A pass in bf16 reads bf16 copies of W and Kt (LAUNCH["chunked_pass_bf16_copies"], None: on), written by the
+    operands kernel with the rounding its products would apply: the gradients are bit-identical to the pass
+    rounding the fp32 W and Kt itself (copies off), and the pass was handed the bf16 buffers. Three chunks, two
+    packed sequences, GVA, fp32 inputs."""
+    from kda_trace.kernels import backward_chunked
+
+    x = make(1, 150, 1, 2, 32, 24, seed=24, n_seqs=2)
+    cu = torch.tensor([0, 130, 150])
+    monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_precision", "bf16")
+    seen = []
+    real = backward_chunked._state_pass_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen.append((args[0].dtype, args[3].dtype))  # W, Kt
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(backward_chunked, "_state_pass_kernel", Spy())
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_bf16_copies", False)
+    own = check(x, cu_seqlens=cu, bar=1e-2)
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_bf16_copies", None)
+    copied = check(x, cu_seqlens=cu, bar=1e-2)
+    assert seen == [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16)]
+    for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
+        assert torch.equal(getattr(copied, name), getattr(own, name)), name
+
+
 def test_the_pass_source_product_keeps_dh0(monkeypatch):
     """chunked_pass_source_precision: the pass in bf16 but for the reverse recursion's Qt^T dO in fp32 (tf32 on a
     GPU, the default there), or as two bf16 products of Qt's two bf16 terms with a bf16 dO ("bf16_split_a"). dh0's
