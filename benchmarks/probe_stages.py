@@ -79,8 +79,8 @@ def run(dev, extra):
 
         interp = triton_interpreted()
         # the chunked mode itself, also where kernels/backward.py's K <= 16 guard would refuse it
-        backward._backward = lambda xs, sizes, tables, acc, h0, do, dht, scale: backward._backward_chunked(
-            xs, sizes, tables, acc, h0, do, dht, scale, interp)
+        backward._backward = lambda xs, sizes, tables, acc, h0, do, dht, scale, given=None: \
+            backward._backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given)
         for n, fn in kernels.items():
             setattr(backward_chunked, n, Spy(n, fn, log))
         torch.empty = nan_empty(real_empty)

@@ -61,10 +61,12 @@ inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are neve
 1. the prep, per (chunk, value head), parallel: the chunked forward's A_kk, A_qk (decay-weighted 16-row
    blocks, exp arguments <= 0), X = (I + A_kk)^-1 by 16x16 blocks (the forward's solve), W, U, Qt, Kt, gamma and
    A_qk^T dO, as three kernels (`_prep_pairs_kernel`, `_prep_solve_kernel`, `_prep_operands_kernel`; see
-   backward_chunked.py).
+   backward_chunked.py). Given the forward's P, A_qk and X (`kda_backward`'s chunk_matrices, which
+   kernels/autograd.py keeps from kernels/chunk.py's forward), only the operands kernel runs.
 2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over chunks: S_start(c + 1) =
    diag(gamma) S + Kt^T (U - W S) from h0, then dS_start(c) = diag(gamma) dS_end + Qt^T dO - W^T (A_qk^T dO +
-   Kt dS_end) from dht (= A_c^T dS_end + b_c without A_c), the state in K-tiles of 64 rows, fp32 between chunks.
+   Kt dS_end) from dht (= A_c^T dS_end + b_c without A_c), the state in K-tiles of 64 rows, fp32 between chunks
+   (bf16 products on a GPU, reading bf16 copies of W and Kt).
 3. the local gradients from S_start and dS_end, LAUNCH["chunked_local"]: "split" (default) = `_local_v_kernel`
    (per chunk, value head and V-tile: the sums over V, one partial copy per V-tile), `_local_da_kernel` (Y_k,
    dA_kk, dbeta, the two matrices of the decay-weighted sums) and `_local_k_kernel` (those sums, dq, dk, dg by
@@ -529,7 +531,8 @@ def _tile(key, width, interpreted, gpu_default=16):
 
 
 def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None):
-    """The three kernels; returns fp32 (fp64) dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout). given: the
+    """The three kernels; returns dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout), fp32 (fp64) but dq, dk, dv
+    in the inputs' dtypes where the chunked mode writes them so (`local_split`). given: the
     forward's chunk matrices for the chunked mode (the exact mode does not use them), or None."""
     from kda_trace.platform import triton_interpreted
 

@@ -448,7 +448,7 @@ def _local_v_kernel(
     v, beta, do, W, U, Kt, dO2, Xb, states, dstates, dv, dbeta, dAqk, XdXv, dQt, dKt, dW, dgamma,
     cu_seqlens, chunk_indices,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
-    PREC: tl.constexpr,
+    PREC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Per (chunk, value head, V-tile): everything that sums over V, as this V-tile's part. Vn = U - W S,
     dVn = A_qk^T dO + Kt dSe, Y_v = X^T dVn; stores dv = beta Y_v (final), and partial sums (copy i_v of NV,
@@ -486,7 +486,7 @@ def _local_v_kernel(
     b_yv = _xdot(tl.trans(tl.load(Xb + off_x)), b_dvn, PREC)
     b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
     b_v = tl.load(v + off_tv, mask=m_tv, other=0.0).to(ACC)
-    tl.store(dv + off_tv, b_b[:, None] * b_yv, mask=m_tv)
+    tl.store(dv + off_tv, _as_stored(b_b[:, None] * b_yv, dv, INTERPRET), mask=m_tv)
     tl.store(dbeta + ((r0 + o_t) * HV + i_hv) * NV + i_v, tl.sum(b_v * b_yv, axis=1), mask=m_t)
     tl.store(XdXv + off_m, _xdot(b_yv, tl.trans(b_v * b_b[:, None]), PREC))
     b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
@@ -503,6 +503,16 @@ def _local_v_kernel(
         tl.store(dKt + off_tk, _xdot(b_vn, tl.trans(b_d), PREC), mask=m_tk)
         tl.store(dW + off_tk, -_xdot(b_dvn, tl.trans(b_s), PREC), mask=m_tk)
         tl.store(dgamma + (item * NV + i_v) * K + o_k, tl.sum(b_s * b_d, axis=1), mask=m_k)
+
+
+@triton.jit
+def _as_stored(x, p, INTERPRET: tl.constexpr):
+    """x in the element type of the buffer at p: bf16 rounded to nearest even (`_bf16`, as torch's cast), else a
+    plain conversion (a no-op for fp32 / fp64)."""
+    if p.dtype.element_ty == tl.bfloat16:
+        return _bf16(x, INTERPRET)
+    else:
+        return x.to(p.dtype.element_ty)
 
 
 @triton.jit
@@ -626,13 +636,14 @@ def _local_k_kernel(
     q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, scratch, cu_seqlens, chunk_indices,
     scale, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """Work items (chunk, value head, K-tile of BKT columns), n_work of them, shared out over the programs: dq,
-    dk (per value head) and dg of the tile's key channels from `_local_sums_kernel`'s decay-weighted sums (R1, R2,
+    dk (per value head, in their buffers' dtype) and dg of the tile's key channels from `_local_sums_kernel`'s decay-weighted sums (R1, R2,
     R3), 3a's dQt, dKt, dgamma (partial copies added up) and 3b's Y_k and d1. Every sum here is per key channel, so
     K-tiles are independent: more, smaller programs than one per (chunk, value head). Scratch per program: the
     tile's gates [CT, BKT] (the gates one row later are read from it)."""
-    ACC: tl.constexpr = dq.dtype.element_ty
+    ACC: tl.constexpr = dg.dtype.element_ty
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     pid = tl.program_id(0).to(tl.int64)
     p_gs = scratch + pid * (CT * BKT)
@@ -682,8 +693,8 @@ def _local_k_kernel(
         b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + (tl.cumsum(b_kd, axis=0) - b_kd)
         b_dgam = _vsum(dgamma, item * (NV * K) + o_kt, m_kt, NV, K)
         b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
-        tl.store(dq + off_tk, b_dq, mask=m_tk)
-        tl.store(dk + off_tk, b_dk, mask=m_tk)
+        tl.store(dq + off_tk, _as_stored(b_dq, dq, INTERPRET), mask=m_tk)
+        tl.store(dk + off_tk, _as_stored(b_dk, dk, INTERPRET), mask=m_tk)
         tl.store(dg + off_tk, b_dg, mask=m_tk)
 
 
@@ -814,8 +825,8 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
 
 
 def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
-    """Kernels 3a, 3b and 3c (LAUNCH["chunked_local"] = "split"): fp32 (fp64) dq, dk per value head, dv, dg, dbeta
-    of every chunk from its start state, dS at its end (pre["states"], pre["dstates"]) and the prep buffers
+    """Kernels 3a, 3b and 3c (LAUNCH["chunked_local"] = "split"): dq, dk per value head (in q's and k's dtype when
+    HV == H, else fp32 / fp64 for the caller's GVA sum), dv in v's dtype, fp32 (fp64) dg and dbeta of every chunk from its start state, dS at its end (pre["states"], pre["dstates"]) and the prep buffers
     (with X and P). Each buffer of `pre` is dropped after its last reader (the caller holds no other reference)."""
     from kda_trace.platform import triton_interpreted
 
@@ -833,13 +844,16 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     for name in ("Qt", "gamma"):  # read by the pass only: freed before 3a's buffers are allocated
         pre.pop(name, None)
     # 3a's partial sums, one copy per V-tile
-    dv, dbeta_v, dgamma = e(TT, HV, V), e(TT, HV, NV), e(NT, HV, NV, K)
+    # dv, and dq and dk where no GVA group sums them, are written in the dtype returned (fp32 buffers otherwise)
+    final = lambda x: x.dtype if acc == torch.float32 else acc  # noqa: E731
+    dv = torch.empty(TT, HV, V, dtype=final(v), device=dev)
+    dbeta_v, dgamma = e(TT, HV, NV), e(NT, HV, NV, K)
     dQt, dKt, dW = e(TT, HV, NV, K), e(TT, HV, NV, K), e(TT, HV, NV, K)
     dAqk, XdXv = e(NT, HV, NV, CT, CT), e(NT, HV, NV, CT, CT)
     _local_v_kernel[(NT * NV, HV)](
         v, beta, do, pre.pop("W"), pre.pop("U"), pre.pop("Kt"), pre.pop("dO2"), pre["X"], pre.pop("states"),
         pre.pop("dstates"), dv, dbeta_v, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,
-        HV=HV, K=K, V=V, BK=BK, BV=BVs, CT=CT, PREC=prec, num_warps=launch["split_v_warps"] or 4)
+        HV=HV, K=K, V=V, BK=BK, BV=BVs, CT=CT, PREC=prec, INTERPRET=interp, num_warps=launch["split_v_warps"] or 4)
     Yk, d1, dbeta = e(TT, HV, K), e(TT, HV), e(TT, HV)
     _local_da_kernel[(NT, HV)](
         k, g, beta, pre.pop("X"), pre.pop("P"), dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu, chunk_indices, scale,
@@ -862,9 +876,11 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
             DPREC=_precision(acc, launch["sums_diag_precision"], interp),
             num_warps=launch["sums_warps"] or 4)
     del scratch, dAqk, XdXv
-    dq, dk, dg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K)
+    dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H else acc, device=dev) for x in (q, k))
+    dg = e(TT, HV, K)
     scratch = e(n_prog, CT * BKT)
     _local_k_kernel[(n_prog,)](
         q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, scratch, cu, chunk_indices, scale,
-        n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, NV=NV, num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8))
+        n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, NV=NV, INTERPRET=interp,
+        num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8))
     return dq, dk, dv, dg, dbeta
