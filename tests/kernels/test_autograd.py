@@ -125,7 +125,9 @@ def test_backward_raw_head_groups_give_the_same_gradients(gate, layout, monkeypa
 def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
     """kda_autograd keeps the forward's chunk matrices (P, A_qk, X) for the backward's chunked mode, which then
     launches neither its pairs nor its solve kernel: every leaf's gradient within 1e-5 of the recomputing
-    backward's (both fp32 products under the interpreter), for the safe gate, L2 norm and beta logits on packed
+    backward's under the interpreter (fp32 products in both), within 2e-3 on a GPU (the forward's pair products
+    are tf32, the backward's pairs bf16 on their diagonal blocks: dq 1.7e-4 apart on the H100, twenty-fifth
+    session), for the safe gate, L2 norm and beta logits on packed
     [5, 145] tokens, GVA 2 -> 4, odd K and V; the same again by groups of heads (a workspace limit of one byte:
     the kept matrices are split by value heads too)."""
     from kda_trace.kernels import backward, backward_chunked
@@ -159,8 +161,9 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
     assert launches["pairs"] == 4  # one launch per 16-row block
     kept = grads(True)
     assert launches["pairs"] == 4  # none more
+    bar = 1e-5 if triton_interpreted() else 2e-3
     for n in base:
-        assert rms_rel(kept[n], base[n]) < 1e-5, (n, rms_rel(kept[n], base[n]))
+        assert rms_rel(kept[n], base[n]) < bar, (n, rms_rel(kept[n], base[n]))
     monkeypatch.setitem(backward.LAUNCH, "workspace_bytes", 1)
     grouped = grads(True)
     assert launches["pairs"] == 4

@@ -114,18 +114,22 @@ def test_pass_reads_bf16_copies_with_the_same_gradients(monkeypatch):
 
 def test_gradients_written_in_the_inputs_dtype(monkeypatch):
     """Without GVA the local kernels write dq, dk and dv in the inputs' dtype (bf16 here, rounded to nearest even
-    in the kernel): bit for bit what torch's cast gives of the fp32 gradients of the same values in fp32 inputs;
-    with GVA dq and dk stay fp32 until their group sum. Two chunks, dense."""
+    in the kernel): under the interpreter bit for bit what torch's cast gives of the fp32 gradients of the same
+    values in fp32 inputs; with GVA dq and dk stay fp32 until their group sum. On a GPU the kernels compiled for
+    bf16 and fp32 inputs may sum in other orders (the H100 gave dg apart in its last bits, the rest equal), so
+    there the two runs are held within bf16's rounding of each other. Two chunks, dense; each run also against
+    float64 (the chunked mode's bar on a GPU: tf32 products)."""
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
     for HV in (1, 2):
         x32 = make(1, 100, 1, HV, 32, 24, seed=25 + HV)
         x32 = {n: t.bfloat16().float() if n in ("q", "k", "v", "beta", "do") else t for n, t in x32.items()}
         x16 = {n: t.bfloat16() if n in ("q", "k", "v", "beta") else t for n, t in x32.items()}
-        g32, g16 = check(x32), check(x16, bar=1e-2)
+        g32, g16 = check(x32, bar=1e-2), check(x16, bar=1e-2)
+        same = (lambda a, b: torch.equal(a, b)) if DEVICE == "cpu" else (lambda a, b: rms_rel(a, b) < 4e-3)
         for name in ("dq", "dk", "dv", "dbeta"):
             got, want = getattr(g16, name), getattr(g32, name).bfloat16()
-            assert got.dtype == torch.bfloat16 and torch.equal(got, want), (HV, name)
-        assert torch.equal(g16.dg, g32.dg) and torch.equal(g16.dh0, g32.dh0)
+            assert got.dtype == torch.bfloat16 and same(got, want), (HV, name)
+        assert same(g16.dg, g32.dg) and same(g16.dh0, g32.dh0), HV
 
 
 def test_the_pass_source_product_keeps_dh0(monkeypatch):
