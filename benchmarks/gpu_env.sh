@@ -1,4 +1,4 @@
-# Sourced by benchmarks/gpu_*.sh on the GPU machine (repository root, .whl carried, and .whl_test if the image lacks a test package): installs the
+# Sourced by benchmarks/gpu_*.sh and benchmarks/sessions/gpu_s*.sh on the GPU machine (repository root, .whl carried, and .whl_test if the image lacks a test package): installs the
 # wheels into /tmp/site, imports from the checkout, keeps Triton's cache (with fla's autotuning results) under
 # .gpu_out/triton, and writes the machine and versions to $OUT/env_HHMMSS.txt.
 # TRITON_CACHE_DIR set by the caller is kept (two scripts side by side on two GPUs: give each its own copy).

@@ -10,7 +10,7 @@ export PYTHONPATH=$PWD:/tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
 CHEATS_BASE=triton timeout -s INT -k 10 150 python3 -m pytest -q -p no:cacheprovider -o addopts= -m gpu -rfEs \
     tests/runner/test_gpu.py -k fla_decode 2>&1 | tail -8 | tee "$OUT/runner_gpu_tests.txt"
-NAMES=kda_prefill_h96_d128_k_last_safe_gate STRESS_S=$((330 - SECONDS)) bash benchmarks/gpu_s21_call1.sh
+NAMES=kda_prefill_h96_d128_k_last_safe_gate STRESS_S=$((330 - SECONDS)) bash benchmarks/sessions/gpu_s21_call1.sh
 names=()
 for n in kda_prefill_h32_d128_k_last kda_prefill_h8_d128_k_last_chunk_states kda_fwd_qk16_v32_d128_v_last \
         kda_prefill_h8_d128_k_last kda_fwd_h32_d128_v_last kda_fwd_h32_dk128_dv256_v_last \

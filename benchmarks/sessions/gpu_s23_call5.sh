@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-second session as gpu_s23_call3.sh; ran as the twenty-third session's fifth call. For
+# Prepared in the twenty-second session as benchmarks/sessions/gpu_s23_call3.sh; ran as the twenty-third session's fifth call. For
 # issue 16, H100 (carry .whl and .gpu_out), about 6 min: the
 # backward with chunked_pass_precision=bf16 (the pass's operands rounded to bf16) against the default (tf32), in
 # alternating processes, speed at 32 heads x 16384 and K3 (fwd+bwd and bwd), and in the first round every

@@ -3,7 +3,7 @@
 # benchmarks/probe_stages.py save`), at most 9.5 min: (1) which launch of the chunked backward goes wrong on the GPU at
 # K <= 16, every product in fp32 (ieee) on both sides (probe_stages.py compare, one process per shape, K = 32 the
 # control); (2) the K = 12, H = HV = 2 shape that ended in an illegal address (call 9) under compute-sanitizer
-# memcheck; (3) the K <= 16 guard's GPU tests and test_autograd.py (queued as gpu_s24_call13.sh); (4) ours and fla
+# memcheck; (3) the K <= 16 guard's GPU tests and test_autograd.py (queued as benchmarks/sessions/gpu_s24_call13.sh); (4) ours and fla
 # fwd+bwd in one process with the current defaults.
 source benchmarks/gpu_env.sh
 for f in k12 16_1_2_70_10 12_2_2_70_10 32_1_2_70_10 12_1_2_200_10; do
