@@ -178,7 +178,8 @@ LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32x3"})
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
 LAUNCH["chunked_pass_parallel"] = True
 # chunked_pass_bf16_copies (None: on): with the pass in bf16 it reads bf16 copies of W and Kt, which its products
-# round to bf16 anyway (same gradients, bit for bit), written by the prep's operands kernel.
+# round to bf16 anyway, written by the prep's operands kernel: the same gradients (bit for bit under the
+# interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd (RESULTS.md, twenty-fifth session).
 LAUNCH["chunked_pass_bf16_copies"] = None
 
 

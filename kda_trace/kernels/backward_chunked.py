@@ -535,9 +535,10 @@ def _local_da_kernel(
     (final), the diagonal of dA_qk times scale (d1 [T, HV]: it goes to dq and dk directly,
     tests/kernels/chunk_backward_matrix.py), and the two matrices of the decay-weighted sums, rewritten in place in the first copies
     of dAqk and XdXv: M1 = scale (dA_qk)_strict and M2 = diag(beta) dA_kk.
-    K-tiles of 32 to 64 columns (masked past K): with 16-wide tiles (K <= 16) the tf32 product
-    Y_k (beta Kb)^T, inner dimension 16, came out wrong on the H100 (Triton 3.6; M2 15% off, dk 4e-2 off float64:
-    benchmarks/RESULTS.md, twenty-fifth session)."""
+    K-tiles of 32 to 64 columns (masked past K): with 16-wide tiles (K <= 16) and tf32 products this kernel's M2
+    came out 15% off on the H100 (Triton 3.6; dk then 4e-2 off float64), though its product of inner width 16 is
+    right alone (benchmarks/probe_narrow_dot.py); not isolated further (benchmarks/RESULTS.md, twenty-fifth
+    session)."""
     BKT: tl.constexpr = 64 if BK > 64 else (BK if BK >= 32 else 32)
     ACC: tl.constexpr = Yk.dtype.element_ty
     i_c = tl.program_id(0).to(tl.int64)

@@ -425,6 +425,6 @@ def test_chunked_mode_on_gpu(K, V, launch, monkeypatch):
 def test_small_k_on_gpu(K, monkeypatch):
     """Small K on a GPU, fp32, GVA 1 -> 2, 70 tokens, the chunked mode with its default precisions: every gradient
     within 5e-3 of float64 autograd. With 16-wide K-tiles in `_local_da_kernel` dk was 1.6e-2 to 3.9e-2 off at
-    K = 16 and 12 (H100, Triton 3.6: a tf32 product of inner width 16; twenty-fourth and twenty-fifth sessions)."""
+    K = 16 and 12 (H100, Triton 3.6, tf32 products; twenty-fourth and twenty-fifth sessions)."""
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
     check(make(1, 70, 1, 2, K, 10, seed=40 + K), bar=5e-3)
