@@ -135,6 +135,18 @@ def test_rejects_in_kernel_options():
         kda_backward(x["q"], x["k"], x["v"], x["g"], x["beta"], x["do"], KDAOptions(gate="safe"))
 
 
+def test_rejects_chunk_matrices_of_another_shape():
+    """chunk_matrices must be the forward's P, Aqk and X, fp32 [NT, HV, 64, 64]: a missing one or one of another
+    shape is refused with its name, before any launch."""
+    x = {n: t.to(DEVICE) for n, t in make(1, 70, 1, 2, 8, 4, seed=7).items()}  # two chunks, two value heads
+    good = {n: torch.zeros(2, 2, 64, 64, device=DEVICE) for n in ("P", "Aqk", "X")}
+    for bad in ({"P": good["P"], "Aqk": good["Aqk"]}, {**good, "X": torch.zeros(1, 2, 64, 64, device=DEVICE)},
+                {**good, "Aqk": good["Aqk"].double()}):
+        missing_or_wrong = next(n for n in ("P", "Aqk", "X") if n not in bad or bad[n] is not good[n])
+        with pytest.raises(ValueError, match=f"chunk_matrices\\['{missing_or_wrong}'\\] must be \\[2, 2, 64, 64\\]"):
+            kda_backward(x["q"], x["k"], x["v"], x["g"], x["beta"], x["do"], chunk_matrices=bad)
+
+
 def test_v_tiles_add_up(monkeypatch):
     """Several V-tiles (16 wide, V = 36: two full and a partial one) whose dq, dk, dg, dbeta partial sums meet
     in atomic adds, as on a GPU (the interpreter otherwise runs one tile)."""
