@@ -134,8 +134,8 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # 17.17 ms split against 18.28 / 18.24 with tf32 there, 18.82 / 18.74 all tf32 and 17.12 / 17.09 all bf16; dh0
 # 1.8e-4 split, 4.6e-4, 4.3e-4 and 1.7e-3 (fla 1.64e-3) (RESULTS.md, twenty-fourth session). The prep's and the local kernels' bf16 gained 1-2% each and
 # took dq, dk, dv, dbeta to fla's errors, ddt_bias past them (same session): off. Tiles and warps:
-# chunked_pass_bv / _warps / _stages (32 / 4 / 2 up to 64 sequence-heads, else 1 stage: 186 / 213
-# registers, no spill; 3 stages or BV 64 spill; H100 A/B, RESULTS.md eighteenth session);
+# chunked_pass_bv / _warps / _stages (32 / 4 / 2 where they fit: 186 / 213 registers, no spill; 3 stages or BV 64
+# spill; H100 A/B, RESULTS.md eighteenth and twenty-fifth sessions);
 # split_bv (the V-tile of 3a, 64), split_v_warps (4: 8 took 2.87 against 2.52 ms at 32 heads x 16384, H100) and
 # split_da_warps (8); split_k_bk, the K-tile of 3c's work
 # items (32 on a GPU, 64 under the interpreter), and split_k_warps (4 for tiles up to 32 columns, else 8).

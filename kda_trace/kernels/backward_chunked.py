@@ -742,12 +742,14 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     dstates = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dh0 = torch.empty(N, HV, K, V, dtype=acc, device=dev)
     # The pass is sequential over chunks. V-tiles of 32 (16 made more programs but took longer: 4.2 against 3.4 ms
-    # at 32 heads x 16384 on the H100; 64 spills at K = 128); two pipeline stages up to 64 (sequence, head) pairs
-    # (with more pairs one stage was faster: 3.5 against 5.2 ms at 96 heads x 8192), where they fit: the two stages
-    # need more shared memory than Hopper has at K > 128 or with a 4-byte do (benchmarks/probe_pass_launch.py), and
-    # a launch that runs out of it is retried with one stage.
+    # at 32 heads x 16384 on the H100; 64 spills at K = 128); two pipeline stages where they fit: they need more
+    # shared memory than Hopper has at K > 128 or with a 4-byte do (benchmarks/probe_pass_launch.py), and a launch
+    # that runs out of it is retried with one stage. (Up to the twenty-fourth session one stage was kept past 64
+    # (sequence, head) pairs, where it had been faster with fp32 W and Kt; with the bf16 copies two stages took
+    # 22.8 against 23.3 ms fwd+bwd at 96 pairs (K3) and 45.8 against 46.8 at 1952 (61 packed sequences x 32 heads),
+    # H100, RESULTS.md twenty-fifth session.)
     BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 32))
-    two = N * HV <= 64 and BK <= 128 and do.element_size() <= 2
+    two = BK <= 128 and do.element_size() <= 2
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
     # Qt^T dO, the product whose rounding reaches dh0: Qt as two bf16 terms where dO is bf16 (exact then), tf32
