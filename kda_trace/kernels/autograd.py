@@ -30,6 +30,7 @@ class _KDA(torch.autograd.Function):
         from kda_trace.kernels.chunk import kda_chunk
 
         kept = {}
+        keep = keep and any(ctx.needs_input_grad)  # no backward will come: nothing to keep for it
         if all(x.dtype == torch.float64 for x in (q, k, v, g, beta)):
             q_n, k_n, g_n, beta_n = _apply_options(q, k, g, beta, A_log, dt_bias, opts)
             o, ht = kda_forward_exact(q_n, k_n, v, g_n, beta_n, _core(opts), initial_state=h0, cu_seqlens=cu_seqlens)
@@ -122,9 +123,10 @@ def kda_autograd(
         cu_seqlens: `[N + 1]` cumulative lengths of a packed batch (B = 1), or None.
         use_qk_l2norm: L2-normalise q and k (x / sqrt(sum x^2 + 1e-6)) first.
         A_log `[HV]`, dt_bias `[HV, K]`: the gate's parameters (needed unless gate is "precomputed").
-        keep_chunk_matrices: the forward keeps its chunk matrices (P, A_qk and (I + A_kk)^-1, fp32, 48 KiB per
-            64 tokens and value head: 384 MiB at 32 heads x 16384 tokens) until the backward, which then does not
-            recompute them (fla's chunk_kda keeps its A_qk and A_kk the same way); False: recomputed.
+        keep_chunk_matrices: where some input requires grad, the forward keeps its chunk matrices (P, A_qk and
+            (I + A_kk)^-1, fp32, 48 KiB per 64 tokens and value head: 384 MiB at 32 heads x 16384 tokens) until the
+            backward, which then does not recompute them (fla's chunk_kda keeps its A_qk and A_kk the same way);
+            False: recomputed.
 
     Returns:
         o `[B, T, HV, V]` (v's dtype) and the final state (initial_state's layout, fp32 / fp64). Both take

@@ -169,3 +169,24 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
     assert launches["pairs"] == 4
     for n in base:
         assert rms_rel(grouped[n], kept[n]) < 1e-6, (n, rms_rel(grouped[n], kept[n]))
+
+
+def test_chunk_matrices_kept_only_for_a_backward(monkeypatch):
+    """kda_autograd asks the forward to keep its chunk matrices only when some input requires grad (a backward can
+    follow), and only when keep_chunk_matrices is on."""
+    from kda_trace.kernels import chunk
+
+    asked = []
+    real = chunk.kda_chunk
+
+    def spy(*args, saved=None, **kwargs):
+        asked.append(saved is not None)
+        return real(*args, saved=saved, **kwargs)
+
+    monkeypatch.setattr(chunk, "kda_chunk", spy)
+    x = leaves(1, 20, 1, 1, 8, 8, 1, seed=43, dtype=torch.float32)
+    plain = {n: t.detach() for n, t in x.items()}
+    for inputs, keep in ((x, True), (plain, True), (x, False)):
+        kda_autograd(inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"], initial_state=inputs["h0"],
+                     keep_chunk_matrices=keep)
+    assert asked == [True, False, False]
