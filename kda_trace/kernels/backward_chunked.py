@@ -773,7 +773,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
         if stages == 1 or launch["chunked_pass_stages"]:
             raise
         run_pass(1)
-    pre.pop("W16", None), pre.pop("Kt16", None)
+    for name in ("W16", "Kt16"):  # read by the pass only
+        pre.pop(name, None)
     return states, dstates, dh0, pre
 
 
