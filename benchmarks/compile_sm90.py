@@ -53,6 +53,8 @@ def backward_signatures(acc: str) -> dict:
     inputs = {n: "*bf16" for n in ("q", "k", "v", "beta", "do")}
     tables = dict(cu_seqlens="*i64", chunk_indices="*i32")
     bufs = lambda *names: {n: f"*{acc}" for n in names}  # noqa: E731
+    # W and Kt as the prep stores them for a bf16 pass (LAUNCH["chunked_pass_bf16_copies"])
+    w_kt = {n: "*bf16" if acc == "fp32" else f"*{acc}" for n in ("W", "Kt")}
     return {
         "maps": {**inputs, **bufs("g", "amap", "states", "dstates", "dh0"), **tables, "scale": "fp32"},
         "pass": {**bufs("amap", "states", "dstates", "h0", "dht", "dh0"), "cu_seqlens": "*i64",
@@ -63,15 +65,14 @@ def backward_signatures(acc: str) -> dict:
         # the chunked mode (kernels/backward_chunked.py)
         "prep_pairs": {**inputs, **bufs("g", "Pb", "Aqk", "gamma", "scratch"), **tables, "n_work": "i64"},
         "prep_solve": {**inputs, **bufs("Pb", "Xb"), **tables},
-        "prep_operands": {**inputs, **bufs("g", "Xb", "Aqk", "W", "U", "Qt", "Kt", "dO2"), **tables, "scale": "fp32"},
-        "local_v": {**inputs, **bufs("W", "U", "Kt", "dO2", "Xb", "states", "dstates", "dv", "dbeta", "dAqk", "XdXv",
-                                     "dQt", "dKt", "dW", "dgamma"), **tables},
-        "local_da": {**inputs, **bufs("g", "Xb", "Pb", "dAqk", "XdXv", "dW", "dbeta_v", "Yk", "d1", "dbeta"), **tables,
-                     "scale": "fp32"},
+        "prep_operands": {**inputs, **bufs("g", "Xb", "Aqk", "U", "Qt", "dO2", "gamma"), **w_kt, **tables,
+                          "scale": "fp32"},
+        "local_vk": {**inputs, **bufs("g", "Vn", "dVn", "Xb", "Pb", "states", "dstates", "dv", "dQt", "dKt", "Yk",
+                                      "dgamma", "dbeta", "d1", "M1", "M2"), **tables, "scale": "fp32"},
         "local_k": {**inputs, **bufs("g", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "R1", "R2", "R3",
                                      "scratch"), **tables, "scale": "fp32", "n_work": "i64"},
         "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "scratch"), **tables, "n_work": "i64"},
-        "chunked_pass": {**bufs("W", "U", "Qt", "Kt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"),
+        "chunked_pass": {**bufs("U", "Qt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"), **w_kt,
                          "do": "*bf16", "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
 
@@ -114,7 +115,8 @@ def chunked_mode(spills: bool) -> None:
         extra = ptxas_report(k) if spills and acc == "fp32" else []
         print(f"chunked split prep solve {acc} K={K} V={V} warps=4: ok", *extra)
         k = compile_kernel(backward_chunked._prep_operands_kernel, sigs["prep_operands"],
-                           dict(shared, BKT=min(BK, 64), BVT=min(BV, 64)), backward.LAUNCH["prep_operands_warps"] or 4)
+                           dict(shared, BKT=min(BK, 64), BVT=min(BV, 64), INTERPRET=False),
+                           backward.LAUNCH["prep_operands_warps"] or 4)
         extra = ptxas_report(k) if spills and acc == "fp32" else []
         print(f"chunked split prep operands {acc} K={K} V={V} warps=4: ok", *extra)
         pass_prec = "ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_precision"] or "bf16"
@@ -123,27 +125,28 @@ def chunked_mode(spills: bool) -> None:
         for bv, warps, stages in tiles:
             c = dict(shared, BV=min(bv, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
                      PREC_SRC="ieee" if acc == "fp64" else src_prec,
-                     PARALLEL=backward.LAUNCH["chunked_pass_parallel"])
+                     PARALLEL=backward.LAUNCH["chunked_pass_parallel"], STORE_VN=True)
             k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages}: ok", *extra)
         split_prec = "ieee" if acc == "fp64" else backward.LAUNCH["split_precision"]
-        for name, fn, wkey in (("local_v", backward_chunked._local_v_kernel, "split_v_warps"),
-                               ("local_da", backward_chunked._local_da_kernel, "split_da_warps")):
-            c = dict(shared, BV=min(BV, 64), NV=triton.cdiv(V, 64), PREC=split_prec)
-            warps = backward.LAUNCH[wkey] or (4 if wkey == "split_v_warps" else 8)  # the launch defaults
-            k = compile_kernel(fn, sigs[name], c, warps)
+        # 3a per (chunk, value head): the GPU default (K-tiles of 32, V-tiles of 64, 8 warps), others with --spills
+        vk_tiles = ((32, 64, 8), (64, 64, 8), (32, 32, 4), (32, 64, 4), (64, 32, 8)) if spills and K == 128 else (
+            (min(BK, 32), min(BV, 64), 8),)
+        for bkt, bvt, warps in vk_tiles:
+            c = dict(shared, BKT=bkt, BVT=bvt, PREC=split_prec, INTERPRET=False)
+            k = compile_kernel(backward_chunked._local_vk_kernel, sigs["local_vk"], c, warps)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked split {name} {acc} K={K} V={V} warps={warps}: ok", *extra)
+            print(f"chunked split local_vk {acc} K={K} V={V} BKT={bkt} BVT={bvt} warps={warps}: ok", *extra)
         # 3c per K-tile: the GPU default (32 columns, 4 warps), and 64 / 8 with --spills
         bkts = ((32, 4), (64, 8), (64, 4)) if spills and K == 128 else ((min(BK, 32), 4),)
         for bkt, warps in bkts:
-            c = dict(shared, BKT=bkt, NV=triton.cdiv(V, 64))
+            c = dict(shared, BKT=bkt, INTERPRET=False)
             k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps}: ok", *extra)
         for bi, anchors in itertools.product(range(4), anchor_forms):  # 3c's sums per row block
-            c = dict(shared, BKS=min(BK, 32), NV=triton.cdiv(V, 64), BI=bi, PREC=split_prec, ANCHORS=anchors,
+            c = dict(shared, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors,
                      DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,
                                backward.LAUNCH["sums_warps"] or 4)

@@ -1,5 +1,5 @@
 """A standalone check of one Triton product on this GPU: acc + a @ b^T for a, b [64, BI] fp32 tiles, b^T taken
-with tl.trans in registers (as kernels/backward_chunked.py's `_local_da_kernel` forms Y_k (beta Kb)^T), by inner
+with tl.trans in registers (as kernels/backward_chunked.py's `_local_vk_kernel` forms Y_k (beta Kb)^T), by inner
 width BI, precision and warps, against float64. A right tf32 product is about 1e-3 off; the twenty-fifth session
 found the kernel's product wrong at BI = 16 in tf32 (H100, Triton 3.6). `python benchmarks/probe_narrow_dot.py`."""
 

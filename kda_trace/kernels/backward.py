@@ -67,10 +67,10 @@ inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are neve
    diag(gamma) S + Kt^T (U - W S) from h0, then dS_start(c) = diag(gamma) dS_end + Qt^T dO - W^T (A_qk^T dO +
    Kt dS_end) from dht (= A_c^T dS_end + b_c without A_c), the state in K-tiles of 64 rows, fp32 between chunks
    (bf16 products on a GPU, reading bf16 copies of W and Kt).
-3. the local gradients from S_start and dS_end, LAUNCH["chunked_local"]: "split" (default) = `_local_v_kernel`
-   (per chunk, value head and V-tile: the sums over V, one partial copy per V-tile), `_local_da_kernel` (Y_k,
-   dA_kk, dbeta, the two matrices of the decay-weighted sums) and `_local_k_kernel` (those sums, dq, dk, dg by
-   K-tiles), from the prep's X, P, W, U, Kt (the formulas and their float64 oracle:
+3. the local gradients from S_start and dS_end, LAUNCH["chunked_local"]: "split" (default) = `_local_vk_kernel`
+   (per chunk and value head, from the pass's Vn and dVn: the sums over V and K in registers, dv, Y_k, dA_kk,
+   dbeta, the two matrices of the decay-weighted sums), `_local_sums_kernel` (those sums) and `_local_k_kernel`
+   (dq, dk, dg by K-tiles), with the prep's X and P (the formulas and their float64 oracle:
    tests/kernels/chunk_backward_matrix.py); or "tokens" (the exact mode's kernel 3 from the same states). A
    one-kernel matrix form of 3 (whole K and V per chunk) was deleted: it needs 256 KiB of shared memory at
    K = V = 128, past the H100's 227 KiB.
@@ -126,7 +126,8 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # split_precision (the split local kernels'), tf32 each but the pass: operands rounded to 2^-11 relative, against
 # fla's bf16 at 2^-8 (measured: module docstring, "Precision"). tf32x3 (about fp32) makes each of them spill at
 # K = V = 128 (compile_sm90.py --chunked --spills). Every precision key takes "bf16" too (backward_blocks.`_xdot`).
-# The pass: None = bf16 on a GPU (tf32 under the interpreter, which computes it in fp32), with
+# The pass: None = bf16 on a GPU for 2-byte inputs (tf32 for fp32 inputs, and under the interpreter, which computes it
+# in fp32: since the twenty-sixth session the pass's Vn and dVn go to the local kernels as they are), with
 # chunked_pass_source_precision (None: where the pass is bf16, "bf16_split_a" for a bf16 dO, Qt as two bf16 terms
 # and two bf16 products, else tf32; otherwise the pass's) for the reverse recursion's Qt^T dO alone: that
 # product's bf16 rounding is what reaches dh0 (benchmarks/pass_rounding_estimate.py: dh0 1.7e-3 with every product
@@ -136,18 +137,19 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # took dq, dk, dv, dbeta to fla's errors, ddt_bias past them (same session): off. Tiles and warps:
 # chunked_pass_bv / _warps / _stages (32 / 4 / 2 where they fit: 186 / 213 registers, no spill; 3 stages or BV 64
 # spill; H100 A/B, RESULTS.md eighteenth and twenty-fifth sessions);
-# split_bv (the V-tile of 3a, 64), split_v_warps (4: 8 took 2.87 against 2.52 ms at 32 heads x 16384, H100) and
-# split_da_warps (8); split_k_bk, the K-tile of 3c's work
-# items (32 on a GPU, 64 under the interpreter), and split_k_warps (4 for tiles up to 32 columns, else 8).
+# split_bv / split_bk / split_vk_warps / split_vk_stages (`_local_vk_kernel`'s V-tile 64, K-tile 32, warps 8 and
+# Triton's default stages, one where they do not fit, on a GPU); split_k_bk,
+# the K-tile of 3b's work items (32 on a GPU, 64 under the interpreter), and split_k_warps (4 for tiles up to 32
+# columns, else 8).
 # The prep's three kernels: prep_pairs_warps / prep_solve_warps / prep_operands_warps (4 each) and prep_bv (the
-# operands kernel's V-tile, 64). 3c's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row block with
+# operands kernel's V-tile, 64). 3b's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row block with
 # the sums in registers: sums_bk (its K-tile, at most 32) and sums_warps (4). (One fused prep kernel, and the sums
 # inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms against 5.84 + 1.23 +
 # 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth sessions.)
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
                "chunked_pass_precision": None, "chunked_pass_source_precision": None, "split_precision": "tf32",
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
-               "split_v_warps": None, "split_da_warps": None, "split_k_bk": None, "split_k_warps": None,
+               "split_bk": None, "split_vk_warps": None, "split_vk_stages": None, "split_k_bk": None, "split_k_warps": None,
                "prep_pairs_warps": None, "prep_solve_warps": None, "prep_operands_warps": None, "prep_bv": None,
                "sums_bk": None, "sums_warps": None})
 # workspace_bytes: the most memory the backward's own buffers may take at once; past it `kda_backward` runs
@@ -160,7 +162,7 @@ WORKSPACE_CAP_BYTES = 16 << 30
 """The default workspace limit: a group of heads under it still has thousands of (chunk, head) work items at the
 sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once would only take memory."""
 
-# diag_blocks: the 16x16 diagonal blocks of the prep's pair matrices and of 3c's sums ("anchors": tensor-core
+# diag_blocks: the 16x16 diagonal blocks of the prep's pair matrices and of 3b's sums ("anchors": tensor-core
 # products at two anchors per block, as the forward's intra kernel, element-wise where a block's gates pass
 # backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel).
 LAUNCH["diag_blocks"] = "anchors"
@@ -590,7 +592,7 @@ def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=
     B, T, H, HV, K, V, N = sizes
     local = LAUNCH["chunked_local"]
     states, dstates, dh0, pre = chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, LAUNCH,
-                                                       _n_programs, store_xp=local == "split", given=given)
+                                                       _n_programs, for_split=local == "split", given=given)
     if local == "split":
         pre.update(states=states, dstates=dstates)  # local_split frees each buffer after its last reader
         del states, dstates
@@ -734,17 +736,18 @@ def _grads(out, sizes, like, acc, opts, has_h0):
 
 def workspace_bytes(sizes, n_chunks, acc) -> int:
     """Bytes of the chunked mode's buffers alive at once: the larger of backward_chunked.local_split's two peaks
-    (3a: the prep's W, U, Kt, dO2, X, P, the states and dS with 3a's outputs; 3c: 3a's outputs left, the sums, then
-    dq, dk, dg), and dh0. The persistent programs' scratch (a few MB on a GPU) is left out. Checked against the
-    buffers really made and freed on the CPU (test_backward_chunked: within 10%); the exact mode needs less (its
-    per-chunk maps are [K, K] and [K, V] too, without the CT x CT ones)."""
+    (3a: the pass's Vn and dVn, the prep's X and P, the states and dS with 3a's outputs; 3b: 3a's outputs left, the
+    sums, then dq, dk, dg), and dh0. The pass's own peak (W, Kt, Qt, gamma instead of 3a's outputs) is smaller. The
+    persistent programs' scratch (a few MB on a GPU) is left out. Checked against the buffers really made and freed
+    on the CPU (test_backward_chunked: within 10%); the exact mode needs less (its per-chunk maps are [K, K] and
+    [K, V] too, without the CT x CT ones)."""
     B, T, H, HV, K, V, N = sizes
     TT, NT, CT2 = B * T, n_chunks, CT * CT
-    NV = triton.cdiv(V, LAUNCH["split_bv"] or 64)
-    first = TT * (2 * K + 3 * V + NV + 3 * NV * K) + NT * (2 * CT2 + 2 * K * V + NV * K + 2 * NV * CT2)
-    # 3c: 3a's dv, dQt, dKt, dgamma, 3b's Y_k, d1, dbeta and the three sums, with 3b's two matrices while the sums
-    # are made, then with dq, dk, dg
-    third = TT * (V + 2 * NV * K + 4 * K + 2) + NT * NV * K + max(NT * 2 * NV * CT2, 3 * TT * K)
+    # 3a: Vn, dVn, X, P, states, dS; dv, dQt, dKt, Y_k, dgamma, d1, dbeta, M1, M2
+    first = TT * (3 * V + 3 * K + 2) + NT * (4 * CT2 + 2 * K * V + K)
+    # 3b: dv, dQt, dKt, Y_k, dgamma, d1, dbeta and the three sums, with M1 and M2 while the sums are made, then
+    # with dq, dk, dg
+    third = TT * (V + 6 * K + 2) + NT * K + max(NT * 2 * CT2, 3 * TT * K)
     return HV * (max(first, third) + N * K * V) * torch.empty(0, dtype=acc).element_size()  # + dh0
 
 

@@ -27,23 +27,25 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    in the nineteenth).
 2. `_state_pass_kernel`, per (sequence, V-tile, value head) and direction, sequential over the sequence's chunks:
    the forward recursion from h0 (S_start of each chunk into `states`) and, in programs of their own beside them,
-   the reverse one from dht (dS_end into `dstates`, and dh0); the [K, BV] state as up to four K-tiles of 64 rows, three [64, 64] x [64, BV]-shaped products per
-   tile and direction per chunk (LAUNCH["chunked_pass_precision"]: bf16 but for the reverse recursion's Qt^T dO, as
-   two bf16 products of Qt's two bf16 terms with a bf16 dO, else tf32). No K x K map.
-3a. `_local_v_kernel`, per (chunk, value head, V-tile): Vn, dVn, Y_v, dv, and this V-tile's part of every sum
-   over V (dA_qk, Y_v (beta v)^T, dQt, dKt, dW, dgamma, rowsum(v Y_v)), one partial copy per V-tile
-   (deterministic: no atomics).
-3b. `_local_da_kernel`, per (chunk, value head): the partial copies added up; Y_k, dA_kk, dbeta, the diagonal of
-   dA_qk, and the two matrices of the decay-weighted sums.
-3c. `_local_sums_kernel`, one launch per 16-row block, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns,
+   the reverse one from dht (dS_end into `dstates`, and dh0); the [K, BV] state as up to four K-tiles of 64 rows,
+   three [64, 64] x [64, BV]-shaped products per tile and direction per chunk (LAUNCH["chunked_pass_precision"]:
+   bf16 but for the reverse recursion's Qt^T dO, as two bf16 products of Qt's two bf16 terms with a bf16 dO, else
+   tf32). No K x K map. For the split local kernels it also writes each chunk's Vn and dVn (fp32) in U's and dO2's
+   places, as fla's recursions hand theirs on (in bf16 there).
+3a. `_local_vk_kernel`, per (chunk, value head): every sum over V (dA_qk, Y_v (beta v)^T, dQt, dKt, dW, dgamma,
+   rowsum(v Y_v)) by V-tiles, within K-tiles for the [CT, K] ones, in registers; Y_v, dv, Y_k, dA_kk, dbeta, the
+   diagonal of dA_qk, and the two matrices of the decay-weighted sums. (Up to the twenty-fifth session this was two
+   kernels, per V-tile with one partial copy of each sum per V-tile, then per chunk adding them up; they
+   recomputed Vn and dVn from the states.)
+3b. `_local_sums_kernel`, one launch per 16-row block, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns,
    32 at most): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep); then `_local_k_kernel`, per (chunk,
    value head, K-tile of LAUNCH["split_k_bk"] columns, 32 on a GPU), persistent programs: dq, dk (per value head),
-   dg of the tile's key channels (every sum of 3c is per key channel, so the K-tiles are independent work items).
-   3a to 3c in LAUNCH["split_precision"] (tf32). The sums inside `_local_k_kernel` took longer (fifteenth
+   dg of the tile's key channels (every sum of 3b is per key channel, so the K-tiles are independent work items).
+   3a and 3b in LAUNCH["split_precision"] (tf32). The sums inside `_local_k_kernel` took longer (fifteenth
    session; deleted in the nineteenth).
-The split into 3a/3b/3c and the K-tiles are for registers: a one-kernel form (whole K and V per chunk, deleted)
+The split into 3a/3b and the tiles are for registers: a one-kernel form (whole K and V per chunk, deleted)
 had 19 KB of spill stores at K = V = 128 and needed 256 KiB of shared memory; ptxas for sm_90
-(benchmarks/compile_sm90.py --chunked --spills) reports no spill or a few hundred bytes per split kernel.
+(benchmarks/compile_sm90.py --chunked --spills) reports the registers and spills per kernel.
 """
 
 from __future__ import annotations
@@ -106,22 +108,18 @@ def _solve(p_P, p_b, p_X, n, HV: tl.constexpr, CT: tl.constexpr, PREC: tl.conste
 
 
 @triton.jit
-def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, W16, Kt16, off, m_tk, scale,
-                    PREC: tl.constexpr, COPY16: tl.constexpr, INTERPRET: tl.constexpr):
+def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk, scale,
+                    PREC: tl.constexpr, INTERPRET: tl.constexpr):
     """One K-tile of the prep's operands: W = X diag(beta) k e(G), Kt = k e(Gl - G), Qt = scale q e(G), from the
     tile's gates b_gt [CT, BKT] (zero past the chunk) and the gates one row later b_gn (G and Gl - G as sums of
-    the gates: exp arguments <= 0); q, k at p_q / p_k + off_x, W, Kt, Qt at + off. With COPY16 also W and Kt
-    rounded to bf16 (nearest even) into W16 and Kt16, for a pass whose products round them so anyway."""
-    ACC: tl.constexpr = W.dtype.element_ty
+    the gates: exp arguments <= 0); q, k at p_q / p_k + off_x, W, Kt, Qt at + off. W and Kt in their buffers'
+    dtype (bf16 rounded to nearest even for a pass whose products round them so anyway)."""
+    ACC: tl.constexpr = Qt.dtype.element_ty
     b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
     b_k = tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC)
-    b_w = _xdot(b_X, b_k * (b_b[:, None] * b_eG), PREC)
-    tl.store(W + off, b_w, mask=m_tk)
+    tl.store(W + off, _as_stored(_xdot(b_X, b_k * (b_b[:, None] * b_eG), PREC), W, INTERPRET), mask=m_tk)
     b_kt = b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
-    tl.store(Kt + off, b_kt, mask=m_tk)
-    if COPY16:
-        tl.store(W16 + off, _bf16(b_w, INTERPRET), mask=m_tk)
-        tl.store(Kt16 + off, _bf16(b_kt, INTERPRET), mask=m_tk)
+    tl.store(Kt + off, _as_stored(b_kt, Kt, INTERPRET), mask=m_tk)
     b_q = tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC)
     tl.store(Qt + off, scale * b_q * b_eG, mask=m_tk)
 
@@ -200,16 +198,16 @@ def _prep_solve_kernel(Pb, beta, Xb, cu_seqlens, chunk_indices, HV: tl.constexpr
 
 @triton.jit(do_not_specialize=["scale"])
 def _prep_operands_kernel(
-    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, W16, Kt16, cu_seqlens, chunk_indices, scale,
+    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
-    CT: tl.constexpr, PREC: tl.constexpr, COPY16: tl.constexpr, INTERPRET: tl.constexpr,
+    CT: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Per (chunk, value head) and tile: for each of the NKT K-tiles of BKT columns, W = X diag(beta) k e(G),
-    Kt = k e(Gl - G) and Qt = scale q e(G) (G and Gl - G as sums of the gates, exp arguments <= 0) and the
-    chunk's decay gamma = e(G_last) (with COPY16 also bf16 copies of W and Kt, `_decayed_k_tile`); for each of the
+    Kt = k e(Gl - G) and Qt = scale q e(G) (G and Gl - G as sums of the gates, exp arguments <= 0; W and Kt in
+    their buffers' dtype, `_decayed_k_tile`) and the chunk's decay gamma = e(G_last); for each of the
     V-tiles of BVT columns after them, U = X diag(beta) v and dO2 = A_qk^T dO."""
     NKT: tl.constexpr = (K + BKT - 1) // BKT
-    ACC: tl.constexpr = W.dtype.element_ty
+    ACC: tl.constexpr = Qt.dtype.element_ty
     i_c = tl.program_id(0).to(tl.int64) // HV
     i_hv = tl.program_id(0).to(tl.int64) % HV
     i_tile = tl.program_id(1)
@@ -231,7 +229,7 @@ def _prep_operands_kernel(
         off = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
         row_x = (r0 * H + i_h) * K  # the chunk's first row of q and k
         _decayed_k_tile(tl.load(Xb + off_t), b_b, b_gt, b_gn, q + row_x, k + row_x, o_t[:, None] * (H * K) + o_kt[None, :],
-                        W, Kt, Qt, W16, Kt16, off, m_tk, scale, PREC, COPY16, INTERPRET)
+                        W, Kt, Qt, off, m_tk, scale, PREC, INTERPRET)
     else:
         o_v = (i_tile - NKT) * BVT + tl.arange(0, BVT)
         m_tv = m_t[:, None] & (o_v < V)[None, :]
@@ -307,7 +305,7 @@ def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
-    PARALLEL: tl.constexpr,
+    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
@@ -330,15 +328,15 @@ def _state_pass_kernel(
     if PARALLEL:
         if tl.program_id(2) == 0:
             _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
-                          USE_H0, PREC)
+                          USE_H0, PREC, STORE_VN)
         else:
             _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V,
-                          BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC)
+                          BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
     else:
         _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
-                      USE_H0, PREC)
+                      USE_H0, PREC, STORE_VN)
         _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
-                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC)
+                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
 
 
 @triton.jit
@@ -362,7 +360,8 @@ def _pass_layout(i_v, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BV: t
 @triton.jit
 def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
-                  BV: tl.constexpr, CT: tl.constexpr, USE_H0: tl.constexpr, PREC: tl.constexpr):
+                  BV: tl.constexpr, CT: tl.constexpr, USE_H0: tl.constexpr, PREC: tl.constexpr,
+                  STORE_VN: tl.constexpr):
     """The forward recursion of `_state_pass_kernel`: S_start of every chunk into states."""
     ACC: tl.constexpr = states.dtype.element_ty
     TS: tl.constexpr = BKT * V  # offset of tile 1 in a state
@@ -379,28 +378,35 @@ def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
         i_g = (c0 + c) * HV + i_hv  # its (chunk, value head) index
         m_t = o_t < n_tok - c * CT
         _store_tiles(states + i_g * (K * V), off_s, s0, s1, s2, s3, m0, m1, m2, m3, NKT, TS)
-        if c < n_chunks - 1:  # the last chunk's end state is not needed
-            # Vn = U - W S, then S_end = diag(gamma) S + Kt^T Vn
-            b_vn = tl.load(U + (r0 * HV + i_hv) * V + off_tv, mask=m_t[:, None] & m_v[None, :], other=0.0)
+        # Vn = U - W S (into U's place with STORE_VN, every chunk), then S_end = diag(gamma) S + Kt^T Vn (the last
+        # chunk's end state is not needed). (Triton 3.6 fails to compile the float64 kernel, in its TritonGPUPrefetch
+        # pass, where the products of Vn are outside a condition on c.)
+        if c < n_chunks - 1 + STORE_VN:
+            off_u = (r0 * HV + i_hv) * V + off_tv
+            m_tv = m_t[:, None] & m_v[None, :]
+            b_vn = tl.load(U + off_u, mask=m_tv, other=0.0)
             b_vn -= _xdot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, PREC)
             if NKT > 1:
                 b_vn -= _xdot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, PREC)
             if NKT > 2:
                 b_vn -= _xdot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, PREC)
                 b_vn -= _xdot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, PREC)
-            s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC)
-            if NKT > 1:
-                s1 = _fwd_tile(s1, W, Kt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
-            if NKT > 2:
-                s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
-                s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+            if STORE_VN:
+                tl.store(U + off_u, b_vn, mask=m_tv)
+            if c < n_chunks - 1:
+                s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC)
+                if NKT > 1:
+                    s1 = _fwd_tile(s1, W, Kt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+                if NKT > 2:
+                    s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+                    s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
 
 
 @triton.jit
 def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
                   BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr,
-                  PREC_SRC: tl.constexpr):
+                  PREC_SRC: tl.constexpr, STORE_VN: tl.constexpr):
     """The reverse recursion of `_state_pass_kernel`: dS_end of every chunk into dstates, from the last chunk
     back, and dh0."""
     ACC: tl.constexpr = dstates.dtype.element_ty
@@ -429,6 +435,8 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
         if NKT > 2:
             b_dvn += _xdot(_rows(Kt, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), d2, PREC)
             b_dvn += _xdot(_rows(Kt, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), d3, PREC)
+        if STORE_VN:
+            tl.store(dO2 + (r0 * HV + i_hv) * V + off_tv, b_dvn, mask=m_tv)
         b_do = tl.load(do + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0).to(ACC)
         d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
         if NKT > 1:
@@ -440,69 +448,101 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
 
 
 # ----------------------------------------------------------------------------------------------------
-# 3a, 3b, 3c (LAUNCH["chunked_local"] = "split"): the matrix local kernel's formulas in two kernels, from the prep's
-# X, P, W, U, Kt, dO2 (tests/kernels/chunk_backward_matrix.py: the derivation)
+# 3a, 3b (LAUNCH["chunked_local"] = "split"): the matrix local kernel's formulas, from the pass's Vn and dVn and
+# the prep's X and P (tests/kernels/chunk_backward_matrix.py: the derivation)
 # ----------------------------------------------------------------------------------------------------
-@triton.jit
-def _local_v_kernel(
-    v, beta, do, W, U, Kt, dO2, Xb, states, dstates, dv, dbeta, dAqk, XdXv, dQt, dKt, dW, dgamma,
-    cu_seqlens, chunk_indices,
-    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
-    PREC: tl.constexpr, INTERPRET: tl.constexpr,
+@triton.jit(do_not_specialize=["scale"])
+def _local_vk_kernel(
+    k, v, g, beta, do, Vn, dVn, Xb, Pb, states, dstates, dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2,
+    cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
+    CT: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """Per (chunk, value head, V-tile): everything that sums over V, as this V-tile's part. Vn = U - W S,
-    dVn = A_qk^T dO + Kt dSe, Y_v = X^T dVn; stores dv = beta Y_v (final), and partial sums (copy i_v of NV,
-    added up by `_local_k_kernel`): rowsum(v Y_v) (dbeta), dA_qk = dO Vn^T (unmasked) and XdXv = Y_v (beta v)^T
-    [CT, CT], per K-tile dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T and dgamma = rowsum(S * dSe). S and dSe
-    are read by K-tiles of at most 64 rows. Layouts: [NT, HV, NV, CT, CT], [T, HV, NV, K], [T, HV, NV],
-    [NT, HV, NV, K]."""
-    BKT: tl.constexpr = 64 if BK > 64 else BK
-    NV: tl.constexpr = (V + BV - 1) // BV
-    i_c = tl.program_id(0).to(tl.int64) // NV
-    i_v = tl.program_id(0).to(tl.int64) % NV
+    """Per (chunk, value head), everything that sums over V or K, in registers (no partial copies), from the pass's
+    Vn and dVn (in U's and dO2's places) and the chunk's S (states) and dS_end (dstates):
+    by V-tiles of BVT, Y_v = X^T dVn, dv = beta Y_v (final), dA_qk = dO Vn^T and rowsum(v Y_v); then by K-tiles of
+    BKT, each summed over the V-tiles, dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T and dgamma = rowsum(S * dSe)
+    (stored: dQt, dKt [T, HV, K], dgamma [NT, HV, K]), and from dW, Y_k = X^T dW ([T, HV, K]) with its terms of
+    XdX = Y_v (beta v)^T + Y_k (beta Kb)^T and of dbeta; last dA_kk = (-XdX X^T)_strict,
+    dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P) (final), the diagonal of dA_qk times scale (d1 [T, HV]:
+    it goes to dq and dk directly, tests/kernels/chunk_backward_matrix.py) and the two matrices of the decay-weighted
+    sums, M1 = scale (dA_qk)_strict and M2 = diag(beta) dA_kk ([NT, HV, CT, CT]).
+    On a GPU the tiles are at least 32 wide (masked past K and V): 16-wide K-tiles, as the inner width of a tf32
+    product, gave a kernel of this form a 15% wrong dA_kk on the H100 (Triton 3.6; twenty-fifth session,
+    benchmarks/RESULTS.md)."""
+    NVT: tl.constexpr = (V + BVT - 1) // BVT
+    NKT: tl.constexpr = (K + BKT - 1) // BKT
+    ACC: tl.constexpr = Yk.dtype.element_ty
+    i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
-    ACC: tl.constexpr = states.dtype.element_ty
-    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    i_h = i_hv // (HV // H)
     item = i_c * HV + i_hv
+    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
     o_t = tl.arange(0, CT)
-    o_v = i_v * BV + tl.arange(0, BV)
     m_t = o_t < n
-    m_v = o_v < V
-    m_tv = m_t[:, None] & m_v[None, :]
-    off_tv = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
+    strict = o_t[None, :] < o_t[:, None]
+    off_m = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
+    row_v = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V)  # the chunk's rows of v, do, Vn, dVn, dv
+    row_k = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K)  # of g, dQt, dKt, Yk
     p_s = states + item * (K * V)
     p_d = dstates + item * (K * V)
-    b_vn = tl.load(U + off_tv, mask=m_tv, other=0.0)
-    b_dvn = tl.load(dO2 + off_tv, mask=m_tv, other=0.0)
-    for k0 in tl.static_range(0, BK, BKT):
-        o_k = k0 + tl.arange(0, BKT)
-        m_kv = (o_k < K)[:, None] & m_v[None, :]
-        b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
-        b_d = tl.load(p_d + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
-        b_vn -= _xdot(_rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_s, PREC)
-        b_dvn += _xdot(_rows(Kt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, False), b_d, PREC)
-    off_x = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
-    off_m = (item * NV + i_v) * (CT * CT) + o_t[:, None] * CT + o_t[None, :]
-    b_yv = _xdot(tl.trans(tl.load(Xb + off_x)), b_dvn, PREC)
     b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
-    b_v = tl.load(v + off_tv, mask=m_tv, other=0.0).to(ACC)
-    tl.store(dv + off_tv, _as_stored(b_b[:, None] * b_yv, dv, INTERPRET), mask=m_tv)
-    tl.store(dbeta + ((r0 + o_t) * HV + i_hv) * NV + i_v, tl.sum(b_v * b_yv, axis=1), mask=m_t)
-    tl.store(XdXv + off_m, _xdot(b_yv, tl.trans(b_v * b_b[:, None]), PREC))
-    b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
-    tl.store(dAqk + off_m, _xdot(b_do, tl.trans(b_vn), PREC))
-    for k0 in tl.static_range(0, BK, BKT):
-        o_k = k0 + tl.arange(0, BKT)
+    b_X = tl.load(Xb + off_m)
+    b_xdx = tl.zeros([CT, CT], dtype=ACC)
+    b_dAqk = tl.zeros([CT, CT], dtype=ACC)
+    b_db = tl.zeros([CT], dtype=ACC)
+    for i_v in range(NVT):
+        o_v = i_v * BVT + tl.arange(0, BVT)
+        m_tv = m_t[:, None] & (o_v < V)[None, :]
+        off_tv = row_v + o_v[None, :]
+        b_dvn = tl.load(dVn + off_tv, mask=m_tv, other=0.0)
+        b_yv = _xdot(tl.trans(b_X), b_dvn, PREC)
+        tl.store(dv + off_tv, _as_stored(b_b[:, None] * b_yv, dv, INTERPRET), mask=m_tv)
+        b_v = tl.load(v + off_tv, mask=m_tv, other=0.0).to(ACC)
+        b_db += tl.sum(b_v * b_yv, axis=1)
+        b_xdx += _xdot(b_yv, tl.trans(b_v * b_b[:, None]), PREC)
+        b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
+        b_dAqk += _xdot(b_do, tl.trans(tl.load(Vn + off_tv, mask=m_tv, other=0.0)), PREC)
+    diag = o_t[None, :] == o_t[:, None]
+    tl.store(d1 + (r0 + o_t) * HV + i_hv, tl.sum(tl.where(diag, b_dAqk, 0.0), axis=1) * scale, mask=m_t)
+    tl.store(M1 + off_m, tl.where(strict, b_dAqk * scale, 0.0))
+    p_k = k + (r0 * H + i_h) * K + o_t[:, None] * (H * K)
+    for i_k in range(NKT):
+        o_k = i_k * BKT + tl.arange(0, BKT)
         m_k = o_k < K
-        m_kv = m_k[:, None] & m_v[None, :]
         m_tk = m_t[:, None] & m_k[None, :]
-        b_s = tl.load(p_s + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
-        b_d = tl.load(p_d + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
-        off_tk = ((r0 * HV + i_hv) * NV + i_v) * K + o_t[:, None] * (HV * NV * K) + o_k[None, :]
-        tl.store(dQt + off_tk, _xdot(b_do, tl.trans(b_s), PREC), mask=m_tk)
-        tl.store(dKt + off_tk, _xdot(b_vn, tl.trans(b_d), PREC), mask=m_tk)
-        tl.store(dW + off_tk, -_xdot(b_dvn, tl.trans(b_s), PREC), mask=m_tk)
-        tl.store(dgamma + (item * NV + i_v) * K + o_k, tl.sum(b_s * b_d, axis=1), mask=m_k)
+        b_dqt = tl.zeros([CT, BKT], dtype=ACC)
+        b_dkt = tl.zeros([CT, BKT], dtype=ACC)
+        b_dw = tl.zeros([CT, BKT], dtype=ACC)
+        b_dgam = tl.zeros([BKT], dtype=ACC)
+        for i_v in range(NVT):
+            o_v = i_v * BVT + tl.arange(0, BVT)
+            m_v = o_v < V
+            m_tv = m_t[:, None] & m_v[None, :]
+            off_tv = row_v + o_v[None, :]
+            off_kv = o_k[:, None] * V + o_v[None, :]
+            m_kv = m_k[:, None] & m_v[None, :]
+            b_s = tl.load(p_s + off_kv, mask=m_kv, other=0.0)
+            b_d = tl.load(p_d + off_kv, mask=m_kv, other=0.0)
+            b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
+            b_dqt += _xdot(b_do, tl.trans(b_s), PREC)
+            b_dkt += _xdot(tl.load(Vn + off_tv, mask=m_tv, other=0.0), tl.trans(b_d), PREC)
+            b_dw -= _xdot(tl.load(dVn + off_tv, mask=m_tv, other=0.0), tl.trans(b_s), PREC)
+            b_dgam += tl.sum(b_s * b_d, axis=1)
+        off_tk = row_k + o_k[None, :]
+        tl.store(dQt + off_tk, b_dqt, mask=m_tk)
+        tl.store(dKt + off_tk, b_dkt, mask=m_tk)
+        tl.store(dgamma + item * K + o_k, b_dgam, mask=m_k)
+        b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
+        b_kb = tl.load(p_k + o_k[None, :], mask=m_tk, other=0.0).to(ACC) * tl.exp(tl.cumsum(b_gt, axis=0))
+        b_yk = _xdot(tl.trans(b_X), b_dw, PREC)
+        tl.store(Yk + off_tk, b_yk, mask=m_tk)
+        b_xdx += _xdot(b_yk, tl.trans(b_kb * b_b[:, None]), PREC)
+        b_db += tl.sum(b_kb * b_yk, axis=1)
+    b_dAkk = tl.where(strict, -_xdot(b_xdx, tl.trans(b_X), PREC), 0.0)
+    b_db += tl.sum(b_dAkk * tl.load(Pb + off_m), axis=1)
+    tl.store(dbeta + (r0 + o_t) * HV + i_hv, b_db, mask=m_t)
+    tl.store(M2 + off_m, b_dAkk * b_b[:, None])
 
 
 @triton.jit
@@ -515,81 +555,17 @@ def _as_stored(x, p, INTERPRET: tl.constexpr):
         return x.to(p.dtype.element_ty)
 
 
-@triton.jit
-def _vsum(p, off, mask, NV: tl.constexpr, STRIDE: tl.constexpr):
-    """The sum of the NV partial copies at p + off + i * STRIDE (masked loads, 0 elsewhere)."""
-    acc = tl.load(p + off, mask=mask, other=0.0)
-    for i in tl.static_range(1, NV):
-        acc += tl.load(p + off + i * STRIDE, mask=mask, other=0.0)
-    return acc
-
-
-@triton.jit(do_not_specialize=["scale"])
-def _local_da_kernel(
-    k, g, beta, Xb, Pb, dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu_seqlens, chunk_indices, scale,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
-    PREC: tl.constexpr,
-):
-    """Per (chunk, value head), from 3a's partial sums (added up on reading): Y_k = X^T dW ([T, HV, K], for 3c),
-    dA_kk = (-(XdXv + Y_k (beta Kb)^T) X^T)_strict, dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P)
-    (final), the diagonal of dA_qk times scale (d1 [T, HV]: it goes to dq and dk directly,
-    tests/kernels/chunk_backward_matrix.py), and the two matrices of the decay-weighted sums, rewritten in place in the first copies
-    of dAqk and XdXv: M1 = scale (dA_qk)_strict and M2 = diag(beta) dA_kk.
-    K-tiles of 32 to 64 columns (masked past K): with 16-wide tiles (K <= 16) and tf32 products this kernel's M2
-    came out 15% off on the H100 (Triton 3.6; dk then 4e-2 off float64), though its product of inner width 16 is
-    right alone (benchmarks/probe_narrow_dot.py); not isolated further (benchmarks/RESULTS.md, twenty-fifth
-    session)."""
-    BKT: tl.constexpr = 64 if BK > 64 else (BK if BK >= 32 else 32)
-    ACC: tl.constexpr = Yk.dtype.element_ty
-    i_c = tl.program_id(0).to(tl.int64)
-    i_hv = tl.program_id(1).to(tl.int64)
-    i_h = i_hv // (HV // H)
-    item = i_c * HV + i_hv
-    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
-    o_t = tl.arange(0, CT)
-    m_t = o_t < n
-    lower = o_t[None, :] <= o_t[:, None]
-    strict = o_t[None, :] < o_t[:, None]
-    p_k = k + (r0 * H + i_h) * K
-    off_m = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]  # X, P
-    off_p = item * (NV * CT * CT) + o_t[:, None] * CT + o_t[None, :]  # copy 0 of dAqk, XdXv
-    b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
-    b_X = tl.load(Xb + off_m)
-    b_xdx = _vsum(XdXv, off_p, True, NV, CT * CT)
-    b_db = _vsum(dbeta_v, ((r0 + o_t) * HV + i_hv) * NV, m_t, NV, 1)
-    for k0 in tl.static_range(0, BK, BKT):
-        o_kt = k0 + tl.arange(0, BKT)
-        m_tk = m_t[:, None] & (o_kt < K)[None, :]
-        off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
-        off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]  # copy 0, [T, HV, NV, K]
-        b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
-        b_kb = tl.load(p_k + o_t[:, None] * (H * K) + o_kt[None, :], mask=m_tk, other=0.0).to(ACC) * tl.exp(
-            tl.cumsum(b_gt, axis=0))
-        b_yk = _xdot(tl.trans(b_X), _vsum(dW, off_pk, m_tk, NV, K), PREC)
-        tl.store(Yk + off_tk, b_yk, mask=m_tk)
-        b_xdx += _xdot(b_yk, tl.trans(b_kb * b_b[:, None]), PREC)
-        b_db += tl.sum(b_kb * b_yk, axis=1)
-    b_dAkk = tl.where(strict, -_xdot(b_xdx, tl.trans(b_X), PREC), 0.0)
-    b_db += tl.sum(b_dAkk * tl.load(Pb + off_m), axis=1)
-    tl.store(dbeta + (r0 + o_t) * HV + i_hv, b_db, mask=m_t)
-    b_dAqk = _vsum(dAqk, off_p, True, NV, CT * CT)
-    tl.store(d1 + (r0 + o_t) * HV + i_hv, tl.sum(tl.where(strict | ~lower, 0.0, b_dAqk), axis=1) * scale, mask=m_t)
-    tl.debug_barrier()  # every thread has read dA_qk and XdXv
-    tl.store(dAqk + off_p, tl.where(strict, b_dAqk * scale, 0.0))
-    tl.store(XdXv + off_p, b_dAkk * b_b[:, None])
-
-
 @triton.jit(do_not_specialize=["n_work"])
 def _local_sums_kernel(
     q, k, g, M1, M2, R1, R2, R3, scratch, cu_seqlens, chunk_indices, n_work,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
     BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
 ):
-    """Row block BI (one launch per block, like `_prep_pairs_kernel`) of 3c's decay-weighted sums, for the work
+    """Row block BI (one launch per block, like `_prep_pairs_kernel`) of 3b's decay-weighted sums, for the work
     items (chunk, value head, K-tile of BKS <= 32 columns) shared out over the programs ([T, HV, K] each):
     R1 = row sums of M1 with k, R2 = row sums of M2 with k, R3 = column sums of M1 with q plus those of M2 with
     k (backward_blocks.py's `_sums_block_anchored` with ANCHORS, else `_row_sums_block` and `_col_sums_block`;
-    M1, M2 in the first copies of dAqk and XdXv).
+    M1, M2 [NT, HV, CT, CT] from `_local_vk_kernel`).
     Every row block holds 6 off-diagonal products of each kind, so the four launches are the same size.
     Scratch per program: the tile's gates [CT, BKS], zero past the chunk's rows."""
     NKT: tl.constexpr = (K + BKS - 1) // BKS
@@ -615,8 +591,8 @@ def _local_sums_kernel(
         tl.debug_barrier()
         p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
         p_k = k + (r0 * H + i_h) * K + k0
-        p_m1 = M1 + item * (NV * CT * CT)
-        p_m2 = M2 + item * (NV * CT * CT)
+        p_m1 = M1 + item * (CT * CT)
+        p_m2 = M2 + item * (CT * CT)
         if ANCHORS:
             b_r1, b_r2, b_r3 = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT,
                                                     PREC, DPREC, MAX_EXP)
@@ -636,12 +612,12 @@ def _local_sums_kernel(
 def _local_k_kernel(
     q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, scratch, cu_seqlens, chunk_indices,
     scale, n_work,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr, NV: tl.constexpr,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     """Work items (chunk, value head, K-tile of BKT columns), n_work of them, shared out over the programs: dq,
     dk (per value head, in their buffers' dtype) and dg of the tile's key channels from `_local_sums_kernel`'s decay-weighted sums (R1, R2,
-    R3), 3a's dQt, dKt, dgamma (partial copies added up) and 3b's Y_k and d1. Every sum here is per key channel, so
+    R3) and 3a's dQt, dKt, dgamma, Y_k and d1. Every sum here is per key channel, so
     K-tiles are independent: more, smaller programs than one per (chunk, value head). Scratch per program: the
     tile's gates [CT, BKT] (the gates one row later are read from it)."""
     ACC: tl.constexpr = dg.dtype.element_ty
@@ -672,15 +648,14 @@ def _local_k_kernel(
         tl.debug_barrier()
         b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
         b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
-        off_pk = (r0 * HV + i_hv) * (NV * K) + o_t[:, None] * (HV * NV * K) + o_kt[None, :]
         b_gn = tl.load(p_gs + off_s + BKT, mask=(o_t + 1 < CT)[:, None], other=0.0)
         b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
         b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
         b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
         b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
         b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
-        b_dQt = _vsum(dQt, off_pk, m_tk, NV, K)
-        b_dKt = _vsum(dKt, off_pk, m_tk, NV, K)
+        b_dQt = tl.load(dQt + off_tk, mask=m_tk, other=0.0)
+        b_dKt = tl.load(dKt + off_tk, mask=m_tk, other=0.0)
         b_r1 = tl.load(R1 + off_tk, mask=m_tk, other=0.0)
         b_r2 = tl.load(R2 + off_tk, mask=m_tk, other=0.0)
         b_r3 = tl.load(R3 + off_tk, mask=m_tk, other=0.0)
@@ -692,17 +667,18 @@ def _local_k_kernel(
         # row itself (fp32, error relative to the sum, no tf32 product)
         b_kd = b_k * b_eT * b_dKt
         b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + (tl.cumsum(b_kd, axis=0) - b_kd)
-        b_dgam = _vsum(dgamma, item * (NV * K) + o_kt, m_kt, NV, K)
+        b_dgam = tl.load(dgamma + item * K + o_kt, mask=m_kt, other=0.0)
         b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
         tl.store(dq + off_tk, _as_stored(b_dq, dq, INTERPRET), mask=m_tk)
         tl.store(dk + off_tk, _as_stored(b_dk, dk, INTERPRET), mask=m_tk)
         tl.store(dg + off_tk, b_dg, mask=m_tk)
 
 
-def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, store_xp=False,
+def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, for_split=False,
                            given=None):
     """Kernels 1 and 2: (states, dstates [NT, HV, K, V], dh0 [N, HV, K, V], prep) in acc; prep: the prep
-    kernel's buffers by name (W, U, Qt, Kt, gamma, dO2, and X, P with store_xp). xs: the packed q, k, v, g, beta;
+    kernel's buffers by name (W, U, Qt, Kt, gamma, dO2, and X, P for_split, the split local kernels, for whom the
+    pass also writes Vn and dVn in U's and dO2's places). xs: the packed q, k, v, g, beta;
     do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH; given: the forward's P, Aqk
     and X (`_prep`), or None to compute them."""
     from kda_trace.platform import triton_interpreted
@@ -715,17 +691,20 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
     prec = _precision(acc, launch["chunked_precision"], interp)
-    pre = {n: torch.empty(TT, HV, K, dtype=acc, device=dev) for n in ("W", "Qt", "Kt")}
+    # the pass in bf16 on a GPU for 2-byte inputs, else tf32: its Vn and dVn reach dv and dbeta directly (fp32 inputs,
+    # K = 32: dbeta 9.2e-3 off float64 with a bf16 pass on the H100; twenty-sixth session)
+    pass_prec = launch["chunked_pass_precision"] or ("bf16" if not interp and do.element_size() <= 2 else "tf32")
+    # W and Kt are read by the pass only. A pass in bf16 rounds them to bf16 in each product: the prep stores them
+    # so (the same values, half the bytes of the pass's two widest operands; LAUNCH["chunked_pass_bf16_copies"],
+    # None: on).
+    copies = launch["chunked_pass_bf16_copies"]
+    wdt = torch.bfloat16 if pass_prec == "bf16" and acc == torch.float32 and (copies is None or copies) else acc
+    pre = {n: torch.empty(TT, HV, K, dtype=wdt, device=dev) for n in ("W", "Kt")}
+    pre["Qt"] = torch.empty(TT, HV, K, dtype=acc, device=dev)
     pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in ("U", "dO2")})
     pre["gamma"] = torch.empty(NT, HV, K, dtype=acc, device=dev)
     if given is None:
         pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
-    pass_prec = launch["chunked_pass_precision"] or ("tf32" if interp else "bf16")
-    # A pass in bf16 rounds W and Kt to bf16 in each product: it reads bf16 copies instead (the same values, half
-    # the bytes of its two widest operands; LAUNCH["chunked_pass_bf16_copies"], None: on), freed after it.
-    copies = launch["chunked_pass_bf16_copies"]
-    if pass_prec == "bf16" and acc == torch.float32 and (copies is None or copies):
-        pre.update({n: torch.empty(TT, HV, K, dtype=torch.bfloat16, device=dev) for n in ("W16", "Kt16")})
     z = torch.empty(1, dtype=acc, device=dev)
     n_work = NT * HV
     n_prog = n_programs(n_work, dev, interp)
@@ -735,7 +714,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     # relative errors by cond(I + A_kk)); ieee for float64
     solve_prec = "ieee" if acc == torch.float64 else SOLVE_PRECISION.value
     _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given)
-    if not store_xp:
+    if not for_split:
         del pre["X"], pre["P"]
 
     states = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
@@ -760,11 +739,10 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
 
     def run_pass(num_stages):
         _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
-            pre.get("W16", pre["W"]), pre["U"], pre["Qt"], pre.get("Kt16", pre["Kt"]), pre["gamma"], pre["dO2"], do,
-            states, dstates,
+            pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
             h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
             HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-            PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel),
+            PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split,
             num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
 
     try:
@@ -773,8 +751,6 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
         if stages == 1 or launch["chunked_pass_stages"]:
             raise
         run_pass(1)
-    for name in ("W16", "Kt16"):  # read by the pass only
-        pre.pop(name, None)
     return states, dstates, dh0, pre
 
 
@@ -784,7 +760,7 @@ def _precision(acc, setting: str, interp: bool) -> str:
 
 
 def _anchors(launch) -> bool:
-    """LAUNCH["diag_blocks"]: the diagonal blocks of the pair matrices and of 3c's sums on tensor cores at two
+    """LAUNCH["diag_blocks"]: the diagonal blocks of the pair matrices and of 3b's sums on tensor cores at two
     anchors ("anchors") or element-wise ("elementwise")."""
     if launch["diag_blocks"] not in ("anchors", "elementwise"):
         raise ValueError(f"LAUNCH['diag_blocks'] must be 'anchors' or 'elementwise', got {launch['diag_blocks']!r}")
@@ -793,8 +769,7 @@ def _anchors(launch) -> bool:
 
 def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given=None):
     """Kernel 1 as three: `_prep_pairs_kernel` (one launch per 16-row block, persistent programs),
-    `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P, and W16, Kt16
-    where pre has them (bf16 copies for the pass). given: P, Aqk and X as the forward kept them
+    `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P. given: P, Aqk and X as the forward kept them
     (kernels/chunk.py `kda_chunk`'s `saved`): then only the operands kernel runs."""
     from kda_trace.platform import triton_interpreted
 
@@ -823,15 +798,17 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
     BVT = launch["prep_bv"] or min(BV, 64)
     _prep_operands_kernel[(NT * HV, triton.cdiv(K, BKT) + triton.cdiv(V, BVT))](
         q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"],
-        pre.get("W16", pre["W"]), pre.get("Kt16", pre["Kt"]), cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
-        BKT=BKT, BVT=BVT, CT=CT, PREC=prec, COPY16="W16" in pre, INTERPRET=interp,
+        cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
+        BKT=BKT, BVT=BVT, CT=CT, PREC=prec, INTERPRET=interp,
         num_warps=launch["prep_operands_warps"] or 4)
 
 
 def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
-    """Kernels 3a, 3b and 3c (LAUNCH["chunked_local"] = "split"): dq, dk per value head (in q's and k's dtype when
-    HV == H, else fp32 / fp64 for the caller's GVA sum), dv in v's dtype, fp32 (fp64) dg and dbeta of every chunk from its start state, dS at its end (pre["states"], pre["dstates"]) and the prep buffers
-    (with X and P). Each buffer of `pre` is dropped after its last reader (the caller holds no other reference)."""
+    """Kernels 3a and 3b (LAUNCH["chunked_local"] = "split"): dq, dk per value head (in q's and k's dtype when
+    HV == H, else fp32 / fp64 for the caller's GVA sum), dv in v's dtype, fp32 (fp64) dg and dbeta of every chunk
+    from its start state, dS at its end (pre["states"], pre["dstates"]), the pass's Vn and dVn (in pre["U"],
+    pre["dO2"]) and the prep's X and P. Each buffer of `pre` is dropped after its last reader (the caller holds no
+    other reference)."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -842,27 +819,30 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     BK = max(16, triton.next_power_of_2(K))
     BV = max(16, triton.next_power_of_2(V))
     prec = _precision(acc, launch["split_precision"], interp)
-    BVs = launch["split_bv"] or (BV if interp else min(BV, 64))
-    NV = triton.cdiv(V, BVs)
     e = lambda *shape: torch.empty(*shape, dtype=acc, device=dev)  # noqa: E731
-    for name in ("Qt", "gamma"):  # read by the pass only: freed before 3a's buffers are allocated
+    for name in ("W", "Kt", "Qt", "gamma"):  # read by the pass only: freed before 3a's buffers are allocated
         pre.pop(name, None)
-    # 3a's partial sums, one copy per V-tile
     # dv, and dq and dk where no GVA group sums them, are written in the dtype returned (fp32 buffers otherwise)
     final = lambda x: x.dtype if acc == torch.float32 else acc  # noqa: E731
     dv = torch.empty(TT, HV, V, dtype=final(v), device=dev)
-    dbeta_v, dgamma = e(TT, HV, NV), e(NT, HV, NV, K)
-    dQt, dKt, dW = e(TT, HV, NV, K), e(TT, HV, NV, K), e(TT, HV, NV, K)
-    dAqk, XdXv = e(NT, HV, NV, CT, CT), e(NT, HV, NV, CT, CT)
-    _local_v_kernel[(NT * NV, HV)](
-        v, beta, do, pre.pop("W"), pre.pop("U"), pre.pop("Kt"), pre.pop("dO2"), pre["X"], pre.pop("states"),
-        pre.pop("dstates"), dv, dbeta_v, dAqk, XdXv, dQt, dKt, dW, dgamma, cu, chunk_indices,
-        HV=HV, K=K, V=V, BK=BK, BV=BVs, CT=CT, PREC=prec, INTERPRET=interp, num_warps=launch["split_v_warps"] or 4)
-    Yk, d1, dbeta = e(TT, HV, K), e(TT, HV), e(TT, HV)
-    _local_da_kernel[(NT, HV)](
-        k, g, beta, pre.pop("X"), pre.pop("P"), dAqk, XdXv, dW, dbeta_v, Yk, d1, dbeta, cu, chunk_indices, scale,
-        H=H, HV=HV, K=K, BK=BK, CT=CT, NV=NV, PREC=prec, num_warps=launch["split_da_warps"] or 8)
-    del dW, dbeta_v
+    dQt, dKt, Yk, dgamma = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K), e(NT, HV, K)
+    d1, dbeta = e(TT, HV), e(TT, HV)
+    M1, M2 = e(NT, HV, CT, CT), e(NT, HV, CT, CT)
+    vk_args = (k, v, g, beta, do, pre.pop("U"), pre.pop("dO2"), pre.pop("X"), pre.pop("P"), pre.pop("states"),
+               pre.pop("dstates"), dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2, cu, chunk_indices, scale)
+    vk_consts = dict(H=H, HV=HV, K=K, V=V, BKT=launch["split_bk"] or (BK if interp else 32),
+                     BVT=launch["split_bv"] or (BV if interp else min(max(BV, 32), 64)), CT=CT, PREC=prec,
+                     INTERPRET=interp, num_warps=launch["split_vk_warps"] or 8)
+    # pipeline stages: Triton's default where its buffers fit in shared memory (188 KiB at K = V = 128 with bf16
+    # inputs), else one (64 KiB)
+    stages = launch["split_vk_stages"]
+    try:
+        _local_vk_kernel[(NT, HV)](*vk_args, **vk_consts, **({"num_stages": stages} if stages else {}))
+    except triton.runtime.errors.OutOfResources:
+        if stages == 1:
+            raise
+        _local_vk_kernel[(NT, HV)](*vk_args, **vk_consts, num_stages=1)
+    del vk_args
     BKT = launch["split_k_bk"] or (min(BK, 64) if interp else min(BK, 32))
     n_work = NT * HV * triton.cdiv(K, BKT)
     n_prog = n_programs(n_work, dev, interp)
@@ -875,16 +855,16 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     scratch = e(n_prog_s, CT * BKS)
     for bi in range(CT // 16):
         _local_sums_kernel[(n_prog_s,)](
-            q, k, g, dAqk, XdXv, *R, scratch, cu, chunk_indices, n_work_s,
-            H=H, HV=HV, K=K, BKS=BKS, CT=CT, NV=NV, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
+            q, k, g, M1, M2, *R, scratch, cu, chunk_indices, n_work_s,
+            H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
             DPREC=_precision(acc, launch["sums_diag_precision"], interp),
             num_warps=launch["sums_warps"] or 4)
-    del scratch, dAqk, XdXv
+    del scratch, M1, M2
     dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H else acc, device=dev) for x in (q, k))
     dg = e(TT, HV, K)
     scratch = e(n_prog, CT * BKT)
     _local_k_kernel[(n_prog,)](
         q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, scratch, cu, chunk_indices, scale,
-        n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, NV=NV, INTERPRET=interp,
+        n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, INTERPRET=interp,
         num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8))
     return dq, dk, dv, dg, dbeta

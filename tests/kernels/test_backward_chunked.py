@@ -36,10 +36,11 @@ def chunked_mode(monkeypatch):
 
 
 def test_dense_odd_dims_two_chunks_v_tiles(monkeypatch):
-    """B = 2 rows of 70 tokens (a full chunk and a 6-token one), K = 20, V = 36, h0 and dht; the split local
-    kernels in V-tiles of 16 (three partial copies of the sums over V, the last tile 4 columns wide), 3c in
-    K-tiles of 16 (the second 4 columns wide)."""
+    """B = 2 rows of 70 tokens (a full chunk and a 6-token one), K = 20, V = 36, h0 and dht; `_local_vk_kernel`'s
+    sums over V-tiles of 16 (three, the last 4 columns wide) and K-tiles of 16 (two, the second 4 columns wide),
+    `_local_k_kernel` in K-tiles of 16."""
     monkeypatch.setitem(backward.LAUNCH, "split_bv", 16)
+    monkeypatch.setitem(backward.LAUNCH, "split_bk", 16)
     monkeypatch.setitem(backward.LAUNCH, "split_k_bk", 16)
     check(make(2, 70, 1, 1, 20, 36, seed=1))
 
@@ -376,7 +377,7 @@ def test_head_groups_are_as_few_as_fit():
     sizes = (1, 65536, 48, 96, 128, 128, 12)
     assert backward.workspace_bytes(sizes, 1036, torch.float32) == 96 * one
     assert backward.workspace_bytes(sizes, 1036, torch.float64) == 2 * 96 * one
-    assert 0.5 * 2**30 < one < 1 * 2**30  # about 640 MB per value head here (61 GiB at 96 heads)
+    assert 0.3 * 2**30 < one < 0.5 * 2**30  # about 400 MB per value head here (38 GiB at 96 heads)
     cpu = torch.device("cpu")
     try:
         backward.LAUNCH["workspace_bytes"] = 96 * one
@@ -424,7 +425,8 @@ def test_chunked_mode_on_gpu(K, V, launch, monkeypatch):
 @pytest.mark.parametrize("K", [12, 16, 24, 32])
 def test_small_k_on_gpu(K, monkeypatch):
     """Small K on a GPU, fp32, GVA 1 -> 2, 70 tokens, the chunked mode with its default precisions: every gradient
-    within 5e-3 of float64 autograd. With 16-wide K-tiles in `_local_da_kernel` dk was 1.6e-2 to 3.9e-2 off at
-    K = 16 and 12 (H100, Triton 3.6, tf32 products; twenty-fourth and twenty-fifth sessions)."""
+    within 5e-3 of float64 autograd. With 16-wide K-tiles in `_local_da_kernel` (now part of `_local_vk_kernel`)
+    dk was 1.6e-2 to 3.9e-2 off at K = 16 and 12 (H100, Triton 3.6, tf32 products; twenty-fourth and twenty-fifth
+    sessions); with the pass in bf16 and its Vn and dVn used as they are, dbeta 9.2e-3 at K = 32 (twenty-sixth)."""
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
     check(make(1, 70, 1, 2, K, 10, seed=40 + K), bar=5e-3)
