@@ -66,7 +66,8 @@ inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are neve
 2. `_state_pass_kernel`, per (sequence, V-tile, value head), sequential over chunks: S_start(c + 1) =
    diag(gamma) S + Kt^T (U - W S) from h0, then dS_start(c) = diag(gamma) dS_end + Qt^T dO - W^T (A_qk^T dO +
    Kt dS_end) from dht (= A_c^T dS_end + b_c without A_c), the state in K-tiles of 64 rows, fp32 between chunks
-   (bf16 products on a GPU, reading bf16 copies of W and Kt).
+   (bf16 products on a GPU for 2-byte inputs, reading W and Kt stored in bf16); it writes each chunk's Vn = U - W S
+   and dVn = A_qk^T dO + Kt dS_end, fp32, for 3.
 3. the local gradients from S_start and dS_end, LAUNCH["chunked_local"]: "split" (default) = `_local_vk_kernel`
    (per chunk and value head, from the pass's Vn and dVn: the sums over V and K in registers, dv, Y_k, dA_kk,
    dbeta, the two matrices of the decay-weighted sums), `_local_sums_kernel` (those sums) and `_local_k_kernel`
@@ -76,15 +77,17 @@ inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are neve
    K = V = 128, past the H100's 227 KiB.
 Precision: fp32 storage and accumulation; products on tensor cores in tf32 (LAUNCH["chunked_precision"],
 ["chunked_pass_precision"], ["split_precision"]; tf32x3 each on request); ieee for float64 inputs. Measured on
-the H100 (bf16 inputs, 32 heads x 1024 tokens, RMS-relative against float64): dq 1.8e-3, dk 2.0e-3, dv 1.9e-3,
-dg 1.1e-3, dbeta 2.0e-3, dh0 4.2e-4, against fla's 2.9e-3, 3.3e-3, 3.0e-3, 2.8e-3, 2.8e-3, 1.6e-3 (dq, dk, dv,
+the H100 (bf16 inputs, 32 heads x 1024 tokens, RMS-relative against float64; twenty-sixth session, the pass in
+bf16 with Qt^T dO split): dq 1.8e-3, dk 2.0e-3, dv 2.5e-3, dg 1.1e-3, dbeta 2.5e-3, dh0 1.7e-4, against fla's
+2.9e-3, 3.3e-3, 3.0e-3, 2.8e-3, 2.8e-3, 1.6e-3 (dq, dk, dv,
 dbeta are bf16 outputs: their rounding alone is about 1.7e-3; the CPU estimate of the tf32 cost,
-benchmarks/chunked_tf32_estimate.py, said 4e-4). The states come from
-the prep's fp32 W, U, Kt, not from kernels/chunk.py's bf16 products (see above). Memory beyond inputs and
-gradients (fp32, K = V = 128, V-tiles of 64; per token and value head): the prep's W, Qt, Kt, U, A_qk^T dO, X, P
-(3 KiB), states and dS_end (2 KiB), 3a's partial sums (two copies of dQt, dKt, dW and of two [CT, CT] rows:
-4 KiB), then Y_k and dq, dk, dg; each buffer is freed after its last reader, for a peak of about 9 KiB
-(4.5 GiB at 16384 tokens x 32 heads, 3 times the exact mode's).
+benchmarks/chunked_tf32_estimate.py, said 4e-4; dv and dbeta take the pass's rounding through its Vn and dVn:
+1.9e-3 and 2.0e-3 when 3 recomputed them in tf32, up to the twenty-fifth session). The states come from
+the prep's W, U, Kt, not from kernels/chunk.py's bf16 products (see above). Memory beyond inputs and
+gradients (fp32, K = V = 128; per token and value head): the prep's W, Qt, Kt, U, A_qk^T dO, X, P (3 KiB),
+states and dS_end (2 KiB), then 3a's dQt, dKt, Y_k, M1, M2 in place of W, Qt, Kt, then the sums and dq, dk, dg;
+each buffer is freed after its last reader, for a peak of about 6 KiB (3.9 GiB measured at 16384 tokens x 32
+heads with bf16 inputs, against 5.4 with the twenty-fifth session's partial copies).
 
 `kda_forward_exact` runs the forward token by token (`_forward_exact_kernel`) and writes o and the final
 state: an exact forward (in float64 for float64 inputs) used for gradient checks, not for speed.
@@ -179,9 +182,10 @@ LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32x3"})
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
 LAUNCH["chunked_pass_parallel"] = True
-# chunked_pass_bf16_copies (None: on): with the pass in bf16 it reads bf16 copies of W and Kt, which its products
-# round to bf16 anyway, written by the prep's operands kernel: the same gradients (bit for bit under the
-# interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd (RESULTS.md, twenty-fifth session).
+# chunked_pass_bf16_copies (None: on): with the pass in bf16 the prep's operands kernel stores W and Kt in bf16, which
+# the pass's products round them to anyway (their only reader since the twenty-sixth session): the same gradients
+# (bit for bit under the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than
+# fp32 W and Kt (RESULTS.md, twenty-fifth session).
 LAUNCH["chunked_pass_bf16_copies"] = None
 
 

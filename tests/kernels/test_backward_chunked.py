@@ -81,11 +81,12 @@ def test_bf16_inputs():
 
 
 def test_pass_reads_bf16_copies_with_the_same_gradients(monkeypatch):
-    """A pass in bf16 reads bf16 copies of W and Kt (LAUNCH["chunked_pass_bf16_copies"], None: on), written by the
-    operands kernel with the rounding its products would apply: the gradients are bit-identical to the pass
-    rounding the fp32 W and Kt itself (copies off) under the interpreter; on a GPU the compiled products may sum
-    in another order (the H100 gave dh0 not bit-identical, the rest equal): within 1e-5 there. The pass was handed
-    the bf16 buffers. Three chunks, two packed sequences, GVA, fp32 inputs."""
+    """A pass in bf16 reads W and Kt stored in bf16 (LAUNCH["chunked_pass_bf16_copies"], None: on) by the operands
+    kernel with the rounding its products would apply: the gradients are bit-identical to the pass rounding fp32
+    W and Kt itself (copies off) under the interpreter; on a GPU the compiled products may sum in another order
+    (the H100 gave dh0 not bit-identical, the rest equal): within 1e-5 there. The pass was handed the bf16
+    buffers. Three chunks, two packed sequences, GVA, fp32 inputs (the pass in bf16 by the launch key: fp32
+    inputs get a tf32 pass by default)."""
     from kda_trace.kernels import backward_chunked
 
     x = make(1, 150, 1, 2, 32, 24, seed=24, n_seqs=2)
