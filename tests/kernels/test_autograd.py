@@ -16,6 +16,7 @@ ensure_triton_can_run(DEVICE)
 from kda_trace.kernels.autograd import kda_autograd
 
 from kernel_ground_truth import ref_beta, ref_gate, ref_kda, rms_rel
+from launch_spy import LaunchSpy
 
 f64 = torch.float64
 
@@ -138,15 +139,8 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
     gen = torch.Generator().manual_seed(42)
     do = torch.randn(1, 150, 4, 12, generator=gen).to(DEVICE)
     dht = torch.randn(2, 4, 20, 12, generator=gen).to(DEVICE)
-    launches = {"pairs": 0}
-    pairs = backward_chunked._prep_pairs_kernel
-
-    class Counted:
-        def __getitem__(self, grid):
-            launches["pairs"] += 1
-            return pairs[grid]
-
-    monkeypatch.setattr(backward_chunked, "_prep_pairs_kernel", Counted())
+    pairs = LaunchSpy(backward_chunked._prep_pairs_kernel)
+    monkeypatch.setattr(backward_chunked, "_prep_pairs_kernel", pairs)
 
     def grads(keep):
         for t in x.values():
@@ -158,15 +152,15 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
         return {n: t.grad.clone() for n, t in x.items()}
 
     base = grads(False)
-    assert launches["pairs"] == 4  # one launch per 16-row block
+    assert len(pairs.calls) == 4  # one launch per 16-row block
     kept = grads(True)
-    assert launches["pairs"] == 4  # none more
+    assert len(pairs.calls) == 4  # none more
     bar = 1e-5 if triton_interpreted() else 2e-3
     for n in base:
         assert rms_rel(kept[n], base[n]) < bar, (n, rms_rel(kept[n], base[n]))
     monkeypatch.setitem(backward.LAUNCH, "workspace_bytes", 1)
     grouped = grads(True)
-    assert launches["pairs"] == 4
+    assert len(pairs.calls) == 4
     for n in base:
         assert rms_rel(grouped[n], kept[n]) < 1e-6, (n, rms_rel(grouped[n], kept[n]))
 

@@ -24,6 +24,7 @@ ensure_triton_can_run(DEVICE)  # before triton is imported: the interpreter on a
 import triton.language  # noqa: E402
 import triton.runtime.errors  # noqa: E402
 
+from launch_spy import LaunchSpy  # noqa: E402
 from test_backward import check, f64, make, rms_rel, truth  # noqa: E402
 
 from kda_trace.kernels import backward  # noqa: E402
@@ -93,22 +94,14 @@ def test_pass_reads_bf16_copies_with_the_same_gradients(monkeypatch):
     cu = torch.tensor([0, 130, 150])
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
     monkeypatch.setitem(backward.LAUNCH, "chunked_pass_precision", "bf16")
-    seen = []
-    real = backward_chunked._state_pass_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                seen.append((args[0].dtype, args[3].dtype))  # W, Kt
-                return real[grid](*args, **kwargs)
-            return launch
-
-    monkeypatch.setattr(backward_chunked, "_state_pass_kernel", Spy())
+    spy = LaunchSpy(backward_chunked._state_pass_kernel)
+    monkeypatch.setattr(backward_chunked, "_state_pass_kernel", spy)
     monkeypatch.setitem(backward.LAUNCH, "chunked_pass_bf16_copies", False)
     own = check(x, cu_seqlens=cu, bar=1e-2)
     monkeypatch.setitem(backward.LAUNCH, "chunked_pass_bf16_copies", None)
     copied = check(x, cu_seqlens=cu, bar=1e-2)
-    assert seen == [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16)]
+    assert [(a[0].dtype, a[3].dtype) for a in spy.calls] == [(torch.float32, torch.float32),  # W, Kt
+                                                             (torch.bfloat16, torch.bfloat16)]
     for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
         a, b = getattr(copied, name), getattr(own, name)
         assert torch.equal(a, b) if DEVICE == "cpu" else rms_rel(a, b) < 1e-5, (name, rms_rel(a, b))

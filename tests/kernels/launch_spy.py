@@ -1,0 +1,21 @@
+"""A test helper: a stand-in for a Triton kernel in its module that records each launch."""
+
+from __future__ import annotations
+
+
+class LaunchSpy:
+    """Wraps a JITFunction (`monkeypatch.setattr(module, "name", LaunchSpy(module.name))`): `spy[grid](*args,
+    **kwargs)` appends the positional arguments to `calls`, then launches the real kernel."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.calls: list[tuple] = []
+
+    def __getitem__(self, grid):
+        launch = self.fn[grid]
+
+        def run(*args, **kwargs):
+            self.calls.append(args)
+            return launch(*args, **kwargs)
+
+        return run
