@@ -315,7 +315,9 @@ def _state_pass_kernel(
     layout), so that each product reads [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once
     (K = 128: 255 registers and spills). PREC: the products' precision, but PREC_SRC for the reverse recursion's
     Qt^T dO (off the recursion's chain of dependent products, and the one whose bf16 rounding reaches dh0:
-    benchmarks/pass_rounding_estimate.py)."""
+    benchmarks/pass_rounding_estimate.py). With STORE_VN (for the split local kernels) the forward recursion also
+    writes each chunk's Vn in U's place and the reverse one dVn in dO2's (each program reads a chunk's tile before
+    it writes it, and no other program reads it)."""
     NV: tl.constexpr = (V + BV - 1) // BV
     BKT: tl.constexpr = 64 if BK > 64 else BK
     NKT: tl.constexpr = BK // BKT
