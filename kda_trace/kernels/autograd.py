@@ -166,7 +166,7 @@ def kda_backward_raw(
     Where the backward's workspace would pass its limit (kernels/backward.py `head_groups`), groups of heads run
     one after the other, the element-wise part included: its float32 q, k and gate take as much memory as the
     backward's own buffers at 96 heads x 65536 tokens."""
-    from kda_trace.kernels.backward import head_groups
+    from kda_trace.kernels.backward import _heads, head_groups
     from kda_trace.kernels.chunk import _sequence_tables
 
     B, T, H, K = q.shape
@@ -190,7 +190,7 @@ def kda_backward_raw(
                 x = x.reshape(shaped[n]) if n in shaped else x
                 sub[n] = x.narrow(2, qk.start, qk.stop - qk.start) if n in ("q", "k") else \
                     x.narrow(value_dim[n], vh.start, vh.stop - vh.start)
-        mats = None if chunk_matrices is None else {n: m[:, vh] for n, m in chunk_matrices.items()}
+        mats = None if chunk_matrices is None else {n: _heads(m, vh) for n, m in chunk_matrices.items()}
         part = _backward_raw_heads(opts, cu_seqlens, mats, **{n: sub.get(n) for n in args})
         for n, d in part.items():
             if d is None:

@@ -739,21 +739,26 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     src_prec = launch["chunked_pass_source_precision"] or (src_bf16 if pass_prec == "bf16" else pass_prec)
     prec, prec_src = _precision(acc, pass_prec, interp), _precision(acc, src_prec, interp)
 
-    def run_pass(num_stages):
-        _state_pass_kernel[(N * triton.cdiv(V, BVp), HV, 2 if parallel else 1)](
-            pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
-            h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets,
-            HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-            PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split,
-            num_warps=launch["chunked_pass_warps"] or 4, num_stages=num_stages)
-
-    try:
-        run_pass(stages)
-    except triton.runtime.errors.OutOfResources:
-        if stages == 1 or launch["chunked_pass_stages"]:
-            raise
-        run_pass(1)
+    _launch_within_shared_memory(
+        _state_pass_kernel, (N * triton.cdiv(V, BVp), HV, 2 if parallel else 1),
+        (pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
+         h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets),
+        dict(HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
+             PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split,
+             num_warps=launch["chunked_pass_warps"] or 4),
+        stages, retry=not launch["chunked_pass_stages"])
     return states, dstates, dh0, pre
+
+
+def _launch_within_shared_memory(kernel, grid, args, consts, stages, retry=True):
+    """kernel[grid](*args, **consts) with `stages` pipeline stages (None: Triton's default); where they need more
+    shared memory than the device has (Triton refuses before launching), once more with one stage, if retry."""
+    try:
+        kernel[grid](*args, **consts, **({"num_stages": stages} if stages else {}))
+    except triton.runtime.errors.OutOfResources:
+        if stages == 1 or not retry:
+            raise
+        kernel[grid](*args, **consts, num_stages=1)
 
 
 def _precision(acc, setting: str, interp: bool) -> str:
@@ -839,13 +844,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
                      INTERPRET=interp, num_warps=launch["split_vk_warps"] or 8)
     # pipeline stages: Triton's default where its buffers fit in shared memory (188 KiB at K = V = 128 with bf16
     # inputs), else one (64 KiB)
-    stages = launch["split_vk_stages"]
-    try:
-        _local_vk_kernel[(NT, HV)](*vk_args, **vk_consts, **({"num_stages": stages} if stages else {}))
-    except triton.runtime.errors.OutOfResources:
-        if stages == 1:
-            raise
-        _local_vk_kernel[(NT, HV)](*vk_args, **vk_consts, num_stages=1)
+    _launch_within_shared_memory(_local_vk_kernel, (NT, HV), vk_args, vk_consts, launch["split_vk_stages"])
     del vk_args
     BKT = launch["split_k_bk"] or (min(BK, 64) if interp else min(BK, 32))
     n_work = NT * HV * triton.cdiv(K, BKT)

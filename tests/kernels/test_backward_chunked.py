@@ -273,6 +273,28 @@ def test_pass_retries_with_one_stage(monkeypatch):
         check(x, bar=1e-2)
 
 
+def test_local_kernel_retries_with_one_stage(monkeypatch):
+    """`_local_vk_kernel` launched at Triton's default stages raises OutOfResources where they need more shared
+    memory than the device has (K = 100, V = 60 with fp32 inputs on the H100, twenty-sixth session): it runs again
+    with one stage and the gradients are right."""
+    from kda_trace.kernels import backward_chunked
+
+    real, stages = backward_chunked._local_vk_kernel, []
+
+    class NoDefaultStages:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                stages.append(kwargs.get("num_stages"))
+                if "num_stages" not in kwargs:
+                    raise triton.runtime.errors.OutOfResources(262144, 232448, "shared memory")
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(backward_chunked, "_local_vk_kernel", NoDefaultStages())
+    check(make(1, 70, 1, 1, 20, 12, seed=8))
+    assert stages == [None, 1]
+
+
 def test_token_local_kernel(monkeypatch):
     """The chunked states and dS with the token-step local kernel (LAUNCH["chunked_local"] = "tokens")."""
     monkeypatch.setitem(backward.LAUNCH, "chunked_local", "tokens")
