@@ -68,10 +68,10 @@ def backward_signatures(acc: str) -> dict:
         "prep_operands": {**inputs, **bufs("g", "Xb", "Aqk", "U", "Qt", "dO2", "gamma"), **w_kt, **tables,
                           "scale": "fp32"},
         "local_vk": {**inputs, **bufs("g", "Vn", "dVn", "Xb", "Pb", "states", "dstates", "dv", "dQt", "dKt", "Yk",
-                                      "Cg", "dbeta", "d1", "M1", "M2"), **tables, "scale": "fp32"},
-        "local_sums": {**inputs, **bufs("g", "M1", "M2", "Yk", "d1", "dQt", "dKt", "Cg", "dg", "scratch"),
-                       **{n: "*bf16" if acc == "fp32" else f"*{acc}" for n in ("dq", "dk")}, **tables,
-                       "scale": "fp32", "n_work": "i64"},
+                                      "dgamma", "dbeta", "d1", "M1", "M2"), **tables, "scale": "fp32"},
+        "local_k": {**inputs, **bufs("g", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "R1", "R2", "R3",
+                                     "scratch"), **tables, "scale": "fp32", "n_work": "i64"},
+        "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "scratch"), **tables, "n_work": "i64"},
         "chunked_pass": {**bufs("U", "Qt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"), **w_kt,
                          "do": "*bf16", "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
@@ -139,8 +139,15 @@ def chunked_mode(spills: bool) -> None:
             k = compile_kernel(backward_chunked._local_vk_kernel, sigs["local_vk"], c, warps)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_vk {acc} K={K} V={V} BKT={bkt} BVT={bvt} warps={warps}: ok", *extra)
-        for bi, anchors in itertools.product(range(4), anchor_forms):  # 3b per row block: sums, dq, dk, dg
-            c = dict(shared, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, INTERPRET=False,
+        # 3c per K-tile: the GPU default (32 columns, 4 warps), and 64 / 8 with --spills
+        bkts = ((32, 4), (64, 8), (64, 4)) if spills and K == 128 else ((min(BK, 32), 4),)
+        for bkt, warps in bkts:
+            c = dict(shared, BKT=bkt, INTERPRET=False)
+            k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps}: ok", *extra)
+        for bi, anchors in itertools.product(range(4), anchor_forms):  # 3c's sums per row block
+            c = dict(shared, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors,
                      DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,
                                backward.LAUNCH["sums_warps"] or 4)

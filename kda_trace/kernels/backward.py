@@ -70,8 +70,8 @@ inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are neve
    and dVn = A_qk^T dO + Kt dS_end, fp32, for 3.
 3. the local gradients from S_start and dS_end, LAUNCH["chunked_local"]: "split" (default) = `_local_vk_kernel`
    (per chunk and value head, from the pass's Vn and dVn: the sums over V and K in registers, dv, Y_k, dA_kk,
-   dbeta, the two matrices of the decay-weighted sums) and `_local_sums_kernel` (by 16-row blocks and K-tiles:
-   those sums, then dq, dk, dg), with the prep's X and P (the formulas and their float64 oracle:
+   dbeta, the two matrices of the decay-weighted sums), `_local_sums_kernel` (those sums) and `_local_k_kernel`
+   (dq, dk, dg by K-tiles), with the prep's X and P (the formulas and their float64 oracle:
    tests/kernels/chunk_backward_matrix.py); or "tokens" (the exact mode's kernel 3 from the same states). A
    one-kernel matrix form of 3 (whole K and V per chunk) was deleted: it needs 256 KiB of shared memory at
    K = V = 128, past the H100's 227 KiB.
@@ -141,16 +141,18 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # chunked_pass_bv / _warps / _stages (32 / 4 / 2 where they fit: 186 / 213 registers, no spill; 3 stages or BV 64
 # spill; H100 A/B, RESULTS.md eighteenth and twenty-fifth sessions);
 # split_bv / split_bk / split_vk_warps / split_vk_stages (`_local_vk_kernel`'s V-tile 64, K-tile 64, warps 8 and
-# Triton's default stages, one where they do not fit, on a GPU).
+# Triton's default stages, one where they do not fit, on a GPU); split_k_bk,
+# the K-tile of 3b's work items (32 on a GPU, 64 under the interpreter), and split_k_warps (4 for tiles up to 32
+# columns, else 8).
 # The prep's three kernels: prep_pairs_warps / prep_solve_warps / prep_operands_warps (4 each) and prep_bv (the
-# operands kernel's V-tile, 64). 3b by `_local_sums_kernel`, one launch per 16-row block with the sums in
-# registers and dq, dk, dg from them: sums_bk (its K-tile, at most 32) and sums_warps (4). (One fused prep kernel, and the sums
+# operands kernel's V-tile, 64). 3b's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row block with
+# the sums in registers: sums_bk (its K-tile, at most 32) and sums_warps (4). (One fused prep kernel, and the sums
 # inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms against 5.84 + 1.23 +
 # 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth sessions.)
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
                "chunked_pass_precision": None, "chunked_pass_source_precision": None, "split_precision": "tf32",
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
-               "split_bk": None, "split_vk_warps": None, "split_vk_stages": None,
+               "split_bk": None, "split_vk_warps": None, "split_vk_stages": None, "split_k_bk": None, "split_k_warps": None,
                "prep_pairs_warps": None, "prep_solve_warps": None, "prep_operands_warps": None, "prep_bv": None,
                "sums_bk": None, "sums_warps": None})
 # workspace_bytes: the most memory the backward's own buffers may take at once; past it `kda_backward` runs
@@ -738,17 +740,18 @@ def _grads(out, sizes, like, acc, opts, has_h0):
 
 def workspace_bytes(sizes, n_chunks, acc) -> int:
     """Bytes of the chunked mode's buffers alive at once: the larger of backward_chunked.local_split's two peaks
-    (3a: the pass's Vn and dVn, the prep's X and P, the states and dS with 3a's outputs; 3b: 3a's outputs left with
-    dq, dk, dg), and dh0. The pass's own peak (W, Kt, Qt, gamma instead of 3a's outputs) is smaller. The
+    (3a: the pass's Vn and dVn, the prep's X and P, the states and dS with 3a's outputs; 3b: 3a's outputs left, the
+    sums, then dq, dk, dg), and dh0. The pass's own peak (W, Kt, Qt, gamma instead of 3a's outputs) is smaller. The
     persistent programs' scratch (a few MB on a GPU) is left out. Checked against the buffers really made and freed
     on the CPU (test_backward_chunked: within 10%); the exact mode needs less (its per-chunk maps are [K, K] and
     [K, V] too, without the CT x CT ones)."""
     B, T, H, HV, K, V, N = sizes
     TT, NT, CT2 = B * T, n_chunks, CT * CT
-    # 3a: Vn, dVn, X, P, states, dS; dv, dQt, dKt, Y_k, Cg, d1, dbeta, M1, M2
+    # 3a: Vn, dVn, X, P, states, dS; dv, dQt, dKt, Y_k, dgamma, d1, dbeta, M1, M2
     first = TT * (3 * V + 3 * K + 2) + NT * (4 * CT2 + 2 * K * V + K)
-    # 3b: dv, dQt, dKt, Y_k, Cg, d1, dbeta, M1, M2, dq, dk, dg
-    third = TT * (V + 6 * K + 2) + NT * (K + 2 * CT2)
+    # 3b: dv, dQt, dKt, Y_k, dgamma, d1, dbeta and the three sums, with M1 and M2 while the sums are made, then
+    # with dq, dk, dg
+    third = TT * (V + 6 * K + 2) + NT * K + max(NT * 2 * CT2, 3 * TT * K)
     return HV * (max(first, third) + N * K * V) * torch.empty(0, dtype=acc).element_size()  # + dh0
 
 

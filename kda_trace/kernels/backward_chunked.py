@@ -37,13 +37,12 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    diagonal of dA_qk, and the two matrices of the decay-weighted sums. (Up to the twenty-fifth session this was two
    kernels, per V-tile with one partial copy of each sum per V-tile, then per chunk adding them up; they
    recomputed Vn and dVn from the states.)
-3b. `_local_sums_kernel`, one launch per 16-row block (the last block first), per (chunk, value head, K-tile of
-   LAUNCH["sums_bk"] columns, 32 at most), persistent programs: the decay-weighted sums (LAUNCH["diag_blocks"] as
-   in the prep) in registers, then the block's rows of dq, dk (per value head) and dg (every sum of 3b is per key
-   channel, so the K-tiles are independent work items; dg's sum over the chunk's later rows is carried from launch
-   to launch in a [NT, HV, K] buffer). 3a and 3b in LAUNCH["split_precision"] (tf32). Up to the twenty-sixth
-   session dq, dk and dg were a kernel of their own (`_local_k_kernel`) reading the three sums back from fp32
-   buffers; the sums inside that kernel took longer (fifteenth session; deleted in the nineteenth).
+3b. `_local_sums_kernel`, one launch per 16-row block, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns,
+   32 at most): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep); then `_local_k_kernel`, per (chunk,
+   value head, K-tile of LAUNCH["split_k_bk"] columns, 32 on a GPU), persistent programs: dq, dk (per value head),
+   dg of the tile's key channels (every sum of 3b is per key channel, so the K-tiles are independent work items).
+   3a and 3b in LAUNCH["split_precision"] (tf32). The sums inside `_local_k_kernel` took longer (fifteenth
+   session; deleted in the nineteenth).
 The split into 3a/3b and the tiles are for registers: a one-kernel form (whole K and V per chunk, deleted)
 had 19 KB of spill stores at K = V = 128 and needed 256 KiB of shared memory; ptxas for sm_90
 (benchmarks/compile_sm90.py --chunked --spills) reports the registers and spills per kernel.
@@ -456,7 +455,7 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
 # ----------------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["scale"])
 def _local_vk_kernel(
-    k, v, g, beta, do, Vn, dVn, Xb, Pb, states, dstates, dv, dQt, dKt, Yk, Cg, dbeta, d1, M1, M2,
+    k, v, g, beta, do, Vn, dVn, Xb, Pb, states, dstates, dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2,
     cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
     CT: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
@@ -465,8 +464,7 @@ def _local_vk_kernel(
     Vn and dVn (in U's and dO2's places) and the chunk's S (states) and dS_end (dstates):
     by V-tiles of BVT, Y_v = X^T dVn, dv = beta Y_v (final), dA_qk = dO Vn^T and rowsum(v Y_v); then by K-tiles of
     BKT, each summed over the V-tiles, dQt = dO S^T, dKt = Vn dSe^T, dW = -dVn S^T and dgamma = rowsum(S * dSe)
-    (stored: dQt, dKt [T, HV, K], and Cg = gamma dgamma + colsum(Kt * dKt) [NT, HV, K], dg's term common to the
-    chunk's rows), and from dW, Y_k = X^T dW ([T, HV, K]) with its terms of
+    (stored: dQt, dKt [T, HV, K], dgamma [NT, HV, K]), and from dW, Y_k = X^T dW ([T, HV, K]) with its terms of
     XdX = Y_v (beta v)^T + Y_k (beta Kb)^T and of dbeta; last dA_kk = (-XdX X^T)_strict,
     dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P) (final), the diagonal of dA_qk times scale (d1 [T, HV]:
     it goes to dq and dk directly, tests/kernels/chunk_backward_matrix.py) and the two matrices of the decay-weighted
@@ -536,14 +534,9 @@ def _local_vk_kernel(
         off_tk = row_k + o_k[None, :]
         tl.store(dQt + off_tk, b_dqt, mask=m_tk)
         tl.store(dKt + off_tk, b_dkt, mask=m_tk)
+        tl.store(dgamma + item * K + o_k, b_dgam, mask=m_k)
         b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
-        b_k = tl.load(p_k + o_k[None, :], mask=m_tk, other=0.0).to(ACC)
-        # dg's part that is the same for every row of the chunk: gamma dgamma + sum_t Kt_t dKt_t (Kt = k e(Gl - G)
-        # from the gates one row later, exp arguments <= 0), for `_local_sums_kernel`
-        b_gn = tl.load(g + off_tk + HV * K, mask=(o_t + 1 < n)[:, None] & m_k[None, :], other=0.0).to(ACC)
-        b_kt = b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
-        tl.store(Cg + item * K + o_k, tl.exp(tl.sum(b_gt, axis=0)) * b_dgam + tl.sum(b_kt * b_dkt, axis=0), mask=m_k)
-        b_kb = b_k * tl.exp(tl.cumsum(b_gt, axis=0))
+        b_kb = tl.load(p_k + o_k[None, :], mask=m_tk, other=0.0).to(ACC) * tl.exp(tl.cumsum(b_gt, axis=0))
         b_yk = _xdot(tl.trans(b_X), b_dw, PREC)
         tl.store(Yk + off_tk, b_yk, mask=m_tk)
         b_xdx += _xdot(b_yk, tl.trans(b_kb * b_b[:, None]), PREC)
@@ -564,31 +557,26 @@ def _as_stored(x, p, INTERPRET: tl.constexpr):
         return x.to(p.dtype.element_ty)
 
 
-@triton.jit(do_not_specialize=["scale", "n_work"])
+@triton.jit(do_not_specialize=["n_work"])
 def _local_sums_kernel(
-    q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, Cg, dq, dk, dg, scratch, cu_seqlens, chunk_indices, scale, n_work,
+    q, k, g, M1, M2, R1, R2, R3, scratch, cu_seqlens, chunk_indices, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
-    BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr, INTERPRET: tl.constexpr,
+    BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
 ):
-    """Row block BI (one launch per block, last block first) of 3b for the work items (chunk, value head, K-tile
-    of BKS <= 32 columns) shared out over the programs: the decay-weighted sums in registers, R1 = row sums of M1
-    with k, R2 = row sums of M2 with k, R3 = column sums of M1 with q plus those of M2 with k
-    (backward_blocks.py's `_sums_block_anchored` with ANCHORS, else `_row_sums_block` and `_col_sums_block`;
-    M1, M2 [NT, HV, CT, CT] from `_local_vk_kernel`), then the block's rows of dq, dk (per value head, in their
-    buffers' dtype) and dg with `_local_vk_kernel`'s dQt, dKt, Y_k, d1 and Cg (every sum here is per key channel).
-    dg_t = sum_{s >= t} (dG_s - Kt_s dKt_s) + gamma dgamma + sum_s Kt_s dKt_s, the last two Cg's start
-    (tests/kernels/chunk_backward_matrix.py): each launch adds its block's rows to Cg [NT, HV, K] for the
-    launches of the earlier blocks after it.
+    """Row block BI (one launch per block, like `_prep_pairs_kernel`) of 3b's decay-weighted sums, for the work
+    items (chunk, value head, K-tile of BKS <= 32 columns) shared out over the programs ([T, HV, K] each):
+    R1 = row sums of M1 with k, R2 = row sums of M2 with k, R3 = column sums of M1 with q plus those of M2 with
+    k (backward_blocks.py's `_sums_block_anchored` with ANCHORS, else `_row_sums_block` and `_col_sums_block`;
+    M1, M2 [NT, HV, CT, CT] from `_local_vk_kernel`).
     Every row block holds 6 off-diagonal products of each kind, so the four launches are the same size.
     Scratch per program: the tile's gates [CT, BKS], zero past the chunk's rows."""
     NKT: tl.constexpr = (K + BKS - 1) // BKS
-    MB: tl.constexpr = 16
-    ACC: tl.constexpr = dg.dtype.element_ty
+    ACC: tl.constexpr = R1.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
     p_gs = scratch + pid * (CT * BKS)
     o_t = tl.arange(0, CT)
     o_b = tl.arange(0, BKS)
-    rows = BI * MB + tl.arange(0, MB)
+    rows = BI * 16 + tl.arange(0, 16)
     for w in range(pid, n_work, tl.num_programs(0)):
         item = w // NKT  # chunk * HV + value head
         i_c = item // HV
@@ -600,9 +588,6 @@ def _local_sums_kernel(
         off_g = (r0 * HV + i_hv) * K + k0
         b_gt = tl.load(g + off_g + o_t[:, None] * (HV * K) + o_b[None, :], mask=(o_t < n)[:, None] & m_kt[None, :],
                        other=0.0).to(ACC)
-        # the sums of the gates before the block and after the row past it (b_gn below holds that row)
-        b_before = tl.sum(tl.where((o_t < BI * MB)[:, None], b_gt, 0.0), axis=0)
-        b_after = tl.sum(tl.where((o_t > BI * MB + MB)[:, None], b_gt, 0.0), axis=0)
         tl.debug_barrier()  # the previous item's reads of the scratch are done
         tl.store(p_gs + o_t[:, None] * BKS + o_b[None, :], b_gt)
         tl.debug_barrier()
@@ -618,32 +603,77 @@ def _local_sums_kernel(
             b_r2 = _row_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dk, A_kk rows
             b_r3 = (_col_sums_block(p_m1, p_q, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)  # dk, A_qk columns
                     + _col_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC))  # dk, A_kk columns
-        # the block's rows: e(G) and e(Gl - G) (sums of the gates, exp arguments <= 0)
-        m_r = rows < n
-        m_rk = m_r[:, None] & m_kt[None, :]
-        b_g = tl.load(p_gs + rows[:, None] * BKS + o_b[None, :])
-        b_gn = tl.load(p_gs + (rows + 1)[:, None] * BKS + o_b[None, :], mask=(rows + 1 < CT)[:, None], other=0.0)
-        b_eG = tl.exp(b_before[None, :] + tl.cumsum(b_g, axis=0))
-        b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True) + b_after[None, :])
         off = off_g + rows[:, None] * (HV * K) + o_b[None, :]
-        b_q = tl.load(p_q + rows[:, None] * (H * K) + o_b[None, :], mask=m_rk, other=0.0).to(ACC)
-        b_k = tl.load(p_k + rows[:, None] * (H * K) + o_b[None, :], mask=m_rk, other=0.0).to(ACC)
-        b_b = tl.load(beta + (r0 + rows) * HV + i_hv, mask=m_r, other=0.0).to(ACC)
-        b_d1 = tl.load(d1 + (r0 + rows) * HV + i_hv, mask=m_r, other=0.0)
-        b_qs = scale * b_eG * tl.load(dQt + off, mask=m_rk, other=0.0)  # Qt's gradient through q
-        b_ky = b_eG * b_b[:, None] * tl.load(Yk + off, mask=m_rk, other=0.0)
-        b_kd = b_eT * tl.load(dKt + off, mask=m_rk, other=0.0)
-        b_dq = b_qs + b_r1 + b_d1[:, None] * b_k
-        b_dk = b_ky + b_kd + b_r2 + b_r3 + b_d1[:, None] * b_q
-        tl.store(dq + off, _as_stored(b_dq, dq, INTERPRET), mask=m_rk)
-        tl.store(dk + off, _as_stored(b_dk, dk, INTERPRET), mask=m_rk)
-        # dG_t - Kt_t dKt_t, summed from the chunk's last row back
-        b_d = b_q * (b_qs + b_r1) + b_k * (b_ky + b_r2 - b_r3 - b_kd)
-        p_c = Cg + item * K + k0 + o_b
-        b_c = tl.load(p_c, mask=m_kt, other=0.0)
-        tl.store(dg + off, tl.cumsum(b_d, axis=0, reverse=True) + b_c[None, :], mask=m_rk)
-        if BI > 0:
-            tl.store(p_c, b_c + tl.sum(b_d, axis=0), mask=m_kt)
+        m_out = (rows < n)[:, None] & m_kt[None, :]
+        tl.store(R1 + off, b_r1, mask=m_out)
+        tl.store(R2 + off, b_r2, mask=m_out)
+        tl.store(R3 + off, b_r3, mask=m_out)
+
+
+@triton.jit(do_not_specialize=["scale", "n_work"])
+def _local_k_kernel(
+    q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, scratch, cu_seqlens, chunk_indices,
+    scale, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """Work items (chunk, value head, K-tile of BKT columns), n_work of them, shared out over the programs: dq,
+    dk (per value head, in their buffers' dtype) and dg of the tile's key channels from `_local_sums_kernel`'s decay-weighted sums (R1, R2,
+    R3) and 3a's dQt, dKt, dgamma, Y_k and d1. Every sum here is per key channel, so
+    K-tiles are independent: more, smaller programs than one per (chunk, value head). Scratch per program: the
+    tile's gates [CT, BKT] (the gates one row later are read from it)."""
+    ACC: tl.constexpr = dg.dtype.element_ty
+    NKT: tl.constexpr = (K + BKT - 1) // BKT
+    pid = tl.program_id(0).to(tl.int64)
+    p_gs = scratch + pid * (CT * BKT)
+    o_t = tl.arange(0, CT)
+    o_b = tl.arange(0, BKT)
+    off_s = o_t[:, None] * BKT + o_b[None, :]
+    for w in range(pid, n_work, tl.num_programs(0)):
+        i_kt = w % NKT
+        item = w // NKT  # chunk * HV + value head
+        i_c = item // HV
+        i_hv = item % HV
+        i_h = i_hv // (HV // H)
+        k0 = i_kt * BKT
+        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+        m_t = o_t < n
+        o_kt = k0 + o_b
+        m_kt = o_kt < K
+        m_tk = m_t[:, None] & m_kt[None, :]
+        p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
+        p_k = k + (r0 * H + i_h) * K + k0
+        off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+        b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
+        tl.debug_barrier()  # the previous item's reads of the scratch are done
+        tl.store(p_gs + off_s, b_gt)
+        tl.debug_barrier()
+        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+        b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
+        b_gn = tl.load(p_gs + off_s + BKT, mask=(o_t + 1 < CT)[:, None], other=0.0)
+        b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
+        b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+        b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
+        b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
+        b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
+        b_dQt = tl.load(dQt + off_tk, mask=m_tk, other=0.0)
+        b_dKt = tl.load(dKt + off_tk, mask=m_tk, other=0.0)
+        b_r1 = tl.load(R1 + off_tk, mask=m_tk, other=0.0)
+        b_r2 = tl.load(R2 + off_tk, mask=m_tk, other=0.0)
+        b_r3 = tl.load(R3 + off_tk, mask=m_tk, other=0.0)
+        b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
+        b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
+        b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
+        # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row, sum_{i < t} Kt_i dKt_i and
+        # gamma dgamma (tests/kernels/chunk_backward_matrix.py); the exclusive sum as the inclusive one less the
+        # row itself (fp32, error relative to the sum, no tf32 product)
+        b_kd = b_k * b_eT * b_dKt
+        b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + (tl.cumsum(b_kd, axis=0) - b_kd)
+        b_dgam = tl.load(dgamma + item * K + o_kt, mask=m_kt, other=0.0)
+        b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
+        tl.store(dq + off_tk, _as_stored(b_dq, dq, INTERPRET), mask=m_tk)
+        tl.store(dk + off_tk, _as_stored(b_dk, dk, INTERPRET), mask=m_tk)
+        tl.store(dg + off_tk, b_dg, mask=m_tk)
 
 
 def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, for_split=False,
@@ -802,11 +832,11 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     # dv, and dq and dk where no GVA group sums them, are written in the dtype returned (fp32 buffers otherwise)
     final = lambda x: x.dtype if acc == torch.float32 else acc  # noqa: E731
     dv = torch.empty(TT, HV, V, dtype=final(v), device=dev)
-    dQt, dKt, Yk, Cg = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K), e(NT, HV, K)
+    dQt, dKt, Yk, dgamma = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K), e(NT, HV, K)
     d1, dbeta = e(TT, HV), e(TT, HV)
     M1, M2 = e(NT, HV, CT, CT), e(NT, HV, CT, CT)
     vk_args = (k, v, g, beta, do, pre.pop("U"), pre.pop("dO2"), pre.pop("X"), pre.pop("P"), pre.pop("states"),
-               pre.pop("dstates"), dv, dQt, dKt, Yk, Cg, dbeta, d1, M1, M2, cu, chunk_indices, scale)
+               pre.pop("dstates"), dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2, cu, chunk_indices, scale)
     # K-tiles of 64 (12.98 against 13.39 ms fwd+bwd with 32 at 32 heads x 16384, H100, twenty-sixth session), at
     # least 32 wide on a GPU (see the kernel)
     vk_consts = dict(H=H, HV=HV, K=K, V=V, BKT=launch["split_bk"] or (BK if interp else min(max(BK, 32), 64)),
@@ -816,18 +846,28 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     # inputs), else one (64 KiB)
     _launch_within_shared_memory(_local_vk_kernel, (NT, HV), vk_args, vk_consts, launch["split_vk_stages"])
     del vk_args
-    dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H else acc, device=dev) for x in (q, k))
-    dg = e(TT, HV, K)
+    BKT = launch["split_k_bk"] or (min(BK, 64) if interp else min(BK, 32))
+    n_work = NT * HV * triton.cdiv(K, BKT)
+    n_prog = n_programs(n_work, dev, interp)
+    R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
     BKS = launch["sums_bk"] or min(BK, 32)
     if BKS > 32:
         raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
-    n_work = NT * HV * triton.cdiv(K, BKS)
-    n_prog = n_programs(n_work, dev, interp)
-    scratch = e(n_prog, CT * BKS)
-    for bi in reversed(range(CT // 16)):  # the last block first: dg sums from the chunk's end (Cg)
-        _local_sums_kernel[(n_prog,)](
-            q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, Cg, dq, dk, dg, scratch, cu, chunk_indices, scale, n_work,
+    n_work_s = NT * HV * triton.cdiv(K, BKS)
+    n_prog_s = n_programs(n_work_s, dev, interp)
+    scratch = e(n_prog_s, CT * BKS)
+    for bi in range(CT // 16):
+        _local_sums_kernel[(n_prog_s,)](
+            q, k, g, M1, M2, *R, scratch, cu, chunk_indices, n_work_s,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
-            DPREC=_precision(acc, launch["sums_diag_precision"], interp), INTERPRET=interp,
+            DPREC=_precision(acc, launch["sums_diag_precision"], interp),
             num_warps=launch["sums_warps"] or 4)
+    del scratch, M1, M2
+    dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H else acc, device=dev) for x in (q, k))
+    dg = e(TT, HV, K)
+    scratch = e(n_prog, CT * BKT)
+    _local_k_kernel[(n_prog,)](
+        q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, scratch, cu, chunk_indices, scale,
+        n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, INTERPRET=interp,
+        num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8))
     return dq, dk, dv, dg, dbeta

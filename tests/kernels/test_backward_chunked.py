@@ -39,10 +39,10 @@ def chunked_mode(monkeypatch):
 def test_dense_odd_dims_two_chunks_v_tiles(monkeypatch):
     """B = 2 rows of 70 tokens (a full chunk and a 6-token one), K = 20, V = 36, h0 and dht; `_local_vk_kernel`'s
     sums over V-tiles of 16 (three, the last 4 columns wide) and K-tiles of 16 (two, the second 4 columns wide),
-    `_local_sums_kernel` in K-tiles of 16."""
+    `_local_k_kernel` in K-tiles of 16."""
     monkeypatch.setitem(backward.LAUNCH, "split_bv", 16)
     monkeypatch.setitem(backward.LAUNCH, "split_bk", 16)
-    monkeypatch.setitem(backward.LAUNCH, "sums_bk", 16)
+    monkeypatch.setitem(backward.LAUNCH, "split_k_bk", 16)
     check(make(2, 70, 1, 1, 20, 36, seed=1))
 
 
