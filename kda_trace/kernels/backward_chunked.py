@@ -207,10 +207,13 @@ def _prep_operands_kernel(
     their buffers' dtype, `_decayed_k_tile`) and the chunk's decay gamma = e(G_last); for each of the
     V-tiles of BVT columns after them, U = X diag(beta) v and dO2 = A_qk^T dO."""
     NKT: tl.constexpr = (K + BKT - 1) // BKT
+    NVT: tl.constexpr = (V + BVT - 1) // BVT
     ACC: tl.constexpr = Qt.dtype.element_ty
-    i_c = tl.program_id(0).to(tl.int64) // HV
-    i_hv = tl.program_id(0).to(tl.int64) % HV
-    i_tile = tl.program_id(1)
+    # the tiles of one (chunk, value head) are neighbouring programs: X and A_qk come from DRAM once, then from L2
+    pid = tl.program_id(0).to(tl.int64)
+    i_tile = pid % (NKT + NVT)
+    i_c = pid // (NKT + NVT) // HV
+    i_hv = pid // (NKT + NVT) % HV
     i_h = i_hv // (HV // H)
     _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
     item = i_c * HV + i_hv
@@ -803,7 +806,7 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
                                      SOLVE_PREC=solve_prec, num_warps=launch["prep_solve_warps"] or 4)
     BKT = min(BK, 64)
     BVT = launch["prep_bv"] or min(BV, 64)
-    _prep_operands_kernel[(NT * HV, triton.cdiv(K, BKT) + triton.cdiv(V, BVT))](
+    _prep_operands_kernel[(NT * HV * (triton.cdiv(K, BKT) + triton.cdiv(V, BVT)),)](
         q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"],
         cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
         BKT=BKT, BVT=BVT, CT=CT, PREC=prec, INTERPRET=interp,
