@@ -33,7 +33,7 @@ TARGET = GPUTarget("cuda", 90, 32)
 ALIGNED = True  # pointer arguments 16-byte aligned (--unaligned: no hint)
 
 
-def compile_kernel(fn, sig: dict, consts: dict, warps: int, stages: int | None = None):
+def compile_kernel(fn, sig: dict, consts: dict, warps: int, stages: int | None = None, maxnreg: int | None = None):
     """Compile fn for sm_90. Pointer arguments carry the 16-byte divisibility hint that the JIT gives every
     torch tensor (their data pointers are aligned): without it Triton cannot vectorise loads or prove a
     base pointer's alignment, and ptxas reports registers and spills that a real launch does not have."""
@@ -45,6 +45,8 @@ def compile_kernel(fn, sig: dict, consts: dict, warps: int, stages: int | None =
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items()
              if ALIGNED and t.startswith("*")}
     options = {"num_warps": warps} if stages is None else {"num_warps": warps, "num_stages": stages}
+    if maxnreg:
+        options["maxnreg"] = maxnreg
     return triton.compile(ASTSource(fn, sig, consts, attrs), target=TARGET, options=options)
 
 
@@ -146,14 +148,16 @@ def chunked_mode(spills: bool) -> None:
             k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps}: ok", *extra)
-        for bi, anchors in itertools.product(range(4), anchor_forms):  # 3c's sums per row block
+        # 3c's sums per row block; with --spills at K = 128 also under register caps (LAUNCH["sums_maxnreg"])
+        caps = (None, 168, 128) if spills and K == 128 else (backward.LAUNCH["sums_maxnreg"],)
+        for bi, anchors, cap in itertools.product(range(4), anchor_forms, caps):
             c = dict(shared, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors,
                      DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,
-                               backward.LAUNCH["sums_warps"] or 4)
+                               backward.LAUNCH["sums_warps"] or 4, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} BI={bi} anchors={anchors} "
-                  "warps=4: ok", *extra)
+                  f"warps=4 maxnreg={cap}: ok", *extra)
 
 
 def main() -> int:

@@ -146,7 +146,9 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # columns, else 8).
 # The prep's three kernels: prep_pairs_warps / prep_solve_warps / prep_operands_warps (4 each) and prep_bv (the
 # operands kernel's V-tile, 64). 3b's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row block with
-# the sums in registers: sums_bk (its K-tile, at most 32) and sums_warps (4). (One fused prep kernel, and the sums
+# the sums in registers: sums_bk (its K-tile, at most 32), sums_warps (4) and sums_maxnreg (None: ptxas's choice,
+# 168-243 registers at K = 128, two programs per SM; 168 or 128 let three or four be resident for 8-32 or 80-120
+# bytes of spills, ptxas for sm_90 with triton 3.6; untimed, benchmarks/sessions/gpu_s28_next.sh). (One fused prep kernel, and the sums
 # inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms against 5.84 + 1.23 +
 # 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth sessions.)
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
@@ -154,7 +156,7 @@ LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf3
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
                "split_bk": None, "split_vk_warps": None, "split_vk_stages": None, "split_k_bk": None, "split_k_warps": None,
                "prep_pairs_warps": None, "prep_solve_warps": None, "prep_operands_warps": None, "prep_bv": None,
-               "sums_bk": None, "sums_warps": None})
+               "sums_bk": None, "sums_warps": None, "sums_maxnreg": None})
 # workspace_bytes: the most memory the backward's own buffers may take at once; past it `kda_backward` runs
 # groups of heads one after the other (None: WORKSPACE_CAP_BYTES or 90% of what the device has free, with the
 # caching allocator's unused blocks, at the call, whichever is less; unlimited off CUDA). H200, 65536 tokens x
@@ -537,6 +539,19 @@ def _tile(key, width, interpreted, gpu_default=16):
     return max(16, triton.next_power_of_2(width)) if interpreted else gpu_default
 
 
+def default_mode(acc, given, interp: bool) -> str:
+    """The mode LAUNCH["mode"] = None picks: chunked when compiled; under the interpreter the exact mode, which it
+    runs about 7x faster (bf16, 32 heads x 2 x 12 tokens: 13 s against 91 s), so that the CPU run of the smoke
+    workloads stays short; and the exact mode for float64 inputs without the forward's chunk matrices: Triton 3.6
+    (torch 2.11's) fails to compile the chunked prep's pair kernel in float64 for sm_90 (its MMAv2 lowering of
+    float64 operands; reproduced on the CPU with triton 3.6.0 and benchmarks/compile_sm90.py, where Triton 3.9
+    compiles it; twenty-seventh session). With the forward's matrices (kernels/autograd.py) that kernel does not
+    run, and float64 is for gradient checks, which the exact mode is for."""
+    if interp or (acc == torch.float64 and given is None):
+        return "exact"
+    return "chunked"
+
+
 def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None):
     """The three kernels; returns dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout), fp32 (fp64) but dq, dk, dv
     in the inputs' dtypes where the chunked mode writes them so (`local_split`). given: the
@@ -551,9 +566,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None):
     BK = max(16, triton.next_power_of_2(K))
     z = torch.empty(1, dtype=acc, device=dev)
     do = do.reshape(TT, HV, V).contiguous()
-    # the default (None): chunked when compiled; under the interpreter the exact mode, which it runs about 7x faster
-    # (bf16, 32 heads x 2 x 12 tokens: 13 s against 91 s), so that the CPU run of the smoke workloads stays short
-    mode = LAUNCH["mode"] or ("exact" if interp else "chunked")
+    mode = LAUNCH["mode"] or default_mode(acc, given, interp)
     if mode == "chunked":
         return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given)
     if mode != "exact":

@@ -764,6 +764,12 @@ def _launch_within_shared_memory(kernel, grid, args, consts, stages, retry=True)
         kernel[grid](*args, **consts, num_stages=1)
 
 
+def _register_cap(maxnreg) -> dict:
+    """A launch's `maxnreg` (registers per thread ptxas may use; fewer: more programs resident per SM, perhaps
+    spills), or nothing for None / 0 (ptxas's choice). The interpreter ignores it."""
+    return {"maxnreg": int(maxnreg)} if maxnreg else {}
+
+
 def _precision(acc, setting: str, interp: bool) -> str:
     """The PREC of `_xdot` for a launch precision setting: ieee for float64 buffers, else the setting."""
     return "ieee" if acc == torch.float64 else dot_precision(setting, interp)
@@ -864,7 +870,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
             q, k, g, M1, M2, *R, scratch, cu, chunk_indices, n_work_s,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
             DPREC=_precision(acc, launch["sums_diag_precision"], interp),
-            num_warps=launch["sums_warps"] or 4)
+            num_warps=launch["sums_warps"] or 4, **_register_cap(launch["sums_maxnreg"]))
     del scratch, M1, M2
     dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H else acc, device=dev) for x in (q, k))
     dg = e(TT, HV, K)

@@ -295,10 +295,39 @@ def test_local_kernel_retries_with_one_stage(monkeypatch):
     assert stages == [None, 1]
 
 
+def test_sums_register_cap(monkeypatch):
+    """LAUNCH["sums_maxnreg"] reaches each of the sums kernel's four row-block launches as `maxnreg` (none by
+    default); a register cap changes where ptxas keeps values, not the arithmetic: the same gradients (bit for bit
+    under the interpreter, which ignores the cap)."""
+    from kda_trace.kernels import backward_chunked
+
+    x = make(1, 70, 1, 2, 20, 12, seed=9)
+    spy = LaunchSpy(backward_chunked._local_sums_kernel)
+    monkeypatch.setattr(backward_chunked, "_local_sums_kernel", spy)
+    base = check(x)
+    monkeypatch.setitem(backward.LAUNCH, "sums_maxnreg", 128)
+    capped = check(x)
+    assert [o.get("maxnreg") for o in spy.options] == [None] * 4 + [128] * 4
+    same = (lambda a, b: torch.equal(a, b)) if DEVICE == "cpu" else (lambda a, b: rms_rel(a, b) < 1e-6)
+    for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
+        assert same(getattr(capped, name), getattr(base, name)), name
+
+
 def test_token_local_kernel(monkeypatch):
     """The chunked states and dS with the token-step local kernel (LAUNCH["chunked_local"] = "tokens")."""
     monkeypatch.setitem(backward.LAUNCH, "chunked_local", "tokens")
     check(make(1, 70, 1, 2, 10, 12, seed=6, n_seqs=2), cu_seqlens=torch.tensor([0, 65, 70]))
+
+
+def test_default_mode():
+    """LAUNCH["mode"] = None: chunked when compiled, but exact under the interpreter, and exact for float64 inputs
+    without the forward's chunk matrices (Triton 3.6 cannot compile the chunked prep's pair kernel in float64 for
+    sm_90); float64 with them (kernels/autograd.py) stays chunked."""
+    given = {"P": None, "Aqk": None, "X": None}
+    assert backward.default_mode(torch.float32, None, False) == "chunked"
+    assert backward.default_mode(torch.float64, given, False) == "chunked"
+    assert backward.default_mode(torch.float64, None, False) == "exact"
+    assert backward.default_mode(torch.float32, given, True) == "exact"
 
 
 def test_rejects_unknown_modes(monkeypatch):
