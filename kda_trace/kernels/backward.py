@@ -148,9 +148,10 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # operands kernel's V-tile, 64). 3b's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row block with
 # the sums in registers: sums_bk (its K-tile, at most 32), sums_warps (4) and sums_maxnreg (None: ptxas's choice,
 # 168-243 registers at K = 128, two programs per SM; 168 or 128 let three or four be resident for 8-32 or 80-120
-# bytes of spills, ptxas for sm_90 with triton 3.6; untimed, benchmarks/sessions/gpu_s28_next.sh). (One fused prep kernel, and the sums
-# inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms against 5.84 + 1.23 +
-# 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth sessions.)
+# bytes of spills, ptxas for sm_90 with triton 3.6; untimed, benchmarks/sessions/gpu_s28_next.sh). (One fused prep
+# kernel, and the sums inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms
+# against 5.84 + 1.23 + 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth
+# sessions. dq, dk, dg inside the sums kernel were slower too: 14.8 against 13.0 ms, twenty-seventh session.)
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
                "chunked_pass_precision": None, "chunked_pass_source_precision": None, "split_precision": "tf32",
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
