@@ -212,11 +212,11 @@ def _prep_operands_kernel(
     # the tiles of one (chunk, value head) are neighbouring programs: X and A_qk come from DRAM once, then from L2
     pid = tl.program_id(0).to(tl.int64)
     i_tile = pid % (NKT + NVT)
-    i_c = pid // (NKT + NVT) // HV
-    i_hv = pid // (NKT + NVT) % HV
+    item = pid // (NKT + NVT)  # chunk * HV + value head
+    i_c = item // HV
+    i_hv = item % HV
     i_h = i_hv // (HV // H)
     _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
-    item = i_c * HV + i_hv
     o_t = tl.arange(0, CT)
     m_t = o_t < n
     off_t = item * (CT * CT) + o_t[:, None] * CT + o_t[None, :]

@@ -240,18 +240,20 @@ def test_pass_directions_in_parallel(case, monkeypatch):
     _alternative_matches(case, "chunked_pass_parallel", True, False, monkeypatch)
 
 
-class _NoTwoStages:
-    """Stands in for `_state_pass_kernel`: a launch with two pipeline stages raises OutOfResources, as on an H100
-    with an fp32 do or K > 128 (benchmarks/probe_pass_launch.py); other launches run the real kernel."""
+class _StagesRefused:
+    """Stands in for a kernel: a launch at the `refused` pipeline stages (a number, or None for Triton's default)
+    raises OutOfResources, as on an H100 where they need more shared memory than it has (the pass at two stages with
+    an fp32 do or K > 128, benchmarks/probe_pass_launch.py; `_local_vk_kernel` at the default with fp32 inputs at
+    K = 100, V = 60); other launches run the real kernel. `stages`: each launch's setting."""
 
-    def __init__(self, real):
-        self.real, self.stages = real, []
+    def __init__(self, real, refused):
+        self.real, self.refused, self.stages = real, refused, []
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            self.stages.append(kwargs["num_stages"])
-            if kwargs["num_stages"] == 2:
-                raise triton.runtime.errors.OutOfResources(237568, 232448, "shared memory")
+            self.stages.append(kwargs.get("num_stages"))
+            if kwargs.get("num_stages") == self.refused:
+                raise triton.runtime.errors.OutOfResources(262144, 232448, "shared memory")
             return self.real[grid](*args, **kwargs)
         return launch
 
@@ -261,7 +263,7 @@ def test_pass_retries_with_one_stage(monkeypatch):
     runs with one and the gradients are right. A two-stage setting given in LAUNCH is not overridden: the error stands."""
     from kda_trace.kernels import backward_chunked
 
-    fake = _NoTwoStages(backward_chunked._state_pass_kernel)
+    fake = _StagesRefused(backward_chunked._state_pass_kernel, 2)
     monkeypatch.setattr(backward_chunked, "_state_pass_kernel", fake)
     x = make(1, 70, 1, 1, 32, 16, seed=5, dtype=torch.bfloat16)
     check(x, bar=1e-2)  # make gives an fp32 do: the pass asks for one stage
@@ -279,20 +281,10 @@ def test_local_kernel_retries_with_one_stage(monkeypatch):
     with one stage and the gradients are right."""
     from kda_trace.kernels import backward_chunked
 
-    real, stages = backward_chunked._local_vk_kernel, []
-
-    class NoDefaultStages:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                stages.append(kwargs.get("num_stages"))
-                if "num_stages" not in kwargs:
-                    raise triton.runtime.errors.OutOfResources(262144, 232448, "shared memory")
-                return real[grid](*args, **kwargs)
-            return launch
-
-    monkeypatch.setattr(backward_chunked, "_local_vk_kernel", NoDefaultStages())
+    fake = _StagesRefused(backward_chunked._local_vk_kernel, None)
+    monkeypatch.setattr(backward_chunked, "_local_vk_kernel", fake)
     check(make(1, 70, 1, 1, 20, 12, seed=8))
-    assert stages == [None, 1]
+    assert fake.stages == [None, 1]
 
 
 def test_sums_register_cap(monkeypatch):
