@@ -51,8 +51,10 @@ def compile_kernel(fn, sig: dict, consts: dict, warps: int, stages: int | None =
 
 
 def backward_signatures(acc: str) -> dict:
-    """Argument types of the backward's kernels (bf16 inputs, fp32 or fp64 buffers)."""
-    inputs = {n: "*bf16" for n in ("q", "k", "v", "beta", "do")}
+    """Argument types of the backward's kernels: bf16 inputs with fp32 buffers, fp64 inputs with fp64 buffers (the
+    backward computes in float64 only where every input is float64; bf16 inputs with fp64 buffers make Triton 3.6
+    fail on float64 products that never run)."""
+    inputs = {n: "*bf16" if acc == "fp32" else f"*{acc}" for n in ("q", "k", "v", "beta", "do")}
     tables = dict(cu_seqlens="*i64", chunk_indices="*i32")
     bufs = lambda *names: {n: f"*{acc}" for n in names}  # noqa: E731
     # W and Kt as the prep stores them for a bf16 pass (LAUNCH["chunked_pass_bf16_copies"])
@@ -75,7 +77,7 @@ def backward_signatures(acc: str) -> dict:
                                      "scratch"), **tables, "scale": "fp32", "n_work": "i64"},
         "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "scratch"), **tables, "n_work": "i64"},
         "chunked_pass": {**bufs("U", "Qt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"), **w_kt,
-                         "do": "*bf16", "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
+                         "do": inputs["do"], "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
 
 

@@ -540,19 +540,6 @@ def _tile(key, width, interpreted, gpu_default=16):
     return max(16, triton.next_power_of_2(width)) if interpreted else gpu_default
 
 
-def default_mode(acc, given, interp: bool) -> str:
-    """The mode LAUNCH["mode"] = None picks: chunked when compiled; under the interpreter the exact mode, which it
-    runs about 7x faster (bf16, 32 heads x 2 x 12 tokens: 13 s against 91 s), so that the CPU run of the smoke
-    workloads stays short; and the exact mode for float64 inputs without the forward's chunk matrices: Triton 3.6
-    (torch 2.11's) fails to compile the chunked prep's pair kernel in float64 for sm_90 (its MMAv2 lowering of
-    float64 operands; reproduced on the CPU with triton 3.6.0 and benchmarks/compile_sm90.py, where Triton 3.9
-    compiles it; twenty-seventh session). With the forward's matrices (kernels/autograd.py) that kernel does not
-    run, and float64 is for gradient checks, which the exact mode is for."""
-    if interp or (acc == torch.float64 and given is None):
-        return "exact"
-    return "chunked"
-
-
 def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None):
     """The three kernels; returns dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout), fp32 (fp64) but dq, dk, dv
     in the inputs' dtypes where the chunked mode writes them so (`local_split`). given: the
@@ -567,7 +554,9 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None):
     BK = max(16, triton.next_power_of_2(K))
     z = torch.empty(1, dtype=acc, device=dev)
     do = do.reshape(TT, HV, V).contiguous()
-    mode = LAUNCH["mode"] or default_mode(acc, given, interp)
+    # the default (None): chunked when compiled; under the interpreter the exact mode, which it runs about 7x faster
+    # (bf16, 32 heads x 2 x 12 tokens: 13 s against 91 s), so that the CPU run of the smoke workloads stays short
+    mode = LAUNCH["mode"] or ("exact" if interp else "chunked")
     if mode == "chunked":
         return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given)
     if mode != "exact":

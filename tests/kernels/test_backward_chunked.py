@@ -311,17 +311,6 @@ def test_token_local_kernel(monkeypatch):
     check(make(1, 70, 1, 2, 10, 12, seed=6, n_seqs=2), cu_seqlens=torch.tensor([0, 65, 70]))
 
 
-def test_default_mode():
-    """LAUNCH["mode"] = None: chunked when compiled, but exact under the interpreter, and exact for float64 inputs
-    without the forward's chunk matrices (Triton 3.6 cannot compile the chunked prep's pair kernel in float64 for
-    sm_90); float64 with them (kernels/autograd.py) stays chunked."""
-    given = {"P": None, "Aqk": None, "X": None}
-    assert backward.default_mode(torch.float32, None, False) == "chunked"
-    assert backward.default_mode(torch.float64, given, False) == "chunked"
-    assert backward.default_mode(torch.float64, None, False) == "exact"
-    assert backward.default_mode(torch.float32, given, True) == "exact"
-
-
 def test_rejects_unknown_modes(monkeypatch):
     x = make(1, 3, 1, 1, 4, 4, seed=7)
     args = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["do"])
