@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Twenty-eighth session, call 1: the queued gpu_s28_next.sh as written.
 # Queued by the twenty-seventh session for the next device time, H100 (carry .whl and .gpu_out), about 10 min,
 # untimed so far, in this order: (2) then (1). (1) ours against fla 0.6.0 on K3 and the packed batch with the current defaults (last timed
 # against fla before the twenty-sixth session's K-tile change and the twenty-seventh's prep grid; fla's first
