@@ -109,50 +109,58 @@ def chunked_mode(spills: bool) -> None:
         # LAUNCH["diag_blocks"]: the default, and with --spills the other form too
         anchor_forms = (True, False) if spills else (backward.LAUNCH["diag_blocks"] == "anchors",)
         dprec = "ieee" if acc == "fp64" else backward.LAUNCH["pairs_diag_precision"] or "bf16"
-        for bi, anchors in itertools.product(range(4), anchor_forms):
+        # with --spills at K = 128 each kernel's default tile also under register caps (LAUNCH["..._maxnreg"])
+        caps = lambda key, K=K: (None, 168, 128) if spills and K == 128 else (backward.LAUNCH[key],)  # noqa: E731
+        for bi, anchors, cap in itertools.product(range(4), anchor_forms, caps("prep_pairs_maxnreg")):
             k = compile_kernel(backward_chunked._prep_pairs_kernel, sigs["prep_pairs"],
-                               dict(shared, BI=bi, ANCHORS=anchors, DPREC=dprec), backward.LAUNCH["prep_pairs_warps"] or 4)
+                               dict(shared, BI=bi, ANCHORS=anchors, DPREC=dprec), backward.LAUNCH["prep_pairs_warps"] or 4,
+                               maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked split prep pairs {acc} K={K} V={V} BI={bi} anchors={anchors} warps=4: ok", *extra)
+            print(f"chunked split prep pairs {acc} K={K} V={V} BI={bi} anchors={anchors} warps=4 maxnreg={cap}: ok",
+                  *extra)
         k = compile_kernel(backward_chunked._prep_solve_kernel, sigs["prep_solve"], dict(shared, SOLVE_PREC=solve),
                            backward.LAUNCH["prep_solve_warps"] or 4)
         extra = ptxas_report(k) if spills and acc == "fp32" else []
         print(f"chunked split prep solve {acc} K={K} V={V} warps=4: ok", *extra)
-        k = compile_kernel(backward_chunked._prep_operands_kernel, sigs["prep_operands"],
-                           dict(shared, BKT=min(BK, 64), BVT=min(BV, 64), INTERPRET=False),
-                           backward.LAUNCH["prep_operands_warps"] or 4)
-        extra = ptxas_report(k) if spills and acc == "fp32" else []
-        print(f"chunked split prep operands {acc} K={K} V={V} warps=4: ok", *extra)
+        for cap in caps("prep_operands_maxnreg"):
+            k = compile_kernel(backward_chunked._prep_operands_kernel, sigs["prep_operands"],
+                               dict(shared, BKT=min(BK, 64), BVT=min(BV, 64), INTERPRET=False),
+                               backward.LAUNCH["prep_operands_warps"] or 4, maxnreg=cap)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked split prep operands {acc} K={K} V={V} warps=4 maxnreg={cap}: ok", *extra)
         pass_prec = "ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_precision"] or "bf16"
         src_prec = backward.LAUNCH["chunked_pass_source_precision"] or ("tf32" if pass_prec == "bf16" else pass_prec)
         tiles = ((32, 4, 1), (16, 4, 1), (64, 4, 1), (32, 8, 1), (32, 4, 3)) if spills and K == 128 else ((32, 4, 1),)
-        for bv, warps, stages in tiles:
+        tiles = [(*t, None) for t in tiles] + [(32, 4, 1, cap) for cap in caps("chunked_pass_maxnreg") if cap]
+        for bv, warps, stages, cap in tiles:
             c = dict(shared, BV=min(bv, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
                      PREC_SRC="ieee" if acc == "fp64" else src_prec,
                      PARALLEL=backward.LAUNCH["chunked_pass_parallel"], STORE_VN=True)
-            k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages)
+            k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages, cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages}: ok", *extra)
+            print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages} maxnreg={cap}: ok", *extra)
         split_prec = "ieee" if acc == "fp64" else backward.LAUNCH["split_precision"]
         # 3a per (chunk, value head): the GPU default (K-tiles of 64, V-tiles of 64, 8 warps; at least 32 wide),
         # others with --spills
         vk_tiles = ((64, 64, 8), (32, 64, 8), (32, 32, 4), (32, 64, 4), (64, 32, 8)) if spills and K == 128 else (
             (min(max(BK, 32), 64), min(max(BV, 32), 64), 8),)
-        for bkt, bvt, warps in vk_tiles:
+        vk_tiles = [(*t, None) for t in vk_tiles[1:]] + [(*vk_tiles[0], cap) for cap in caps("split_vk_maxnreg")]
+        for bkt, bvt, warps, cap in vk_tiles:
             c = dict(shared, BKT=bkt, BVT=bvt, PREC=split_prec, INTERPRET=False)
-            k = compile_kernel(backward_chunked._local_vk_kernel, sigs["local_vk"], c, warps)
+            k = compile_kernel(backward_chunked._local_vk_kernel, sigs["local_vk"], c, warps, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked split local_vk {acc} K={K} V={V} BKT={bkt} BVT={bvt} warps={warps}: ok", *extra)
+            print(f"chunked split local_vk {acc} K={K} V={V} BKT={bkt} BVT={bvt} warps={warps} maxnreg={cap}: ok",
+                  *extra)
         # 3c per K-tile: the GPU default (32 columns, 4 warps), and 64 / 8 with --spills
-        bkts = ((32, 4), (64, 8), (64, 4)) if spills and K == 128 else ((min(BK, 32), 4),)
-        for bkt, warps in bkts:
+        bkts = ((64, 8), (64, 4)) if spills and K == 128 else ()
+        bkts = [(*t, None) for t in bkts] + [(min(BK, 32), 4, cap) for cap in caps("split_k_maxnreg")]
+        for bkt, warps, cap in bkts:
             c = dict(shared, BKT=bkt, INTERPRET=False)
-            k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps)
+            k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps}: ok", *extra)
-        # 3c's sums per row block; with --spills at K = 128 also under register caps (LAUNCH["sums_maxnreg"])
-        caps = (None, 168, 128) if spills and K == 128 else (backward.LAUNCH["sums_maxnreg"],)
-        for bi, anchors, cap in itertools.product(range(4), anchor_forms, caps):
+            print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps} maxnreg={cap}: ok", *extra)
+        # 3c's sums per row block
+        for bi, anchors, cap in itertools.product(range(4), anchor_forms, caps("sums_maxnreg")):
             c = dict(shared, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors,
                      DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,

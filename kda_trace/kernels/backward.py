@@ -158,6 +158,10 @@ LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf3
                "split_bk": None, "split_vk_warps": None, "split_vk_stages": None, "split_k_bk": None, "split_k_warps": None,
                "prep_pairs_warps": None, "prep_solve_warps": None, "prep_operands_warps": None, "prep_bv": None,
                "sums_bk": None, "sums_warps": None, "sums_maxnreg": None})
+# Register caps (maxnreg, None: ptxas's choice) for the other chunked kernels, as sums_maxnreg for the sums kernel:
+# prep_pairs_maxnreg, prep_operands_maxnreg, chunked_pass_maxnreg, split_vk_maxnreg, split_k_maxnreg.
+LAUNCH.update({"prep_pairs_maxnreg": None, "prep_operands_maxnreg": None, "chunked_pass_maxnreg": None,
+               "split_vk_maxnreg": None, "split_k_maxnreg": None})
 # workspace_bytes: the most memory the backward's own buffers may take at once; past it `kda_backward` runs
 # groups of heads one after the other (None: WORKSPACE_CAP_BYTES or 90% of what the device has free, with the
 # caching allocator's unused blocks, at the call, whichever is less; unlimited off CUDA). H200, 65536 tokens x

@@ -748,7 +748,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
          h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets),
         dict(HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
              PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split,
-             num_warps=launch["chunked_pass_warps"] or 4),
+             num_warps=launch["chunked_pass_warps"] or 4, **_register_cap(launch["chunked_pass_maxnreg"])),
         stages, retry=not launch["chunked_pass_stages"])
     return states, dstates, dh0, pre
 
@@ -806,7 +806,7 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
                 q, k, g, pre["P"], aqk, scratch, cu, chunk_indices, NT * HV,
                 H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
                 DPREC=_precision(acc, launch["pairs_diag_precision"] or ("tf32" if interp else "bf16"), interp),
-                num_warps=launch["prep_pairs_warps"] or 4)
+                num_warps=launch["prep_pairs_warps"] or 4, **_register_cap(launch["prep_pairs_maxnreg"]))
         del scratch
         _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT,
                                      SOLVE_PREC=solve_prec, num_warps=launch["prep_solve_warps"] or 4)
@@ -816,7 +816,7 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"],
         cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
         BKT=BKT, BVT=BVT, CT=CT, PREC=prec, INTERPRET=interp,
-        num_warps=launch["prep_operands_warps"] or 4)
+        num_warps=launch["prep_operands_warps"] or 4, **_register_cap(launch["prep_operands_maxnreg"]))
 
 
 def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
@@ -850,7 +850,8 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     # least 32 wide on a GPU (see the kernel)
     vk_consts = dict(H=H, HV=HV, K=K, V=V, BKT=launch["split_bk"] or (BK if interp else min(max(BK, 32), 64)),
                      BVT=launch["split_bv"] or (BV if interp else min(max(BV, 32), 64)), CT=CT, PREC=prec,
-                     INTERPRET=interp, num_warps=launch["split_vk_warps"] or 8)
+                     INTERPRET=interp, num_warps=launch["split_vk_warps"] or 8,
+                     **_register_cap(launch["split_vk_maxnreg"]))
     # pipeline stages: Triton's default where its buffers fit in shared memory (188 KiB at K = V = 128 with bf16
     # inputs), else one (64 KiB)
     _launch_within_shared_memory(_local_vk_kernel, (NT, HV), vk_args, vk_consts, launch["split_vk_stages"])
@@ -878,5 +879,5 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     _local_k_kernel[(n_prog,)](
         q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, scratch, cu, chunk_indices, scale,
         n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, INTERPRET=interp,
-        num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8))
+        num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8), **_register_cap(launch["split_k_maxnreg"]))
     return dq, dk, dv, dg, dbeta

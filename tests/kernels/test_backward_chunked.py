@@ -287,19 +287,29 @@ def test_local_kernel_retries_with_one_stage(monkeypatch):
     assert fake.stages == [None, 1]
 
 
-def test_sums_register_cap(monkeypatch):
-    """LAUNCH["sums_maxnreg"] reaches each of the sums kernel's four row-block launches as `maxnreg` (none by
-    default); a register cap changes where ptxas keeps values, not the arithmetic: the same gradients (bit for bit
-    under the interpreter, which ignores the cap)."""
+REGISTER_CAPS = {"sums_maxnreg": ("_local_sums_kernel", 4), "prep_pairs_maxnreg": ("_prep_pairs_kernel", 4),
+                 "prep_operands_maxnreg": ("_prep_operands_kernel", 1), "chunked_pass_maxnreg": ("_state_pass_kernel", 1),
+                 "split_vk_maxnreg": ("_local_vk_kernel", 1), "split_k_maxnreg": ("_local_k_kernel", 1)}
+
+
+@pytest.mark.parametrize("key", sorted(REGISTER_CAPS))
+def test_register_cap(monkeypatch, key):
+    """Each LAUNCH["..._maxnreg"] reaches its kernel's launches (the sums and pairs kernels: four row-block
+    launches) as `maxnreg`, and no other kernel's (none by default); a register cap changes where ptxas keeps
+    values, not the arithmetic: the same gradients (bit for bit under the interpreter, which ignores the cap)."""
     from kda_trace.kernels import backward_chunked
 
     x = make(1, 70, 1, 2, 20, 12, seed=9)
-    spy = LaunchSpy(backward_chunked._local_sums_kernel)
-    monkeypatch.setattr(backward_chunked, "_local_sums_kernel", spy)
+    spies = {}
+    for k, (name, _) in REGISTER_CAPS.items():
+        spies[k] = LaunchSpy(getattr(backward_chunked, name))
+        monkeypatch.setattr(backward_chunked, name, spies[k])
     base = check(x)
-    monkeypatch.setitem(backward.LAUNCH, "sums_maxnreg", 128)
+    monkeypatch.setitem(backward.LAUNCH, key, 128)
     capped = check(x)
-    assert [o.get("maxnreg") for o in spy.options] == [None] * 4 + [128] * 4
+    for k, spy in spies.items():
+        n = REGISTER_CAPS[k][1]
+        assert [o.get("maxnreg") for o in spy.options] == [None] * n + [128 if k == key else None] * n, k
     same = (lambda a, b: torch.equal(a, b)) if DEVICE == "cpu" else (lambda a, b: rms_rel(a, b) < 1e-6)
     for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
         assert same(getattr(capped, name), getattr(base, name)), name
