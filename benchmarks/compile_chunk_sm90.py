@@ -22,12 +22,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import triton  # noqa: E402
 from bench_chunk import parse_launch  # noqa: E402
-from compile_sm90 import TARGET, ptxas_report  # noqa: E402
-from triton.compiler.compiler import ASTSource  # noqa: E402
+from compile_sm90 import compile_kernel, ptxas_report  # noqa: E402
 
 from kda_trace.kernels import chunk  # noqa: E402
 
 H = HV = 96
+CAP_KEYS = {"gate": "gate_maxnreg", "intra": "intra_maxnreg", "solve": "solve_maxnreg", "wu": "wu_maxnreg", "state": "state_maxnreg",
+            "output": "out_maxnreg"}
 K = V = 128
 
 
@@ -46,10 +47,10 @@ def kernels(launch: dict):
                      EXP2=exp2),
                 L["gate_warps"], None))
     qg_raw = bool(L["qg_in_intra"])
-    sig = {**ptr("bf16", "q", "k", "beta", "Aqk", "QG"), **ptr("fp32", "G", "rq", "rk", "Akk"), **tables,
+    sig = {**ptr("bf16", "q", "k", "beta", "Aqk", "QG"), **ptr("fp32", "G", "rq", "rk", "Akk", "Ps", "Qs"), **tables,
            "scale": "fp32"}
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
-                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2)
+                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False)
     if L["intra_one_launch"]:
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig, intra, L["intra_warps"], L["intra_stages"]))
     else:
@@ -57,8 +58,8 @@ def kernels(launch: dict):
             out.append((f"intra I={block}", chunk._intra_kernel, sig,
                         dict(intra, I=block, BJ=max(chunk.BC, triton.next_power_of_2(block * chunk.BC))),
                         L["intra_warps"], L["intra_stages"]))
-    out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "Xs": "*bf16", **tables},
-                dict(HV=HV, BT=chunk.BT, BC=chunk.BC, INTERPRET=False), L["solve_warps"], None))
+    out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "Xs": "*bf16", "Xf": "*fp32", **tables},
+                dict(HV=HV, BT=chunk.BT, BC=chunk.BC, INTERPRET=False, SAVE=False), L["solve_warps"], None))
     sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG"), **ptr("fp32", "G", "rq", "rk"),
            **tables, "scale": "fp32"}
     out.append(("wu", chunk._wu_kernel, sig,
@@ -95,15 +96,6 @@ def kernels(launch: dict):
     return out
 
 
-def compile_kernel(fn, sig: dict, consts: dict, warps: int, stages: int | None):
-    sig = dict(sig)
-    for name in fn.arg_names:
-        if name in consts:
-            sig[name] = "constexpr"
-    options = {"num_warps": warps, **({"num_stages": stages} if stages else {})}
-    return triton.compile(ASTSource(fn, sig, consts), target=TARGET, options=options)
-
-
 def main() -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("unset TRITON_INTERPRET: the kernels must be compiled")
@@ -124,7 +116,8 @@ def main() -> int:
         if only and name.split()[0] not in only:
             continue
         try:
-            kernel = compile_kernel(fn, sig, consts, warps, stages)
+            cap = chunk.LAUNCH | changes
+            kernel = compile_kernel(fn, sig, consts, warps, stages, cap.get(CAP_KEYS[name.split()[0]]))
         except Exception as e:  # noqa: BLE001 -- report every kernel
             print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:400]}")
             failed = True

@@ -146,9 +146,7 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # columns, else 8).
 # The prep's three kernels: prep_pairs_warps / prep_solve_warps / prep_operands_warps (4 each) and prep_bv (the
 # operands kernel's V-tile, 64). 3b's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row block with
-# the sums in registers: sums_bk (its K-tile, at most 32), sums_warps (4) and sums_maxnreg (None: ptxas's choice,
-# 168-243 registers at K = 128, two programs per SM; 168 or 128 let three or four be resident for 8-32 or 80-120
-# bytes of spills, ptxas for sm_90 with triton 3.6; untimed, benchmarks/sessions/gpu_s28_next.sh). (One fused prep
+# the sums in registers: sums_bk (its K-tile, at most 32), sums_warps (4). (One fused prep
 # kernel, and the sums inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms
 # against 5.84 + 1.23 + 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth
 # sessions. dq, dk, dg inside the sums kernel were slower too: 14.8 against 13.0 ms, twenty-seventh session.)
@@ -158,8 +156,15 @@ LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf3
                "split_bk": None, "split_vk_warps": None, "split_vk_stages": None, "split_k_bk": None, "split_k_warps": None,
                "prep_pairs_warps": None, "prep_solve_warps": None, "prep_operands_warps": None, "prep_bv": None,
                "sums_bk": None, "sums_warps": None, "sums_maxnreg": None})
-# Register caps (maxnreg, None: ptxas's choice) for the other chunked kernels, as sums_maxnreg for the sums kernel:
-# prep_pairs_maxnreg, prep_operands_maxnreg, chunked_pass_maxnreg, split_vk_maxnreg, split_k_maxnreg.
+# Register caps (`maxnreg`; 0: ptxas's choice; None: the default) of the chunked kernels: sums_maxnreg (128 for fp32
+# buffers with the anchored diagonal blocks, else 0), prep_operands_maxnreg (168 for fp32 buffers, else 0),
+# prep_pairs_maxnreg, chunked_pass_maxnreg, split_vk_maxnreg, split_k_maxnreg (0). Uncapped, ptxas gives the sums
+# kernel 168-243 registers at 4 warps (two programs per SM), the operands kernel 196 (two); 128 and 168 let four and
+# three be resident for 80-120 and 8 bytes of spills (sm_90, triton 3.6, `compile_sm90.py --chunked --spills`).
+# H100, 32 heads x 16384, fwd+bwd: 12.86 ms uncapped, 11.71 with the sums at 128, 11.55 with the operands at 168
+# too; 96 heads x 8192 safe gate 20.66 -> 18.65 with the sums at 128. Losers there: the sums at 96 (12.61), the
+# pairs at 168 (11.79) or 128 (11.73, no gain), local_k at 168 (11.86), local_vk at 128 (14.41: 1228 bytes of
+# spills), the pass at 168 on the 96-head shape (no gain) (RESULTS.md, twenty-eighth session).
 LAUNCH.update({"prep_pairs_maxnreg": None, "prep_operands_maxnreg": None, "chunked_pass_maxnreg": None,
                "split_vk_maxnreg": None, "split_k_maxnreg": None})
 # workspace_bytes: the most memory the backward's own buffers may take at once; past it `kda_backward` runs

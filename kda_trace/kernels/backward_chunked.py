@@ -764,10 +764,11 @@ def _launch_within_shared_memory(kernel, grid, args, consts, stages, retry=True)
         kernel[grid](*args, **consts, num_stages=1)
 
 
-def _register_cap(maxnreg) -> dict:
+def _register_cap(maxnreg, default: int = 0) -> dict:
     """A launch's `maxnreg` (registers per thread ptxas may use; fewer: more programs resident per SM, perhaps
-    spills), or nothing for None / 0 (ptxas's choice). The interpreter ignores it."""
-    return {"maxnreg": int(maxnreg)} if maxnreg else {}
+    spills): the LAUNCH setting, `default` for None, nothing for 0 (ptxas's choice). The interpreter ignores it."""
+    cap = default if maxnreg is None else maxnreg
+    return {"maxnreg": int(cap)} if cap else {}
 
 
 def _precision(acc, setting: str, interp: bool) -> str:
@@ -816,7 +817,9 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"],
         cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
         BKT=BKT, BVT=BVT, CT=CT, PREC=prec, INTERPRET=interp,
-        num_warps=launch["prep_operands_warps"] or 4, **_register_cap(launch["prep_operands_maxnreg"]))
+        num_warps=launch["prep_operands_warps"] or 4,
+        # 168 registers: three programs per SM (backward.py's LAUNCH comment)
+        **_register_cap(launch["prep_operands_maxnreg"], 168 if acc == torch.float32 else 0))
 
 
 def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
@@ -871,7 +874,10 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
             q, k, g, M1, M2, *R, scratch, cu, chunk_indices, n_work_s,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
             DPREC=_precision(acc, launch["sums_diag_precision"], interp),
-            num_warps=launch["sums_warps"] or 4, **_register_cap(launch["sums_maxnreg"]))
+            num_warps=launch["sums_warps"] or 4,
+            # 128 registers: four programs per SM (backward.py's LAUNCH comment); the element-wise diagonal blocks
+            # would spill 600-900 bytes there
+            **_register_cap(launch["sums_maxnreg"], 128 if acc == torch.float32 and _anchors(launch) else 0))
     del scratch, M1, M2
     dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H else acc, device=dev) for x in (q, k))
     dg = e(TT, HV, K)

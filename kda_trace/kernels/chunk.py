@@ -142,6 +142,10 @@ LAUNCH = {
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True,
 }
+# Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
+# spills (benchmarks/compile_chunk_sm90.py reports both).
+LAUNCH.update({"gate_maxnreg": 0, "intra_maxnreg": 0, "solve_maxnreg": 0, "wu_maxnreg": 0, "state_maxnreg": 0,
+               "out_maxnreg": 0})
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
 
@@ -1138,6 +1142,7 @@ def kda_chunk(
         g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
         H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), GATE=GATE_CODES[opts.gate],
         L2NORM=opts.use_qk_l2norm and not l2_in_intra, EXP2=exp2, num_warps=LAUNCH["gate_warps"],
+        **_register_cap("gate_maxnreg"),
     )
 
     Akk = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
@@ -1155,6 +1160,7 @@ def kda_chunk(
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
         INTERPRET=interp, SAVE=keep, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
+        **_register_cap("intra_maxnreg"),
     )
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](*intra_args, **intra_consts)
@@ -1164,7 +1170,7 @@ def kda_chunk(
                                     **intra_consts)
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
     _solve_kernel[(NT, HV)](Akk, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
-                            SAVE=keep, num_warps=LAUNCH["solve_warps"])
+                            SAVE=keep, num_warps=LAUNCH["solve_warps"], **_register_cap("solve_maxnreg"))
     if keep:
         saved.update(kept)
 
@@ -1176,6 +1182,7 @@ def kda_chunk(
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, EXP2=exp2,
         INTERPRET=interp, num_warps=LAUNCH["wu_warps"], num_stages=LAUNCH["wu_stages"],
+        **_register_cap("wu_maxnreg"),
     )
 
     BK = max(16, triton.next_power_of_2(K))
@@ -1223,7 +1230,7 @@ def kda_chunk(
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
         STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, QG_RAW=qg_raw,
         L2NORM=opts.use_qk_l2norm, EXP2=exp2, INTERPRET=interp,
-        num_warps=LAUNCH["state_warps"], num_stages=stages,
+        num_warps=LAUNCH["state_warps"], num_stages=stages, **_register_cap("state_maxnreg"),
     )
 
     if not out_in_state:
@@ -1231,7 +1238,7 @@ def kda_chunk(
         _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
             QG, Aqk, h, v_new, o, rq, opts.resolved_scale(K), cu_seqlens, chunk_indices,
             HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, QG_RAW=qg_raw, L2NORM=opts.use_qk_l2norm,
-            INTERPRET=interp, num_warps=LAUNCH["out_warps"],
+            INTERPRET=interp, num_warps=LAUNCH["out_warps"], **_register_cap("out_maxnreg"),
         )
     if output_chunk_states:
         return o.view(B, T, HV, V), final_state, chunk_states
@@ -1249,6 +1256,11 @@ def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:
     if seg is None:
         seg = SPLIT_CHUNKS if n_heads_total <= SPLIT_MAX_PAIRS and longest_chunks >= SPLIT_MIN_CHUNKS else 0
     return int(seg) if BK <= 128 else 0
+
+
+def _register_cap(key: str) -> dict:
+    """The launch keyword `maxnreg` of LAUNCH[key], or nothing for 0 (ptxas's choice; the interpreter ignores it)."""
+    return {"maxnreg": int(LAUNCH[key])} if LAUNCH[key] else {}
 
 
 def _state_launch(n_heads_total: int, BK: int, V: int) -> tuple[int, int, bool]:

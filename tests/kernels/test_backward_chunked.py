@@ -292,18 +292,25 @@ REGISTER_CAPS = {"sums_maxnreg": ("_local_sums_kernel", 4), "prep_pairs_maxnreg"
                  "split_vk_maxnreg": ("_local_vk_kernel", 1), "split_k_maxnreg": ("_local_k_kernel", 1)}
 
 
+def _spy_capped_kernels(monkeypatch):
+    from kda_trace.kernels import backward_chunked
+
+    spies = {}
+    for key, (name, _) in REGISTER_CAPS.items():
+        spies[key] = LaunchSpy(getattr(backward_chunked, name))
+        monkeypatch.setattr(backward_chunked, name, spies[key])
+    return spies
+
+
 @pytest.mark.parametrize("key", sorted(REGISTER_CAPS))
 def test_register_cap(monkeypatch, key):
     """Each LAUNCH["..._maxnreg"] reaches its kernel's launches (the sums and pairs kernels: four row-block
-    launches) as `maxnreg`, and no other kernel's (none by default); a register cap changes where ptxas keeps
-    values, not the arithmetic: the same gradients (bit for bit under the interpreter, which ignores the cap)."""
-    from kda_trace.kernels import backward_chunked
-
+    launches) as `maxnreg`, and no other kernel's (0: no cap); a register cap changes where ptxas keeps values, not
+    the arithmetic: the same gradients (bit for bit under the interpreter, which ignores the cap)."""
     x = make(1, 70, 1, 2, 20, 12, seed=9)
-    spies = {}
-    for k, (name, _) in REGISTER_CAPS.items():
-        spies[k] = LaunchSpy(getattr(backward_chunked, name))
-        monkeypatch.setattr(backward_chunked, name, spies[k])
+    spies = _spy_capped_kernels(monkeypatch)
+    for k in REGISTER_CAPS:
+        monkeypatch.setitem(backward.LAUNCH, k, 0)
     base = check(x)
     monkeypatch.setitem(backward.LAUNCH, key, 128)
     capped = check(x)
@@ -313,6 +320,21 @@ def test_register_cap(monkeypatch, key):
     same = (lambda a, b: torch.equal(a, b)) if DEVICE == "cpu" else (lambda a, b: rms_rel(a, b) < 1e-6)
     for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
         assert same(getattr(capped, name), getattr(base, name)), name
+
+
+@pytest.mark.parametrize("dtype, diag_blocks, sums, operands", [
+    (torch.float32, "anchors", 128, 168), (torch.float32, "elementwise", None, 168),
+    (torch.float64, "anchors", None, None)])
+def test_register_cap_defaults(monkeypatch, dtype, diag_blocks, sums, operands):
+    """The default caps: the sums kernel at 128 registers and the operands kernel at 168 with fp32 buffers (the
+    sums only with the anchored diagonal blocks, which spill 80-120 bytes there against 600-900 element-wise);
+    none with float64 buffers, and none on the other kernels."""
+    monkeypatch.setitem(backward.LAUNCH, "diag_blocks", diag_blocks)
+    spies = _spy_capped_kernels(monkeypatch)
+    check(make(1, 40, 1, 1, 20, 12, seed=10, dtype=dtype))
+    want = {"sums_maxnreg": sums, "prep_operands_maxnreg": operands}
+    for k, spy in spies.items():
+        assert {o.get("maxnreg") for o in spy.options} == {want.get(k)}, k
 
 
 def test_token_local_kernel(monkeypatch):
