@@ -140,10 +140,10 @@ def chunked_mode(spills: bool) -> None:
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages} maxnreg={cap}: ok", *extra)
         split_prec = "ieee" if acc == "fp64" else backward.LAUNCH["split_precision"]
-        # 3a per (chunk, value head): the GPU default (K-tiles of 64, V-tiles of 64, 8 warps; at least 32 wide),
+        # 3a per (chunk, value head): the GPU default (K-tiles of 32, V-tiles of 32, 4 warps; 32 wide),
         # others with --spills
-        vk_tiles = ((64, 64, 8), (32, 64, 8), (32, 32, 4), (32, 64, 4), (64, 32, 8)) if spills and K == 128 else (
-            (min(max(BK, 32), 64), min(max(BV, 32), 64), 8),)
+        vk_tiles = ((32, 32, 4), (64, 64, 8), (32, 64, 8), (32, 64, 4), (64, 32, 8)) if spills and K == 128 else (
+            (32, 32, 4),)
         vk_tiles = [(*t, None) for t in vk_tiles[1:]] + [(*vk_tiles[0], cap) for cap in caps("split_vk_maxnreg")]
         for bkt, bvt, warps, cap in vk_tiles:
             c = dict(shared, BKT=bkt, BVT=bvt, PREC=split_prec, INTERPRET=False)

@@ -140,8 +140,8 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # took dq, dk, dv, dbeta to fla's errors, ddt_bias past them (same session): off. Tiles and warps:
 # chunked_pass_bv / _warps / _stages (32 / 4 / 2 where they fit: 186 / 213 registers, no spill; 3 stages or BV 64
 # spill; H100 A/B, RESULTS.md eighteenth and twenty-fifth sessions);
-# split_bv / split_bk / split_vk_warps / split_vk_stages (`_local_vk_kernel`'s V-tile 64, K-tile 64, warps 8 and
-# Triton's default stages, one where they do not fit, on a GPU); split_k_bk,
+# split_bv / split_bk / split_vk_warps / split_vk_stages (`_local_vk_kernel`'s V-tile 32, K-tile 32, warps 4 and
+# Triton's default stages, one where they do not fit, on a GPU; 64 / 64 / 8 until the twenty-eighth session); split_k_bk,
 # the K-tile of 3b's work items (32 on a GPU, 64 under the interpreter), and split_k_warps (4 for tiles up to 32
 # columns, else 8).
 # The prep's three kernels: prep_pairs_warps / prep_solve_warps / prep_operands_warps (4 each) and prep_bv (the

@@ -849,14 +849,15 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     M1, M2 = e(NT, HV, CT, CT), e(NT, HV, CT, CT)
     vk_args = (k, v, g, beta, do, pre.pop("U"), pre.pop("dO2"), pre.pop("X"), pre.pop("P"), pre.pop("states"),
                pre.pop("dstates"), dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2, cu, chunk_indices, scale)
-    # K-tiles of 64 (12.98 against 13.39 ms fwd+bwd with 32 at 32 heads x 16384, H100, twenty-sixth session), at
-    # least 32 wide on a GPU (see the kernel)
-    vk_consts = dict(H=H, HV=HV, K=K, V=V, BKT=launch["split_bk"] or (BK if interp else min(max(BK, 32), 64)),
-                     BVT=launch["split_bv"] or (BV if interp else min(max(BV, 32), 64)), CT=CT, PREC=prec,
-                     INTERPRET=interp, num_warps=launch["split_vk_warps"] or 8,
+    # 32 x 32 tiles on 4 warps (255 registers and 112 KiB of shared memory: two programs per SM, where 64 x 64 on
+    # 8 warps left one; 11.31 against 11.52 ms fwd+bwd at 32 heads x 16384, H100, twenty-eighth session); 32 wide
+    # on a GPU (see the kernel)
+    vk_consts = dict(H=H, HV=HV, K=K, V=V, BKT=launch["split_bk"] or (BK if interp else 32),
+                     BVT=launch["split_bv"] or (BV if interp else 32), CT=CT, PREC=prec,
+                     INTERPRET=interp, num_warps=launch["split_vk_warps"] or 4,
                      **_register_cap(launch["split_vk_maxnreg"]))
-    # pipeline stages: Triton's default where its buffers fit in shared memory (188 KiB at K = V = 128 with bf16
-    # inputs), else one (64 KiB)
+    # pipeline stages: Triton's default where its buffers fit in shared memory (112 KiB at K = V = 128 with bf16
+    # inputs and 32 x 32 tiles), else one (48 KiB)
     _launch_within_shared_memory(_local_vk_kernel, (NT, HV), vk_args, vk_consts, launch["split_vk_stages"])
     del vk_args
     BKT = launch["split_k_bk"] or (min(BK, 64) if interp else min(BK, 32))
