@@ -53,6 +53,9 @@ SHAPES = {
     "h32_varlen_real_65536": (32, [812, 95, 1500, 33, 700, 2047, 1, 431, 1280, 300, 900, 93] * 5 + [11044], "pre"),
     "h96_dense_1x8192_safe_l2": (96, [8192], "safe_l2"),
     "h32_dense_1x4096": (32, [4096], "pre"),
+    # small workloads of kda_bwd_h32 (few chunks: launch latency and per-program work, not throughput)
+    "h32_dense_1x1024": (32, [1024], "pre"),
+    "h32_dense_2x130": (32, [130, 130], "pre"),
     # the size of kda_bwd_fused_h96's largest workload (65536 tokens in 12 sequences), where ours ran out of memory
     "h96_varlen_12x_65536_safe_l2": (96, [9000, 3000, 7000, 1000, 12000, 2536, 5000, 8000, 4000, 6000, 1000, 7000],
                                      "safe_l2"),
