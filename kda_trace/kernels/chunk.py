@@ -143,7 +143,9 @@ LAUNCH = {
     "intra_one_launch": True, "qg_in_intra": True,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
-# spills (benchmarks/compile_chunk_sm90.py reports both).
+# spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
+# intra at 168 0.968 / 1.006, at 128 0.917 / 0.922; W/U at 128 0.973 / 0.986; the state pass at 168 0.869 / 0.997
+# (RESULTS.md, "Backward kernel", twenty-eighth session).
 LAUNCH.update({"gate_maxnreg": 0, "intra_maxnreg": 0, "solve_maxnreg": 0, "wu_maxnreg": 0, "state_maxnreg": 0,
                "out_maxnreg": 0})
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
