@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource
@@ -109,8 +110,15 @@ def chunked_mode(spills: bool) -> None:
         # LAUNCH["diag_blocks"]: the default, and with --spills the other form too
         anchor_forms = (True, False) if spills else (backward.LAUNCH["diag_blocks"] == "anchors",)
         dprec = "ieee" if acc == "fp64" else backward.LAUNCH["pairs_diag_precision"] or "bf16"
-        # with --spills at K = 128 each kernel's default tile also under register caps (LAUNCH["..._maxnreg"])
-        caps = lambda key, K=K: (None, 168, 128) if spills and K == 128 else (backward.LAUNCH[key],)  # noqa: E731
+        # each kernel's register cap as launched (LAUNCH["..._maxnreg"], None: backward_chunked.default_cap); with
+        # --spills at K = 128 its default tile uncapped and at 168 and 128
+        torch_acc = torch.float32 if acc == "fp32" else torch.float64
+
+        def caps(key, anchors=True, K=K, torch_acc=torch_acc):
+            if spills and K == 128:
+                return (None, 168, 128)
+            cap = backward.LAUNCH[key]
+            return (backward_chunked.default_cap(key, torch_acc, anchors) if cap is None else cap,)
         for bi, anchors, cap in itertools.product(range(4), anchor_forms, caps("prep_pairs_maxnreg")):
             k = compile_kernel(backward_chunked._prep_pairs_kernel, sigs["prep_pairs"],
                                dict(shared, BI=bi, ANCHORS=anchors, DPREC=dprec), backward.LAUNCH["prep_pairs_warps"] or 4,
@@ -160,7 +168,9 @@ def chunked_mode(spills: bool) -> None:
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps} maxnreg={cap}: ok", *extra)
         # 3c's sums per row block
-        for bi, anchors, cap in itertools.product(range(4), anchor_forms, caps("sums_maxnreg")):
+        sums = [(bi, anchors, cap) for bi, anchors in itertools.product(range(4), anchor_forms)
+                for cap in caps("sums_maxnreg", anchors)]
+        for bi, anchors, cap in sums:
             c = dict(shared, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors,
                      DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,

@@ -61,6 +61,7 @@ from kda_trace.kernels.backward_blocks import (
     _xdot, dot_precision,
 )
 from kda_trace.kernels.chunk import SOLVE_PRECISION, _bf16, _inverse_unit_lower
+from kda_trace.kernels.common import register_cap
 
 
 @triton.jit
@@ -748,7 +749,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
          h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets),
         dict(HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
              PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split,
-             num_warps=launch["chunked_pass_warps"] or 4, **_register_cap(launch["chunked_pass_maxnreg"])),
+             num_warps=launch["chunked_pass_warps"] or 4, **register_cap(launch["chunked_pass_maxnreg"])),
         stages, retry=not launch["chunked_pass_stages"])
     return states, dstates, dh0, pre
 
@@ -764,11 +765,13 @@ def _launch_within_shared_memory(kernel, grid, args, consts, stages, retry=True)
         kernel[grid](*args, **consts, num_stages=1)
 
 
-def _register_cap(maxnreg, default: int = 0) -> dict:
-    """A launch's `maxnreg` (registers per thread ptxas may use; fewer: more programs resident per SM, perhaps
-    spills): the LAUNCH setting, `default` for None, nothing for 0 (ptxas's choice). The interpreter ignores it."""
-    cap = default if maxnreg is None else maxnreg
-    return {"maxnreg": int(cap)} if cap else {}
+def default_cap(key: str, acc, anchors: bool = True) -> int:
+    """The register cap a LAUNCH["..._maxnreg"] of None stands for (0: none): with fp32 buffers the sums kernel at
+    128 (four programs per SM) where its diagonal blocks are anchored (element-wise they would spill 600-900 bytes
+    there) and the prep operands kernel at 168 (three); backward.py's LAUNCH comment has the measurements."""
+    if acc != torch.float32:
+        return 0
+    return {"sums_maxnreg": 128 if anchors else 0, "prep_operands_maxnreg": 168}.get(key, 0)
 
 
 def _precision(acc, setting: str, interp: bool) -> str:
@@ -807,7 +810,7 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
                 q, k, g, pre["P"], aqk, scratch, cu, chunk_indices, NT * HV,
                 H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
                 DPREC=_precision(acc, launch["pairs_diag_precision"] or ("tf32" if interp else "bf16"), interp),
-                num_warps=launch["prep_pairs_warps"] or 4, **_register_cap(launch["prep_pairs_maxnreg"]))
+                num_warps=launch["prep_pairs_warps"] or 4, **register_cap(launch["prep_pairs_maxnreg"]))
         del scratch
         _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT,
                                      SOLVE_PREC=solve_prec, num_warps=launch["prep_solve_warps"] or 4)
@@ -818,8 +821,7 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
         BKT=BKT, BVT=BVT, CT=CT, PREC=prec, INTERPRET=interp,
         num_warps=launch["prep_operands_warps"] or 4,
-        # 168 registers: three programs per SM (backward.py's LAUNCH comment)
-        **_register_cap(launch["prep_operands_maxnreg"], 168 if acc == torch.float32 else 0))
+        **register_cap(launch["prep_operands_maxnreg"], default_cap("prep_operands_maxnreg", acc)))
 
 
 def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
@@ -855,7 +857,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     vk_consts = dict(H=H, HV=HV, K=K, V=V, BKT=launch["split_bk"] or (BK if interp else 32),
                      BVT=launch["split_bv"] or (BV if interp else 32), CT=CT, PREC=prec,
                      INTERPRET=interp, num_warps=launch["split_vk_warps"] or 4,
-                     **_register_cap(launch["split_vk_maxnreg"]))
+                     **register_cap(launch["split_vk_maxnreg"]))
     # pipeline stages: Triton's default where its buffers fit in shared memory (112 KiB at K = V = 128 with bf16
     # inputs and 32 x 32 tiles), else one (48 KiB)
     _launch_within_shared_memory(_local_vk_kernel, (NT, HV), vk_args, vk_consts, launch["split_vk_stages"])
@@ -876,9 +878,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
             DPREC=_precision(acc, launch["sums_diag_precision"], interp),
             num_warps=launch["sums_warps"] or 4,
-            # 128 registers: four programs per SM (backward.py's LAUNCH comment); the element-wise diagonal blocks
-            # would spill 600-900 bytes there
-            **_register_cap(launch["sums_maxnreg"], 128 if acc == torch.float32 and _anchors(launch) else 0))
+            **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
     del scratch, M1, M2
     dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H else acc, device=dev) for x in (q, k))
     dg = e(TT, HV, K)
@@ -886,5 +886,5 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
     _local_k_kernel[(n_prog,)](
         q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, scratch, cu, chunk_indices, scale,
         n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, INTERPRET=interp,
-        num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8), **_register_cap(launch["split_k_maxnreg"]))
+        num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8), **register_cap(launch["split_k_maxnreg"]))
     return dq, dk, dv, dg, dbeta

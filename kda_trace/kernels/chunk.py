@@ -67,7 +67,15 @@ import torch
 import triton
 import triton.language as tl
 
-from kda_trace.kernels.common import BETA_CODES, GATE_CODES, beta_value, check_inputs, log_decay, sequence_lengths
+from kda_trace.kernels.common import (
+    BETA_CODES,
+    GATE_CODES,
+    beta_value,
+    check_inputs,
+    log_decay,
+    register_cap,
+    sequence_lengths,
+)
 from kda_trace.kernels.options import KDAOptions
 from kda_trace.platform import triton_interpreted
 
@@ -1144,7 +1152,7 @@ def kda_chunk(
         g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
         H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), GATE=GATE_CODES[opts.gate],
         L2NORM=opts.use_qk_l2norm and not l2_in_intra, EXP2=exp2, num_warps=LAUNCH["gate_warps"],
-        **_register_cap("gate_maxnreg"),
+        **register_cap(LAUNCH["gate_maxnreg"]),
     )
 
     Akk = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
@@ -1162,7 +1170,7 @@ def kda_chunk(
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
         INTERPRET=interp, SAVE=keep, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
-        **_register_cap("intra_maxnreg"),
+        **register_cap(LAUNCH["intra_maxnreg"]),
     )
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](*intra_args, **intra_consts)
@@ -1172,7 +1180,7 @@ def kda_chunk(
                                     **intra_consts)
     Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
     _solve_kernel[(NT, HV)](Akk, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
-                            SAVE=keep, num_warps=LAUNCH["solve_warps"], **_register_cap("solve_maxnreg"))
+                            SAVE=keep, num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
     if keep:
         saved.update(kept)
 
@@ -1184,7 +1192,7 @@ def kda_chunk(
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, EXP2=exp2,
         INTERPRET=interp, num_warps=LAUNCH["wu_warps"], num_stages=LAUNCH["wu_stages"],
-        **_register_cap("wu_maxnreg"),
+        **register_cap(LAUNCH["wu_maxnreg"]),
     )
 
     BK = max(16, triton.next_power_of_2(K))
@@ -1232,7 +1240,7 @@ def kda_chunk(
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
         STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, QG_RAW=qg_raw,
         L2NORM=opts.use_qk_l2norm, EXP2=exp2, INTERPRET=interp,
-        num_warps=LAUNCH["state_warps"], num_stages=stages, **_register_cap("state_maxnreg"),
+        num_warps=LAUNCH["state_warps"], num_stages=stages, **register_cap(LAUNCH["state_maxnreg"]),
     )
 
     if not out_in_state:
@@ -1240,7 +1248,7 @@ def kda_chunk(
         _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
             QG, Aqk, h, v_new, o, rq, opts.resolved_scale(K), cu_seqlens, chunk_indices,
             HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, QG_RAW=qg_raw, L2NORM=opts.use_qk_l2norm,
-            INTERPRET=interp, num_warps=LAUNCH["out_warps"], **_register_cap("out_maxnreg"),
+            INTERPRET=interp, num_warps=LAUNCH["out_warps"], **register_cap(LAUNCH["out_maxnreg"]),
         )
     if output_chunk_states:
         return o.view(B, T, HV, V), final_state, chunk_states
@@ -1258,11 +1266,6 @@ def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:
     if seg is None:
         seg = SPLIT_CHUNKS if n_heads_total <= SPLIT_MAX_PAIRS and longest_chunks >= SPLIT_MIN_CHUNKS else 0
     return int(seg) if BK <= 128 else 0
-
-
-def _register_cap(key: str) -> dict:
-    """The launch keyword `maxnreg` of LAUNCH[key], or nothing for 0 (ptxas's choice; the interpreter ignores it)."""
-    return {"maxnreg": int(LAUNCH[key])} if LAUNCH[key] else {}
 
 
 def _state_launch(n_heads_total: int, BK: int, V: int) -> tuple[int, int, bool]:

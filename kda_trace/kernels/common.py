@@ -64,3 +64,11 @@ def sequence_lengths(offsets: list[int], total: int) -> list[int]:
             raise ValueError(f"cu_seqlens holds a zero-length (or decreasing) sequence {i} (length {n}); every "
                              f"sequence needs at least one token")
     return lens
+
+
+def register_cap(maxnreg, default: int = 0) -> dict:
+    """A launch's `maxnreg` keyword (registers per thread ptxas may use; fewer: more programs resident per SM,
+    perhaps spills) from a LAUNCH setting: `default` for None, nothing for 0 (ptxas's choice). The interpreter
+    ignores it."""
+    cap = default if maxnreg is None else maxnreg
+    return {"maxnreg": int(cap)} if cap else {}
