@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Alternating A/B of the backward on a GPU: ROUNDS rounds, each running benchmarks/bench_backward.py once per
 # variant, one process per line, fla not timed. A variant is a kernels/backward.py LAUNCH string ("key=value,...";
-# "" for the defaults) or "tree:DIR", an older tree's kernels (`git archive <commit> kda_trace
-# benchmarks/bench_backward.py | tar x -C DIR`; its bench_backward.py imports its own package).
+# "" for the defaults) or "tree:DIR", another tree's kernels (`git archive <commit> kda_trace
+# benchmarks/bench_backward.py | tar x -C DIR`; its bench_backward.py imports its own package), optionally with
+# a LAUNCH string of its own: "tree:DIR@key=value,...".
 #
 #     source benchmarks/gpu_env.sh            # in a device call's script (sets $OUT)
 #     bash benchmarks/ab_backward.sh SHAPES ROUNDS VARIANT [VARIANT ...]
@@ -22,8 +23,12 @@ for round in $(seq "$rounds"); do
         script=benchmarks/bench_backward.py
         launch=$variant
         if [[ $variant == tree:* ]]; then
-            script=${variant#tree:}/benchmarks/bench_backward.py
+            tree=${variant#tree:}
+            script=${tree%%@*}/benchmarks/bench_backward.py
             launch=""
+            if [[ $tree == *@* ]]; then
+                launch=${tree#*@}
+            fi
         fi
         echo "== round $round [$variant]"
         timeout -s INT -k 10 "${AB_TIMEOUT:-90}" python3 "$script" --no-fla --shapes "$shapes" --launch "$launch" 2>&1 \
