@@ -182,14 +182,19 @@ sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once wou
 # backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel).
 LAUNCH["diag_blocks"] = "anchors"
 # pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
-# sums kernels. The sums' reach dg and, summed over tokens, ddt_bias: tf32x3 (about fp32) there. With tf32 in both,
-# the safe-gate shape's ddt_bias error went from 2.64e-3 to 5.03e-3 RMS-relative (fla: 5.35e-3) and its dg from
-# 3.01e-3 to 3.34e-3; with tf32 in the pairs only, 2.71e-3 and 3.03e-3. Time at 32 heads x 16384: 18.06 ms with
-# tf32 in both, 18.92 with tf32 / tf32x3, 19.35 with tf32x3 in both (H100, RESULTS.md eighteenth session).
+# sums kernels. The sums' reach dg and, summed over tokens, ddt_bias. Since the twenty-ninth session "tf32_rn" there
+# (tf32 products of operands rounded to nearest first, backward_blocks.`_tf32_rn`), where it was tf32x3 (about
+# fp32, three tf32 products): H100, fwd+bwd 11.34 -> 11.07 ms at 32 heads x 16384, 18.10 -> 17.80 on K3; the
+# errors against float64 (bf16 inputs) of dq, dk, dv, dbeta, dh0 equal to three digits, dg 1.08e-3 -> 1.12e-3 at
+# 32 x 1024, and on the safe-gate 8 x 2048 dg 2.20e-3 -> 2.57e-3, dA_log 1.60e-3 -> 1.91e-3, ddt_bias 1.70e-3 ->
+# 4.02e-3: each still below fla 0.6.0's on the same inputs (4.71e-3, 8.99e-3, 5.35e-3). Plain tf32 (truncated
+# operands): as fast, ddt_bias 4.49e-3; bf16: ddt_bias 3.07e-2, a loser (RESULTS.md twenty-ninth session). Every
+# product of the backward in tf32_rn took dg to 4.9e-4 at 32 x 1024 but cost 3.5% (not taken). Before (eighteenth
+# session): tf32 in both took ddt_bias from 2.64e-3 to 5.03e-3 and 18.92 -> 18.06 ms at 32 heads x 16384.
 # The pairs' in bf16 (None: bf16 on a GPU; fp32 under the interpreter, whose tf32 products are fp32 too): 18.79
 # against 18.97 ms at 32 heads x 16384, 38.57 against 38.69 on K3, every gradient within 1.04x of tf32's error on
 # three shapes and dg, dA_log, ddt_bias lower on the safe-gate one (H100, RESULTS.md twenty-fourth session).
-LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32x3"})
+LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32_rn"})
 # chunked_pass_parallel: the pass's forward (states) and reverse (dS) recursions as separate programs at once
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).

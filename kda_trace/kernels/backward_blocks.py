@@ -44,7 +44,8 @@ def _chunk_span(cu_seqlens, chunk_indices, i_c, CT: tl.constexpr):
 
 @triton.jit
 def _xdot(a, b, PREC: tl.constexpr):
-    """a @ b with fp32 accumulation: fp32 (float64) operands in PREC ("tf32", "tf32x3", "ieee"), or with PREC "bf16"
+    """a @ b with fp32 accumulation: fp32 (float64) operands in PREC ("tf32", "tf32x3", "ieee"; "tf32_rn": tf32 with
+    the operands rounded to nearest first, `_tf32_rn`), or with PREC "bf16"
     both rounded to bf16 first (tensor cores at twice tf32's rate, fla's and our forward's precision).
     "bf16_split_a": a as the sum of two bf16 terms (its rounding and the rest: a to about 2^-16 relative), b
     rounded to bf16, two bf16 products: about fp32 accuracy where b is bf16 already (a bf16 dO), at bf16 operand
@@ -58,8 +59,21 @@ def _xdot(a, b, PREC: tl.constexpr):
         return _split_a_dot(a, b, False)
     elif PREC == "bf16_split_a_interpreted":
         return _split_a_dot(a, b, True)
+    elif PREC == "tf32_rn":
+        return tl.dot(_tf32_rn(a), _tf32_rn(b), input_precision="tf32")
     else:
         return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
+def _tf32_rn(x):
+    """fp32 x rounded to tf32 (10 fraction bits), to nearest, ties to even. A tf32 product on the tensor cores
+    drops an fp32 operand's low 13 bits, a bias toward zero (Triton 3.6 rounds nothing before it; triton-lang/triton
+    #4574) that sums over many tokens keep; rounded first, the errors take both signs. Bit operations (no PTX), so
+    that the interpreter runs it too (tests/kernels/test_backward_chunked.py)."""
+    u = x.to(tl.uint32, bitcast=True)
+    u = (u + 0xFFF + ((u >> 13) & 1)) & 0xFFFFE000
+    return u.to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -72,9 +86,12 @@ def _split_a_dot(a, b, INTERPRET: tl.constexpr):
 
 def dot_precision(prec: str, interpreted: bool) -> str:
     """The PREC that `_xdot` takes for a launch setting's precision ("bf16..." becomes "bf16..._interpreted" under the
-    interpreter)."""
-    if prec not in ("tf32", "tf32x3", "ieee", "bf16", "bf16_split_a"):
-        raise ValueError(f"a product precision must be tf32, tf32x3, ieee, bf16 or bf16_split_a, got {prec!r}")
+    interpreter, "tf32_rn" "tf32": the interpreter's tf32 products are fp32, so rounding its operands there would
+    make it the one fp32 product that is not)."""
+    if prec not in ("tf32", "tf32_rn", "tf32x3", "ieee", "bf16", "bf16_split_a"):
+        raise ValueError(f"a product precision must be tf32, tf32_rn, tf32x3, ieee, bf16 or bf16_split_a, got {prec!r}")
+    if interpreted and prec == "tf32_rn":
+        return "tf32"
     return prec + "_interpreted" if prec.startswith("bf16") and interpreted else prec
 
 

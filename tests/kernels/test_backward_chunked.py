@@ -21,13 +21,16 @@ from kda_trace.platform import default_device, ensure_triton_can_run
 DEVICE = default_device()
 ensure_triton_can_run(DEVICE)  # before triton is imported: the interpreter on a machine without a GPU
 
+import triton  # noqa: E402
 import triton.language  # noqa: E402
+import triton.language as tl  # noqa: E402
 import triton.runtime.errors  # noqa: E402
 
 from launch_spy import LaunchSpy  # noqa: E402
 from test_backward import check, f64, make, rms_rel, truth  # noqa: E402
 
 from kda_trace.kernels import backward  # noqa: E402
+from kda_trace.kernels.backward_blocks import _tf32_rn, dot_precision  # noqa: E402
 from kda_trace.kernels.options import KDAOptions  # noqa: E402
 
 
@@ -167,8 +170,33 @@ def test_products_in_bf16(keys, monkeypatch):
     rounded = check(x, cu_seqlens=cu, bar=1e-2)
     assert not torch.equal(rounded.dq, base.dq) and not torch.equal(rounded.dg, base.dg)
     monkeypatch.setitem(backward.LAUNCH, keys[0], "fp16")
-    with pytest.raises(ValueError, match="tf32, tf32x3, ieee, bf16 or bf16_split_a"):
+    with pytest.raises(ValueError, match="tf32, tf32_rn, tf32x3, ieee, bf16 or bf16_split_a"):
         check(x, cu_seqlens=cu)
+
+
+@triton.jit
+def _round_kernel(x, y, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(y + o, _tf32_rn(tl.load(x + o)))
+
+
+def test_tf32_rounding_to_nearest():
+    """backward_blocks.`_tf32_rn` (the "tf32_rn" products' operand rounding, run here by the interpreter) against
+    float64 rounding to 10 fraction bits, ties to even, over 60 decades, signs, ties and non-finite values; under the
+    interpreter "tf32_rn" products are fp32 ones, as its "tf32" are."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(1024, generator=gen) * torch.logspace(-30, 30, 1024)
+    x[:6] = torch.tensor([1 + 2 ** -11, 1 + 3 * 2 ** -11, -(1 + 2 ** -11 + 2 ** -20), 3.0e38, float("inf"),
+                          -float("inf")])
+    y = torch.empty_like(x)
+    _round_kernel[(1,)](x, y, N=1024)
+    mant, exp = torch.frexp(x[:4].double())
+    assert y[:6].tolist() == [1.0, 1 + 2 ** -9, -(1 + 2 ** -10), float(torch.ldexp(torch.round(mant[3] * 2 ** 11) / 2 ** 11, exp[3])),
+                              float("inf"), -float("inf")]
+    mant, exp = torch.frexp(x.double())
+    want = torch.ldexp(torch.round(mant * 2 ** 11) / 2 ** 11, exp)  # torch.round: half to even
+    assert torch.equal(y.double(), want)
+    assert dot_precision("tf32_rn", True) == "tf32" and dot_precision("tf32_rn", False) == "tf32_rn"
 
 
 SPLIT_PREP_CASES = {
