@@ -146,7 +146,8 @@ def chunked_mode(spills: bool) -> None:
                      PARALLEL=backward.LAUNCH["chunked_pass_parallel"], STORE_VN=True)
             k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages, cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages} maxnreg={cap}: ok", *extra)
+            print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages} maxnreg={cap}: ok",
+                  f"shared memory {k.metadata.shared} B", *extra)
         split_prec = "ieee" if acc == "fp64" else backward.LAUNCH["split_precision"]
         # 3a per (chunk, value head): the GPU default (K-tiles of 32, V-tiles of 32, 4 warps; 32 wide),
         # others with --spills
@@ -167,17 +168,19 @@ def chunked_mode(spills: bool) -> None:
             k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps} maxnreg={cap}: ok", *extra)
-        # 3c's sums per row block
-        sums = [(bi, anchors, cap) for bi, anchors in itertools.product(range(4), anchor_forms)
+        # 3c's sums per row block; the one-anchor form (a known gate bound) too with --spills or where it is on
+        forms = [(anchors, False) for anchors in anchor_forms]
+        forms += [(True, True)] if spills or backward.LAUNCH["sums_one_anchor"] else []
+        sums = [(bi, anchors, one, cap) for bi, (anchors, one) in itertools.product(range(4), forms)
                 for cap in caps("sums_maxnreg", anchors)]
-        for bi, anchors, cap in sums:
-            c = dict(shared, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors,
+        for bi, anchors, one, cap in sums:
+            c = dict(shared, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
                      DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,
                                backward.LAUNCH["sums_warps"] or 4, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} BI={bi} anchors={anchors} "
-                  f"warps=4 maxnreg={cap}: ok", *extra)
+                  f"one_anchor={one} warps=4 maxnreg={cap}: ok", *extra)
 
 
 def main() -> int:

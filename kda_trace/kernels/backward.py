@@ -195,6 +195,11 @@ LAUNCH["diag_blocks"] = "anchors"
 # against 18.97 ms at 32 heads x 16384, 38.57 against 38.69 on K3, every gradient within 1.04x of tf32's error on
 # three shapes and dg, dA_log, ddt_bias lower on the safe-gate one (H100, RESULTS.md twenty-fourth session).
 LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32_rn"})
+# sums_one_anchor: where the gates' lower bound is known to be >= -7.5 (the safe gate's; `kda_backward`'s
+# gate_bound), the sums kernel's diagonal blocks at one anchor (half the products, no range check), as fla's
+# safe-gate path does; off until timed (written in the twenty-ninth session after its device time; queued A/B:
+# benchmarks/sessions/gpu_s30_next.sh).
+LAUNCH["sums_one_anchor"] = False
 # chunked_pass_parallel: the pass's forward (states) and reverse (dS) recursions as separate programs at once
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
@@ -554,7 +559,7 @@ def _tile(key, width, interpreted, gpu_default=16):
     return max(16, triton.next_power_of_2(width)) if interpreted else gpu_default
 
 
-def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None):
+def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound=None):
     """The three kernels; returns dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout), fp32 (fp64) but dq, dk, dv
     in the inputs' dtypes where the chunked mode writes them so (`local_split`). given: the
     forward's chunk matrices for the chunked mode (the exact mode does not use them), or None."""
@@ -572,7 +577,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None):
     # (bf16, 32 heads x 2 x 12 tokens: 13 s against 91 s), so that the CPU run of the smoke workloads stays short
     mode = LAUNCH["mode"] or ("exact" if interp else "chunked")
     if mode == "chunked":
-        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given)
+        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given, gate_bound)
     if mode != "exact":
         raise ValueError(f"LAUNCH['mode'] must be 'exact' or 'chunked', got {LAUNCH['mode']!r}")
 
@@ -605,7 +610,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None):
     return dq, dk, dv, dg, dbeta, dh0
 
 
-def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=None):
+def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=None, gate_bound=None):
     """LAUNCH["mode"] = "chunked": states and dS at chunk boundaries by kernels/backward_chunked.py, then the
     local kernel LAUNCH["chunked_local"]; same returns as `_backward`."""
     from kda_trace.kernels.backward_chunked import chunk_states_and_grads, local_split
@@ -617,7 +622,7 @@ def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=
     if local == "split":
         pre.update(states=states, dstates=dstates)  # local_split frees each buffer after its last reader
         del states, dstates
-        dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, pre, do, scale, LAUNCH, _n_programs)
+        dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, pre, do, scale, LAUNCH, _n_programs, gate_bound)
     elif local == "tokens":
         dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
     else:
@@ -678,7 +683,7 @@ def _dht_kv(dht, opts, N, HV, K, V):
 def kda_backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, do: torch.Tensor,
     opts: KDAOptions = _DEFAULT_OPTIONS, *, initial_state: torch.Tensor | None = None, dht: torch.Tensor | None = None,
-    cu_seqlens: torch.Tensor | None = None, chunk_matrices: dict | None = None,
+    cu_seqlens: torch.Tensor | None = None, chunk_matrices: dict | None = None, gate_bound: float | None = None,
 ) -> KDAGrads:
     r"""Gradients of L = sum(o * do) + sum(final_state * dht) for the KDA forward with these inputs.
 
@@ -692,6 +697,9 @@ def kda_backward(
         chunk_matrices: the chunk matrices P, Aqk and X of the forward on these inputs, as kernels/chunk.py's
             `kda_chunk(..., saved=...)` keeps them (fp32 `[NT, HV, 64, 64]`): the chunked mode then skips
             computing them (about 15% of the backward at 32 heads x 16384 on the H100). None: computed here.
+        gate_bound: a lower bound that every element of g is known to keep (the safe gate's lower_bound, which it
+            keeps by construction), or None. Not checked: a wrong bound gives wrong gradients where
+            LAUNCH["sums_one_anchor"] uses it.
 
     Returns:
         KDAGrads(dq, dk, dv, dg, dbeta, dh0); dh0 is None when initial_state is None.
@@ -703,7 +711,7 @@ def kda_backward(
     do = do.reshape(B * T, HV, V)
     groups = head_groups(sizes, tables[3], acc, q.device)
     if len(groups) == 1:
-        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), given)
+        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), given, gate_bound)
         return _grads(out, sizes, (q, k, v, beta), acc, opts, initial_state is not None)
     # heads are independent: each group's inputs are copied out and its gradients into the whole ones, already in
     # the dtypes returned (dg and dh0 stay fp32 / fp64)
@@ -715,7 +723,7 @@ def kda_backward(
         sub_xs = tuple(_heads(x, qk if i < 2 else vh) for i, x in enumerate(xs))
         sub = _backward(sub_xs, (B, T, qk.stop - qk.start, vh.stop - vh.start, K, V, N), tables, acc,
                         _heads(h0, vh), _heads(do, vh), _heads(dht, vh), opts.resolved_scale(K),
-                        None if given is None else {n: _heads(m, vh) for n, m in given.items()})
+                        None if given is None else {n: _heads(m, vh) for n, m in given.items()}, gate_bound)
         for whole, piece, heads in zip(out, sub, (qk, qk, vh, vh, vh, vh)):
             if whole is not None:
                 whole[:, heads] = piece

@@ -356,13 +356,16 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.cons
 @triton.jit
 def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr,
                          BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
-                         MAX_EXP: tl.constexpr):
+                         MAX_EXP: tl.constexpr, ONE_ANCHOR: tl.constexpr = False):
     """Rows of block bi of the local kernel's three decay-weighted sums, in registers ([MB, BK] each, BK <= 32):
     r1 = `_row_sums_block`(M1, k), r2 = `_row_sums_block`(M2, k), r3 = `_col_sums_block`(M1, q) +
     `_col_sums_block`(M2, k), with the diagonal blocks as tensor-core products at two anchors
     (`_anchor_factors`; the element-wise products where the block's range passes MAX_EXP), the columns before the
     block (rows) and the rows after it (columns) each as one product with the anchor between them, and the
-    factors each side shares computed once. Products in PREC, the diagonal block's in DPREC."""
+    factors each side shares computed once. Products in PREC, the diagonal block's in DPREC.
+    ONE_ANCHOR (the caller knows every gate >= -MAX_EXP / 8, as a safe gate's lower bound of -5 gives): the
+    diagonal block at one anchor, its row 8, as fla's safe-gate path does: every |c_i - c_8| <= 8 |g| <= MAX_EXP,
+    so half the products, no range check and no element-wise form compiled in."""
     MB: tl.constexpr = 16
     NB: tl.constexpr = CT // MB
     ACC: tl.constexpr = p_g.dtype.element_ty
@@ -373,39 +376,51 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
     b_q = tl.load(p_q + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
     b_m1 = tl.load(p_m1 + rows[:, None] * CT + rows[None, :])
     b_m2 = tl.load(p_m2 + rows[:, None] * CT + rows[None, :])
-    e_rl, e_cl, e_rh, e_ch, spread = _anchor_factors(_within(p_g, bi, o_k, BK), MAX_EXP)
-    # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
-    b_kl = b_k * e_cl
-    b_kh = b_k * e_ch
-    b_r1 = e_rl * _xdot(b_m1, b_kl, DPREC) + e_rh * _xdot(b_m1, b_kh, DPREC)
-    b_r2 = e_rl * _xdot(b_m2, b_kl, DPREC) + e_rh * _xdot(b_m2, b_kh, DPREC)
     b_t1 = tl.trans(b_m1)
     b_t2 = tl.trans(b_m2)
-    b_r3 = (e_cl * (_xdot(b_t1, b_q * e_rl, DPREC) + _xdot(b_t2, b_k * e_rl, DPREC))
-            + e_ch * (_xdot(b_t1, b_q * e_rh, DPREC) + _xdot(b_t2, b_k * e_rh, DPREC)))
-    if spread > MAX_EXP:
-        # element-wise, one pair index t at a time (rare: strong gates; few registers, unlike [MB, MB, BK] products):
-        # rows i take M[i, t] k_t e(c_i - c_t), columns j take M[t, j] x_t e(c_t - c_j); c loaded again rather
-        # than kept live through the anchored products (ptxas: 168 -> 234 registers in the last row block)
+    if ONE_ANCHOR:
         b_c = _within(p_g, bi, o_k, BK)
-        b_r1 = tl.zeros([MB, BK], dtype=ACC)
-        b_r2 = tl.zeros([MB, BK], dtype=ACC)
-        b_r3 = tl.zeros([MB, BK], dtype=ACC)
-        for t in range(MB):
-            r_t = bi * MB + t
-            m_t = m_k & (o_k * 0 + r_t < n)
-            k_t = tl.load(p_k + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
-            q_t = tl.load(p_q + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
-            c_t = tl.sum(tl.where(o_b[:, None] == t, b_c, 0.0), axis=0)
-            w_row = tl.exp(tl.minimum(b_c - c_t[None, :], 0.0))
-            w_col = tl.exp(tl.minimum(c_t[None, :] - b_c, 0.0))
-            m1_col = tl.load(p_m1 + rows * CT + r_t)
-            m2_col = tl.load(p_m2 + rows * CT + r_t)
-            b_r1 += m1_col[:, None] * k_t[None, :] * w_row
-            b_r2 += m2_col[:, None] * k_t[None, :] * w_row
-            m1_row = tl.load(p_m1 + r_t * CT + rows)
-            m2_row = tl.load(p_m2 + r_t * CT + rows)
-            b_r3 += (m1_row[:, None] * q_t[None, :] + m2_row[:, None] * k_t[None, :]) * w_col
+        e_rl = tl.exp(tl.minimum(b_c, 0.0))  # the off-diagonal products' row factor, e(c_i - c_0)
+        c8 = tl.sum(tl.where(o_b[:, None] == MB // 2, b_c, 0.0), axis=0)
+        d = b_c - c8[None, :]
+        e_r = tl.exp(tl.minimum(d, MAX_EXP))  # clamped only against a broken promise (no inf): never reached
+        e_c = tl.exp(tl.minimum(-d, MAX_EXP))
+        b_kc = b_k * e_c
+        b_r1 = e_r * _xdot(b_m1, b_kc, DPREC)
+        b_r2 = e_r * _xdot(b_m2, b_kc, DPREC)
+        b_r3 = e_c * (_xdot(b_t1, b_q * e_r, DPREC) + _xdot(b_t2, b_k * e_r, DPREC))
+    else:
+        e_rl, e_cl, e_rh, e_ch, spread = _anchor_factors(_within(p_g, bi, o_k, BK), MAX_EXP)
+        # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
+        b_kl = b_k * e_cl
+        b_kh = b_k * e_ch
+        b_r1 = e_rl * _xdot(b_m1, b_kl, DPREC) + e_rh * _xdot(b_m1, b_kh, DPREC)
+        b_r2 = e_rl * _xdot(b_m2, b_kl, DPREC) + e_rh * _xdot(b_m2, b_kh, DPREC)
+        b_r3 = (e_cl * (_xdot(b_t1, b_q * e_rl, DPREC) + _xdot(b_t2, b_k * e_rl, DPREC))
+                + e_ch * (_xdot(b_t1, b_q * e_rh, DPREC) + _xdot(b_t2, b_k * e_rh, DPREC)))
+        if spread > MAX_EXP:
+            # element-wise, one pair index t at a time (rare: strong gates; few registers, unlike [MB, MB, BK] products):
+            # rows i take M[i, t] k_t e(c_i - c_t), columns j take M[t, j] x_t e(c_t - c_j); c loaded again rather
+            # than kept live through the anchored products (ptxas: 168 -> 234 registers in the last row block)
+            b_c = _within(p_g, bi, o_k, BK)
+            b_r1 = tl.zeros([MB, BK], dtype=ACC)
+            b_r2 = tl.zeros([MB, BK], dtype=ACC)
+            b_r3 = tl.zeros([MB, BK], dtype=ACC)
+            for t in range(MB):
+                r_t = bi * MB + t
+                m_t = m_k & (o_k * 0 + r_t < n)
+                k_t = tl.load(p_k + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
+                q_t = tl.load(p_q + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
+                c_t = tl.sum(tl.where(o_b[:, None] == t, b_c, 0.0), axis=0)
+                w_row = tl.exp(tl.minimum(b_c - c_t[None, :], 0.0))
+                w_col = tl.exp(tl.minimum(c_t[None, :] - b_c, 0.0))
+                m1_col = tl.load(p_m1 + rows * CT + r_t)
+                m2_col = tl.load(p_m2 + rows * CT + r_t)
+                b_r1 += m1_col[:, None] * k_t[None, :] * w_row
+                b_r2 += m2_col[:, None] * k_t[None, :] * w_row
+                m1_row = tl.load(p_m1 + r_t * CT + rows)
+                m2_row = tl.load(p_m2 + r_t * CT + rows)
+                b_r3 += (m1_row[:, None] * q_t[None, :] + m2_row[:, None] * k_t[None, :]) * w_col
     if bi > 0:
         # rows: every column j < a = 16 bi in one product (`_earlier_rows`)
         BJ: tl.constexpr = 64 if bi == 3 else (32 if bi == 2 else 16)

@@ -38,7 +38,8 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    kernels, per V-tile with one partial copy of each sum per V-tile, then per chunk adding them up; they
    recomputed Vn and dVn from the states.)
 3b. `_local_sums_kernel`, one launch per 16-row block, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns,
-   32 at most): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep); then `_local_k_kernel`, per (chunk,
+   32 at most): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep, at one anchor with
+   LAUNCH["sums_one_anchor"] where the gates' bound allows: `one_anchor`); then `_local_k_kernel`, per (chunk,
    value head, K-tile of LAUNCH["split_k_bk"] columns, 32 on a GPU), persistent programs: dq, dk (per value head),
    dg of the tile's key channels (every sum of 3b is per key channel, so the K-tiles are independent work items).
    3a and 3b in LAUNCH["split_precision"] (tf32). The sums inside `_local_k_kernel` took longer (fifteenth
@@ -565,13 +566,13 @@ def _as_stored(x, p, INTERPRET: tl.constexpr):
 def _local_sums_kernel(
     q, k, g, M1, M2, R1, R2, R3, scratch, cu_seqlens, chunk_indices, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
-    BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
+    BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr, ONE_ANCHOR: tl.constexpr,
 ):
     """Row block BI (one launch per block, like `_prep_pairs_kernel`) of 3b's decay-weighted sums, for the work
     items (chunk, value head, K-tile of BKS <= 32 columns) shared out over the programs ([T, HV, K] each):
     R1 = row sums of M1 with k, R2 = row sums of M2 with k, R3 = column sums of M1 with q plus those of M2 with
-    k (backward_blocks.py's `_sums_block_anchored` with ANCHORS, else `_row_sums_block` and `_col_sums_block`;
-    M1, M2 [NT, HV, CT, CT] from `_local_vk_kernel`).
+    k (backward_blocks.py's `_sums_block_anchored` with ANCHORS, at one anchor with ONE_ANCHOR, else
+    `_row_sums_block` and `_col_sums_block`; M1, M2 [NT, HV, CT, CT] from `_local_vk_kernel`).
     Every row block holds 6 off-diagonal products of each kind, so the four launches are the same size.
     Scratch per program: the tile's gates [CT, BKS], zero past the chunk's rows."""
     NKT: tl.constexpr = (K + BKS - 1) // BKS
@@ -601,7 +602,7 @@ def _local_sums_kernel(
         p_m2 = M2 + item * (CT * CT)
         if ANCHORS:
             b_r1, b_r2, b_r3 = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT,
-                                                    PREC, DPREC, MAX_EXP)
+                                                    PREC, DPREC, MAX_EXP, ONE_ANCHOR)
         else:
             b_r1 = _row_sums_block(p_m1, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dq, from A_qk
             b_r2 = _row_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dk, A_kk rows
@@ -779,6 +780,15 @@ def _precision(acc, setting: str, interp: bool) -> str:
     return "ieee" if acc == torch.float64 else dot_precision(setting, interp)
 
 
+def one_anchor(launch, gate_bound) -> bool:
+    """Whether the sums kernel takes its diagonal blocks at one anchor (`_sums_block_anchored`'s ONE_ANCHOR):
+    LAUNCH["sums_one_anchor"] on, the anchored form, and every gate known to be >= gate_bound >= -MAX_EXP / 8 (the
+    safe gate's lower bound; 8 gates from the anchor to a block's first row)."""
+    if gate_bound is None or not launch["sums_one_anchor"] or not _anchors(launch):
+        return False
+    return -8.0 * float(gate_bound) <= MAX_EXP.value
+
+
 def _anchors(launch) -> bool:
     """LAUNCH["diag_blocks"]: the diagonal blocks of the pair matrices and of 3b's sums on tensor cores at two
     anchors ("anchors") or element-wise ("elementwise")."""
@@ -824,12 +834,12 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         **register_cap(launch["prep_operands_maxnreg"], default_cap("prep_operands_maxnreg", acc)))
 
 
-def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
+def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate_bound=None):
     """Kernels 3a and 3b (LAUNCH["chunked_local"] = "split"): dq, dk per value head (in q's and k's dtype when
     HV == H, else fp32 / fp64 for the caller's GVA sum), dv in v's dtype, fp32 (fp64) dg and dbeta of every chunk
     from its start state, dS at its end (pre["states"], pre["dstates"]), the pass's Vn and dVn (in pre["U"],
     pre["dO2"]) and the prep's X and P. Each buffer of `pre` is dropped after its last reader (the caller holds no
-    other reference)."""
+    other reference). gate_bound: a lower bound every gate is known to keep, or None (`one_anchor`)."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -876,7 +886,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs):
         _local_sums_kernel[(n_prog_s,)](
             q, k, g, M1, M2, *R, scratch, cu, chunk_indices, n_work_s,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
-            DPREC=_precision(acc, launch["sums_diag_precision"], interp),
+            DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
             num_warps=launch["sums_warps"] or 4,
             **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
     del scratch, M1, M2

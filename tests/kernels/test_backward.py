@@ -61,7 +61,7 @@ def truth(x, scale, cu_seqlens=None, use_h0=True, use_dht=True):
     return {n: t.grad for n, t in leaves.items()}
 
 
-def check(x, opts=None, cu_seqlens=None, use_h0=True, use_dht=True, bar=BAR):
+def check(x, opts=None, cu_seqlens=None, use_h0=True, use_dht=True, bar=BAR, gate_bound=None):
     opts = opts or KDAOptions()
     K = x["q"].shape[-1]
     scale = opts.resolved_scale(K)
@@ -72,7 +72,7 @@ def check(x, opts=None, cu_seqlens=None, use_h0=True, use_dht=True, bar=BAR):
         h0 = None if h0 is None else h0.transpose(-1, -2).contiguous()
         dht = None if dht is None else dht.transpose(-1, -2).contiguous()
     gr = kda_backward(dv(x["q"]), dv(x["k"]), dv(x["v"]), dv(x["g"]), dv(x["beta"]), dv(x["do"]), opts,
-                      initial_state=dv(h0), dht=dv(dht), cu_seqlens=dv(cu_seqlens))
+                      initial_state=dv(h0), dht=dv(dht), cu_seqlens=dv(cu_seqlens), gate_bound=gate_bound)
     got = {"q": gr.dq, "k": gr.dk, "v": gr.dv, "g": gr.dg, "beta": gr.dbeta}
     for name, t in got.items():
         assert t.shape == x[name].shape, (name, t.shape)

@@ -261,6 +261,32 @@ def test_anchored_blocks_fall_back_past_max_exp(dtype, monkeypatch):
             check(x, bar=bar)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, f64])
+def test_sums_at_one_anchor_under_a_gate_bound(dtype, monkeypatch):
+    """LAUNCH["sums_one_anchor"] with gate_bound -7.5 and gates in [-7.5, 0] (a block's half spans up to 8 gates:
+    e(60) = e(MAX_EXP) at the limit): the usual bars against float64 on two packed sequences, GVA, K = 20 (K-tiles
+    of 16, the last masked), and gradients unlike the two-anchor form's (the one-anchor products ran); with no
+    bound, a bound past -7.5 or the key off, the two-anchor form's gradients exactly."""
+    from kda_trace.kernels.backward_chunked import one_anchor
+
+    monkeypatch.setitem(backward.LAUNCH, "sums_bk", 16)
+    x = make(1, 150, 1, 2, 20, 24, seed=8, n_seqs=2, g_low=-7.5, dtype=dtype)
+    assert x["g"].min() >= -7.5
+    cu = torch.tensor([0, 100, 150])
+    bar = 1e-12 if dtype == f64 else 1e-5
+    base = check(x, cu_seqlens=cu, bar=bar, gate_bound=-7.5)  # the key is off by default
+    monkeypatch.setitem(backward.LAUNCH, "sums_one_anchor", True)
+    one = check(x, cu_seqlens=cu, bar=bar, gate_bound=-7.5)
+    assert not torch.equal(one.dq, base.dq) and not torch.equal(one.dg, base.dg)
+    for bound in (None, -7.6):
+        other = check(x, cu_seqlens=cu, bar=bar, gate_bound=bound)
+        assert torch.equal(other.dq, base.dq) and torch.equal(other.dg, base.dg), bound
+    launch = {"sums_one_anchor": True, "diag_blocks": "anchors"}
+    assert one_anchor(launch, -5.0) and one_anchor(launch, -7.5) and not one_anchor(launch, -7.6)
+    assert not one_anchor(launch, None) and not one_anchor({**launch, "diag_blocks": "elementwise"}, -5.0)
+    assert not one_anchor({**launch, "sums_one_anchor": False}, -5.0)
+
+
 @pytest.mark.parametrize("case", ["packed_gva_odd", "k_tiles"])
 def test_pass_directions_in_parallel(case, monkeypatch):
     """LAUNCH["chunked_pass_parallel"] (the pass's two recursions as separate programs, the default) against one
