@@ -27,6 +27,7 @@ from triton.compiler.compiler import ASTSource
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from kda_trace.kernels import backward, backward_chunked, gate  # noqa: E402
+from kda_trace.kernels.common import register_cap  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 
@@ -117,8 +118,8 @@ def chunked_mode(spills: bool) -> None:
         def caps(key, anchors=True, K=K, torch_acc=torch_acc):
             if spills and K == 128:
                 return (None, 168, 128)
-            cap = backward.LAUNCH[key]
-            return (backward_chunked.default_cap(key, torch_acc, anchors) if cap is None else cap,)
+            default = backward_chunked.default_cap(key, torch_acc, anchors)
+            return (register_cap(backward.LAUNCH[key], default).get("maxnreg"),)  # as the launches resolve it
         for bi, anchors, cap in itertools.product(range(4), anchor_forms, caps("prep_pairs_maxnreg")):
             k = compile_kernel(backward_chunked._prep_pairs_kernel, sigs["prep_pairs"],
                                dict(shared, BI=bi, ANCHORS=anchors, DPREC=dprec), backward.LAUNCH["prep_pairs_warps"] or 4,
