@@ -197,9 +197,10 @@ LAUNCH["diag_blocks"] = "anchors"
 LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32_rn"})
 # sums_one_anchor: where the gates' lower bound is known to be >= -7.5 (the safe gate's; `kda_backward`'s
 # gate_bound), the sums kernel's diagonal blocks at one anchor (half the products, no range check), as fla's
-# safe-gate path does; off until timed (written in the twenty-ninth session after its device time; queued A/B:
-# benchmarks/sessions/gpu_s30_next.sh).
-LAUNCH["sums_one_anchor"] = False
+# safe-gate path does. H100 (thirtieth session): K3 fwd+bwd 17.749, 17.745 -> 17.605, 17.645 ms (bwd 14.87 ->
+# 14.72), 32 heads x 16384 (no bound) unchanged; safe gate 8 x 2048 against float64: dg 2.57e-3 -> 2.53e-3, dA_log
+# 1.91e-3 -> 2.17e-3, ddt_bias 4.02e-3 -> 4.10e-3, the rest equal (fla 0.6.0: 4.71e-3, 8.99e-3, 5.35e-3).
+LAUNCH["sums_one_anchor"] = True
 # chunked_pass_parallel: the pass's forward (states) and reverse (dS) recursions as separate programs at once
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).

@@ -272,7 +272,9 @@ def test_sums_at_one_anchor_under_a_gate_bound(dtype, monkeypatch):
     assert x["g"].min() >= -7.5
     cu = torch.tensor([0, 100, 150])
     bar = 1e-12 if dtype == f64 else 1e-5
-    base = check(x, cu_seqlens=cu, bar=bar, gate_bound=-7.5)  # the key is off by default
+    assert backward.LAUNCH["sums_one_anchor"]  # on by default since the thirtieth session
+    monkeypatch.setitem(backward.LAUNCH, "sums_one_anchor", False)
+    base = check(x, cu_seqlens=cu, bar=bar, gate_bound=-7.5)
     monkeypatch.setitem(backward.LAUNCH, "sums_one_anchor", True)
     one = check(x, cu_seqlens=cu, bar=bar, gate_bound=-7.5)
     assert not torch.equal(one.dq, base.dq) and not torch.equal(one.dg, base.dg)

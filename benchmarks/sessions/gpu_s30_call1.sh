@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Queued by the twenty-ninth session for the next device time (H100; carry .whl and .gpu_out), about 5 min,
+# Session 30 call 1 (H100; carry .whl and .gpu_out), queued by the twenty-ninth session as gpu_s30_next.sh.
 # untimed so far. LAUNCH["sums_one_anchor"] (written after the twenty-ninth session's device time, CPU-tested):
 # where the gates' lower bound is known (the safe gate: K3), the sums kernel's diagonal blocks at one anchor (half
 # the products, no range check or element-wise form compiled in), as fla's safe-gate path, whose intra kernel
