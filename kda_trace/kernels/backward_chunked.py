@@ -40,7 +40,7 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
 3b. `_local_sums_kernel`, one launch per 16-row block, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns,
    32 at most): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep, at one anchor with
    LAUNCH["sums_one_anchor"] where the gates' bound allows: `one_anchor`); then `_local_k_kernel`, per (chunk,
-   value head, K-tile of LAUNCH["split_k_bk"] columns, 32 on a GPU), persistent programs: dq, dk (per value head),
+   value head, K-tile of LAUNCH["split_k_bk"] columns, 32 on a GPU), one program each: dq, dk (per value head),
    dg of the tile's key channels (every sum of 3b is per key channel, so the K-tiles are independent work items).
    3a and 3b in LAUNCH["split_precision"] (tf32). The sums inside `_local_k_kernel` took longer (fifteenth
    session; deleted in the nineteenth).
@@ -615,70 +615,65 @@ def _local_sums_kernel(
         tl.store(R3 + off, b_r3, mask=m_out)
 
 
-@triton.jit(do_not_specialize=["scale", "n_work"])
+@triton.jit(do_not_specialize=["scale"])
 def _local_k_kernel(
-    q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, scratch, cu_seqlens, chunk_indices,
-    scale, n_work,
+    q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    """Work items (chunk, value head, K-tile of BKT columns), n_work of them, shared out over the programs: dq,
-    dk (per value head, in their buffers' dtype) and dg of the tile's key channels from `_local_sums_kernel`'s decay-weighted sums (R1, R2,
-    R3) and 3a's dQt, dKt, dgamma, Y_k and d1. Every sum here is per key channel, so
-    K-tiles are independent: more, smaller programs than one per (chunk, value head). Scratch per program: the
-    tile's gates [CT, BKT] (the gates one row later are read from it)."""
+    """Per work item (chunk, value head, K-tile of BKT columns), one program each: dq, dk (per value head, in their
+    buffers' dtype) and dg of the tile's key channels from `_local_sums_kernel`'s decay-weighted sums (R1, R2, R3)
+    and 3a's dQt, dKt, dgamma, Y_k and d1. Every sum here is per key channel, so K-tiles are independent: more,
+    smaller programs than one per (chunk, value head). A streaming kernel (no products): one program per item, no
+    persistent loop, lets the GPU overlap one item's loads with another's stores."""
     ACC: tl.constexpr = dg.dtype.element_ty
     NKT: tl.constexpr = (K + BKT - 1) // BKT
-    pid = tl.program_id(0).to(tl.int64)
-    p_gs = scratch + pid * (CT * BKT)
+    w = tl.program_id(0).to(tl.int64)
+    i_kt = w % NKT
+    item = w // NKT  # chunk * HV + value head
+    i_c = item // HV
+    i_hv = item % HV
+    i_h = i_hv // (HV // H)
+    k0 = i_kt * BKT
     o_t = tl.arange(0, CT)
     o_b = tl.arange(0, BKT)
-    off_s = o_t[:, None] * BKT + o_b[None, :]
-    for w in range(pid, n_work, tl.num_programs(0)):
-        i_kt = w % NKT
-        item = w // NKT  # chunk * HV + value head
-        i_c = item // HV
-        i_hv = item % HV
-        i_h = i_hv // (HV // H)
-        k0 = i_kt * BKT
-        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
-        m_t = o_t < n
-        o_kt = k0 + o_b
-        m_kt = o_kt < K
-        m_tk = m_t[:, None] & m_kt[None, :]
-        p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
-        p_k = k + (r0 * H + i_h) * K + k0
-        off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
-        b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
-        tl.debug_barrier()  # the previous item's reads of the scratch are done
-        tl.store(p_gs + off_s, b_gt)
-        tl.debug_barrier()
-        b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
-        b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
-        b_gn = tl.load(p_gs + off_s + BKT, mask=(o_t + 1 < CT)[:, None], other=0.0)
-        b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
-        b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
-        b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
-        b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
-        b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
-        b_dQt = tl.load(dQt + off_tk, mask=m_tk, other=0.0)
-        b_dKt = tl.load(dKt + off_tk, mask=m_tk, other=0.0)
-        b_r1 = tl.load(R1 + off_tk, mask=m_tk, other=0.0)
-        b_r2 = tl.load(R2 + off_tk, mask=m_tk, other=0.0)
-        b_r3 = tl.load(R3 + off_tk, mask=m_tk, other=0.0)
-        b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
-        b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
-        b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
-        # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row, sum_{i < t} Kt_i dKt_i and
-        # gamma dgamma (tests/kernels/chunk_backward_matrix.py); the exclusive sum as the inclusive one less the
-        # row itself (fp32, error relative to the sum, no tf32 product)
-        b_kd = b_k * b_eT * b_dKt
-        b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + (tl.cumsum(b_kd, axis=0) - b_kd)
-        b_dgam = tl.load(dgamma + item * K + o_kt, mask=m_kt, other=0.0)
-        b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
-        tl.store(dq + off_tk, _as_stored(b_dq, dq, INTERPRET), mask=m_tk)
-        tl.store(dk + off_tk, _as_stored(b_dk, dk, INTERPRET), mask=m_tk)
-        tl.store(dg + off_tk, b_dg, mask=m_tk)
+    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    m_t = o_t < n
+    o_kt = k0 + o_b
+    m_kt = o_kt < K
+    m_tk = m_t[:, None] & m_kt[None, :]
+    p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
+    p_k = k + (r0 * H + i_h) * K + k0
+    off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
+    b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
+    # the gates one row later (zero past the chunk), read again from memory (cached) rather than shifted
+    # through shared memory
+    b_gn = tl.load(g + off_tk + HV * K, mask=(o_t + 1 < n)[:, None] & m_kt[None, :], other=0.0).to(ACC)
+    b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
+    b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
+    b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
+    b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+    b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
+    b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
+    b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
+    b_dQt = tl.load(dQt + off_tk, mask=m_tk, other=0.0)
+    b_dKt = tl.load(dKt + off_tk, mask=m_tk, other=0.0)
+    b_r1 = tl.load(R1 + off_tk, mask=m_tk, other=0.0)
+    b_r2 = tl.load(R2 + off_tk, mask=m_tk, other=0.0)
+    b_r3 = tl.load(R3 + off_tk, mask=m_tk, other=0.0)
+    b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
+    b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
+    b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
+    # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row, sum_{i < t} Kt_i dKt_i and
+    # gamma dgamma (tests/kernels/chunk_backward_matrix.py); the exclusive sum as the inclusive one less the
+    # row itself (fp32, error relative to the sum, no tf32 product)
+    b_kd = b_k * b_eT * b_dKt
+    b_dg = tl.cumsum(b_dG, axis=0, reverse=True) + (tl.cumsum(b_kd, axis=0) - b_kd)
+    b_dgam = tl.load(dgamma + item * K + o_kt, mask=m_kt, other=0.0)
+    b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
+    tl.store(dq + off_tk, _as_stored(b_dq, dq, INTERPRET), mask=m_tk)
+    tl.store(dk + off_tk, _as_stored(b_dk, dk, INTERPRET), mask=m_tk)
+    tl.store(dg + off_tk, b_dg, mask=m_tk)
 
 
 def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, for_split=False,
@@ -874,7 +869,6 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     del vk_args
     BKT = launch["split_k_bk"] or (min(BK, 64) if interp else min(BK, 32))
     n_work = NT * HV * triton.cdiv(K, BKT)
-    n_prog = n_programs(n_work, dev, interp)
     R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
     BKS = launch["sums_bk"] or min(BK, 32)
     if BKS > 32:
@@ -892,9 +886,8 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     del scratch, M1, M2
     dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H else acc, device=dev) for x in (q, k))
     dg = e(TT, HV, K)
-    scratch = e(n_prog, CT * BKT)
-    _local_k_kernel[(n_prog,)](
-        q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, scratch, cu, chunk_indices, scale,
-        n_work, H=H, HV=HV, K=K, BKT=BKT, CT=CT, INTERPRET=interp,
+    _local_k_kernel[(n_work,)](
+        q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, cu, chunk_indices, scale,
+        H=H, HV=HV, K=K, BKT=BKT, CT=CT, INTERPRET=interp,
         num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8), **register_cap(launch["split_k_maxnreg"]))
     return dq, dk, dv, dg, dbeta
