@@ -161,9 +161,10 @@ def chunked_mode(spills: bool) -> None:
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_vk {acc} K={K} V={V} BKT={bkt} BVT={bvt} warps={warps} maxnreg={cap}: ok",
                   *extra)
-        # 3c per K-tile: the GPU default (32 columns, 4 warps), and 64 / 8 with --spills
-        bkts = ((64, 8), (64, 4)) if spills and K == 128 else ()
-        bkts = [(*t, None) for t in bkts] + [(min(BK, 32), 4, cap) for cap in caps("split_k_maxnreg")]
+        # 3c per K-tile: the GPU default (16 columns, 8 warps), and 32 / 4 (the default until the thirtieth session)
+        # and 64 / 8 with --spills
+        bkts = ((64, 8), (32, 4)) if spills and K == 128 else ()
+        bkts = [(*t, None) for t in bkts] + [(16, 8, cap) for cap in caps("split_k_maxnreg")]
         for bkt, warps, cap in bkts:
             c = dict(shared, BKT=bkt, INTERPRET=False)
             k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps, maxnreg=cap)

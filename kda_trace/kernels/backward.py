@@ -142,8 +142,9 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # spill; H100 A/B, RESULTS.md eighteenth and twenty-fifth sessions);
 # split_bv / split_bk / split_vk_warps / split_vk_stages (`_local_vk_kernel`'s V-tile 32, K-tile 32, warps 4 and
 # Triton's default stages, one where they do not fit, on a GPU; 64 / 64 / 8 until the twenty-eighth session); split_k_bk,
-# the K-tile of 3b's work items (32 on a GPU, 64 under the interpreter), and split_k_warps (4 for tiles up to 32
-# columns, else 8).
+# the K-tile of 3c's work items (16 on a GPU, 64 under the interpreter), and split_k_warps (8): 16 columns on 8
+# warps took K3's backward 14.70 -> 14.39 ms against 32 columns on 4, 32 x 16384 8.77 -> 8.78 (H100, thirtieth
+# session; 3c is a streaming kernel, 2.09 ms on K3 at 32 x 4).
 # The prep's three kernels: prep_pairs_warps / prep_solve_warps / prep_operands_warps (4 each) and prep_bv (the
 # operands kernel's V-tile, 64). 3b's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row block with
 # the sums in registers: sums_bk (its K-tile, at most 32), sums_warps (4). (One fused prep

@@ -40,7 +40,7 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
 3b. `_local_sums_kernel`, one launch per 16-row block, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns,
    32 at most): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep, at one anchor with
    LAUNCH["sums_one_anchor"] where the gates' bound allows: `one_anchor`); then `_local_k_kernel`, per (chunk,
-   value head, K-tile of LAUNCH["split_k_bk"] columns, 32 on a GPU), one program each: dq, dk (per value head),
+   value head, K-tile of LAUNCH["split_k_bk"] columns, 16 on a GPU), one program each: dq, dk (per value head),
    dg of the tile's key channels (every sum of 3b is per key channel, so the K-tiles are independent work items).
    3a and 3b in LAUNCH["split_precision"] (tf32). The sums inside `_local_k_kernel` took longer (fifteenth
    session; deleted in the nineteenth).
@@ -867,7 +867,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     # inputs and 32 x 32 tiles), else one (48 KiB)
     _launch_within_shared_memory(_local_vk_kernel, (NT, HV), vk_args, vk_consts, launch["split_vk_stages"])
     del vk_args
-    BKT = launch["split_k_bk"] or (min(BK, 64) if interp else min(BK, 32))
+    BKT = launch["split_k_bk"] or (min(BK, 64) if interp else 16)
     n_work = NT * HV * triton.cdiv(K, BKT)
     R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
     BKS = launch["sums_bk"] or min(BK, 32)
@@ -889,5 +889,5 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     _local_k_kernel[(n_work,)](
         q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, cu, chunk_indices, scale,
         H=H, HV=HV, K=K, BKT=BKT, CT=CT, INTERPRET=interp,
-        num_warps=launch["split_k_warps"] or (4 if BKT <= 32 else 8), **register_cap(launch["split_k_maxnreg"]))
+        num_warps=launch["split_k_warps"] or 8, **register_cap(launch["split_k_maxnreg"]))
     return dq, dk, dv, dg, dbeta
