@@ -306,17 +306,31 @@ def _store_tiles(p, off_s, t0, t1, t2, t3, m0, m1, m2, m3, NKT: tl.constexpr, TS
 
 
 @triton.jit
+def _initial_tiles(p, off_seq, off_s, m0, m1, m2, m3, USE: tl.constexpr, NKT: tl.constexpr, TS: tl.constexpr,
+                   BKT: tl.constexpr, BV: tl.constexpr, ACC: tl.constexpr):
+    """A recursion's first state: the sequence's [K, V] state at p + off_seq as K-tiles with USE, else zeros."""
+    t0 = tl.zeros([BKT, BV], dtype=ACC)
+    t1 = tl.zeros([BKT, BV], dtype=ACC)
+    t2 = tl.zeros([BKT, BV], dtype=ACC)
+    t3 = tl.zeros([BKT, BV], dtype=ACC)
+    if USE:
+        t0, t1, t2, t3 = _load_tiles(p + off_seq, off_s, m0, m1, m2, m3, NKT, TS, BKT, BV, ACC)
+    return t0, t1, t2, t3
+
+
+@triton.jit
 def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
-    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr,
+    PARALLEL: tl.constexpr, INTERLEAVED: tl.constexpr, STORE_VN: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
     recursions are independent (dS does not read S): with PARALLEL (LAUNCH["chunked_pass_parallel"]) the grid's
     third axis picks one (0: forward, 1: reverse), so twice as many programs run at once, each holding one
-    state; else one program runs both. The [K, BV] state is held as up to four K-tiles of 64 rows (fla's
+    state; with INTERLEAVED (LAUNCH["chunked_pass_parallel"] = "interleaved") one program runs both in one loop,
+    a chunk of each per step (`_pass_interleaved`); else one program runs one after the other. The [K, BV] state is held as up to four K-tiles of 64 rows (fla's
     layout), so that each product reads [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once
     (K = 128: 255 registers and spills). PREC: the products' precision, but PREC_SRC for the reverse recursion's
     Qt^T dO (off the recursion's chain of dependent products, and the one whose bf16 rounding reaches dh0:
@@ -332,7 +346,10 @@ def _state_pass_kernel(
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
     n_tok = tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
-    if PARALLEL:
+    if INTERLEAVED:
+        _pass_interleaved(W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
+                          HV, K, V, BKT, NKT, BV, CT, USE_H0, USE_DHT, PREC, PREC_SRC, STORE_VN)
+    elif PARALLEL:
         if tl.program_id(2) == 0:
             _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                           USE_H0, PREC, STORE_VN)
@@ -365,48 +382,85 @@ def _pass_layout(i_v, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BV: t
 
 
 @triton.jit
+def _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, c0, i_hv, o_t, m_v, off_tv, off_s,
+              m0, m1, m2, m3, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr,
+              NKT: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, STORE_VN: tl.constexpr):
+    """Chunk c of the forward recursion: store S_start (s0..s3), return S_end."""
+    r0 = bos + c * CT  # the chunk's first row
+    i_g = (c0 + c) * HV + i_hv  # its (chunk, value head) index
+    m_t = o_t < n_tok - c * CT
+    _store_tiles(states + i_g * (K * V), off_s, s0, s1, s2, s3, m0, m1, m2, m3, NKT, BKT * V)
+    # Vn = U - W S (into U's place with STORE_VN, every chunk), then S_end = diag(gamma) S + Kt^T Vn (the last
+    # chunk's end state is not needed). (Triton 3.6 fails to compile the float64 kernel, in its TritonGPUPrefetch
+    # pass, where the products of Vn are outside a condition on c.)
+    if c < n_chunks - 1 + STORE_VN:
+        off_u = (r0 * HV + i_hv) * V + off_tv
+        m_tv = m_t[:, None] & m_v[None, :]
+        b_vn = tl.load(U + off_u, mask=m_tv, other=0.0)
+        b_vn -= _xdot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, PREC)
+        if NKT > 1:
+            b_vn -= _xdot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, PREC)
+        if NKT > 2:
+            b_vn -= _xdot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, PREC)
+            b_vn -= _xdot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, PREC)
+        if STORE_VN:
+            tl.store(U + off_u, b_vn, mask=m_tv)
+        if c < n_chunks - 1:
+            s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC)
+            if NKT > 1:
+                s1 = _fwd_tile(s1, W, Kt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+            if NKT > 2:
+                s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+                s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+    return s0, s1, s2, s3
+
+
+@triton.jit
+def _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, c, n_tok, bos, c0, i_hv, o_t, m_v, off_tv, off_s,
+              m0, m1, m2, m3, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr,
+              NKT: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
+              STORE_VN: tl.constexpr):
+    """Chunk c of the reverse recursion: store dS_end (d0..d3), return dS_start."""
+    ACC: tl.constexpr = dstates.dtype.element_ty
+    r0 = bos + c * CT
+    i_g = (c0 + c) * HV + i_hv
+    m_t = o_t < n_tok - c * CT
+    m_tv = m_t[:, None] & m_v[None, :]
+    _store_tiles(dstates + i_g * (K * V), off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
+    # dVn = A_qk^T dO + Kt dS_end, then dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn
+    b_dvn = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0)
+    b_dvn += _xdot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, PREC)
+    if NKT > 1:
+        b_dvn += _xdot(_rows(Kt, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), d1, PREC)
+    if NKT > 2:
+        b_dvn += _xdot(_rows(Kt, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), d2, PREC)
+        b_dvn += _xdot(_rows(Kt, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), d3, PREC)
+    if STORE_VN:
+        tl.store(dO2 + (r0 * HV + i_hv) * V + off_tv, b_dvn, mask=m_tv)
+    b_do = tl.load(do + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0).to(ACC)
+    d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
+    if NKT > 1:
+        d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
+    if NKT > 2:
+        d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
+        d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
+    return d0, d1, d2, d3
+
+
+@triton.jit
 def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
                   BV: tl.constexpr, CT: tl.constexpr, USE_H0: tl.constexpr, PREC: tl.constexpr,
                   STORE_VN: tl.constexpr):
     """The forward recursion of `_state_pass_kernel`: S_start of every chunk into states."""
     ACC: tl.constexpr = states.dtype.element_ty
-    TS: tl.constexpr = BKT * V  # offset of tile 1 in a state
     o_t, o_v, m_v, off_tv, off_s, m0, m1, m2, m3 = _pass_layout(i_v, K, V, BKT, BV, CT, HV)
     n_chunks = (n_tok + CT - 1) // CT
-    s0 = tl.zeros([BKT, BV], dtype=ACC)
-    s1 = tl.zeros([BKT, BV], dtype=ACC)
-    s2 = tl.zeros([BKT, BV], dtype=ACC)
-    s3 = tl.zeros([BKT, BV], dtype=ACC)
-    if USE_H0:
-        s0, s1, s2, s3 = _load_tiles(h0 + (i_n * HV + i_hv) * (K * V), off_s, m0, m1, m2, m3, NKT, TS, BKT, BV, ACC)
+    s0, s1, s2, s3 = _initial_tiles(h0, (i_n * HV + i_hv) * (K * V), off_s, m0, m1, m2, m3, USE_H0, NKT, BKT * V,
+                                    BKT, BV, ACC)
     for c in range(n_chunks):
-        r0 = bos + c * CT  # the chunk's first row
-        i_g = (c0 + c) * HV + i_hv  # its (chunk, value head) index
-        m_t = o_t < n_tok - c * CT
-        _store_tiles(states + i_g * (K * V), off_s, s0, s1, s2, s3, m0, m1, m2, m3, NKT, TS)
-        # Vn = U - W S (into U's place with STORE_VN, every chunk), then S_end = diag(gamma) S + Kt^T Vn (the last
-        # chunk's end state is not needed). (Triton 3.6 fails to compile the float64 kernel, in its TritonGPUPrefetch
-        # pass, where the products of Vn are outside a condition on c.)
-        if c < n_chunks - 1 + STORE_VN:
-            off_u = (r0 * HV + i_hv) * V + off_tv
-            m_tv = m_t[:, None] & m_v[None, :]
-            b_vn = tl.load(U + off_u, mask=m_tv, other=0.0)
-            b_vn -= _xdot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, PREC)
-            if NKT > 1:
-                b_vn -= _xdot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, PREC)
-            if NKT > 2:
-                b_vn -= _xdot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, PREC)
-                b_vn -= _xdot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, PREC)
-            if STORE_VN:
-                tl.store(U + off_u, b_vn, mask=m_tv)
-            if c < n_chunks - 1:
-                s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC)
-                if NKT > 1:
-                    s1 = _fwd_tile(s1, W, Kt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
-                if NKT > 2:
-                    s2 = _fwd_tile(s2, W, Kt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
-                    s3 = _fwd_tile(s3, W, Kt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_vn, BKT, HV, K, PREC)
+        s0, s1, s2, s3 = _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, c0, i_hv, o_t,
+                                   m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT, CT, PREC, STORE_VN)
 
 
 @triton.jit
@@ -417,41 +471,37 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
     """The reverse recursion of `_state_pass_kernel`: dS_end of every chunk into dstates, from the last chunk
     back, and dh0."""
     ACC: tl.constexpr = dstates.dtype.element_ty
-    TS: tl.constexpr = BKT * V
     o_t, o_v, m_v, off_tv, off_s, m0, m1, m2, m3 = _pass_layout(i_v, K, V, BKT, BV, CT, HV)
     s_seq = (i_n * HV + i_hv) * (K * V)
     n_chunks = (n_tok + CT - 1) // CT
-    d0 = tl.zeros([BKT, BV], dtype=ACC)
-    d1 = tl.zeros([BKT, BV], dtype=ACC)
-    d2 = tl.zeros([BKT, BV], dtype=ACC)
-    d3 = tl.zeros([BKT, BV], dtype=ACC)
-    if USE_DHT:
-        d0, d1, d2, d3 = _load_tiles(dht + s_seq, off_s, m0, m1, m2, m3, NKT, TS, BKT, BV, ACC)
+    d0, d1, d2, d3 = _initial_tiles(dht, s_seq, off_s, m0, m1, m2, m3, USE_DHT, NKT, BKT * V, BKT, BV, ACC)
     for cr in range(n_chunks):
-        c = n_chunks - 1 - cr
-        r0 = bos + c * CT
-        i_g = (c0 + c) * HV + i_hv
-        m_t = o_t < n_tok - c * CT
-        m_tv = m_t[:, None] & m_v[None, :]
-        _store_tiles(dstates + i_g * (K * V), off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, TS)
-        # dVn = A_qk^T dO + Kt dS_end, then dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn
-        b_dvn = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0)
-        b_dvn += _xdot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, PREC)
-        if NKT > 1:
-            b_dvn += _xdot(_rows(Kt, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), d1, PREC)
-        if NKT > 2:
-            b_dvn += _xdot(_rows(Kt, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), d2, PREC)
-            b_dvn += _xdot(_rows(Kt, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), d3, PREC)
-        if STORE_VN:
-            tl.store(dO2 + (r0 * HV + i_hv) * V + off_tv, b_dvn, mask=m_tv)
-        b_do = tl.load(do + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0).to(ACC)
-        d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
-        if NKT > 1:
-            d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
-        if NKT > 2:
-            d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
-            d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
-    _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, TS)
+        d0, d1, d2, d3 = _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, n_chunks - 1 - cr, n_tok, bos,
+                                   c0, i_hv, o_t, m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT, CT, PREC,
+                                   PREC_SRC, STORE_VN)
+    _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
+
+
+@triton.jit
+def _pass_interleaved(W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
+                      HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
+                      BV: tl.constexpr, CT: tl.constexpr, USE_H0: tl.constexpr, USE_DHT: tl.constexpr,
+                      PREC: tl.constexpr, PREC_SRC: tl.constexpr, STORE_VN: tl.constexpr):
+    """Both recursions of `_state_pass_kernel` in one loop, step i taking the forward's chunk i and the reverse's
+    chunk n - 1 - i: two independent chains of dependent products, whose latencies overlap in one program."""
+    ACC: tl.constexpr = states.dtype.element_ty
+    o_t, o_v, m_v, off_tv, off_s, m0, m1, m2, m3 = _pass_layout(i_v, K, V, BKT, BV, CT, HV)
+    s_seq = (i_n * HV + i_hv) * (K * V)
+    n_chunks = (n_tok + CT - 1) // CT
+    s0, s1, s2, s3 = _initial_tiles(h0, s_seq, off_s, m0, m1, m2, m3, USE_H0, NKT, BKT * V, BKT, BV, ACC)
+    d0, d1, d2, d3 = _initial_tiles(dht, s_seq, off_s, m0, m1, m2, m3, USE_DHT, NKT, BKT * V, BKT, BV, ACC)
+    for c in range(n_chunks):
+        s0, s1, s2, s3 = _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, c0, i_hv, o_t,
+                                   m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT, CT, PREC, STORE_VN)
+        d0, d1, d2, d3 = _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, n_chunks - 1 - c, n_tok, bos,
+                                   c0, i_hv, o_t, m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT, CT, PREC,
+                                   PREC_SRC, STORE_VN)
+    _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -733,6 +783,9 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     two = BK <= 128 and do.element_size() <= 2
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
+    if parallel not in (True, False, "interleaved"):
+        raise ValueError(f"LAUNCH['chunked_pass_parallel'] must be True, False or 'interleaved', got {parallel!r}")
+    interleaved = parallel == "interleaved"
     # Qt^T dO, the product whose rounding reaches dh0: Qt as two bf16 terms where dO is bf16 (exact then), tf32
     # for other dO
     src_bf16 = "bf16_split_a" if do.dtype == torch.bfloat16 else "tf32"
@@ -740,11 +793,11 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     prec, prec_src = _precision(acc, pass_prec, interp), _precision(acc, src_prec, interp)
 
     _launch_within_shared_memory(
-        _state_pass_kernel, (N * triton.cdiv(V, BVp), HV, 2 if parallel else 1),
+        _state_pass_kernel, (N * triton.cdiv(V, BVp), HV, 2 if parallel is True else 1),
         (pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
          h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets),
         dict(HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-             PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split,
+             PREC=prec, PREC_SRC=prec_src, PARALLEL=parallel is True, INTERLEAVED=interleaved, STORE_VN=for_split,
              num_warps=launch["chunked_pass_warps"] or 4, **register_cap(launch["chunked_pass_maxnreg"])),
         stages, retry=not launch["chunked_pass_stages"])
     return states, dstates, dh0, pre
