@@ -140,17 +140,14 @@ def chunked_mode(spills: bool) -> None:
         pass_prec = "ieee" if acc == "fp64" else backward.LAUNCH["chunked_pass_precision"] or "bf16"
         src_prec = backward.LAUNCH["chunked_pass_source_precision"] or ("tf32" if pass_prec == "bf16" else pass_prec)
         tiles = ((32, 4, 1), (16, 4, 1), (64, 4, 1), (32, 8, 1), (32, 4, 3)) if spills and K == 128 else ((32, 4, 1),)
-        mode = backward.LAUNCH["chunked_pass_parallel"]
-        tiles = [(*t, None, mode) for t in tiles] + [(32, 4, 1, cap, mode) for cap in caps("chunked_pass_maxnreg") if cap]
-        # both recursions in one loop (LAUNCH["chunked_pass_parallel"] = "interleaved"): two states per program
-        tiles += [(32, w, st, None, "interleaved") for w in (4, 8) for st in (1, 2)] if spills and K == 128 else []
-        for bv, warps, stages, cap, mode in tiles:
+        tiles = [(*t, None) for t in tiles] + [(32, 4, 1, cap) for cap in caps("chunked_pass_maxnreg") if cap]
+        for bv, warps, stages, cap in tiles:
             c = dict(shared, BV=min(bv, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
-                     PREC_SRC="ieee" if acc == "fp64" else src_prec, PARALLEL=mode is True,
-                     INTERLEAVED=mode == "interleaved", STORE_VN=True)
+                     PREC_SRC="ieee" if acc == "fp64" else src_prec,
+                     PARALLEL=backward.LAUNCH["chunked_pass_parallel"], STORE_VN=True)
             k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages, cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages} maxnreg={cap} mode={mode}: ok",
+            print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages} maxnreg={cap}: ok",
                   f"shared memory {k.metadata.shared} B", *extra)
         split_prec = "ieee" if acc == "fp64" else backward.LAUNCH["split_precision"]
         # 3a per (chunk, value head): the GPU default (K-tiles of 32, V-tiles of 32, 4 warps; 32 wide),

@@ -323,14 +323,13 @@ def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
-    PARALLEL: tl.constexpr, INTERLEAVED: tl.constexpr, STORE_VN: tl.constexpr,
+    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
     recursions are independent (dS does not read S): with PARALLEL (LAUNCH["chunked_pass_parallel"]) the grid's
     third axis picks one (0: forward, 1: reverse), so twice as many programs run at once, each holding one
-    state; with INTERLEAVED (LAUNCH["chunked_pass_parallel"] = "interleaved") one program runs both in one loop,
-    a chunk of each per step (`_pass_interleaved`); else one program runs one after the other. The [K, BV] state is held as up to four K-tiles of 64 rows (fla's
+    state; else one program runs both. The [K, BV] state is held as up to four K-tiles of 64 rows (fla's
     layout), so that each product reads [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once
     (K = 128: 255 registers and spills). PREC: the products' precision, but PREC_SRC for the reverse recursion's
     Qt^T dO (off the recursion's chain of dependent products, and the one whose bf16 rounding reaches dh0:
@@ -346,10 +345,7 @@ def _state_pass_kernel(
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
     n_tok = tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
-    if INTERLEAVED:
-        _pass_interleaved(W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
-                          HV, K, V, BKT, NKT, BV, CT, USE_H0, USE_DHT, PREC, PREC_SRC, STORE_VN)
-    elif PARALLEL:
+    if PARALLEL:
         if tl.program_id(2) == 0:
             _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                           USE_H0, PREC, STORE_VN)
@@ -477,28 +473,6 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
     d0, d1, d2, d3 = _initial_tiles(dht, s_seq, off_s, m0, m1, m2, m3, USE_DHT, NKT, BKT * V, BKT, BV, ACC)
     for cr in range(n_chunks):
         d0, d1, d2, d3 = _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, n_chunks - 1 - cr, n_tok, bos,
-                                   c0, i_hv, o_t, m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT, CT, PREC,
-                                   PREC_SRC, STORE_VN)
-    _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
-
-
-@triton.jit
-def _pass_interleaved(W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
-                      HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
-                      BV: tl.constexpr, CT: tl.constexpr, USE_H0: tl.constexpr, USE_DHT: tl.constexpr,
-                      PREC: tl.constexpr, PREC_SRC: tl.constexpr, STORE_VN: tl.constexpr):
-    """Both recursions of `_state_pass_kernel` in one loop, step i taking the forward's chunk i and the reverse's
-    chunk n - 1 - i: two independent chains of dependent products, whose latencies overlap in one program."""
-    ACC: tl.constexpr = states.dtype.element_ty
-    o_t, o_v, m_v, off_tv, off_s, m0, m1, m2, m3 = _pass_layout(i_v, K, V, BKT, BV, CT, HV)
-    s_seq = (i_n * HV + i_hv) * (K * V)
-    n_chunks = (n_tok + CT - 1) // CT
-    s0, s1, s2, s3 = _initial_tiles(h0, s_seq, off_s, m0, m1, m2, m3, USE_H0, NKT, BKT * V, BKT, BV, ACC)
-    d0, d1, d2, d3 = _initial_tiles(dht, s_seq, off_s, m0, m1, m2, m3, USE_DHT, NKT, BKT * V, BKT, BV, ACC)
-    for c in range(n_chunks):
-        s0, s1, s2, s3 = _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, c0, i_hv, o_t,
-                                   m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT, CT, PREC, STORE_VN)
-        d0, d1, d2, d3 = _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, n_chunks - 1 - c, n_tok, bos,
                                    c0, i_hv, o_t, m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT, CT, PREC,
                                    PREC_SRC, STORE_VN)
     _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
@@ -783,9 +757,6 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     two = BK <= 128 and do.element_size() <= 2
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
     parallel = launch["chunked_pass_parallel"]
-    if parallel not in (True, False, "interleaved"):
-        raise ValueError(f"LAUNCH['chunked_pass_parallel'] must be True, False or 'interleaved', got {parallel!r}")
-    interleaved = parallel == "interleaved"
     # Qt^T dO, the product whose rounding reaches dh0: Qt as two bf16 terms where dO is bf16 (exact then), tf32
     # for other dO
     src_bf16 = "bf16_split_a" if do.dtype == torch.bfloat16 else "tf32"
@@ -793,11 +764,11 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     prec, prec_src = _precision(acc, pass_prec, interp), _precision(acc, src_prec, interp)
 
     _launch_within_shared_memory(
-        _state_pass_kernel, (N * triton.cdiv(V, BVp), HV, 2 if parallel is True else 1),
+        _state_pass_kernel, (N * triton.cdiv(V, BVp), HV, 2 if parallel else 1),
         (pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
          h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets),
         dict(HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-             PREC=prec, PREC_SRC=prec_src, PARALLEL=parallel is True, INTERLEAVED=interleaved, STORE_VN=for_split,
+             PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split,
              num_warps=launch["chunked_pass_warps"] or 4, **register_cap(launch["chunked_pass_maxnreg"])),
         stages, retry=not launch["chunked_pass_stages"])
     return states, dstates, dh0, pre

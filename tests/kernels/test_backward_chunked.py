@@ -294,17 +294,6 @@ def test_pass_directions_in_parallel(case, monkeypatch):
     _alternative_matches(case, "chunked_pass_parallel", True, False, monkeypatch)
 
 
-@pytest.mark.parametrize("case", ["packed_gva_odd", "k_tiles"])
-def test_pass_directions_interleaved(case, monkeypatch):
-    """LAUNCH["chunked_pass_parallel"] = "interleaved" (both recursions in one program's loop, a chunk of each per
-    step) against the default; a value of another kind is refused by name."""
-    _alternative_matches(case, "chunked_pass_parallel", "interleaved", True, monkeypatch)
-    make_x, kwargs, launch = SPLIT_PREP_CASES[case]
-    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_parallel", "both")
-    with pytest.raises(ValueError, match="chunked_pass_parallel"):
-        check(make_x(), **kwargs)
-
-
 class _StagesRefused:
     """Stands in for a kernel: a launch at the `refused` pipeline stages (a number, or None for Triton's default)
     raises OutOfResources, as on an H100 where they need more shared memory than it has (the pass at two stages with
