@@ -71,13 +71,14 @@ def backward_signatures(acc: str) -> dict:
         # the chunked mode (kernels/backward_chunked.py)
         "prep_pairs": {**inputs, **bufs("g", "Pb", "Aqk", "gamma", "scratch"), **tables, "n_work": "i64"},
         "prep_solve": {**inputs, **bufs("Pb", "Xb"), **tables},
-        "prep_operands": {**inputs, **bufs("g", "Xb", "Aqk", "U", "Qt", "dO2", "gamma"), **w_kt, **tables,
-                          "scale": "fp32"},
+        "prep_operands": {**inputs, **bufs("g", "Xb", "Aqk", "U", "Qt", "dO2", "gamma"), **w_kt,
+                          **bufs("rq", "rk"), **tables, "scale": "fp32"},
         "local_vk": {**inputs, **bufs("g", "Vn", "dVn", "Xb", "Pb", "states", "dstates", "dv", "dQt", "dKt", "Yk",
-                                      "dgamma", "dbeta", "d1", "M1", "M2"), **tables, "scale": "fp32"},
-        "local_k": {**inputs, **bufs("g", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "R1", "R2", "R3"),
-                    **tables, "scale": "fp32"},
-        "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "scratch"), **tables, "n_work": "i64"},
+                                      "dgamma", "dbeta", "d1", "M1", "M2", "rk"), **tables, "scale": "fp32"},
+        "local_k": {**inputs, **bufs("g", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "R1", "R2", "R3",
+                                     "rq", "rk"), **tables, "scale": "fp32"},
+        "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "scratch", "rq", "rk"), **tables,
+                       "n_work": "i64"},
         "chunked_pass": {**bufs("U", "Qt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"), **w_kt,
                          "do": inputs["do"], "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
@@ -106,6 +107,8 @@ def chunked_mode(spills: bool) -> None:
         sigs = backward_signatures(acc)
         BK, BV = triton.next_power_of_2(K), triton.next_power_of_2(V)
         shared = dict(H=8, HV=16, K=K, V=V, BK=BK, CT=64, PREC="ieee" if acc == "fp64" else prec)
+        # the kernels that read q and k with their norm factors: as launched (LAUNCH["qk_norm_factors"])
+        norm = dict(NORM=bool(backward.LAUNCH["qk_norm_factors"]))
         solve = "ieee" if acc == "fp64" else backward_chunked.SOLVE_PRECISION.value
         # the prep: the pairs kernel per row block, the solve, the operands
         # LAUNCH["diag_blocks"]: the default, and with --spills the other form too
@@ -133,7 +136,7 @@ def chunked_mode(spills: bool) -> None:
         print(f"chunked split prep solve {acc} K={K} V={V} warps=4: ok", *extra)
         for cap in caps("prep_operands_maxnreg"):
             k = compile_kernel(backward_chunked._prep_operands_kernel, sigs["prep_operands"],
-                               dict(shared, BKT=min(BK, 64), BVT=min(BV, 64), INTERPRET=False),
+                               dict(shared, **norm, BKT=min(BK, 64), BVT=min(BV, 64), INTERPRET=False),
                                backward.LAUNCH["prep_operands_warps"] or 4, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split prep operands {acc} K={K} V={V} warps=4 maxnreg={cap}: ok", *extra)
@@ -156,7 +159,7 @@ def chunked_mode(spills: bool) -> None:
             (32, 32, 4),)
         vk_tiles = [(*t, None) for t in vk_tiles[1:]] + [(*vk_tiles[0], cap) for cap in caps("split_vk_maxnreg")]
         for bkt, bvt, warps, cap in vk_tiles:
-            c = dict(shared, BKT=bkt, BVT=bvt, PREC=split_prec, INTERPRET=False)
+            c = dict(shared, **norm, BKT=bkt, BVT=bvt, PREC=split_prec, INTERPRET=False)
             k = compile_kernel(backward_chunked._local_vk_kernel, sigs["local_vk"], c, warps, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_vk {acc} K={K} V={V} BKT={bkt} BVT={bvt} warps={warps} maxnreg={cap}: ok",
@@ -166,7 +169,7 @@ def chunked_mode(spills: bool) -> None:
         bkts = ((64, 8), (32, 4)) if spills and K == 128 else ()
         bkts = [(*t, None) for t in bkts] + [(16, 8, cap) for cap in caps("split_k_maxnreg")]
         for bkt, warps, cap in bkts:
-            c = dict(shared, BKT=bkt, INTERPRET=False)
+            c = dict(shared, **norm, BKT=bkt, INTERPRET=False)
             k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps} maxnreg={cap}: ok", *extra)
@@ -176,13 +179,30 @@ def chunked_mode(spills: bool) -> None:
         sums = [(bi, anchors, one, cap) for bi, (anchors, one) in itertools.product(range(4), forms)
                 for cap in caps("sums_maxnreg", anchors)]
         for bi, anchors, one, cap in sums:
-            c = dict(shared, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
+            c = dict(shared, **norm, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
                      DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,
                                backward.LAUNCH["sums_warps"] or 4, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} BI={bi} anchors={anchors} "
                   f"one_anchor={one} warps=4 maxnreg={cap}: ok", *extra)
+        if spills and K == 128 and acc == "fp32":  # the kernels with the norm factors read (qk_norm_factors on)
+            on = dict(shared, NORM=True, INTERPRET=False)
+            for name, kernel, c, warps, key in (
+                    ("prep_operands", backward_chunked._prep_operands_kernel, dict(on, BKT=64, BVT=64), 4,
+                     "prep_operands_maxnreg"),
+                    ("local_vk", backward_chunked._local_vk_kernel, dict(on, BKT=32, BVT=32, PREC=split_prec), 4,
+                     "split_vk_maxnreg"),
+                    ("local_k", backward_chunked._local_k_kernel, dict(on, BKT=16), 8, "split_k_maxnreg")):
+                cap = backward_chunked.default_cap(key, torch.float32) or None
+                k = compile_kernel(kernel, sigs[name], c, warps, maxnreg=cap)
+                print(f"chunked {name} with norm factors K={K} maxnreg={cap}: ok", *ptxas_report(k))
+            for bi in range(4):
+                c = dict(on, BKS=32, BI=bi, PREC=split_prec, ANCHORS=True, ONE_ANCHOR=True,
+                         DPREC=backward.LAUNCH["sums_diag_precision"])
+                k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, 4, maxnreg=128)
+                print(f"chunked local_sums with norm factors K={K} BI={bi} one_anchor=True maxnreg=128: ok",
+                      *ptxas_report(k))
 
 
 def main() -> int:

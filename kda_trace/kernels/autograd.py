@@ -214,19 +214,23 @@ def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, d
     and the gate in Triton kernels, beta's sigmoid in PyTorch), the core backward, then the chain rule back to the
     raw inputs (kernels/option_grads.py)."""
     from kda_trace.kernels import option_grads
-    from kda_trace.kernels.backward import kda_backward
+    from kda_trace.kernels.backward import LAUNCH, kda_backward
     from kda_trace.kernels.gate import kda_gate
 
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     l2 = opts.use_qk_l2norm
-    q_n, k_n = (option_grads.l2_normalize(q, acc), option_grads.l2_normalize(k, acc)) if l2 else (q, k)
+    q_n, k_n, norms = q, k, None
+    if l2 and LAUNCH["qk_norm_factors"]:  # the core reads q, k with their norm factors
+        norms = (option_grads.l2_factors(q, acc), option_grads.l2_factors(k, acc))
+    elif l2:
+        q_n, k_n = option_grads.l2_normalize(q, acc), option_grads.l2_normalize(k, acc)
     g_n = g if opts.gate == "precomputed" else kda_gate(g, A_log, dt_bias, opts.gate, opts.lower_bound)
     s = None if opts.beta == "prob" else torch.sigmoid(beta.to(acc))
     beta_n = {"prob": beta, "logits": s, "logits_x2": None if s is None else 2 * s}[opts.beta]
     gr = kda_backward(q_n, k_n, v, g_n, beta_n, do, _core(opts), initial_state=initial_state, dht=dht,
                       cu_seqlens=cu_seqlens, chunk_matrices=chunk_matrices,
-                      gate_bound=float(opts.lower_bound) if opts.gate == "safe" else None)
-    del q_n, k_n, g_n, beta_n
+                      gate_bound=float(opts.lower_bound) if opts.gate == "safe" else None, qk_norms=norms)
+    del q_n, k_n, g_n, beta_n, norms
     out = {"v": gr.dv, "initial_state": gr.dh0, "A_log": None, "dt_bias": None}
     for name, x, d in (("q", q, gr.dq), ("k", k, gr.dk)):
         out[name] = option_grads.l2_normalize_backward(x, d.to(acc)) if l2 else d.to(x.dtype)

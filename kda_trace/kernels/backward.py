@@ -202,6 +202,12 @@ LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32_rn"})
 # 14.72), 32 heads x 16384 (no bound) unchanged; safe gate 8 x 2048 against float64: dg 2.57e-3 -> 2.53e-3, dA_log
 # 1.91e-3 -> 2.17e-3, ddt_bias 4.02e-3 -> 4.10e-3, the rest equal (fla 0.6.0: 4.71e-3, 8.99e-3, 5.35e-3).
 LAUNCH["sums_one_anchor"] = True
+# qk_norm_factors: with q/k L2-normalised in the op (kernels/autograd.py), the backward reads q and k as given with
+# their rows' norm factors (`kda_backward(qk_norms=...)`, one fp32 per row) instead of fp32 normalised copies: at
+# K3 (96 heads x 8192) the copies cost 0.41 ms to write (805 MB) and are read by the prep operands, sums, 3a and
+# 3c kernels at twice bf16's bytes. The same gradients to fp32 rounding. Off until timed (written in the thirtieth
+# session after its device time).
+LAUNCH["qk_norm_factors"] = False
 # chunked_pass_parallel: the pass's forward (states) and reverse (dS) recursions as separate programs at once
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
@@ -561,10 +567,11 @@ def _tile(key, width, interpreted, gpu_default=16):
     return max(16, triton.next_power_of_2(width)) if interpreted else gpu_default
 
 
-def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound=None):
+def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound=None, norms=None):
     """The three kernels; returns dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout), fp32 (fp64) but dq, dk, dv
     in the inputs' dtypes where the chunked mode writes them so (`local_split`). given: the
-    forward's chunk matrices for the chunked mode (the exact mode does not use them), or None."""
+    forward's chunk matrices for the chunked mode (the exact mode does not use them), or None. norms: q's and k's
+    L2-norm factors for the chunked mode (`_reads_norms`), or None."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -579,7 +586,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound
     # (bf16, 32 heads x 2 x 12 tokens: 13 s against 91 s), so that the CPU run of the smoke workloads stays short
     mode = LAUNCH["mode"] or ("exact" if interp else "chunked")
     if mode == "chunked":
-        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given, gate_bound)
+        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given, gate_bound, norms)
     if mode != "exact":
         raise ValueError(f"LAUNCH['mode'] must be 'exact' or 'chunked', got {LAUNCH['mode']!r}")
 
@@ -612,7 +619,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound
     return dq, dk, dv, dg, dbeta, dh0
 
 
-def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=None, gate_bound=None):
+def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=None, gate_bound=None, norms=None):
     """LAUNCH["mode"] = "chunked": states and dS at chunk boundaries by kernels/backward_chunked.py, then the
     local kernel LAUNCH["chunked_local"]; same returns as `_backward`."""
     from kda_trace.kernels.backward_chunked import chunk_states_and_grads, local_split
@@ -620,11 +627,13 @@ def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=
     B, T, H, HV, K, V, N = sizes
     local = LAUNCH["chunked_local"]
     states, dstates, dh0, pre = chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, LAUNCH,
-                                                       _n_programs, for_split=local == "split", given=given)
+                                                       _n_programs, for_split=local == "split", given=given,
+                                                       norms=norms)
     if local == "split":
         pre.update(states=states, dstates=dstates)  # local_split frees each buffer after its last reader
         del states, dstates
-        dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, pre, do, scale, LAUNCH, _n_programs, gate_bound)
+        dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, pre, do, scale, LAUNCH, _n_programs, gate_bound,
+                                            norms)
     elif local == "tokens":
         dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
     else:
@@ -686,6 +695,7 @@ def kda_backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, do: torch.Tensor,
     opts: KDAOptions = _DEFAULT_OPTIONS, *, initial_state: torch.Tensor | None = None, dht: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None, chunk_matrices: dict | None = None, gate_bound: float | None = None,
+    qk_norms: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> KDAGrads:
     r"""Gradients of L = sum(o * do) + sum(final_state * dht) for the KDA forward with these inputs.
 
@@ -702,6 +712,10 @@ def kda_backward(
         gate_bound: a lower bound that every element of g is known to keep (the safe gate's lower_bound, which it
             keeps by construction), or None. Not checked: a wrong bound gives wrong gradients where
             LAUNCH["sums_one_anchor"] uses it.
+        qk_norms: (rq, rk) `[B, T, H]`: the gradients are for the L2-normalised q * rq[..., None] and k *
+            rk[..., None] (kernels/option_grads.py `l2_factors`), q and k given raw. The chunked mode with the
+            chunk matrices reads q and k with their factors instead of normalised fp32 copies (`_reads_norms`);
+            elsewhere the copies are made here. dq and dk are then fp32 (fp64).
 
     Returns:
         KDAGrads(dq, dk, dv, dg, dbeta, dh0); dh0 is None when initial_state is None.
@@ -711,26 +725,55 @@ def kda_backward(
     given = _check_chunk_matrices(chunk_matrices, (tables[3], HV, CT, CT), acc, q.device)
     dht = _dht_kv(dht, opts, N, HV, K, V)
     do = do.reshape(B * T, HV, V)
+    dtypes = (q.dtype, k.dtype, v.dtype, beta.dtype)
+    norms = None
+    if qk_norms is not None:
+        dtypes = (acc, acc, v.dtype, beta.dtype)
+        norms = tuple(_check_norms(r, name, (B, T, H), q.device).to(acc).reshape(B * T, H).contiguous()
+                      for r, name in zip(qk_norms, ("rq", "rk")))
+        if not _reads_norms(given):
+            xs = (xs[0].to(acc) * norms[0][..., None], xs[1].to(acc) * norms[1][..., None], *xs[2:])
+            norms = None
     groups = head_groups(sizes, tables[3], acc, q.device)
     if len(groups) == 1:
-        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), given, gate_bound)
-        return _grads(out, sizes, (q, k, v, beta), acc, opts, initial_state is not None)
+        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), given, gate_bound, norms)
+        return _grads(out, sizes, dtypes, acc, opts, initial_state is not None)
     # heads are independent: each group's inputs are copied out and its gradients into the whole ones, already in
     # the dtypes returned (dg and dh0 stay fp32 / fp64)
     TT, dev = B * T, q.device
-    out = (q.new_empty(TT, H, K), k.new_empty(TT, H, K), v.new_empty(TT, HV, V),
+    out = (torch.empty(TT, H, K, dtype=dtypes[0], device=dev), torch.empty(TT, H, K, dtype=dtypes[1], device=dev),
+           v.new_empty(TT, HV, V),
            torch.empty(TT, HV, K, dtype=acc, device=dev), beta.new_empty(TT, HV),
            torch.empty(N, HV, K, V, dtype=acc, device=dev) if h0 is not None else None)
     for qk, vh in groups:
         sub_xs = tuple(_heads(x, qk if i < 2 else vh) for i, x in enumerate(xs))
         sub = _backward(sub_xs, (B, T, qk.stop - qk.start, vh.stop - vh.start, K, V, N), tables, acc,
                         _heads(h0, vh), _heads(do, vh), _heads(dht, vh), opts.resolved_scale(K),
-                        None if given is None else {n: _heads(m, vh) for n, m in given.items()}, gate_bound)
+                        None if given is None else {n: _heads(m, vh) for n, m in given.items()}, gate_bound,
+                        None if norms is None else tuple(_heads(r, qk) for r in norms))
         for whole, piece, heads in zip(out, sub, (qk, qk, vh, vh, vh, vh)):
             if whole is not None:
                 whole[:, heads] = piece
         del sub
-    return _grads(out, sizes, (q, k, v, beta), acc, opts, initial_state is not None)
+    return _grads(out, sizes, dtypes, acc, opts, initial_state is not None)
+
+
+def _check_norms(r, name, shape, device):
+    """One of kda_backward's qk_norms, checked: `shape` on the device."""
+    if tuple(r.shape) != shape or r.device != device:
+        raise ValueError(f"qk_norms {name} must be {list(shape)} on {device}, got {list(r.shape)} on {r.device}")
+    return r
+
+
+def _reads_norms(given) -> bool:
+    """Whether the backward reads q and k with their norm factors (kda_backward's qk_norms): the chunked mode with
+    the forward's chunk matrices (the prep's pairs kernel is not run), the split local kernels and the anchored
+    diagonal blocks (the element-wise sums do not take them)."""
+    from kda_trace.kernels.backward_chunked import _anchors
+    from kda_trace.platform import triton_interpreted
+
+    mode = LAUNCH["mode"] or ("exact" if triton_interpreted() else "chunked")
+    return given is not None and mode == "chunked" and LAUNCH["chunked_local"] == "split" and _anchors(LAUNCH)
 
 
 def _check_chunk_matrices(given, shape, acc, device):
@@ -750,19 +793,20 @@ def _heads(x, heads):
     return None if x is None else x[:, heads].contiguous()
 
 
-def _grads(out, sizes, like, acc, opts, has_h0):
-    """KDAGrads in the inputs' shapes and dtypes from the packed dq, dk, dv, dg, dbeta, dh0 ([K, V] layout)."""
+def _grads(out, sizes, dtypes, acc, opts, has_h0):
+    """KDAGrads in the inputs' shapes and dtypes (those of q, k, v, beta) from the packed dq, dk, dv, dg, dbeta, dh0
+    ([K, V] layout)."""
     B, T, H, HV, K, V, N = sizes
-    q, k, v, beta = like
+    q_dtype, k_dtype, v_dtype, beta_dtype = dtypes
     dq, dk, dv, dg, dbeta, dh0 = out
     if not has_h0:
         dh0 = None
     elif opts.state_layout == "vk":
         dh0 = dh0.transpose(-1, -2).contiguous()
     return KDAGrads(
-        dq=dq.view(B, T, H, K).to(q.dtype), dk=dk.view(B, T, H, K).to(k.dtype), dv=dv.view(B, T, HV, V).to(v.dtype),
+        dq=dq.view(B, T, H, K).to(q_dtype), dk=dk.view(B, T, H, K).to(k_dtype), dv=dv.view(B, T, HV, V).to(v_dtype),
         dg=dg.view(B, T, HV, K).to(torch.float64 if acc == torch.float64 else torch.float32),
-        dbeta=dbeta.view(B, T, HV).to(beta.dtype), dh0=dh0)
+        dbeta=dbeta.view(B, T, HV).to(beta_dtype), dh0=dh0)
 
 
 def workspace_bytes(sizes, n_chunks, acc) -> int:

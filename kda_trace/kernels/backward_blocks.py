@@ -281,14 +281,27 @@ def _diag_pairs_by_column(p_x, p_y, SX: tl.constexpr, p_g, bi: tl.constexpr, n, 
 
 
 @triton.jit
-def _earlier_rows(p_k, SX: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr, BJ: tl.constexpr):
+def _norm_rows(x, p_r, rows, m, SR: tl.constexpr, NORM: tl.constexpr):
+    """x ([R, BK] rows of q or k) times the rows' L2-norm factors at p_r + rows * SR with NORM (kernels/backward.py
+    `kda_backward(qk_norms=...)`: the raw rows and their factors in place of fp32 normalised copies), else x."""
+    if NORM:
+        x = x * tl.load(p_r + rows * SR, mask=m, other=0.0)[:, None]
+    return x
+
+
+@triton.jit
+def _earlier_rows(p_k, SX: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr, BJ: tl.constexpr,
+                  p_rk=None, SR: tl.constexpr = 1, NORM: tl.constexpr = False):
     """[BJ, BKC]: k_j e(G_a - G_j) for every row j before a = 16 bi (zero from row a on), G_a - G_j summed from the
-    gates, sum_{j < t <= a} g_t (<= 0): `_to_anchor` for all the earlier blocks at once."""
+    gates, sum_{j < t <= a} g_t (<= 0): `_to_anchor` for all the earlier blocks at once (k's norm factors at p_rk
+    with NORM, `_norm_rows`)."""
     o_j = tl.arange(0, BJ)
     m_j = o_j < bi * 16
+    m_r = (o_j < n) & m_j
     b_gn = tl.load(p_g + (o_j + 1)[:, None] * BK + o_k[None, :], mask=((o_j + 1) <= bi * 16)[:, None], other=0.0)
-    return tl.load(p_k + o_j[:, None] * SX + o_k[None, :], mask=((o_j < n) & m_j)[:, None] & m_k[None, :],
-                   other=0.0).to(p_g.dtype.element_ty) * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+    b_k = tl.load(p_k + o_j[:, None] * SX + o_k[None, :], mask=m_r[:, None] & m_k[None, :],
+                  other=0.0).to(p_g.dtype.element_ty)
+    return _norm_rows(b_k, p_rk, o_j, m_r, SR, NORM) * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
 
 
 @triton.jit
@@ -356,7 +369,8 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.cons
 @triton.jit
 def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr,
                          BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
-                         MAX_EXP: tl.constexpr, ONE_ANCHOR: tl.constexpr = False):
+                         MAX_EXP: tl.constexpr, ONE_ANCHOR: tl.constexpr = False, p_rq=None, p_rk=None,
+                         SR: tl.constexpr = 1, NORM: tl.constexpr = False):
     """Rows of block bi of the local kernel's three decay-weighted sums, in registers ([MB, BK] each, BK <= 32):
     r1 = `_row_sums_block`(M1, k), r2 = `_row_sums_block`(M2, k), r3 = `_col_sums_block`(M1, q) +
     `_col_sums_block`(M2, k), with the diagonal blocks as tensor-core products at two anchors
@@ -365,15 +379,19 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
     factors each side shares computed once. Products in PREC, the diagonal block's in DPREC.
     ONE_ANCHOR (the caller knows every gate >= -MAX_EXP / 8, as a safe gate's lower bound of -5 gives): the
     diagonal block at one anchor, its row 8, as fla's safe-gate path does: every |c_i - c_8| <= 8 |g| <= MAX_EXP,
-    so half the products, no range check and no element-wise form compiled in."""
+    so half the products, no range check and no element-wise form compiled in. NORM: q's and k's rows times their
+    L2-norm factors at p_rq, p_rk (row stride SR; `_norm_rows`)."""
     MB: tl.constexpr = 16
     NB: tl.constexpr = CT // MB
     ACC: tl.constexpr = p_g.dtype.element_ty
     o_b = tl.arange(0, MB)
     rows = bi * MB + o_b
     m_r = (rows < n)[:, None] & m_k[None, :]
-    b_k = tl.load(p_k + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
-    b_q = tl.load(p_q + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
+    m_n = rows < n
+    b_k = _norm_rows(tl.load(p_k + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC), p_rk, rows, m_n,
+                     SR, NORM)
+    b_q = _norm_rows(tl.load(p_q + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC), p_rq, rows, m_n,
+                     SR, NORM)
     b_m1 = tl.load(p_m1 + rows[:, None] * CT + rows[None, :])
     b_m2 = tl.load(p_m2 + rows[:, None] * CT + rows[None, :])
     b_t1 = tl.trans(b_m1)
@@ -411,6 +429,9 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
                 m_t = m_k & (o_k * 0 + r_t < n)
                 k_t = tl.load(p_k + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
                 q_t = tl.load(p_q + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
+                if NORM:
+                    k_t = k_t * tl.load(p_rk + r_t * SR, mask=r_t < n, other=0.0)
+                    q_t = q_t * tl.load(p_rq + r_t * SR, mask=r_t < n, other=0.0)
                 c_t = tl.sum(tl.where(o_b[:, None] == t, b_c, 0.0), axis=0)
                 w_row = tl.exp(tl.minimum(b_c - c_t[None, :], 0.0))
                 w_col = tl.exp(tl.minimum(c_t[None, :] - b_c, 0.0))
@@ -426,7 +447,7 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
         BJ: tl.constexpr = 64 if bi == 3 else (32 if bi == 2 else 16)
         o_j = tl.arange(0, BJ)
         m_j = o_j < bi * MB
-        b_ya = _earlier_rows(p_k, SX, p_g, n, o_k, m_k, bi, BK, BJ)
+        b_ya = _earlier_rows(p_k, SX, p_g, n, o_k, m_k, bi, BK, BJ, p_rk, SR, NORM)
         b_mj = rows[:, None] * CT + o_j[None, :]
         b_r1 += e_rl * _xdot(tl.load(p_m1 + b_mj, mask=m_j[None, :], other=0.0), b_ya, PREC)
         b_r2 += e_rl * _xdot(tl.load(p_m2 + b_mj, mask=m_j[None, :], other=0.0), b_ya, PREC)
@@ -439,9 +460,12 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
         m_l = o_l < CT
         b_gl = tl.load(p_g + o_l[:, None] * BK + o_k[None, :], mask=(m_l & (o_l > b0))[:, None], other=0.0)
         e_l = tl.exp(tl.cumsum(b_gl, axis=0))
-        m_lk = ((o_l < n) & m_l)[:, None] & m_k[None, :]
-        b_xq = tl.load(p_q + o_l[:, None] * SX + o_k[None, :], mask=m_lk, other=0.0).to(ACC) * e_l
-        b_xk = tl.load(p_k + o_l[:, None] * SX + o_k[None, :], mask=m_lk, other=0.0).to(ACC) * e_l
+        m_ln = (o_l < n) & m_l
+        m_lk = m_ln[:, None] & m_k[None, :]
+        b_xq = _norm_rows(tl.load(p_q + o_l[:, None] * SX + o_k[None, :], mask=m_lk, other=0.0).to(ACC), p_rq, o_l,
+                          m_ln, SR, NORM) * e_l
+        b_xk = _norm_rows(tl.load(p_k + o_l[:, None] * SX + o_k[None, :], mask=m_lk, other=0.0).to(ACC), p_rk, o_l,
+                          m_ln, SR, NORM) * e_l
         b_ml = o_l[:, None] * CT + rows[None, :]
         b_s = (_xdot(tl.trans(tl.load(p_m1 + b_ml, mask=m_l[:, None], other=0.0)), b_xq, PREC)
                + _xdot(tl.trans(tl.load(p_m2 + b_ml, mask=m_l[:, None], other=0.0)), b_xk, PREC))

@@ -58,8 +58,8 @@ import triton.language as tl
 CT = 64  # chunk length (backward.CT)
 
 from kda_trace.kernels.backward_blocks import (
-    MAX_EXP, _chunk_span, _col_sums_block, _pair_rows, _pair_rows_anchored, _row_sums_block, _sums_block_anchored,
-    _xdot, dot_precision,
+    MAX_EXP, _chunk_span, _col_sums_block, _norm_rows, _pair_rows, _pair_rows_anchored, _row_sums_block,
+    _sums_block_anchored, _xdot, dot_precision,
 )
 from kda_trace.kernels.chunk import SOLVE_PRECISION, _bf16, _inverse_unit_lower
 from kda_trace.kernels.common import register_cap
@@ -110,19 +110,20 @@ def _solve(p_P, p_b, p_X, n, HV: tl.constexpr, CT: tl.constexpr, PREC: tl.conste
 
 
 @triton.jit
-def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk, scale,
-                    PREC: tl.constexpr, INTERPRET: tl.constexpr):
+def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk, scale, p_rq, p_rk, o_t, m_t,
+                    SR: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
     """One K-tile of the prep's operands: W = X diag(beta) k e(G), Kt = k e(Gl - G), Qt = scale q e(G), from the
     tile's gates b_gt [CT, BKT] (zero past the chunk) and the gates one row later b_gn (G and Gl - G as sums of
     the gates: exp arguments <= 0); q, k at p_q / p_k + off_x, W, Kt, Qt at + off. W and Kt in their buffers'
-    dtype (bf16 rounded to nearest even for a pass whose products round them so anyway)."""
+    dtype (bf16 rounded to nearest even for a pass whose products round them so anyway). NORM: q's and k's rows
+    times their L2-norm factors at p_rq / p_rk + o_t * SR (`_norm_rows`)."""
     ACC: tl.constexpr = Qt.dtype.element_ty
     b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
-    b_k = tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC)
+    b_k = _norm_rows(tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC), p_rk, o_t, m_t, SR, NORM)
     tl.store(W + off, _as_stored(_xdot(b_X, b_k * (b_b[:, None] * b_eG), PREC), W, INTERPRET), mask=m_tk)
     b_kt = b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
     tl.store(Kt + off, _as_stored(b_kt, Kt, INTERPRET), mask=m_tk)
-    b_q = tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC)
+    b_q = _norm_rows(tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC), p_rq, o_t, m_t, SR, NORM)
     tl.store(Qt + off, scale * b_q * b_eG, mask=m_tk)
 
 
@@ -200,14 +201,15 @@ def _prep_solve_kernel(Pb, beta, Xb, cu_seqlens, chunk_indices, HV: tl.constexpr
 
 @triton.jit(do_not_specialize=["scale"])
 def _prep_operands_kernel(
-    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, cu_seqlens, chunk_indices, scale,
+    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, rq, rk, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
-    CT: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
+    CT: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Per (chunk, value head) and tile: for each of the NKT K-tiles of BKT columns, W = X diag(beta) k e(G),
     Kt = k e(Gl - G) and Qt = scale q e(G) (G and Gl - G as sums of the gates, exp arguments <= 0; W and Kt in
     their buffers' dtype, `_decayed_k_tile`) and the chunk's decay gamma = e(G_last); for each of the
-    V-tiles of BVT columns after them, U = X diag(beta) v and dO2 = A_qk^T dO."""
+    V-tiles of BVT columns after them, U = X diag(beta) v and dO2 = A_qk^T dO. NORM: q and k as given times
+    their rows' L2-norm factors rq, rk ([T, H])."""
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     NVT: tl.constexpr = (V + BVT - 1) // BVT
     ACC: tl.constexpr = Qt.dtype.element_ty
@@ -234,7 +236,8 @@ def _prep_operands_kernel(
         off = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
         row_x = (r0 * H + i_h) * K  # the chunk's first row of q and k
         _decayed_k_tile(tl.load(Xb + off_t), b_b, b_gt, b_gn, q + row_x, k + row_x, o_t[:, None] * (H * K) + o_kt[None, :],
-                        W, Kt, Qt, off, m_tk, scale, PREC, INTERPRET)
+                        W, Kt, Qt, off, m_tk, scale, rq + r0 * H + i_h, rk + r0 * H + i_h, o_t, m_t, H, NORM, PREC,
+                        INTERPRET)
     else:
         o_v = (i_tile - NKT) * BVT + tl.arange(0, BVT)
         m_tv = m_t[:, None] & (o_v < V)[None, :]
@@ -484,10 +487,10 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
 # ----------------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["scale"])
 def _local_vk_kernel(
-    k, v, g, beta, do, Vn, dVn, Xb, Pb, states, dstates, dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2,
+    k, v, g, beta, do, Vn, dVn, Xb, Pb, states, dstates, dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2, rk,
     cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
-    CT: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
+    CT: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Per (chunk, value head), everything that sums over V or K, in registers (no partial copies), from the pass's
     Vn and dVn (in U's and dO2's places) and the chunk's S (states) and dS_end (dstates):
@@ -565,7 +568,8 @@ def _local_vk_kernel(
         tl.store(dKt + off_tk, b_dkt, mask=m_tk)
         tl.store(dgamma + item * K + o_k, b_dgam, mask=m_k)
         b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
-        b_kb = tl.load(p_k + o_k[None, :], mask=m_tk, other=0.0).to(ACC) * tl.exp(tl.cumsum(b_gt, axis=0))
+        b_kb = _norm_rows(tl.load(p_k + o_k[None, :], mask=m_tk, other=0.0).to(ACC), rk + r0 * H + i_h, o_t, m_t, H,
+                          NORM) * tl.exp(tl.cumsum(b_gt, axis=0))
         b_yk = _xdot(tl.trans(b_X), b_dw, PREC)
         tl.store(Yk + off_tk, b_yk, mask=m_tk)
         b_xdx += _xdot(b_yk, tl.trans(b_kb * b_b[:, None]), PREC)
@@ -588,9 +592,10 @@ def _as_stored(x, p, INTERPRET: tl.constexpr):
 
 @triton.jit(do_not_specialize=["n_work"])
 def _local_sums_kernel(
-    q, k, g, M1, M2, R1, R2, R3, scratch, cu_seqlens, chunk_indices, n_work,
+    q, k, g, M1, M2, R1, R2, R3, scratch, rq, rk, cu_seqlens, chunk_indices, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
     BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr, ONE_ANCHOR: tl.constexpr,
+    NORM: tl.constexpr,
 ):
     """Row block BI (one launch per block, like `_prep_pairs_kernel`) of 3b's decay-weighted sums, for the work
     items (chunk, value head, K-tile of BKS <= 32 columns) shared out over the programs ([T, HV, K] each):
@@ -626,7 +631,8 @@ def _local_sums_kernel(
         p_m2 = M2 + item * (CT * CT)
         if ANCHORS:
             b_r1, b_r2, b_r3 = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT,
-                                                    PREC, DPREC, MAX_EXP, ONE_ANCHOR)
+                                                    PREC, DPREC, MAX_EXP, ONE_ANCHOR, rq + r0 * H + i_h,
+                                                    rk + r0 * H + i_h, H, NORM)
         else:
             b_r1 = _row_sums_block(p_m1, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dq, from A_qk
             b_r2 = _row_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dk, A_kk rows
@@ -641,8 +647,8 @@ def _local_sums_kernel(
 
 @triton.jit(do_not_specialize=["scale"])
 def _local_k_kernel(
-    q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, cu_seqlens, chunk_indices, scale,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr,
+    q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, scale,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr, NORM: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     """Per work item (chunk, value head, K-tile of BKT columns), one program each: dq, dk (per value head, in their
@@ -677,8 +683,10 @@ def _local_k_kernel(
     b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
     b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
     b_eT = tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
-    b_q = tl.load(p_q + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
-    b_k = tl.load(p_k + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC)
+    b_q = _norm_rows(tl.load(p_q + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC),
+                     rq + r0 * H + i_h, o_t, m_t, H, NORM)
+    b_k = _norm_rows(tl.load(p_k + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC),
+                     rk + r0 * H + i_h, o_t, m_t, H, NORM)
     b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
     b_dQt = tl.load(dQt + off_tk, mask=m_tk, other=0.0)
     b_dKt = tl.load(dKt + off_tk, mask=m_tk, other=0.0)
@@ -701,12 +709,13 @@ def _local_k_kernel(
 
 
 def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, for_split=False,
-                           given=None):
+                           given=None, norms=None):
     """Kernels 1 and 2: (states, dstates [NT, HV, K, V], dh0 [N, HV, K, V], prep) in acc; prep: the prep
     kernel's buffers by name (W, U, Qt, Kt, gamma, dO2, and X, P for_split, the split local kernels, for whom the
     pass also writes Vn and dVn in U's and dO2's places). xs: the packed q, k, v, g, beta;
     do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH; given: the forward's P, Aqk
-    and X (`_prep`), or None to compute them."""
+    and X (`_prep`), or None to compute them; norms: q's and k's L2-norm factors [T, H] (q, k in xs as given), or
+    None (`_prep`)."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -739,7 +748,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     # blocks, and tf32's 2^-11 operand rounding there would reach every row of W and U (an inverse amplifies
     # relative errors by cond(I + A_kk)); ieee for float64
     solve_prec = "ieee" if acc == torch.float64 else SOLVE_PRECISION.value
-    _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given)
+    _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given, norms)
     if not for_split:
         del pre["X"], pre["P"]
 
@@ -816,10 +825,17 @@ def _anchors(launch) -> bool:
     return launch["diag_blocks"] == "anchors"
 
 
-def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given=None):
+def _norm_args(norms, dummy):
+    """The (rq, rk) kernel arguments: q's and k's L2-norm factors ([T, H], the kernels' NORM on), or a dummy
+    buffer twice (NORM off: never read)."""
+    return (dummy, dummy) if norms is None else norms
+
+
+def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given=None, norms=None):
     """Kernel 1 as three: `_prep_pairs_kernel` (one launch per 16-row block, persistent programs),
     `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P. given: P, Aqk and X as the forward kept them
-    (kernels/chunk.py `kda_chunk`'s `saved`): then only the operands kernel runs."""
+    (kernels/chunk.py `kda_chunk`'s `saved`): then only the operands kernel runs. norms: q's and k's L2-norm
+    factors (`_norm_args`; only with given: the pairs kernel reads q and k as they are)."""
     from kda_trace.platform import triton_interpreted
 
     interp = triton_interpreted()
@@ -832,6 +848,8 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
     if given is not None:
         pre["P"], pre["X"], aqk = given["P"], given["X"], given["Aqk"]
     else:
+        if norms is not None:
+            raise ValueError("the prep's pairs kernel takes q and k normalised, not with their norm factors")
         aqk = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
         scratch = torch.empty(n_prog, CT * BK, dtype=acc, device=dev)
         for bi in range(CT // 16):
@@ -847,18 +865,19 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
     BVT = launch["prep_bv"] or min(BV, 64)
     _prep_operands_kernel[(NT * HV * (triton.cdiv(K, BKT) + triton.cdiv(V, BVT)),)](
         q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"],
-        cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
-        BKT=BKT, BVT=BVT, CT=CT, PREC=prec, INTERPRET=interp,
+        *_norm_args(norms, pre["gamma"]), cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
+        BKT=BKT, BVT=BVT, CT=CT, NORM=norms is not None, PREC=prec, INTERPRET=interp,
         num_warps=launch["prep_operands_warps"] or 4,
         **register_cap(launch["prep_operands_maxnreg"], default_cap("prep_operands_maxnreg", acc)))
 
 
-def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate_bound=None):
+def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate_bound=None, norms=None):
     """Kernels 3a and 3b (LAUNCH["chunked_local"] = "split"): dq, dk per value head (in q's and k's dtype when
     HV == H, else fp32 / fp64 for the caller's GVA sum), dv in v's dtype, fp32 (fp64) dg and dbeta of every chunk
     from its start state, dS at its end (pre["states"], pre["dstates"]), the pass's Vn and dVn (in pre["U"],
     pre["dO2"]) and the prep's X and P. Each buffer of `pre` is dropped after its last reader (the caller holds no
-    other reference). gate_bound: a lower bound every gate is known to keep, or None (`one_anchor`)."""
+    other reference). gate_bound: a lower bound every gate is known to keep, or None (`one_anchor`). norms: q's and
+    k's L2-norm factors [T, H] (q, k in xs as given; dq, dk then in fp32 / fp64), or None."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -878,13 +897,14 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     dQt, dKt, Yk, dgamma = e(TT, HV, K), e(TT, HV, K), e(TT, HV, K), e(NT, HV, K)
     d1, dbeta = e(TT, HV), e(TT, HV)
     M1, M2 = e(NT, HV, CT, CT), e(NT, HV, CT, CT)
+    rq, rk = _norm_args(norms, d1)
     vk_args = (k, v, g, beta, do, pre.pop("U"), pre.pop("dO2"), pre.pop("X"), pre.pop("P"), pre.pop("states"),
-               pre.pop("dstates"), dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2, cu, chunk_indices, scale)
+               pre.pop("dstates"), dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2, rk, cu, chunk_indices, scale)
     # 32 x 32 tiles on 4 warps (255 registers and 112 KiB of shared memory: two programs per SM, where 64 x 64 on
     # 8 warps left one; 11.31 against 11.52 ms fwd+bwd at 32 heads x 16384, H100, twenty-eighth session); 32 wide
     # on a GPU (see the kernel)
     vk_consts = dict(H=H, HV=HV, K=K, V=V, BKT=launch["split_bk"] or (BK if interp else 32),
-                     BVT=launch["split_bv"] or (BV if interp else 32), CT=CT, PREC=prec,
+                     BVT=launch["split_bv"] or (BV if interp else 32), CT=CT, NORM=norms is not None, PREC=prec,
                      INTERPRET=interp, num_warps=launch["split_vk_warps"] or 4,
                      **register_cap(launch["split_vk_maxnreg"]))
     # pipeline stages: Triton's default where its buffers fit in shared memory (112 KiB at K = V = 128 with bf16
@@ -902,16 +922,19 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     scratch = e(n_prog_s, CT * BKS)
     for bi in range(CT // 16):
         _local_sums_kernel[(n_prog_s,)](
-            q, k, g, M1, M2, *R, scratch, cu, chunk_indices, n_work_s,
-            H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
+            q, k, g, M1, M2, *R, scratch, rq, rk, cu, chunk_indices, n_work_s,
+            H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
             DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
             num_warps=launch["sums_warps"] or 4,
             **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
     del scratch, M1, M2
-    dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H else acc, device=dev) for x in (q, k))
+    # with norms, dq and dk are for the normalised q and k, whose chain rule (kernels/option_grads.py) wants them
+    # unrounded
+    dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H and norms is None else acc, device=dev)
+              for x in (q, k))
     dg = e(TT, HV, K)
     _local_k_kernel[(n_work,)](
-        q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, cu, chunk_indices, scale,
-        H=H, HV=HV, K=K, BKT=BKT, CT=CT, INTERPRET=interp,
+        q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, rq, rk, cu, chunk_indices, scale,
+        H=H, HV=HV, K=K, BKT=BKT, CT=CT, NORM=norms is not None, INTERPRET=interp,
         num_warps=launch["split_k_warps"] or 8, **register_cap(launch["split_k_maxnreg"]))
     return dq, dk, dv, dg, dbeta

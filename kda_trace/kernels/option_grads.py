@@ -1,7 +1,8 @@
 """The element-wise ends of a KDA backward with in-kernel options (kernels/autograd.py's `kda_backward_raw`), one
 Triton pass each instead of PyTorch autograd over a dozen element-wise kernels and float32 copies:
 
-- before the core backward: q and k L2-normalised (`l2_normalize`; the gate's log decay is kernels/gate.py's);
+- before the core backward: q and k L2-normalised (`l2_normalize`), or their norm factors alone (`l2_factors`, for
+  a core that reads q and k with them); the gate's log decay is kernels/gate.py's;
 - after it, the chain rule back to the raw inputs:
 
     L2 norm    y = x r, r = 1 / sqrt(sum_K x^2 + 1e-6):                  dx = r (dy - y <y, dy>)
@@ -31,14 +32,18 @@ def _row_tile(K: int, n_rows: int) -> tuple[int, int]:
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def _l2_forward_kernel(x, y, n_rows, K: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
+def _l2_forward_kernel(x, y, n_rows, K: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr, ONLY_R: tl.constexpr):
+    """y = x r per row, r = 1 / sqrt(sum x^2 + 1e-6); with ONLY_R, r itself ([n_rows]) into y."""
     o_r = tl.program_id(0).to(tl.int64) * BR + tl.arange(0, BR).to(tl.int64)
     o_k = tl.arange(0, BK)
     m = (o_r < n_rows)[:, None] & (o_k < K)[None, :]
     off = o_r[:, None] * K + o_k[None, :]
     b_x = tl.load(x + off, mask=m, other=0.0).to(y.dtype.element_ty)
     r = 1.0 / tl.sqrt(tl.sum(b_x * b_x, axis=1) + 1e-6)
-    tl.store(y + off, b_x * r[:, None], mask=m)
+    if ONLY_R:
+        tl.store(y + o_r, r, mask=o_r < n_rows)
+    else:
+        tl.store(y + off, b_x * r[:, None], mask=m)
 
 
 @triton.jit(do_not_specialize=["n_rows"])
@@ -95,8 +100,22 @@ def l2_normalize(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     n_rows = x.numel() // K
     if n_rows:
         BR, BK = _row_tile(K, n_rows)
-        _l2_forward_kernel[(triton.cdiv(n_rows, BR),)](x, y, n_rows, K=K, BR=BR, BK=BK, num_warps=4)
+        _l2_forward_kernel[(triton.cdiv(n_rows, BR),)](x, y, n_rows, K=K, BR=BR, BK=BK, ONLY_R=False, num_warps=4)
     return y
+
+
+def l2_factors(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The L2-norm factors 1 / sqrt(sum_K x^2 + 1e-6) of x's rows ([*x.shape[:-1]], `dtype`): `l2_normalize(x)` is
+    x times them, to the bit (the same kernel). The chunked backward reads q and k with their factors
+    (kernels/backward.py `kda_backward(qk_norms=...)`) instead of fp32 copies."""
+    x = x.contiguous()
+    r = torch.empty(x.shape[:-1], dtype=dtype, device=x.device)
+    K = x.shape[-1]
+    n_rows = x.numel() // K
+    if n_rows:
+        BR, BK = _row_tile(K, n_rows)
+        _l2_forward_kernel[(triton.cdiv(n_rows, BR),)](x, r, n_rows, K=K, BR=BR, BK=BK, ONLY_R=True, num_warps=4)
+    return r
 
 
 def l2_normalize_backward(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:

@@ -165,6 +165,82 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
         assert rms_rel(grouped[n], kept[n]) < 1e-6, (n, rms_rel(grouped[n], kept[n]))
 
 
+@pytest.mark.parametrize("gate,bf16", [("safe", False), ("unbounded", True)])
+def test_qk_norm_factors_give_the_same_gradients(gate, bf16, monkeypatch):
+    """LAUNCH["qk_norm_factors"]: the chunked backward reads q and k as given with their rows' L2-norm factors
+    (`kda_backward(qk_norms=...)`) instead of fp32 normalised copies: the factor path taken (the prep operands, 3a,
+    the sums and 3c launched with NORM, no copy made), every leaf's gradient within 1e-6 of the copies' (the same
+    products; fp32 roundings in another order at most), and against float64 autograd through the plain
+    recurrence at the usual bars; by groups of heads too (the factors split by q/k heads); without the kept chunk
+    matrices (the pairs kernel reads normalised copies) the copies are made and the gradients are the same. Packed
+    [5, 145] tokens, GVA 2 -> 4, K = 20 (K-tiles of 16 in 3c and the sums), V = 12; bf16 q, k, v for one case
+    (dq, dk then in fp32 from the core, rounded only after the L2 norm's chain rule; there the bf16 gradients may
+    differ by a rounding flip, 2^-8 of an element, where the fp32 ones differ by an ulp: their bar 1e-3)."""
+    from kda_trace.kernels import backward, backward_chunked, option_grads
+
+    monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
+    monkeypatch.setitem(backward.LAUNCH, "split_k_bk", 16)
+    monkeypatch.setitem(backward.LAUNCH, "sums_bk", 16)
+    B, T, H, HV, K, V = 1, 150, 2, 4, 20, 12
+    x = leaves(B, T, H, HV, K, V, 2, seed=43, dtype=torch.float32, raw=True)
+    if bf16:
+        x = {n: (t.detach().bfloat16() if n in ("q", "k", "v") else t.detach()).requires_grad_() for n, t in x.items()}
+    cu = torch.tensor([0, 5, 150], device=DEVICE)
+    gen = torch.Generator().manual_seed(44)
+    do = (torch.randn(B, T, HV, V, generator=gen, dtype=f64) * 0.1).to(DEVICE)
+    dht = (torch.randn(2, HV, K, V, generator=gen, dtype=f64) * 0.1).to(DEVICE)
+    spies = {name: LaunchSpy(getattr(backward_chunked, name)) for name in
+             ("_prep_operands_kernel", "_local_vk_kernel", "_local_sums_kernel", "_local_k_kernel")}
+    for name, spy in spies.items():
+        monkeypatch.setattr(backward_chunked, name, spy)
+    copies = []
+    real_copy = option_grads.l2_normalize
+    monkeypatch.setattr(option_grads, "l2_normalize", lambda *a: copies.append(1) or real_copy(*a))
+
+    def grads(keep=True):
+        for t in x.values():
+            t.grad = None
+        o, ht = kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu,
+                             use_qk_l2norm=True, gate=gate, A_log=x["A_log"], dt_bias=x["dt_bias"],
+                             beta_kind="logits", keep_chunk_matrices=keep)
+        torch.autograd.backward((o, ht), (do.to(o.dtype), dht.float()))
+        return {n: t.grad.clone() for n, t in x.items()}
+
+    def same(n):  # the bar between two ways to the same gradient (see the docstring)
+        return 1e-3 if x[n].dtype == torch.bfloat16 else 1e-6
+
+    base = grads()
+    assert len(copies) == 2 and all(not opt["NORM"] for spy in spies.values() for opt in spy.options)
+    monkeypatch.setitem(backward.LAUNCH, "qk_norm_factors", True)
+    for spy in spies.values():
+        spy.options.clear()
+    factors = grads()
+    assert len(copies) == 2  # none more
+    assert all(spy.options and all(opt["NORM"] for opt in spy.options) for spy in spies.values())
+    for n in base:
+        assert factors[n].dtype == base[n].dtype, n
+        assert rms_rel(factors[n], base[n]) < same(n), (n, rms_rel(factors[n], base[n]))
+
+    ref = {n: t.detach().cpu().to(f64).requires_grad_() for n, t in x.items()}
+    g = ref_gate(ref["g"], ref["A_log"], ref["dt_bias"], gate)
+    o_ref, h_ref = ref_kda(ref["q"], ref["k"], ref["v"], g, ref_beta(ref["beta"], "logits"), K ** -0.5,
+                           ref["h0"], cu_seqlens=cu.cpu(), l2norm=True)
+    ((o_ref * do.cpu()).sum() + (h_ref * dht.cpu()).sum()).backward()
+    for n in x:
+        bar = (1e-4 if triton_interpreted() else 1e-2 if n == "A_log" else 5e-3) if not bf16 else 2e-2
+        assert rms_rel(factors[n], ref[n].grad) < bar, (n, rms_rel(factors[n], ref[n].grad))
+
+    monkeypatch.setitem(backward.LAUNCH, "workspace_bytes", 1)
+    grouped = grads()
+    for n in base:
+        assert rms_rel(grouped[n], factors[n]) < same(n), (n, rms_rel(grouped[n], factors[n]))
+    monkeypatch.setitem(backward.LAUNCH, "workspace_bytes", None)
+    unkept = grads(keep=False)
+    assert len(copies) == 2  # made inside kda_backward, not by option_grads
+    for n in base:
+        assert rms_rel(unkept[n], factors[n]) < (1e-5 if triton_interpreted() else 2e-3), n
+
+
 def test_chunk_matrices_kept_only_for_a_backward(monkeypatch):
     """kda_autograd asks the forward to keep its chunk matrices only when some input requires grad (a backward can
     follow), and only when keep_chunk_matrices is on."""

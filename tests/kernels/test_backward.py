@@ -147,6 +147,23 @@ def test_rejects_chunk_matrices_of_another_shape():
             kda_backward(x["q"], x["k"], x["v"], x["g"], x["beta"], x["do"], chunk_matrices=bad)
 
 
+def test_qk_norms_without_the_chunk_matrices_are_applied_here():
+    """kda_backward(qk_norms=...) where the kernels do not read the factors (the exact mode, the interpreter's
+    default; no chunk matrices): q and k normalised here, the gradients those of the normalised inputs given
+    directly, bit for bit, and dq, dk in fp32 whatever q's dtype; factors of the wrong shape refused by name."""
+    x = {n: t.to(DEVICE) for n, t in make(1, 20, 1, 2, 6, 5, seed=9).items()}
+    q, k = x["q"].bfloat16(), x["k"].bfloat16()
+    rq, rk = (1.0 / torch.sqrt((t.float() ** 2).sum(-1) + 1e-6) for t in (q, k))
+    rest = (x["v"], x["g"], x["beta"], x["do"])
+    given = kda_backward(q.float() * rq[..., None], k.float() * rk[..., None], *rest)
+    normed = kda_backward(q, k, *rest, qk_norms=(rq, rk))
+    for name in ("dq", "dk", "dv", "dg", "dbeta"):
+        assert torch.equal(getattr(normed, name), getattr(given, name)), name
+    assert normed.dq.dtype == torch.float32 and normed.dk.dtype == torch.float32
+    with pytest.raises(ValueError, match=r"qk_norms rk must be \[1, 20, 1\]"):
+        kda_backward(q, k, *rest, qk_norms=(rq, rk[:, :10]))
+
+
 def test_v_tiles_add_up(monkeypatch):
     """Several V-tiles (16 wide, V = 36: two full and a partial one) whose dq, dk, dg, dbeta partial sums meet
     in atomic adds, as on a GPU (the interpreter otherwise runs one tile)."""

@@ -39,6 +39,10 @@ def test_l2_normalize_and_its_backward(dtype, bar):
     acc = f64 if dtype == f64 else torch.float32
     y = option_grads.l2_normalize(x.to(DEVICE), acc)
     assert y.dtype == acc and rms_rel(y, y64) <= (1e-12 if dtype == f64 else 1e-6)
+    r = option_grads.l2_factors(x.to(DEVICE), acc)  # the factors alone: the rows of y, bit for bit, as x r
+    assert r.shape == x.shape[:-1] and r.dtype == acc
+    assert torch.equal(x.to(DEVICE).to(acc) * r[..., None], y)
+    assert rms_rel(r, 1.0 / torch.sqrt((x.to(f64) ** 2).sum(-1) + 1e-6)) <= (1e-12 if dtype == f64 else 1e-6)
     dx = option_grads.l2_normalize_backward(x.to(DEVICE), dy.to(acc).to(DEVICE))
     assert dx.dtype == dtype and dx.shape == x.shape
     assert rms_rel(dx, dx64) <= bar, rms_rel(dx, dx64)
