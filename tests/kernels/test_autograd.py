@@ -209,6 +209,8 @@ def test_qk_norm_factors_give_the_same_gradients(gate, bf16, monkeypatch):
     def same(n):  # the bar between two ways to the same gradient (see the docstring)
         return 1e-3 if x[n].dtype == torch.bfloat16 else 1e-6
 
+    assert backward.LAUNCH["qk_norm_factors"]  # on by default since the thirtieth session
+    monkeypatch.setitem(backward.LAUNCH, "qk_norm_factors", False)
     base = grads()
     assert len(copies) == 2 and all(not opt["NORM"] for spy in spies.values() for opt in spy.options)
     monkeypatch.setitem(backward.LAUNCH, "qk_norm_factors", True)
