@@ -164,8 +164,9 @@ def kda_backward_raw(
     `kda_backward` takes them (kept by `kda_chunk(..., saved=...)`), or None.
 
     Where the backward's workspace would pass its limit (kernels/backward.py `head_groups`), groups of heads run
-    one after the other, the element-wise part included: its float32 q, k and gate take as much memory as the
-    backward's own buffers at 96 heads x 65536 tokens."""
+    one after the other, the element-wise part included: its float32 gate (and, where the core takes no norm
+    factors, float32 normalised q and k) take as much memory as the backward's own buffers at 96 heads x 65536
+    tokens."""
     from kda_trace.kernels.backward import _heads, head_groups
     from kda_trace.kernels.chunk import _sequence_tables
 
@@ -210,7 +211,8 @@ def kda_backward_raw(
 
 def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, do, dht, A_log, dt_bias,
                         initial_state):
-    """`kda_backward_raw` on all the heads it is given at once: the options' results recomputed (q, k normalised
+    """`kda_backward_raw` on all the heads it is given at once: the options' results recomputed (q's and k's
+    L2-norm factors, which the core reads with q and k (LAUNCH["qk_norm_factors"]; else normalised fp32 copies),
     and the gate in Triton kernels, beta's sigmoid in PyTorch), the core backward, then the chain rule back to the
     raw inputs (kernels/option_grads.py)."""
     from kda_trace.kernels import option_grads
