@@ -4,5 +4,5 @@
 # their norm factors, the sums at one anchor under the safe gate, 3c's new tiles), triton and the reference, into
 # .gpu_out/run_s30; kda_bwd_fused_h96 first (not reached in the twenty-ninth session; its 65536-token workload
 # needs an H200 for the reference).
-RUN_DIR=.gpu_out/run_s30 SOLUTIONS="triton reference" bash benchmarks/gpu_dataset_run.sh 330 \
+RUN_DIR=.gpu_out/run_s30 SOLUTIONS="triton reference" bash benchmarks/gpu_dataset_run.sh 160 \
     --name kda_bwd_fused_h96_d128_v_last_safe_gate --name kda_bwd_fused_h32_d128_v_last
