@@ -386,8 +386,8 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
     ACC: tl.constexpr = p_g.dtype.element_ty
     o_b = tl.arange(0, MB)
     rows = bi * MB + o_b
-    m_r = (rows < n)[:, None] & m_k[None, :]
     m_n = rows < n
+    m_r = m_n[:, None] & m_k[None, :]
     b_k = _norm_rows(tl.load(p_k + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC), p_rk, rows, m_n,
                      SR, NORM)
     b_q = _norm_rows(tl.load(p_q + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC), p_rq, rows, m_n,

@@ -92,30 +92,28 @@ def _gate_backward_kernel(
     tl.store(part_alog + i_r * H + i_h, d_alog)
 
 
-def l2_normalize(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """x / sqrt(sum_K x^2 + 1e-6) over the last axis, in `dtype` (float32, or float64)."""
+def _l2_forward(x: torch.Tensor, dtype: torch.dtype, only_r: bool) -> torch.Tensor:
+    """`_l2_forward_kernel` over x's rows: x normalised ([*x.shape]), or with only_r its factors ([*x.shape[:-1]])."""
     x = x.contiguous()
-    y = torch.empty(x.shape, dtype=dtype, device=x.device)
+    out = torch.empty(x.shape[:-1] if only_r else x.shape, dtype=dtype, device=x.device)
     K = x.shape[-1]
     n_rows = x.numel() // K
     if n_rows:
         BR, BK = _row_tile(K, n_rows)
-        _l2_forward_kernel[(triton.cdiv(n_rows, BR),)](x, y, n_rows, K=K, BR=BR, BK=BK, ONLY_R=False, num_warps=4)
-    return y
+        _l2_forward_kernel[(triton.cdiv(n_rows, BR),)](x, out, n_rows, K=K, BR=BR, BK=BK, ONLY_R=only_r, num_warps=4)
+    return out
+
+
+def l2_normalize(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x / sqrt(sum_K x^2 + 1e-6) over the last axis, in `dtype` (float32, or float64)."""
+    return _l2_forward(x, dtype, only_r=False)
 
 
 def l2_factors(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The L2-norm factors 1 / sqrt(sum_K x^2 + 1e-6) of x's rows ([*x.shape[:-1]], `dtype`): `l2_normalize(x)` is
     x times them, to the bit (the same kernel). The chunked backward reads q and k with their factors
     (kernels/backward.py `kda_backward(qk_norms=...)`) instead of fp32 copies."""
-    x = x.contiguous()
-    r = torch.empty(x.shape[:-1], dtype=dtype, device=x.device)
-    K = x.shape[-1]
-    n_rows = x.numel() // K
-    if n_rows:
-        BR, BK = _row_tile(K, n_rows)
-        _l2_forward_kernel[(triton.cdiv(n_rows, BR),)](x, r, n_rows, K=K, BR=BR, BK=BK, ONLY_R=True, num_warps=4)
-    return r
+    return _l2_forward(x, dtype, only_r=True)
 
 
 def l2_normalize_backward(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
