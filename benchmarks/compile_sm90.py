@@ -79,6 +79,8 @@ def backward_signatures(acc: str) -> dict:
                                      "rq", "rk"), **tables, "scale": "fp32"},
         "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "scratch", "rq", "rk"), **tables,
                        "n_work": "i64"},
+        "local_grads": {**inputs, **bufs("g", "M1", "M2", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg",
+                                         "scratch", "rq", "rk"), **tables, "scale": "fp32", "n_work": "i64"},
         "chunked_pass": {**bufs("U", "Qt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"), **w_kt,
                          "do": inputs["do"], "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
@@ -186,6 +188,19 @@ def chunked_mode(spills: bool) -> None:
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} BI={bi} anchors={anchors} "
                   f"one_anchor={one} warps=4 maxnreg={cap}: ok", *extra)
+        # 3b and 3c in one kernel (LAUNCH["sums_grads"]), with the forms above and the norm factors
+        for (anchors, one), cap, nrm in itertools.product(forms, caps("sums_maxnreg", True), (False, True)):
+            if nrm and (acc != "fp32" or not one):
+                continue
+            c = dict(shared, **norm, BKS=min(BK, 32), PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
+                     DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"], INTERPRET=False)
+            c["NORM"] = nrm
+            cap = cap if anchors else None
+            k = compile_kernel(backward_chunked._local_grads_kernel, sigs["local_grads"], c,
+                               backward.LAUNCH["sums_warps"] or 4, maxnreg=cap)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked local_grads {acc} K={K} V={V} BKS={min(BK, 32)} anchors={anchors} one_anchor={one} "
+                  f"norm={nrm} warps=4 maxnreg={cap}: ok", *extra)
         if spills and K == 128 and acc == "fp32":  # the kernels with the norm factors read (qk_norm_factors on)
             on = dict(shared, NORM=True, INTERPRET=False)
             for name, kernel, c, warps, key in (

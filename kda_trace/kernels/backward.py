@@ -213,6 +213,10 @@ LAUNCH["qk_norm_factors"] = True
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
 LAUNCH["chunked_pass_parallel"] = True
+# sums_grads: 3b's decay-weighted sums and 3c's dq, dk, dg in one kernel (`_local_grads_kernel`: one launch, each
+# work item's four row blocks in one program) instead of `_local_sums_kernel`'s four launches into three fp32
+# [T, HV, K] buffers read back by `_local_k_kernel`.
+LAUNCH["sums_grads"] = False
 # chunked_pass_bf16_copies (None: on): with the pass in bf16 the prep's operands kernel stores W and Kt in bf16, which
 # the pass's products round them to anyway (their only reader since the twenty-sixth session): the same gradients
 # (bit for bit under the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than

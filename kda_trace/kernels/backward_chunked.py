@@ -708,6 +708,111 @@ def _local_k_kernel(
     tl.store(dg + off_tk, b_dg, mask=m_tk)
 
 
+@triton.jit
+def _block_grads(q, k, beta, p_m1, p_m2, Yk, d1, dQt, dKt, dq, dk, dg, p_gs, p_q, p_k, p_rq, p_rk, r0, n, i_hv, off_g,
+                 o_b, m_kt, b_carry, scale, BI: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+                 BKS: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
+                 ONE_ANCHOR: tl.constexpr, NORM: tl.constexpr, INTERPRET: tl.constexpr):
+    """Row block BI of `_local_grads_kernel`'s work item: the sums, then the block's rows of dq, dk, dg (dg with
+    b_carry, the sum of dG - kd over the later rows plus kd_tot + gamma dgamma); returns b_carry with the block's
+    rows added."""
+    ACC: tl.constexpr = dg.dtype.element_ty
+    o_t = tl.arange(0, CT)
+    if ANCHORS:
+        b_r1, b_r2, b_r3 = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC,
+                                                DPREC, MAX_EXP, ONE_ANCHOR, p_rq, p_rk, H, NORM)
+    else:
+        b_r1 = _row_sums_block(p_m1, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)
+        b_r2 = _row_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)
+        b_r3 = (_col_sums_block(p_m1, p_q, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)
+                + _col_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC))
+    rows = BI * 16 + tl.arange(0, 16)
+    m_r = rows < n
+    m_rk = m_r[:, None] & m_kt[None, :]
+    # e(G) and e(Gl - G) of the block's rows, as sums of the gates (exp arguments <= 0): the rows before the
+    # block, and those after the row past it (b_gb, the gates one row later, ends with that row)
+    b_all = tl.load(p_gs + o_t[:, None] * BKS + o_b[None, :])
+    b_before = tl.sum(tl.where((o_t < BI * 16)[:, None], b_all, 0.0), axis=0)
+    b_after = tl.sum(tl.where((o_t > BI * 16 + 16)[:, None], b_all, 0.0), axis=0)
+    b_g = tl.load(p_gs + rows[:, None] * BKS + o_b[None, :])
+    b_gb = tl.load(p_gs + (rows + 1)[:, None] * BKS + o_b[None, :], mask=(rows + 1 < CT)[:, None], other=0.0)
+    b_eG = tl.exp(b_before[None, :] + tl.cumsum(b_g, axis=0))
+    b_eT = tl.exp(tl.cumsum(b_gb, axis=0, reverse=True) + b_after[None, :])
+    b_q = _norm_rows(tl.load(p_q + rows[:, None] * (H * K) + o_b[None, :], mask=m_rk, other=0.0).to(ACC),
+                     p_rq, rows, m_r, H, NORM)
+    b_k = _norm_rows(tl.load(p_k + rows[:, None] * (H * K) + o_b[None, :], mask=m_rk, other=0.0).to(ACC),
+                     p_rk, rows, m_r, H, NORM)
+    b_b = tl.load(beta + (r0 + rows) * HV + i_hv, mask=m_r, other=0.0).to(ACC)
+    b_d1 = tl.load(d1 + (r0 + rows) * HV + i_hv, mask=m_r, other=0.0)
+    off = off_g + rows[:, None] * (HV * K) + o_b[None, :]
+    b_qs = scale * b_eG * tl.load(dQt + off, mask=m_rk, other=0.0)  # dQt's part of dq, over q
+    b_ky = b_eG * b_b[:, None] * tl.load(Yk + off, mask=m_rk, other=0.0)  # Y_k's part of dk, over k
+    b_kt = b_eT * tl.load(dKt + off, mask=m_rk, other=0.0)  # dKt's part of dk
+    tl.store(dq + off, _as_stored(b_qs + b_r1 + b_d1[:, None] * b_k, dq, INTERPRET), mask=m_rk)
+    tl.store(dk + off, _as_stored(b_ky + b_kt + b_r2 + b_r3 + b_d1[:, None] * b_q, dk, INTERPRET), mask=m_rk)
+    # dG - kd of the block's rows (zero past the chunk: q, k are), summed from the chunk's last row back
+    b_d = b_q * (b_qs + b_r1) + b_k * (b_ky + b_r2 - b_r3 - b_kt)
+    tl.store(dg + off, tl.cumsum(b_d, axis=0, reverse=True) + b_carry[None, :], mask=m_rk)
+    b_carry += tl.sum(b_d, axis=0)
+    return b_carry
+
+
+@triton.jit(do_not_specialize=["scale", "n_work"])
+def _local_grads_kernel(
+    q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, rq, rk, cu_seqlens, chunk_indices, scale,
+    n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr,
+    ANCHORS: tl.constexpr, DPREC: tl.constexpr, ONE_ANCHOR: tl.constexpr, NORM: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """3b and 3c in one launch (LAUNCH["sums_grads"]): for the work items (chunk, value head, K-tile of BKS <= 32
+    columns) shared out over the programs, the decay-weighted sums of `_local_sums_kernel` one 16-row block at a
+    time, last block first, and at once the block's rows of dq, dk (per value head, in their buffers' dtype) and dg
+    as `_local_k_kernel` finishes them; no [T, HV, K] buffer of sums, and each item reads its gates, q and k once
+    instead of once per block. dg_t = sum_{s >= t} (dG_s - kd_s) + kd_tot + gamma dgamma with kd_s = Kt_s dKt_s
+    and kd_tot its sum over the chunk (the same sums as `_local_k_kernel`'s, regrouped): the later blocks' part
+    is carried from block to block. Scratch per program: the tile's gates [CT, BKS], zero past the chunk's rows."""
+    NKT: tl.constexpr = (K + BKS - 1) // BKS
+    NB: tl.constexpr = CT // 16
+    ACC: tl.constexpr = dg.dtype.element_ty
+    pid = tl.program_id(0).to(tl.int64)
+    p_gs = scratch + pid * (CT * BKS)
+    o_t = tl.arange(0, CT)
+    o_b = tl.arange(0, BKS)
+    for w in range(pid, n_work, tl.num_programs(0)):
+        item = w // NKT  # chunk * HV + value head
+        i_c = item // HV
+        i_hv = item % HV
+        i_h = i_hv // (HV // H)
+        k0 = (w % NKT) * BKS
+        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+        m_kt = k0 + o_b < K
+        m_t = o_t < n
+        m_tk = m_t[:, None] & m_kt[None, :]
+        off_g = (r0 * HV + i_hv) * K + k0
+        off_tk = off_g + o_t[:, None] * (HV * K) + o_b[None, :]
+        b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
+        tl.debug_barrier()  # the previous item's reads of the scratch are done
+        tl.store(p_gs + o_t[:, None] * BKS + o_b[None, :], b_gt)
+        tl.debug_barrier()
+        p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
+        p_k = k + (r0 * H + i_h) * K + k0
+        p_rq = rq + r0 * H + i_h
+        p_rk = rk + r0 * H + i_h
+        # kd_tot + gamma dgamma, from the whole chunk: e(Gl - G_t) from the gates one row later (exp arguments <= 0)
+        b_gn = tl.load(p_gs + (o_t + 1)[:, None] * BKS + o_b[None, :], mask=(o_t + 1 < CT)[:, None], other=0.0)
+        b_kc = _norm_rows(tl.load(p_k + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC), p_rk,
+                          o_t, m_t, H, NORM)
+        b_kd = b_kc * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True)) * tl.load(dKt + off_tk, mask=m_tk, other=0.0)
+        b_dgam = tl.load(dgamma + item * K + k0 + o_b, mask=m_kt, other=0.0)
+        b_carry = tl.sum(b_kd, axis=0) + b_dgam * tl.exp(tl.sum(b_gt, axis=0))  # + the later blocks' dG - kd
+        for j in tl.static_range(NB):  # the last block first
+            tl.debug_barrier()  # keeps each block's loads in its block (ptxas: 255 registers where they move up)
+            b_carry = _block_grads(q, k, beta, M1 + item * (CT * CT), M2 + item * (CT * CT), Yk, d1, dQt, dKt, dq, dk,
+                                   dg, p_gs, p_q, p_k, p_rq, p_rk, r0, n, i_hv, off_g, o_b, m_kt, b_carry, scale,
+                                   NB - 1 - j, H, HV, K, BKS, CT, PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, INTERPRET)
+
+
 def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, for_split=False,
                            given=None, norms=None):
     """Kernels 1 and 2: (states, dstates [NT, HV, K, V], dh0 [N, HV, K, V], prep) in acc; prep: the prep
@@ -911,28 +1016,34 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     # inputs and 32 x 32 tiles), else one (48 KiB)
     _launch_within_shared_memory(_local_vk_kernel, (NT, HV), vk_args, vk_consts, launch["split_vk_stages"])
     del vk_args
-    BKT = launch["split_k_bk"] or (min(BK, 64) if interp else 16)
-    n_work = NT * HV * triton.cdiv(K, BKT)
-    R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
     BKS = launch["sums_bk"] or min(BK, 32)
     if BKS > 32:
         raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
     n_work_s = NT * HV * triton.cdiv(K, BKS)
     n_prog_s = n_programs(n_work_s, dev, interp)
     scratch = e(n_prog_s, CT * BKS)
-    for bi in range(CT // 16):
-        _local_sums_kernel[(n_prog_s,)](
-            q, k, g, M1, M2, *R, scratch, rq, rk, cu, chunk_indices, n_work_s,
-            H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
-            DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
-            num_warps=launch["sums_warps"] or 4,
-            **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
-    del scratch, M1, M2
+    sums_consts = dict(H=H, HV=HV, K=K, BKS=BKS, CT=CT, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
+                       DPREC=_precision(acc, launch["sums_diag_precision"], interp),
+                       ONE_ANCHOR=one_anchor(launch, gate_bound), num_warps=launch["sums_warps"] or 4,
+                       **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
     # with norms, dq and dk are for the normalised q and k, whose chain rule (kernels/option_grads.py) wants them
     # unrounded
-    dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H and norms is None else acc, device=dev)
-              for x in (q, k))
-    dg = e(TT, HV, K)
+    grads = lambda: [torch.empty(TT, HV, K, dtype=final(x) if HV == H and norms is None else acc, device=dev)  # noqa: E731
+                     for x in (q, k)] + [e(TT, HV, K)]
+    if launch["sums_grads"]:
+        dq, dk, dg = grads()
+        _local_grads_kernel[(n_prog_s,)](
+            q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, rq, rk, cu, chunk_indices, scale,
+            n_work_s, INTERPRET=interp, **sums_consts)
+        return dq, dk, dv, dg, dbeta
+    BKT = launch["split_k_bk"] or (min(BK, 64) if interp else 16)
+    n_work = NT * HV * triton.cdiv(K, BKT)
+    R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
+    for bi in range(CT // 16):
+        _local_sums_kernel[(n_prog_s,)](q, k, g, M1, M2, *R, scratch, rq, rk, cu, chunk_indices, n_work_s, BI=bi,
+                                        **sums_consts)
+    del scratch, M1, M2
+    dq, dk, dg = grads()
     _local_k_kernel[(n_work,)](
         q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, rq, rk, cu, chunk_indices, scale,
         H=H, HV=HV, K=K, BKT=BKT, CT=CT, NORM=norms is not None, INTERPRET=interp,
