@@ -149,18 +149,20 @@ def chunked_mode(spills: bool) -> None:
         for bv, warps, stages, cap in tiles:
             c = dict(shared, BV=min(bv, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
                      PREC_SRC="ieee" if acc == "fp64" else src_prec,
-                     PARALLEL=backward.LAUNCH["chunked_pass_parallel"], STORE_VN=True, FORWARD=True)
+                     PARALLEL=backward.LAUNCH["chunked_pass_parallel"], STORE_VN=True, FORWARD=True, VN_HERE=False)
             k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages, cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages} maxnreg={cap}: ok",
                   f"shared memory {k.metadata.shared} B", *extra)
-        # the reverse recursion alone (the forward's states kept: LAUNCH["keep_states"])
-        c = dict(shared, BV=min(32, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
-                 PREC_SRC="ieee" if acc == "fp64" else src_prec, PARALLEL=True, STORE_VN=True, FORWARD=False)
-        k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, 4, 1)
-        extra = ptxas_report(k) if spills and acc == "fp32" else []
-        print(f"chunked pass (reverse only) {acc} K={K} V={V} BV=32 warps=4 stages=1: ok",
-              f"shared memory {k.metadata.shared} B", *extra)
+        # the reverse recursion alone (the forward's states kept: LAUNCH["keep_states"]), writing Vn or not
+        for vn_here in (True, False):
+            c = dict(shared, BV=min(32, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
+                     PREC_SRC="ieee" if acc == "fp64" else src_prec, PARALLEL=True, STORE_VN=True, FORWARD=False,
+                     VN_HERE=vn_here)
+            k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, 4, 1)
+            extra = ptxas_report(k) if spills and acc == "fp32" else []
+            print(f"chunked pass (reverse only, Vn here {vn_here}) {acc} K={K} V={V} BV=32 warps=4 stages=1: ok",
+                  f"shared memory {k.metadata.shared} B", *extra)
         split_prec = "ieee" if acc == "fp64" else backward.LAUNCH["split_precision"]
         # 3a per (chunk, value head): the GPU default (K-tiles of 32, V-tiles of 32, 4 warps; 32 wide),
         # others with --spills

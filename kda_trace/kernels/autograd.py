@@ -37,7 +37,7 @@ class _KDA(torch.autograd.Function):
         else:
             o, ht = kda_chunk(q, k, v, g, beta, opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
                               cu_seqlens=cu_seqlens, saved=kept if keep else None,
-                              save_states=bool(LAUNCH["keep_states"]) and q.element_size() <= 2)
+                              save_states=q.element_size() <= 2 and LAUNCH["keep_states"])
         ctx.save_for_backward(q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens,
                               *(kept.get(n) for n in ("P", "Aqk", "X", "states", "Vn")))
         ctx.opts = opts
@@ -48,7 +48,8 @@ class _KDA(torch.autograd.Function):
         q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens, P, Aqk, X, states, Vn = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(v)
-        mats = None if P is None else dict(P=P, Aqk=Aqk, X=X, **({} if states is None else dict(states=states, Vn=Vn)))
+        mats = None if P is None else {n: m for n, m in dict(P=P, Aqk=Aqk, X=X, states=states, Vn=Vn).items()
+                                       if m is not None}
         gr = kda_backward_raw(q, k, v, g, beta, do, dht, ctx.opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
                               cu_seqlens=cu_seqlens, chunk_matrices=mats)
         cast = lambda name, x: None if x is None or gr[name] is None else gr[name].to(x.dtype)  # noqa: E731

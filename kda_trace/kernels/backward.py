@@ -214,10 +214,12 @@ LAUNCH["qk_norm_factors"] = True
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
 LAUNCH["chunked_pass_parallel"] = True
 # keep_states: for 2-byte inputs (whose backward pass has bf16 products, as the forward's) kernels/autograd.py's
-# forward keeps its fp32 state before every chunk and its bf16 V_new (`kda_chunk`'s save_states, with the chunk
-# matrices) and the backward's pass runs only its reverse recursion (no states, no U, no Vn of its own). Memory kept from the forward to the backward: 4 K V bytes per chunk and head and 2 V per token
-# and head more (96 heads x 8192 tokens, K = V = 128: 805 + 201 MB).
-LAUNCH["keep_states"] = False
+# forward keeps its fp32 state before every chunk ("states"; with "states_vn" also its bf16 V_new; `kda_chunk`'s
+# save_states, with the chunk matrices) and the backward's pass runs only its reverse recursion, whose programs
+# also compute each chunk's Vn = U - W S from the kept state where V_new is not kept. Memory kept from the forward
+# to the backward: 4 K V bytes per chunk and head (and 2 V per token and head with "states_vn"; 96 heads x 8192
+# tokens, K = V = 128: 805 (+ 201) MB). None / False: off.
+LAUNCH["keep_states"] = None
 # sums_grads: 3b's decay-weighted sums and 3c's dq, dk, dg in one kernel (`_local_grads_kernel`: one launch, each
 # work item's four row blocks in one program) instead of `_local_sums_kernel`'s four launches into three fp32
 # [T, HV, K] buffers read back by `_local_k_kernel`.
@@ -724,8 +726,9 @@ def kda_backward(
         chunk_matrices: the chunk matrices P, Aqk and X of the forward on these inputs, as kernels/chunk.py's
             `kda_chunk(..., saved=...)` keeps them (fp32 `[NT, HV, 64, 64]`): the chunked mode then skips
             computing them (about 15% of the backward at 32 heads x 16384 on the H100). None: computed here.
-            With "states" and "Vn" too (`kda_chunk(..., save_states=True)`: the forward's fp32 chunk-start states
-            `[NT, HV, K, V]` and bf16 V_new `[B * T, HV, V]`) the chunked mode runs only the reverse recursion.
+            With "states" too (`kda_chunk(..., save_states=True)`: the forward's fp32 chunk-start states
+            `[NT, HV, K, V]`) the chunked mode runs only the reverse recursion, and with "Vn" (the forward's bf16
+            V_new `[B * T, HV, V]`) it computes no U and no Vn of its own.
         gate_bound: a lower bound that every element of g is known to keep (the safe gate's lower_bound, which it
             keeps by construction), or None. Not checked: a wrong bound gives wrong gradients where
             LAUNCH["sums_one_anchor"] uses it.
@@ -794,12 +797,14 @@ def _reads_norms(given) -> bool:
 
 def _check_chunk_matrices(given, sizes, n_chunks, acc, device):
     """kda_backward's chunk_matrices, checked (or None): P, Aqk and X [NT, HV, CT, CT] in acc on the device, and
-    optionally both "states" [NT, HV, K, V] in acc and "Vn" [B * T, HV, V] (bf16 or acc)."""
+    optionally "states" [NT, HV, K, V] in acc, and with them "Vn" [B * T, HV, V] (bf16 or acc)."""
     if given is None:
         return None
     B, T, H, HV, K, V, N = sizes
     want = {n: ((n_chunks, HV, CT, CT), (acc,)) for n in ("P", "Aqk", "X")}
-    if "states" in given or "Vn" in given:
+    if "states" in given:
+        want["states"] = ((n_chunks, HV, K, V), (acc,))
+    if "Vn" in given:
         want.update(states=((n_chunks, HV, K, V), (acc,)), Vn=((B * T, HV, V), (torch.bfloat16, acc)))
     for name, (shape, dtypes) in want.items():
         m = given.get(name)

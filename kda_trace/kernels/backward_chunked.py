@@ -330,7 +330,7 @@ def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
-    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr, FORWARD: tl.constexpr,
+    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr, FORWARD: tl.constexpr, VN_HERE: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
@@ -342,8 +342,9 @@ def _state_pass_kernel(
     Qt^T dO (off the recursion's chain of dependent products, and the one whose bf16 rounding reaches dh0:
     benchmarks/pass_rounding_estimate.py). With STORE_VN (for the split local kernels) the forward recursion also
     writes each chunk's Vn in U's place and the reverse one dVn in dO2's (each program reads a chunk's tile before
-    it writes it, and no other program reads it). Without FORWARD (the forward's states and Vn given) only the
-    reverse recursion runs."""
+    it writes it, and no other program reads it). Without FORWARD (the forward's states given) only the reverse
+    recursion runs, and with VN_HERE (the forward's Vn not given) it also writes each chunk's Vn = U - W S from the
+    given states."""
     NV: tl.constexpr = (V + BV - 1) // BV
     BKT: tl.constexpr = 64 if BK > 64 else BK
     NKT: tl.constexpr = BK // BKT
@@ -354,20 +355,20 @@ def _state_pass_kernel(
     n_tok = tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
     if not FORWARD:
-        _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
-                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
+        _pass_reverse(W, U, Qt, Kt, gamma, dO2, do, states, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV,
+                      K, V, BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN, VN_HERE)
     elif PARALLEL:
         if tl.program_id(2) == 0:
             _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                           USE_H0, PREC, STORE_VN)
         else:
-            _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V,
-                          BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
+            _pass_reverse(W, U, Qt, Kt, gamma, dO2, do, states, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
+                          HV, K, V, BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
     else:
         _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                       USE_H0, PREC, STORE_VN)
-        _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
-                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
+        _pass_reverse(W, U, Qt, Kt, gamma, dO2, do, states, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV,
+                      K, V, BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
 
 
 @triton.jit
@@ -389,6 +390,24 @@ def _pass_layout(i_v, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BV: t
 
 
 @triton.jit
+def _new_values(s0, s1, s2, s3, W, U, r0, i_hv, o_t, m_t, m_v, off_tv, HV: tl.constexpr, K: tl.constexpr,
+                V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr, PREC: tl.constexpr, STORE: tl.constexpr):
+    """A chunk's Vn = U - W S from its start state's K-tiles (into U's place with STORE)."""
+    off_u = (r0 * HV + i_hv) * V + off_tv
+    m_tv = m_t[:, None] & m_v[None, :]
+    b_vn = tl.load(U + off_u, mask=m_tv, other=0.0)
+    b_vn -= _xdot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, PREC)
+    if NKT > 1:
+        b_vn -= _xdot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, PREC)
+    if NKT > 2:
+        b_vn -= _xdot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, PREC)
+        b_vn -= _xdot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, PREC)
+    if STORE:
+        tl.store(U + off_u, b_vn, mask=m_tv)
+    return b_vn
+
+
+@triton.jit
 def _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, c0, i_hv, o_t, m_v, off_tv, off_s,
               m0, m1, m2, m3, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr,
               NKT: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, STORE_VN: tl.constexpr):
@@ -401,17 +420,7 @@ def _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, 
     # chunk's end state is not needed). (Triton 3.6 fails to compile the float64 kernel, in its TritonGPUPrefetch
     # pass, where the products of Vn are outside a condition on c.)
     if c < n_chunks - 1 + STORE_VN:
-        off_u = (r0 * HV + i_hv) * V + off_tv
-        m_tv = m_t[:, None] & m_v[None, :]
-        b_vn = tl.load(U + off_u, mask=m_tv, other=0.0)
-        b_vn -= _xdot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, PREC)
-        if NKT > 1:
-            b_vn -= _xdot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, PREC)
-        if NKT > 2:
-            b_vn -= _xdot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, PREC)
-            b_vn -= _xdot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, PREC)
-        if STORE_VN:
-            tl.store(U + off_u, b_vn, mask=m_tv)
+        b_vn = _new_values(s0, s1, s2, s3, W, U, r0, i_hv, o_t, m_t, m_v, off_tv, HV, K, V, BKT, NKT, PREC, STORE_VN)
         if c < n_chunks - 1:
             s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC)
             if NKT > 1:
@@ -423,17 +432,22 @@ def _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, 
 
 
 @triton.jit
-def _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, c, n_tok, bos, c0, i_hv, o_t, m_v, off_tv, off_s,
-              m0, m1, m2, m3, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr,
-              NKT: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
-              STORE_VN: tl.constexpr):
-    """Chunk c of the reverse recursion: store dS_end (d0..d3), return dS_start."""
+def _rev_step(d0, d1, d2, d3, W, U, Qt, Kt, gamma, dO2, do, states, dstates, c, n_tok, bos, c0, i_hv, o_t, m_v,
+              off_tv, off_s, m0, m1, m2, m3, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr,
+              NKT: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
+              STORE_VN: tl.constexpr, VN_HERE: tl.constexpr):
+    """Chunk c of the reverse recursion: store dS_end (d0..d3), return dS_start. With VN_HERE (the forward's
+    states given, not its Vn) also the chunk's Vn from its given start state, into U's place: off the recursion's
+    chain of dependent products."""
     ACC: tl.constexpr = dstates.dtype.element_ty
     r0 = bos + c * CT
     i_g = (c0 + c) * HV + i_hv
     m_t = o_t < n_tok - c * CT
     m_tv = m_t[:, None] & m_v[None, :]
     _store_tiles(dstates + i_g * (K * V), off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
+    if VN_HERE:
+        s0, s1, s2, s3 = _load_tiles(states + i_g * (K * V), off_s, m0, m1, m2, m3, NKT, BKT * V, BKT, BV, ACC)
+        _new_values(s0, s1, s2, s3, W, U, r0, i_hv, o_t, m_t, m_v, off_tv, HV, K, V, BKT, NKT, PREC, True)
     # dVn = A_qk^T dO + Kt dS_end, then dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn
     b_dvn = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0)
     b_dvn += _xdot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, PREC)
@@ -471,10 +485,10 @@ def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
 
 
 @triton.jit
-def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
+def _pass_reverse(W, U, Qt, Kt, gamma, dO2, do, states, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
                   BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr,
-                  PREC_SRC: tl.constexpr, STORE_VN: tl.constexpr):
+                  PREC_SRC: tl.constexpr, STORE_VN: tl.constexpr, VN_HERE: tl.constexpr = False):
     """The reverse recursion of `_state_pass_kernel`: dS_end of every chunk into dstates, from the last chunk
     back, and dh0."""
     ACC: tl.constexpr = dstates.dtype.element_ty
@@ -483,9 +497,9 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
     n_chunks = (n_tok + CT - 1) // CT
     d0, d1, d2, d3 = _initial_tiles(dht, s_seq, off_s, m0, m1, m2, m3, USE_DHT, NKT, BKT * V, BKT, BV, ACC)
     for cr in range(n_chunks):
-        d0, d1, d2, d3 = _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, n_chunks - 1 - cr, n_tok, bos,
-                                   c0, i_hv, o_t, m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT, CT, PREC,
-                                   PREC_SRC, STORE_VN)
+        d0, d1, d2, d3 = _rev_step(d0, d1, d2, d3, W, U, Qt, Kt, gamma, dO2, do, states, dstates, n_chunks - 1 - cr,
+                                   n_tok, bos, c0, i_hv, o_t, m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT,
+                                   BV, CT, PREC, PREC_SRC, STORE_VN, VN_HERE)
     _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
 
 
@@ -850,8 +864,9 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     wdt = torch.bfloat16 if pass_prec == "bf16" and acc == torch.float32 and (copies is None or copies) else acc
     pre = {n: torch.empty(TT, HV, K, dtype=wdt, device=dev) for n in ("W", "Kt")}
     pre["Qt"] = torch.empty(TT, HV, K, dtype=acc, device=dev)
-    kept = given is not None and "states" in given  # the forward's states and Vn: no forward recursion here
-    pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in (("dO2",) if kept else ("U", "dO2"))})
+    kept = given is not None and "states" in given  # the forward's states: no forward recursion here
+    vn_kept = kept and "Vn" in given  # and its Vn: no U either (else the reverse programs write Vn = U - W S)
+    pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in (("dO2",) if vn_kept else ("U", "dO2"))})
     pre["gamma"] = torch.empty(NT, HV, K, dtype=acc, device=dev)
     if given is None:
         pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
@@ -893,9 +908,10 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
          h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets),
         dict(HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
              PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split, FORWARD=not kept,
+             VN_HERE=kept and not vn_kept and for_split,
              num_warps=launch["chunked_pass_warps"] or 4, **register_cap(launch["chunked_pass_maxnreg"])),
         stages, retry=not launch["chunked_pass_stages"])
-    if kept:
+    if vn_kept:
         pre["U"] = given["Vn"]  # where 3a reads Vn (the pass's own, with its forward recursion)
     return states, dstates, dh0, pre
 
