@@ -79,8 +79,6 @@ def backward_signatures(acc: str) -> dict:
                                      "rq", "rk"), **tables, "scale": "fp32"},
         "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "scratch", "rq", "rk"), **tables,
                        "n_work": "i64"},
-        "local_grads": {**inputs, **bufs("g", "M1", "M2", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg",
-                                         "scratch", "rq", "rk"), **tables, "scale": "fp32", "n_work": "i64"},
         "chunked_pass": {**bufs("U", "Qt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"), **w_kt,
                          "do": inputs["do"], "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
@@ -149,20 +147,18 @@ def chunked_mode(spills: bool) -> None:
         for bv, warps, stages, cap in tiles:
             c = dict(shared, BV=min(bv, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
                      PREC_SRC="ieee" if acc == "fp64" else src_prec,
-                     PARALLEL=backward.LAUNCH["chunked_pass_parallel"], STORE_VN=True, FORWARD=True, VN_HERE=False)
+                     PARALLEL=backward.LAUNCH["chunked_pass_parallel"], STORE_VN=True, FORWARD=True)
             k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages, cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages} maxnreg={cap}: ok",
                   f"shared memory {k.metadata.shared} B", *extra)
-        # the reverse recursion alone (the forward's states kept: LAUNCH["keep_states"]), writing Vn or not
-        for vn_here in (True, False):
-            c = dict(shared, BV=min(32, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
-                     PREC_SRC="ieee" if acc == "fp64" else src_prec, PARALLEL=True, STORE_VN=True, FORWARD=False,
-                     VN_HERE=vn_here)
-            k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, 4, 1)
-            extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked pass (reverse only, Vn here {vn_here}) {acc} K={K} V={V} BV=32 warps=4 stages=1: ok",
-                  f"shared memory {k.metadata.shared} B", *extra)
+        # the reverse recursion alone (the forward's states and V_new kept: LAUNCH["keep_states"])
+        c = dict(shared, BV=min(32, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
+                 PREC_SRC="ieee" if acc == "fp64" else src_prec, PARALLEL=True, STORE_VN=True, FORWARD=False)
+        k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, 4, 1)
+        extra = ptxas_report(k) if spills and acc == "fp32" else []
+        print(f"chunked pass (reverse only) {acc} K={K} V={V} BV=32 warps=4 stages=1: ok",
+              f"shared memory {k.metadata.shared} B", *extra)
         split_prec = "ieee" if acc == "fp64" else backward.LAUNCH["split_precision"]
         # 3a per (chunk, value head): the GPU default (K-tiles of 32, V-tiles of 32, 4 warps; 32 wide),
         # others with --spills
@@ -197,19 +193,6 @@ def chunked_mode(spills: bool) -> None:
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} BI={bi} anchors={anchors} "
                   f"one_anchor={one} warps=4 maxnreg={cap}: ok", *extra)
-        # 3b and 3c in one kernel (LAUNCH["sums_grads"]), with the forms above and the norm factors
-        for (anchors, one), cap, nrm in itertools.product(forms, caps("sums_maxnreg", True), (False, True)):
-            if nrm and (acc != "fp32" or not one):
-                continue
-            c = dict(shared, **norm, BKS=min(BK, 32), PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
-                     DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"], INTERPRET=False)
-            c["NORM"] = nrm
-            cap = cap if anchors else None
-            k = compile_kernel(backward_chunked._local_grads_kernel, sigs["local_grads"], c,
-                               backward.LAUNCH["sums_warps"] or 4, maxnreg=cap)
-            extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked local_grads {acc} K={K} V={V} BKS={min(BK, 32)} anchors={anchors} one_anchor={one} "
-                  f"norm={nrm} warps=4 maxnreg={cap}: ok", *extra)
         if spills and K == 128 and acc == "fp32":  # the kernels with the norm factors read (qk_norm_factors on)
             on = dict(shared, NORM=True, INTERPRET=False)
             for name, kernel, c, warps, key in (

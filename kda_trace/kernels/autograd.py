@@ -37,7 +37,7 @@ class _KDA(torch.autograd.Function):
         else:
             o, ht = kda_chunk(q, k, v, g, beta, opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
                               cu_seqlens=cu_seqlens, saved=kept if keep else None,
-                              save_states=q.element_size() <= 2 and LAUNCH["keep_states"])
+                              save_states=bool(LAUNCH["keep_states"]) and q.element_size() <= 2)
         ctx.save_for_backward(q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens,
                               *(kept.get(n) for n in ("P", "Aqk", "X", "states", "Vn")))
         ctx.opts = opts

@@ -330,7 +330,7 @@ def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
-    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr, FORWARD: tl.constexpr, VN_HERE: tl.constexpr,
+    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr, FORWARD: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
@@ -342,9 +342,8 @@ def _state_pass_kernel(
     Qt^T dO (off the recursion's chain of dependent products, and the one whose bf16 rounding reaches dh0:
     benchmarks/pass_rounding_estimate.py). With STORE_VN (for the split local kernels) the forward recursion also
     writes each chunk's Vn in U's place and the reverse one dVn in dO2's (each program reads a chunk's tile before
-    it writes it, and no other program reads it). Without FORWARD (the forward's states given) only the reverse
-    recursion runs, and with VN_HERE (the forward's Vn not given) it also writes each chunk's Vn = U - W S from the
-    given states."""
+    it writes it, and no other program reads it). Without FORWARD (the forward's states and Vn given) only the
+    reverse recursion runs."""
     NV: tl.constexpr = (V + BV - 1) // BV
     BKT: tl.constexpr = 64 if BK > 64 else BK
     NKT: tl.constexpr = BK // BKT
@@ -355,20 +354,20 @@ def _state_pass_kernel(
     n_tok = tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
     if not FORWARD:
-        _pass_reverse(W, U, Qt, Kt, gamma, dO2, do, states, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV,
-                      K, V, BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN, VN_HERE)
+        _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
+                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
     elif PARALLEL:
         if tl.program_id(2) == 0:
             _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                           USE_H0, PREC, STORE_VN)
         else:
-            _pass_reverse(W, U, Qt, Kt, gamma, dO2, do, states, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
-                          HV, K, V, BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
+            _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V,
+                          BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
     else:
         _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                       USE_H0, PREC, STORE_VN)
-        _pass_reverse(W, U, Qt, Kt, gamma, dO2, do, states, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV,
-                      K, V, BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
+        _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
+                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
 
 
 @triton.jit
@@ -432,22 +431,17 @@ def _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, 
 
 
 @triton.jit
-def _rev_step(d0, d1, d2, d3, W, U, Qt, Kt, gamma, dO2, do, states, dstates, c, n_tok, bos, c0, i_hv, o_t, m_v,
-              off_tv, off_s, m0, m1, m2, m3, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr,
-              NKT: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
-              STORE_VN: tl.constexpr, VN_HERE: tl.constexpr):
-    """Chunk c of the reverse recursion: store dS_end (d0..d3), return dS_start. With VN_HERE (the forward's
-    states given, not its Vn) also the chunk's Vn from its given start state, into U's place: off the recursion's
-    chain of dependent products."""
+def _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, c, n_tok, bos, c0, i_hv, o_t, m_v, off_tv, off_s,
+              m0, m1, m2, m3, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr,
+              NKT: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
+              STORE_VN: tl.constexpr):
+    """Chunk c of the reverse recursion: store dS_end (d0..d3), return dS_start."""
     ACC: tl.constexpr = dstates.dtype.element_ty
     r0 = bos + c * CT
     i_g = (c0 + c) * HV + i_hv
     m_t = o_t < n_tok - c * CT
     m_tv = m_t[:, None] & m_v[None, :]
     _store_tiles(dstates + i_g * (K * V), off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
-    if VN_HERE:
-        s0, s1, s2, s3 = _load_tiles(states + i_g * (K * V), off_s, m0, m1, m2, m3, NKT, BKT * V, BKT, BV, ACC)
-        _new_values(s0, s1, s2, s3, W, U, r0, i_hv, o_t, m_t, m_v, off_tv, HV, K, V, BKT, NKT, PREC, True)
     # dVn = A_qk^T dO + Kt dS_end, then dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn
     b_dvn = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0)
     b_dvn += _xdot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, PREC)
@@ -485,10 +479,10 @@ def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
 
 
 @triton.jit
-def _pass_reverse(W, U, Qt, Kt, gamma, dO2, do, states, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
+def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
                   BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr,
-                  PREC_SRC: tl.constexpr, STORE_VN: tl.constexpr, VN_HERE: tl.constexpr = False):
+                  PREC_SRC: tl.constexpr, STORE_VN: tl.constexpr):
     """The reverse recursion of `_state_pass_kernel`: dS_end of every chunk into dstates, from the last chunk
     back, and dh0."""
     ACC: tl.constexpr = dstates.dtype.element_ty
@@ -497,9 +491,9 @@ def _pass_reverse(W, U, Qt, Kt, gamma, dO2, do, states, dstates, dht, dh0, i_n, 
     n_chunks = (n_tok + CT - 1) // CT
     d0, d1, d2, d3 = _initial_tiles(dht, s_seq, off_s, m0, m1, m2, m3, USE_DHT, NKT, BKT * V, BKT, BV, ACC)
     for cr in range(n_chunks):
-        d0, d1, d2, d3 = _rev_step(d0, d1, d2, d3, W, U, Qt, Kt, gamma, dO2, do, states, dstates, n_chunks - 1 - cr,
-                                   n_tok, bos, c0, i_hv, o_t, m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT,
-                                   BV, CT, PREC, PREC_SRC, STORE_VN, VN_HERE)
+        d0, d1, d2, d3 = _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, n_chunks - 1 - cr, n_tok, bos,
+                                   c0, i_hv, o_t, m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT, CT, PREC,
+                                   PREC_SRC, STORE_VN)
     _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
 
 
@@ -730,111 +724,6 @@ def _local_k_kernel(
     tl.store(dg + off_tk, b_dg, mask=m_tk)
 
 
-@triton.jit
-def _block_grads(q, k, beta, p_m1, p_m2, Yk, d1, dQt, dKt, dq, dk, dg, p_gs, p_q, p_k, p_rq, p_rk, r0, n, i_hv, off_g,
-                 o_b, m_kt, b_carry, scale, BI: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
-                 BKS: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
-                 ONE_ANCHOR: tl.constexpr, NORM: tl.constexpr, INTERPRET: tl.constexpr):
-    """Row block BI of `_local_grads_kernel`'s work item: the sums, then the block's rows of dq, dk, dg (dg with
-    b_carry, the sum of dG - kd over the later rows plus kd_tot + gamma dgamma); returns b_carry with the block's
-    rows added."""
-    ACC: tl.constexpr = dg.dtype.element_ty
-    o_t = tl.arange(0, CT)
-    if ANCHORS:
-        b_r1, b_r2, b_r3 = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC,
-                                                DPREC, MAX_EXP, ONE_ANCHOR, p_rq, p_rk, H, NORM)
-    else:
-        b_r1 = _row_sums_block(p_m1, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)
-        b_r2 = _row_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)
-        b_r3 = (_col_sums_block(p_m1, p_q, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)
-                + _col_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC))
-    rows = BI * 16 + tl.arange(0, 16)
-    m_r = rows < n
-    m_rk = m_r[:, None] & m_kt[None, :]
-    # e(G) and e(Gl - G) of the block's rows, as sums of the gates (exp arguments <= 0): the rows before the
-    # block, and those after the row past it (b_gb, the gates one row later, ends with that row)
-    b_all = tl.load(p_gs + o_t[:, None] * BKS + o_b[None, :])
-    b_before = tl.sum(tl.where((o_t < BI * 16)[:, None], b_all, 0.0), axis=0)
-    b_after = tl.sum(tl.where((o_t > BI * 16 + 16)[:, None], b_all, 0.0), axis=0)
-    b_g = tl.load(p_gs + rows[:, None] * BKS + o_b[None, :])
-    b_gb = tl.load(p_gs + (rows + 1)[:, None] * BKS + o_b[None, :], mask=(rows + 1 < CT)[:, None], other=0.0)
-    b_eG = tl.exp(b_before[None, :] + tl.cumsum(b_g, axis=0))
-    b_eT = tl.exp(tl.cumsum(b_gb, axis=0, reverse=True) + b_after[None, :])
-    b_q = _norm_rows(tl.load(p_q + rows[:, None] * (H * K) + o_b[None, :], mask=m_rk, other=0.0).to(ACC),
-                     p_rq, rows, m_r, H, NORM)
-    b_k = _norm_rows(tl.load(p_k + rows[:, None] * (H * K) + o_b[None, :], mask=m_rk, other=0.0).to(ACC),
-                     p_rk, rows, m_r, H, NORM)
-    b_b = tl.load(beta + (r0 + rows) * HV + i_hv, mask=m_r, other=0.0).to(ACC)
-    b_d1 = tl.load(d1 + (r0 + rows) * HV + i_hv, mask=m_r, other=0.0)
-    off = off_g + rows[:, None] * (HV * K) + o_b[None, :]
-    b_qs = scale * b_eG * tl.load(dQt + off, mask=m_rk, other=0.0)  # dQt's part of dq, over q
-    b_ky = b_eG * b_b[:, None] * tl.load(Yk + off, mask=m_rk, other=0.0)  # Y_k's part of dk, over k
-    b_kt = b_eT * tl.load(dKt + off, mask=m_rk, other=0.0)  # dKt's part of dk
-    tl.store(dq + off, _as_stored(b_qs + b_r1 + b_d1[:, None] * b_k, dq, INTERPRET), mask=m_rk)
-    tl.store(dk + off, _as_stored(b_ky + b_kt + b_r2 + b_r3 + b_d1[:, None] * b_q, dk, INTERPRET), mask=m_rk)
-    # dG - kd of the block's rows (zero past the chunk: q, k are), summed from the chunk's last row back
-    b_d = b_q * (b_qs + b_r1) + b_k * (b_ky + b_r2 - b_r3 - b_kt)
-    tl.store(dg + off, tl.cumsum(b_d, axis=0, reverse=True) + b_carry[None, :], mask=m_rk)
-    b_carry += tl.sum(b_d, axis=0)
-    return b_carry
-
-
-@triton.jit(do_not_specialize=["scale", "n_work"])
-def _local_grads_kernel(
-    q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, rq, rk, cu_seqlens, chunk_indices, scale,
-    n_work,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr,
-    ANCHORS: tl.constexpr, DPREC: tl.constexpr, ONE_ANCHOR: tl.constexpr, NORM: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
-    """3b and 3c in one launch (LAUNCH["sums_grads"]): for the work items (chunk, value head, K-tile of BKS <= 32
-    columns) shared out over the programs, the decay-weighted sums of `_local_sums_kernel` one 16-row block at a
-    time, last block first, and at once the block's rows of dq, dk (per value head, in their buffers' dtype) and dg
-    as `_local_k_kernel` finishes them; no [T, HV, K] buffer of sums, and each item reads its gates, q and k once
-    instead of once per block. dg_t = sum_{s >= t} (dG_s - kd_s) + kd_tot + gamma dgamma with kd_s = Kt_s dKt_s
-    and kd_tot its sum over the chunk (the same sums as `_local_k_kernel`'s, regrouped): the later blocks' part
-    is carried from block to block. Scratch per program: the tile's gates [CT, BKS], zero past the chunk's rows."""
-    NKT: tl.constexpr = (K + BKS - 1) // BKS
-    NB: tl.constexpr = CT // 16
-    ACC: tl.constexpr = dg.dtype.element_ty
-    pid = tl.program_id(0).to(tl.int64)
-    p_gs = scratch + pid * (CT * BKS)
-    o_t = tl.arange(0, CT)
-    o_b = tl.arange(0, BKS)
-    for w in range(pid, n_work, tl.num_programs(0)):
-        item = w // NKT  # chunk * HV + value head
-        i_c = item // HV
-        i_hv = item % HV
-        i_h = i_hv // (HV // H)
-        k0 = (w % NKT) * BKS
-        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
-        m_kt = k0 + o_b < K
-        m_t = o_t < n
-        m_tk = m_t[:, None] & m_kt[None, :]
-        off_g = (r0 * HV + i_hv) * K + k0
-        off_tk = off_g + o_t[:, None] * (HV * K) + o_b[None, :]
-        b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
-        tl.debug_barrier()  # the previous item's reads of the scratch are done
-        tl.store(p_gs + o_t[:, None] * BKS + o_b[None, :], b_gt)
-        tl.debug_barrier()
-        p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
-        p_k = k + (r0 * H + i_h) * K + k0
-        p_rq = rq + r0 * H + i_h
-        p_rk = rk + r0 * H + i_h
-        # kd_tot + gamma dgamma, from the whole chunk: e(Gl - G_t) from the gates one row later (exp arguments <= 0)
-        b_gn = tl.load(p_gs + (o_t + 1)[:, None] * BKS + o_b[None, :], mask=(o_t + 1 < CT)[:, None], other=0.0)
-        b_kc = _norm_rows(tl.load(p_k + o_t[:, None] * (H * K) + o_b[None, :], mask=m_tk, other=0.0).to(ACC), p_rk,
-                          o_t, m_t, H, NORM)
-        b_kd = b_kc * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True)) * tl.load(dKt + off_tk, mask=m_tk, other=0.0)
-        b_dgam = tl.load(dgamma + item * K + k0 + o_b, mask=m_kt, other=0.0)
-        b_carry = tl.sum(b_kd, axis=0) + b_dgam * tl.exp(tl.sum(b_gt, axis=0))  # + the later blocks' dG - kd
-        for j in tl.static_range(NB):  # the last block first
-            tl.debug_barrier()  # keeps each block's loads in its block (ptxas: 255 registers where they move up)
-            b_carry = _block_grads(q, k, beta, M1 + item * (CT * CT), M2 + item * (CT * CT), Yk, d1, dQt, dKt, dq, dk,
-                                   dg, p_gs, p_q, p_k, p_rq, p_rk, r0, n, i_hv, off_g, o_b, m_kt, b_carry, scale,
-                                   NB - 1 - j, H, HV, K, BKS, CT, PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, INTERPRET)
-
-
 def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n_programs, for_split=False,
                            given=None, norms=None):
     """Kernels 1 and 2: (states, dstates [NT, HV, K, V], dh0 [N, HV, K, V], prep) in acc; prep: the prep
@@ -842,7 +731,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     pass also writes Vn and dVn in U's and dO2's places). xs: the packed q, k, v, g, beta;
     do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH; given: the forward's P, Aqk
     and X (`_prep`), or None to compute them, and with them optionally the forward's states and Vn ("states",
-    "Vn": then the pass runs only its reverse recursion, and Vn is handed on in pre["U"]); norms: q's and k's L2-norm factors [T, H] (q, k in xs as given), or
+    "Vn": then the pass runs only its reverse recursion, and Vn is handed on in pre["U"]); norms: q's and k's
+    L2-norm factors [T, H] (q, k in xs as given), or
     None (`_prep`)."""
     from kda_trace.platform import triton_interpreted
 
@@ -864,9 +754,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     wdt = torch.bfloat16 if pass_prec == "bf16" and acc == torch.float32 and (copies is None or copies) else acc
     pre = {n: torch.empty(TT, HV, K, dtype=wdt, device=dev) for n in ("W", "Kt")}
     pre["Qt"] = torch.empty(TT, HV, K, dtype=acc, device=dev)
-    kept = given is not None and "states" in given  # the forward's states: no forward recursion here
-    vn_kept = kept and "Vn" in given  # and its Vn: no U either (else the reverse programs write Vn = U - W S)
-    pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in (("dO2",) if vn_kept else ("U", "dO2"))})
+    kept = given is not None and "states" in given  # the forward's states and Vn: no forward recursion, no U
+    pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in (("dO2",) if kept else ("U", "dO2"))})
     pre["gamma"] = torch.empty(NT, HV, K, dtype=acc, device=dev)
     if given is None:
         pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
@@ -908,10 +797,9 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
          h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets),
         dict(HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
              PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split, FORWARD=not kept,
-             VN_HERE=kept and not vn_kept and for_split,
              num_warps=launch["chunked_pass_warps"] or 4, **register_cap(launch["chunked_pass_maxnreg"])),
         stages, retry=not launch["chunked_pass_stages"])
-    if vn_kept:
+    if kept:
         pre["U"] = given["Vn"]  # where 3a reads Vn (the pass's own, with its forward recursion)
     return states, dstates, dh0, pre
 
@@ -1056,14 +944,6 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
                        **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
     # with norms, dq and dk are for the normalised q and k, whose chain rule (kernels/option_grads.py) wants them
     # unrounded
-    grads = lambda: [torch.empty(TT, HV, K, dtype=final(x) if HV == H and norms is None else acc, device=dev)  # noqa: E731
-                     for x in (q, k)] + [e(TT, HV, K)]
-    if launch["sums_grads"]:
-        dq, dk, dg = grads()
-        _local_grads_kernel[(n_prog_s,)](
-            q, k, g, beta, M1, M2, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, scratch, rq, rk, cu, chunk_indices, scale,
-            n_work_s, INTERPRET=interp, **sums_consts)
-        return dq, dk, dv, dg, dbeta
     BKT = launch["split_k_bk"] or (min(BK, 64) if interp else 16)
     n_work = NT * HV * triton.cdiv(K, BKT)
     R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
@@ -1071,7 +951,9 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
         _local_sums_kernel[(n_prog_s,)](q, k, g, M1, M2, *R, scratch, rq, rk, cu, chunk_indices, n_work_s, BI=bi,
                                         **sums_consts)
     del scratch, M1, M2
-    dq, dk, dg = grads()
+    dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H and norms is None else acc, device=dev)
+              for x in (q, k))
+    dg = e(TT, HV, K)
     _local_k_kernel[(n_work,)](
         q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, rq, rk, cu, chunk_indices, scale,
         H=H, HV=HV, K=K, BKT=BKT, CT=CT, NORM=norms is not None, INTERPRET=interp,

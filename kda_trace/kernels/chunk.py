@@ -1086,7 +1086,7 @@ def kda_chunk(
     cu_seqlens: torch.Tensor | None = None,
     output_chunk_states: bool = False,
     saved: dict | None = None,
-    save_states: bool | str = False,
+    save_states: bool = False,
 ) -> tuple[torch.Tensor, ...]:
     r"""Chunked KDA forward (prefill / extend), dense or packed variable-length.
 
@@ -1112,9 +1112,9 @@ def kda_chunk(
             chunk's rows and above the diagonal: "P" (A_kk without beta, strictly lower), "Aqk" (A_qk without
             the scale) and "X" ((I + A_kk)^-1), on the q/k the kernel saw (L2-normalised with the option).
         save_states: with saved and the "kv" state layout, also "states" (the fp32 state before every chunk,
-            `[NT, HV, K, V]`, as output_chunk_states returns them), and with save_states="states_vn" "Vn" (every
-            token's V_new = U - W S as the state pass computed it, bf16 `[B * T, HV, V]`): the backward's chunked
-            mode then runs only its reverse recursion. Ignored with the "vk" layout (the backward recomputes them).
+            `[NT, HV, K, V]`, as output_chunk_states returns them) and "Vn" (every token's V_new = U - W S as the
+            state pass computed it, bf16 `[B * T, HV, V]`): the backward's chunked mode then runs only its reverse
+            recursion. Ignored with the "vk" layout (the backward recomputes them).
 
     Returns:
         o: `[B, T, HV, V]` in v's dtype.
@@ -1215,15 +1215,14 @@ def kda_chunk(
     BV, stages, out_in_state = _state_launch(n_chains * HV, BK, V)
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
     # with out_in_state the state pass writes o itself: no chunk-start states or V_new in memory
-    save_vn = keep and save_states == "states_vn" and not vk
-    save_states = keep and bool(save_states) and not vk
+    save_states = keep and save_states and not vk
     h = G if out_in_state else torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
-    v_new = G if out_in_state and not save_vn else torch.empty(TT, HV, V, dtype=bf16, device=dev)
+    v_new = G if out_in_state and not save_states else torch.empty(TT, HV, V, dtype=bf16, device=dev)
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
     with_states = output_chunk_states or save_states
     chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if with_states else None
     if save_states:
-        saved.update(states=chunk_states, **({"Vn": v_new} if save_vn else {}))
+        saved.update(states=chunk_states, Vn=v_new)
     h0_arg = initial_state if initial_state is not None else G
     S0 = G
     if split:
@@ -1250,7 +1249,7 @@ def kda_chunk(
         chunk_offsets, seg_info, S0, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
         STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, QG_RAW=qg_raw,
-        L2NORM=opts.use_qk_l2norm, EXP2=exp2, STORE_VN=not out_in_state or save_vn, INTERPRET=interp,
+        L2NORM=opts.use_qk_l2norm, EXP2=exp2, STORE_VN=not out_in_state or save_states, INTERPRET=interp,
         num_warps=LAUNCH["state_warps"], num_stages=stages, **register_cap(LAUNCH["state_maxnreg"]),
     )
 

@@ -294,17 +294,6 @@ def test_pass_directions_in_parallel(case, monkeypatch):
     _alternative_matches(case, "chunked_pass_parallel", True, False, monkeypatch)
 
 
-@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
-@pytest.mark.parametrize("diag", ["anchors", "elementwise"])
-def test_sums_and_grads_in_one_kernel(case, diag, monkeypatch):
-    """LAUNCH["sums_grads"] (`_local_grads_kernel`: 3b's sums and 3c's dq, dk, dg in one launch, dg's later rows
-    carried from block to block) against the sums kernel's four launches and `_local_k_kernel`: the usual bars
-    against float64 and the same gradients to 1e-6 (the same products; dg's sums regrouped). sums_bk 16: K-tiles
-    whose last is partly masked (K = 12, 130) and, on the packed case, more work items than the 3 persistent
-    programs (a program's next item overwrites its scratch)."""
-    _alternative_matches(case, "sums_grads", True, False, monkeypatch, {"sums_bk": 16, "diag_blocks": diag})
-
-
 class _StagesRefused:
     """Stands in for a kernel: a launch at the `refused` pipeline stages (a number, or None for Triton's default)
     raises OutOfResources, as on an H100 where they need more shared memory than it has (the pass at two stages with
