@@ -62,3 +62,6 @@ case("H2 HV4 K24 V20", 2, 4, 24, 20)
 case("H2 HV4 K20 V32", 2, 4, 20, 32)
 case("H2 HV4 K32 V12", 2, 4, 32, 12)
 case("H2 HV4 K128 V128", 2, 4, 128, 128)
+if len(sys.argv) > 1:  # call 8: more value widths, the padded ones among them
+    for K, V in ((32, 8), (32, 15), (32, 16), (32, 17), (64, 24), (16, 16), (16, 12)):
+        case(f"H2 HV4 K{K} V{V}", 2, 4, K, V)
