@@ -1131,9 +1131,6 @@ def kda_chunk(
         if initial_state.dtype != torch.float32:
             raise ValueError(f"initial_state must be float32, got {initial_state.dtype}")
         initial_state = initial_state.contiguous()
-    if V < MIN_V:
-        return _with_padded_values(q, k, v, g, beta, opts, A_log, dt_bias, initial_state, cu_seqlens,
-                                   output_chunk_states, saved)
 
     # the packed view: all kernels see [total_tokens, heads, dim]
     q, k, v, g, beta = (x.reshape(B * T, *x.shape[2:]).contiguous() for x in (q, k, v, g, beta))
@@ -1256,29 +1253,6 @@ def kda_chunk(
     if output_chunk_states:
         return o.view(B, T, HV, V), final_state, chunk_states
     return o.view(B, T, HV, V), final_state
-
-
-MIN_V = 16
-"""Fewer value columns than this run as MIN_V with zero columns added (`_with_padded_values`): on the H100 V = 12
-gave o 0.91 off a float64 recurrence and K = 32, V = 12 an illegal memory access, where V = 20, 32, 128 were right
-(benchmarks/RESULTS.md, thirty-first session; the interpreter was right at V = 12)."""
-
-
-def _with_padded_values(q, k, v, g, beta, opts, A_log, dt_bias, initial_state, cu_seqlens, output_chunk_states,
-                        saved):
-    """`kda_chunk` with v and the initial state zero-padded to MIN_V value columns, the results cut back to V: value
-    columns are independent in KDA (each is its own column of the state, of U, V_new and o), so the padding
-    changes no other column, and the chunk matrices it keeps do not depend on v."""
-    V = v.shape[-1]
-    pad = torch.nn.functional.pad
-    vk = opts.state_layout == "vk"
-    wide = (lambda s: pad(s, (0, 0, 0, MIN_V - V))) if vk else (lambda s: pad(s, (0, MIN_V - V)))
-    cut = (lambda s: s[..., :V, :].contiguous()) if vk else (lambda s: s[..., :V].contiguous())
-    out = kda_chunk(q, k, pad(v, (0, MIN_V - V)), g, beta, opts, A_log=A_log, dt_bias=dt_bias,
-                    initial_state=None if initial_state is None else wide(initial_state), cu_seqlens=cu_seqlens,
-                    output_chunk_states=output_chunk_states, saved=saved)
-    o = out[0][..., :V].contiguous()
-    return (o, *(None if s is None else cut(s) for s in out[1:]))
 
 
 def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:

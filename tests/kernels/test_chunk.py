@@ -98,29 +98,6 @@ def test_varlen_gva_odd_dims_every_in_kernel_option(l2_where):
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
-@pytest.mark.parametrize("V,layout", [(12, "kv"), (5, "vk"), (8, "kv")])
-def test_fewer_than_16_value_columns_run_padded(V, layout, monkeypatch):
-    """V < chunk.MIN_V runs with zero value columns added (`_with_padded_values`: on the H100, V = 12 gave wrong
-    outputs and an illegal memory access unpadded): o, the final state and the chunk-start states of packed
-    lengths 5, 130 and GVA against float64, in both state layouts; the padded path taken once per call."""
-    from kda_trace.kernels import chunk
-
-    calls = []
-    real = chunk._with_padded_values
-    monkeypatch.setattr(chunk, "_with_padded_values", lambda *a: calls.append(1) or real(*a))
-    cu = torch.tensor([0, 5, 135])
-    x = make(1, 135, 1, 2, 20, V, seed=31, n_seqs=2)
-    opts = KDAOptions(state_layout=layout, output_final_state=True)
-    o, ht, o_ref, h_ref = run_case(x, opts, cu_seqlens=cu)
-    assert calls == [1] and o.shape[-1] == V
-    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
-    h0 = x["h0"].transpose(-1, -2).contiguous() if layout == "vk" else x["h0"]
-    _, _, states = kda_chunk(*(x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")), opts,
-                             initial_state=h0.to(DEVICE), cu_seqlens=cu.to(DEVICE), output_chunk_states=True)
-    assert states.shape == (1 + 3, 2, *((V, 20) if layout == "vk" else (20, V)))
-    assert torch.equal(states[0].cpu(), h0[0]) and torch.equal(states[1].cpu(), h0[1])  # each sequence's start
-
-
 def test_safe_gate_logits_x2_no_final_state(l2_where):
     """Lower-bound gate computed in the kernel, beta = 2 sigmoid(b), K != V, final state not asked for."""
     cu = torch.tensor([0, 70, 100])
