@@ -44,6 +44,11 @@ def case(name, H, HV, K, V, T=192, **launch):
 
 
 print("device", torch.cuda.get_device_name())
+if len(sys.argv) > 1:  # call 10: `_wu_kernel` on V-tiles of 16 (what V <= 16 gets) against wider ones
+    case("K20 V32", 2, 4, 20, 32, wu_bv=16)
+    for v in ({"wu_warps": 8}, {"wu_warps": 2}, {"wu_warps": 8, "wu_stages": 1}):
+        case("K20 V16", 2, 4, 20, 16, **v)
+    sys.exit(0)
 variants = [{}, {"out_in_state": True}, {"state_bv": 32}, {"wu_stages": 1}, {"intra_one_launch": False},
             {"qg_in_intra": False}, {"exp2": False}, {"l2_in_intra": False}, {"state_stages": 1, "wu_stages": 1,
                                                                                 "intra_stages": 1}]
