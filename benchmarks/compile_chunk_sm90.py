@@ -67,7 +67,7 @@ def kernels(launch: dict):
     out.append(("wu", chunk._wu_kernel, sig,
                 dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, QG_DONE=qg_raw,
                      EXP2=exp2),
-                L["wu_warps"], L["wu_stages"]))
+                chunk._wu_warps(V), L["wu_stages"]))
     saved = dict(chunk.LAUNCH)
     chunk.LAUNCH.update(L)
     BV, stages, fused = chunk._state_launch(HV, K, V)

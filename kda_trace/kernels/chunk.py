@@ -1191,7 +1191,7 @@ def kda_chunk(
         H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, EXP2=exp2,
-        INTERPRET=interp, num_warps=LAUNCH["wu_warps"], num_stages=LAUNCH["wu_stages"],
+        INTERPRET=interp, num_warps=_wu_warps(V), num_stages=LAUNCH["wu_stages"],
         **register_cap(LAUNCH["wu_maxnreg"]),
     )
 
@@ -1253,6 +1253,14 @@ def kda_chunk(
     if output_chunk_states:
         return o.view(B, T, HV, V), final_state, chunk_states
     return o.view(B, T, HV, V), final_state
+
+
+def _wu_warps(V: int) -> int:
+    """`_wu_kernel`'s warps: LAUNCH["wu_warps"], but 8 where V fits one 16-wide tile. Triton 3.6 on the H100 got
+    that kernel wrong at 4 warps there: o 0.9 off a float64 recurrence at K = 20 with V = 12 or 16, an illegal
+    memory access at K = 32 (V = 16, 12), while 2 or 8 warps, or V = 32 on tiles of 16, were right
+    (benchmarks/RESULTS.md, thirty-first session; the interpreter was right)."""
+    return LAUNCH["wu_warps"] if V > 16 else 8
 
 
 def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:
