@@ -79,7 +79,7 @@ def kernels(launch: dict):
     out.append(("state", chunk._state_kernel, sig,
                 dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
                      STORE_HS=False, OUT=fused, SPLIT=split, QG_RAW=qg_raw, L2NORM=True, EXP2=exp2,
-                     INTERPRET=False),
+                     STORE_VN=not fused, INTERPRET=False),
                 L["state_warps"], stages))
     if split:
         sig = {**ptr("bf16", "W", "U", "KG"), **ptr("fp32", "G", "R", "M", "h0"), "cu_seqlens": "*i64",

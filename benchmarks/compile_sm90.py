@@ -136,7 +136,7 @@ def chunked_mode(spills: bool) -> None:
         print(f"chunked split prep solve {acc} K={K} V={V} warps=4: ok", *extra)
         for cap in caps("prep_operands_maxnreg"):
             k = compile_kernel(backward_chunked._prep_operands_kernel, sigs["prep_operands"],
-                               dict(shared, **norm, BKT=min(BK, 64), BVT=min(BV, 64), INTERPRET=False),
+                               dict(shared, **norm, BKT=min(BK, 64), BVT=min(BV, 64), WITH_U=True, INTERPRET=False),
                                backward.LAUNCH["prep_operands_warps"] or 4, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split prep operands {acc} K={K} V={V} warps=4 maxnreg={cap}: ok", *extra)
@@ -147,11 +147,18 @@ def chunked_mode(spills: bool) -> None:
         for bv, warps, stages, cap in tiles:
             c = dict(shared, BV=min(bv, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
                      PREC_SRC="ieee" if acc == "fp64" else src_prec,
-                     PARALLEL=backward.LAUNCH["chunked_pass_parallel"], STORE_VN=True)
+                     PARALLEL=backward.LAUNCH["chunked_pass_parallel"], STORE_VN=True, FORWARD=True)
             k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, warps, stages, cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked pass {acc} K={K} V={V} BV={bv} warps={warps} stages={stages} maxnreg={cap}: ok",
                   f"shared memory {k.metadata.shared} B", *extra)
+        # the reverse recursion alone (the forward's states and V_new kept: LAUNCH["keep_states"])
+        c = dict(shared, BV=min(32, BV), USE_H0=True, USE_DHT=True, PREC=pass_prec,
+                 PREC_SRC="ieee" if acc == "fp64" else src_prec, PARALLEL=True, STORE_VN=True, FORWARD=False)
+        k = compile_kernel(backward_chunked._state_pass_kernel, sigs["chunked_pass"], c, 4, 1)
+        extra = ptxas_report(k) if spills and acc == "fp32" else []
+        print(f"chunked pass (reverse only) {acc} K={K} V={V} BV=32 warps=4 stages=1: ok",
+              f"shared memory {k.metadata.shared} B", *extra)
         split_prec = "ieee" if acc == "fp64" else backward.LAUNCH["split_precision"]
         # 3a per (chunk, value head): the GPU default (K-tiles of 32, V-tiles of 32, 4 warps; 32 wide),
         # others with --spills
@@ -189,7 +196,7 @@ def chunked_mode(spills: bool) -> None:
         if spills and K == 128 and acc == "fp32":  # the kernels with the norm factors read (qk_norm_factors on)
             on = dict(shared, NORM=True, INTERPRET=False)
             for name, kernel, c, warps, key in (
-                    ("prep_operands", backward_chunked._prep_operands_kernel, dict(on, BKT=64, BVT=64), 4,
+                    ("prep_operands", backward_chunked._prep_operands_kernel, dict(on, BKT=64, BVT=64, WITH_U=True), 4,
                      "prep_operands_maxnreg"),
                     ("local_vk", backward_chunked._local_vk_kernel, dict(on, BKT=32, BVT=32, PREC=split_prec), 4,
                      "split_vk_maxnreg"),

@@ -26,7 +26,7 @@ class _KDA(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, h0, A_log, dt_bias, opts, cu_seqlens, keep):
-        from kda_trace.kernels.backward import kda_forward_exact
+        from kda_trace.kernels.backward import LAUNCH, kda_forward_exact
         from kda_trace.kernels.chunk import kda_chunk
 
         kept = {}
@@ -36,19 +36,22 @@ class _KDA(torch.autograd.Function):
             o, ht = kda_forward_exact(q_n, k_n, v, g_n, beta_n, _core(opts), initial_state=h0, cu_seqlens=cu_seqlens)
         else:
             o, ht = kda_chunk(q, k, v, g, beta, opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
-                              cu_seqlens=cu_seqlens, saved=kept if keep else None)
-        ctx.save_for_backward(q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens, kept.get("P"), kept.get("Aqk"),
-                              kept.get("X"))
+                              cu_seqlens=cu_seqlens, saved=kept if keep else None,
+                              save_states=bool(LAUNCH["keep_states"]) and q.element_size() <= 2)
+        ctx.save_for_backward(q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens,
+                              *(kept.get(n) for n in ("P", "Aqk", "X", "states", "Vn")))
         ctx.opts = opts
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens, P, Aqk, X = ctx.saved_tensors
+        q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens, P, Aqk, X, states, Vn = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(v)
+        mats = None if P is None else {n: m for n, m in dict(P=P, Aqk=Aqk, X=X, states=states, Vn=Vn).items()
+                                       if m is not None}
         gr = kda_backward_raw(q, k, v, g, beta, do, dht, ctx.opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
-                              cu_seqlens=cu_seqlens, chunk_matrices=None if P is None else dict(P=P, Aqk=Aqk, X=X))
+                              cu_seqlens=cu_seqlens, chunk_matrices=mats)
         cast = lambda name, x: None if x is None or gr[name] is None else gr[name].to(x.dtype)  # noqa: E731
         return (cast("q", q), cast("k", k), cast("v", v), cast("g", g), cast("beta", beta),
                 cast("initial_state", h0), cast("A_log", A_log), cast("dt_bias", dt_bias), None, None, None)

@@ -213,6 +213,16 @@ LAUNCH["qk_norm_factors"] = True
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
 LAUNCH["chunked_pass_parallel"] = True
+# keep_states (off by default): for 2-byte inputs (whose backward pass has bf16 products, as the forward's)
+# kernels/autograd.py's forward keeps its fp32 state before every chunk and its bf16 V_new (`kda_chunk`'s
+# save_states, with the chunk matrices), and the backward's pass runs only its reverse recursion and computes no U
+# and no Vn of its own. Memory kept from the forward to the backward: 4 K V bytes per chunk and head and 2 V bytes per
+# token and head (96 heads x 8192 tokens, K = V = 128: 805 + 201 MB). H100 (thirty-first session): fwd+bwd 17.10 ->
+# 16.04 ms on K3 (96 heads x 8192, safe gate), 11.02 -> 10.29 at 32 heads x 16384, but the forward's bf16 V_new takes
+# dq's error against float64 from 1.84e-3 to 2.91e-3 at 32 x 1024 (fla 0.6.0: 2.92e-3) and ddt_bias's on the safe
+# gate from 4.11e-3 to 5.30e-3 (fla 5.35e-3): at fla's accuracy, not below it, hence not the default. The states kept
+# without V_new (the reverse programs computing Vn = U - W S from them) kept the accuracy but lost: 17.49 ms on K3.
+LAUNCH["keep_states"] = False
 # chunked_pass_bf16_copies (None: on): with the pass in bf16 the prep's operands kernel stores W and Kt in bf16, which
 # the pass's products round them to anyway (their only reader since the twenty-sixth session): the same gradients
 # (bit for bit under the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than
@@ -715,6 +725,9 @@ def kda_backward(
         chunk_matrices: the chunk matrices P, Aqk and X of the forward on these inputs, as kernels/chunk.py's
             `kda_chunk(..., saved=...)` keeps them (fp32 `[NT, HV, 64, 64]`): the chunked mode then skips
             computing them (about 15% of the backward at 32 heads x 16384 on the H100). None: computed here.
+            With "states" and "Vn" too (`kda_chunk(..., save_states=True)`: the forward's fp32 chunk-start states
+            `[NT, HV, K, V]` and bf16 V_new `[B * T, HV, V]`) the chunked mode runs only the reverse recursion
+            and computes no U and no Vn of its own.
         gate_bound: a lower bound that every element of g is known to keep (the safe gate's lower_bound, which it
             keeps by construction), or None. Not checked: a wrong bound gives wrong gradients where
             LAUNCH["sums_one_anchor"] uses it.
@@ -728,7 +741,7 @@ def kda_backward(
     """
     xs, sizes, tables, acc, h0 = _prepare(q, k, v, g, beta, opts, initial_state, cu_seqlens)
     B, T, H, HV, K, V, N = sizes
-    given = _check_chunk_matrices(chunk_matrices, (tables[3], HV, CT, CT), acc, q.device)
+    given = _check_chunk_matrices(chunk_matrices, sizes, tables[3], acc, q.device)
     dht = _dht_kv(dht, opts, N, HV, K, V)
     do = do.reshape(B * T, HV, V)
     dtypes = (q.dtype, k.dtype, v.dtype, beta.dtype)
@@ -781,16 +794,22 @@ def _reads_norms(given) -> bool:
     return given is not None and _mode(triton_interpreted()) == "chunked" and LAUNCH["chunked_local"] == "split" and _anchors(LAUNCH)
 
 
-def _check_chunk_matrices(given, shape, acc, device):
-    """kda_backward's chunk_matrices, checked: P, Aqk and X of `shape` in acc on the device (or None)."""
+def _check_chunk_matrices(given, sizes, n_chunks, acc, device):
+    """kda_backward's chunk_matrices, checked (or None): P, Aqk and X [NT, HV, CT, CT] in acc on the device, and
+    optionally both "states" [NT, HV, K, V] in acc and "Vn" [B * T, HV, V] (bf16 or acc)."""
     if given is None:
         return None
-    for name in ("P", "Aqk", "X"):
+    B, T, H, HV, K, V, N = sizes
+    want = {n: ((n_chunks, HV, CT, CT), (acc,)) for n in ("P", "Aqk", "X")}
+    if "states" in given or "Vn" in given:
+        want.update(states=((n_chunks, HV, K, V), (acc,)), Vn=((B * T, HV, V), (torch.bfloat16, acc)))
+    for name, (shape, dtypes) in want.items():
         m = given.get(name)
-        if m is None or tuple(m.shape) != shape or m.dtype != acc or m.device != device:
+        if m is None or tuple(m.shape) != shape or m.dtype not in dtypes or m.device != device:
             got = None if m is None else f"{list(m.shape)} {m.dtype} on {m.device}"
-            raise ValueError(f"chunk_matrices[{name!r}] must be {list(shape)} {acc} on {device}, got {got}")
-    return {name: given[name].contiguous() for name in ("P", "Aqk", "X")}
+            raise ValueError(f"chunk_matrices[{name!r}] must be {list(shape)} {' or '.join(map(str, dtypes))} on "
+                             f"{device}, got {got}")
+    return {name: given[name].contiguous() for name in want}
 
 
 def _heads(x, heads):

@@ -128,11 +128,13 @@ def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk,
 
 
 @triton.jit
-def _values_tile(b_X, b_Aqk, b_b, v, do, U, dO2, off_v, m_tv, PREC: tl.constexpr):
-    """One V-tile of the prep's operands: U = X diag(beta) v and dO2 = A_qk^T dO (b_Aqk: A_qk with its scale)."""
-    ACC: tl.constexpr = U.dtype.element_ty
-    b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
-    tl.store(U + off_v, _xdot(b_X, b_v * b_b[:, None], PREC), mask=m_tv)
+def _values_tile(b_X, b_Aqk, b_b, v, do, U, dO2, off_v, m_tv, PREC: tl.constexpr, WITH_U: tl.constexpr):
+    """One V-tile of the prep's operands: U = X diag(beta) v (WITH_U) and dO2 = A_qk^T dO (b_Aqk: A_qk with its
+    scale)."""
+    ACC: tl.constexpr = dO2.dtype.element_ty
+    if WITH_U:
+        b_v = tl.load(v + off_v, mask=m_tv, other=0.0).to(ACC)
+        tl.store(U + off_v, _xdot(b_X, b_v * b_b[:, None], PREC), mask=m_tv)
     b_do = tl.load(do + off_v, mask=m_tv, other=0.0).to(ACC)
     tl.store(dO2 + off_v, _xdot(tl.trans(b_Aqk), b_do, PREC), mask=m_tv)
 
@@ -203,12 +205,13 @@ def _prep_solve_kernel(Pb, beta, Xb, cu_seqlens, chunk_indices, HV: tl.constexpr
 def _prep_operands_kernel(
     q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, rq, rk, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
-    CT: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
+    CT: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, WITH_U: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Per (chunk, value head) and tile: for each of the NKT K-tiles of BKT columns, W = X diag(beta) k e(G),
     Kt = k e(Gl - G) and Qt = scale q e(G) (G and Gl - G as sums of the gates, exp arguments <= 0; W and Kt in
     their buffers' dtype, `_decayed_k_tile`) and the chunk's decay gamma = e(G_last); for each of the
-    V-tiles of BVT columns after them, U = X diag(beta) v and dO2 = A_qk^T dO. NORM: q and k as given times
+    V-tiles of BVT columns after them, U = X diag(beta) v (WITH_U: not with the forward's states) and dO2 = A_qk^T
+    dO. NORM: q and k as given times
     their rows' L2-norm factors rq, rk ([T, H])."""
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     NVT: tl.constexpr = (V + BVT - 1) // BVT
@@ -242,7 +245,8 @@ def _prep_operands_kernel(
         o_v = (i_tile - NKT) * BVT + tl.arange(0, BVT)
         m_tv = m_t[:, None] & (o_v < V)[None, :]
         off_v = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V) + o_v[None, :]
-        _values_tile(tl.load(Xb + off_t), tl.load(Aqk + off_t) * scale, b_b, v, do, U, dO2, off_v, m_tv, PREC)
+        _values_tile(tl.load(Xb + off_t), tl.load(Aqk + off_t) * scale, b_b, v, do, U, dO2, off_v, m_tv, PREC,
+                     WITH_U)
 
 
 @triton.jit
@@ -326,7 +330,7 @@ def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
-    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr,
+    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr, FORWARD: tl.constexpr,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
@@ -338,7 +342,8 @@ def _state_pass_kernel(
     Qt^T dO (off the recursion's chain of dependent products, and the one whose bf16 rounding reaches dh0:
     benchmarks/pass_rounding_estimate.py). With STORE_VN (for the split local kernels) the forward recursion also
     writes each chunk's Vn in U's place and the reverse one dVn in dO2's (each program reads a chunk's tile before
-    it writes it, and no other program reads it)."""
+    it writes it, and no other program reads it). Without FORWARD (the forward's states and Vn given) only the
+    reverse recursion runs."""
     NV: tl.constexpr = (V + BV - 1) // BV
     BKT: tl.constexpr = 64 if BK > 64 else BK
     NKT: tl.constexpr = BK // BKT
@@ -348,7 +353,10 @@ def _state_pass_kernel(
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
     n_tok = tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
-    if PARALLEL:
+    if not FORWARD:
+        _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
+                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
+    elif PARALLEL:
         if tl.program_id(2) == 0:
             _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                           USE_H0, PREC, STORE_VN)
@@ -381,6 +389,24 @@ def _pass_layout(i_v, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BV: t
 
 
 @triton.jit
+def _new_values(s0, s1, s2, s3, W, U, r0, i_hv, o_t, m_t, m_v, off_tv, HV: tl.constexpr, K: tl.constexpr,
+                V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr, PREC: tl.constexpr, STORE: tl.constexpr):
+    """A chunk's Vn = U - W S from its start state's K-tiles (into U's place with STORE)."""
+    off_u = (r0 * HV + i_hv) * V + off_tv
+    m_tv = m_t[:, None] & m_v[None, :]
+    b_vn = tl.load(U + off_u, mask=m_tv, other=0.0)
+    b_vn -= _xdot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, PREC)
+    if NKT > 1:
+        b_vn -= _xdot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, PREC)
+    if NKT > 2:
+        b_vn -= _xdot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, PREC)
+        b_vn -= _xdot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, PREC)
+    if STORE:
+        tl.store(U + off_u, b_vn, mask=m_tv)
+    return b_vn
+
+
+@triton.jit
 def _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, c0, i_hv, o_t, m_v, off_tv, off_s,
               m0, m1, m2, m3, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr,
               NKT: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, STORE_VN: tl.constexpr):
@@ -393,17 +419,7 @@ def _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, 
     # chunk's end state is not needed). (Triton 3.6 fails to compile the float64 kernel, in its TritonGPUPrefetch
     # pass, where the products of Vn are outside a condition on c.)
     if c < n_chunks - 1 + STORE_VN:
-        off_u = (r0 * HV + i_hv) * V + off_tv
-        m_tv = m_t[:, None] & m_v[None, :]
-        b_vn = tl.load(U + off_u, mask=m_tv, other=0.0)
-        b_vn -= _xdot(_rows(W, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), s0, PREC)
-        if NKT > 1:
-            b_vn -= _xdot(_rows(W, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), s1, PREC)
-        if NKT > 2:
-            b_vn -= _xdot(_rows(W, r0, i_hv, 2 * BKT, m_t, o_t, BKT, HV, K, False), s2, PREC)
-            b_vn -= _xdot(_rows(W, r0, i_hv, 3 * BKT, m_t, o_t, BKT, HV, K, False), s3, PREC)
-        if STORE_VN:
-            tl.store(U + off_u, b_vn, mask=m_tv)
+        b_vn = _new_values(s0, s1, s2, s3, W, U, r0, i_hv, o_t, m_t, m_v, off_tv, HV, K, V, BKT, NKT, PREC, STORE_VN)
         if c < n_chunks - 1:
             s0 = _fwd_tile(s0, W, Kt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_vn, BKT, HV, K, PREC)
             if NKT > 1:
@@ -536,7 +552,7 @@ def _local_vk_kernel(
         b_db += tl.sum(b_v * b_yv, axis=1)
         b_xdx += _xdot(b_yv, tl.trans(b_v * b_b[:, None]), PREC)
         b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
-        b_dAqk += _xdot(b_do, tl.trans(tl.load(Vn + off_tv, mask=m_tv, other=0.0)), PREC)
+        b_dAqk += _xdot(b_do, tl.trans(tl.load(Vn + off_tv, mask=m_tv, other=0.0).to(ACC)), PREC)
     diag = o_t[None, :] == o_t[:, None]
     tl.store(d1 + (r0 + o_t) * HV + i_hv, tl.sum(tl.where(diag, b_dAqk, 0.0), axis=1) * scale, mask=m_t)
     tl.store(M1 + off_m, tl.where(strict, b_dAqk * scale, 0.0))
@@ -560,7 +576,7 @@ def _local_vk_kernel(
             b_d = tl.load(p_d + off_kv, mask=m_kv, other=0.0)
             b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
             b_dqt += _xdot(b_do, tl.trans(b_s), PREC)
-            b_dkt += _xdot(tl.load(Vn + off_tv, mask=m_tv, other=0.0), tl.trans(b_d), PREC)
+            b_dkt += _xdot(tl.load(Vn + off_tv, mask=m_tv, other=0.0).to(ACC), tl.trans(b_d), PREC)
             b_dw -= _xdot(tl.load(dVn + off_tv, mask=m_tv, other=0.0), tl.trans(b_s), PREC)
             b_dgam += tl.sum(b_s * b_d, axis=1)
         off_tk = row_k + o_k[None, :]
@@ -714,7 +730,9 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     kernel's buffers by name (W, U, Qt, Kt, gamma, dO2, and X, P for_split, the split local kernels, for whom the
     pass also writes Vn and dVn in U's and dO2's places). xs: the packed q, k, v, g, beta;
     do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH; given: the forward's P, Aqk
-    and X (`_prep`), or None to compute them; norms: q's and k's L2-norm factors [T, H] (q, k in xs as given), or
+    and X (`_prep`), or None to compute them, and with them optionally the forward's states and Vn ("states",
+    "Vn": then the pass runs only its reverse recursion, and Vn is handed on in pre["U"]); norms: q's and k's
+    L2-norm factors [T, H] (q, k in xs as given), or
     None (`_prep`)."""
     from kda_trace.platform import triton_interpreted
 
@@ -736,7 +754,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     wdt = torch.bfloat16 if pass_prec == "bf16" and acc == torch.float32 and (copies is None or copies) else acc
     pre = {n: torch.empty(TT, HV, K, dtype=wdt, device=dev) for n in ("W", "Kt")}
     pre["Qt"] = torch.empty(TT, HV, K, dtype=acc, device=dev)
-    pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in ("U", "dO2")})
+    kept = given is not None and "states" in given  # the forward's states and Vn: no forward recursion, no U
+    pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in (("dO2",) if kept else ("U", "dO2"))})
     pre["gamma"] = torch.empty(NT, HV, K, dtype=acc, device=dev)
     if given is None:
         pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
@@ -752,7 +771,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     if not for_split:
         del pre["X"], pre["P"]
 
-    states = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
+    states = given["states"] if kept else torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dstates = torch.empty(NT, HV, K, V, dtype=acc, device=dev)
     dh0 = torch.empty(N, HV, K, V, dtype=acc, device=dev)
     # The pass is sequential over chunks. V-tiles of 32 (16 made more programs but took longer: 4.2 against 3.4 ms
@@ -773,13 +792,15 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     prec, prec_src = _precision(acc, pass_prec, interp), _precision(acc, src_prec, interp)
 
     _launch_within_shared_memory(
-        _state_pass_kernel, (N * triton.cdiv(V, BVp), HV, 2 if parallel else 1),
-        (pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
+        _state_pass_kernel, (N * triton.cdiv(V, BVp), HV, 2 if parallel and not kept else 1),
+        (pre["W"], pre.get("U", z), pre["Qt"], pre["Kt"], pre["gamma"], pre["dO2"], do, states, dstates,
          h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets),
         dict(HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
-             PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split,
+             PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split, FORWARD=not kept,
              num_warps=launch["chunked_pass_warps"] or 4, **register_cap(launch["chunked_pass_maxnreg"])),
         stages, retry=not launch["chunked_pass_stages"])
+    if kept:
+        pre["U"] = given["Vn"]  # where 3a reads Vn (the pass's own, with its forward recursion)
     return states, dstates, dh0, pre
 
 
@@ -864,9 +885,9 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
     BKT = min(BK, 64)
     BVT = launch["prep_bv"] or min(BV, 64)
     _prep_operands_kernel[(NT * HV * (triton.cdiv(K, BKT) + triton.cdiv(V, BVT)),)](
-        q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"], pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"],
+        q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre.get("U", pre["dO2"]), pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"],
         *_norm_args(norms, pre["gamma"]), cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
-        BKT=BKT, BVT=BVT, CT=CT, NORM=norms is not None, PREC=prec, INTERPRET=interp,
+        BKT=BKT, BVT=BVT, CT=CT, NORM=norms is not None, PREC=prec, WITH_U="U" in pre, INTERPRET=interp,
         num_warps=launch["prep_operands_warps"] or 4,
         **register_cap(launch["prep_operands_maxnreg"], default_cap("prep_operands_maxnreg", acc)))
 
@@ -911,25 +932,25 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     # inputs and 32 x 32 tiles), else one (48 KiB)
     _launch_within_shared_memory(_local_vk_kernel, (NT, HV), vk_args, vk_consts, launch["split_vk_stages"])
     del vk_args
-    BKT = launch["split_k_bk"] or (min(BK, 64) if interp else 16)
-    n_work = NT * HV * triton.cdiv(K, BKT)
-    R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
     BKS = launch["sums_bk"] or min(BK, 32)
     if BKS > 32:
         raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
     n_work_s = NT * HV * triton.cdiv(K, BKS)
     n_prog_s = n_programs(n_work_s, dev, interp)
     scratch = e(n_prog_s, CT * BKS)
-    for bi in range(CT // 16):
-        _local_sums_kernel[(n_prog_s,)](
-            q, k, g, M1, M2, *R, scratch, rq, rk, cu, chunk_indices, n_work_s,
-            H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
-            DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
-            num_warps=launch["sums_warps"] or 4,
-            **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
-    del scratch, M1, M2
+    sums_consts = dict(H=H, HV=HV, K=K, BKS=BKS, CT=CT, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
+                       DPREC=_precision(acc, launch["sums_diag_precision"], interp),
+                       ONE_ANCHOR=one_anchor(launch, gate_bound), num_warps=launch["sums_warps"] or 4,
+                       **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
     # with norms, dq and dk are for the normalised q and k, whose chain rule (kernels/option_grads.py) wants them
     # unrounded
+    BKT = launch["split_k_bk"] or (min(BK, 64) if interp else 16)
+    n_work = NT * HV * triton.cdiv(K, BKT)
+    R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
+    for bi in range(CT // 16):
+        _local_sums_kernel[(n_prog_s,)](q, k, g, M1, M2, *R, scratch, rq, rk, cu, chunk_indices, n_work_s, BI=bi,
+                                        **sums_consts)
+    del scratch, M1, M2
     dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H and norms is None else acc, device=dev)
               for x in (q, k))
     dg = e(TT, HV, K)

@@ -703,11 +703,12 @@ def _state_kernel(
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
     OUT: tl.constexpr, SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    STORE_VN: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """The state pass of one (sequence, value head, V-tile). Without OUT it stores the bf16 state at every chunk
     start (h) and V_new for `_output_kernel`; with OUT (launch setting out_in_state) it computes the chunk's
-    output itself, O = (q exp(G)) S + A_qk V_new, while S and V_new are in registers, and stores neither.
+    output itself, O = (q exp(G)) S + A_qk V_new, while S and V_new are in registers, and stores neither (V_new
+    still with STORE_VN, for the backward: `kda_chunk`'s save_states).
     With SPLIT (launch setting state_split) a program runs one segment of a sequence instead, from the start
     state that `_segment_scan_kernel` left in S0, and only a sequence's last segment stores its final state."""
     # grid (sequences or segments x V-tiles, value heads): only axis 0 may exceed 65535
@@ -783,7 +784,7 @@ def _state_kernel(
             if o.dtype.element_ty == tl.bfloat16:
                 acc = _bf16(acc, INTERPRET)
             tl.store(p_o + off_tv, acc.to(o.dtype.element_ty), mask=m_rv)
-        else:
+        if STORE_VN:
             tl.store(p_vn + off_tv, b_vn, mask=m_rv)
         b_s = _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_rk, HV, K, EXP2, INTERPRET)
 
@@ -1085,6 +1086,7 @@ def kda_chunk(
     cu_seqlens: torch.Tensor | None = None,
     output_chunk_states: bool = False,
     saved: dict | None = None,
+    save_states: bool = False,
 ) -> tuple[torch.Tensor, ...]:
     r"""Chunked KDA forward (prefill / extend), dense or packed variable-length.
 
@@ -1109,6 +1111,10 @@ def kda_chunk(
             keeps them for kernels/backward.py's chunked mode), fp32 `[NT, HV, 64, 64]` each, zero past each
             chunk's rows and above the diagonal: "P" (A_kk without beta, strictly lower), "Aqk" (A_qk without
             the scale) and "X" ((I + A_kk)^-1), on the q/k the kernel saw (L2-normalised with the option).
+        save_states: with saved and the "kv" state layout, also "states" (the fp32 state before every chunk,
+            `[NT, HV, K, V]`, as output_chunk_states returns them) and "Vn" (every token's V_new = U - W S as the
+            state pass computed it, bf16 `[B * T, HV, V]`): the backward's chunked mode then runs only its reverse
+            recursion. Ignored with the "vk" layout (the backward recomputes them).
 
     Returns:
         o: `[B, T, HV, V]` in v's dtype.
@@ -1209,10 +1215,14 @@ def kda_chunk(
     BV, stages, out_in_state = _state_launch(n_chains * HV, BK, V)
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
     # with out_in_state the state pass writes o itself: no chunk-start states or V_new in memory
+    save_states = keep and save_states and not vk
     h = G if out_in_state else torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
-    v_new = G if out_in_state else torch.empty(TT, HV, V, dtype=bf16, device=dev)
+    v_new = G if out_in_state and not save_states else torch.empty(TT, HV, V, dtype=bf16, device=dev)
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
-    chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if output_chunk_states else None
+    with_states = output_chunk_states or save_states
+    chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if with_states else None
+    if save_states:
+        saved.update(states=chunk_states, Vn=v_new)
     h0_arg = initial_state if initial_state is not None else G
     S0 = G
     if split:
@@ -1239,7 +1249,7 @@ def kda_chunk(
         chunk_offsets, seg_info, S0, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
         STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, QG_RAW=qg_raw,
-        L2NORM=opts.use_qk_l2norm, EXP2=exp2, INTERPRET=interp,
+        L2NORM=opts.use_qk_l2norm, EXP2=exp2, STORE_VN=not out_in_state or save_states, INTERPRET=interp,
         num_warps=LAUNCH["state_warps"], num_stages=stages, **register_cap(LAUNCH["state_maxnreg"]),
     )
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 class LaunchSpy:
     """Wraps a JITFunction (`monkeypatch.setattr(module, "name", LaunchSpy(module.name))`): `spy[grid](*args,
-    **kwargs)` appends the positional arguments to `calls` and the keyword ones to `options`, then launches the
-    real kernel."""
+    **kwargs)` appends the grid to `grids`, the positional arguments to `calls` and the keyword ones to `options`,
+    then launches the real kernel."""
 
     def __init__(self, fn):
         self.fn = fn
+        self.grids: list = []
         self.calls: list[tuple] = []
         self.options: list[dict] = []
 
@@ -17,6 +18,7 @@ class LaunchSpy:
         launch = self.fn[grid]
 
         def run(*args, **kwargs):
+            self.grids.append(grid)
             self.calls.append(args)
             self.options.append(kwargs)
             return launch(*args, **kwargs)

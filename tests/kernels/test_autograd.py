@@ -165,6 +165,59 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
         assert rms_rel(grouped[n], kept[n]) < 1e-6, (n, rms_rel(grouped[n], kept[n]))
 
 
+def test_kept_states_give_the_gradients(monkeypatch):
+    """LAUNCH["keep_states"]: with bf16 inputs the forward keeps its chunk-start states (fp32) and V_new (bf16),
+    and the backward's pass runs only its reverse recursion (one program per (sequence, V-tile, head)) and
+    computes no U: every leaf's gradient at the bf16 bar against float64 autograd through the plain recurrence, close to the
+    recomputing backward's (their difference is the forward's bf16 roundings), and the same again by groups of
+    heads (the kept tensors split by value heads). Safe gate, L2 norm, beta logits, packed [5, 145] tokens, GVA
+    2 -> 4, odd K and V."""
+    from kda_trace.kernels import backward, backward_chunked
+
+    monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
+    B, T, H, HV, K, V = 1, 150, 2, 4, 20, 12
+    x = leaves(B, T, H, HV, K, V, 2, seed=45, dtype=torch.float32, raw=True)
+    x = {n: (t.detach().bfloat16() if n in ("q", "k", "v") else t.detach()).requires_grad_() for n, t in x.items()}
+    cu = torch.tensor([0, 5, 150], device=DEVICE)
+    gen = torch.Generator().manual_seed(46)
+    do = (torch.randn(B, T, HV, V, generator=gen, dtype=f64) * 0.1).to(DEVICE)
+    dht = (torch.randn(2, HV, K, V, generator=gen, dtype=f64) * 0.1).to(DEVICE)
+    passes = LaunchSpy(backward_chunked._state_pass_kernel)
+    operands = LaunchSpy(backward_chunked._prep_operands_kernel)
+    monkeypatch.setattr(backward_chunked, "_state_pass_kernel", passes)
+    monkeypatch.setattr(backward_chunked, "_prep_operands_kernel", operands)
+
+    def grads():
+        for t in x.values():
+            t.grad = None
+        o, ht = kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu,
+                             use_qk_l2norm=True, gate="safe", A_log=x["A_log"], dt_bias=x["dt_bias"],
+                             lower_bound=-4.0, beta_kind="logits")
+        torch.autograd.backward((o, ht), (do.to(o.dtype), dht.float()))
+        return {n: t.grad.clone() for n, t in x.items()}
+
+    base = grads()
+    assert passes.options[-1]["FORWARD"] and operands.options[-1]["WITH_U"]
+    assert not backward.LAUNCH["keep_states"]  # off by default (RESULTS.md, thirty-first session)
+    monkeypatch.setitem(backward.LAUNCH, "keep_states", True)
+    kept = grads()
+    assert not passes.options[-1]["FORWARD"] and not operands.options[-1]["WITH_U"]
+    assert passes.grids[-1][2] == 1  # the reverse recursion's programs only
+
+    ref = {n: t.detach().cpu().to(f64).requires_grad_() for n, t in x.items()}
+    g = ref_gate(ref["g"], ref["A_log"], ref["dt_bias"], "safe", -4.0)
+    o_ref, h_ref = ref_kda(ref["q"], ref["k"], ref["v"], g, ref_beta(ref["beta"], "logits"), K ** -0.5,
+                           ref["h0"], cu_seqlens=cu.cpu(), l2norm=True)
+    ((o_ref * do.cpu()).sum() + (h_ref * dht.cpu()).sum()).backward()
+    for n in x:
+        assert rms_rel(kept[n], ref[n].grad) < 2e-2, (n, rms_rel(kept[n], ref[n].grad))
+        assert rms_rel(kept[n], base[n]) < 1e-2, (n, rms_rel(kept[n], base[n]))
+    monkeypatch.setitem(backward.LAUNCH, "workspace_bytes", 1)
+    grouped = grads()
+    for n in x:
+        assert rms_rel(grouped[n], kept[n]) < 1e-3, (n, rms_rel(grouped[n], kept[n]))
+
+
 @pytest.mark.parametrize("gate,bf16", [("safe", False), ("unbounded", True)])
 def test_qk_norm_factors_give_the_same_gradients(gate, bf16, monkeypatch):
     """LAUNCH["qk_norm_factors"]: the chunked backward reads q and k as given with their rows' L2-norm factors

@@ -268,15 +268,15 @@ def test_state_split_into_segments(monkeypatch):
     x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
     x["g"] = x["g"] * 0.1
     opts = KDAOptions(output_final_state=True, state_layout="vk")
-    args = [x[n] for n in ("q", "k", "v", "g", "beta")]
-    h0 = x["h0"].transpose(-1, -2).contiguous()
+    args = [x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")]
+    h0 = x["h0"].transpose(-1, -2).contiguous().to(DEVICE)
     o_ref, h_ref = ref_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], opts.resolved_scale(48), x["h0"], cu, False)
     h_ref = h_ref.transpose(-1, -2)
 
     def run(split, out_in_state):
         monkeypatch.setitem(chunk.LAUNCH, "state_split", split)
         monkeypatch.setitem(chunk.LAUNCH, "out_in_state", out_in_state)
-        return kda_chunk(*args, opts, initial_state=h0, cu_seqlens=cu, output_chunk_states=True)
+        return kda_chunk(*args, opts, initial_state=h0, cu_seqlens=cu.to(DEVICE), output_chunk_states=True)
 
     o0, ht0, states0 = run(0, False)
     for split, out_in_state in ((3, False), (1, True)):
