@@ -211,8 +211,7 @@ def _prep_operands_kernel(
     Kt = k e(Gl - G) and Qt = scale q e(G) (G and Gl - G as sums of the gates, exp arguments <= 0; W and Kt in
     their buffers' dtype, `_decayed_k_tile`) and the chunk's decay gamma = e(G_last); for each of the
     V-tiles of BVT columns after them, U = X diag(beta) v (WITH_U: not with the forward's states) and dO2 = A_qk^T
-    dO. NORM: q and k as given times
-    their rows' L2-norm factors rq, rk ([T, H])."""
+    dO. NORM: q and k as given times their rows' L2-norm factors rq, rk ([T, H])."""
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     NVT: tl.constexpr = (V + BVT - 1) // BVT
     ACC: tl.constexpr = Qt.dtype.element_ty
@@ -732,8 +731,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH; given: the forward's P, Aqk
     and X (`_prep`), or None to compute them, and with them optionally the forward's states and Vn ("states",
     "Vn": then the pass runs only its reverse recursion, and Vn is handed on in pre["U"]); norms: q's and k's
-    L2-norm factors [T, H] (q, k in xs as given), or
-    None (`_prep`)."""
+    L2-norm factors [T, H] (q, k in xs as given), or None (`_prep`)."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -932,25 +930,25 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     # inputs and 32 x 32 tiles), else one (48 KiB)
     _launch_within_shared_memory(_local_vk_kernel, (NT, HV), vk_args, vk_consts, launch["split_vk_stages"])
     del vk_args
+    BKT = launch["split_k_bk"] or (min(BK, 64) if interp else 16)
+    n_work = NT * HV * triton.cdiv(K, BKT)
+    R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
     BKS = launch["sums_bk"] or min(BK, 32)
     if BKS > 32:
         raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
     n_work_s = NT * HV * triton.cdiv(K, BKS)
     n_prog_s = n_programs(n_work_s, dev, interp)
     scratch = e(n_prog_s, CT * BKS)
-    sums_consts = dict(H=H, HV=HV, K=K, BKS=BKS, CT=CT, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
-                       DPREC=_precision(acc, launch["sums_diag_precision"], interp),
-                       ONE_ANCHOR=one_anchor(launch, gate_bound), num_warps=launch["sums_warps"] or 4,
-                       **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
+    for bi in range(CT // 16):
+        _local_sums_kernel[(n_prog_s,)](
+            q, k, g, M1, M2, *R, scratch, rq, rk, cu, chunk_indices, n_work_s,
+            H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
+            DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
+            num_warps=launch["sums_warps"] or 4,
+            **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
+    del scratch, M1, M2
     # with norms, dq and dk are for the normalised q and k, whose chain rule (kernels/option_grads.py) wants them
     # unrounded
-    BKT = launch["split_k_bk"] or (min(BK, 64) if interp else 16)
-    n_work = NT * HV * triton.cdiv(K, BKT)
-    R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]
-    for bi in range(CT // 16):
-        _local_sums_kernel[(n_prog_s,)](q, k, g, M1, M2, *R, scratch, rq, rk, cu, chunk_indices, n_work_s, BI=bi,
-                                        **sums_consts)
-    del scratch, M1, M2
     dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H and norms is None else acc, device=dev)
               for x in (q, k))
     dg = e(TT, HV, K)

@@ -168,10 +168,11 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
 def test_kept_states_give_the_gradients(monkeypatch):
     """LAUNCH["keep_states"]: with bf16 inputs the forward keeps its chunk-start states (fp32) and V_new (bf16),
     and the backward's pass runs only its reverse recursion (one program per (sequence, V-tile, head)) and
-    computes no U: every leaf's gradient at the bf16 bar against float64 autograd through the plain recurrence, close to the
-    recomputing backward's (their difference is the forward's bf16 roundings), and the same again by groups of
-    heads (the kept tensors split by value heads). Safe gate, L2 norm, beta logits, packed [5, 145] tokens, GVA
-    2 -> 4, odd K and V."""
+    computes no U: every leaf's gradient at the bf16 bar against float64 autograd through the plain recurrence,
+    close to the recomputing backward's (their difference is the forward's bf16 roundings), and the same again by
+    groups of heads (the kept tensors split by value heads). Safe gate, L2 norm, beta logits, packed [5, 145]
+    tokens, GVA 2 -> 4, odd K and V = 12 (on the H100 this test found the forward wrong at V <= 16: kernels/chunk.py
+    `_wu_warps`)."""
     from kda_trace.kernels import backward, backward_chunked
 
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
