@@ -98,6 +98,22 @@ def test_varlen_gva_odd_dims_every_in_kernel_option(l2_where):
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
+def test_wu_kernel_on_8_warps_where_v_fits_one_16_wide_tile(monkeypatch):
+    """`_wu_kernel` runs on 8 warps where V <= 16 (kernels/chunk.py `_wu_warps`: at 4 warps Triton 3.6 miscompiled
+    it on the H100 there, o 0.91 off float64 at K = 20, V = 12; the interpreter cannot show it) and on
+    LAUNCH["wu_warps"] elsewhere; o against float64 at V = 12 and 17 (the launch's warps are this test's subject)."""
+    from kda_trace.kernels import chunk
+    from launch_spy import LaunchSpy
+
+    spy = LaunchSpy(chunk._wu_kernel)
+    monkeypatch.setattr(chunk, "_wu_kernel", spy)
+    for V in (12, 17):
+        x = make(1, 70, 1, 2, 20, V, seed=33)
+        o, _, o_ref, _ = run_case(x, KDAOptions())
+        assert rms_rel(o, o_ref) <= BUDGET
+    assert [opt["num_warps"] for opt in spy.options] == [8, chunk.LAUNCH["wu_warps"]]
+
+
 def test_safe_gate_logits_x2_no_final_state(l2_where):
     """Lower-bound gate computed in the kernel, beta = 2 sigmoid(b), K != V, final state not asked for."""
     cu = torch.tensor([0, 70, 100])
