@@ -791,7 +791,8 @@ def _reads_norms(given) -> bool:
     from kda_trace.kernels.backward_chunked import _anchors
     from kda_trace.platform import triton_interpreted
 
-    return given is not None and _mode(triton_interpreted()) == "chunked" and LAUNCH["chunked_local"] == "split" and _anchors(LAUNCH)
+    return (given is not None and _mode(triton_interpreted()) == "chunked" and LAUNCH["chunked_local"] == "split"
+            and _anchors(LAUNCH))
 
 
 def _check_chunk_matrices(given, sizes, n_chunks, acc, device):

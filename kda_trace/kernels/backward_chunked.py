@@ -882,10 +882,11 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
                                      SOLVE_PREC=solve_prec, num_warps=launch["prep_solve_warps"] or 4)
     BKT = min(BK, 64)
     BVT = launch["prep_bv"] or min(BV, 64)
+    with_u = "U" in pre  # no U where the forward's states and Vn are given (dO2 stands in, never written)
     _prep_operands_kernel[(NT * HV * (triton.cdiv(K, BKT) + triton.cdiv(V, BVT)),)](
-        q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre.get("U", pre["dO2"]), pre["Qt"], pre["Kt"], pre["dO2"], pre["gamma"],
-        *_norm_args(norms, pre["gamma"]), cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
-        BKT=BKT, BVT=BVT, CT=CT, NORM=norms is not None, PREC=prec, WITH_U="U" in pre, INTERPRET=interp,
+        q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"] if with_u else pre["dO2"], pre["Qt"], pre["Kt"],
+        pre["dO2"], pre["gamma"], *_norm_args(norms, pre["gamma"]), cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
+        BKT=BKT, BVT=BVT, CT=CT, NORM=norms is not None, PREC=prec, WITH_U=with_u, INTERPRET=interp,
         num_warps=launch["prep_operands_warps"] or 4,
         **register_cap(launch["prep_operands_maxnreg"], default_cap("prep_operands_maxnreg", acc)))
 
