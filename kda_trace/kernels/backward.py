@@ -223,6 +223,10 @@ LAUNCH["chunked_pass_parallel"] = True
 # gate from 4.11e-3 to 5.30e-3 (fla 5.35e-3): at fla's accuracy, not below it, hence not the default. The states kept
 # without V_new (the reverse programs computing Vn = U - W S from them) kept the accuracy but lost: 17.49 ms on K3.
 LAUNCH["keep_states"] = False
+# sums_one_launch: 3b's sums kernel as one launch over every (item, 16-row block), an item's four blocks as
+# neighbouring work (they read the same gates, q and k: from L2 the second time), instead of one launch per block.
+# To be timed (thirty-second session).
+LAUNCH["sums_one_launch"] = False
 # chunked_pass_bf16_copies (None: on): with the pass in bf16 the prep's operands kernel stores W and Kt in bf16, which
 # the pass's products round them to anyway (their only reader since the twenty-sixth session): the same gradients
 # (bit for bit under the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than

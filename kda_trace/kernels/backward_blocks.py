@@ -96,39 +96,44 @@ def dot_precision(prec: str, interpreted: bool) -> str:
 
 
 @triton.jit
-def _within(p_g, bi, o_k, BK: tl.constexpr):
-    """[MB, BK]: sum_{a < t <= i} g_t for the rows i of block bi, a its first row (G_i - G_a)."""
+def _within(p_g, SG: tl.constexpr, n, bi, o_k, m_k):
+    """[MB, BK]: sum_{a < t <= i} g_t for the rows i of block bi, a its first row (G_i - G_a). The gates: rows of
+    stride SG at p_g, read as zero from row n on and outside m_k's columns (in every helper here)."""
     MB: tl.constexpr = 16
+    rows = bi * MB + tl.arange(0, MB)
     o_b = tl.arange(0, MB)
-    b_g = tl.load(p_g + (bi * MB + o_b)[:, None] * BK + o_k[None, :])
+    b_g = tl.load(p_g + rows[:, None] * SG + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :], other=0.0)
     return tl.cumsum(tl.where(o_b[:, None] == 0, 0.0, b_g), axis=0)
 
 
 @triton.jit
-def _to_anchor(p_g, bj, bi, o_k, BK: tl.constexpr):
+def _to_anchor(p_g, SG: tl.constexpr, n, bj, bi, o_k, m_k):
     """[MB, BK]: sum_{j < t <= a} g_t for the rows j of block bj < bi, a the first row of block bi
     (G_a - G_j): the rest of block bj after j, the blocks between, and g_a."""
     MB: tl.constexpr = 16
     o_b = tl.arange(0, MB)
     rows = bj * MB + o_b
-    b_next = tl.load(p_g + (rows + 1)[:, None] * BK + o_k[None, :], mask=(o_b < MB - 1)[:, None], other=0.0)
-    b_span = tl.load(p_g + (bi * MB) * BK + o_k)
+    b_next = tl.load(p_g + (rows + 1)[:, None] * SG + o_k[None, :],
+                     mask=((o_b < MB - 1) & (rows + 1 < n))[:, None] & m_k[None, :], other=0.0)
+    b_span = tl.load(p_g + (bi * MB) * SG + o_k, mask=m_k & (o_k * 0 + bi * MB < n), other=0.0)
     for bm in tl.static_range(bj + 1, bi):
-        b_span += tl.sum(tl.load(p_g + (bm * MB + o_b)[:, None] * BK + o_k[None, :]), axis=0)
+        r_m = bm * MB + o_b
+        b_span += tl.sum(tl.load(p_g + r_m[:, None] * SG + o_k[None, :], mask=(r_m < n)[:, None] & m_k[None, :],
+                                 other=0.0), axis=0)
     return tl.cumsum(b_next, axis=0, reverse=True) + b_span[None, :]
 
 
 @triton.jit
-def _diag_decay(p_g, bi, o_c, BK: tl.constexpr):
+def _diag_decay(p_g, SG: tl.constexpr, n, bi, o_c, m_c):
     """[MB, MB, BKC]: e(c_i - c_j) for the rows i, j of block bi and the columns o_c (BKC of them), c the
     within-block cumulative gates (`_within`); the argument clamped to <= 0 (rows i < j, whose entries the
     callers zero or multiply by zero, and rounding)."""
-    b_c = _within(p_g, bi, o_c, BK)
+    b_c = _within(p_g, SG, n, bi, o_c, m_c)
     return tl.exp(tl.minimum(b_c[:, None, :] - b_c[None, :, :], 0.0))
 
 
 @triton.jit
-def _diag_pairs(p_x, p_y, SX: tl.constexpr, p_g, bi, n, nk, BK: tl.constexpr, BKC: tl.constexpr):
+def _diag_pairs(p_x, p_y, SX: tl.constexpr, p_g, SG: tl.constexpr, bi, n, nk, BK: tl.constexpr, BKC: tl.constexpr):
     """[MB, MB]: sum_d x_id y_jd e(c_id - c_jd) for the rows i, j of block bi (x, y masked to the n valid rows and
     nk valid columns), one [MB, MB, BKC] product per K-chunk of BKC columns; valid for j <= i."""
     MB: tl.constexpr = 16
@@ -140,23 +145,23 @@ def _diag_pairs(p_x, p_y, SX: tl.constexpr, p_g, bi, n, nk, BK: tl.constexpr, BK
         m = (rows < n)[:, None] & (o_c < nk)[None, :]
         b_x = tl.load(p_x + off, mask=m, other=0.0).to(p_g.dtype.element_ty)
         b_y = tl.load(p_y + off, mask=m, other=0.0).to(p_g.dtype.element_ty)
-        b_blk += tl.sum(b_x[:, None, :] * b_y[None, :, :] * _diag_decay(p_g, bi, o_c, BK), axis=2)
+        b_blk += tl.sum(b_x[:, None, :] * b_y[None, :, :] * _diag_decay(p_g, SG, n, bi, o_c, o_c < nk), axis=2)
     return b_blk
 
 
 @triton.jit
-def _pair_rows(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr,
+def _pair_rows(p_x, p_y, SX: tl.constexpr, p_g, SG: tl.constexpr, p_m, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr,
                CT: tl.constexpr, INCL: tl.constexpr, PREC: tl.constexpr):
     """Row block bi (rows 16 bi .. 16 bi + 15) of M[i, j] = sum_d x_id y_jd e(G_id - G_jd) for j < i (j <= i with
     INCL), 0 elsewhere, into p_m [CT, CT]. x, y: rows of stride SX (masked to the n valid rows and m_k's
-    columns); g: the gates [CT, BK] at p_g (zero past n). The diagonal block (`_diag_pairs`), the zero blocks
+    columns); g: the gates, rows of stride SG at p_g. The diagonal block (`_diag_pairs`), the zero blocks
     right of it, then the tensor-core products left of it."""
     MB: tl.constexpr = 16
     BKC: tl.constexpr = 32 if BK > 32 else BK
     o_b = tl.arange(0, MB)
     nk = tl.sum(m_k.to(tl.int32), axis=0)  # the valid columns (K)
     rows = bi * MB + o_b
-    b_blk = _diag_pairs(p_x, p_y, SX, p_g, bi, n, nk, BK, BKC)
+    b_blk = _diag_pairs(p_x, p_y, SX, p_g, SG, bi, n, nk, BK, BKC)
     if INCL:
         b_blk = tl.where(o_b[None, :] <= o_b[:, None], b_blk, 0.0)
     else:
@@ -168,17 +173,17 @@ def _pair_rows(p_x, p_y, SX: tl.constexpr, p_g, p_m, n, o_k, m_k, bi: tl.constex
         # the blocks left of the diagonal: x e(G_i - G_a) times y e(G_a - G_j) on tensor cores, a the block's first row
         m_r = (rows < n)[:, None] & m_k[None, :]
         b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(p_g.dtype.element_ty)
-        b_xa = b_x * tl.exp(_within(p_g, bi, o_k, BK))
+        b_xa = b_x * tl.exp(_within(p_g, SG, n, bi, o_k, m_k))
         for bj in tl.static_range(bi):
             cols = bj * MB + o_b
             m_c = (cols < n)[:, None] & m_k[None, :]
             b_y = tl.load(p_y + cols[:, None] * SX + o_k[None, :], mask=m_c, other=0.0).to(p_g.dtype.element_ty)
-            b_yb = b_y * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK))
+            b_yb = b_y * tl.exp(_to_anchor(p_g, SG, n, bj, bi, o_k, m_k))
             tl.store(p_m + rows[:, None] * CT + cols[None, :], _xdot(b_xa, tl.trans(b_yb), PREC))
 
 
 @triton.jit
-def _row_sums_block(p_m, p_y, SY: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr,
+def _row_sums_block(p_m, p_y, SY: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr,
                     CT: tl.constexpr, PREC: tl.constexpr):
     """[MB, BK], in registers: the rows of block bi of out[i] = sum_{j <= i} M[i, j] y_j e(G_i - G_j) (M [CT, CT]
     at p_m, zero above the diagonal), for BK <= 32 columns (the diagonal block as one [MB, MB, BK] product)."""
@@ -188,7 +193,7 @@ def _row_sums_block(p_m, p_y, SY: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constex
     b_md = tl.load(p_m + rows[:, None] * CT + rows[None, :])
     b_y = tl.load(p_y + rows[:, None] * SY + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
                   other=0.0).to(p_g.dtype.element_ty)
-    b_out = tl.sum(b_md[:, :, None] * b_y[None, :, :] * _diag_decay(p_g, bi, o_k, BK), axis=1)
+    b_out = tl.sum(b_md[:, :, None] * b_y[None, :, :] * _diag_decay(p_g, SG, n, bi, o_k, m_k), axis=1)
     if bi > 0:
         b_acc = tl.zeros([MB, BK], dtype=p_g.dtype.element_ty)
         for bj in tl.static_range(bi):
@@ -196,13 +201,13 @@ def _row_sums_block(p_m, p_y, SY: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constex
             b_yj = tl.load(p_y + cols[:, None] * SY + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
                            other=0.0).to(p_g.dtype.element_ty)
             b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
-            b_acc += _xdot(b_m, b_yj * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)), PREC)
-        b_out += b_acc * tl.exp(_within(p_g, bi, o_k, BK))
+            b_acc += _xdot(b_m, b_yj * tl.exp(_to_anchor(p_g, SG, n, bj, bi, o_k, m_k)), PREC)
+        b_out += b_acc * tl.exp(_within(p_g, SG, n, bi, o_k, m_k))
     return b_out
 
 
 @triton.jit
-def _col_sums_block(p_m, p_x, SX: tl.constexpr, p_g, n, o_k, m_k, bj: tl.constexpr, BK: tl.constexpr,
+def _col_sums_block(p_m, p_x, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bj: tl.constexpr, BK: tl.constexpr,
                     CT: tl.constexpr, PREC: tl.constexpr):
     """[MB, BK], in registers: the rows of block bj of out[j] = sum_{i >= j} M[i, j] x_i e(G_i - G_j) (M [CT, CT]
     at p_m, zero above the diagonal), for BK <= 32 columns (the diagonal block as one [MB, MB, BK] product)."""
@@ -213,14 +218,14 @@ def _col_sums_block(p_m, p_x, SX: tl.constexpr, p_g, n, o_k, m_k, bj: tl.constex
     b_md = tl.load(p_m + cols[:, None] * CT + cols[None, :])
     b_x = tl.load(p_x + cols[:, None] * SX + o_k[None, :], mask=(cols < n)[:, None] & m_k[None, :],
                   other=0.0).to(p_g.dtype.element_ty)
-    b_out = tl.sum(b_md[:, :, None] * b_x[:, None, :] * _diag_decay(p_g, bj, o_k, BK), axis=0)
+    b_out = tl.sum(b_md[:, :, None] * b_x[:, None, :] * _diag_decay(p_g, SG, n, bj, o_k, m_k), axis=0)
     for bi in tl.static_range(bj + 1, NB):
         rows = bi * MB + o_b
         b_xi = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
                        other=0.0).to(p_g.dtype.element_ty)
         b_m = tl.load(p_m + rows[:, None] * CT + cols[None, :])
-        b_out += (_xdot(tl.trans(b_m), b_xi * tl.exp(_within(p_g, bi, o_k, BK)), PREC)
-                  * tl.exp(_to_anchor(p_g, bj, bi, o_k, BK)))
+        b_out += (_xdot(tl.trans(b_m), b_xi * tl.exp(_within(p_g, SG, n, bi, o_k, m_k)), PREC)
+                  * tl.exp(_to_anchor(p_g, SG, n, bj, bi, o_k, m_k)))
     return b_out
 
 
@@ -256,7 +261,8 @@ def _anchor_factors(c, MAX_EXP: tl.constexpr):
 
 
 @triton.jit
-def _diag_pairs_by_column(p_x, p_y, SX: tl.constexpr, p_g, bi: tl.constexpr, n, K: tl.constexpr, BK: tl.constexpr):
+def _diag_pairs_by_column(p_x, p_y, SX: tl.constexpr, p_g, SG: tl.constexpr, bi: tl.constexpr, n, K: tl.constexpr,
+                          BK: tl.constexpr):
     """`_diag_pairs` one column j at a time, by K-chunks of at most 64 (the fall-back of `_pair_rows_anchored`:
     rare, so few registers matter more than speed)."""
     MB: tl.constexpr = 16
@@ -270,7 +276,7 @@ def _diag_pairs_by_column(p_x, p_y, SX: tl.constexpr, p_g, bi: tl.constexpr, n, 
         m_k = o_k < K
         b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
                       other=0.0).to(ACC)
-        b_c = _within(p_g, bi, o_k, BK)
+        b_c = _within(p_g, SG, n, bi, o_k, m_k)
         for t in range(MB):
             r_t = bi * MB + t
             y_t = tl.load(p_y + r_t * SX + o_k, mask=m_k & (o_k * 0 + r_t < n), other=0.0).to(ACC)
@@ -290,7 +296,7 @@ def _norm_rows(x, p_r, rows, m, SR: tl.constexpr, NORM: tl.constexpr):
 
 
 @triton.jit
-def _earlier_rows(p_k, SX: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr, BK: tl.constexpr, BJ: tl.constexpr,
+def _earlier_rows(p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bi: tl.constexpr, BJ: tl.constexpr,
                   p_rk=None, SR: tl.constexpr = 1, NORM: tl.constexpr = False):
     """[BJ, BKC]: k_j e(G_a - G_j) for every row j before a = 16 bi (zero from row a on), G_a - G_j summed from the
     gates, sum_{j < t <= a} g_t (<= 0): `_to_anchor` for all the earlier blocks at once (k's norm factors at p_rk
@@ -298,15 +304,16 @@ def _earlier_rows(p_k, SX: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr, BK:
     o_j = tl.arange(0, BJ)
     m_j = o_j < bi * 16
     m_r = (o_j < n) & m_j
-    b_gn = tl.load(p_g + (o_j + 1)[:, None] * BK + o_k[None, :], mask=((o_j + 1) <= bi * 16)[:, None], other=0.0)
+    b_gn = tl.load(p_g + (o_j + 1)[:, None] * SG + o_k[None, :],
+                   mask=((o_j + 1 <= bi * 16) & (o_j + 1 < n))[:, None] & m_k[None, :], other=0.0)
     b_k = tl.load(p_k + o_j[:, None] * SX + o_k[None, :], mask=m_r[:, None] & m_k[None, :],
                   other=0.0).to(p_g.dtype.element_ty)
     return _norm_rows(b_k, p_rk, o_j, m_r, SR, NORM) * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
 
 
 @triton.jit
-def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.constexpr, bi: tl.constexpr,
-                        BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
+def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, p_p, p_a, n, K: tl.constexpr,
+                        bi: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
                         MAX_EXP: tl.constexpr):
     """Row block bi of both pair matrices of the prep, as two `_pair_rows` calls give them (P = pairs of k with k,
     strict, into p_p; A_qk / scale = q with k, diagonal included, into p_a), by K-chunks of at most 64 columns:
@@ -335,7 +342,7 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.cons
         m_r = (rows < n)[:, None] & m_k[None, :]
         b_k = tl.load(p_k + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
         b_q = tl.load(p_q + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
-        e_rl, e_cl, e_rh, e_ch, s = _anchor_factors(_within(p_g, bi, o_k, BK), MAX_EXP)
+        e_rl, e_cl, e_rh, e_ch, s = _anchor_factors(_within(p_g, SG, n, bi, o_k, m_k), MAX_EXP)
         spread = tl.maximum(spread, s)
         b_kl = b_k * e_cl
         b_kh = b_k * e_ch
@@ -346,15 +353,15 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.cons
         kk_hi += _xdot(b_k * e_rh, tl.trans(b_kh), DPREC)
         qk_hi += _xdot(b_q * e_rh, tl.trans(b_kh), DPREC)
         if bi > 0:
-            b_ya = _earlier_rows(p_k, SX, p_g, n, o_k, m_k, bi, BK, BJ)
+            b_ya = _earlier_rows(p_k, SX, p_g, SG, n, o_k, m_k, bi, BJ)
             off_k += _xdot(b_krl, tl.trans(b_ya), PREC)
             off_q += _xdot(b_qrl, tl.trans(b_ya), PREC)
     right = (o_b >= MB // 2)[None, :]
     b_kk = tl.where(right, kk_hi, kk_lo)
     b_qk = tl.where(right, qk_hi, qk_lo)
     if spread > MAX_EXP:
-        b_kk = _diag_pairs_by_column(p_k, p_k, SX, p_g, bi, n, K, BK)
-        b_qk = _diag_pairs_by_column(p_q, p_k, SX, p_g, bi, n, K, BK)
+        b_kk = _diag_pairs_by_column(p_k, p_k, SX, p_g, SG, bi, n, K, BK)
+        b_qk = _diag_pairs_by_column(p_q, p_k, SX, p_g, SG, bi, n, K, BK)
     tl.store(p_p + rows[:, None] * CT + rows[None, :], tl.where(o_b[None, :] < o_b[:, None], b_kk, 0.0))
     tl.store(p_a + rows[:, None] * CT + rows[None, :], tl.where(o_b[None, :] <= o_b[:, None], b_qk, 0.0))
     for bj in tl.static_range(bi + 1, CT // MB):
@@ -367,7 +374,7 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, p_p, p_a, n, K: tl.cons
 
 
 @triton.jit
-def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_k, bi: tl.constexpr,
+def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bi: tl.constexpr,
                          BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
                          MAX_EXP: tl.constexpr, ONE_ANCHOR: tl.constexpr = False, p_rq=None, p_rk=None,
                          SR: tl.constexpr = 1, NORM: tl.constexpr = False):
@@ -397,7 +404,7 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
     b_t1 = tl.trans(b_m1)
     b_t2 = tl.trans(b_m2)
     if ONE_ANCHOR:
-        b_c = _within(p_g, bi, o_k, BK)
+        b_c = _within(p_g, SG, n, bi, o_k, m_k)
         e_rl = tl.exp(tl.minimum(b_c, 0.0))  # the off-diagonal products' row factor, e(c_i - c_0)
         c8 = tl.sum(tl.where(o_b[:, None] == MB // 2, b_c, 0.0), axis=0)
         d = b_c - c8[None, :]
@@ -408,7 +415,7 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
         b_r2 = e_r * _xdot(b_m2, b_kc, DPREC)
         b_r3 = e_c * (_xdot(b_t1, b_q * e_r, DPREC) + _xdot(b_t2, b_k * e_r, DPREC))
     else:
-        e_rl, e_cl, e_rh, e_ch, spread = _anchor_factors(_within(p_g, bi, o_k, BK), MAX_EXP)
+        e_rl, e_cl, e_rh, e_ch, spread = _anchor_factors(_within(p_g, SG, n, bi, o_k, m_k), MAX_EXP)
         # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
         b_kl = b_k * e_cl
         b_kh = b_k * e_ch
@@ -420,7 +427,7 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
             # element-wise, one pair index t at a time (rare: strong gates; few registers, unlike [MB, MB, BK] products):
             # rows i take M[i, t] k_t e(c_i - c_t), columns j take M[t, j] x_t e(c_t - c_j); c loaded again rather
             # than kept live through the anchored products (ptxas: 168 -> 234 registers in the last row block)
-            b_c = _within(p_g, bi, o_k, BK)
+            b_c = _within(p_g, SG, n, bi, o_k, m_k)
             b_r1 = tl.zeros([MB, BK], dtype=ACC)
             b_r2 = tl.zeros([MB, BK], dtype=ACC)
             b_r3 = tl.zeros([MB, BK], dtype=ACC)
@@ -447,7 +454,7 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
         BJ: tl.constexpr = 64 if bi == 3 else (32 if bi == 2 else 16)
         o_j = tl.arange(0, BJ)
         m_j = o_j < bi * MB
-        b_ya = _earlier_rows(p_k, SX, p_g, n, o_k, m_k, bi, BK, BJ, p_rk, SR, NORM)
+        b_ya = _earlier_rows(p_k, SX, p_g, SG, n, o_k, m_k, bi, BJ, p_rk, SR, NORM)
         b_mj = rows[:, None] * CT + o_j[None, :]
         b_r1 += e_rl * _xdot(tl.load(p_m1 + b_mj, mask=m_j[None, :], other=0.0), b_ya, PREC)
         b_r2 += e_rl * _xdot(tl.load(p_m2 + b_mj, mask=m_j[None, :], other=0.0), b_ya, PREC)
@@ -458,7 +465,8 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
         b0: tl.constexpr = (bi + 1) * MB
         o_l = b0 + tl.arange(0, BL)
         m_l = o_l < CT
-        b_gl = tl.load(p_g + o_l[:, None] * BK + o_k[None, :], mask=(m_l & (o_l > b0))[:, None], other=0.0)
+        b_gl = tl.load(p_g + o_l[:, None] * SG + o_k[None, :],
+                       mask=(m_l & (o_l > b0) & (o_l < n))[:, None] & m_k[None, :], other=0.0)
         e_l = tl.exp(tl.cumsum(b_gl, axis=0))
         m_ln = (o_l < n) & m_l
         m_lk = m_ln[:, None] & m_k[None, :]
@@ -469,6 +477,7 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, n, o_k, m_
         b_ml = o_l[:, None] * CT + rows[None, :]
         b_s = (_xdot(tl.trans(tl.load(p_m1 + b_ml, mask=m_l[:, None], other=0.0)), b_xq, PREC)
                + _xdot(tl.trans(tl.load(p_m2 + b_ml, mask=m_l[:, None], other=0.0)), b_xk, PREC))
-        b_gb = tl.load(p_g + (rows + 1)[:, None] * BK + o_k[None, :])
+        b_gb = tl.load(p_g + (rows + 1)[:, None] * SG + o_k[None, :], mask=(rows + 1 < n)[:, None] & m_k[None, :],
+                       other=0.0)
         b_r3 += b_s * tl.exp(tl.cumsum(b_gb, axis=0, reverse=True))
     return b_r1, b_r2, b_r3

@@ -144,42 +144,32 @@ def _values_tile(b_X, b_Aqk, b_b, v, do, U, dO2, off_v, m_tv, PREC: tl.constexpr
 # ----------------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["n_work"])
 def _prep_pairs_kernel(
-    q, k, g, Pb, Aqk, scratch, cu_seqlens, chunk_indices, n_work,
+    q, k, g, Pb, Aqk, cu_seqlens, chunk_indices, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BI: tl.constexpr,
     PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
 ):
     """Row block BI (one launch per block, like kernels/chunk.py's intra kernel) of P and of A_qk / scale
     ([NT, HV, CT, CT], backward_blocks.py's `_pair_rows_anchored` with ANCHORS, else `_pair_rows` twice) for the
-    work items (chunk, value head), shared out over the programs. Scratch per program: the chunk's gates [CT, BK],
-    zero past its rows."""
-    ACC: tl.constexpr = Pb.dtype.element_ty
+    work items (chunk, value head), shared out over the programs. The gates (in the buffers' dtype) are read
+    where they are, masked past the chunk's rows."""
     pid = tl.program_id(0).to(tl.int64)
-    p_gs = scratch + pid * (CT * BK)
-    o_t = tl.arange(0, CT)
     o_k = tl.arange(0, BK)
     m_k = o_k < K
-    # the gates the row block reads: rows up to its last one (16 BI + 15)
-    m_need = o_t < (BI + 1) * 16
     for w in range(pid, n_work, tl.num_programs(0)):
         i_c = w // HV
         i_hv = w % HV
         i_h = i_hv // (HV // H)
         _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
-        m_t = o_t < n
-        b_g = tl.load(g + (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :],
-                      mask=(m_t & m_need)[:, None] & m_k[None, :], other=0.0).to(ACC)
-        tl.debug_barrier()  # the previous item's reads of the scratch are done
-        tl.store(p_gs + o_t[:, None] * BK + o_k[None, :], b_g)
-        tl.debug_barrier()
+        p_g = g + (r0 * HV + i_hv) * K
         p_q = q + (r0 * H + i_h) * K
         p_k = k + (r0 * H + i_h) * K
         item = i_c * HV + i_hv
         if ANCHORS:
-            _pair_rows_anchored(p_q, p_k, H * K, p_gs, Pb + item * (CT * CT), Aqk + item * (CT * CT), n, K, BI, BK,
-                                CT, PREC, DPREC, MAX_EXP)
+            _pair_rows_anchored(p_q, p_k, H * K, p_g, HV * K, Pb + item * (CT * CT), Aqk + item * (CT * CT), n, K, BI,
+                                BK, CT, PREC, DPREC, MAX_EXP)
         else:
-            _pair_rows(p_k, p_k, H * K, p_gs, Pb + item * (CT * CT), n, o_k, m_k, BI, BK, CT, False, PREC)
-            _pair_rows(p_q, p_k, H * K, p_gs, Aqk + item * (CT * CT), n, o_k, m_k, BI, BK, CT, True, PREC)
+            _pair_rows(p_k, p_k, H * K, p_g, HV * K, Pb + item * (CT * CT), n, o_k, m_k, BI, BK, CT, False, PREC)
+            _pair_rows(p_q, p_k, H * K, p_g, HV * K, Aqk + item * (CT * CT), n, o_k, m_k, BI, BK, CT, True, PREC)
 
 
 @triton.jit
@@ -605,59 +595,84 @@ def _as_stored(x, p, INTERPRET: tl.constexpr):
         return x.to(p.dtype.element_ty)
 
 
-@triton.jit(do_not_specialize=["n_work"])
-def _local_sums_kernel(
-    q, k, g, M1, M2, R1, R2, R3, scratch, rq, rk, cu_seqlens, chunk_indices, n_work,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
-    BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr, ONE_ANCHOR: tl.constexpr,
-    NORM: tl.constexpr,
-):
-    """Row block BI (one launch per block, like `_prep_pairs_kernel`) of 3b's decay-weighted sums, for the work
-    items (chunk, value head, K-tile of BKS <= 32 columns) shared out over the programs ([T, HV, K] each):
-    R1 = row sums of M1 with k, R2 = row sums of M2 with k, R3 = column sums of M1 with q plus those of M2 with
-    k (backward_blocks.py's `_sums_block_anchored` with ANCHORS, at one anchor with ONE_ANCHOR, else
-    `_row_sums_block` and `_col_sums_block`; M1, M2 [NT, HV, CT, CT] from `_local_vk_kernel`).
-    Every row block holds 6 off-diagonal products of each kind, so the four launches are the same size.
-    Scratch per program: the tile's gates [CT, BKS], zero past the chunk's rows."""
+@triton.jit
+def _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w,
+               H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
+               BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
+               ONE_ANCHOR: tl.constexpr, NORM: tl.constexpr):
+    """Row block BI of `_local_sums_kernel`'s sums for work item w (chunk, value head, K-tile), into R1, R2, R3."""
     NKT: tl.constexpr = (K + BKS - 1) // BKS
-    ACC: tl.constexpr = R1.dtype.element_ty
-    pid = tl.program_id(0).to(tl.int64)
-    p_gs = scratch + pid * (CT * BKS)
-    o_t = tl.arange(0, CT)
     o_b = tl.arange(0, BKS)
     rows = BI * 16 + tl.arange(0, 16)
-    for w in range(pid, n_work, tl.num_programs(0)):
-        item = w // NKT  # chunk * HV + value head
-        i_c = item // HV
-        i_hv = item % HV
-        i_h = i_hv // (HV // H)
-        k0 = (w % NKT) * BKS
-        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
-        m_kt = k0 + o_b < K
-        off_g = (r0 * HV + i_hv) * K + k0
-        b_gt = tl.load(g + off_g + o_t[:, None] * (HV * K) + o_b[None, :], mask=(o_t < n)[:, None] & m_kt[None, :],
-                       other=0.0).to(ACC)
-        tl.debug_barrier()  # the previous item's reads of the scratch are done
-        tl.store(p_gs + o_t[:, None] * BKS + o_b[None, :], b_gt)
-        tl.debug_barrier()
-        p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
-        p_k = k + (r0 * H + i_h) * K + k0
-        p_m1 = M1 + item * (CT * CT)
-        p_m2 = M2 + item * (CT * CT)
-        if ANCHORS:
-            b_r1, b_r2, b_r3 = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT,
-                                                    PREC, DPREC, MAX_EXP, ONE_ANCHOR, rq + r0 * H + i_h,
-                                                    rk + r0 * H + i_h, H, NORM)
-        else:
-            b_r1 = _row_sums_block(p_m1, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dq, from A_qk
-            b_r2 = _row_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)   # dk, A_kk rows
-            b_r3 = (_col_sums_block(p_m1, p_q, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC)  # dk, A_qk columns
-                    + _col_sums_block(p_m2, p_k, H * K, p_gs, n, o_b, m_kt, BI, BKS, CT, PREC))  # dk, A_kk columns
-        off = off_g + rows[:, None] * (HV * K) + o_b[None, :]
-        m_out = (rows < n)[:, None] & m_kt[None, :]
-        tl.store(R1 + off, b_r1, mask=m_out)
-        tl.store(R2 + off, b_r2, mask=m_out)
-        tl.store(R3 + off, b_r3, mask=m_out)
+    item = w // NKT  # chunk * HV + value head
+    i_c = item // HV
+    i_hv = item % HV
+    i_h = i_hv // (HV // H)
+    k0 = (w % NKT) * BKS
+    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    m_kt = k0 + o_b < K
+    off_g = (r0 * HV + i_hv) * K + k0
+    p_g = g + off_g
+    p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
+    p_k = k + (r0 * H + i_h) * K + k0
+    p_m1 = M1 + item * (CT * CT)
+    p_m2 = M2 + item * (CT * CT)
+    if ANCHORS:
+        b_r1, b_r2, b_r3 = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_g, HV * K, n, o_b, m_kt, BI,
+                                                BKS, CT, PREC, DPREC, MAX_EXP, ONE_ANCHOR, rq + r0 * H + i_h,
+                                                rk + r0 * H + i_h, H, NORM)
+    else:
+        SG: tl.constexpr = HV * K
+        b_r1 = _row_sums_block(p_m1, p_k, H * K, p_g, SG, n, o_b, m_kt, BI, BKS, CT, PREC)   # dq, from A_qk
+        b_r2 = _row_sums_block(p_m2, p_k, H * K, p_g, SG, n, o_b, m_kt, BI, BKS, CT, PREC)   # dk, A_kk rows
+        b_r3 = (_col_sums_block(p_m1, p_q, H * K, p_g, SG, n, o_b, m_kt, BI, BKS, CT, PREC)  # dk, A_qk columns
+                + _col_sums_block(p_m2, p_k, H * K, p_g, SG, n, o_b, m_kt, BI, BKS, CT, PREC))  # dk, A_kk columns
+    off = off_g + rows[:, None] * (HV * K) + o_b[None, :]
+    m_out = (rows < n)[:, None] & m_kt[None, :]
+    tl.store(R1 + off, b_r1, mask=m_out)
+    tl.store(R2 + off, b_r2, mask=m_out)
+    tl.store(R3 + off, b_r3, mask=m_out)
+
+
+@triton.jit(do_not_specialize=["n_work"])
+def _local_sums_kernel(
+    q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, n_work,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
+    BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr, ONE_ANCHOR: tl.constexpr,
+    NORM: tl.constexpr, ALL_BLOCKS: tl.constexpr,
+):
+    """3b's decay-weighted sums for the work items (chunk, value head, K-tile of BKS <= 32 columns) shared out
+    over the programs ([T, HV, K] each): R1 = row sums of M1 with k, R2 = row sums of M2 with k, R3 = column
+    sums of M1 with q plus those of M2 with k (backward_blocks.py's `_sums_block_anchored` with ANCHORS, at one
+    anchor with ONE_ANCHOR, else `_row_sums_block` and `_col_sums_block`; M1, M2 [NT, HV, CT, CT] from
+    `_local_vk_kernel`), by 16-row blocks: row block BI for every item (one launch per block, like
+    `_prep_pairs_kernel`), or with ALL_BLOCKS every (item, row block) in one launch, an item's four blocks as
+    neighbouring work (LAUNCH["sums_one_launch"]: they read the same gates, q and k, which then come from L2).
+    Every row block holds 6 off-diagonal products of each kind, so the blocks are the same size.
+    The gates (in the buffers' dtype) are read where they are, masked past the chunk's rows and K (they were
+    copied through a per-program scratch between two barriers until the thirty-second session)."""
+    pid = tl.program_id(0).to(tl.int64)
+    if ALL_BLOCKS:
+        NB: tl.constexpr = CT // 16
+        for u in range(pid, n_work * NB, tl.num_programs(0)):
+            w = u // NB
+            bi = u % NB
+            if bi == 0:
+                _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 0,
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
+            elif bi == 1:
+                _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 1,
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
+            elif bi == 2:
+                _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 2,
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
+            else:
+                _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 3,
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
+    else:
+        for w in range(pid, n_work, tl.num_programs(0)):
+            _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, BI,
+                       PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
 
 
 @triton.jit(do_not_specialize=["scale"])
@@ -870,14 +885,14 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         if norms is not None:
             raise ValueError("the prep's pairs kernel takes q and k normalised, not with their norm factors")
         aqk = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
-        scratch = torch.empty(n_prog, CT * BK, dtype=acc, device=dev)
+        g_acc = g.to(acc)  # the helpers compute in the gates' dtype (a no-op for fp32 / fp64 gates)
         for bi in range(CT // 16):
             _prep_pairs_kernel[(n_prog,)](
-                q, k, g, pre["P"], aqk, scratch, cu, chunk_indices, NT * HV,
+                q, k, g_acc, pre["P"], aqk, cu, chunk_indices, NT * HV,
                 H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
                 DPREC=_precision(acc, launch["pairs_diag_precision"] or ("tf32" if interp else "bf16"), interp),
                 num_warps=launch["prep_pairs_warps"] or 4, **register_cap(launch["prep_pairs_maxnreg"]))
-        del scratch
+        del g_acc
         _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT,
                                      SOLVE_PREC=solve_prec, num_warps=launch["prep_solve_warps"] or 4)
     BKT = min(BK, 64)
@@ -939,15 +954,18 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
         raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
     n_work_s = NT * HV * triton.cdiv(K, BKS)
     n_prog_s = n_programs(n_work_s, dev, interp)
-    scratch = e(n_prog_s, CT * BKS)
-    for bi in range(CT // 16):
+    g_acc = g.to(acc)  # the helpers compute in the gates' dtype (a no-op for fp32 / fp64 gates)
+    one_launch = bool(launch["sums_one_launch"])
+    if one_launch:
+        n_prog_s = n_programs(n_work_s * (CT // 16), dev, interp)
+    for bi in range(1 if one_launch else CT // 16):
         _local_sums_kernel[(n_prog_s,)](
-            q, k, g, M1, M2, *R, scratch, rq, rk, cu, chunk_indices, n_work_s,
+            q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, n_work_s,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
             DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
-            num_warps=launch["sums_warps"] or 4,
+            ALL_BLOCKS=one_launch, num_warps=launch["sums_warps"] or 4,
             **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
-    del scratch, M1, M2
+    del g_acc, M1, M2
     # with norms, dq and dk are for the normalised q and k, whose chain rule (kernels/option_grads.py) wants them
     # unrounded
     dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H and norms is None else acc, device=dev)

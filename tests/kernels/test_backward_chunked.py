@@ -242,6 +242,16 @@ def test_anchored_diagonal_blocks(case, monkeypatch):
         assert not torch.equal(a.dq, b.dq) and not torch.equal(a.dk, b.dk)
 
 
+@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
+def test_sums_in_one_launch(case, monkeypatch):
+    """LAUNCH["sums_one_launch"]: every (work item, row block) of the sums kernel in one launch gives the same bits
+    as one launch per row block (the same code per block), and passes against float64 autograd; with sums_bk 16 and
+    the packed case's 3 persistent programs, each program runs blocks of several items and K-tiles."""
+    a, b = _alternative_matches(case, "sums_one_launch", True, False, monkeypatch, {"sums_bk": 16})
+    for name in ("dq", "dk", "dv", "dg", "dbeta"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
 def test_anchored_blocks_fall_back_past_max_exp(dtype, monkeypatch):
     """Gates down to -20 per step in the second chunk (each of its blocks has a half whose decay passes e(70),
