@@ -10,6 +10,7 @@
 #
 # e.g. `bash benchmarks/ab_backward.sh h32_dense_1x16384 2 "" split_vk_warps=4 tree:.gpu_out/old_x`. Appends to
 # $OUT/ab.txt (./ab.txt without $OUT). AB_TIMEOUT: seconds per process (90; a fresh machine compiles every kernel).
+# AB_ARGS: more bench_backward.py arguments for every line (e.g. --recompute).
 set -u
 if [ $# -lt 3 ]; then
     echo "usage: $0 SHAPES ROUNDS VARIANT [VARIANT ...]" >&2
@@ -31,7 +32,7 @@ for round in $(seq "$rounds"); do
             fi
         fi
         echo "== round $round [$variant]"
-        timeout -s INT -k 10 "${AB_TIMEOUT:-90}" python3 "$script" --no-fla --shapes "$shapes" --launch "$launch" 2>&1 \
+        timeout -s INT -k 10 "${AB_TIMEOUT:-90}" python3 "$script" --no-fla --shapes "$shapes" --launch "$launch" ${AB_ARGS:-} 2>&1 \
             | grep -v -i warn
     done
 done | tee -a "${OUT:-.}/ab.txt"

@@ -224,9 +224,14 @@ LAUNCH["chunked_pass_parallel"] = True
 # without V_new (the reverse programs computing Vn = U - W S from them) kept the accuracy but lost: 17.49 ms on K3.
 LAUNCH["keep_states"] = False
 # sums_one_launch: 3b's sums kernel as one launch over every (item, 16-row block), an item's four blocks as
-# neighbouring work (they read the same gates, q and k: from L2 the second time), instead of one launch per block.
-# To be timed (thirty-second session).
-LAUNCH["sums_one_launch"] = False
+# neighbouring work (they read the same gates, q, k, M1 and M2: from L2 after the first), instead of one launch per
+# block. H100 (thirty-second session, with the gates read in place): K3 fwd+bwd 17.09, 17.03 -> 16.72, 16.66 ms
+# (the kernel 3.80 -> 3.48 ms), 32 heads x 16384 10.94 -> 10.92; one program per (item, block) instead of 8
+# persistent ones per SM: K3 16.72, 16.75, 32 x 16384 11.17 (a loser).
+LAUNCH["sums_one_launch"] = True
+# pairs_one_launch: the same for the prep's pairs kernel (which runs where the forward's chunk matrices are not
+# kept: `kda_backward` called directly, the dataset's backward definitions). To be timed (thirty-second session).
+LAUNCH["pairs_one_launch"] = False
 # chunked_pass_bf16_copies (None: on): with the pass in bf16 the prep's operands kernel stores W and Kt in bf16, which
 # the pass's products round them to anyway (their only reader since the twenty-sixth session): the same gradients
 # (bit for bit under the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than
