@@ -229,9 +229,6 @@ LAUNCH["keep_states"] = False
 # (the kernel 3.80 -> 3.48 ms), 32 heads x 16384 10.94 -> 10.92; one program per (item, block) instead of 8
 # persistent ones per SM: K3 16.72, 16.75, 32 x 16384 11.17 (a loser).
 LAUNCH["sums_one_launch"] = True
-# pairs_one_launch: the same for the prep's pairs kernel (which runs where the forward's chunk matrices are not
-# kept: `kda_backward` called directly, the dataset's backward definitions). To be timed (thirty-second session).
-LAUNCH["pairs_one_launch"] = False
 # chunked_pass_bf16_copies (None: on): with the pass in bf16 the prep's operands kernel stores W and Kt in bf16, which
 # the pass's products round them to anyway (their only reader since the twenty-sixth session): the same gradients
 # (bit for bit under the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than

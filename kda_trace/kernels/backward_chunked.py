@@ -142,57 +142,36 @@ def _values_tile(b_X, b_Aqk, b_b, v, do, U, dO2, off_v, m_tv, PREC: tl.constexpr
 # ----------------------------------------------------------------------------------------------------
 # 1, the prep, in three kernels: P and A_qk by row blocks, X, then the operands by tiles
 # ----------------------------------------------------------------------------------------------------
-@triton.jit
-def _pairs_item(q, k, g, Pb, Aqk, cu_seqlens, chunk_indices, w, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
-                BK: tl.constexpr, CT: tl.constexpr, BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr,
-                DPREC: tl.constexpr):
-    """Row block BI of `_prep_pairs_kernel`'s P and A_qk / scale for work item w (chunk, value head)."""
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
-    i_c = w // HV
-    i_hv = w % HV
-    i_h = i_hv // (HV // H)
-    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
-    p_g = g + (r0 * HV + i_hv) * K
-    p_q = q + (r0 * H + i_h) * K
-    p_k = k + (r0 * H + i_h) * K
-    item = i_c * HV + i_hv
-    if ANCHORS:
-        _pair_rows_anchored(p_q, p_k, H * K, p_g, HV * K, Pb + item * (CT * CT), Aqk + item * (CT * CT), n, K, BI,
-                            BK, CT, PREC, DPREC, MAX_EXP)
-    else:
-        _pair_rows(p_k, p_k, H * K, p_g, HV * K, Pb + item * (CT * CT), n, o_k, m_k, BI, BK, CT, False, PREC)
-        _pair_rows(p_q, p_k, H * K, p_g, HV * K, Aqk + item * (CT * CT), n, o_k, m_k, BI, BK, CT, True, PREC)
-
-
 @triton.jit(do_not_specialize=["n_work"])
 def _prep_pairs_kernel(
     q, k, g, Pb, Aqk, cu_seqlens, chunk_indices, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CT: tl.constexpr, BI: tl.constexpr,
-    PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr, ALL_BLOCKS: tl.constexpr,
+    PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
 ):
-    """P and A_qk / scale ([NT, HV, CT, CT], backward_blocks.py's `_pair_rows_anchored` with ANCHORS, else
-    `_pair_rows` twice) for the work items (chunk, value head), shared out over the programs, by 16-row blocks:
-    row block BI of every item (one launch per block, like kernels/chunk.py's intra kernel), or with ALL_BLOCKS
-    every (item, row block) in one launch, an item's blocks as neighbouring work (LAUNCH["pairs_one_launch"], as
-    the sums kernel's). The gates (in the buffers' dtype) are read where they are, masked past the chunk's rows."""
+    """Row block BI (one launch per block, like kernels/chunk.py's intra kernel) of P and of A_qk / scale
+    ([NT, HV, CT, CT], backward_blocks.py's `_pair_rows_anchored` with ANCHORS, else `_pair_rows` twice) for the
+    work items (chunk, value head), shared out over the programs. The gates (in the buffers' dtype) are read
+    where they are, masked past the chunk's rows. (Every (item, row block) in one launch, as the sums kernel
+    runs, was slower here: H100, K3 with the chunk matrices recomputed, fwd+bwd 19.87 -> 20.37 ms, thirty-second
+    session.)"""
     pid = tl.program_id(0).to(tl.int64)
-    if ALL_BLOCKS:
-        NB: tl.constexpr = CT // 16
-        for u in range(pid, n_work * NB, tl.num_programs(0)):
-            w = u // NB
-            bi = u % NB
-            if bi == 0:
-                _pairs_item(q, k, g, Pb, Aqk, cu_seqlens, chunk_indices, w, H, HV, K, BK, CT, 0, PREC, ANCHORS, DPREC)
-            elif bi == 1:
-                _pairs_item(q, k, g, Pb, Aqk, cu_seqlens, chunk_indices, w, H, HV, K, BK, CT, 1, PREC, ANCHORS, DPREC)
-            elif bi == 2:
-                _pairs_item(q, k, g, Pb, Aqk, cu_seqlens, chunk_indices, w, H, HV, K, BK, CT, 2, PREC, ANCHORS, DPREC)
-            else:
-                _pairs_item(q, k, g, Pb, Aqk, cu_seqlens, chunk_indices, w, H, HV, K, BK, CT, 3, PREC, ANCHORS, DPREC)
-    else:
-        for w in range(pid, n_work, tl.num_programs(0)):
-            _pairs_item(q, k, g, Pb, Aqk, cu_seqlens, chunk_indices, w, H, HV, K, BK, CT, BI, PREC, ANCHORS, DPREC)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    for w in range(pid, n_work, tl.num_programs(0)):
+        i_c = w // HV
+        i_hv = w % HV
+        i_h = i_hv // (HV // H)
+        _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+        p_g = g + (r0 * HV + i_hv) * K
+        p_q = q + (r0 * H + i_h) * K
+        p_k = k + (r0 * H + i_h) * K
+        item = i_c * HV + i_hv
+        if ANCHORS:
+            _pair_rows_anchored(p_q, p_k, H * K, p_g, HV * K, Pb + item * (CT * CT), Aqk + item * (CT * CT), n, K,
+                                BI, BK, CT, PREC, DPREC, MAX_EXP)
+        else:
+            _pair_rows(p_k, p_k, H * K, p_g, HV * K, Pb + item * (CT * CT), n, o_k, m_k, BI, BK, CT, False, PREC)
+            _pair_rows(p_q, p_k, H * K, p_g, HV * K, Aqk + item * (CT * CT), n, o_k, m_k, BI, BK, CT, True, PREC)
 
 
 @triton.jit
@@ -796,8 +775,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     if given is None:
         pre.update({n: torch.empty(NT, HV, CT, CT, dtype=acc, device=dev) for n in ("X", "P")})
     z = torch.empty(1, dtype=acc, device=dev)
-    # persistent programs of the pairs kernel: per (chunk, value head), or per (chunk, value head, row block)
-    n_prog = n_programs(NT * HV * (CT // 16 if launch["pairs_one_launch"] else 1), dev, interp)
+    n_prog = n_programs(NT * HV, dev, interp)  # the pairs kernel's persistent programs
     # the solve's products in tf32x3 (about fp32; kernels/chunk.py's SOLVE_PRECISION) even where the other products
     # are tf32: X = (I + A_kk)^-1 multiplies six 16x16 factors per diagonal block and chains three rounds of
     # blocks, and tf32's 2^-11 operand rounding there would reach every row of W and U (an inverse amplifies
@@ -909,13 +887,12 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
             raise ValueError("the prep's pairs kernel takes q and k normalised, not with their norm factors")
         aqk = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
         g_acc = g.to(acc)  # the helpers compute in the gates' dtype (a no-op for fp32 / fp64 gates)
-        one_launch = bool(launch["pairs_one_launch"])
-        for bi in range(1 if one_launch else CT // 16):
+        for bi in range(CT // 16):
             _prep_pairs_kernel[(n_prog,)](
                 q, k, g_acc, pre["P"], aqk, cu, chunk_indices, NT * HV,
                 H=H, HV=HV, K=K, BK=BK, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch),
                 DPREC=_precision(acc, launch["pairs_diag_precision"] or ("tf32" if interp else "bf16"), interp),
-                ALL_BLOCKS=one_launch, num_warps=launch["prep_pairs_warps"] or 4, **register_cap(launch["prep_pairs_maxnreg"]))
+                num_warps=launch["prep_pairs_warps"] or 4, **register_cap(launch["prep_pairs_maxnreg"]))
         del g_acc
         _prep_solve_kernel[(NT, HV)](pre["P"], beta, pre["X"], cu, chunk_indices, HV=HV, CT=CT,
                                      SOLVE_PREC=solve_prec, num_warps=launch["prep_solve_warps"] or 4)

@@ -252,15 +252,6 @@ def test_sums_in_one_launch(case, monkeypatch):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
-@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
-def test_pairs_in_one_launch(case, monkeypatch):
-    """LAUNCH["pairs_one_launch"]: the prep's pairs kernel over every (item, row block) in one launch, the same
-    bits as one launch per row block, and against float64 autograd (the packed case: 3 persistent programs)."""
-    a, b = _alternative_matches(case, "pairs_one_launch", True, False, monkeypatch)
-    for name in ("dq", "dk", "dv", "dg", "dbeta"):
-        assert torch.equal(getattr(a, name), getattr(b, name)), name
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
 def test_anchored_blocks_fall_back_past_max_exp(dtype, monkeypatch):
     """Gates down to -20 per step in the second chunk (each of its blocks has a half whose decay passes e(70),
