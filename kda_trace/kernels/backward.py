@@ -147,7 +147,7 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # session; 3c is a streaming kernel, 2.09 ms on K3 at 32 x 4).
 # The prep's three kernels: prep_pairs_warps / prep_solve_warps / prep_operands_warps (4 each) and prep_bv (the
 # operands kernel's V-tile, 64). 3b's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row block with
-# the sums in registers: sums_bk (its K-tile, at most 32), sums_warps (4). (One fused prep
+# the sums in registers: sums_bk (its K-tile, at most 32), sums_warps (2 with sums_one_launch, else 4). (One fused prep
 # kernel, and the sums inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms
 # against 5.84 + 1.23 + 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth
 # sessions. dq, dk, dg inside the sums kernel were slower too: 14.8 against 13.0 ms, twenty-seventh session.)
@@ -227,7 +227,9 @@ LAUNCH["keep_states"] = False
 # neighbouring work (they read the same gates, q, k, M1 and M2: from L2 after the first), instead of one launch per
 # block. H100 (thirty-second session, with the gates read in place): K3 fwd+bwd 17.09, 17.03 -> 16.72, 16.66 ms
 # (the kernel 3.80 -> 3.48 ms), 32 heads x 16384 10.94 -> 10.92; one program per (item, block) instead of 8
-# persistent ones per SM: K3 16.72, 16.75, 32 x 16384 11.17 (a loser).
+# persistent ones per SM: K3 16.72, 16.75, 32 x 16384 11.17 (a loser). Then 2 warps instead of 4 (sums_warps):
+# K3 16.73, 16.64, 16.73 -> 16.47, 16.51, 16.53, 32 x 16384 10.95 (4 warps 10.92-10.94 in another call); a
+# register cap of 168 (17.36) and K-tiles of 16 (19.2) lost.
 LAUNCH["sums_one_launch"] = True
 # chunked_pass_bf16_copies (None: on): with the pass in bf16 the prep's operands kernel stores W and Kt in bf16, which
 # the pass's products round them to anyway (their only reader since the twenty-sixth session): the same gradients

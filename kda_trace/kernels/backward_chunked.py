@@ -964,7 +964,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
             q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, n_work_s,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
             DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
-            ALL_BLOCKS=one_launch, num_warps=launch["sums_warps"] or 4,
+            ALL_BLOCKS=one_launch, num_warps=launch["sums_warps"] or (2 if one_launch else 4),
             **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
     del g_acc, M1, M2
     # with norms, dq and dk are for the normalised q and k, whose chain rule (kernels/option_grads.py) wants them
