@@ -69,7 +69,7 @@ def backward_signatures(acc: str) -> dict:
                   "scale": "fp32", "n_work": "i64"},
         "forward": {**inputs, **bufs("g", "h0", "o", "ht"), "cu_seqlens": "*i64", "scale": "fp32"},
         # the chunked mode (kernels/backward_chunked.py)
-        "prep_pairs": {**inputs, **bufs("g", "Pb", "Aqk", "gamma", "scratch"), **tables, "n_work": "i64"},
+        "prep_pairs": {**inputs, **bufs("g", "Pb", "Aqk", "gamma"), **tables, "n_work": "i64"},
         "prep_solve": {**inputs, **bufs("Pb", "Xb"), **tables},
         "prep_operands": {**inputs, **bufs("g", "Xb", "Aqk", "U", "Qt", "dO2", "gamma"), **w_kt,
                           **bufs("rq", "rk"), **tables, "scale": "fp32"},
@@ -77,7 +77,7 @@ def backward_signatures(acc: str) -> dict:
                                       "dgamma", "dbeta", "d1", "M1", "M2", "rk"), **tables, "scale": "fp32"},
         "local_k": {**inputs, **bufs("g", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "R1", "R2", "R3",
                                      "rq", "rk"), **tables, "scale": "fp32"},
-        "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "scratch", "rq", "rk"), **tables,
+        "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "rq", "rk"), **tables,
                        "n_work": "i64"},
         "chunked_pass": {**bufs("U", "Qt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"), **w_kt,
                          "do": inputs["do"], "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
@@ -180,19 +180,26 @@ def chunked_mode(spills: bool) -> None:
             k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps} maxnreg={cap}: ok", *extra)
-        # 3c's sums per row block; the one-anchor form (a known gate bound) too with --spills or where it is on
+        # 3b's sums as launched (LAUNCH["sums_one_launch"]: every row block in one kernel on 2 warps, anchored
+        # diagonal blocks only; else one per row block on 4), and with --spills the other way too; the one-anchor
+        # form (a known gate bound) too with --spills or where it is on
         forms = [(anchors, False) for anchors in anchor_forms]
         forms += [(True, True)] if spills or backward.LAUNCH["sums_one_anchor"] else []
-        sums = [(bi, anchors, one, cap) for bi, (anchors, one) in itertools.product(range(4), forms)
-                for cap in caps("sums_maxnreg", anchors)]
-        for bi, anchors, one, cap in sums:
+        one_launch = bool(backward.LAUNCH["sums_one_launch"])
+        launches = [(True, 0)] if one_launch or spills else []
+        launches += [(False, bi) for bi in range(4)] if spills or not one_launch else []
+        sums = [(all_blocks, bi, anchors, one, cap) for (all_blocks, bi), (anchors, one) in
+                itertools.product(launches, forms) for cap in caps("sums_maxnreg", anchors)
+                if anchors or not all_blocks]  # (the element-wise form runs one launch per block)
+        for all_blocks, bi, anchors, one, cap in sums:
             c = dict(shared, **norm, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
-                     DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
-            k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c,
-                               backward.LAUNCH["sums_warps"] or 4, maxnreg=cap)
+                     ALL_BLOCKS=all_blocks, DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
+            warps = backward.LAUNCH["sums_warps"] or (2 if all_blocks else 4)
+            k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, warps, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} BI={bi} anchors={anchors} "
-                  f"one_anchor={one} warps=4 maxnreg={cap}: ok", *extra)
+            blocks = "all blocks" if all_blocks else f"BI={bi}"
+            print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} {blocks} anchors={anchors} "
+                  f"one_anchor={one} warps={warps} maxnreg={cap}: ok", *extra)
         if spills and K == 128 and acc == "fp32":  # the kernels with the norm factors read (qk_norm_factors on)
             on = dict(shared, NORM=True, INTERPRET=False)
             for name, kernel, c, warps, key in (
@@ -204,12 +211,11 @@ def chunked_mode(spills: bool) -> None:
                 cap = backward_chunked.default_cap(key, torch.float32) or None
                 k = compile_kernel(kernel, sigs[name], c, warps, maxnreg=cap)
                 print(f"chunked {name} with norm factors K={K} maxnreg={cap}: ok", *ptxas_report(k))
-            for bi in range(4):
-                c = dict(on, BKS=32, BI=bi, PREC=split_prec, ANCHORS=True, ONE_ANCHOR=True,
-                         DPREC=backward.LAUNCH["sums_diag_precision"])
-                k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, 4, maxnreg=128)
-                print(f"chunked local_sums with norm factors K={K} BI={bi} one_anchor=True maxnreg=128: ok",
-                      *ptxas_report(k))
+            c = dict(on, BKS=32, BI=0, PREC=split_prec, ANCHORS=True, ONE_ANCHOR=True, ALL_BLOCKS=True,
+                     DPREC=backward.LAUNCH["sums_diag_precision"])
+            k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, 2, maxnreg=128)
+            print(f"chunked local_sums with norm factors K={K} all blocks one_anchor=True warps=2 maxnreg=128: ok",
+                  *ptxas_report(k))
 
 
 def main() -> int:

@@ -37,8 +37,9 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    diagonal of dA_qk, and the two matrices of the decay-weighted sums. (Up to the twenty-fifth session this was two
    kernels, per V-tile with one partial copy of each sum per V-tile, then per chunk adding them up; they
    recomputed Vn and dVn from the states.)
-3b. `_local_sums_kernel`, one launch per 16-row block, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns,
-   32 at most): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep, at one anchor with
+3b. `_local_sums_kernel`, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns, 32 at most) and 16-row
+   block, every block in one launch (LAUNCH["sums_one_launch"]; one launch per block before the thirty-second
+   session): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep, at one anchor with
    LAUNCH["sums_one_anchor"] where the gates' bound allows: `one_anchor`); then `_local_k_kernel`, per (chunk,
    value head, K-tile of LAUNCH["split_k_bk"] columns, 16 on a GPU), one program each: dq, dk (per value head),
    dg of the tile's key channels (every sum of 3b is per key channel, so the K-tiles are independent work items).
@@ -648,8 +649,9 @@ def _local_sums_kernel(
     sums of M1 with q plus those of M2 with k (backward_blocks.py's `_sums_block_anchored` with ANCHORS, at one
     anchor with ONE_ANCHOR, else `_row_sums_block` and `_col_sums_block`; M1, M2 [NT, HV, CT, CT] from
     `_local_vk_kernel`), by 16-row blocks: row block BI for every item (one launch per block, like
-    `_prep_pairs_kernel`), or with ALL_BLOCKS every (item, row block) in one launch, an item's four blocks as
-    neighbouring work (LAUNCH["sums_one_launch"]: they read the same gates, q and k, which then come from L2).
+    `_prep_pairs_kernel`), or with ALL_BLOCKS (ANCHORS only) every (item, row block) in one launch, an item's four
+    blocks as neighbouring work (LAUNCH["sums_one_launch"]: they read the same gates, q, k, M1 and M2, which then
+    come from L2).
     Every row block holds 6 off-diagonal products of each kind, so the blocks are the same size.
     The gates (in the buffers' dtype) are read where they are, masked past the chunk's rows and K (they were
     copied through a per-program scratch between two barriers until the thirty-second session)."""
@@ -886,7 +888,9 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         if norms is not None:
             raise ValueError("the prep's pairs kernel takes q and k normalised, not with their norm factors")
         aqk = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
-        g_acc = g.to(acc)  # the helpers compute in the gates' dtype (a no-op for fp32 / fp64 gates)
+        # the helpers compute in the gates' dtype: a no-op for fp32 / fp64 gates (the autograd path's, the
+        # definitions'); a bf16 g costs a [T, HV, K] copy here, which workspace_bytes leaves out
+        g_acc = g.to(acc)
         for bi in range(CT // 16):
             _prep_pairs_kernel[(n_prog,)](
                 q, k, g_acc, pre["P"], aqk, cu, chunk_indices, NT * HV,
@@ -955,8 +959,11 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
         raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
     n_work_s = NT * HV * triton.cdiv(K, BKS)
     n_prog_s = n_programs(n_work_s, dev, interp)
-    g_acc = g.to(acc)  # the helpers compute in the gates' dtype (a no-op for fp32 / fp64 gates)
-    one_launch = bool(launch["sums_one_launch"])
+    # the helpers compute in the gates' dtype: a no-op for fp32 / fp64 gates (the autograd path's, the definitions');
+    # a bf16 g costs a [T, HV, K] copy here, which workspace_bytes leaves out
+    g_acc = g.to(acc)
+    # one launch for the anchored form only: the element-wise one spills 12-24 KB there on 2 warps (ptxas, sm_90)
+    one_launch = bool(launch["sums_one_launch"]) and _anchors(launch)
     if one_launch:
         n_prog_s = n_programs(n_work_s * (CT // 16), dev, interp)
     for bi in range(1 if one_launch else CT // 16):

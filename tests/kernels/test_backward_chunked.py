@@ -351,7 +351,9 @@ def test_local_kernel_retries_with_one_stage(monkeypatch):
     assert fake.stages == [None, 1]
 
 
-REGISTER_CAPS = {"sums_maxnreg": ("_local_sums_kernel", 4), "prep_pairs_maxnreg": ("_prep_pairs_kernel", 4),
+# key -> (kernel, its launches per backward: the sums kernel's row blocks in one launch, LAUNCH["sums_one_launch"];
+# the pairs kernel's one per row block)
+REGISTER_CAPS = {"sums_maxnreg": ("_local_sums_kernel", 1), "prep_pairs_maxnreg": ("_prep_pairs_kernel", 4),
                  "prep_operands_maxnreg": ("_prep_operands_kernel", 1), "chunked_pass_maxnreg": ("_state_pass_kernel", 1),
                  "split_vk_maxnreg": ("_local_vk_kernel", 1), "split_k_maxnreg": ("_local_k_kernel", 1)}
 
@@ -368,8 +370,8 @@ def _spy_capped_kernels(monkeypatch):
 
 @pytest.mark.parametrize("key", sorted(REGISTER_CAPS))
 def test_register_cap(monkeypatch, key):
-    """Each LAUNCH["..._maxnreg"] reaches its kernel's launches (the sums and pairs kernels: four row-block
-    launches) as `maxnreg`, and no other kernel's (0: no cap); a register cap changes where ptxas keeps values, not
+    """Each LAUNCH["..._maxnreg"] reaches its kernel's launches (the pairs kernel: four row-block launches) as
+    `maxnreg`, and no other kernel's (0: no cap); a register cap changes where ptxas keeps values, not
     the arithmetic: the same gradients (bit for bit under the interpreter, which ignores the cap)."""
     x = make(1, 70, 1, 2, 20, 12, seed=9)
     spies = _spy_capped_kernels(monkeypatch)
