@@ -200,6 +200,14 @@ def chunked_mode(spills: bool) -> None:
             blocks = "all blocks" if all_blocks else f"BI={bi}"
             print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} {blocks} anchors={anchors} "
                   f"one_anchor={one} warps={warps} maxnreg={cap}: ok", *extra)
+        if spills and K == 128 and acc == "fp32":  # 3a's K-tiles apart (LAUNCH["split_vk_ktiles"]), 4 and 8 warps
+            for warps in (4, 8):
+                k = compile_kernel(backward_chunked._local_kt_kernel, sigs["local_vk"],
+                                   dict(shared, BKT=32, BVT=32, PREC=split_prec), warps)
+                print(f"chunked split local_kt {acc} K={K} V={V} BKT=32 BVT=32 warps={warps}: ok", *ptxas_report(k))
+            k = compile_kernel(backward_chunked._local_vk_kernel, sigs["local_vk"],
+                               dict(shared, **norm, BKT=32, BVT=32, PREC=split_prec, INTERPRET=False, YK_GIVEN=True), 4)
+            print(f"chunked split local_vk with Y_k given {acc} K={K} V={V}: ok", *ptxas_report(k))
         if spills and K == 128 and acc == "fp32":  # the kernels with the norm factors read (qk_norm_factors on)
             on = dict(shared, NORM=True, INTERPRET=False)
             for name, kernel, c, warps, key in (

@@ -231,6 +231,14 @@ LAUNCH["keep_states"] = False
 # K3 16.73, 16.64, 16.73 -> 16.47, 16.51, 16.53, 32 x 16384 10.95 (4 warps 10.92-10.94 in another call); a
 # register cap of 168 (17.36) and K-tiles of 16 (19.2) lost.
 LAUNCH["sums_one_launch"] = True
+# split_vk_ktiles: 3a's sums over V of its K-tiles (dQt, dKt, dW, dgamma, Y_k) by `_local_kt_kernel`, one program
+# per (chunk, value head, K-tile), before `_local_vk_kernel` does the rest with that Y_k; instead of every K-tile
+# inside `_local_vk_kernel`'s one program per (chunk, value head) (255 registers, two programs per SM, 3.44 ms on
+# K3). split_kt_warps: `_local_kt_kernel`'s warps (4; its K-tile is split_bk's). ptxas (sm_90, triton 3.6, K = V =
+# 128, 32 x 32 tiles): `_local_kt_kernel` 142 registers on 4 warps (102 on 8), no spill; `_local_vk_kernel` with
+# Y_k given 234 (255 and 20 bytes of spills with every K-tile inside). Written in the thirty-second session after
+# its device time: untimed, off.
+LAUNCH.update({"split_vk_ktiles": False, "split_kt_warps": None})
 # chunked_pass_bf16_copies (None: on): with the pass in bf16 the prep's operands kernel stores W and Kt in bf16, which
 # the pass's products round them to anyway (their only reader since the twenty-sixth session): the same gradients
 # (bit for bit under the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than

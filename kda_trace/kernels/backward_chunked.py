@@ -36,7 +36,8 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    rowsum(v Y_v)) by V-tiles, within K-tiles for the [CT, K] ones, in registers; Y_v, dv, Y_k, dA_kk, dbeta, the
    diagonal of dA_qk, and the two matrices of the decay-weighted sums. (Up to the twenty-fifth session this was two
    kernels, per V-tile with one partial copy of each sum per V-tile, then per chunk adding them up; they
-   recomputed Vn and dVn from the states.)
+   recomputed Vn and dVn from the states.) With LAUNCH["split_vk_ktiles"] (off, untimed) `_local_kt_kernel` does
+   the K-tiles' sums first, one program per (chunk, value head, K-tile).
 3b. `_local_sums_kernel`, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns, 32 at most) and 16-row
    block, every block in one launch (LAUNCH["sums_one_launch"]; one launch per block before the thirty-second
    session): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep, at one anchor with
@@ -493,12 +494,74 @@ def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, 
 # 3a, 3b (LAUNCH["chunked_local"] = "split"): the matrix local kernel's formulas, from the pass's Vn and dVn and
 # the prep's X and P (tests/kernels/chunk_backward_matrix.py: the derivation)
 # ----------------------------------------------------------------------------------------------------
+@triton.jit
+def _k_tile_sums(do, Vn, dVn, p_s, p_d, dQt, dKt, dgamma, item, row_v, off_tk, o_k, m_t, m_tk, K: tl.constexpr,
+                 V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr, PREC: tl.constexpr):
+    """One K-tile (columns o_k) of 3a's sums over V, by V-tiles of BVT: dQt = dO S^T, dKt = Vn dSe^T and dgamma =
+    rowsum(S * dSe) (stored), and dW = -dVn S^T (returned, [CT, BKT]). S, dSe: the chunk's at p_s, p_d ([K, V])."""
+    NVT: tl.constexpr = (V + BVT - 1) // BVT
+    ACC: tl.constexpr = dQt.dtype.element_ty
+    CT: tl.constexpr = m_t.shape[0]
+    m_k = o_k < K
+    b_dqt = tl.zeros([CT, BKT], dtype=ACC)
+    b_dkt = tl.zeros([CT, BKT], dtype=ACC)
+    b_dw = tl.zeros([CT, BKT], dtype=ACC)
+    b_dgam = tl.zeros([BKT], dtype=ACC)
+    for i_v in range(NVT):
+        o_v = i_v * BVT + tl.arange(0, BVT)
+        m_v = o_v < V
+        m_tv = m_t[:, None] & m_v[None, :]
+        off_tv = row_v + o_v[None, :]
+        off_kv = o_k[:, None] * V + o_v[None, :]
+        m_kv = m_k[:, None] & m_v[None, :]
+        b_s = tl.load(p_s + off_kv, mask=m_kv, other=0.0)
+        b_d = tl.load(p_d + off_kv, mask=m_kv, other=0.0)
+        b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
+        b_dqt += _xdot(b_do, tl.trans(b_s), PREC)
+        b_dkt += _xdot(tl.load(Vn + off_tv, mask=m_tv, other=0.0).to(ACC), tl.trans(b_d), PREC)
+        b_dw -= _xdot(tl.load(dVn + off_tv, mask=m_tv, other=0.0), tl.trans(b_s), PREC)
+        b_dgam += tl.sum(b_s * b_d, axis=1)
+    tl.store(dQt + off_tk, b_dqt, mask=m_tk)
+    tl.store(dKt + off_tk, b_dkt, mask=m_tk)
+    tl.store(dgamma + item * K + o_k, b_dgam, mask=m_k)
+    return b_dw
+
+
+@triton.jit
+def _local_kt_kernel(
+    do, Vn, dVn, Xb, states, dstates, dQt, dKt, Yk, dgamma, cu_seqlens, chunk_indices,
+    HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr, CT: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """3a's sums over V of one K-tile (LAUNCH["split_vk_ktiles"]), one program per (chunk, value head, K-tile of
+    BKT), the K-tiles of an item as neighbouring programs (its dO, Vn, dVn then from L2): dQt, dKt, dgamma
+    (`_k_tile_sums`) and Y_k = X^T dW. `_local_vk_kernel` (YK_GIVEN) does the rest: the sums over V of the
+    V-tiles, and XdX and dbeta from this Y_k. More, lighter programs than the K-tiles inside `_local_vk_kernel`."""
+    NKT: tl.constexpr = (K + BKT - 1) // BKT
+    pid = tl.program_id(0).to(tl.int64)
+    item = pid // NKT  # chunk * HV + value head
+    i_c = item // HV
+    i_hv = item % HV
+    _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
+    o_t = tl.arange(0, CT)
+    m_t = o_t < n
+    o_k = (pid % NKT) * BKT + tl.arange(0, BKT)
+    m_tk = m_t[:, None] & (o_k < K)[None, :]
+    row_v = (r0 * HV + i_hv) * V + o_t[:, None] * (HV * V)
+    off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_k[None, :]
+    b_dw = _k_tile_sums(do, Vn, dVn, states + item * (K * V), dstates + item * (K * V), dQt, dKt, dgamma, item, row_v,
+                        off_tk, o_k, m_t, m_tk, K, V, BKT, BVT, PREC)
+    b_X = tl.load(Xb + item * (CT * CT) + o_t[:, None] * CT + o_t[None, :])
+    tl.store(Yk + off_tk, _xdot(tl.trans(b_X), b_dw, PREC), mask=m_tk)
+
+
 @triton.jit(do_not_specialize=["scale"])
 def _local_vk_kernel(
     k, v, g, beta, do, Vn, dVn, Xb, Pb, states, dstates, dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2, rk,
     cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
     CT: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
+    YK_GIVEN: tl.constexpr = False,
 ):
     """Per (chunk, value head), everything that sums over V or K, in registers (no partial copies), from the pass's
     Vn and dVn (in U's and dO2's places) and the chunk's S (states) and dS_end (dstates):
@@ -509,6 +572,8 @@ def _local_vk_kernel(
     dbeta = rowsum(v Y_v) + rowsum(Kb Y_k) + rowsum(dA_kk P) (final), the diagonal of dA_qk times scale (d1 [T, HV]:
     it goes to dq and dk directly, tests/kernels/chunk_backward_matrix.py) and the two matrices of the decay-weighted
     sums, M1 = scale (dA_qk)_strict and M2 = diag(beta) dA_kk ([NT, HV, CT, CT]).
+    YK_GIVEN (LAUNCH["split_vk_ktiles"]): `_local_kt_kernel` has already stored dQt, dKt, dgamma and Y_k, so the
+    K-tiles only read Y_k back for XdX and dbeta (states, dstates and dVn's second reading unused).
     On a GPU the tiles are at least 32 wide (masked past K and V): 16-wide K-tiles, as the inner width of a tf32
     product, gave a kernel of this form a 15% wrong dA_kk on the H100 (Triton 3.6; twenty-fifth session,
     benchmarks/RESULTS.md)."""
@@ -553,33 +618,17 @@ def _local_vk_kernel(
         o_k = i_k * BKT + tl.arange(0, BKT)
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
-        b_dqt = tl.zeros([CT, BKT], dtype=ACC)
-        b_dkt = tl.zeros([CT, BKT], dtype=ACC)
-        b_dw = tl.zeros([CT, BKT], dtype=ACC)
-        b_dgam = tl.zeros([BKT], dtype=ACC)
-        for i_v in range(NVT):
-            o_v = i_v * BVT + tl.arange(0, BVT)
-            m_v = o_v < V
-            m_tv = m_t[:, None] & m_v[None, :]
-            off_tv = row_v + o_v[None, :]
-            off_kv = o_k[:, None] * V + o_v[None, :]
-            m_kv = m_k[:, None] & m_v[None, :]
-            b_s = tl.load(p_s + off_kv, mask=m_kv, other=0.0)
-            b_d = tl.load(p_d + off_kv, mask=m_kv, other=0.0)
-            b_do = tl.load(do + off_tv, mask=m_tv, other=0.0).to(ACC)
-            b_dqt += _xdot(b_do, tl.trans(b_s), PREC)
-            b_dkt += _xdot(tl.load(Vn + off_tv, mask=m_tv, other=0.0).to(ACC), tl.trans(b_d), PREC)
-            b_dw -= _xdot(tl.load(dVn + off_tv, mask=m_tv, other=0.0), tl.trans(b_s), PREC)
-            b_dgam += tl.sum(b_s * b_d, axis=1)
         off_tk = row_k + o_k[None, :]
-        tl.store(dQt + off_tk, b_dqt, mask=m_tk)
-        tl.store(dKt + off_tk, b_dkt, mask=m_tk)
-        tl.store(dgamma + item * K + o_k, b_dgam, mask=m_k)
+        if YK_GIVEN:
+            b_yk = tl.load(Yk + off_tk, mask=m_tk, other=0.0)
+        else:
+            b_dw = _k_tile_sums(do, Vn, dVn, p_s, p_d, dQt, dKt, dgamma, item, row_v, off_tk, o_k, m_t, m_tk, K, V,
+                                BKT, BVT, PREC)
+            b_yk = _xdot(tl.trans(b_X), b_dw, PREC)
+            tl.store(Yk + off_tk, b_yk, mask=m_tk)
         b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
         b_kb = _norm_rows(tl.load(p_k + o_k[None, :], mask=m_tk, other=0.0).to(ACC), rk + r0 * H + i_h, o_t, m_t, H,
                           NORM) * tl.exp(tl.cumsum(b_gt, axis=0))
-        b_yk = _xdot(tl.trans(b_X), b_dw, PREC)
-        tl.store(Yk + off_tk, b_yk, mask=m_tk)
         b_xdx += _xdot(b_yk, tl.trans(b_kb * b_b[:, None]), PREC)
         b_db += tl.sum(b_kb * b_yk, axis=1)
     b_dAkk = tl.where(strict, -_xdot(b_xdx, tl.trans(b_X), PREC), 0.0)
@@ -938,8 +987,9 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     d1, dbeta = e(TT, HV), e(TT, HV)
     M1, M2 = e(NT, HV, CT, CT), e(NT, HV, CT, CT)
     rq, rk = _norm_args(norms, d1)
-    vk_args = (k, v, g, beta, do, pre.pop("U"), pre.pop("dO2"), pre.pop("X"), pre.pop("P"), pre.pop("states"),
-               pre.pop("dstates"), dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2, rk, cu, chunk_indices, scale)
+    Vn, dVn, X, states, dstates = (pre.pop(n) for n in ("U", "dO2", "X", "states", "dstates"))
+    vk_args = (k, v, g, beta, do, Vn, dVn, X, pre.pop("P"), states, dstates, dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1,
+               M2, rk, cu, chunk_indices, scale)
     # 32 x 32 tiles on 4 warps (255 registers and 112 KiB of shared memory: two programs per SM, where 64 x 64 on
     # 8 warps left one; 11.31 against 11.52 ms fwd+bwd at 32 heads x 16384, H100, twenty-eighth session); 32 wide
     # on a GPU (see the kernel)
@@ -949,8 +999,14 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
                      **register_cap(launch["split_vk_maxnreg"]))
     # pipeline stages: Triton's default where its buffers fit in shared memory (112 KiB at K = V = 128 with bf16
     # inputs and 32 x 32 tiles), else one (48 KiB)
+    if launch["split_vk_ktiles"]:
+        BKK = launch["split_bk"] or (BK if interp else 32)
+        _local_kt_kernel[(NT * HV * triton.cdiv(K, BKK),)](
+            do, Vn, dVn, X, states, dstates, dQt, dKt, Yk, dgamma, cu, chunk_indices,
+            HV=HV, K=K, V=V, BKT=BKK, BVT=vk_consts["BVT"], CT=CT, PREC=prec, num_warps=launch["split_kt_warps"] or 4)
+        vk_consts["YK_GIVEN"] = True
     _launch_within_shared_memory(_local_vk_kernel, (NT, HV), vk_args, vk_consts, launch["split_vk_stages"])
-    del vk_args
+    del vk_args, Vn, dVn, X, states, dstates
     BKT = launch["split_k_bk"] or (min(BK, 64) if interp else 16)
     n_work = NT * HV * triton.cdiv(K, BKT)
     R = (e(TT, HV, K), e(TT, HV, K), e(TT, HV, K))  # the decay-weighted sums, [T, HV, K]

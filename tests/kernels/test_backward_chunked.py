@@ -252,6 +252,23 @@ def test_sums_in_one_launch(case, monkeypatch):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
+@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
+def test_vk_sums_by_k_tiles(case, monkeypatch):
+    """LAUNCH["split_vk_ktiles"]: 3a's K-tiles by `_local_kt_kernel` (one program per chunk, value head and K-tile)
+    and the rest by `_local_vk_kernel` from its Y_k: the same bits as every K-tile inside `_local_vk_kernel` (the
+    same products in the same order), and against float64 autograd; split_bk 16 makes several K-tiles, the last
+    partly masked at K = 12 and K = 130."""
+    from kda_trace.kernels import backward_chunked
+
+    spy = LaunchSpy(backward_chunked._local_kt_kernel)
+    monkeypatch.setattr(backward_chunked, "_local_kt_kernel", spy)
+    a, b = _alternative_matches(case, "split_vk_ktiles", True, False, monkeypatch, {"split_bk": 16})
+    for name in ("dq", "dk", "dv", "dg", "dbeta"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    K = SPLIT_PREP_CASES[case][0]()["q"].shape[-1]
+    assert len(spy.grids) == 1 and spy.grids[0][0] % -(-K // 16) == 0  # once, for the alternative only
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
 def test_anchored_blocks_fall_back_past_max_exp(dtype, monkeypatch):
     """Gates down to -20 per step in the second chunk (each of its blocks has a half whose decay passes e(70),
