@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One shard of a full GPU pass over the kernel tests (every test, not only the `gpu`-marked ones: the forward's
+# CPU-tier tests found a GPU-only bug in the thirty-first session), sized for one device call:
+#
+#     source benchmarks/gpu_env.sh            # in a device call's script (sets $OUT)
+#     bash benchmarks/gpu_tests_shard.sh SHARD SHARDS [PATHS...]   # SHARD in 0..SHARDS-1; PATHS: tests/kernels
+#
+# Test ids are collected in pytest's order and dealt round-robin (id i goes to shard i % SHARDS), so each shard
+# gets a mix of files and shapes. Results: $OUT/tests_shard_SHARD_of_SHARDS.txt (pytest's summary with every
+# failure). TESTS_TIMEOUT: seconds for the shard (540). Triton's cache under .gpu_out/triton (gpu_env.sh) keeps
+# the compiled kernels for the next call while the machine is warm.
+set -u
+if [ $# -lt 2 ]; then
+    echo "usage: $0 SHARD SHARDS [PATHS...]" >&2
+    exit 2
+fi
+shard=$1
+shards=$2
+shift 2
+paths=("$@")
+[ $# -eq 0 ] && paths=(tests/kernels)
+ids=$(python3 -m pytest "${paths[@]}" -o addopts= -m "" --collect-only -q -p no:cacheprovider 2>/dev/null \
+    | grep "::" | awk -v s="$shard" -v n="$shards" '(NR - 1) % n == s')
+echo "$(echo "$ids" | grep -c "::") tests in shard $shard of $shards" | tee "${OUT:-.}/tests_shard_${shard}_of_${shards}.txt"
+# shellcheck disable=SC2086
+timeout -s INT -k 10 "${TESTS_TIMEOUT:-540}" python3 -m pytest $ids -o addopts= -m "" -q -p no:cacheprovider -rfEs \
+    2>&1 | tail -40 | tee -a "${OUT:-.}/tests_shard_${shard}_of_${shards}.txt"
