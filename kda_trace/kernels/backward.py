@@ -146,8 +146,9 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # warps took K3's backward 14.70 -> 14.39 ms against 32 columns on 4, 32 x 16384 8.77 -> 8.78 (H100, thirtieth
 # session; 3c is a streaming kernel, 2.09 ms on K3 at 32 x 4).
 # The prep's three kernels: prep_pairs_warps / prep_solve_warps / prep_operands_warps (4 each) and prep_bv (the
-# operands kernel's V-tile, 64). 3b's decay-weighted sums by `_local_sums_kernel`, one launch per 16-row block with
-# the sums in registers: sums_bk (its K-tile, at most 32), sums_warps (2 with sums_one_launch, else 4). (One fused prep
+# operands kernel's V-tile, 64). 3b's decay-weighted sums by `_local_sums_kernel`, by 16-row blocks (all in one
+# launch with sums_one_launch, below) with the sums in registers: sums_bk (its K-tile, at most 32), sums_warps (2 with
+# sums_one_launch, else 4). (One fused prep
 # kernel, and the sums inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms
 # against 5.84 + 1.23 + 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth
 # sessions. dq, dk, dg inside the sums kernel were slower too: 14.8 against 13.0 ms, twenty-seventh session.)

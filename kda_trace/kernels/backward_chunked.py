@@ -36,8 +36,9 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    rowsum(v Y_v)) by V-tiles, within K-tiles for the [CT, K] ones, in registers; Y_v, dv, Y_k, dA_kk, dbeta, the
    diagonal of dA_qk, and the two matrices of the decay-weighted sums. (Up to the twenty-fifth session this was two
    kernels, per V-tile with one partial copy of each sum per V-tile, then per chunk adding them up; they
-   recomputed Vn and dVn from the states.) With LAUNCH["split_vk_ktiles"] (off, untimed) `_local_kt_kernel` does
-   the K-tiles' sums first, one program per (chunk, value head, K-tile).
+   recomputed Vn and dVn from the states.) With LAUNCH["split_vk_ktiles"] (off until tested on a GPU; 1.7% faster
+   on K3, kernels/backward.py) `_local_kt_kernel` does the K-tiles' sums first, one program per (chunk, value head,
+   K-tile).
 3b. `_local_sums_kernel`, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns, 32 at most) and 16-row
    block, every block in one launch (LAUNCH["sums_one_launch"]; one launch per block before the thirty-second
    session): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep, at one anchor with
@@ -707,6 +708,9 @@ def _local_sums_kernel(
     pid = tl.program_id(0).to(tl.int64)
     if ALL_BLOCKS:
         NB: tl.constexpr = CT // 16
+        # one branch per block, each calling `_sums_tile` with its block as a constexpr: the timed form (a
+        # static_range loop over the blocks with a guard compiles to other code, 588 against 492 bytes of spills at
+        # two anchors on 2 warps, ptxas sm_90)
         for u in range(pid, n_work * NB, tl.num_programs(0)):
             w = u // NB
             bi = u % NB
@@ -1014,14 +1018,12 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     if BKS > 32:
         raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
     n_work_s = NT * HV * triton.cdiv(K, BKS)
-    n_prog_s = n_programs(n_work_s, dev, interp)
     # the helpers compute in the gates' dtype: a no-op for fp32 / fp64 gates (the autograd path's, the definitions');
     # a bf16 g costs a [T, HV, K] copy here, which workspace_bytes leaves out
     g_acc = g.to(acc)
     # one launch for the anchored form only: the element-wise one spills 12-24 KB there on 2 warps (ptxas, sm_90)
     one_launch = bool(launch["sums_one_launch"]) and _anchors(launch)
-    if one_launch:
-        n_prog_s = n_programs(n_work_s * (CT // 16), dev, interp)
+    n_prog_s = n_programs(n_work_s * (CT // 16 if one_launch else 1), dev, interp)  # persistent programs
     for bi in range(1 if one_launch else CT // 16):
         _local_sums_kernel[(n_prog_s,)](
             q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, n_work_s,
