@@ -239,9 +239,10 @@ LAUNCH["sums_one_launch"] = True
 # 128, 32 x 32 tiles): `_local_kt_kernel` 142 registers on 4 warps (102 on 8), no spill; `_local_vk_kernel` with
 # Y_k given 234 (255 and 20 bytes of spills with every K-tile inside). H100 (thirty-second session, calls 6-7, one
 # round each): K3 fwd+bwd 16.49, 16.49 -> 16.19, 16.22 ms (bwd 13.59, 13.63 -> 13.32, 13.33); 32 x 16384 10.82
-# (the default 10.89-10.91 in another call); on 8 warps 16.18 / 10.80. Off until the GPU tests have run with it
-# (the session's device time ran out first): the interpreter gives the same bits, the GPU build is untested.
-LAUNCH.update({"split_vk_ktiles": False, "split_kt_warps": None})
+# (the default 10.89-10.91 in another call); on 8 warps 16.18 / 10.80. Thirty-third session (call 1, two
+# alternating rounds): K3 16.49, 16.56 -> 16.32, 16.16 ms, 32 x 16384 10.98, 10.93 -> 10.77, 10.80; the chunked
+# mode's GPU tests pass with it. The default since then.
+LAUNCH.update({"split_vk_ktiles": True, "split_kt_warps": None})
 # chunked_pass_bf16_copies (None: on): with the pass in bf16 the prep's operands kernel stores W and Kt in bf16, which
 # the pass's products round them to anyway (their only reader since the twenty-sixth session): the same gradients
 # (bit for bit under the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than

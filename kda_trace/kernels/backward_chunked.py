@@ -36,9 +36,9 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    rowsum(v Y_v)) by V-tiles, within K-tiles for the [CT, K] ones, in registers; Y_v, dv, Y_k, dA_kk, dbeta, the
    diagonal of dA_qk, and the two matrices of the decay-weighted sums. (Up to the twenty-fifth session this was two
    kernels, per V-tile with one partial copy of each sum per V-tile, then per chunk adding them up; they
-   recomputed Vn and dVn from the states.) With LAUNCH["split_vk_ktiles"] (off until tested on a GPU; 1.7% faster
-   on K3, kernels/backward.py) `_local_kt_kernel` does the K-tiles' sums first, one program per (chunk, value head,
-   K-tile).
+   recomputed Vn and dVn from the states.) With LAUNCH["split_vk_ktiles"] (the default since the thirty-third
+   session; 1-2% faster on K3, kernels/backward.py) `_local_kt_kernel` does the K-tiles' sums first, one program per
+   (chunk, value head, K-tile), and this kernel reads their Y_k.
 3b. `_local_sums_kernel`, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns, 32 at most) and 16-row
    block, every block in one launch (LAUNCH["sums_one_launch"]; one launch per block before the thirty-second
    session): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep, at one anchor with

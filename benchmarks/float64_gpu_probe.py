@@ -1,0 +1,71 @@
+"""Where the chunked backward loses float64 accuracy on a GPU: every gradient's RMS-relative error against float64
+autograd (tests/kernels' independent recurrence) for float64 inputs, in the chunked mode (the exact mode as a
+control) with one launch setting changed at a time. Under the interpreter every setting reaches about 1e-15; on an H100 (thirty-third
+session) the defaults gave dq 1.7e-8 on the strong-gate case. A diagnostic script, not a test.
+
+    python benchmarks/float64_gpu_probe.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kernels"))
+
+from kernel_ground_truth import rms_rel  # noqa: E402
+from test_backward import DEVICE, make, truth  # noqa: E402
+
+from kda_trace.kernels import backward  # noqa: E402
+from kda_trace.kernels.backward import kda_backward  # noqa: E402
+from kda_trace.kernels.options import KDAOptions  # noqa: E402
+
+f64 = torch.float64
+VARIANTS = {
+    "defaults": {},
+    "mode=exact": {"mode": "exact"},
+    "chunked_local=tokens": {"chunked_local": "tokens"},
+    "diag_blocks=elementwise": {"diag_blocks": "elementwise"},
+    "sums_one_launch=False": {"sums_one_launch": False},
+    "split_vk_ktiles=False": {"split_vk_ktiles": False},
+    "sums_one_anchor=False": {"sums_one_anchor": False},
+    "chunked_pass_parallel=False": {"chunked_pass_parallel": False},
+}
+CASES = {
+    "strong gates T=150 K=16 V=24": (lambda: make(1, 150, 1, 1, 16, 24, seed=3, g_low=-8.0, dtype=f64), False),
+    "logsigmoid gates T=200 K=64 V=64 h0": (lambda: make(1, 200, 1, 2, 64, 64, seed=4, dtype=f64), True),
+}
+
+
+def errors(x, use_h0):
+    ref = truth(x, KDAOptions().resolved_scale(x["q"].shape[-1]), use_h0=use_h0)
+    cuda = {n: (t.to(DEVICE) if t is not None else None) for n, t in x.items()}
+    gr = kda_backward(cuda["q"], cuda["k"], cuda["v"], cuda["g"], cuda["beta"], cuda["do"], KDAOptions(),
+                      initial_state=cuda["h0"] if use_h0 else None, dht=cuda["dht"])
+    got = {"q": gr.dq, "k": gr.dk, "v": gr.dv, "g": gr.dg, "beta": gr.dbeta}
+    if use_h0:
+        got["h0"] = gr.dh0
+    return {n: rms_rel(t, ref[n]) for n, t in got.items()}
+
+
+def main():
+    for case, (make_x, use_h0) in CASES.items():
+        x = make_x()
+        print(f"== {case}")
+        for name, launch in VARIANTS.items():
+            saved = dict(backward.LAUNCH)
+            backward.LAUNCH.update({"mode": "chunked", **launch})
+            try:
+                errs = errors(x, use_h0)
+                print(f"  {name:28s} " + "  ".join(f"d{n} {e:.1e}" for n, e in errs.items()), flush=True)
+            except Exception as e:  # noqa: BLE001 - a diagnostic: report and go on
+                print(f"  {name:28s} failed: {type(e).__name__}: {e}", flush=True)
+            finally:
+                backward.LAUNCH.clear()
+                backward.LAUNCH.update(saved)
+
+
+if __name__ == "__main__":
+    main()
