@@ -62,21 +62,21 @@ def backward_signatures(acc: str) -> dict:
     # W and Kt as the prep stores them for a bf16 pass (LAUNCH["chunked_pass_bf16_copies"])
     w_kt = {n: "*bf16" if acc == "fp32" else f"*{acc}" for n in ("W", "Kt")}
     return {
-        "maps": {**inputs, **bufs("g", "amap", "states", "dstates", "dh0"), **tables, "scale": "fp32"},
+        "maps": {**inputs, **bufs("g", "amap", "states", "dstates", "dh0"), **tables, "p_scale": f"*{acc}"},
         "pass": {**bufs("amap", "states", "dstates", "h0", "dht", "dh0"), "cu_seqlens": "*i64",
                  "chunk_offsets": "*i64"},
         "local": {**inputs, **bufs("g", "states", "dstates", "dq", "dk", "dv", "dg", "dbeta", "scratch"), **tables,
-                  "scale": "fp32", "n_work": "i64"},
-        "forward": {**inputs, **bufs("g", "h0", "o", "ht"), "cu_seqlens": "*i64", "scale": "fp32"},
+                  "p_scale": f"*{acc}", "n_work": "i64"},
+        "forward": {**inputs, **bufs("g", "h0", "o", "ht"), "cu_seqlens": "*i64", "p_scale": f"*{acc}"},
         # the chunked mode (kernels/backward_chunked.py)
         "prep_pairs": {**inputs, **bufs("g", "Pb", "Aqk", "gamma"), **tables, "n_work": "i64"},
         "prep_solve": {**inputs, **bufs("Pb", "Xb"), **tables},
         "prep_operands": {**inputs, **bufs("g", "Xb", "Aqk", "U", "Qt", "dO2", "gamma"), **w_kt,
-                          **bufs("rq", "rk"), **tables, "scale": "fp32"},
+                          **bufs("rq", "rk"), **tables, "p_scale": f"*{acc}"},
         "local_vk": {**inputs, **bufs("g", "Vn", "dVn", "Xb", "Pb", "states", "dstates", "dv", "dQt", "dKt", "Yk",
-                                      "dgamma", "dbeta", "d1", "M1", "M2", "rk"), **tables, "scale": "fp32"},
+                                      "dgamma", "dbeta", "d1", "M1", "M2", "rk"), **tables, "p_scale": f"*{acc}"},
         "local_k": {**inputs, **bufs("g", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "R1", "R2", "R3",
-                                     "rq", "rk"), **tables, "scale": "fp32"},
+                                     "rq", "rk"), **tables, "p_scale": f"*{acc}"},
         "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "rq", "rk"), **tables,
                        "n_work": "i64"},
         "chunked_pass": {**bufs("U", "Qt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"), **w_kt,

@@ -3,7 +3,11 @@ autograd (tests/kernels' independent recurrence) for float64 inputs, in the chun
 control) with one launch setting changed at a time. Under the interpreter every setting reaches about 1e-15; on an H100 (thirty-third
 session) the defaults gave dq 1.7e-8 on the strong-gate case. A diagnostic script, not a test.
 
-    python benchmarks/float64_gpu_probe.py
+    python benchmarks/float64_gpu_probe.py [VARIANT ...]     # e.g. defaults mode=exact; all without one
+
+The cause (thirty-third session): the attention scale reached the kernels as a Python float, which Triton types
+fp32 (0.7 is 1.7e-8 off in fp32; the default 1/sqrt(K) is a power of two at K = 16 and 64, exact). Since then the
+kernels take it as one element in the buffers' dtype (kernels/backward.py `scale_arg`).
 """
 
 from __future__ import annotations
@@ -32,33 +36,46 @@ VARIANTS = {
     "split_vk_ktiles=False": {"split_vk_ktiles": False},
     "sums_one_anchor=False": {"sums_one_anchor": False},
     "chunked_pass_parallel=False": {"chunked_pass_parallel": False},
+    "sums_bk=16": {"sums_bk": 16},
+    "split_bk=16": {"split_bk": 16},
 }
-CASES = {
-    "strong gates T=150 K=16 V=24": (lambda: make(1, 150, 1, 1, 16, 24, seed=3, g_low=-8.0, dtype=f64), False),
-    "logsigmoid gates T=200 K=64 V=64 h0": (lambda: make(1, 200, 1, 2, 64, 64, seed=4, dtype=f64), True),
+VK = KDAOptions(state_layout="vk", scale=0.7)
+CASES = {  # name: (inputs, initial state used, options)
+    "strong gates T=150 K=16 V=24": (lambda: make(1, 150, 1, 1, 16, 24, seed=3, g_low=-8.0, dtype=f64), False,
+                                     KDAOptions()),
+    # tests/kernels/test_backward_chunked.py's float64_strong_gates case: [V, K] states, scale 0.7
+    "the same, [V, K] states, scale 0.7": (lambda: make(1, 150, 1, 1, 16, 24, seed=3, g_low=-8.0, dtype=f64), False,
+                                           VK),
+    "logsigmoid gates T=200 K=64 V=64 h0": (lambda: make(1, 200, 1, 2, 64, 64, seed=4, dtype=f64), True,
+                                            KDAOptions()),
 }
 
 
-def errors(x, use_h0):
-    ref = truth(x, KDAOptions().resolved_scale(x["q"].shape[-1]), use_h0=use_h0)
-    cuda = {n: (t.to(DEVICE) if t is not None else None) for n, t in x.items()}
-    gr = kda_backward(cuda["q"], cuda["k"], cuda["v"], cuda["g"], cuda["beta"], cuda["do"], KDAOptions(),
-                      initial_state=cuda["h0"] if use_h0 else None, dht=cuda["dht"])
+def errors(x, use_h0, opts):
+    ref = truth(x, opts.resolved_scale(x["q"].shape[-1]), use_h0=use_h0)
+    dev = {n: (t.to(DEVICE) if t is not None else None) for n, t in x.items()}
+    h0, dht = dev["h0"] if use_h0 else None, dev["dht"]
+    if opts.state_layout == "vk":
+        h0 = None if h0 is None else h0.transpose(-1, -2).contiguous()
+        dht = dht.transpose(-1, -2).contiguous()
+    gr = kda_backward(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"], dev["do"], opts, initial_state=h0, dht=dht)
     got = {"q": gr.dq, "k": gr.dk, "v": gr.dv, "g": gr.dg, "beta": gr.dbeta}
     if use_h0:
-        got["h0"] = gr.dh0
+        got["h0"] = gr.dh0.transpose(-1, -2) if opts.state_layout == "vk" else gr.dh0
     return {n: rms_rel(t, ref[n]) for n, t in got.items()}
 
 
 def main():
-    for case, (make_x, use_h0) in CASES.items():
+    chosen = sys.argv[1:] or list(VARIANTS)
+    for case, (make_x, use_h0, opts) in CASES.items():
         x = make_x()
         print(f"== {case}")
-        for name, launch in VARIANTS.items():
+        for name in chosen:
+            launch = VARIANTS[name]
             saved = dict(backward.LAUNCH)
             backward.LAUNCH.update({"mode": "chunked", **launch})
             try:
-                errs = errors(x, use_h0)
+                errs = errors(x, use_h0, opts)
                 print(f"  {name:28s} " + "  ".join(f"d{n} {e:.1e}" for n, e in errs.items()), flush=True)
             except Exception as e:  # noqa: BLE001 - a diagnostic: report and go on
                 print(f"  {name:28s} failed: {type(e).__name__}: {e}", flush=True)

@@ -9,6 +9,10 @@
 # gets a mix of files and shapes. Results: $OUT/tests_shard_SHARD_of_SHARDS.txt (pytest's summary with every
 # failure). TESTS_TIMEOUT: seconds for the shard (540). Triton's cache under .gpu_out/triton (gpu_env.sh) keeps
 # the compiled kernels for the next call while the machine is warm.
+# Expected failures: the backward's CPU-tier tests that call test_backward.py's `check` at its interpreter bar
+# (RMS-relative 1e-5 for fp32 inputs) fail on a GPU, whose tf32 and bf16 products give about 1e-3 (H100,
+# thirty-third session: the chunked mode's comparison tests, e.g. test_sums_in_one_launch[k_tiles]); read those
+# failures' numbers, not their count. Their float64 cases hold 1e-12 on a GPU since the scale fix of that session.
 set -u
 if [ $# -lt 2 ]; then
     echo "usage: $0 SHARD SHARDS [PATHS...]" >&2

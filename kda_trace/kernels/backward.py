@@ -273,9 +273,9 @@ def _step(b_s, b_k, b_g, b_v, b_b):
 # ----------------------------------------------------------------------------------------------------
 # 1. per chunk, in parallel: A_c, B_c, b_c
 # ----------------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["scale"])
+@triton.jit
 def _chunk_maps_kernel(
-    q, k, v, g, beta, do, amap, states, dstates, dh0, cu_seqlens, chunk_indices, scale,
+    q, k, v, g, beta, do, amap, states, dstates, dh0, cu_seqlens, chunk_indices, p_scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BX: tl.constexpr, CT: tl.constexpr, WHAT: tl.constexpr,
 ):
@@ -283,6 +283,7 @@ def _chunk_maps_kernel(
     of V), by the token steps of the recurrence (see the module docstring). B_c goes to the next chunk's
     slot of `states` (nothing for a sequence's last chunk), b_c to the previous chunk's slot of `dstates`
     (to `dh0` for a sequence's first chunk): the chunk pass adds the rest there."""
+    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
     NCOL: tl.constexpr = K if WHAT == 0 else V
     NX: tl.constexpr = (NCOL + BX - 1) // BX
     i_c = tl.program_id(0).to(tl.int64) // NX
@@ -424,10 +425,10 @@ def _chunk_pass_kernel(
 # ----------------------------------------------------------------------------------------------------
 # 3. per chunk, in parallel: the token-by-token reverse from the chunk's start state and dS at its end
 # ----------------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["scale", "n_work"])
+@triton.jit(do_not_specialize=["n_work"])
 def _local_kernel(
     q, k, v, g, beta, do, states, dstates, dq, dk, dv, dg, dbeta, scratch, cu_seqlens, chunk_indices,
-    scale, n_work,
+    p_scale, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr, SEG: tl.constexpr,
 ):
@@ -435,6 +436,7 @@ def _local_kernel(
     scratch of SEG + CT // SEG states). Per item: the states at the segment starts from the chunk's start
     state, then the segments last to first, each re-run forward from its start into the scratch and stepped
     back from its end (see the module docstring); gradients that sum over V are added into fp32 buffers."""
+    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
     NV: tl.constexpr = (V + BV - 1) // BV
     ACC: tl.constexpr = states.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
@@ -509,13 +511,14 @@ def _local_kernel(
 # ----------------------------------------------------------------------------------------------------
 # the exact forward, token by token (gradient checks)
 # ----------------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["scale"])
+@triton.jit
 def _forward_exact_kernel(
-    q, k, v, g, beta, h0, o, ht, cu_seqlens, scale,
+    q, k, v, g, beta, h0, o, ht, cu_seqlens, p_scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, USE_H0: tl.constexpr,
 ):
     """o and the final state of one (sequence, value head, V-tile), token by token in the dtype of ht."""
+    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
     NV: tl.constexpr = (V + BV - 1) // BV
     pid = tl.program_id(0).to(tl.int64)
     i_v = pid % NV
@@ -605,6 +608,13 @@ def _mode(interp: bool) -> str:
     return LAUNCH["mode"] or ("exact" if interp else "chunked")
 
 
+def scale_arg(scale: float, acc: torch.dtype, device) -> torch.Tensor:
+    """The attention scale as the kernels take it: one element in the buffers' dtype (`p_scale`). Triton types a
+    Python float argument fp32, which for float64 inputs put every gradient 1e-8 off float64 at a scale such as 0.7
+    (H100, thirty-third session; the interpreter keeps the float64)."""
+    return torch.full((1,), scale, dtype=acc, device=device)
+
+
 def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound=None, norms=None):
     """The three kernels; returns dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout), fp32 (fp64) but dq, dk, dv
     in the inputs' dtypes where the chunked mode writes them so (`local_split`). given: the
@@ -619,6 +629,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound
     interp = triton_interpreted()
     BK = max(16, triton.next_power_of_2(K))
     z = torch.empty(1, dtype=acc, device=dev)
+    scale = scale_arg(scale, acc, dev)
     do = do.reshape(TT, HV, V).contiguous()
     mode = _mode(interp)
     if mode == "chunked":
@@ -907,7 +918,7 @@ def kda_forward_exact(
     o = torch.empty(B * T, HV, V, dtype=acc, device=q.device)
     ht = torch.empty(N, HV, K, V, dtype=acc, device=q.device)
     _forward_exact_kernel[(N * HV * triton.cdiv(V, BV),)](
-        q, k, v, g, beta, h0 if h0 is not None else ht, o, ht, tables[0], opts.resolved_scale(K),
+        q, k, v, g, beta, h0 if h0 is not None else ht, o, ht, tables[0], scale_arg(opts.resolved_scale(K), acc, q.device),
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, USE_H0=h0 is not None, num_warps=4 if BK * BV <= 2048 else 8)
     if opts.state_layout == "vk":
         ht = ht.transpose(-1, -2).contiguous()

@@ -196,9 +196,9 @@ def _prep_solve_kernel(Pb, beta, Xb, cu_seqlens, chunk_indices, HV: tl.constexpr
     tl.store(p_X + off_t, b_X)
 
 
-@triton.jit(do_not_specialize=["scale"])
+@triton.jit
 def _prep_operands_kernel(
-    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, rq, rk, cu_seqlens, chunk_indices, scale,
+    q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, rq, rk, cu_seqlens, chunk_indices, p_scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
     CT: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, WITH_U: tl.constexpr, INTERPRET: tl.constexpr,
 ):
@@ -207,6 +207,7 @@ def _prep_operands_kernel(
     their buffers' dtype, `_decayed_k_tile`) and the chunk's decay gamma = e(G_last); for each of the
     V-tiles of BVT columns after them, U = X diag(beta) v (WITH_U: not with the forward's states) and dO2 = A_qk^T
     dO. NORM: q and k as given times their rows' L2-norm factors rq, rk ([T, H])."""
+    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     NVT: tl.constexpr = (V + BVT - 1) // BVT
     ACC: tl.constexpr = Qt.dtype.element_ty
@@ -556,10 +557,10 @@ def _local_kt_kernel(
     tl.store(Yk + off_tk, _xdot(tl.trans(b_X), b_dw, PREC), mask=m_tk)
 
 
-@triton.jit(do_not_specialize=["scale"])
+@triton.jit
 def _local_vk_kernel(
     k, v, g, beta, do, Vn, dVn, Xb, Pb, states, dstates, dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1, M2, rk,
-    cu_seqlens, chunk_indices, scale,
+    cu_seqlens, chunk_indices, p_scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
     CT: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
     YK_GIVEN: tl.constexpr = False,
@@ -578,6 +579,7 @@ def _local_vk_kernel(
     On a GPU the tiles are at least 32 wide (masked past K and V): 16-wide K-tiles, as the inner width of a tf32
     product, gave a kernel of this form a 15% wrong dA_kk on the H100 (Triton 3.6; twenty-fifth session,
     benchmarks/RESULTS.md)."""
+    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
     NVT: tl.constexpr = (V + BVT - 1) // BVT
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     ACC: tl.constexpr = Yk.dtype.element_ty
@@ -732,9 +734,9 @@ def _local_sums_kernel(
                        PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
 
 
-@triton.jit(do_not_specialize=["scale"])
+@triton.jit
 def _local_k_kernel(
-    q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, scale,
+    q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, p_scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr, NORM: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
@@ -743,6 +745,7 @@ def _local_k_kernel(
     and 3a's dQt, dKt, dgamma, Y_k and d1. Every sum here is per key channel, so K-tiles are independent: more,
     smaller programs than one per (chunk, value head). A streaming kernel (no products): one program per item, no
     persistent loop, lets the GPU overlap one item's loads with another's stores."""
+    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
     ACC: tl.constexpr = dg.dtype.element_ty
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     w = tl.program_id(0).to(tl.int64)

@@ -22,6 +22,7 @@ from kda_trace.kernels.backward import kda_backward, kda_forward_exact
 from kda_trace.kernels.options import KDAOptions
 
 from kernel_ground_truth import load_reference, ref_kda, rms_rel
+from launch_spy import LaunchSpy
 
 f64 = torch.float64
 BAR = 1e-5
@@ -419,3 +420,26 @@ def test_kernels_compile_for_sm90():
     out = subprocess.run([sys.executable, str(root / "benchmarks" / "compile_sm90.py")], env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+
+
+def test_scale_reaches_the_kernels_in_the_buffers_dtype(monkeypatch):
+    """The exact mode's kernels and the exact forward get the attention scale as one element in the buffers' dtype
+    (backward.`scale_arg`), float64 here: a Python float argument reaches a compiled kernel as fp32, 1.7e-8 off
+    float64 at scale 0.7 on an H100 (test_backward_chunked.py's twin), which the interpreter cannot show."""
+    from kda_trace.kernels import backward
+
+    names = ("_chunk_maps_kernel", "_local_kernel", "_forward_exact_kernel")
+    spies = {name: LaunchSpy(getattr(backward, name)) for name in names}
+    for name, spy in spies.items():
+        monkeypatch.setattr(backward, name, spy)
+    x = make(1, 20, 1, 1, 8, 8, seed=21, dtype=f64)
+    opts = KDAOptions(scale=0.7)
+    check(x, opts=opts, bar=1e-12)
+    kda_forward_exact(x["q"].to(DEVICE), x["k"].to(DEVICE), x["v"].to(DEVICE), x["g"].to(DEVICE),
+                      x["beta"].to(DEVICE), opts, initial_state=x["h0"].to(DEVICE))
+    for name, spy in spies.items():
+        assert spy.calls, name
+        for args in spy.calls:
+            assert len([a for a in args if isinstance(a, torch.Tensor) and a.numel() == 1 and a.dtype == f64
+                        and a.item() == 0.7]) == 1, name
+            assert not [a for a in args if isinstance(a, float)], name

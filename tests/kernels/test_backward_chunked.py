@@ -571,3 +571,23 @@ def test_small_k_on_gpu(K, monkeypatch):
     sessions); with the pass in bf16 and its Vn and dVn used as they are, dbeta 9.2e-3 at K = 32 (twenty-sixth)."""
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
     check(make(1, 70, 1, 2, K, 10, seed=40 + K), bar=5e-3)
+
+
+def test_scale_reaches_the_kernels_in_the_buffers_dtype(monkeypatch):
+    """Each chunked kernel that takes the attention scale gets it as one element in the buffers' dtype
+    (backward.`scale_arg`), here float64 at scale 0.7. A Python float argument reaches a compiled kernel as fp32:
+    on an H100 that put every gradient of this float64 case 1.7e-8 off float64 autograd (thirty-third session).
+    The interpreter keeps a Python float in float64, so only the argument's type can show it here."""
+    from kda_trace.kernels import backward_chunked
+
+    names = ("_prep_operands_kernel", "_local_vk_kernel", "_local_k_kernel")
+    spies = {name: LaunchSpy(getattr(backward_chunked, name)) for name in names}
+    for name, spy in spies.items():
+        monkeypatch.setattr(backward_chunked, name, spy)
+    make_x, kwargs, _ = SPLIT_PREP_CASES["float64_strong_gates"]
+    check(make_x(), **kwargs)
+    for name, spy in spies.items():
+        args = spy.calls[0]
+        assert len([a for a in args if isinstance(a, torch.Tensor) and a.numel() == 1 and a.dtype == f64
+                    and a.item() == 0.7]) == 1, name
+        assert not [a for a in args if isinstance(a, float)], name
