@@ -283,7 +283,7 @@ def _chunk_maps_kernel(
     of V), by the token steps of the recurrence (see the module docstring). B_c goes to the next chunk's
     slot of `states` (nothing for a sequence's last chunk), b_c to the previous chunk's slot of `dstates`
     (to `dh0` for a sequence's first chunk): the chunk pass adds the rest there."""
-    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
+    scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
     NCOL: tl.constexpr = K if WHAT == 0 else V
     NX: tl.constexpr = (NCOL + BX - 1) // BX
     i_c = tl.program_id(0).to(tl.int64) // NX
@@ -436,7 +436,7 @@ def _local_kernel(
     scratch of SEG + CT // SEG states). Per item: the states at the segment starts from the chunk's start
     state, then the segments last to first, each re-run forward from its start into the scratch and stepped
     back from its end (see the module docstring); gradients that sum over V are added into fp32 buffers."""
-    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
+    scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
     NV: tl.constexpr = (V + BV - 1) // BV
     ACC: tl.constexpr = states.dtype.element_ty
     pid = tl.program_id(0).to(tl.int64)
@@ -518,7 +518,7 @@ def _forward_exact_kernel(
     BK: tl.constexpr, BV: tl.constexpr, USE_H0: tl.constexpr,
 ):
     """o and the final state of one (sequence, value head, V-tile), token by token in the dtype of ht."""
-    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
+    scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
     NV: tl.constexpr = (V + BV - 1) // BV
     pid = tl.program_id(0).to(tl.int64)
     i_v = pid % NV
@@ -918,7 +918,8 @@ def kda_forward_exact(
     o = torch.empty(B * T, HV, V, dtype=acc, device=q.device)
     ht = torch.empty(N, HV, K, V, dtype=acc, device=q.device)
     _forward_exact_kernel[(N * HV * triton.cdiv(V, BV),)](
-        q, k, v, g, beta, h0 if h0 is not None else ht, o, ht, tables[0], scale_arg(opts.resolved_scale(K), acc, q.device),
+        q, k, v, g, beta, h0 if h0 is not None else ht, o, ht, tables[0],
+        scale_arg(opts.resolved_scale(K), acc, q.device),
         H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, USE_H0=h0 is not None, num_warps=4 if BK * BV <= 2048 else 8)
     if opts.state_layout == "vk":
         ht = ht.transpose(-1, -2).contiguous()

@@ -207,7 +207,7 @@ def _prep_operands_kernel(
     their buffers' dtype, `_decayed_k_tile`) and the chunk's decay gamma = e(G_last); for each of the
     V-tiles of BVT columns after them, U = X diag(beta) v (WITH_U: not with the forward's states) and dO2 = A_qk^T
     dO. NORM: q and k as given times their rows' L2-norm factors rq, rk ([T, H])."""
-    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
+    scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     NVT: tl.constexpr = (V + BVT - 1) // BVT
     ACC: tl.constexpr = Qt.dtype.element_ty
@@ -579,7 +579,7 @@ def _local_vk_kernel(
     On a GPU the tiles are at least 32 wide (masked past K and V): 16-wide K-tiles, as the inner width of a tf32
     product, gave a kernel of this form a 15% wrong dA_kk on the H100 (Triton 3.6; twenty-fifth session,
     benchmarks/RESULTS.md)."""
-    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
+    scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
     NVT: tl.constexpr = (V + BVT - 1) // BVT
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     ACC: tl.constexpr = Yk.dtype.element_ty
@@ -745,7 +745,7 @@ def _local_k_kernel(
     and 3a's dQt, dKt, dgamma, Y_k and d1. Every sum here is per key channel, so K-tiles are independent: more,
     smaller programs than one per (chunk, value head). A streaming kernel (no products): one program per item, no
     persistent loop, lets the GPU overlap one item's loads with another's stores."""
-    scale = tl.load(p_scale)  # in the buffers' dtype: a Python float argument would reach the kernel as fp32
+    scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
     ACC: tl.constexpr = dg.dtype.element_ty
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     w = tl.program_id(0).to(tl.int64)
