@@ -19,11 +19,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kernels"))
 
-from kernel_ground_truth import rms_rel  # noqa: E402
-from test_backward import DEVICE, make, truth  # noqa: E402
+from test_backward import grad_errors, make  # noqa: E402
 
 from kda_trace.kernels import backward  # noqa: E402
-from kda_trace.kernels.backward import kda_backward  # noqa: E402
 from kda_trace.kernels.options import KDAOptions  # noqa: E402
 
 f64 = torch.float64
@@ -51,20 +49,6 @@ CASES = {  # name: (inputs, initial state used, options)
 }
 
 
-def errors(x, use_h0, opts):
-    ref = truth(x, opts.resolved_scale(x["q"].shape[-1]), use_h0=use_h0)
-    dev = {n: (t.to(DEVICE) if t is not None else None) for n, t in x.items()}
-    h0, dht = dev["h0"] if use_h0 else None, dev["dht"]
-    if opts.state_layout == "vk":
-        h0 = None if h0 is None else h0.transpose(-1, -2).contiguous()
-        dht = dht.transpose(-1, -2).contiguous()
-    gr = kda_backward(dev["q"], dev["k"], dev["v"], dev["g"], dev["beta"], dev["do"], opts, initial_state=h0, dht=dht)
-    got = {"q": gr.dq, "k": gr.dk, "v": gr.dv, "g": gr.dg, "beta": gr.dbeta}
-    if use_h0:
-        got["h0"] = gr.dh0.transpose(-1, -2) if opts.state_layout == "vk" else gr.dh0
-    return {n: rms_rel(t, ref[n]) for n, t in got.items()}
-
-
 def main():
     chosen = sys.argv[1:] or list(VARIANTS)
     for case, (make_x, use_h0, opts) in CASES.items():
@@ -75,7 +59,7 @@ def main():
             saved = dict(backward.LAUNCH)
             backward.LAUNCH.update({"mode": "chunked", **launch})
             try:
-                errs = errors(x, use_h0, opts)
+                _, errs = grad_errors(x, opts, use_h0=use_h0)
                 print(f"  {name:28s} " + "  ".join(f"d{n} {e:.1e}" for n, e in errs.items()), flush=True)
             except Exception as e:  # noqa: BLE001 - a diagnostic: report and go on
                 print(f"  {name:28s} failed: {type(e).__name__}: {e}", flush=True)

@@ -924,6 +924,14 @@ def _norm_args(norms, dummy):
     return (dummy, dummy) if norms is None else norms
 
 
+def _gates_for_blocks(g, acc):
+    """g in the buffers' dtype, which backward_blocks.py's helpers (the pairs and sums kernels' diagonal blocks)
+    compute in: a no-op for fp32 / fp64 gates (the autograd path's, the definitions'); a bf16 g costs a [T, HV, K]
+    copy, which workspace_bytes leaves out. Each of the two kernels makes its own and frees it after, rather than
+    one copy kept across the pass."""
+    return g.to(acc)
+
+
 def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given=None, norms=None):
     """Kernel 1 as three: `_prep_pairs_kernel` (one launch per 16-row block, persistent programs),
     `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P. given: P, Aqk and X as the forward kept them
@@ -944,9 +952,7 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         if norms is not None:
             raise ValueError("the prep's pairs kernel takes q and k normalised, not with their norm factors")
         aqk = torch.empty(NT, HV, CT, CT, dtype=acc, device=dev)
-        # the helpers compute in the gates' dtype: a no-op for fp32 / fp64 gates (the autograd path's, the
-        # definitions'); a bf16 g costs a [T, HV, K] copy here, which workspace_bytes leaves out
-        g_acc = g.to(acc)
+        g_acc = _gates_for_blocks(g, acc)
         for bi in range(CT // 16):
             _prep_pairs_kernel[(n_prog,)](
                 q, k, g_acc, pre["P"], aqk, cu, chunk_indices, NT * HV,
@@ -1021,9 +1027,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     if BKS > 32:
         raise ValueError(f"LAUNCH['sums_bk'] must be at most 32, got {BKS}")
     n_work_s = NT * HV * triton.cdiv(K, BKS)
-    # the helpers compute in the gates' dtype: a no-op for fp32 / fp64 gates (the autograd path's, the definitions');
-    # a bf16 g costs a [T, HV, K] copy here, which workspace_bytes leaves out
-    g_acc = g.to(acc)
+    g_acc = _gates_for_blocks(g, acc)
     # one launch for the anchored form only: the element-wise one spills 12-24 KB there on 2 warps (ptxas, sm_90)
     one_launch = bool(launch["sums_one_launch"]) and _anchors(launch)
     n_prog_s = n_programs(n_work_s * (CT // 16 if one_launch else 1), dev, interp)  # persistent programs

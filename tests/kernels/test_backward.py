@@ -62,7 +62,9 @@ def truth(x, scale, cu_seqlens=None, use_h0=True, use_dht=True):
     return {n: t.grad for n, t in leaves.items()}
 
 
-def check(x, opts=None, cu_seqlens=None, use_h0=True, use_dht=True, bar=BAR, gate_bound=None):
+def grad_errors(x, opts=None, cu_seqlens=None, use_h0=True, use_dht=True, gate_bound=None):
+    """`kda_backward`'s gradients of x (checked for shape) and each one's RMS-relative error against `truth`, by
+    input name ("h0" with an initial state; without one, dh0 must be None)."""
     opts = opts or KDAOptions()
     K = x["q"].shape[-1]
     scale = opts.resolved_scale(K)
@@ -77,13 +79,33 @@ def check(x, opts=None, cu_seqlens=None, use_h0=True, use_dht=True, bar=BAR, gat
     got = {"q": gr.dq, "k": gr.dk, "v": gr.dv, "g": gr.dg, "beta": gr.dbeta}
     for name, t in got.items():
         assert t.shape == x[name].shape, (name, t.shape)
-        assert rms_rel(t, ref[name]) <= bar, (name, rms_rel(t, ref[name]))
+    errors = {name: rms_rel(t, ref[name]) for name, t in got.items()}
     if use_h0:
-        dh0 = gr.dh0.transpose(-1, -2) if opts.state_layout == "vk" else gr.dh0
-        assert rms_rel(dh0, ref["h0"]) <= bar, ("h0", rms_rel(dh0, ref["h0"]))
+        errors["h0"] = rms_rel(gr.dh0.transpose(-1, -2) if opts.state_layout == "vk" else gr.dh0, ref["h0"])
     else:
         assert gr.dh0 is None
+    return gr, errors
+
+
+def check(x, opts=None, cu_seqlens=None, use_h0=True, use_dht=True, bar=BAR, gate_bound=None):
+    """`grad_errors` with every error at most bar; returns the gradients."""
+    gr, errors = grad_errors(x, opts, cu_seqlens, use_h0, use_dht, gate_bound)
+    for name, err in errors.items():
+        assert err <= bar, (name, err)
     return gr
+
+
+def assert_scale_passed_as_tensor(spies, scale, dtype):
+    """Every launch the LaunchSpy objects in `spies` (kernel name -> spy) saw got the attention scale as one
+    element of `dtype` (kernels/backward.py `scale_arg`) and no Python float argument: Triton types a float fp32,
+    which put float64 gradients 1.7e-8 off float64 at scale 0.7 on an H100 (thirty-third session). The interpreter
+    keeps a Python float in float64, so only the arguments' types can show it on the CPU."""
+    for name, spy in spies.items():
+        assert spy.calls, name
+        for args in spy.calls:
+            assert len([a for a in args if isinstance(a, torch.Tensor) and a.numel() == 1 and a.dtype == dtype
+                        and a.item() == scale]) == 1, name
+            assert not [a for a in args if isinstance(a, float)], name
 
 
 @pytest.mark.parametrize("seg", [16, 64])
@@ -423,9 +445,8 @@ def test_kernels_compile_for_sm90():
 
 
 def test_scale_reaches_the_kernels_in_the_buffers_dtype(monkeypatch):
-    """The exact mode's kernels and the exact forward get the attention scale as one element in the buffers' dtype
-    (backward.`scale_arg`), float64 here: a Python float argument reaches a compiled kernel as fp32, 1.7e-8 off
-    float64 at scale 0.7 on an H100 (test_backward_chunked.py's twin), which the interpreter cannot show."""
+    """The exact mode's kernels and the exact forward get the attention scale as one float64 element
+    (`assert_scale_passed_as_tensor`; test_backward_chunked.py has the chunked mode's twin)."""
     from kda_trace.kernels import backward
 
     names = ("_chunk_maps_kernel", "_local_kernel", "_forward_exact_kernel")
@@ -437,9 +458,4 @@ def test_scale_reaches_the_kernels_in_the_buffers_dtype(monkeypatch):
     check(x, opts=opts, bar=1e-12)
     kda_forward_exact(x["q"].to(DEVICE), x["k"].to(DEVICE), x["v"].to(DEVICE), x["g"].to(DEVICE),
                       x["beta"].to(DEVICE), opts, initial_state=x["h0"].to(DEVICE))
-    for name, spy in spies.items():
-        assert spy.calls, name
-        for args in spy.calls:
-            assert len([a for a in args if isinstance(a, torch.Tensor) and a.numel() == 1 and a.dtype == f64
-                        and a.item() == 0.7]) == 1, name
-            assert not [a for a in args if isinstance(a, float)], name
+    assert_scale_passed_as_tensor(spies, 0.7, f64)

@@ -26,7 +26,7 @@ import triton.language as tl  # noqa: E402
 import triton.runtime.errors  # noqa: E402
 
 from launch_spy import LaunchSpy  # noqa: E402
-from test_backward import check, f64, make, rms_rel, truth  # noqa: E402
+from test_backward import assert_scale_passed_as_tensor, check, f64, make, rms_rel, truth  # noqa: E402
 
 from kda_trace.kernels import backward  # noqa: E402
 from kda_trace.kernels.backward_blocks import _tf32_rn, dot_precision  # noqa: E402
@@ -574,10 +574,9 @@ def test_small_k_on_gpu(K, monkeypatch):
 
 
 def test_scale_reaches_the_kernels_in_the_buffers_dtype(monkeypatch):
-    """Each chunked kernel that takes the attention scale gets it as one element in the buffers' dtype
-    (backward.`scale_arg`), here float64 at scale 0.7. A Python float argument reaches a compiled kernel as fp32:
-    on an H100 that put every gradient of this float64 case 1.7e-8 off float64 autograd (thirty-third session).
-    The interpreter keeps a Python float in float64, so only the argument's type can show it here."""
+    """Each chunked kernel that takes the attention scale gets it as one element in the buffers' dtype, float64 at
+    scale 0.7 here (`assert_scale_passed_as_tensor`: on an H100 a Python float put this case's gradients 1.7e-8
+    off float64, thirty-third session)."""
     from kda_trace.kernels import backward_chunked
 
     names = ("_prep_operands_kernel", "_local_vk_kernel", "_local_k_kernel")
@@ -586,8 +585,4 @@ def test_scale_reaches_the_kernels_in_the_buffers_dtype(monkeypatch):
         monkeypatch.setattr(backward_chunked, name, spy)
     make_x, kwargs, _ = SPLIT_PREP_CASES["float64_strong_gates"]
     check(make_x(), **kwargs)
-    for name, spy in spies.items():
-        args = spy.calls[0]
-        assert len([a for a in args if isinstance(a, torch.Tensor) and a.numel() == 1 and a.dtype == f64
-                    and a.item() == 0.7]) == 1, name
-        assert not [a for a in args if isinstance(a, float)], name
+    assert_scale_passed_as_tensor(spies, 0.7, f64)
