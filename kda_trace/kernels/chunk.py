@@ -661,7 +661,11 @@ def _wu_kernel(
         m = m_t[:, None] & (o_v < V)[None, :]
         off = o_t[:, None] * SV + o_v[None, :]
         b_v = tl.load(v + off, mask=m, other=0.0).to(tl.float32)
-        tl.store(U + off, _bf16(_mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET), INTERPRET), mask=m)
+        b_u = _mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET)
+        if U.dtype.element_ty == tl.float32:  # save_states: V_new = U - W S kept for the backward, U unrounded
+            tl.store(U + off, b_u, mask=m)
+        else:
+            tl.store(U + off, _bf16(b_u, INTERPRET), mask=m)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -669,10 +673,11 @@ def _wu_kernel(
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _v_new(b_sb, p_w, p_u, off_tk, off_tv, m_w, m_u, INTERPRET: tl.constexpr):
-    """V_new = U - W S of one chunk, rounded to bf16 (b_sb: S rounded to bf16; masks m_w for W, m_u for U)."""
+    """V_new = U - W S of one chunk in fp32, before the pass rounds it to bf16 (b_sb: S rounded to bf16; masks m_w
+    for W, m_u for U)."""
     b_w = tl.load(p_w + off_tk, mask=m_w, other=0.0)
     b_u = tl.load(p_u + off_tv, mask=m_u, other=0.0).to(tl.float32)
-    return _bf16(b_u - _mma(b_w, b_sb, INTERPRET), INTERPRET)
+    return b_u - _mma(b_w, b_sb, INTERPRET)
 
 
 @triton.jit
@@ -770,7 +775,8 @@ def _state_kernel(
 
         m_rv = m_r[:, None] & m_v[None, :]
         m_rk = m_r[:, None] & m_k[None, :]
-        b_vn = _v_new(b_sb, p_w, p_u, off_tk, off_tv, m_rk, m_rv, INTERPRET)
+        b_vn32 = _v_new(b_sb, p_w, p_u, off_tk, off_tv, m_rk, m_rv, INTERPRET)
+        b_vn = _bf16(b_vn32, INTERPRET)
         if OUT:
             # as _output_kernel: A_qk's upper half was never written, so it is masked off
             m_a = m_r[:, None] & (o_t[None, :] <= o_t[:, None])
@@ -785,7 +791,10 @@ def _state_kernel(
                 acc = _bf16(acc, INTERPRET)
             tl.store(p_o + off_tv, acc.to(o.dtype.element_ty), mask=m_rv)
         if STORE_VN:
-            tl.store(p_vn + off_tv, b_vn, mask=m_rv)
+            if v_new.dtype.element_ty == tl.float32:  # kept for the backward (save_states): before the rounding
+                tl.store(p_vn + off_tv, b_vn32, mask=m_rv)
+            else:
+                tl.store(p_vn + off_tv, b_vn, mask=m_rv)
         b_s = _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_rk, HV, K, EXP2, INTERPRET)
 
         p_w += BT * HV * K
@@ -869,7 +878,8 @@ def _segment_affine_kernel(
         n = tl.minimum(n_tok - t * BT, BT)
         m_r = o_t < n
         m_rk = m_r[:, None] & m_k[None, :]
-        b_vn = _v_new(_bf16(b_s, INTERPRET), p_w, p_u, off_tk, off_tv, m_rk, m_r[:, None] & m_u[None, :], INTERPRET)
+        b_vn = _bf16(_v_new(_bf16(b_s, INTERPRET), p_w, p_u, off_tk, off_tv, m_rk, m_r[:, None] & m_u[None, :],
+                            INTERPRET), INTERPRET)
         b_s = _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_rk, HV, K, EXP2, INTERPRET)
         p_w += BT * HV * K
         p_kg += BT * HV * K
@@ -956,6 +966,8 @@ def _output_kernel(
     b_a = tl.load(Aqk + o_t[:, None] * (HV * BT) + o_t[None, :], mask=m_a, other=0.0)
     off_v = o_t[:, None] * (HV * V) + o_v[None, :]
     b_vn = tl.load(v_new + off_v, mask=m_rv, other=0.0)
+    if v_new.dtype.element_ty != tl.bfloat16:  # fp32, kept for the backward (save_states): rounded as the pass did
+        b_vn = _bf16(b_vn, INTERPRET)
     acc = _mma(b_a, b_vn, INTERPRET)
 
     # + (scale q exp(G)) S, S = the state at the chunk start
@@ -1113,8 +1125,8 @@ def kda_chunk(
             the scale) and "X" ((I + A_kk)^-1), on the q/k the kernel saw (L2-normalised with the option).
         save_states: with saved and the "kv" state layout, also "states" (the fp32 state before every chunk,
             `[NT, HV, K, V]`, as output_chunk_states returns them) and "Vn" (every token's V_new = U - W S as the
-            state pass computed it, bf16 `[B * T, HV, V]`): the backward's chunked mode then runs only its reverse
-            recursion. Ignored with the "vk" layout (the backward recomputes them).
+            state pass computed it before rounding it to bf16, fp32 `[B * T, HV, V]`): the backward's chunked
+            mode then runs only its reverse recursion. Ignored with the "vk" layout (the backward recomputes them).
 
     Returns:
         o: `[B, T, HV, V]` in v's dtype.
@@ -1191,7 +1203,10 @@ def kda_chunk(
         saved.update(kept)
 
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
-    U = torch.empty(TT, HV, V, dtype=bf16, device=dev)
+    # with save_states the pass's V_new = U - W S goes to the backward unrounded (and U too): bf16 there cost dq and
+    # ddt_bias accuracy (backward.LAUNCH["keep_states"])
+    save_states = keep and save_states and not vk
+    U = torch.empty(TT, HV, V, dtype=f32 if save_states else bf16, device=dev)
     _wu_kernel[(NT, HV)](
         q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
         H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
@@ -1215,9 +1230,9 @@ def kda_chunk(
     BV, stages, out_in_state = _state_launch(n_chains * HV, BK, V)
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
     # with out_in_state the state pass writes o itself: no chunk-start states or V_new in memory
-    save_states = keep and save_states and not vk
     h = G if out_in_state else torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
-    v_new = G if out_in_state and not save_states else torch.empty(TT, HV, V, dtype=bf16, device=dev)
+    v_new = G if out_in_state and not save_states else torch.empty(TT, HV, V, dtype=f32 if save_states else bf16,
+                                                                   device=dev)
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
     with_states = output_chunk_states or save_states
     chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if with_states else None
