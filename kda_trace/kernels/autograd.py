@@ -129,7 +129,10 @@ def kda_autograd(
         keep_chunk_matrices: where some input requires grad, the forward keeps its chunk matrices (P, A_qk and
             (I + A_kk)^-1, fp32, 48 KiB per 64 tokens and value head: 384 MiB at 32 heads x 16384 tokens) until the
             backward, which then does not recompute them (fla's chunk_kda keeps its A_qk and A_kk the same way);
-            False: recomputed.
+            with 2-byte q/k/v and the "kv" state layout also its fp32 state before every chunk and V_new
+            (backward.LAUNCH["keep_states"]; K V + 64 V fp32 values per 64 tokens and value head, 96 KiB at
+            K = V = 128: 768 MiB at 32 heads x 16384 tokens), so that the backward runs one recursion, not two.
+            False: recomputed (the least memory).
 
     Returns:
         o `[B, T, HV, V]` (v's dtype) and the final state (initial_state's layout, fp32 / fp64). Both take

@@ -214,16 +214,20 @@ LAUNCH["qk_norm_factors"] = True
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
 # 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
 LAUNCH["chunked_pass_parallel"] = True
-# keep_states (off by default): for 2-byte inputs (whose backward pass has bf16 products, as the forward's)
-# kernels/autograd.py's forward keeps its fp32 state before every chunk and its bf16 V_new (`kda_chunk`'s
-# save_states, with the chunk matrices), and the backward's pass runs only its reverse recursion and computes no U
-# and no Vn of its own. Memory kept from the forward to the backward: 4 K V bytes per chunk and head and 2 V bytes per
-# token and head (96 heads x 8192 tokens, K = V = 128: 805 + 201 MB). H100 (thirty-first session): fwd+bwd 17.10 ->
-# 16.04 ms on K3 (96 heads x 8192, safe gate), 11.02 -> 10.29 at 32 heads x 16384, but the forward's bf16 V_new takes
-# dq's error against float64 from 1.84e-3 to 2.91e-3 at 32 x 1024 (fla 0.6.0: 2.92e-3) and ddt_bias's on the safe
-# gate from 4.11e-3 to 5.30e-3 (fla 5.35e-3): at fla's accuracy, not below it, hence not the default. The states kept
-# without V_new (the reverse programs computing Vn = U - W S from them) kept the accuracy but lost: 17.49 ms on K3.
-LAUNCH["keep_states"] = False
+# keep_states (on since the thirty-fourth session): for 2-byte inputs (whose backward pass has bf16 products, as the
+# forward's) kernels/autograd.py's forward keeps its fp32 state before every chunk and its V_new = U - W S in fp32
+# before the pass's bf16 rounding, with U computed in tf32 from the solve's fp32 X for it (`kda_chunk`'s
+# save_states, with the chunk matrices); the backward's pass then runs only its reverse recursion and computes no U
+# and no Vn of its own. Memory kept from the forward to the backward: 4 K V bytes per chunk and head and 4 V bytes
+# per token and head (96 heads x 8192 tokens, K = V = 128: 805 + 403 MB). H100 (thirty-fourth session, two
+# alternating rounds): fwd+bwd 16.23, 16.14 -> 15.56, 15.54 ms on K3 (96 heads x 8192, safe gate; peak 6.0 -> 6.8
+# GiB, fla 0.6.0 7.4), 10.75, 10.75 -> 10.61, 10.63 at 32 heads x 16384 (3.9 -> 4.1 GiB, fla 4.9); every gradient's
+# error against float64 the same as the recomputing backward's to three digits (32 x 1024 and the safe-gate 8 x
+# 2048). Losers on the way: V_new kept in bf16 (thirty-first session) or in fp32 from bf16 U took dq from 1.84e-3
+# to 2.91e-3 / 2.40e-3 at 32 x 1024 and ddt_bias from 4.10e-3 to 5.35e-3 / 4.86e-3 (fla 2.92e-3, 5.35e-3); fp32 U
+# from the bf16 X was 0.2 ms faster on K3. The states kept without V_new (the reverse programs computing Vn = U - W
+# S from them) kept the accuracy but lost: 17.49 against 17.10 ms on K3 (thirty-first session).
+LAUNCH["keep_states"] = True
 # sums_one_launch: 3b's sums kernel as one launch over every (item, 16-row block), an item's four blocks as
 # neighbouring work (they read the same gates, q, k, M1 and M2: from L2 after the first), instead of one launch per
 # block. H100 (thirty-second session, with the gates read in place): K3 fwd+bwd 17.09, 17.03 -> 16.72, 16.66 ms

@@ -600,7 +600,7 @@ def _solve_kernel(Akk, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: 
 
 @triton.jit(do_not_specialize=["scale"])
 def _wu_kernel(
-    q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
+    q, k, v, beta, G, rq, rk, Xs, Xf, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, QG_DONE: tl.constexpr, EXP2: tl.constexpr,
@@ -608,7 +608,9 @@ def _wu_kernel(
 ):
     """W = X (beta k exp(G)), U = X (beta v), k exp(G_last - G) and, without QG_DONE, scale q exp(G) for one
     (chunk, value head), from the X that `_solve_kernel` left in Xs (with QG_DONE the intra kernel wrote q exp(G):
-    qg_in_intra). (A separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
+    qg_in_intra). An fp32 U (`kda_chunk`'s save_states: the pass's V_new = U - W S goes to the backward) is
+    computed from the solve's fp32 X (Xf) and fp32 beta v in tf32, as the backward would compute it, not in bf16.
+    (A separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
@@ -656,16 +658,19 @@ def _wu_kernel(
             tl.store(QG + off, _bf16(b_q * f_q[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
 
     # U = X (beta v), per V-tile
+    U_F32: tl.constexpr = U.dtype.element_ty == tl.float32
+    if U_F32:
+        b_X = tl.load(Xf + (i_c * HV + i_hv) * (BT * BT) + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0)
     for v0 in range(0, V, BV):
         o_v = v0 + tl.arange(0, BV)
         m = m_t[:, None] & (o_v < V)[None, :]
         off = o_t[:, None] * SV + o_v[None, :]
         b_v = tl.load(v + off, mask=m, other=0.0).to(tl.float32)
-        b_u = _mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET)
-        if U.dtype.element_ty == tl.float32:  # save_states: V_new = U - W S kept for the backward, U unrounded
-            tl.store(U + off, b_u, mask=m)
+        if U_F32:
+            tl.store(U + off, tl.dot(b_X, b_v * b_beta[:, None], input_precision="ieee" if INTERPRET else "tf32"),
+                     mask=m)
         else:
-            tl.store(U + off, _bf16(b_u, INTERPRET), mask=m)
+            tl.store(U + off, _bf16(_mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET), INTERPRET), mask=m)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1203,12 +1208,12 @@ def kda_chunk(
         saved.update(kept)
 
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
-    # with save_states the pass's V_new = U - W S goes to the backward unrounded (and U too): bf16 there cost dq and
-    # ddt_bias accuracy (backward.LAUNCH["keep_states"])
+    # with save_states the pass's V_new = U - W S goes to the backward in fp32, U computed for it in tf32 from the
+    # fp32 X: bf16 in either cost dq and ddt_bias accuracy (backward.LAUNCH["keep_states"])
     save_states = keep and save_states and not vk
     U = torch.empty(TT, HV, V, dtype=f32 if save_states else bf16, device=dev)
     _wu_kernel[(NT, HV)](
-        q, k, v, beta, G, rq, rk, Xs, W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+        q, k, v, beta, G, rq, rk, Xs, kept["X"], W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
         H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, EXP2=exp2,

@@ -166,13 +166,14 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
 
 
 def test_kept_states_give_the_gradients(monkeypatch):
-    """LAUNCH["keep_states"]: with bf16 inputs the forward keeps its chunk-start states (fp32) and V_new (bf16),
-    and the backward's pass runs only its reverse recursion (one program per (sequence, V-tile, head)) and
-    computes no U: every leaf's gradient at the bf16 bar against float64 autograd through the plain recurrence,
-    close to the recomputing backward's (their difference is the forward's bf16 roundings), and the same again by
-    groups of heads (the kept tensors split by value heads). Safe gate, L2 norm, beta logits, packed [5, 145]
-    tokens, GVA 2 -> 4, odd K and V = 12 (on the H100 this test found the forward wrong at V <= 16: kernels/chunk.py
-    `_wu_warps`)."""
+    """LAUNCH["keep_states"] (the default): with bf16 inputs the forward keeps its chunk-start states and V_new
+    (fp32, V_new before its bf16 rounding, from a U in tf32), and the backward's pass runs only its reverse
+    recursion (one program per (sequence, V-tile, head)) and computes no U: every leaf's gradient at the bf16 bar
+    against float64 autograd through the plain recurrence, as accurate as the recomputing backward's (within 25% +
+    1e-4 of its error, and within 1e-3 of it: U rounded to bf16 in the forward fails both, at 37x dA_log's error
+    and 3e-3 apart), and the same again by groups of heads (the kept tensors split by value heads). Safe gate, L2
+    norm, beta logits, packed [5, 145] tokens, GVA 2 -> 4, odd K and V = 12 (on the H100 this test found the
+    forward wrong at V <= 16: kernels/chunk.py `_wu_warps`)."""
     from kda_trace.kernels import backward, backward_chunked
 
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
@@ -197,9 +198,10 @@ def test_kept_states_give_the_gradients(monkeypatch):
         torch.autograd.backward((o, ht), (do.to(o.dtype), dht.float()))
         return {n: t.grad.clone() for n, t in x.items()}
 
+    assert backward.LAUNCH["keep_states"]  # on by default (RESULTS.md, thirty-fourth session)
+    monkeypatch.setitem(backward.LAUNCH, "keep_states", False)
     base = grads()
     assert passes.options[-1]["FORWARD"] and operands.options[-1]["WITH_U"]
-    assert not backward.LAUNCH["keep_states"]  # off by default (RESULTS.md, thirty-first session)
     monkeypatch.setitem(backward.LAUNCH, "keep_states", True)
     kept = grads()
     assert not passes.options[-1]["FORWARD"] and not operands.options[-1]["WITH_U"]
@@ -211,8 +213,9 @@ def test_kept_states_give_the_gradients(monkeypatch):
                            ref["h0"], cu_seqlens=cu.cpu(), l2norm=True)
     ((o_ref * do.cpu()).sum() + (h_ref * dht.cpu()).sum()).backward()
     for n in x:
-        assert rms_rel(kept[n], ref[n].grad) < 2e-2, (n, rms_rel(kept[n], ref[n].grad))
-        assert rms_rel(kept[n], base[n]) < 1e-2, (n, rms_rel(kept[n], base[n]))
+        err, base_err = rms_rel(kept[n], ref[n].grad), rms_rel(base[n], ref[n].grad)
+        assert err < 2e-2 and err <= 1.25 * base_err + 1e-4, (n, err, base_err)
+        assert rms_rel(kept[n], base[n]) < 1e-3, (n, rms_rel(kept[n], base[n]))
     monkeypatch.setitem(backward.LAUNCH, "workspace_bytes", 1)
     grouped = grads()
     for n in x:
