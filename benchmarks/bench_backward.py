@@ -22,7 +22,8 @@ dataset's backward reference), on smaller shapes (the float64 loop is slow).
 LAUNCH) for a sweep; `--launch` sets any LAUNCH key (programs, map_bx, pass_bv, pass_rows, ...; `mode=exact` for
 the exact mode, `mode=chunked` (the default) with its precisions chunked_precision, chunked_pass_precision,
 split_precision, e.g. `--launch split_precision=tf32x3`). `--parts`: per
-shape, the GPU time of each kernel of one backward (torch.profiler), ours and fla's, to see where the time goes.
+shape, the GPU time of each kernel of one forward (with what it keeps for the backward) and of one backward
+(torch.profiler), ours and fla's, to see where the time goes.
 `--recompute`: our backward recomputes the chunk matrices instead of taking the forward's (kda_autograd's
 keep_chunk_matrices=False).
 """
@@ -143,25 +144,33 @@ def time_pair(fn, x, cu, mode, do, dht):
     return t_both, t_bwd, peak
 
 
-def kernel_times(fn, x, cu, mode, do, dht) -> dict:
-    """GPU time (ms) per kernel name of one backward of fn (run_ours or run_fla; the graph of one forward), by
-    torch.profiler."""
+def _profiled(work) -> dict:
+    """GPU time (ms) per kernel name of work(), by torch.profiler."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    o, ht = fn(x, cu, mode)
-    torch.autograd.backward((o, ht), (do, dht), retain_graph=True)  # compiled (and tuned) outside the profile
-    for t in x.values():  # as time_pair's do_bench (grad_to_none): no accumulation into the first backward's .grad
-        t.grad = None
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        torch.autograd.backward((o, ht), (do, dht))
+        work()
         torch.cuda.synchronize()
     times = {}
     for ev in prof.key_averages():
         if ev.device_type == DeviceType.CUDA:  # the kernels themselves, not the operators that launched them
             times[ev.key] = times.get(ev.key, 0.0) + ev.device_time_total / 1000
     return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
+def kernel_times(fn, x, cu, mode, do, dht) -> tuple[dict, dict]:
+    """GPU time (ms) per kernel name of one forward of fn (run_ours or run_fla; inputs requiring grad, so what it
+    keeps for the backward included) and of one backward (of that forward's graph)."""
+    o, ht = fn(x, cu, mode)
+    torch.autograd.backward((o, ht), (do, dht), retain_graph=True)  # compiled (and tuned) outside the profile
+    for t in x.values():  # as time_pair's do_bench (grad_to_none): no accumulation into the first backward's .grad
+        t.grad = None
+    out = {}
+    fwd = _profiled(lambda: out.update(o=fn(x, cu, mode)))
+    o, ht = out["o"]
+    return fwd, _profiled(lambda: torch.autograd.backward((o, ht), (do, dht)))
 
 
 def print_parts(who: str, times: dict) -> None:
@@ -180,7 +189,8 @@ def speed(names, log, with_fla, fla_tune_each, parts=False):
         print(f"{name}: ours fwd+bwd {row['ours_fwd_bwd_ms']:.3f} ms, bwd {row['ours_bwd_ms']:.3f} ms, "
               f"peak {row['ours_peak_gib']:.1f} GiB", flush=True)
         if parts:
-            row["ours_bwd_kernels_ms"] = kernel_times(run_ours, x, cu, mode, do, dht)
+            row["ours_fwd_kernels_ms"], row["ours_bwd_kernels_ms"] = kernel_times(run_ours, x, cu, mode, do, dht)
+            print_parts("ours forward", row["ours_fwd_kernels_ms"])
             print_parts("ours", row["ours_bwd_kernels_ms"])
         if with_fla:
             try:
@@ -191,7 +201,8 @@ def speed(names, log, with_fla, fla_tune_each, parts=False):
                 print(f"{name}: fla  fwd+bwd {row['fla_fwd_bwd_ms']:.3f} ms, bwd {row['fla_bwd_ms']:.3f} ms, "
                       f"peak {row['fla_peak_gib']:.1f} GiB", flush=True)
                 if parts:
-                    row["fla_bwd_kernels_ms"] = kernel_times(run_fla, x, cu, mode, do, dht)
+                    row["fla_fwd_kernels_ms"], row["fla_bwd_kernels_ms"] = kernel_times(run_fla, x, cu, mode, do, dht)
+                    print_parts("fla forward", row["fla_fwd_kernels_ms"])
                     print_parts("fla", row["fla_bwd_kernels_ms"])
             except Exception as e:  # noqa: BLE001 -- report, keep going
                 print(f"{name}: fla failed: {e!r}", flush=True)

@@ -21,6 +21,10 @@ import torch.nn.functional as F
 from kda_trace.kernels.options import KDAOptions
 
 
+# what `kda_chunk(saved=...)` may keep for the backward, in ctx.saved_tensors' order
+_KEPT = ("P", "Aqk", "X", "states", "Vn", "rq", "rk")
+
+
 class _KDA(torch.autograd.Function):
     """(q, k, v, g, beta, h0, A_log, dt_bias) -> (o, final_state) under `opts` (its output_final_state True)."""
 
@@ -39,17 +43,16 @@ class _KDA(torch.autograd.Function):
                               cu_seqlens=cu_seqlens, saved=kept if keep else None,
                               save_states=bool(LAUNCH["keep_states"]) and q.element_size() <= 2)
         ctx.save_for_backward(q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens,
-                              *(kept.get(n) for n in ("P", "Aqk", "X", "states", "Vn")))
+                              *(kept.get(n) for n in _KEPT))
         ctx.opts = opts
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens, P, Aqk, X, states, Vn = ctx.saved_tensors
+        q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens, *kept = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(v)
-        mats = None if P is None else {n: m for n, m in dict(P=P, Aqk=Aqk, X=X, states=states, Vn=Vn).items()
-                                       if m is not None}
+        mats = None if kept[0] is None else {n: m for n, m in zip(_KEPT, kept) if m is not None}
         gr = kda_backward_raw(q, k, v, g, beta, do, dht, ctx.opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
                               cu_seqlens=cu_seqlens, chunk_matrices=mats)
         cast = lambda name, x: None if x is None or gr[name] is None else gr[name].to(x.dtype)  # noqa: E731
@@ -167,7 +170,8 @@ def kda_backward_raw(
     and kernels/gate.py around it (no torch.autograd: works under torch.no_grad and inference mode). Returns
     {"q", "k", "v", "g" (of g or g_raw), "A_log", "dt_bias", "beta" (of beta or its logits), "initial_state"},
     each in its input's dtype (None where not given). chunk_matrices: the forward's, as kernels/backward.py
-    `kda_backward` takes them (kept by `kda_chunk(..., saved=...)`), or None.
+    `kda_backward` takes them (kept by `kda_chunk(..., saved=...)`; with the L2 norm also its "rq" and "rk"
+    factors, used instead of recomputing them), or None.
 
     Where the backward's workspace would pass its limit (kernels/backward.py `head_groups`), groups of heads run
     one after the other, the element-wise part included: its float32 gate (and, where the core takes no norm
@@ -218,9 +222,9 @@ def kda_backward_raw(
 def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, do, dht, A_log, dt_bias,
                         initial_state):
     """`kda_backward_raw` on all the heads it is given at once: the options' results recomputed (q's and k's
-    L2-norm factors, which the core reads with q and k (LAUNCH["qk_norm_factors"]; else normalised fp32 copies),
-    and the gate in Triton kernels, beta's sigmoid in PyTorch), the core backward, then the chain rule back to the
-    raw inputs (kernels/option_grads.py)."""
+    L2-norm factors, which the core reads with q and k (LAUNCH["qk_norm_factors"]; else normalised fp32 copies;
+    the forward's when chunk_matrices has them, "rq" and "rk"), and the gate in Triton kernels, beta's sigmoid in
+    PyTorch), the core backward, then the chain rule back to the raw inputs (kernels/option_grads.py)."""
     from kda_trace.kernels import option_grads
     from kda_trace.kernels.backward import LAUNCH, kda_backward
     from kda_trace.kernels.gate import kda_gate
@@ -228,8 +232,16 @@ def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, d
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     l2 = opts.use_qk_l2norm
     q_n, k_n, norms = q, k, None
+    kept_norms = None
+    if chunk_matrices is not None and "rq" in chunk_matrices:  # the forward's factors, [B * T, value heads]
+        chunk_matrices = dict(chunk_matrices)
+        kept_norms = (chunk_matrices.pop("rq"), chunk_matrices.pop("rk"))
     if l2 and LAUNCH["qk_norm_factors"]:  # the core reads q, k with their norm factors
-        norms = (option_grads.l2_factors(q, acc), option_grads.l2_factors(k, acc))
+        if kept_norms is not None:  # a q/k head's factor is the same for each of its value heads: take the first
+            B, T, H = q.shape[:3]
+            norms = tuple(r.reshape(B, T, H, -1)[..., 0].to(acc) for r in kept_norms)
+        else:
+            norms = (option_grads.l2_factors(q, acc), option_grads.l2_factors(k, acc))
     elif l2:
         q_n, k_n = option_grads.l2_normalize(q, acc), option_grads.l2_normalize(k, acc)
     g_n = g if opts.gate == "precomputed" else kda_gate(g, A_log, dt_bias, opts.gate, opts.lower_bound)

@@ -1127,7 +1127,9 @@ def kda_chunk(
         saved: a dict to fill with the chunk matrices the backward would otherwise recompute (kernels/autograd.py
             keeps them for kernels/backward.py's chunked mode), fp32 `[NT, HV, 64, 64]` each, zero past each
             chunk's rows and above the diagonal: "P" (A_kk without beta, strictly lower), "Aqk" (A_qk without
-            the scale) and "X" ((I + A_kk)^-1), on the q/k the kernel saw (L2-normalised with the option).
+            the scale) and "X" ((I + A_kk)^-1), on the q/k the kernel saw (L2-normalised with the option); with
+            the L2 norm in the op also "rq" and "rk", q's and k's norm factors 1 / sqrt(sum x^2 + 1e-6) as the
+            kernels applied them, fp32 `[B * T, HV]` (a q/k head's factor repeated for each of its value heads).
         save_states: with saved and the "kv" state layout, also "states" (the fp32 state before every chunk,
             `[NT, HV, K, V]`, as output_chunk_states returns them) and "Vn" (every token's V_new = U - W S as the
             state pass computed it before rounding it to bf16, fp32 `[B * T, HV, V]`): the backward's chunked
@@ -1243,6 +1245,8 @@ def kda_chunk(
     chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if with_states else None
     if save_states:
         saved.update(states=chunk_states, Vn=v_new)
+    if keep and opts.use_qk_l2norm:
+        saved.update(rq=rq, rk=rk)
     h0_arg = initial_state if initial_state is not None else G
     S0 = G
     if split:
