@@ -342,6 +342,21 @@ def _qg_row_factors(rq, scale, rows, m, HV: tl.constexpr, L2NORM: tl.constexpr):
     return scale * _inv_norm_at(rq, rows * HV, m, L2NORM)
 
 
+@triton.jit
+def _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    """With SAVE: zeros into what `_intra_block` never writes of the chunk's P and A_qk slots (the blocks above the
+    diagonal blocks, and the rows past n), so that the slots need no fill first."""
+    Ps += (i_c * HV + i_hv) * (BT * BT)
+    Qs += (i_c * HV + i_hv) * (BT * BT)
+    o_c = tl.arange(0, BT)
+    for i in tl.static_range(BT // BC):
+        rows = i * BC + tl.arange(0, BC)
+        m = (o_c[None, :] >= (i + 1) * BC) | (rows >= n)[:, None]
+        zero = tl.zeros([BC, BT], dtype=Ps.dtype.element_ty)
+        tl.store(Ps + rows[:, None] * BT + o_c[None, :], zero, mask=m)
+        tl.store(Qs + rows[:, None] * BT + o_c[None, :], zero, mask=m)
+
+
 @triton.jit(do_not_specialize=["scale"])
 def _intra_kernel(
     q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Ps, Qs,
@@ -355,6 +370,8 @@ def _intra_kernel(
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    if SAVE and I == 0:
+        _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
                      BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
@@ -375,6 +392,8 @@ def _intra_chunk_kernel(
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    if SAVE:
+        _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
                  L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
     tl.debug_barrier()
@@ -596,6 +615,12 @@ def _solve_kernel(Akk, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: 
     _store_x_block(Xs, Xf, X31, 3, 1, BT, BC, INTERPRET, SAVE)
     _store_x_block(Xs, Xf, X32, 3, 2, BT, BC, INTERPRET, SAVE)
     _store_x_block(Xs, Xf, X33, 3, 3, BT, BC, INTERPRET, SAVE)
+    if SAVE:  # Xf's blocks above the diagonal: zeros (its slots are not filled first)
+        o = tl.arange(0, BC)
+        zero = tl.zeros([BC, BC], dtype=Xf.dtype.element_ty)
+        for i in tl.static_range(BT // BC - 1):
+            for j in tl.static_range(i + 1, BT // BC):
+                tl.store(Xf + (i * BC + o)[:, None] * BT + (j * BC + o)[None, :], zero)
 
 
 @triton.jit(do_not_specialize=["scale"])
@@ -1186,7 +1211,8 @@ def kda_chunk(
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
     qg_raw = bool(LAUNCH["qg_in_intra"])
     keep = saved is not None
-    kept = {n: torch.zeros(NT, HV, BT, BT, dtype=f32, device=dev) if keep else G for n in ("P", "Aqk", "X")}
+    # (zero where the kernels compute nothing: they write those zeros themselves)
+    kept = {n: torch.empty(NT, HV, BT, BT, dtype=f32, device=dev) if keep else G for n in ("P", "Aqk", "X")}
     intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
                   kept["P"], kept["Aqk"])
     intra_consts = dict(
