@@ -266,7 +266,12 @@ def test_qk_norm_factors_give_the_same_gradients(gate, bf16, monkeypatch):
         return {n: t.grad.clone() for n, t in x.items()}
 
     def same(n):  # the bar between two ways to the same gradient (see the docstring)
-        return 1e-3 if x[n].dtype == torch.bfloat16 else 1e-6
+        if x[n].dtype == torch.bfloat16:
+            return 1e-3
+        # on a GPU the forward's kept factors (summed in another order than option_grads' kernel) differ from the
+        # copies' by an ulp, which A_log's and dt_bias's sums over every token (with cancellation) amplify:
+        # dt_bias 1.5e-6 on the H100 (thirty-fourth session, call 8)
+        return 1e-5 if n in ("A_log", "dt_bias") and not triton_interpreted() else 1e-6
 
     assert backward.LAUNCH["qk_norm_factors"]  # on by default since the thirtieth session
     monkeypatch.setitem(backward.LAUNCH, "qk_norm_factors", False)
