@@ -1158,7 +1158,9 @@ def kda_chunk(
         save_states: with saved and the "kv" state layout, also "states" (the fp32 state before every chunk,
             `[NT, HV, K, V]`, as output_chunk_states returns them) and "Vn" (every token's V_new = U - W S as the
             state pass computed it before rounding it to bf16, fp32 `[B * T, HV, V]`): the backward's chunked
-            mode then runs only its reverse recursion. Ignored with the "vk" layout (the backward recomputes them).
+            mode then runs only its reverse recursion. U is then computed in tf32 from the fp32 X instead of in
+            bf16, so o differs from the call without save_states by about its bf16 rounding (a little closer to
+            float64). Ignored with the "vk" layout (the backward recomputes them).
 
     Returns:
         o: `[B, T, HV, V]` in v's dtype.
