@@ -761,8 +761,8 @@ def kda_backward(
             `kda_chunk(..., saved=...)` keeps them (fp32 `[NT, HV, 64, 64]`): the chunked mode then skips
             computing them (about 15% of the backward at 32 heads x 16384 on the H100). None: computed here.
             With "states" and "Vn" too (`kda_chunk(..., save_states=True)`: the forward's fp32 chunk-start states
-            `[NT, HV, K, V]` and fp32 V_new `[B * T, HV, V]`; bf16 is taken too) the chunked mode runs only the reverse recursion
-            and computes no U and no Vn of its own.
+            `[NT, HV, K, V]` and fp32 V_new `[B * T, HV, V]`; bf16 is taken too) the chunked mode runs only the
+            reverse recursion and computes no U and no Vn of its own.
         gate_bound: a lower bound that every element of g is known to keep (the safe gate's lower_bound, which it
             keeps by construction), or None. Not checked: a wrong bound gives wrong gradients where
             LAUNCH["sums_one_anchor"] uses it.
