@@ -692,8 +692,7 @@ def _wu_kernel(
         off = o_t[:, None] * SV + o_v[None, :]
         b_v = tl.load(v + off, mask=m, other=0.0).to(tl.float32)
         if U_F32:
-            tl.store(U + off, tl.dot(b_X, b_v * b_beta[:, None], input_precision="ieee" if INTERPRET else "tf32"),
-                     mask=m)
+            tl.store(U + off, tl.dot(b_X, b_v * b_beta[:, None], input_precision="tf32"), mask=m)
         else:
             tl.store(U + off, _bf16(_mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET), INTERPRET), mask=m)
 
