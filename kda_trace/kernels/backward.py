@@ -223,10 +223,11 @@ LAUNCH["chunked_pass_parallel"] = True
 # alternating rounds): fwd+bwd 16.23, 16.14 -> 15.56, 15.54 ms on K3 (96 heads x 8192, safe gate; peak 6.0 -> 6.8
 # GiB, fla 0.6.0 7.4), 10.75, 10.75 -> 10.61, 10.63 at 32 heads x 16384 (3.9 -> 4.1 GiB, fla 4.9); every gradient's
 # error against float64 the same as the recomputing backward's to three digits (32 x 1024 and the safe-gate 8 x
-# 2048). Losers on the way: V_new kept in bf16 (thirty-first session) or in fp32 from bf16 U took dq from 1.84e-3
-# to 2.91e-3 / 2.40e-3 at 32 x 1024 and ddt_bias from 4.10e-3 to 5.35e-3 / 4.86e-3 (fla 2.92e-3, 5.35e-3); fp32 U
-# from the bf16 X was 0.2 ms faster on K3. The states kept without V_new (the reverse programs computing Vn = U - W
-# S from them) kept the accuracy but lost: 17.49 against 17.10 ms on K3 (thirty-first session).
+# 2048: dq 1.83e-3, ddt_bias 4.10e-3). Losers on the way, dq at 32 x 1024 and ddt_bias on the safe gate: V_new kept
+# in bf16 (thirty-first session) 2.91e-3 and 5.30e-3, in fp32 with the forward's bf16 U 2.89e-3 and 5.35e-3, with U
+# in fp32 from the bf16 X 2.40e-3 and 4.86e-3 (fla 0.6.0: 2.92e-3, 5.35e-3); that last was 0.2 ms faster on K3. The
+# states kept without V_new (the reverse programs computing Vn = U - W S from them) kept the accuracy but lost:
+# 17.49 against 17.10 ms on K3 (thirty-first session).
 LAUNCH["keep_states"] = True
 # sums_one_launch: 3b's sums kernel as one launch over every (item, 16-row block), an item's four blocks as
 # neighbouring work (they read the same gates, q, k, M1 and M2: from L2 after the first), instead of one launch per
