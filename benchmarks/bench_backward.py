@@ -21,7 +21,8 @@ dataset's backward reference), on smaller shapes (the float64 loop is slow).
 `--bv` / `--warps` / `--seg`: the local reverse kernel's V-tile, warps and scratch segment (kernels/backward.py
 LAUNCH) for a sweep; `--launch` sets any LAUNCH key (programs, map_bx, pass_bv, pass_rows, ...; `mode=exact` for
 the exact mode, `mode=chunked` (the default) with its precisions chunked_precision, chunked_pass_precision,
-split_precision, e.g. `--launch split_precision=tf32x3`). `--parts`: per
+split_precision, e.g. `--launch split_precision=tf32x3`); a key `fwd.NAME` sets kernels/chunk.py's LAUNCH[NAME]
+(the training forward's launch, e.g. `--launch fwd.wu_bv=32`). `--parts`: per
 shape, the GPU time of each kernel of one forward (with what it keeps for the backward) and of one backward
 (torch.profiler), ours and fla's, to see where the time goes.
 `--recompute`: our backward recomputes the chunk matrices instead of taking the forward's (kda_autograd's
@@ -43,6 +44,7 @@ import triton
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from kda_trace.kernels import backward as ours_bwd
+from kda_trace.kernels import chunk as ours_fwd
 from kda_trace.kernels.autograd import kda_autograd
 
 K = V = 128
@@ -184,7 +186,7 @@ def speed(names, log, with_fla, fla_tune_each, parts=False):
         H, lens, mode = SHAPES[name]
         x, cu, do, dht = make_inputs(H, lens, mode)
         row = {"shape": name, "heads": H, "tokens": sum(lens), "seqs": len(lens), "mode": mode,
-               "bwd_launch": dict(ours_bwd.LAUNCH), **KEEP}
+               "bwd_launch": dict(ours_bwd.LAUNCH), "fwd_launch": dict(ours_fwd.LAUNCH), **KEEP}
         row["ours_fwd_bwd_ms"], row["ours_bwd_ms"], row["ours_peak_gib"] = time_pair(run_ours, x, cu, mode, do, dht)
         print(f"{name}: ours fwd+bwd {row['ours_fwd_bwd_ms']:.3f} ms, bwd {row['ours_bwd_ms']:.3f} ms, "
               f"peak {row['ours_peak_gib']:.1f} GiB", flush=True)
@@ -307,11 +309,12 @@ def main():
         ours_bwd.LAUNCH["seg"] = a.seg
     for item in filter(None, a.launch.split(",")):
         key, _, val = item.partition("=")
-        if key not in ours_bwd.LAUNCH:
-            raise SystemExit(f"--launch: unknown key {key!r} (LAUNCH has {', '.join(ours_bwd.LAUNCH)})")
+        table, key = (ours_fwd.LAUNCH, key[4:]) if key.startswith("fwd.") else (ours_bwd.LAUNCH, key)
+        if key not in table:
+            raise SystemExit(f"--launch: unknown key {key!r} (LAUNCH has {', '.join(table)})")
         named = {"True": True, "False": False}
         # a number, True / False, or a name (mode=exact)
-        ours_bwd.LAUNCH[key] = int(val) if val.lstrip("-").isdigit() else named.get(val, val)
+        table[key] = int(val) if val.lstrip("-").isdigit() else named.get(val, val)
     versions = f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
     if not a.no_fla:
         import fla

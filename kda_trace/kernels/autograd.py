@@ -22,7 +22,7 @@ from kda_trace.kernels.options import KDAOptions
 
 
 # what `kda_chunk(saved=...)` may keep for the backward, in ctx.saved_tensors' order
-_KEPT = ("P", "Aqk", "X", "states", "Vn", "rq", "rk")
+_KEPT = ("P", "Aqk", "X", "states", "Vn", "W", "KG", "rq", "rk")
 
 
 class _KDA(torch.autograd.Function):

@@ -763,7 +763,9 @@ def kda_backward(
             computing them (about 15% of the backward at 32 heads x 16384 on the H100). None: computed here.
             With "states" and "Vn" too (`kda_chunk(..., save_states=True)`: the forward's fp32 chunk-start states
             `[NT, HV, K, V]` and fp32 V_new `[B * T, HV, V]`; bf16 is taken too) the chunked mode runs only the
-            reverse recursion and computes no U and no Vn of its own.
+            reverse recursion and computes no U and no Vn of its own; with "W" and "KG" (the forward's W =
+            X diag(beta) k e(G) and k e(G_last - G), `[B * T, HV, K]` bf16 or fp32) it computes neither (a bf16
+            pair only where its pass rounds them to bf16 anyway: bf16 products on a GPU for 2-byte dO).
         gate_bound: a lower bound that every element of g is known to keep (the safe gate's lower_bound, which it
             keeps by construction), or None. Not checked: a wrong bound gives wrong gradients where
             LAUNCH["sums_one_anchor"] uses it.
@@ -833,13 +835,16 @@ def _reads_norms(given) -> bool:
 
 def _check_chunk_matrices(given, sizes, n_chunks, acc, device):
     """kda_backward's chunk_matrices, checked (or None): P, Aqk and X [NT, HV, CT, CT] in acc on the device, and
-    optionally both "states" [NT, HV, K, V] in acc and "Vn" [B * T, HV, V] (bf16 or acc)."""
+    optionally both "states" [NT, HV, K, V] in acc and "Vn" [B * T, HV, V] (bf16 or acc), and both "W" and "KG"
+    [B * T, HV, K] (bf16 or acc)."""
     if given is None:
         return None
     B, T, H, HV, K, V, N = sizes
     want = {n: ((n_chunks, HV, CT, CT), (acc,)) for n in ("P", "Aqk", "X")}
     if "states" in given or "Vn" in given:
         want.update(states=((n_chunks, HV, K, V), (acc,)), Vn=((B * T, HV, V), (torch.bfloat16, acc)))
+    if "W" in given or "KG" in given:
+        want.update({n: ((B * T, HV, K), (torch.bfloat16, acc)) for n in ("W", "KG")})
     for name, (shape, dtypes) in want.items():
         m = given.get(name)
         if m is None or tuple(m.shape) != shape or m.dtype not in dtypes or m.device != device:

@@ -113,19 +113,22 @@ def _solve(p_P, p_b, p_X, n, HV: tl.constexpr, CT: tl.constexpr, PREC: tl.conste
 
 
 @triton.jit
-def _decayed_k_tile(b_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk, scale, p_rq, p_rk, o_t, m_t,
-                    SR: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
-    """One K-tile of the prep's operands: W = X diag(beta) k e(G), Kt = k e(Gl - G), Qt = scale q e(G), from the
-    tile's gates b_gt [CT, BKT] (zero past the chunk) and the gates one row later b_gn (G and Gl - G as sums of
-    the gates: exp arguments <= 0); q, k at p_q / p_k + off_x, W, Kt, Qt at + off. W and Kt in their buffers'
-    dtype (bf16 rounded to nearest even for a pass whose products round them so anyway). NORM: q's and k's rows
-    times their L2-norm factors at p_rq / p_rk + o_t * SR (`_norm_rows`)."""
+def _decayed_k_tile(p_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk, scale, p_rq, p_rk, o_t, m_t,
+                    SR: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
+                    WITH_WK: tl.constexpr):
+    """One K-tile of the prep's operands: W = X diag(beta) k e(G) (p_X: X's [CT, CT] pointers), Kt = k e(Gl - G) (both with
+    WITH_WK: not where the forward's are given), Qt = scale q e(G), from the tile's gates b_gt [CT, BKT] (zero
+    past the chunk) and the gates one row later b_gn (G and Gl - G as sums of the gates: exp arguments <= 0); q, k
+    at p_q / p_k + off_x, W, Kt, Qt at + off. W and Kt in their buffers' dtype (bf16 rounded to nearest even for a
+    pass whose products round them so anyway). NORM: q's and k's rows times their L2-norm factors at p_rq / p_rk +
+    o_t * SR (`_norm_rows`)."""
     ACC: tl.constexpr = Qt.dtype.element_ty
     b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
-    b_k = _norm_rows(tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC), p_rk, o_t, m_t, SR, NORM)
-    tl.store(W + off, _as_stored(_xdot(b_X, b_k * (b_b[:, None] * b_eG), PREC), W, INTERPRET), mask=m_tk)
-    b_kt = b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
-    tl.store(Kt + off, _as_stored(b_kt, Kt, INTERPRET), mask=m_tk)
+    if WITH_WK:
+        b_k = _norm_rows(tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC), p_rk, o_t, m_t, SR, NORM)
+        tl.store(W + off, _as_stored(_xdot(tl.load(p_X), b_k * (b_b[:, None] * b_eG), PREC), W, INTERPRET), mask=m_tk)
+        b_kt = b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
+        tl.store(Kt + off, _as_stored(b_kt, Kt, INTERPRET), mask=m_tk)
     b_q = _norm_rows(tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC), p_rq, o_t, m_t, SR, NORM)
     tl.store(Qt + off, scale * b_q * b_eG, mask=m_tk)
 
@@ -200,11 +203,13 @@ def _prep_solve_kernel(Pb, beta, Xb, cu_seqlens, chunk_indices, HV: tl.constexpr
 def _prep_operands_kernel(
     q, k, v, g, beta, do, Xb, Aqk, W, U, Qt, Kt, dO2, gamma, rq, rk, cu_seqlens, chunk_indices, p_scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, BVT: tl.constexpr,
-    CT: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, WITH_U: tl.constexpr, INTERPRET: tl.constexpr,
+    CT: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, WITH_U: tl.constexpr, WITH_WK: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """Per (chunk, value head) and tile: for each of the NKT K-tiles of BKT columns, W = X diag(beta) k e(G),
-    Kt = k e(Gl - G) and Qt = scale q e(G) (G and Gl - G as sums of the gates, exp arguments <= 0; W and Kt in
-    their buffers' dtype, `_decayed_k_tile`) and the chunk's decay gamma = e(G_last); for each of the
+    Kt = k e(Gl - G) (WITH_WK: not with the forward's) and Qt = scale q e(G) (G and Gl - G as sums of the gates,
+    exp arguments <= 0; W and Kt in their buffers' dtype, `_decayed_k_tile`) and the chunk's decay gamma =
+    e(G_last); for each of the
     V-tiles of BVT columns after them, U = X diag(beta) v (WITH_U: not with the forward's states) and dO2 = A_qk^T
     dO. NORM: q and k as given times their rows' L2-norm factors rq, rk ([T, H])."""
     scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
@@ -233,9 +238,9 @@ def _prep_operands_kernel(
                        other=0.0).to(ACC)
         off = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
         row_x = (r0 * H + i_h) * K  # the chunk's first row of q and k
-        _decayed_k_tile(tl.load(Xb + off_t), b_b, b_gt, b_gn, q + row_x, k + row_x, o_t[:, None] * (H * K) + o_kt[None, :],
+        _decayed_k_tile(Xb + off_t, b_b, b_gt, b_gn, q + row_x, k + row_x, o_t[:, None] * (H * K) + o_kt[None, :],
                         W, Kt, Qt, off, m_tk, scale, rq + r0 * H + i_h, rk + r0 * H + i_h, o_t, m_t, H, NORM, PREC,
-                        INTERPRET)
+                        INTERPRET, WITH_WK)
     else:
         o_v = (i_tile - NKT) * BVT + tl.arange(0, BVT)
         m_tv = m_t[:, None] & (o_v < V)[None, :]
@@ -805,7 +810,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     pass also writes Vn and dVn in U's and dO2's places). xs: the packed q, k, v, g, beta;
     do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH; given: the forward's P, Aqk
     and X (`_prep`), or None to compute them, and with them optionally the forward's states and Vn ("states",
-    "Vn": then the pass runs only its reverse recursion, and Vn is handed on in pre["U"]); norms: q's and k's
+    "Vn": then the pass runs only its reverse recursion, and Vn is handed on in pre["U"]; "W" and "KG": the pass
+    reads them as W and Kt); norms: q's and k's
     L2-norm factors [T, H] (q, k in xs as given), or None (`_prep`)."""
     from kda_trace.platform import triton_interpreted
 
@@ -825,7 +831,13 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     # None: on).
     copies = launch["chunked_pass_bf16_copies"]
     wdt = torch.bfloat16 if pass_prec == "bf16" and acc == torch.float32 and (copies is None or copies) else acc
-    pre = {n: torch.empty(TT, HV, K, dtype=wdt, device=dev) for n in ("W", "Kt")}
+    # the forward's W and k e(Gl - G) where the pass takes them as they are: in its bf16 copies' dtype, or in acc
+    # (a tf32 pass does not widen a bf16 one)
+    with_wk = given is None or "W" not in given or (wdt != torch.bfloat16 and given["W"].dtype != acc)
+    if not with_wk:
+        pre = {"W": given["W"], "Kt": given["KG"]}
+    else:
+        pre = {n: torch.empty(TT, HV, K, dtype=wdt, device=dev) for n in ("W", "Kt")}
     pre["Qt"] = torch.empty(TT, HV, K, dtype=acc, device=dev)
     kept = given is not None and "states" in given  # the forward's states and Vn: no forward recursion, no U
     pre.update({n: torch.empty(TT, HV, V, dtype=acc, device=dev) for n in (("dO2",) if kept else ("U", "dO2"))})
@@ -839,7 +851,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     # blocks, and tf32's 2^-11 operand rounding there would reach every row of W and U (an inverse amplifies
     # relative errors by cond(I + A_kk)); ieee for float64
     solve_prec = "ieee" if acc == torch.float64 else SOLVE_PRECISION.value
-    _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given, norms)
+    _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given, norms, with_wk)
     if not for_split:
         del pre["X"], pre["P"]
 
@@ -932,11 +944,13 @@ def _gates_for_blocks(g, acc):
     return g.to(acc)
 
 
-def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given=None, norms=None):
+def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_prec, given=None, norms=None,
+          with_wk=True):
     """Kernel 1 as three: `_prep_pairs_kernel` (one launch per 16-row block, persistent programs),
-    `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P. given: P, Aqk and X as the forward kept them
-    (kernels/chunk.py `kda_chunk`'s `saved`): then only the operands kernel runs. norms: q's and k's L2-norm
-    factors (`_norm_args`; only with given: the pairs kernel reads q and k as they are)."""
+    `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P (W and Kt only
+    with_wk: else pre holds the forward's). given: P, Aqk and X as the forward kept them (kernels/chunk.py `kda_chunk`'s
+    `saved`): then only the operands kernel runs. norms: q's and k's L2-norm factors (`_norm_args`; only with
+    given: the pairs kernel reads q and k as they are)."""
     from kda_trace.platform import triton_interpreted
 
     interp = triton_interpreted()
@@ -968,7 +982,7 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
     _prep_operands_kernel[(NT * HV * (triton.cdiv(K, BKT) + triton.cdiv(V, BVT)),)](
         q, k, v, g, beta, do, pre["X"], aqk, pre["W"], pre["U"] if with_u else pre["dO2"], pre["Qt"], pre["Kt"],
         pre["dO2"], pre["gamma"], *_norm_args(norms, pre["gamma"]), cu, chunk_indices, scale, H=H, HV=HV, K=K, V=V,
-        BKT=BKT, BVT=BVT, CT=CT, NORM=norms is not None, PREC=prec, WITH_U=with_u, INTERPRET=interp,
+        BKT=BKT, BVT=BVT, CT=CT, NORM=norms is not None, PREC=prec, WITH_U=with_u, WITH_WK=with_wk, INTERPRET=interp,
         num_warps=launch["prep_operands_warps"] or 4,
         **register_cap(launch["prep_operands_maxnreg"], default_cap("prep_operands_maxnreg", acc)))
 

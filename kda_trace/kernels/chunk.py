@@ -633,8 +633,9 @@ def _wu_kernel(
 ):
     """W = X (beta k exp(G)), U = X (beta v), k exp(G_last - G) and, without QG_DONE, scale q exp(G) for one
     (chunk, value head), from the X that `_solve_kernel` left in Xs (with QG_DONE the intra kernel wrote q exp(G):
-    qg_in_intra). An fp32 U (`kda_chunk`'s save_states: the pass's V_new = U - W S goes to the backward) is
-    computed from the solve's fp32 X (Xf) and fp32 beta v in tf32, as the backward would compute it, not in bf16.
+    qg_in_intra). With an fp32 U (`kda_chunk`'s save_states: the pass's V_new = U - W S, W and k exp(G_last - G)
+    go to the backward) W and U are computed from the solve's fp32 X (Xf) and fp32 operands in tf32, as the
+    backward would compute them, not in bf16 (W still stored as bf16, as the backward's bf16 pass rounds it).
     (A separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
@@ -661,7 +662,11 @@ def _wu_kernel(
     # W = X (beta k exp(G)), q exp(G) and k exp(G_last - G), per K-tile. Rows past n: X rows/columns
     # there are never read (masked), their k, q are 0 and nothing is stored for them.
     m_x = m_t[:, None] & (o_t[None, :] <= o_t[:, None])  # X is lower triangular (upper blocks not written)
-    b_X = tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0)
+    FROM_XF: tl.constexpr = U.dtype.element_ty == tl.float32  # save_states
+    if FROM_XF:
+        b_X = tl.load(Xf + (i_c * HV + i_hv) * (BT * BT) + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0)
+    else:
+        b_X = tl.load(Xs + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0)
     b_beta = _beta_at(beta, o_t * HV, m_t, BETA)
     rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
     if not QG_DONE:
@@ -674,8 +679,11 @@ def _wu_kernel(
         b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
         g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
         off = o_t[:, None] * SG + o_k[None, :]
-        b_kb = _bf16(b_k * (b_beta[:, None] * _exp(b_g, EXP2)), INTERPRET)
-        tl.store(W + off, _bf16(_mma(b_X, b_kb, INTERPRET), INTERPRET), mask=m)
+        if FROM_XF:
+            b_w = tl.dot(b_X, b_k * (b_beta[:, None] * _exp(b_g, EXP2)), input_precision="tf32")
+        else:
+            b_w = _mma(b_X, _bf16(b_k * (b_beta[:, None] * _exp(b_g, EXP2)), INTERPRET), INTERPRET)
+        tl.store(W + off, _bf16(b_w, INTERPRET), mask=m)
         # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
         tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_g, 0.0), EXP2), INTERPRET), mask=m)
         if not QG_DONE:
@@ -683,15 +691,12 @@ def _wu_kernel(
             tl.store(QG + off, _bf16(b_q * f_q[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
 
     # U = X (beta v), per V-tile
-    U_F32: tl.constexpr = U.dtype.element_ty == tl.float32
-    if U_F32:
-        b_X = tl.load(Xf + (i_c * HV + i_hv) * (BT * BT) + o_t[:, None] * BT + o_t[None, :], mask=m_x, other=0.0)
     for v0 in range(0, V, BV):
         o_v = v0 + tl.arange(0, BV)
         m = m_t[:, None] & (o_v < V)[None, :]
         off = o_t[:, None] * SV + o_v[None, :]
         b_v = tl.load(v + off, mask=m, other=0.0).to(tl.float32)
-        if U_F32:
+        if FROM_XF:
             tl.store(U + off, tl.dot(b_X, b_v * b_beta[:, None], input_precision="tf32"), mask=m)
         else:
             tl.store(U + off, _bf16(_mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET), INTERPRET), mask=m)
@@ -1155,11 +1160,13 @@ def kda_chunk(
             the L2 norm in the op also "rq" and "rk", q's and k's norm factors 1 / sqrt(sum x^2 + 1e-6) as the
             kernels applied them, fp32 `[B * T, HV]` (a q/k head's factor repeated for each of its value heads).
         save_states: with saved and the "kv" state layout, also "states" (the fp32 state before every chunk,
-            `[NT, HV, K, V]`, as output_chunk_states returns them) and "Vn" (every token's V_new = U - W S as the
-            state pass computed it before rounding it to bf16, fp32 `[B * T, HV, V]`): the backward's chunked
-            mode then runs only its reverse recursion. U is then computed in tf32 from the fp32 X instead of in
-            bf16, so o differs from the call without save_states by about its bf16 rounding (a little closer to
-            float64). Ignored with the "vk" layout (the backward recomputes them).
+            `[NT, HV, K, V]`, as output_chunk_states returns them), "Vn" (every token's V_new = U - W S as the
+            state pass computed it before rounding it to bf16, fp32 `[B * T, HV, V]`), "W" and "KG" (W =
+            X diag(beta) k exp(G) and k exp(G_last - G), bf16 `[B * T, HV, K]`, as the pass read them): the
+            backward's chunked mode then runs only its reverse recursion and computes neither W nor k exp(G_last -
+            G). W and U are then computed in tf32 from the fp32 X instead of in bf16, so o differs from the call
+            without save_states by about its bf16 rounding (a little closer to float64). Ignored with the "vk"
+            layout (the backward recomputes them).
 
     Returns:
         o: `[B, T, HV, V]` in v's dtype.
@@ -1237,8 +1244,8 @@ def kda_chunk(
         saved.update(kept)
 
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
-    # with save_states the pass's V_new = U - W S goes to the backward in fp32, U computed for it in tf32 from the
-    # fp32 X: bf16 in either cost dq and ddt_bias accuracy (backward.LAUNCH["keep_states"])
+    # with save_states the pass's V_new = U - W S goes to the backward in fp32, U (and W, which the backward takes
+    # too) computed in tf32 from the fp32 X: U in bf16 cost dq and ddt_bias accuracy (backward.LAUNCH["keep_states"])
     save_states = keep and save_states and not vk
     U = torch.empty(TT, HV, V, dtype=f32 if save_states else bf16, device=dev)
     _wu_kernel[(NT, HV)](
@@ -1271,7 +1278,7 @@ def kda_chunk(
     with_states = output_chunk_states or save_states
     chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if with_states else None
     if save_states:
-        saved.update(states=chunk_states, Vn=v_new)
+        saved.update(states=chunk_states, Vn=v_new, W=W, KG=KG)
     if keep and opts.use_qk_l2norm:
         saved.update(rq=rq, rk=rk)
     h0_arg = initial_state if initial_state is not None else G

@@ -165,10 +165,14 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
         assert rms_rel(grouped[n], kept[n]) < 1e-6, (n, rms_rel(grouped[n], kept[n]))
 
 
-def test_kept_states_give_the_gradients(monkeypatch):
+@pytest.mark.parametrize("pass_precision", [None, "bf16"])
+def test_kept_states_give_the_gradients(pass_precision, monkeypatch):
     """LAUNCH["keep_states"] (the default): with bf16 inputs the forward keeps its chunk-start states and V_new
     (fp32, V_new before its bf16 rounding, from a U in tf32), and the backward's pass runs only its reverse
-    recursion (one program per (sequence, V-tile, head)) and computes no U: every leaf's gradient at the bf16 bar
+    recursion (one program per (sequence, V-tile, head)) and computes no U; where the pass rounds W and
+    k exp(G_last - G) to bf16 (the GPU's default for bf16 dO; under the interpreter with pass_precision "bf16")
+    it takes the forward's bf16 W (from X in tf32) and k exp(G_last - G) and computes neither (a tf32 pass
+    computes its own in fp32): every leaf's gradient at the bf16 bar
     against float64 autograd through the plain recurrence, as accurate as the recomputing backward's (within 25% +
     1e-4 of its error, and within 1e-3 of it: U rounded to bf16 in the forward fails both, at 37x dA_log's error
     and 3e-3 apart), and the same again by groups of heads (the kept tensors split by value heads). Safe gate, L2
@@ -177,6 +181,7 @@ def test_kept_states_give_the_gradients(monkeypatch):
     from kda_trace.kernels import backward, backward_chunked
 
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
+    monkeypatch.setitem(backward.LAUNCH, "chunked_pass_precision", pass_precision)
     B, T, H, HV, K, V = 1, 150, 2, 4, 20, 12
     x = leaves(B, T, H, HV, K, V, 2, seed=45, dtype=torch.float32, raw=True)
     x = {n: (t.detach().bfloat16() if n in ("q", "k", "v") else t.detach()).requires_grad_() for n, t in x.items()}
@@ -201,10 +206,12 @@ def test_kept_states_give_the_gradients(monkeypatch):
     assert backward.LAUNCH["keep_states"]  # on by default (RESULTS.md, thirty-fourth session)
     monkeypatch.setitem(backward.LAUNCH, "keep_states", False)
     base = grads()
-    assert passes.options[-1]["FORWARD"] and operands.options[-1]["WITH_U"]
+    assert passes.options[-1]["FORWARD"] and operands.options[-1]["WITH_U"] and operands.options[-1]["WITH_WK"]
     monkeypatch.setitem(backward.LAUNCH, "keep_states", True)
     kept = grads()
     assert not passes.options[-1]["FORWARD"] and not operands.options[-1]["WITH_U"]
+    bf16_pass = pass_precision == "bf16" or not triton_interpreted()
+    assert operands.options[-1]["WITH_WK"] != bf16_pass
     assert passes.grids[-1][2] == 1  # the reverse recursion's programs only
 
     ref = {n: t.detach().cpu().to(f64).requires_grad_() for n, t in x.items()}
