@@ -134,7 +134,9 @@ def kda_autograd(
             backward, which then does not recompute them (fla's chunk_kda keeps its A_qk and A_kk the same way);
             with 2-byte q/k/v and the "kv" state layout also its fp32 state before every chunk and V_new
             (backward.LAUNCH["keep_states"]; K V + 64 V fp32 values per 64 tokens and value head, 96 KiB at
-            K = V = 128: 768 MiB at 32 heads x 16384 tokens), so that the backward runs one recursion, not two.
+            K = V = 128: 768 MiB at 32 heads x 16384 tokens) and its bf16 W and k exp(G_last - G) (2 K values
+            per token and value head, 256 MiB more there), so that the backward runs one recursion, not two, and
+            computes neither.
             False: recomputed (the least memory).
 
     Returns:
