@@ -348,3 +348,59 @@ def test_chunk_matrices_kept_only_for_a_backward(monkeypatch):
         kda_autograd(inputs["q"], inputs["k"], inputs["v"], inputs["g"], inputs["beta"], initial_state=inputs["h0"],
                      keep_chunk_matrices=keep)
     assert asked == [True, False, False]
+
+
+@pytest.mark.parametrize("gate", ["unbounded", "safe"])
+def test_gate_chain_rule_in_the_last_kernel(gate, monkeypatch):
+    """kda_backward(gate_chain=...) in the chunked mode applies the gate's chain rule in 3c (`_local_k_kernel` with
+    GATE, the gates recomputed there from g_raw) and launches no separate gate backward: d g_raw, dA_log and ddt_bias
+    as dg's chain rule applied after the core (option_grads.gate_backward; 1e-6 for d g_raw, elementwise the same
+    math; 1e-5 for the two sums over every token, added in another order, with cancellation); the exact mode (no
+    fused chain) and groups of heads give the same by that fallback. Packed [5, 140] tokens, GVA 2 -> 4, K = 20
+    on K-tiles of 16 (a partial tile), V = 12, strong raw gates (g_raw + dt_bias past 20 for the unbounded gate's
+    softplus branch in some channels)."""
+    from kda_trace.kernels import backward, backward_chunked, option_grads
+    from kda_trace.kernels.backward import GateChain, kda_backward
+    from kda_trace.kernels.gate import kda_gate
+    from kda_trace.kernels.options import KDAOptions
+
+    monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
+    monkeypatch.setitem(backward.LAUNCH, "split_k_bk", 16)
+    B, T, H, HV, K, V = 1, 145, 2, 4, 20, 12
+    x = {n: t.detach().float() for n, t in leaves(B, T, H, HV, K, V, 2, seed=47, dtype=f64, raw=True).items()}
+    x["g"][..., :3] *= 12  # some x = g_raw + dt_bias past 20 (and far below 0)
+    x["q"], x["k"] = (t / t.norm(dim=-1, keepdim=True) for t in (x["q"], x["k"]))
+    cu = torch.tensor([0, 5, 145], device=DEVICE)
+    gen = torch.Generator().manual_seed(48)
+    do = (torch.randn(B, T, HV, V, generator=gen, dtype=f64) * 0.1).float().to(DEVICE)
+    dht = (torch.randn(2, HV, K, V, generator=gen, dtype=f64) * 0.1).float().to(DEVICE)
+    g = kda_gate(x["g"], x["A_log"], x["dt_bias"], gate, -4.0)
+    args = (x["q"], x["k"], x["v"], g, torch.sigmoid(x["beta"]), do, KDAOptions())
+    kw = dict(initial_state=x["h0"], dht=dht, cu_seqlens=cu, gate_bound=-4.0 if gate == "safe" else None)
+    chain = GateChain(x["g"], x["A_log"], x["dt_bias"], gate, -4.0)
+    local_k = LaunchSpy(backward_chunked._local_k_kernel)
+    gate_bwd = LaunchSpy(option_grads._gate_backward_kernel)
+    monkeypatch.setattr(backward_chunked, "_local_k_kernel", local_k)
+    monkeypatch.setattr(option_grads, "_gate_backward_kernel", gate_bwd)
+
+    core = kda_backward(*args, **kw)
+    want = option_grads.gate_backward(x["g"], x["A_log"], x["dt_bias"], core.dg, gate, -4.0)
+    assert core.dA_log is None and len(gate_bwd.calls) == 1 and local_k.options[-1]["GATE"] == 0
+    fused = kda_backward(*args, **kw, gate_chain=chain)
+    assert len(gate_bwd.calls) == 1 and local_k.options[-1]["GATE"] == {"unbounded": 1, "safe": 2}[gate]
+    for name, got, bar in (("dq", fused.dq, 0), ("dk", fused.dk, 0), ("dv", fused.dv, 0), ("dbeta", fused.dbeta, 0),
+                           ("g_raw", fused.dg, 1e-6), ("A_log", fused.dA_log, 1e-5), ("dt_bias", fused.ddt_bias, 1e-5)):
+        ref = getattr(core, name) if bar == 0 else want[("g_raw", "A_log", "dt_bias").index(name)]
+        assert got.shape == ref.shape, name
+        assert rms_rel(got, ref) <= bar, (name, rms_rel(got, ref))
+    monkeypatch.setitem(backward.LAUNCH, "workspace_bytes", 1)  # groups of heads: the chain applied after them
+    grouped = kda_backward(*args, **kw, gate_chain=chain)
+    assert len(gate_bwd.calls) == 2
+    for got, ref in zip((grouped.dg, grouped.dA_log, grouped.ddt_bias), want):
+        assert rms_rel(got, ref) < 1e-5
+    monkeypatch.setitem(backward.LAUNCH, "workspace_bytes", None)
+    monkeypatch.setitem(backward.LAUNCH, "mode", "exact")
+    exact = kda_backward(*args, **kw, gate_chain=chain)
+    want_exact = option_grads.gate_backward(x["g"], x["A_log"], x["dt_bias"], kda_backward(*args, **kw).dg, gate, -4.0)
+    for got, ref in zip((exact.dg, exact.dA_log, exact.ddt_bias), want_exact):
+        assert rms_rel(got, ref) < 1e-6
