@@ -228,7 +228,7 @@ def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, d
     the forward's when chunk_matrices has them, "rq" and "rk"), and the gate in Triton kernels, beta's sigmoid in
     PyTorch), the core backward, then the chain rule back to the raw inputs (kernels/option_grads.py)."""
     from kda_trace.kernels import option_grads
-    from kda_trace.kernels.backward import LAUNCH, GateChain, kda_backward
+    from kda_trace.kernels.backward import LAUNCH, kda_backward
     from kda_trace.kernels.gate import kda_gate
 
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -249,18 +249,18 @@ def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, d
     g_n = g if opts.gate == "precomputed" else kda_gate(g, A_log, dt_bias, opts.gate, opts.lower_bound)
     s = None if opts.beta == "prob" else torch.sigmoid(beta.to(acc))
     beta_n = {"prob": beta, "logits": s, "logits_x2": None if s is None else 2 * s}[opts.beta]
-    chain = None if opts.gate == "precomputed" else GateChain(g, A_log, dt_bias, opts.gate, float(opts.lower_bound))
     gr = kda_backward(q_n, k_n, v, g_n, beta_n, do, _core(opts), initial_state=initial_state, dht=dht,
                       cu_seqlens=cu_seqlens, chunk_matrices=chunk_matrices,
-                      gate_bound=float(opts.lower_bound) if opts.gate == "safe" else None, qk_norms=norms,
-                      gate_chain=chain)
+                      gate_bound=float(opts.lower_bound) if opts.gate == "safe" else None, qk_norms=norms)
     del q_n, k_n, g_n, beta_n, norms
     out = {"v": gr.dv, "initial_state": gr.dh0, "A_log": None, "dt_bias": None}
     for name, x, d in (("q", q, gr.dq), ("k", k, gr.dk)):
         out[name] = option_grads.l2_normalize_backward(x, d.to(acc)) if l2 else d.to(x.dtype)
-    out["g"] = gr.dg.to(g.dtype)  # of g_raw with the gate in the op (the chain rule applied by kda_backward)
-    if opts.gate != "precomputed":
-        out["A_log"], out["dt_bias"] = gr.dA_log.to(A_log.dtype), gr.ddt_bias.to(dt_bias.dtype)
+    if opts.gate == "precomputed":
+        out["g"] = gr.dg.to(g.dtype)
+    else:
+        out["g"], out["A_log"], out["dt_bias"] = option_grads.gate_backward(g, A_log, dt_bias, gr.dg.to(acc),
+                                                                            opts.gate, opts.lower_bound)
     dbeta = gr.dbeta if s is None else gr.dbeta.to(acc) * s * (1 - s) * (2 if opts.beta == "logits_x2" else 1)
     out["beta"] = dbeta.to(beta.dtype)
     return out

@@ -554,8 +554,7 @@ def _forward_exact_kernel(
 @dataclass
 class KDAGrads:
     """Gradients of sum(o * do) + sum(final_state * dht). dq, dk like q; dv like v; dg fp32 (fp64 for fp64
-    inputs) like g (with a `GateChain`: of g_raw); dbeta like beta; dh0 fp32 like the initial state (in its
-    layout), or None without one; dA_log [HV] and ddt_bias [HV, K] (fp32 / fp64) with a GateChain, else None."""
+    inputs) like g; dbeta like beta; dh0 fp32 like the initial state (in its layout), or None without one."""
 
     dq: torch.Tensor
     dk: torch.Tensor
@@ -563,25 +562,6 @@ class KDAGrads:
     dg: torch.Tensor
     dbeta: torch.Tensor
     dh0: torch.Tensor | None
-    dA_log: torch.Tensor | None = None
-    ddt_bias: torch.Tensor | None = None
-
-
-@dataclass
-class GateChain:
-    """The gate that made kda_backward's g (kernels/gate.py `kda_gate(g_raw, A_log, dt_bias, gate, lower_bound)`):
-    kda_backward then returns the gradients of g_raw, A_log and dt_bias. The chunked mode applies the chain rule in
-    its last kernel (no dg in memory, and the gates recomputed there from g_raw: about 0.3 ms less at 96 heads x
-    8192 on the H100); elsewhere kernels/option_grads.py `gate_backward` runs after the core. dA_log and ddt_bias
-    are set by the kernel that computes them."""
-
-    g_raw: torch.Tensor
-    A_log: torch.Tensor
-    dt_bias: torch.Tensor
-    gate: str
-    lower_bound: float = -5.0
-    dA_log: torch.Tensor | None = None
-    ddt_bias: torch.Tensor | None = None
 
 
 def _prepare(q, k, v, g, beta, opts, initial_state, cu_seqlens):
@@ -640,12 +620,11 @@ def scale_arg(scale: float, acc: torch.dtype, device) -> torch.Tensor:
     return torch.full((1,), scale, dtype=acc, device=device)
 
 
-def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound=None, norms=None, chain=None):
+def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound=None, norms=None):
     """The three kernels; returns dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout), fp32 (fp64) but dq, dk, dv
     in the inputs' dtypes where the chunked mode writes them so (`local_split`). given: the
     forward's chunk matrices for the chunked mode (the exact mode does not use them), or None. norms: q's and k's
-    L2-norm factors for the chunked mode (`_reads_norms`), or None. chain: a `GateChain` (g_raw packed) that the
-    chunked mode's split local kernels apply (dg is then d g_raw, chain's sums set), or None."""
+    L2-norm factors for the chunked mode (`_reads_norms`), or None."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -659,7 +638,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound
     do = do.reshape(TT, HV, V).contiguous()
     mode = _mode(interp)
     if mode == "chunked":
-        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given, gate_bound, norms, chain)
+        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given, gate_bound, norms)
     if mode != "exact":
         raise ValueError(f"LAUNCH['mode'] must be 'exact' or 'chunked', got {LAUNCH['mode']!r}")
 
@@ -692,8 +671,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound
     return dq, dk, dv, dg, dbeta, dh0
 
 
-def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=None, gate_bound=None, norms=None,
-                      chain=None):
+def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=None, gate_bound=None, norms=None):
     """LAUNCH["mode"] = "chunked": states and dS at chunk boundaries by kernels/backward_chunked.py, then the
     local kernel LAUNCH["chunked_local"]; same returns as `_backward`."""
     from kda_trace.kernels.backward_chunked import chunk_states_and_grads, local_split
@@ -707,7 +685,7 @@ def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=
         pre.update(states=states, dstates=dstates)  # local_split frees each buffer after its last reader
         del states, dstates
         dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, pre, do, scale, LAUNCH, _n_programs, gate_bound,
-                                            norms, chain)
+                                            norms)
     elif local == "tokens":
         dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
     else:
@@ -769,7 +747,7 @@ def kda_backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, do: torch.Tensor,
     opts: KDAOptions = _DEFAULT_OPTIONS, *, initial_state: torch.Tensor | None = None, dht: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None, chunk_matrices: dict | None = None, gate_bound: float | None = None,
-    qk_norms: tuple[torch.Tensor, torch.Tensor] | None = None, gate_chain: GateChain | None = None,
+    qk_norms: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> KDAGrads:
     r"""Gradients of L = sum(o * do) + sum(final_state * dht) for the KDA forward with these inputs.
 
@@ -795,12 +773,9 @@ def kda_backward(
             rk[..., None] (kernels/option_grads.py `l2_factors`), q and k given raw. The chunked mode with the
             chunk matrices reads q and k with their factors instead of normalised fp32 copies (`_reads_norms`);
             elsewhere the copies are made here. dq and dk are then fp32 (fp64).
-        gate_chain: how g was made from a raw gate (`GateChain`, its g_raw like g): dg is then the gradient of
-            g_raw, and dA_log and ddt_bias are returned too. None: dg of g.
 
     Returns:
-        KDAGrads(dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias); dh0 is None when initial_state is None, dA_log and
-        ddt_bias without gate_chain.
+        KDAGrads(dq, dk, dv, dg, dbeta, dh0); dh0 is None when initial_state is None.
     """
     xs, sizes, tables, acc, h0 = _prepare(q, k, v, g, beta, opts, initial_state, cu_seqlens)
     B, T, H, HV, K, V, N = sizes
@@ -817,15 +792,9 @@ def kda_backward(
             xs = (xs[0].to(acc) * norms[0][..., None], xs[1].to(acc) * norms[1][..., None], *xs[2:])
             norms = None
     groups = head_groups(sizes, tables[3], acc, q.device)
-    chain = None
-    if gate_chain is not None:
-        if tuple(gate_chain.g_raw.shape) != tuple(g.shape):
-            raise ValueError(f"gate_chain.g_raw must be like g, {list(g.shape)}, got {list(gate_chain.g_raw.shape)}")
-        chain = GateChain(gate_chain.g_raw.reshape(B * T, HV, K).contiguous(), gate_chain.A_log, gate_chain.dt_bias,
-                          gate_chain.gate, gate_chain.lower_bound)
     if len(groups) == 1:
-        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), given, gate_bound, norms, chain)
-        return _chain_rule(_grads(out, sizes, dtypes, acc, opts, initial_state is not None), gate_chain, chain)
+        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), given, gate_bound, norms)
+        return _grads(out, sizes, dtypes, acc, opts, initial_state is not None)
     # heads are independent: each group's inputs are copied out and its gradients into the whole ones, already in
     # the dtypes returned (dg and dh0 stay fp32 / fp64)
     TT, dev = B * T, q.device
@@ -843,25 +812,7 @@ def kda_backward(
             if whole is not None:
                 whole[:, heads] = piece
         del sub
-    return _chain_rule(_grads(out, sizes, dtypes, acc, opts, initial_state is not None), gate_chain, None)
-
-
-def _chain_rule(grads: KDAGrads, gate_chain: GateChain | None, applied: GateChain | None) -> KDAGrads:
-    """grads with the gate's chain rule (kda_backward's gate_chain): as the kernels applied it (`applied`, its
-    sums set), else by kernels/option_grads.py `gate_backward` on dg now."""
-    from kda_trace.kernels.option_grads import gate_backward
-
-    if gate_chain is None:
-        return grads
-    c = gate_chain
-    if applied is not None and applied.dA_log is not None:
-        grads.dA_log, grads.ddt_bias = applied.dA_log.reshape(c.A_log.shape), applied.ddt_bias.reshape(c.dt_bias.shape)
-        return grads
-    dg_raw, grads.dA_log, grads.ddt_bias = gate_backward(c.g_raw, c.A_log.to(grads.dg.dtype),
-                                                         c.dt_bias.to(grads.dg.dtype), grads.dg, c.gate,
-                                                         c.lower_bound)
-    grads.dg = dg_raw.to(grads.dg.dtype)
-    return grads
+    return _grads(out, sizes, dtypes, acc, opts, initial_state is not None)
 
 
 def _check_norms(r, name, shape, device):

@@ -66,8 +66,6 @@ from kda_trace.kernels.backward_blocks import (
 )
 from kda_trace.kernels.chunk import SOLVE_PRECISION, _bf16, _inverse_unit_lower
 from kda_trace.kernels.common import register_cap
-from kda_trace.kernels.gate import GATE_CODES, gate_value
-from kda_trace.kernels.option_grads import gate_grad
 
 
 @triton.jit
@@ -744,19 +742,14 @@ def _local_sums_kernel(
 @triton.jit
 def _local_k_kernel(
     q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, p_scale,
-    A_log, dt_bias, part_bias, part_alog, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr, NORM: tl.constexpr,
-    GATE: tl.constexpr, INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """Per work item (chunk, value head, K-tile of BKT columns), one program each: dq, dk (per value head, in their
     buffers' dtype) and dg of the tile's key channels from `_local_sums_kernel`'s decay-weighted sums (R1, R2, R3)
     and 3a's dQt, dKt, dgamma, Y_k and d1. Every sum here is per key channel, so K-tiles are independent: more,
     smaller programs than one per (chunk, value head). A streaming kernel (no products): one program per item, no
-    persistent loop, lets the GPU overlap one item's loads with another's stores.
-    With GATE (1 unbounded, 2 safe: `local_split`'s gate chain) g holds the raw gate g_raw: the gates are computed
-    from it, A_log [HV] and dt_bias [HV, K] (kernels/gate.py `gate_value`, as `kda_gate` computed them for the other
-    kernels), and the gate's chain rule is applied here (option_grads.py `gate_grad`): dg receives d g_raw, and
-    part_bias [items, BKT] and part_alog [items] the item's sums for ddt_bias and dA_log."""
+    persistent loop, lets the GPU overlap one item's loads with another's stores."""
     scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
     ACC: tl.constexpr = dg.dtype.element_ty
     NKT: tl.constexpr = (K + BKT - 1) // BKT
@@ -777,17 +770,10 @@ def _local_k_kernel(
     p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
     p_k = k + (r0 * H + i_h) * K + k0
     off_tk = (r0 * HV + i_hv) * K + o_t[:, None] * (HV * K) + o_kt[None, :]
-    m_next = (o_t + 1 < n)[:, None] & m_kt[None, :]
     b_gt = tl.load(g + off_tk, mask=m_tk, other=0.0).to(ACC)
     # the gates one row later (zero past the chunk), read again from memory (cached) rather than shifted
     # through shared memory
-    b_gn = tl.load(g + off_tk + HV * K, mask=m_next, other=0.0).to(ACC)
-    if GATE != 0:  # g_raw: the gates from it, zero past the chunk
-        b_a = tl.exp(tl.load(A_log + i_hv))
-        b_bias = tl.load(dt_bias + i_hv * K + o_kt, mask=m_kt, other=0.0)[None, :]
-        b_u = b_gt + b_bias
-        b_gt = tl.where(m_tk, gate_value(b_u, b_a, lower_bound, GATE), 0.0)
-        b_gn = tl.where(m_next, gate_value(b_gn + b_bias, b_a, lower_bound, GATE), 0.0)
+    b_gn = tl.load(g + off_tk + HV * K, mask=(o_t + 1 < n)[:, None] & m_kt[None, :], other=0.0).to(ACC)
     b_b = tl.load(beta + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0).to(ACC)
     b_d1 = tl.load(d1 + (r0 + o_t) * HV + i_hv, mask=m_t, other=0.0)
     b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
@@ -814,10 +800,6 @@ def _local_k_kernel(
     b_dg += (b_dgam * tl.exp(tl.sum(b_gt, axis=0)))[None, :]
     tl.store(dq + off_tk, _as_stored(b_dq, dq, INTERPRET), mask=m_tk)
     tl.store(dk + off_tk, _as_stored(b_dk, dk, INTERPRET), mask=m_tk)
-    if GATE != 0:
-        b_dg, b_t = gate_grad(b_u, b_gt, tl.where(m_tk, b_dg, 0.0), m_tk, b_a, lower_bound, GATE)
-        tl.store(part_bias + w * BKT + o_b, tl.sum(b_dg, axis=0))
-        tl.store(part_alog + w, tl.sum(tl.sum(b_t, axis=1), axis=0))
     tl.store(dg + off_tk, b_dg, mask=m_tk)
 
 
@@ -1005,16 +987,13 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         **register_cap(launch["prep_operands_maxnreg"], default_cap("prep_operands_maxnreg", acc)))
 
 
-def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate_bound=None, norms=None,
-                chain=None):
+def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate_bound=None, norms=None):
     """Kernels 3a and 3b (LAUNCH["chunked_local"] = "split"): dq, dk per value head (in q's and k's dtype when
     HV == H, else fp32 / fp64 for the caller's GVA sum), dv in v's dtype, fp32 (fp64) dg and dbeta of every chunk
     from its start state, dS at its end (pre["states"], pre["dstates"]), the pass's Vn and dVn (in pre["U"],
     pre["dO2"]) and the prep's X and P. Each buffer of `pre` is dropped after its last reader (the caller holds no
     other reference). gate_bound: a lower bound every gate is known to keep, or None (`one_anchor`). norms: q's and
-    k's L2-norm factors [T, H] (q, k in xs as given; dq, dk then in fp32 / fp64), or None. chain: the gate's chain
-    rule applied in 3c (kernels/backward.py `GateChain`, its g_raw packed [T, HV, K]): dg is then d g_raw, and
-    chain.dA_log and chain.ddt_bias are set."""
+    k's L2-norm factors [T, H] (q, k in xs as given; dq, dk then in fp32 / fp64), or None."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -1079,19 +1058,8 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     dq, dk = (torch.empty(TT, HV, K, dtype=final(x) if HV == H and norms is None else acc, device=dev)
               for x in (q, k))
     dg = e(TT, HV, K)
-    gate_args, code = (dgamma, dgamma, dgamma, dgamma, 0.0), 0
-    if chain is not None:
-        part_bias, part_alog = e(n_work, BKT), e(n_work)
-        gate_args = (chain.A_log.to(acc).contiguous(), chain.dt_bias.to(acc).contiguous(), part_bias, part_alog,
-                     float(chain.lower_bound))
-        code = GATE_CODES[chain.gate]
     _local_k_kernel[(n_work,)](
-        q, k, chain.g_raw if chain is not None else g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, rq, rk, cu,
-        chunk_indices, scale, *gate_args,
-        H=H, HV=HV, K=K, BKT=BKT, CT=CT, NORM=norms is not None, GATE=code, INTERPRET=interp,
+        q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, rq, rk, cu, chunk_indices, scale,
+        H=H, HV=HV, K=K, BKT=BKT, CT=CT, NORM=norms is not None, INTERPRET=interp,
         num_warps=launch["split_k_warps"] or 8, **register_cap(launch["split_k_maxnreg"]))
-    if chain is not None:  # the items' sums: [NT, HV, K-tiles, BKT] -> per head (and channel)
-        NKT = triton.cdiv(K, BKT)
-        chain.ddt_bias = part_bias.view(NT, HV, NKT * BKT)[:, :, :K].sum(0)
-        chain.dA_log = part_alog.view(NT, HV, NKT).sum((0, 2))
     return dq, dk, dv, dg, dbeta

@@ -29,18 +29,6 @@ def _log1p(y):
     return tl.where(d == 0.0, y, tl.log(w) * (y / tl.where(d == 0.0, 1.0, d)))
 
 
-@triton.jit
-def gate_value(x, a, lower_bound, GATE: tl.constexpr):
-    """The log decay from x = g_raw + dt_bias and a = exp(A_log): -a softplus(x) (GATE 1, unbounded; softplus(x) =
-    x above 20) or lower_bound sigmoid(a x) (GATE 2, safe). Every kernel that recomputes the gate for a backward
-    uses this one, so that they agree to the bit."""
-    if GATE == 1:
-        # the clamp keeps exp finite in the branch not taken
-        return -a * tl.where(x > 20.0, x, _log1p(tl.exp(tl.minimum(x, 20.0))))
-    else:
-        return lower_bound * tl.sigmoid(a * x)
-
-
 @triton.jit(do_not_specialize=["n_rows", "lower_bound"])
 def _gate_kernel(
     g_raw, A_log, dt_bias, g, n_rows, lower_bound,
@@ -58,7 +46,12 @@ def _gate_kernel(
         off = (o_r[:, None] * H + i_h) * K + o_k[None, :]
         bias = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0.0)
         x = tl.load(g_raw + off, mask=m, other=0.0).to(bias.dtype) + bias[None, :]
-        tl.store(g + off, gate_value(x, a, lower_bound, GATE), mask=m)
+        if GATE == 1:
+            # the clamp keeps exp finite in the branch not taken
+            y = -a * tl.where(x > 20.0, x, _log1p(tl.exp(tl.minimum(x, 20.0))))
+        else:
+            y = lower_bound * tl.sigmoid(a * x)
+        tl.store(g + off, y, mask=m)
 
 
 def kda_gate(g_raw: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, gate: str = "unbounded",

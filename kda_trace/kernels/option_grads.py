@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kda_trace.kernels.gate import GATE_CODES, gate_value
+from kda_trace.kernels.gate import GATE_CODES, _log1p
 
 
 def _row_tile(K: int, n_rows: int) -> tuple[int, int]:
@@ -60,20 +60,6 @@ def _l2_backward_kernel(x, dy, dx, n_rows, K: tl.constexpr, BR: tl.constexpr, BK
     tl.store(dx + off, b_dx.to(dx.dtype.element_ty), mask=m)
 
 
-@triton.jit
-def gate_grad(u, g, dg, m, a, lower_bound, GATE: tl.constexpr):
-    """The gate's chain rule on a tile (u = g_raw + dt_bias, g = `gate_value(u, ...)`, dg, all zero off the mask m;
-    a = exp(A_log)): (du, the tile's terms of dA_log), both zero off m (see the module docstring)."""
-    if GATE == 1:
-        # softplus(u) = u past 20, as torch's and the forward's; its derivative sigmoid(u)
-        du = tl.where(m, -a * tl.where(u > 20.0, 1.0, tl.sigmoid(u)) * dg, 0.0)
-        return du, tl.where(m, dg * g, 0.0)
-    else:
-        s = tl.sigmoid(a * u)
-        du = tl.where(m, lower_bound * a * s * (1.0 - s) * dg, 0.0)
-        return du, du * u
-
-
 @triton.jit(do_not_specialize=["n_rows", "lower_bound"])
 def _gate_backward_kernel(
     g_raw, A_log, dt_bias, dg, dg_raw, part_bias, part_alog, n_rows, lower_bound,
@@ -92,8 +78,15 @@ def _gate_backward_kernel(
     a = tl.exp(tl.load(A_log + i_h))
     u = tl.load(g_raw + off, mask=m, other=0.0).to(b_dg.dtype) + tl.load(dt_bias + i_h * K + o_k, mask=m_k,
                                                                           other=0.0)[None, :]
-    du, t = gate_grad(u, gate_value(u, a, lower_bound, GATE), b_dg, m, a, lower_bound, GATE)
-    d_alog = tl.sum(tl.sum(t, axis=1), axis=0)
+    if GATE == 1:
+        # softplus(u) = u past 20, as torch's and the forward's (kernels/gate.py); its derivative sigmoid(u)
+        g = -a * tl.where(u > 20.0, u, _log1p(tl.exp(tl.minimum(u, 20.0))))
+        du = tl.where(m, -a * tl.where(u > 20.0, 1.0, tl.sigmoid(u)) * b_dg, 0.0)
+        d_alog = tl.sum(tl.sum(tl.where(m, b_dg * g, 0.0), axis=1), axis=0)
+    else:
+        s = tl.sigmoid(a * u)
+        du = tl.where(m, lower_bound * a * s * (1.0 - s) * b_dg, 0.0)
+        d_alog = tl.sum(tl.sum(du * u, axis=1), axis=0)
     tl.store(dg_raw + off, du.to(dg_raw.dtype.element_ty), mask=m)
     tl.store(part_bias + (i_r * H + i_h) * K + o_k, tl.sum(du, axis=0), mask=m_k)
     tl.store(part_alog + i_r * H + i_h, d_alog)
