@@ -655,6 +655,48 @@ def test_kept_chunk_matrices_against_float64():
     assert item == 6
 
 
+def test_kept_w_and_kg_against_float64():
+    """save_states (bf16 inputs, [K, V] states): the kept W = X diag(beta) k exp(G) and KG = k exp(G_last - G)
+    (bf16 [T, HV, K], what the backward's pass reads instead of computing its own) against float64 built from the
+    inputs (X = (I + diag(beta) P)^-1 per chunk), on L2-normalised q/k with the safe gate and beta logits, packed
+    lengths 70, 1, 129, GVA 1 -> 2, odd K; the kept states and V_new are there too, and a forward without
+    save_states keeps neither W nor KG. The bars: 5e-3 of the largest entry (at least 1) and 3e-3 RMS-relative per
+    chunk: W and KG are stored as bf16 (2^-9 relative, about 1.1e-3 RMS), W a tf32 product on a GPU."""
+    cu = torch.tensor([0, 70, 71, 200])
+    x = make(1, 200, 1, 2, 24, 20, seed=24, gate="safe", n_seqs=3, dtype=torch.bfloat16)
+    opts = KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-3.0, beta="logits", output_final_state=True)
+    dv = lambda t: t.to(DEVICE)
+    args = (dv(x["q"]), dv(x["k"]), dv(x["v"]), dv(x["g"]), dv(x["beta"]), opts)
+    kw = dict(A_log=dv(x["A_log"]), dt_bias=dv(x["dt_bias"]), initial_state=dv(x["h0"]), cu_seqlens=dv(cu))
+    plain = {}
+    kda_chunk(*args, **kw, saved=plain)
+    assert "W" not in plain and "KG" not in plain and "states" not in plain
+    kept = {}
+    kda_chunk(*args, **kw, saved=kept, save_states=True)
+    assert {"states", "Vn", "W", "KG"} <= set(kept)
+    assert all(kept[n].shape == (200, 2, 24) and kept[n].dtype == torch.bfloat16 for n in ("W", "KG"))
+    norm = lambda t: t.to(f64) / torch.sqrt((t.to(f64) ** 2).sum(-1, keepdim=True) + 1e-6)
+    k = norm(x["k"][0])  # [T, 1, K]
+    g = ref_gate(x["g"], x["A_log"], x["dt_bias"], "safe", -3.0)[0]  # [T, 2, K]
+    beta = ref_beta(x["beta"], "logits")[0]  # [T, 2]
+    W, KG = kept["W"].cpu().to(f64), kept["KG"].cpu().to(f64)
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        for r0 in range(s, e, 64):
+            n = min(64, e - r0)
+            for hv in range(2):
+                G = g[r0:r0 + n, hv].cumsum(0)
+                kc = k[r0:r0 + n, 0]
+                decay = torch.exp(G[:, None, :] - G[None, :, :])
+                P = torch.tril((kc[:, None, :] * kc[None, :, :] * decay).sum(-1), -1)
+                X = torch.linalg.inv(torch.eye(n, dtype=f64) + beta[r0:r0 + n, hv, None] * P)
+                want = {"W": X @ (beta[r0:r0 + n, hv, None] * kc * torch.exp(G)), "KG": kc * torch.exp(G[-1] - G)}
+                for name, got in (("W", W[r0:r0 + n, hv]), ("KG", KG[r0:r0 + n, hv])):
+                    ref = want[name]
+                    assert (got - ref).abs().max() <= 5e-3 * max(1.0, ref.abs().max()), (name, r0, hv)
+                    if n > 1:  # a one-row chunk: a few bf16 roundings, no RMS to speak of
+                        assert rms_rel(got, ref) < 3e-3, (name, r0, hv, rms_rel(got, ref))
+
+
 def test_adapter_prefill_chunk_states_vs_family_reference():
     """The prefill_chunk_states family's reference vs our adapter: the chunked path (100 tokens) and the
     token-by-token path of a batch of at most 64 tokens, whose chunk states are the initial states."""
