@@ -227,7 +227,10 @@ LAUNCH["chunked_pass_parallel"] = True
 # in bf16 (thirty-first session) 2.91e-3 and 5.30e-3, in fp32 with the forward's bf16 U 2.89e-3 and 5.35e-3, with U
 # in fp32 from the bf16 X 2.40e-3 and 4.86e-3 (fla 0.6.0: 2.92e-3, 5.35e-3); that last was 0.2 ms faster on K3. The
 # states kept without V_new (the reverse programs computing Vn = U - W S from them) kept the accuracy but lost:
-# 17.49 against 17.10 ms on K3 (thirty-first session).
+# 17.49 against 17.10 ms on K3 (thirty-first session). With them the forward also keeps its bf16 W (then computed
+# in tf32 from the fp32 X too) and k exp(G_last - G), which the backward's bf16 pass reads as they are: the prep's
+# operands kernel computes neither (thirty-fifth session: K3 15.25, 15.29 -> 14.76, 14.69 ms, 32 x 16384 10.60,
+# 10.56 -> 10.20, 10.23; 2 K bytes more kept per token and head; every gradient's error the same three digits).
 LAUNCH["keep_states"] = True
 # sums_one_launch: 3b's sums kernel as one launch over every (item, 16-row block), an item's four blocks as
 # neighbouring work (they read the same gates, q, k, M1 and M2: from L2 after the first), instead of one launch per

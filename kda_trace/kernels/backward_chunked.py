@@ -116,17 +116,18 @@ def _solve(p_P, p_b, p_X, n, HV: tl.constexpr, CT: tl.constexpr, PREC: tl.conste
 def _decayed_k_tile(p_X, b_b, b_gt, b_gn, p_q, p_k, off_x, W, Kt, Qt, off, m_tk, scale, p_rq, p_rk, o_t, m_t,
                     SR: tl.constexpr, NORM: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
                     WITH_WK: tl.constexpr):
-    """One K-tile of the prep's operands: W = X diag(beta) k e(G) (p_X: X's [CT, CT] pointers), Kt = k e(Gl - G) (both with
-    WITH_WK: not where the forward's are given), Qt = scale q e(G), from the tile's gates b_gt [CT, BKT] (zero
-    past the chunk) and the gates one row later b_gn (G and Gl - G as sums of the gates: exp arguments <= 0); q, k
-    at p_q / p_k + off_x, W, Kt, Qt at + off. W and Kt in their buffers' dtype (bf16 rounded to nearest even for a
-    pass whose products round them so anyway). NORM: q's and k's rows times their L2-norm factors at p_rq / p_rk +
-    o_t * SR (`_norm_rows`)."""
+    """One K-tile of the prep's operands: W = X diag(beta) k e(G) (p_X: X's [CT, CT] pointers) and Kt = k e(Gl - G)
+    (both only WITH_WK: not where the forward's are given), Qt = scale q e(G), from the tile's gates b_gt [CT, BKT]
+    (zero past the chunk) and the gates one row later b_gn (G and Gl - G as sums of the gates: exp arguments
+    <= 0); q, k at p_q / p_k + off_x, W, Kt, Qt at + off. W and Kt in their buffers' dtype (bf16 rounded to nearest
+    even for a pass whose products round them so anyway). NORM: q's and k's rows times their L2-norm factors at
+    p_rq / p_rk + o_t * SR (`_norm_rows`)."""
     ACC: tl.constexpr = Qt.dtype.element_ty
     b_eG = tl.exp(tl.cumsum(b_gt, axis=0))
     if WITH_WK:
         b_k = _norm_rows(tl.load(p_k + off_x, mask=m_tk, other=0.0).to(ACC), p_rk, o_t, m_t, SR, NORM)
-        tl.store(W + off, _as_stored(_xdot(tl.load(p_X), b_k * (b_b[:, None] * b_eG), PREC), W, INTERPRET), mask=m_tk)
+        b_w = _xdot(tl.load(p_X), b_k * (b_b[:, None] * b_eG), PREC)
+        tl.store(W + off, _as_stored(b_w, W, INTERPRET), mask=m_tk)
         b_kt = b_k * tl.exp(tl.cumsum(b_gn, axis=0, reverse=True))
         tl.store(Kt + off, _as_stored(b_kt, Kt, INTERPRET), mask=m_tk)
     b_q = _norm_rows(tl.load(p_q + off_x, mask=m_tk, other=0.0).to(ACC), p_rq, o_t, m_t, SR, NORM)
@@ -207,11 +208,11 @@ def _prep_operands_kernel(
     INTERPRET: tl.constexpr,
 ):
     """Per (chunk, value head) and tile: for each of the NKT K-tiles of BKT columns, W = X diag(beta) k e(G),
-    Kt = k e(Gl - G) (WITH_WK: not with the forward's) and Qt = scale q e(G) (G and Gl - G as sums of the gates,
-    exp arguments <= 0; W and Kt in their buffers' dtype, `_decayed_k_tile`) and the chunk's decay gamma =
-    e(G_last); for each of the
-    V-tiles of BVT columns after them, U = X diag(beta) v (WITH_U: not with the forward's states) and dO2 = A_qk^T
-    dO. NORM: q and k as given times their rows' L2-norm factors rq, rk ([T, H])."""
+    Kt = k e(Gl - G) (those two only WITH_WK: not with the forward's) and Qt = scale q e(G) (G and Gl - G as sums
+    of the gates, exp arguments <= 0; W and Kt in their buffers' dtype, `_decayed_k_tile`) and the chunk's decay
+    gamma = e(G_last); for each of the V-tiles of BVT columns after them, U = X diag(beta) v (WITH_U: not with the
+    forward's states) and dO2 = A_qk^T dO. NORM: q and k as given times their rows' L2-norm factors rq, rk
+    ([T, H])."""
     scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
     NKT: tl.constexpr = (K + BKT - 1) // BKT
     NVT: tl.constexpr = (V + BVT - 1) // BVT
@@ -811,8 +812,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     do packed [TT, HV, V]; dht in the [K, V] layout or None; launch: backward.LAUNCH; given: the forward's P, Aqk
     and X (`_prep`), or None to compute them, and with them optionally the forward's states and Vn ("states",
     "Vn": then the pass runs only its reverse recursion, and Vn is handed on in pre["U"]; "W" and "KG": the pass
-    reads them as W and Kt); norms: q's and k's
-    L2-norm factors [T, H] (q, k in xs as given), or None (`_prep`)."""
+    reads them as W and Kt); norms: q's and k's L2-norm factors [T, H] (q, k in xs as given), or None
+    (`_prep`)."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -948,9 +949,9 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
           with_wk=True):
     """Kernel 1 as three: `_prep_pairs_kernel` (one launch per 16-row block, persistent programs),
     `_prep_solve_kernel`, `_prep_operands_kernel`; fills pre's W, U, Qt, Kt, gamma, dO2, X and P (W and Kt only
-    with_wk: else pre holds the forward's). given: P, Aqk and X as the forward kept them (kernels/chunk.py `kda_chunk`'s
-    `saved`): then only the operands kernel runs. norms: q's and k's L2-norm factors (`_norm_args`; only with
-    given: the pairs kernel reads q and k as they are)."""
+    with_wk: else pre holds the forward's). given: P, Aqk and X as the forward kept them (kernels/chunk.py
+    `kda_chunk`'s `saved`): then only the operands kernel runs. norms: q's and k's L2-norm factors (`_norm_args`;
+    only with given: the pairs kernel reads q and k as they are)."""
     from kda_trace.platform import triton_interpreted
 
     interp = triton_interpreted()
