@@ -1,5 +1,5 @@
-"""How far `kda_chunk(..., save_states=True)` moves o and the final state (the forward then computes U in tf32 from the
-fp32 X, for the backward's kept V_new, instead of in bf16), and which is closer to float64. bf16 q/k/v, L2 norm in
+"""How far `kda_chunk(..., save_states=True)` moves o and the final state (the forward then computes U and W in tf32
+from the fp32 X, for the backward's kept V_new and W, instead of in bf16), and which is closer to float64. bf16 q/k/v, L2 norm in
 the op, 200 tokens, 2 heads, K = V = 32; runs anywhere (`TRITON_INTERPRET=1` without a GPU):
 
     TRITON_INTERPRET=1 python benchmarks/save_states_output_probe.py
