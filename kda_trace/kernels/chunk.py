@@ -679,10 +679,11 @@ def _wu_kernel(
         b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
         g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
         off = o_t[:, None] * SG + o_k[None, :]
+        b_kb = b_k * (b_beta[:, None] * _exp(b_g, EXP2))
         if FROM_XF:
-            b_w = tl.dot(b_X, b_k * (b_beta[:, None] * _exp(b_g, EXP2)), input_precision="tf32")
+            b_w = tl.dot(b_X, b_kb, input_precision="tf32")
         else:
-            b_w = _mma(b_X, _bf16(b_k * (b_beta[:, None] * _exp(b_g, EXP2)), INTERPRET), INTERPRET)
+            b_w = _mma(b_X, _bf16(b_kb, INTERPRET), INTERPRET)
         tl.store(W + off, _bf16(b_w, INTERPRET), mask=m)
         # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
         tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_g, 0.0), EXP2), INTERPRET), mask=m)
