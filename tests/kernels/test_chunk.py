@@ -599,6 +599,30 @@ def test_chunk_states_every_chunk_start(layout):
     assert torch.equal(o, o2) and torch.equal(ht, ht2)  # asking for the states changes nothing else
 
 
+def chunk_truth(x, cu, heads, lower_bound):
+    """Float64 chunk quantities of inputs from `make` (L2 norm in the op, safe gate with this bound, beta logits,
+    one q/k head): for every 64-token chunk of every sequence in cu and every value head, in order, a dict of r0
+    and n (its first row and rows), hv, G (the cumulative log decay [n, K]), k (normalised [n, K]), beta [n], P
+    (A_kk without beta, strictly lower), Aqk (A_qk without the scale, lower with the diagonal) and
+    X = (I + diag(beta) P)^-1, each [n, n]."""
+    norm = lambda t: t.to(f64) / torch.sqrt((t.to(f64) ** 2).sum(-1, keepdim=True) + 1e-6)
+    q, k = norm(x["q"][0]), norm(x["k"][0])  # [T, 1, K]
+    g = ref_gate(x["g"], x["A_log"], x["dt_bias"], "safe", lower_bound)[0]  # [T, HV, K]
+    beta = ref_beta(x["beta"], "logits")[0]  # [T, HV]
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        for r0 in range(s, e, 64):
+            n = min(64, e - r0)
+            qc, kc = q[r0:r0 + n, 0], k[r0:r0 + n, 0]
+            for hv in range(heads):
+                G = g[r0:r0 + n, hv].cumsum(0)
+                decay = torch.exp(G[:, None, :] - G[None, :, :])  # [i, j, K]; used where j <= i only
+                P = torch.tril((kc[:, None, :] * kc[None, :, :] * decay).sum(-1), -1)
+                Aqk = torch.tril((qc[:, None, :] * kc[None, :, :] * decay).sum(-1))
+                b = beta[r0:r0 + n, hv]
+                X = torch.linalg.inv(torch.eye(n, dtype=f64) + b[:, None] * P)
+                yield dict(r0=r0, n=n, hv=hv, G=G, k=kc, beta=b, P=P, Aqk=Aqk, X=X)
+
+
 def test_kept_chunk_matrices_against_float64():
     """saved=: P (A_kk without beta, strictly lower), A_qk without the scale (lower with the diagonal) and
     X = (I + diag(beta) P)^-1 of every chunk, fp32 [NT, HV, 64, 64], on L2-normalised q/k with the safe gate and
@@ -628,31 +652,20 @@ def test_kept_chunk_matrices_against_float64():
     o2, ht2 = kda_chunk(*args, **kw)
     assert torch.equal(o, o2) and torch.equal(ht, ht2)
     assert all(kept[n].shape == (6, 2, 64, 64) and kept[n].dtype == torch.float32 for n in ("P", "Aqk", "X"))
-    norm = lambda t: t.to(f64) / torch.sqrt((t.to(f64) ** 2).sum(-1, keepdim=True) + 1e-6)
-    q, k = norm(x["q"][0]), norm(x["k"][0])  # [T, 1, K]
-    g = ref_gate(x["g"], x["A_log"], x["dt_bias"], "safe", -3.0)[0]  # [T, 2, K]
-    beta = ref_beta(x["beta"], "logits")[0]  # [T, 2]
     bar = 1e-4 if DEVICE == "cpu" else 2e-3
-    item = 0
-    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
-        for r0 in range(s, e, 64):
-            n = min(64, e - r0)
-            for hv in range(2):
-                G = g[r0:r0 + n, hv].cumsum(0)
-                decay = torch.exp(G[:, None, :] - G[None, :, :])  # [i, j, K]; used where j <= i only
-                kk = (k[r0:r0 + n, 0][:, None, :] * k[r0:r0 + n, 0][None, :, :] * decay).sum(-1)
-                qk = (q[r0:r0 + n, 0][:, None, :] * k[r0:r0 + n, 0][None, :, :] * decay).sum(-1)
-                want = {n_: torch.zeros(64, 64, dtype=f64) for n_ in ("P", "Aqk")}
-                want["P"][:n, :n] = torch.tril(kk, -1)
-                want["Aqk"][:n, :n] = torch.tril(qk)
-                want["X"] = torch.eye(64, dtype=f64)
-                want["X"][:n, :n] = torch.linalg.inv(torch.eye(n, dtype=f64) + beta[r0:r0 + n, hv, None] * want["P"][:n, :n])
-                for name, ref in want.items():
-                    got = kept[name][item, hv].cpu().to(f64)
-                    assert (got - ref).abs().max() <= bar * max(1.0, ref.abs().max()), (name, r0, hv)
-                    assert torch.equal(got[n:], ref[n:]) and torch.equal(torch.triu(got, 1), torch.triu(ref, 1))
-            item += 1
-    assert item == 6
+    item = -1
+    for c in chunk_truth(x, cu, heads=2, lower_bound=-3.0):
+        n, item = c["n"], item + (c["hv"] == 0)
+        want = {n_: torch.zeros(64, 64, dtype=f64) for n_ in ("P", "Aqk")}
+        want["P"][:n, :n] = c["P"]
+        want["Aqk"][:n, :n] = c["Aqk"]
+        want["X"] = torch.eye(64, dtype=f64)
+        want["X"][:n, :n] = c["X"]
+        for name, ref in want.items():
+            got = kept[name][item, c["hv"]].cpu().to(f64)
+            assert (got - ref).abs().max() <= bar * max(1.0, ref.abs().max()), (name, c["r0"], c["hv"])
+            assert torch.equal(got[n:], ref[n:]) and torch.equal(torch.triu(got, 1), torch.triu(ref, 1))
+    assert item == 5
 
 
 def test_kept_w_and_kg_against_float64():
@@ -675,26 +688,15 @@ def test_kept_w_and_kg_against_float64():
     kda_chunk(*args, **kw, saved=kept, save_states=True)
     assert {"states", "Vn", "W", "KG"} <= set(kept)
     assert all(kept[n].shape == (200, 2, 24) and kept[n].dtype == torch.bfloat16 for n in ("W", "KG"))
-    norm = lambda t: t.to(f64) / torch.sqrt((t.to(f64) ** 2).sum(-1, keepdim=True) + 1e-6)
-    k = norm(x["k"][0])  # [T, 1, K]
-    g = ref_gate(x["g"], x["A_log"], x["dt_bias"], "safe", -3.0)[0]  # [T, 2, K]
-    beta = ref_beta(x["beta"], "logits")[0]  # [T, 2]
     W, KG = kept["W"].cpu().to(f64), kept["KG"].cpu().to(f64)
-    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
-        for r0 in range(s, e, 64):
-            n = min(64, e - r0)
-            for hv in range(2):
-                G = g[r0:r0 + n, hv].cumsum(0)
-                kc = k[r0:r0 + n, 0]
-                decay = torch.exp(G[:, None, :] - G[None, :, :])
-                P = torch.tril((kc[:, None, :] * kc[None, :, :] * decay).sum(-1), -1)
-                X = torch.linalg.inv(torch.eye(n, dtype=f64) + beta[r0:r0 + n, hv, None] * P)
-                want = {"W": X @ (beta[r0:r0 + n, hv, None] * kc * torch.exp(G)), "KG": kc * torch.exp(G[-1] - G)}
-                for name, got in (("W", W[r0:r0 + n, hv]), ("KG", KG[r0:r0 + n, hv])):
-                    ref = want[name]
-                    assert (got - ref).abs().max() <= 5e-3 * max(1.0, ref.abs().max()), (name, r0, hv)
-                    if n > 1:  # a one-row chunk: a few bf16 roundings, no RMS to speak of
-                        assert rms_rel(got, ref) < 3e-3, (name, r0, hv, rms_rel(got, ref))
+    for c in chunk_truth(x, cu, heads=2, lower_bound=-3.0):
+        r0, n, hv, G, kc = c["r0"], c["n"], c["hv"], c["G"], c["k"]
+        want = {"W": c["X"] @ (c["beta"][:, None] * kc * torch.exp(G)), "KG": kc * torch.exp(G[-1] - G)}
+        for name, got in (("W", W[r0:r0 + n, hv]), ("KG", KG[r0:r0 + n, hv])):
+            ref = want[name]
+            assert (got - ref).abs().max() <= 5e-3 * max(1.0, ref.abs().max()), (name, r0, hv)
+            if n > 1:  # a one-row chunk: a few bf16 roundings, no RMS to speak of
+                assert rms_rel(got, ref) < 3e-3, (name, r0, hv, rms_rel(got, ref))
 
 
 def test_adapter_prefill_chunk_states_vs_family_reference():
