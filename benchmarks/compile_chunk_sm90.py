@@ -60,8 +60,9 @@ def kernels(launch: dict):
             out.append((f"intra I={block}", chunk._intra_kernel, sig,
                         dict(intra, I=block, BJ=max(chunk.BC, triton.next_power_of_2(block * chunk.BC))),
                         L["intra_warps"], L["intra_stages"]))
-    out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "Xs": "*bf16", "Xf": "*fp32", **tables},
-                dict(HV=HV, BT=chunk.BT, BC=chunk.BC, INTERPRET=False, SAVE=False), L["solve_warps"], None))
+    out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "beta": "*bf16", "Xs": "*bf16", "Xf": "*fp32", **tables},
+                dict(HV=HV, BT=chunk.BT, BC=chunk.BC, BETA=0, INTERPRET=False, SAVE=False, STORE_XS=True),
+                L["solve_warps"], None))
     sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG"), **ptr("fp32", "G", "rq", "rk", "Xf"),
            **tables, "scale": "fp32"}
     out.append(("wu", chunk._wu_kernel, sig,

@@ -538,35 +538,43 @@ def _intra_block(
         tl.store(Qs + p_off, off_qlo * rq_i[:, None] * rk_t[None, :], mask=m_lo)
         tl.store(Qs + p_diag, tl.where(o_c[:, None] >= o_c[None, :], qk * rq_i[:, None] * rk_i[None, :], 0.0),
                  mask=m_i[:, None])
-    kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
+    if not SAVE:
+        kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
     qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
     # A_qk row block: columns < i0 from the first product, the diagonal block at i0
     off_q = off_qlo * (scale * rq_i)[:, None] * rk_t[None, :]
     tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(off_q, INTERPRET), mask=m_lo)
     tl.store(Aqk + o_i[:, None] * SA + o_i[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None])
-    # A_kk row block, fp32, in the chunk's scratch (rows past n are never read)
-    off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
-    tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo)
-    tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None])
+    if not SAVE:  # A_kk row block, fp32, in the chunk's scratch (rows past n are never read); with SAVE the
+        # solve forms A_kk = diag(beta) P from the kept P instead (one fp32 [BT, BT] write less per chunk)
+        off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
+        tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo)
+        tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None])
 
 
 @triton.jit
-def _akk_block(Akk, I: tl.constexpr, J: tl.constexpr, n, BT: tl.constexpr, BC: tl.constexpr):  # noqa: E741
-    """Block (I, J) of the chunk's A_kk scratch; rows and columns past n (never written) load as 0."""
+def _akk_block(Akk, beta, I: tl.constexpr, J: tl.constexpr, n, HV: tl.constexpr, BT: tl.constexpr,  # noqa: E741
+               BC: tl.constexpr, BETA: tl.constexpr, FROM_P: tl.constexpr):
+    """Block (I, J) of the chunk's A_kk: from its scratch, or with FROM_P from the kept P (A_kk without beta) times
+    the rows' beta (beta at the chunk's first row); rows and columns past n (never written) load as 0."""
     o = tl.arange(0, BC)
     rows = I * BC + o
     cols = J * BC + o
     m = (rows < n)[:, None] & (cols < n)[None, :]
-    return tl.load(Akk + rows[:, None] * BT + cols[None, :], mask=m, other=0.0)
+    a = tl.load(Akk + rows[:, None] * BT + cols[None, :], mask=m, other=0.0)
+    if FROM_P:
+        a = a * _beta_at(beta, rows * HV, rows < n, BETA)[:, None]
+    return a
 
 
 @triton.jit
 def _store_x_block(Xs, Xf, x, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,  # noqa: E741
-                   INTERPRET: tl.constexpr, SAVE: tl.constexpr):
-    """Block (I, J) of X into Xs as bf16, and with SAVE into Xf as fp32."""
+                   INTERPRET: tl.constexpr, SAVE: tl.constexpr, STORE_XS: tl.constexpr):
+    """Block (I, J) of X into Xs as bf16 (STORE_XS), and with SAVE into Xf as fp32."""
     o = tl.arange(0, BC)
     off = (I * BC + o)[:, None] * BT + (J * BC + o)[None, :]
-    tl.store(Xs + off, _bf16(x, INTERPRET))
+    if STORE_XS:
+        tl.store(Xs + off, _bf16(x, INTERPRET))
     if SAVE:
         tl.store(Xf + off, x)
 
@@ -577,44 +585,47 @@ def _mm(a, b):
 
 
 @triton.jit
-def _solve_kernel(Akk, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                  INTERPRET: tl.constexpr, SAVE: tl.constexpr):
-    """X = (I + A_kk)^-1 of one (chunk, value head) of n valid rows, from its A_kk scratch into its X scratch,
-    by 16x16 blocks, all in registers: X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ.
-    Written as bf16 (the lower blocks only; the W/U kernel masks the upper triangle), with SAVE also as fp32
-    into Xf (for the backward). Written out for BT = 4 * BC."""
+def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr,
+                  BC: tl.constexpr, BETA: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
+                  STORE_XS: tl.constexpr):
+    """X = (I + A_kk)^-1 of one (chunk, value head) of n valid rows, into its X scratch, by 16x16 blocks, all in
+    registers: X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ. A_kk from the intra kernel's
+    scratch, or with SAVE diag(beta) P from the kept P (Akk is then P; the intra kernel wrote no scratch).
+    Written as bf16 into Xs (STORE_XS: the lower blocks only; the W/U kernel masks the upper triangle), with SAVE
+    as fp32 into Xf (for the backward, and for the W/U kernel with an fp32 U). Written out for BT = 4 * BC."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
-    _, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     Akk += (i_c * HV + i_hv) * (BT * BT)
+    beta += r0 * HV + i_hv
     Xs += (i_c * HV + i_hv) * (BT * BT)
     Xf += (i_c * HV + i_hv) * (BT * BT)
-    X00 = _inverse_unit_lower(_akk_block(Akk, 0, 0, n, BT, BC), BC, SOLVE_PRECISION)
-    X11 = _inverse_unit_lower(_akk_block(Akk, 1, 1, n, BT, BC), BC, SOLVE_PRECISION)
-    X22 = _inverse_unit_lower(_akk_block(Akk, 2, 2, n, BT, BC), BC, SOLVE_PRECISION)
-    X33 = _inverse_unit_lower(_akk_block(Akk, 3, 3, n, BT, BC), BC, SOLVE_PRECISION)
-    A10 = _akk_block(Akk, 1, 0, n, BT, BC)
-    A20 = _akk_block(Akk, 2, 0, n, BT, BC)
-    A21 = _akk_block(Akk, 2, 1, n, BT, BC)
-    A30 = _akk_block(Akk, 3, 0, n, BT, BC)
-    A31 = _akk_block(Akk, 3, 1, n, BT, BC)
-    A32 = _akk_block(Akk, 3, 2, n, BT, BC)
+    X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
+    X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
+    X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
+    X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
+    A10 = _akk_block(Akk, beta, 1, 0, n, HV, BT, BC, BETA, SAVE)
+    A20 = _akk_block(Akk, beta, 2, 0, n, HV, BT, BC, BETA, SAVE)
+    A21 = _akk_block(Akk, beta, 2, 1, n, HV, BT, BC, BETA, SAVE)
+    A30 = _akk_block(Akk, beta, 3, 0, n, HV, BT, BC, BETA, SAVE)
+    A31 = _akk_block(Akk, beta, 3, 1, n, HV, BT, BC, BETA, SAVE)
+    A32 = _akk_block(Akk, beta, 3, 2, n, HV, BT, BC, BETA, SAVE)
     X10 = -_mm(X11, _mm(A10, X00))
     X21 = -_mm(X22, _mm(A21, X11))
     X20 = -_mm(X22, _mm(A20, X00) + _mm(A21, X10))
     X32 = -_mm(X33, _mm(A32, X22))
     X31 = -_mm(X33, _mm(A31, X11) + _mm(A32, X21))
     X30 = -_mm(X33, _mm(A30, X00) + _mm(A31, X10) + _mm(A32, X20))
-    _store_x_block(Xs, Xf, X00, 0, 0, BT, BC, INTERPRET, SAVE)
-    _store_x_block(Xs, Xf, X10, 1, 0, BT, BC, INTERPRET, SAVE)
-    _store_x_block(Xs, Xf, X11, 1, 1, BT, BC, INTERPRET, SAVE)
-    _store_x_block(Xs, Xf, X20, 2, 0, BT, BC, INTERPRET, SAVE)
-    _store_x_block(Xs, Xf, X21, 2, 1, BT, BC, INTERPRET, SAVE)
-    _store_x_block(Xs, Xf, X22, 2, 2, BT, BC, INTERPRET, SAVE)
-    _store_x_block(Xs, Xf, X30, 3, 0, BT, BC, INTERPRET, SAVE)
-    _store_x_block(Xs, Xf, X31, 3, 1, BT, BC, INTERPRET, SAVE)
-    _store_x_block(Xs, Xf, X32, 3, 2, BT, BC, INTERPRET, SAVE)
-    _store_x_block(Xs, Xf, X33, 3, 3, BT, BC, INTERPRET, SAVE)
+    _store_x_block(Xs, Xf, X00, 0, 0, BT, BC, INTERPRET, SAVE, STORE_XS)
+    _store_x_block(Xs, Xf, X10, 1, 0, BT, BC, INTERPRET, SAVE, STORE_XS)
+    _store_x_block(Xs, Xf, X11, 1, 1, BT, BC, INTERPRET, SAVE, STORE_XS)
+    _store_x_block(Xs, Xf, X20, 2, 0, BT, BC, INTERPRET, SAVE, STORE_XS)
+    _store_x_block(Xs, Xf, X21, 2, 1, BT, BC, INTERPRET, SAVE, STORE_XS)
+    _store_x_block(Xs, Xf, X22, 2, 2, BT, BC, INTERPRET, SAVE, STORE_XS)
+    _store_x_block(Xs, Xf, X30, 3, 0, BT, BC, INTERPRET, SAVE, STORE_XS)
+    _store_x_block(Xs, Xf, X31, 3, 1, BT, BC, INTERPRET, SAVE, STORE_XS)
+    _store_x_block(Xs, Xf, X32, 3, 2, BT, BC, INTERPRET, SAVE, STORE_XS)
+    _store_x_block(Xs, Xf, X33, 3, 3, BT, BC, INTERPRET, SAVE, STORE_XS)
     if SAVE:  # Xf's blocks above the diagonal: zeros (its slots are not filled first)
         o = tl.arange(0, BC)
         zero = tl.zeros([BC, BC], dtype=Xf.dtype.element_ty)
@@ -1214,12 +1225,16 @@ def kda_chunk(
         **register_cap(LAUNCH["gate_maxnreg"]),
     )
 
-    Akk = torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
+    keep = saved is not None
+    # with save_states the pass's V_new = U - W S goes to the backward in fp32, U (and W, which the backward takes
+    # too) computed in tf32 from the fp32 X: U in bf16 cost dq and ddt_bias accuracy (backward.LAUNCH["keep_states"])
+    save_states = keep and save_states and not vk
+    # the solve's A_kk: the intra kernel's fp32 scratch, or diag(beta) P from the kept P (no scratch)
+    Akk = G if keep else torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
     qg_raw = bool(LAUNCH["qg_in_intra"])
-    keep = saved is not None
     # (zero where the kernels compute nothing: they write those zeros themselves)
     kept = {n: torch.empty(NT, HV, BT, BT, dtype=f32, device=dev) if keep else G for n in ("P", "Aqk", "X")}
     intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
@@ -1238,16 +1253,15 @@ def kda_chunk(
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
             _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
                                     **intra_consts)
-    Xs = torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
-    _solve_kernel[(NT, HV)](Akk, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC, INTERPRET=interp,
-                            SAVE=keep, num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
+    # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
+    Xs = G if save_states else torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
+    _solve_kernel[(NT, HV)](kept["P"] if keep else Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT,
+                            BC=BC, BETA=BETA_CODES[opts.beta], INTERPRET=interp, SAVE=keep, STORE_XS=not save_states,
+                            num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
     if keep:
         saved.update(kept)
 
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
-    # with save_states the pass's V_new = U - W S goes to the backward in fp32, U (and W, which the backward takes
-    # too) computed in tf32 from the fp32 X: U in bf16 cost dq and ddt_bias accuracy (backward.LAUNCH["keep_states"])
-    save_states = keep and save_states and not vk
     U = torch.empty(TT, HV, V, dtype=f32 if save_states else bf16, device=dev)
     _wu_kernel[(NT, HV)](
         q, k, v, beta, G, rq, rk, Xs, kept["X"], W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
