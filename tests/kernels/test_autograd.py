@@ -5,6 +5,8 @@ kernel_ground_truth (ref_kda, ref_gate, ref_beta)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ from kda_trace.kernels.autograd import kda_autograd
 
 from kernel_ground_truth import ref_beta, ref_gate, ref_kda, rms_rel
 from launch_spy import LaunchSpy
+from nan_memory import nan_filled_empty
 
 f64 = torch.float64
 
@@ -130,7 +133,9 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
     are tf32, the backward's pairs bf16 on their diagonal blocks: dq 1.7e-4 apart on the H100, twenty-fifth
     session), for the safe gate, L2 norm and beta logits on packed
     [5, 145] tokens, GVA 2 -> 4, odd K and V; the same again by groups of heads (a workspace limit of one byte:
-    the kept matrices are split by value heads too)."""
+    the kept matrices are split by value heads too). The kept run hands out NaN-filled memory from torch.empty,
+    so a kernel of either pass that reads what no kernel wrote (such as the blocks of a kept matrix above its
+    diagonal blocks) fails it."""
     from kda_trace.kernels import backward, backward_chunked
 
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
@@ -142,19 +147,23 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
     pairs = LaunchSpy(backward_chunked._prep_pairs_kernel)
     monkeypatch.setattr(backward_chunked, "_prep_pairs_kernel", pairs)
 
+    solves = LaunchSpy(backward_chunked._prep_solve_kernel)
+    monkeypatch.setattr(backward_chunked, "_prep_solve_kernel", solves)
+
     def grads(keep):
         for t in x.values():
             t.grad = None
-        o, ht = kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu,
-                             use_qk_l2norm=True, gate="safe", A_log=x["A_log"], dt_bias=x["dt_bias"],
-                             lower_bound=-4.0, beta_kind="logits", keep_chunk_matrices=keep)
-        torch.autograd.backward((o, ht), (do.to(o.dtype), dht))
+        with nan_filled_empty() if keep else contextlib.nullcontext():
+            o, ht = kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu,
+                                 use_qk_l2norm=True, gate="safe", A_log=x["A_log"], dt_bias=x["dt_bias"],
+                                 lower_bound=-4.0, beta_kind="logits", keep_chunk_matrices=keep)
+            torch.autograd.backward((o, ht), (do.to(o.dtype), dht))
         return {n: t.grad.clone() for n, t in x.items()}
 
     base = grads(False)
-    assert len(pairs.calls) == 4  # one launch per 16-row block
+    assert len(pairs.calls) == 4 and len(solves.calls) == 1  # one launch per 16-row block; one solve
     kept = grads(True)
-    assert len(pairs.calls) == 4  # none more
+    assert len(pairs.calls) == 4 and len(solves.calls) == 1  # none more
     bar = 1e-5 if triton_interpreted() else 2e-3
     for n in base:
         assert rms_rel(kept[n], base[n]) < bar, (n, rms_rel(kept[n], base[n]))

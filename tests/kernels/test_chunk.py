@@ -31,6 +31,7 @@ BUDGET = 5e-3
 
 
 from kernel_ground_truth import FakeDefinition, load_reference, ref_beta, ref_gate, ref_kda, rms_rel
+from nan_memory import nan_filled_empty
 
 
 def make(B, T, H, HV, K, V, seed, dtype=torch.float32, gate="precomputed", n_seqs=None):
@@ -640,14 +641,7 @@ def test_kept_chunk_matrices_against_float64():
     args = (dv(x["q"]), dv(x["k"]), dv(x["v"]), dv(x["g"]), dv(x["beta"]), opts)
     kw = dict(A_log=dv(x["A_log"]), dt_bias=dv(x["dt_bias"]), initial_state=dv(x["h0"]), cu_seqlens=dv(cu))
     kept = {}
-    real_empty = torch.empty
-
-    def nan_empty(*a, **k):
-        t = real_empty(*a, **k)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(torch, "empty", nan_empty)
+    with nan_filled_empty():
         o, ht = kda_chunk(*args, **kw, saved=kept)
     o2, ht2 = kda_chunk(*args, **kw)
     assert torch.equal(o, o2) and torch.equal(ht, ht2)
