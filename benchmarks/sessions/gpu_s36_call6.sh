@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 36 call 6 (H200; carry .whl and .gpu_out with fla's autotuning results): where K3's training time goes
+# Session 36 call 6 (asked for an H200, ran on the warm H100; carry .whl and .gpu_out with fla's autotuning results): where K3's training time goes
 # on the H200, where call 3 found fla 8% ahead (the H100: parity): ours and fla's kernels, one forward and one
 # backward each (torch.profiler); then the inference forward on K3 and 32 x 16384 against fla.
 source benchmarks/gpu_env.sh
