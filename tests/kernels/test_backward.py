@@ -360,11 +360,16 @@ def test_launch_settings_and_head_dims_on_gpu(K, V, launch, monkeypatch):
 
 @pytest.mark.gpu
 @needs_gpu
-def test_bf16_training_step_matches_fla_on_gpu():
-    """bf16 inputs through kda_autograd (safe gate, L2 norm, beta logits in our kernels) and
-    through fla's chunk_kda with the same options: every gradient agrees to bf16 accuracy."""
+@pytest.mark.parametrize("mode", ["chunked", "exact"])
+def test_bf16_training_step_matches_fla_on_gpu(mode, monkeypatch):
+    """bf16 inputs through kda_autograd (safe gate, L2 norm, beta logits in our kernels; the backward in both
+    modes, the chunked one the default outside this file) and through fla's chunk_kda with the same options:
+    every gradient agrees to bf16 accuracy."""
     fla = pytest.importorskip("fla.ops.kda")
+    from kda_trace.kernels import backward
     from kda_trace.kernels.autograd import kda_autograd
+
+    monkeypatch.setitem(backward.LAUNCH, "mode", mode)
 
     gen = torch.Generator(device="cuda").manual_seed(10)
     r = lambda *s: torch.randn(*s, device="cuda", generator=gen)
