@@ -515,8 +515,7 @@ def _intra_block(
             kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K, EXP2))
             qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K, EXP2))
 
-    # row and column factors: beta, L2 norms, scale
-    b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
+    # row and column factors: L2 norms, scale (and beta for A_kk, below)
     if L2_HERE:
         rq_i = 1.0 / tl.sqrt(ss_q + 1e-6)
         rk_i = 1.0 / tl.sqrt(ss_k + 1e-6)
@@ -538,8 +537,6 @@ def _intra_block(
         tl.store(Qs + p_off, off_qlo * rq_i[:, None] * rk_t[None, :], mask=m_lo)
         tl.store(Qs + p_diag, tl.where(o_c[:, None] >= o_c[None, :], qk * rq_i[:, None] * rk_i[None, :], 0.0),
                  mask=m_i[:, None])
-    if not SAVE:
-        kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
     qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
     # A_qk row block: columns < i0 from the first product, the diagonal block at i0
     off_q = off_qlo * (scale * rq_i)[:, None] * rk_t[None, :]
@@ -547,6 +544,8 @@ def _intra_block(
     tl.store(Aqk + o_i[:, None] * SA + o_i[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None])
     if not SAVE:  # A_kk row block, fp32, in the chunk's scratch (rows past n are never read); with SAVE the
         # solve forms A_kk = diag(beta) P from the kept P instead (one fp32 [BT, BT] write less per chunk)
+        b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
+        kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
         off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
         tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo)
         tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None])
@@ -1229,14 +1228,14 @@ def kda_chunk(
     # with save_states the pass's V_new = U - W S goes to the backward in fp32, U (and W, which the backward takes
     # too) computed in tf32 from the fp32 X: U in bf16 cost dq and ddt_bias accuracy (backward.LAUNCH["keep_states"])
     save_states = keep and save_states and not vk
-    # the solve's A_kk: the intra kernel's fp32 scratch, or diag(beta) P from the kept P (no scratch)
-    Akk = G if keep else torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
+    # (zero where the kernels compute nothing: they write those zeros themselves)
+    kept = {n: torch.empty(NT, HV, BT, BT, dtype=f32, device=dev) if keep else G for n in ("P", "Aqk", "X")}
+    # the solve's A_kk: the intra kernel's fp32 scratch, or (keep) diag(beta) P from the kept P, no scratch
+    Akk = kept["P"] if keep else torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
     qg_raw = bool(LAUNCH["qg_in_intra"])
-    # (zero where the kernels compute nothing: they write those zeros themselves)
-    kept = {n: torch.empty(NT, HV, BT, BT, dtype=f32, device=dev) if keep else G for n in ("P", "Aqk", "X")}
     intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
                   kept["P"], kept["Aqk"])
     intra_consts = dict(
@@ -1255,8 +1254,8 @@ def kda_chunk(
                                     **intra_consts)
     # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
     Xs = G if save_states else torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
-    _solve_kernel[(NT, HV)](kept["P"] if keep else Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT,
-                            BC=BC, BETA=BETA_CODES[opts.beta], INTERPRET=interp, SAVE=keep, STORE_XS=not save_states,
+    _solve_kernel[(NT, HV)](Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC,
+                            BETA=BETA_CODES[opts.beta], INTERPRET=interp, SAVE=keep, STORE_XS=not save_states,
                             num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
     if keep:
         saved.update(kept)
