@@ -60,7 +60,6 @@ any sequence length >= 1 and any total size (past 2^31 elements) work.
 
 from __future__ import annotations
 
-import contextlib
 from collections import OrderedDict
 
 import numpy as np
@@ -149,7 +148,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
-    "intra_one_launch": True, "qg_in_intra": True, "pipeline_parts": 0, "pipeline_priority": 0,
+    "intra_one_launch": True, "qg_in_intra": True,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -192,16 +191,6 @@ def _exp(x, EXP2: tl.constexpr):
         return tl.exp2(x)
     else:
         return tl.exp(x)
-
-
-@triton.jit
-def _program_chunk(chunk_ids, pid, PARTS: tl.constexpr):
-    """The global chunk index of a per-chunk program with index pid along axis 0: pid, or with PARTS (launch
-    setting pipeline_parts) entry pid of the part's list of chunks."""
-    if PARTS:
-        return tl.load(chunk_ids + pid).to(tl.int64)
-    else:
-        return pid
 
 
 @triton.jit
@@ -249,13 +238,13 @@ def _l2_factors(q, k, rq, rk, r0, n, i_h, i_hv, H: tl.constexpr, HV: tl.constexp
 
 @triton.jit(do_not_specialize=["lower_bound"])
 def _gate_cumsum_kernel(
-    g, A_log, dt_bias, G, q, k, rq, rk, cu_seqlens, chunk_indices, chunk_ids, lower_bound,
+    g, A_log, dt_bias, G, q, k, rq, rk, cu_seqlens, chunk_indices, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    GATE: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr, PARTS: tl.constexpr,
+    GATE: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
 ):
     """G = the cumulative log decay of one (chunk, value head) (times log2(e) with EXP2), and the q/k L2-norm
     factors (L2NORM: with the launch setting l2_in_intra off)."""
-    i_c = _program_chunk(chunk_ids, tl.program_id(0).to(tl.int64), PARTS)
+    i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
@@ -370,15 +359,15 @@ def _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV: tl.constexpr, BT: tl.constexpr, BC
 
 @triton.jit(do_not_specialize=["scale"])
 def _intra_kernel(
-    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, chunk_ids, scale, QG, Ps, Qs,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Ps, Qs,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, PARTS: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
-    i_c = _program_chunk(chunk_ids, tl.program_id(0).to(tl.int64), PARTS)
+    i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     if SAVE and I == 0:
@@ -390,17 +379,17 @@ def _intra_kernel(
 
 @triton.jit(do_not_specialize=["scale"])
 def _intra_chunk_kernel(
-    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, chunk_ids, scale, QG, Ps, Qs,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Ps, Qs,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, PARTS: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
     intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
     DRAM as across four launches. Written out for BT = 4 * BC; the barriers make what one block stores (A_kk,
     and the L2-norm factors with L2_HERE) visible to the threads of the next step."""
-    i_c = _program_chunk(chunk_ids, tl.program_id(0).to(tl.int64), PARTS)
+    i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     if SAVE:
@@ -595,15 +584,15 @@ def _mm(a, b):
 
 
 @triton.jit
-def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, chunk_ids, HV: tl.constexpr, BT: tl.constexpr,
+def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr,
                   BC: tl.constexpr, BETA: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
-                  STORE_XS: tl.constexpr, PARTS: tl.constexpr):
+                  STORE_XS: tl.constexpr):
     """X = (I + A_kk)^-1 of one (chunk, value head) of n valid rows, into its X scratch, by 16x16 blocks, all in
     registers: X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ. A_kk from the intra kernel's
     scratch, or with SAVE diag(beta) P from the kept P (Akk is then P; the intra kernel wrote no scratch).
     Written as bf16 into Xs (STORE_XS: the lower blocks only; the W/U kernel masks the upper triangle), with SAVE
     as fp32 into Xf (for the backward, and for the W/U kernel with an fp32 U). Written out for BT = 4 * BC."""
-    i_c = _program_chunk(chunk_ids, tl.program_id(0).to(tl.int64), PARTS)
+    i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     Akk += (i_c * HV + i_hv) * (BT * BT)
@@ -646,11 +635,11 @@ def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, chunk_ids, HV: t
 
 @triton.jit(do_not_specialize=["scale"])
 def _wu_kernel(
-    q, k, v, beta, G, rq, rk, Xs, Xf, W, U, QG, KG, cu_seqlens, chunk_indices, chunk_ids, scale,
+    q, k, v, beta, G, rq, rk, Xs, Xf, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, QG_DONE: tl.constexpr, EXP2: tl.constexpr,
-    INTERPRET: tl.constexpr, PARTS: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """W = X (beta k exp(G)), U = X (beta v), k exp(G_last - G) and, without QG_DONE, scale q exp(G) for one
     (chunk, value head), from the X that `_solve_kernel` left in Xs (with QG_DONE the intra kernel wrote q exp(G):
@@ -658,7 +647,7 @@ def _wu_kernel(
     go to the backward) W and U are computed from the solve's fp32 X (Xf) and fp32 operands in tf32, as the
     backward would compute them, not in bf16 (W still stored as bf16, as the backward's bf16 pass rounds it).
     (A separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
-    i_c = _program_chunk(chunk_ids, tl.program_id(0).to(tl.int64), PARTS)
+    i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     i_h = i_hv // (HV // H)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
@@ -764,23 +753,20 @@ def _state_kernel(
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
     OUT: tl.constexpr, SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
-    STORE_VN: tl.constexpr, INTERPRET: tl.constexpr, CARRY: tl.constexpr,
+    STORE_VN: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """The state pass of one (sequence, value head, V-tile). Without OUT it stores the bf16 state at every chunk
     start (h) and V_new for `_output_kernel`; with OUT (launch setting out_in_state) it computes the chunk's
     output itself, O = (q exp(G)) S + A_qk V_new, while S and V_new are in registers, and stores neither (V_new
     still with STORE_VN, for the backward: `kda_chunk`'s save_states).
     With SPLIT (launch setting state_split) a program runs one segment of a sequence instead, from the start
-    state that `_segment_scan_kernel` left in S0, and only a sequence's last segment stores its final state.
-    With CARRY (launch setting pipeline_parts) a program also runs one segment (a part's chunks of a sequence),
-    from the state the previous part's segment left in ht (h0 or zeros at the sequence start), and stores its end
-    state there."""
+    state that `_segment_scan_kernel` left in S0, and only a sequence's last segment stores its final state."""
     # grid (sequences or segments x V-tiles, value heads): only axis 0 may exceed 65535
     NV: tl.constexpr = (V + BV - 1) // BV
     i_n = tl.program_id(0).to(tl.int64) // NV
     i_v = tl.program_id(0).to(tl.int64) % NV
     i_hv = tl.program_id(1).to(tl.int64)
-    if SPLIT or CARRY:
+    if SPLIT:
         i_s = i_n  # the segment
         i_n, c_first, bos, eos, seq_end = _segment_span(seg_info, cu_seqlens, i_s, BT)
         c0 = tl.load(chunk_offsets + i_n).to(tl.int64) + c_first
@@ -802,11 +788,6 @@ def _state_kernel(
 
     if SPLIT:
         b_s = tl.load(S0 + (i_s * HV + i_hv) * (K * V) + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0.0)
-    elif CARRY:  # h0 (or zeros) at the sequence start, else the previous part's end state; tile masks, not a branch
-        first = (o_k[:, None] * 0 + c_first) == 0
-        b_s = tl.load(ht + s_base + off_s, mask=m_kv & ~first, other=0.0)
-        if USE_H0:
-            b_s += tl.load(h0 + s_base + off_s, mask=m_kv & first, other=0.0).to(tl.float32)
     elif USE_H0:
         b_s = tl.load(h0 + s_base + off_s, mask=m_kv, other=0.0).to(tl.float32)
     else:
@@ -1001,16 +982,16 @@ def _segment_scan_kernel(
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
 def _output_kernel(
-    QG, Aqk, h, v_new, o, rq, scale, cu_seqlens, chunk_indices, chunk_ids,
+    QG, Aqk, h, v_new, o, rq, scale, cu_seqlens, chunk_indices,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    QG_RAW: tl.constexpr, L2NORM: tl.constexpr, INTERPRET: tl.constexpr, PARTS: tl.constexpr,
+    QG_RAW: tl.constexpr, L2NORM: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """O of one (chunk, value head, V-tile): (scale q exp(G)) S + A_qk V_new. With QG_RAW (qg_in_intra) QG holds
     q exp(G) without the scale and L2-norm factors, and they are applied to the rows of the product."""
     # grid (chunks x V-tiles, value heads): only axis 0 may exceed 65535; a chunk's V-tiles are neighbours
     NV: tl.constexpr = (V + BV - 1) // BV
-    i_c = _program_chunk(chunk_ids, tl.program_id(0).to(tl.int64) // NV, PARTS)
+    i_c = tl.program_id(0).to(tl.int64) // NV
     i_v = tl.program_id(0).to(tl.int64) % NV
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
@@ -1148,69 +1129,6 @@ def _segment_tables(entry: tuple, device, seg_chunks: int):
     return by_size[seg_chunks]
 
 
-def _part_tables(entry: tuple, device, parts: int) -> list:
-    """The pipelined parts (launch setting pipeline_parts): part p holds chunks [n p // parts, n (p + 1) // parts)
-    of every sequence of n chunks. Per part with chunks: (chunk_ids [NTp] int64, the global indices of its chunks
-    for kernels 1-4 and 6; seg_info [NSp, 3] int64, (sequence, first chunk in it, chunks) of each sequence's piece,
-    for kernel 5; NTp; NSp). [] for parts <= 1. Cached in the chunk tables' entry (`_table_entry`)."""
-    if parts <= 1:
-        return []
-    _, _, lens, cache = entry
-    key = ("parts", parts)
-    if key not in cache:
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("kda_chunk builds its part tables on the host, which a CUDA graph capture cannot "
-                               "record: call it once with the same cu_seqlens tensor and launch settings before capturing")
-        n_chunks = (np.asarray(lens, dtype=np.int64) + BT - 1) // BT
-        first_chunk = np.cumsum(n_chunks) - n_chunks
-        pieces, sizes = [], []
-        for p in range(parts):
-            lo, hi = n_chunks * p // parts, n_chunks * (p + 1) // parts
-            seqs = np.nonzero(hi > lo)[0]
-            count = (hi - lo)[seqs]
-            if len(seqs) == 0:
-                continue
-            # the global chunks lo..hi-1 of each sequence in seqs, sequence after sequence
-            starts = np.repeat(first_chunk[seqs] + lo[seqs], count)
-            within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-            pieces += [starts + within, np.stack([seqs, lo[seqs], count], axis=1).reshape(-1)]
-            sizes.append((int(count.sum()), len(seqs)))
-        buf = torch.from_numpy(np.concatenate(pieces))
-        buf = buf.pin_memory().to(device, non_blocking=True) if torch.device(device).type == "cuda" else buf.to(device)
-        out, at = [], 0
-        for nt, ns in sizes:
-            ids, info = buf[at: at + nt], buf[at + nt: at + nt + 3 * ns].view(ns, 3)
-            out.append((ids, nt, info, ns))
-            at += nt + 3 * ns
-        cache[key] = out
-    return cache[key]
-
-
-def _pipeline_parts(n_heads_total: int, n_chunks: int) -> int:
-    """Parts of the pipelined launch (launch setting pipeline_parts; <= 1: one part, no side stream)."""
-    parts = LAUNCH["pipeline_parts"]
-    return int(parts or 0)
-
-
-_STREAMS: dict = {}
-
-
-def _pipeline_streams(device) -> tuple:
-    """(the caller's stream, the side stream of the pipelined parts) on a GPU; (None, None) elsewhere. The side
-    stream has the priority LAUNCH["pipeline_priority"] (lower: scheduled first) and is made once per device."""
-    if torch.device(device).type != "cuda":
-        return None, None
-    key = (torch.device(device).index, LAUNCH["pipeline_priority"])
-    if key not in _STREAMS:
-        _STREAMS[key] = torch.cuda.Stream(device, priority=LAUNCH["pipeline_priority"])
-    return torch.cuda.current_stream(device), _STREAMS[key]
-
-
-def _on_stream(stream):
-    """A context that makes stream current (no-op for None)."""
-    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-
-
 def kda_chunk(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -1293,31 +1211,33 @@ def kda_chunk(
 
     BKg = min(64, max(16, triton.next_power_of_2(K)))
     exp2, l2_in_intra = bool(LAUNCH["exp2"]), bool(LAUNCH["l2_in_intra"])
-    scale = opts.resolved_scale(K)
-    keep = saved is not None
-    # with save_states the pass's V_new = U - W S goes to the backward in fp32, U (and W, which the backward takes
-    # too) computed in tf32 from the fp32 X: U in bf16 cost dq and ddt_bias accuracy (backward.LAUNCH["keep_states"])
-    save_states = keep and save_states and not vk
-    # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
-    qg_raw = bool(LAUNCH["qg_in_intra"])
-
-    # what kernels 1-4 write
     G = torch.empty(TT, HV, K, dtype=f32, device=dev)
     rq = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
     rk = torch.empty(TT, HV, dtype=f32, device=dev) if opts.use_qk_l2norm else G
     QG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     KG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
+    _gate_cumsum_kernel[(NT, HV)](
+        g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
+        H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), GATE=GATE_CODES[opts.gate],
+        L2NORM=opts.use_qk_l2norm and not l2_in_intra, EXP2=exp2, num_warps=LAUNCH["gate_warps"],
+        **register_cap(LAUNCH["gate_maxnreg"]),
+    )
+
+    keep = saved is not None
+    # with save_states the pass's V_new = U - W S goes to the backward in fp32, U (and W, which the backward takes
+    # too) computed in tf32 from the fp32 X: U in bf16 cost dq and ddt_bias accuracy (backward.LAUNCH["keep_states"])
+    save_states = keep and save_states and not vk
     # (zero where the kernels compute nothing: they write those zeros themselves)
     kept = {n: torch.empty(NT, HV, BT, BT, dtype=f32, device=dev) if keep else G for n in ("P", "Aqk", "X")}
     # the solve's A_kk: the intra kernel's fp32 scratch, or (keep) diag(beta) P from the kept P, no scratch
     Akk = kept["P"] if keep else torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
-    # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
-    Xs = G if save_states else torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
-    W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
-    U = torch.empty(TT, HV, V, dtype=f32 if save_states else bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
-    gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
+    # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
+    qg_raw = bool(LAUNCH["qg_in_intra"])
+    intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
+                  kept["P"], kept["Aqk"])
     intra_consts = dict(
         H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
@@ -1326,35 +1246,30 @@ def kda_chunk(
         INTERPRET=interp, SAVE=keep, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
         **register_cap(LAUNCH["intra_maxnreg"]),
     )
+    if LAUNCH["intra_one_launch"]:
+        _intra_chunk_kernel[(NT, HV)](*intra_args, **intra_consts)
+    else:
+        for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
+            _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
+                                    **intra_consts)
+    # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
+    Xs = G if save_states else torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
+    _solve_kernel[(NT, HV)](Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC,
+                            BETA=BETA_CODES[opts.beta], INTERPRET=interp, SAVE=keep, STORE_XS=not save_states,
+                            num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
+    if keep:
+        saved.update(kept)
 
-    def chunk_kernels(ids: torch.Tensor | None, nt: int) -> None:
-        """Kernels 1-4 on nt chunks: all (ids None) or those listed in ids (a pipelined part)."""
-        ids_arg, parts = (G, False) if ids is None else (ids, True)
-        _gate_cumsum_kernel[(nt, HV)](
-            g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, ids_arg, float(opts.lower_bound),
-            H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), GATE=GATE_CODES[opts.gate],
-            L2NORM=opts.use_qk_l2norm and not l2_in_intra, EXP2=exp2, PARTS=parts, num_warps=LAUNCH["gate_warps"],
-            **register_cap(LAUNCH["gate_maxnreg"]),
-        )
-        intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, ids_arg, scale, QG,
-                      kept["P"], kept["Aqk"])
-        if LAUNCH["intra_one_launch"]:
-            _intra_chunk_kernel[(nt, HV)](*intra_args, **intra_consts, PARTS=parts)
-        else:
-            for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
-                _intra_kernel[(nt, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
-                                        **intra_consts, PARTS=parts)
-        _solve_kernel[(nt, HV)](Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, ids_arg, HV=HV, BT=BT, BC=BC,
-                                BETA=BETA_CODES[opts.beta], INTERPRET=interp, SAVE=keep, STORE_XS=not save_states,
-                                PARTS=parts, num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
-        _wu_kernel[(nt, HV)](
-            q, k, v, beta, G, rq, rk, Xs, kept["X"], W, U, QG, KG, cu_seqlens, chunk_indices, ids_arg, scale,
-            H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
-            BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
-            BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, EXP2=exp2,
-            INTERPRET=interp, PARTS=parts, num_warps=_wu_warps(V), num_stages=LAUNCH["wu_stages"],
-            **register_cap(LAUNCH["wu_maxnreg"]),
-        )
+    W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    U = torch.empty(TT, HV, V, dtype=f32 if save_states else bf16, device=dev)
+    _wu_kernel[(NT, HV)](
+        q, k, v, beta, G, rq, rk, Xs, kept["X"], W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
+        BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
+        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, EXP2=exp2,
+        INTERPRET=interp, num_warps=_wu_warps(V), num_stages=LAUNCH["wu_stages"],
+        **register_cap(LAUNCH["wu_maxnreg"]),
+    )
 
     BK = max(16, triton.next_power_of_2(K))
     # the state pass's independent chains: sequences, or their segments with state_split
@@ -1368,83 +1283,55 @@ def kda_chunk(
     split = n_chains != N
     # tiles, depth and out_in_state by the number of chains (a segment is as independent as a sequence)
     BV, stages, out_in_state = _state_launch(n_chains * HV, BK, V)
-    parts = [] if split else _part_tables(tables, dev, _pipeline_parts(N * HV, NT))
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
     # with out_in_state the state pass writes o itself: no chunk-start states or V_new in memory
     h = G if out_in_state else torch.empty(NT, HV, K, V, dtype=bf16, device=dev)
     v_new = G if out_in_state and not save_states else torch.empty(TT, HV, V, dtype=f32 if save_states else bf16,
                                                                    device=dev)
     final_state = torch.empty(state_shape, dtype=f32, device=dev) if opts.output_final_state else None
-    # with pipelined parts each sequence's state goes from part to part through ht: the final state's memory
-    ht = final_state if final_state is not None or not parts else torch.empty(state_shape, dtype=f32, device=dev)
     with_states = output_chunk_states or save_states
     chunk_states = torch.empty((NT, *state_shape[1:]), dtype=f32, device=dev) if with_states else None
-    if keep:
-        saved.update(kept)
     if save_states:
         saved.update(states=chunk_states, Vn=v_new, W=W, KG=KG)
     if keep and opts.use_qk_l2norm:
         saved.update(rq=rq, rk=rk)
     h0_arg = initial_state if initial_state is not None else G
-
-    def state_and_output(segs, n_segs: int, ids: torch.Tensor | None, nt: int, S0=G) -> None:
-        """Kernel 5 on n_segs chains (sequences: segs None; segments of state_split, from S0; or a pipelined
-        part's segments, ids its chunks) and kernel 6 on their nt chunks (unless out_in_state)."""
-        carry = ids is not None
-        _state_kernel[(n_segs * triton.cdiv(V, BV), HV)](
-            W, U, KG, G, h, v_new, h0_arg, ht if ht is not None else G,
-            chunk_states if chunk_states is not None else G, QG, Aqk, o, rq, scale, cu_seqlens,
-            chunk_offsets, G if segs is None else segs, S0, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
-            STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=ht is not None,
-            STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=segs is not None and not carry,
-            QG_RAW=qg_raw, L2NORM=opts.use_qk_l2norm, EXP2=exp2, STORE_VN=not out_in_state or save_states,
-            INTERPRET=interp, CARRY=carry, num_warps=LAUNCH["state_warps"], num_stages=stages,
-            **register_cap(LAUNCH["state_maxnreg"]),
+    S0 = G
+    if split:
+        R = torch.empty(n_chains, HV, K, V, dtype=f32, device=dev)
+        M = torch.empty(n_chains, HV, K, K, dtype=f32, device=dev)
+        S0 = torch.empty(n_chains, HV, K, V, dtype=f32, device=dev)
+        # 5a: tiles of R's V columns and M's K columns, one width for both
+        BVa = max(16, min(LAUNCH["split_bv"], triton.next_power_of_2(max(K, V))))
+        _segment_affine_kernel[(n_chains * (triton.cdiv(V, BVa) + triton.cdiv(K, BVa)), HV)](
+            W, U, KG, G, R, M, h0_arg, cu_seqlens, seg_info, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BVa,
+            STATE_VK=vk, USE_H0=initial_state is not None, EXP2=exp2,
+            INTERPRET=interp, num_warps=LAUNCH["state_warps"], num_stages=1 if BVa > 16 else 3,
         )
-        if not out_in_state:
-            BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
-            _output_kernel[(nt * triton.cdiv(V, BVo), HV)](
-                QG, Aqk, h, v_new, o, rq, scale, cu_seqlens, chunk_indices, G if ids is None else ids,
-                HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, QG_RAW=qg_raw, L2NORM=opts.use_qk_l2norm,
-                INTERPRET=interp, PARTS=carry, num_warps=LAUNCH["out_warps"], **register_cap(LAUNCH["out_maxnreg"]),
-            )
+        # 5b: sequential over each sequence's segments, tiles as an unsplit pass would take
+        BVb = _state_launch(N * HV, BK, V)[0]
+        _segment_scan_kernel[(N * triton.cdiv(V, BVb), HV)](
+            R, M, S0, h0_arg, seg_offsets, HV=HV, K=K, V=V, BK=BK, BV=BVb, STATE_VK=vk,
+            USE_H0=initial_state is not None, num_warps=LAUNCH["scan_warps"],
+        )
+        del R, M
+    _state_kernel[(n_chains * triton.cdiv(V, BV), HV)](
+        W, U, KG, G, h, v_new, h0_arg, final_state if final_state is not None else G,
+        chunk_states if chunk_states is not None else G, QG, Aqk, o, rq, opts.resolved_scale(K), cu_seqlens,
+        chunk_offsets, seg_info, S0, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
+        STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
+        STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, QG_RAW=qg_raw,
+        L2NORM=opts.use_qk_l2norm, EXP2=exp2, STORE_VN=not out_in_state or save_states, INTERPRET=interp,
+        num_warps=LAUNCH["state_warps"], num_stages=stages, **register_cap(LAUNCH["state_maxnreg"]),
+    )
 
-    if parts:
-        # kernels 1-4 part by part on the caller's stream; the state pass and output of a part on a side stream
-        # as soon as the part's kernels 1-4 are done, beside the next part's (the pass alone leaves most of the
-        # GPU idle where there are few (sequence, head) pairs). The caller's stream waits for the side stream's
-        # work before returning: nothing is left running after the call.
-        main, side = _pipeline_streams(dev)
-        for ids, nt_part, segs, n_segs in parts:
-            chunk_kernels(ids, nt_part)
-            if side is not None:
-                side.wait_stream(main)
-            with _on_stream(side):
-                state_and_output(segs, n_segs, ids, nt_part)
-        if side is not None:
-            main.wait_stream(side)
-    else:
-        chunk_kernels(None, NT)
-        S0 = G
-        if split:
-            R = torch.empty(n_chains, HV, K, V, dtype=f32, device=dev)
-            M = torch.empty(n_chains, HV, K, K, dtype=f32, device=dev)
-            S0 = torch.empty(n_chains, HV, K, V, dtype=f32, device=dev)
-            # 5a: tiles of R's V columns and M's K columns, one width for both
-            BVa = max(16, min(LAUNCH["split_bv"], triton.next_power_of_2(max(K, V))))
-            _segment_affine_kernel[(n_chains * (triton.cdiv(V, BVa) + triton.cdiv(K, BVa)), HV)](
-                W, U, KG, G, R, M, h0_arg, cu_seqlens, seg_info, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BVa,
-                STATE_VK=vk, USE_H0=initial_state is not None, EXP2=exp2,
-                INTERPRET=interp, num_warps=LAUNCH["state_warps"], num_stages=1 if BVa > 16 else 3,
-            )
-            # 5b: sequential over each sequence's segments, tiles as an unsplit pass would take
-            BVb = _state_launch(N * HV, BK, V)[0]
-            _segment_scan_kernel[(N * triton.cdiv(V, BVb), HV)](
-                R, M, S0, h0_arg, seg_offsets, HV=HV, K=K, V=V, BK=BK, BV=BVb, STATE_VK=vk,
-                USE_H0=initial_state is not None, num_warps=LAUNCH["scan_warps"],
-            )
-            del R, M
-        state_and_output(seg_info if split else None, n_chains, None, NT, S0)
+    if not out_in_state:
+        BVo = min(LAUNCH["out_bv"], max(16, triton.next_power_of_2(V)))
+        _output_kernel[(NT * triton.cdiv(V, BVo), HV)](
+            QG, Aqk, h, v_new, o, rq, opts.resolved_scale(K), cu_seqlens, chunk_indices,
+            HV=HV, K=K, V=V, BT=BT, BK=min(64, BK), BV=BVo, QG_RAW=qg_raw, L2NORM=opts.use_qk_l2norm,
+            INTERPRET=interp, num_warps=LAUNCH["out_warps"], **register_cap(LAUNCH["out_maxnreg"]),
+        )
     if output_chunk_states:
         return o.view(B, T, HV, V), final_state, chunk_states
     return o.view(B, T, HV, V), final_state

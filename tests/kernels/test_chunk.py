@@ -209,9 +209,6 @@ VARIANTS = {
     "qg_in_wu": {"qg_in_intra": False}, "qg_in_wu_fused": {"qg_in_intra": False, "out_in_state": True},
     "qg_in_wu_per_block": {"qg_in_intra": False, "intra_one_launch": False},
     "l2_in_gate_kernel": {"l2_in_intra": False},
-    "pipeline_parts_3": {"pipeline_parts": 3, "state_split": 0},
-    "pipeline_parts_2_output_kernel": {"pipeline_parts": 2, "state_split": 0, "out_in_state": False},
-    "pipeline_parts_2_fused": {"pipeline_parts": 2, "state_split": 0, "out_in_state": True},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
