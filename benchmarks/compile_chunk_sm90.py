@@ -49,10 +49,11 @@ def kernels(launch: dict):
                      EXP2=exp2),
                 L["gate_warps"], None))
     qg_raw = bool(L["qg_in_intra"])
-    sig = {**ptr("bf16", "q", "k", "beta", "Aqk", "QG"), **ptr("fp32", "G", "rq", "rk", "Akk", "Ps", "Qs"), **tables,
-           "scale": "fp32"}
+    sig = {**ptr("bf16", "q", "k", "beta", "Aqk", "QG", "KB", "KG"), **ptr("fp32", "G", "rq", "rk", "Akk", "Ps", "Qs"),
+           **tables, "scale": "fp32"}
+    kg_here = bool(L["kg_in_intra"])
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
-                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False)
+                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here)
     if L["intra_one_launch"]:
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig, intra, L["intra_warps"], L["intra_stages"]))
     else:
@@ -63,11 +64,11 @@ def kernels(launch: dict):
     out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "beta": "*bf16", "Xs": "*bf16", "Xf": "*fp32", **tables},
                 dict(HV=HV, BT=chunk.BT, BC=chunk.BC, BETA=0, INTERPRET=False, SAVE=False, STORE_XS=True),
                 L["solve_warps"], None))
-    sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG"), **ptr("fp32", "G", "rq", "rk", "Xf"),
+    sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk", "Xf"),
            **tables, "scale": "fp32"}
     out.append(("wu", chunk._wu_kernel, sig,
                 dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, QG_DONE=qg_raw,
-                     EXP2=exp2),
+                     KG_DONE=kg_here, EXP2=exp2),
                 chunk._wu_warps(V), L["wu_stages"]))
     saved = dict(chunk.LAUNCH)
     chunk.LAUNCH.update(L)

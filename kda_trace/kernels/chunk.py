@@ -148,7 +148,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
-    "intra_one_launch": True, "qg_in_intra": True,
+    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": False,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -359,11 +359,11 @@ def _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV: tl.constexpr, BT: tl.constexpr, BC
 
 @triton.jit(do_not_specialize=["scale"])
 def _intra_kernel(
-    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Ps, Qs,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Ps, Qs, KB, KG,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
@@ -373,17 +373,17 @@ def _intra_kernel(
     if SAVE and I == 0:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
 
 
 @triton.jit(do_not_specialize=["scale"])
 def _intra_chunk_kernel(
-    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Ps, Qs,
+    q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Ps, Qs, KB, KG,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
     intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
@@ -394,29 +394,29 @@ def _intra_chunk_kernel(
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
-    _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
+    _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
     tl.debug_barrier()
     if BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
     tl.debug_barrier()
     if 2 * BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
     tl.debug_barrier()
     if 3 * BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE)
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
 
 
 @triton.jit
 def _intra_block(
-    q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, scale, i_c, i_hv, r0, n,
+    q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
-    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
+    CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I
@@ -426,7 +426,10 @@ def _intra_block(
     rows, without the scale and L2-norm factors (not known until the end of the K loop: kernel 5 or 6 applies
     them to the rows of (q exp(G)) S), so that kernel 4 need not read q. With SAVE (`kda_chunk`'s `saved`), also
     P = A_kk without beta and A_qk without the scale, fp32, into the chunk's [BT, BT] slots of Ps and Qs, for the
-    backward (kernels/backward_chunked.py computes the same matrices when they are not given)."""
+    backward (kernels/backward_chunked.py computes the same matrices when they are not given). With KG_HERE (launch
+    setting kg_in_intra) it also stores the W/U kernel's operands of the block's rows, beta k exp(G) (KB) and
+    k exp(G_last - G) (KG), both bf16 and with k's L2-norm factor (then computed before the products), so that
+    kernel 4 reads neither k nor G."""
     i_h = i_hv // (HV // H)
     i0 = I * BC
     # chunk-row-0 pointers; row strides SX (q, k), SG (G), SA (A_qk), HV (beta, r)
@@ -442,6 +445,8 @@ def _intra_block(
     rk += r0 * HV + i_hv
     Akk += (i_c * HV + i_hv) * (BT * BT)
     QG += (r0 * HV + i_hv) * K
+    KB += (r0 * HV + i_hv) * K
+    KG += (r0 * HV + i_hv) * K
 
     o_c = tl.arange(0, BC)
     o_t = tl.arange(0, BJ)  # the columns before the block: o_t < i0
@@ -461,16 +466,36 @@ def _intra_block(
     ss_q = tl.zeros([BC], dtype=tl.float32)  # sums of squares of the block's q / k rows (L2_HERE)
     ss_k = tl.zeros([BC], dtype=tl.float32)
     hi_row = tl.minimum(i0 + BC // 2, n - 1)  # (a block with <= 8 rows never uses it)
+    if KG_HERE:  # the W/U operands need k's norm factors and beta inside the loop below
+        if L2_HERE:
+            for k0 in range(0, K, BK):
+                o_k = k0 + tl.arange(0, BK)
+                m_ik = m_i[:, None] & (o_k < K)[None, :]
+                b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
+                b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
+                ss_q += tl.sum(b_q * b_q, axis=1)
+                ss_k += tl.sum(b_k * b_k, axis=1)
+            rk_w = 1.0 / tl.sqrt(ss_k + 1e-6)
+        else:
+            rk_w = _inv_norm_at(rk, o_i * HV, m_i, L2NORM)
+        beta_w = _beta_at(beta, o_i * HV, m_i, BETA)
     for k0 in range(0, K, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
         m_ik = m_i[:, None] & m_k[None, :]
         b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
         b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
-        if L2_HERE:
+        if L2_HERE and not KG_HERE:
             ss_q += tl.sum(b_q * b_q, axis=1)
             ss_k += tl.sum(b_k * b_k, axis=1)
         g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0)
+        if KG_HERE:  # as `_wu_kernel` computes them from k and G, operation for operation
+            g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
+            b_kn = b_k * rk_w[:, None]
+            tl.store(KB + o_i[:, None] * SG + o_k[None, :],
+                     _bf16(b_kn * (beta_w[:, None] * _exp(g_i, EXP2)), INTERPRET), mask=m_ik)
+            tl.store(KG + o_i[:, None] * SG + o_k[None, :],
+                     _bf16(b_kn * _exp(tl.minimum(g_last[None, :] - g_i, 0.0), EXP2), INTERPRET), mask=m_ik)
         g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
         g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
         # the anchors: a(i) = g_c (the block's first row) for rows 0-7 of the block, g_c8 (its row 8) for rows 8-15
@@ -635,15 +660,16 @@ def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr
 
 @triton.jit(do_not_specialize=["scale"])
 def _wu_kernel(
-    q, k, v, beta, G, rq, rk, Xs, Xf, W, U, QG, KG, cu_seqlens, chunk_indices, scale,
+    q, k, v, beta, G, rq, rk, Xs, Xf, W, U, QG, KG, KB, cu_seqlens, chunk_indices, scale,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    BETA: tl.constexpr, L2NORM: tl.constexpr, QG_DONE: tl.constexpr, EXP2: tl.constexpr,
+    BETA: tl.constexpr, L2NORM: tl.constexpr, QG_DONE: tl.constexpr, KG_DONE: tl.constexpr, EXP2: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     """W = X (beta k exp(G)), U = X (beta v), k exp(G_last - G) and, without QG_DONE, scale q exp(G) for one
     (chunk, value head), from the X that `_solve_kernel` left in Xs (with QG_DONE the intra kernel wrote q exp(G):
-    qg_in_intra). With an fp32 U (`kda_chunk`'s save_states: the pass's V_new = U - W S, W and k exp(G_last - G)
+    qg_in_intra). With KG_DONE (kg_in_intra) the intra kernel wrote k exp(G_last - G) and beta k exp(G) (KB, the
+    operand of W), so without an fp32 U this kernel reads neither k nor G. With an fp32 U (`kda_chunk`'s save_states: the pass's V_new = U - W S, W and k exp(G_last - G)
     go to the backward) W and U are computed from the solve's fp32 X (Xf) and fp32 operands in tf32, as the
     backward would compute them, not in bf16 (W still stored as bf16, as the backward's bf16 pass rounds it).
     (A separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
@@ -660,6 +686,7 @@ def _wu_kernel(
     W += (r0 * HV + i_hv) * K
     QG += (r0 * HV + i_hv) * K
     KG += (r0 * HV + i_hv) * K
+    KB += (r0 * HV + i_hv) * K
     v += (r0 * HV + i_hv) * V
     U += (r0 * HV + i_hv) * V
     beta += r0 * HV + i_hv
@@ -685,19 +712,25 @@ def _wu_kernel(
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
         m = m_t[:, None] & m_k[None, :]
-        b_k = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32) * rk_t[:, None]
-        b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
-        g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
         off = o_t[:, None] * SG + o_k[None, :]
-        b_kb = b_k * (b_beta[:, None] * _exp(b_g, EXP2))
-        if FROM_XF:
-            b_w = tl.dot(b_X, b_kb, input_precision="tf32")
+        if KG_DONE and not FROM_XF:
+            b_w = _mma(b_X, tl.load(KB + off, mask=m, other=0.0), INTERPRET)
         else:
-            b_w = _mma(b_X, _bf16(b_kb, INTERPRET), INTERPRET)
+            b_k = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32) * rk_t[:, None]
+            b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
+            b_kb = b_k * (b_beta[:, None] * _exp(b_g, EXP2))
+            if FROM_XF:
+                b_w = tl.dot(b_X, b_kb, input_precision="tf32")
+            else:
+                b_w = _mma(b_X, _bf16(b_kb, INTERPRET), INTERPRET)
         tl.store(W + off, _bf16(b_w, INTERPRET), mask=m)
-        # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
-        tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_g, 0.0), EXP2), INTERPRET), mask=m)
+        if not KG_DONE:
+            # rows past the end have G = 0 >= G_last: clamped (their k is 0 anyway)
+            g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
+            tl.store(KG + off, _bf16(b_k * _exp(tl.minimum(g_last[None, :] - b_g, 0.0), EXP2), INTERPRET), mask=m)
         if not QG_DONE:
+            if KG_DONE and not FROM_XF:
+                b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
             b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
             tl.store(QG + off, _bf16(b_q * f_q[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
 
@@ -1236,14 +1269,19 @@ def kda_chunk(
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
     qg_raw = bool(LAUNCH["qg_in_intra"])
+    # with kg_in_intra kernel 2 also writes k exp(G_last - G) and beta k exp(G) (KB), which kernel 4 then reads
+    # (not with save_states: kernel 4 then computes W in tf32 from k and G, which it reads anyway)
+    kg_here = bool(LAUNCH["kg_in_intra"]) and not save_states
+    KB = torch.empty(TT, HV, K, dtype=bf16, device=dev) if kg_here else KG
     intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
-                  kept["P"], kept["Aqk"])
+                  kept["P"], kept["Aqk"], KB, KG)
     intra_consts = dict(
         H=H, HV=HV, K=K, BT=BT, BC=BC, BK=min(LAUNCH["intra_bk"], BKg),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
-        INTERPRET=interp, SAVE=keep, num_warps=LAUNCH["intra_warps"], num_stages=LAUNCH["intra_stages"],
+        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, num_warps=LAUNCH["intra_warps"],
+        num_stages=LAUNCH["intra_stages"],
         **register_cap(LAUNCH["intra_maxnreg"]),
     )
     if LAUNCH["intra_one_launch"]:
@@ -1263,10 +1301,10 @@ def kda_chunk(
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     U = torch.empty(TT, HV, V, dtype=f32 if save_states else bf16, device=dev)
     _wu_kernel[(NT, HV)](
-        q, k, v, beta, G, rq, rk, Xs, kept["X"], W, U, QG, KG, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+        q, k, v, beta, G, rq, rk, Xs, kept["X"], W, U, QG, KG, KB, cu_seqlens, chunk_indices, opts.resolved_scale(K),
         H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
-        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, EXP2=exp2,
+        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, KG_DONE=kg_here, EXP2=exp2,
         INTERPRET=interp, num_warps=_wu_warps(V), num_stages=LAUNCH["wu_stages"],
         **register_cap(LAUNCH["wu_maxnreg"]),
     )

@@ -209,6 +209,9 @@ VARIANTS = {
     "qg_in_wu": {"qg_in_intra": False}, "qg_in_wu_fused": {"qg_in_intra": False, "out_in_state": True},
     "qg_in_wu_per_block": {"qg_in_intra": False, "intra_one_launch": False},
     "l2_in_gate_kernel": {"l2_in_intra": False},
+    "kg_in_intra": {"kg_in_intra": True}, "kg_in_intra_per_block": {"kg_in_intra": True, "intra_one_launch": False},
+    "kg_in_intra_qg_in_wu": {"kg_in_intra": True, "qg_in_intra": False},
+    "kg_in_intra_l2_in_gate_kernel": {"kg_in_intra": True, "l2_in_intra": False},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
