@@ -53,7 +53,8 @@ def kernels(launch: dict):
            **tables, "scale": "fp32"}
     kg_here = bool(L["kg_in_intra"])
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
-                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here)
+                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here,
+                 KB_FROM_ROWS=bool(L["kb_from_rows"]))
     if L["intra_one_launch"]:
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig, intra, L["intra_warps"], L["intra_stages"]))
     else:

@@ -148,7 +148,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
-    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": False,
+    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": False, "kb_from_rows": False,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -364,6 +364,7 @@ def _intra_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
+    KB_FROM_ROWS: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
@@ -374,7 +375,7 @@ def _intra_kernel(
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, KB_FROM_ROWS)
 
 
 @triton.jit(do_not_specialize=["scale"])
@@ -384,6 +385,7 @@ def _intra_chunk_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
+    KB_FROM_ROWS: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
     intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
@@ -395,19 +397,19 @@ def _intra_chunk_kernel(
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, KB_FROM_ROWS)
     tl.debug_barrier()
     if BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, KB_FROM_ROWS)
     tl.debug_barrier()
     if 2 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, KB_FROM_ROWS)
     tl.debug_barrier()
     if 3 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, KB_FROM_ROWS)
 
 
 @triton.jit
@@ -417,6 +419,7 @@ def _intra_block(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
+    KB_FROM_ROWS: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I
@@ -471,9 +474,7 @@ def _intra_block(
             for k0 in range(0, K, BK):
                 o_k = k0 + tl.arange(0, BK)
                 m_ik = m_i[:, None] & (o_k < K)[None, :]
-                b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
                 b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
-                ss_q += tl.sum(b_q * b_q, axis=1)
                 ss_k += tl.sum(b_k * b_k, axis=1)
             rk_w = 1.0 / tl.sqrt(ss_k + 1e-6)
         else:
@@ -485,17 +486,11 @@ def _intra_block(
         m_ik = m_i[:, None] & m_k[None, :]
         b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
         b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m_ik, other=0.0).to(tl.float32)
-        if L2_HERE and not KG_HERE:
+        if L2_HERE:
             ss_q += tl.sum(b_q * b_q, axis=1)
-            ss_k += tl.sum(b_k * b_k, axis=1)
+            if not KG_HERE:
+                ss_k += tl.sum(b_k * b_k, axis=1)
         g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0)
-        if KG_HERE:  # as `_wu_kernel` computes them from k and G, operation for operation
-            g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
-            b_kn = b_k * rk_w[:, None]
-            tl.store(KB + o_i[:, None] * SG + o_k[None, :],
-                     _bf16(b_kn * (beta_w[:, None] * _exp(g_i, EXP2)), INTERPRET), mask=m_ik)
-            tl.store(KG + o_i[:, None] * SG + o_k[None, :],
-                     _bf16(b_kn * _exp(tl.minimum(g_last[None, :] - g_i, 0.0), EXP2), INTERPRET), mask=m_ik)
         g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
         g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
         # the anchors: a(i) = g_c (the block's first row) for rows 0-7 of the block, g_c8 (its row 8) for rows 8-15
@@ -508,6 +503,16 @@ def _intra_block(
         r_lo = e_row * tl.where(upper, _exp(g_c8 - g_c, EXP2)[None, :], 1.0)
         kr_lo = b_k * r_lo
         qr_lo = b_q * r_lo
+        if KG_HERE:  # as `_wu_kernel` computes them from k and G, operation for operation (but KB_FROM_ROWS)
+            g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
+            b_kn = b_k * rk_w[:, None]
+            if KB_FROM_ROWS:  # k exp(G_i) = (k exp(G_i - G_c)) exp(G_c): no exp per element (rounds differently)
+                b_kb = kr_lo * _exp(g_c, EXP2)[None, :] * (beta_w * rk_w)[:, None]
+            else:
+                b_kb = b_kn * (beta_w[:, None] * _exp(g_i, EXP2))
+            tl.store(KB + o_i[:, None] * SG + o_k[None, :], _bf16(b_kb, INTERPRET), mask=m_ik)
+            tl.store(KG + o_i[:, None] * SG + o_k[None, :],
+                     _bf16(b_kn * _exp(tl.minimum(g_last[None, :] - g_i, 0.0), EXP2), INTERPRET), mask=m_ik)
         if QG_HERE:  # q exp(G_i) = q exp(G_i - G_c) exp(G_c)
             tl.store(QG + o_i[:, None] * SG + o_k[None, :], _bf16(qr_lo * _exp(g_c, EXP2)[None, :], INTERPRET),
                      mask=m_ik)
@@ -1280,7 +1285,8 @@ def kda_chunk(
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
-        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, num_warps=LAUNCH["intra_warps"],
+        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, KB_FROM_ROWS=bool(LAUNCH["kb_from_rows"]),
+        num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
         **register_cap(LAUNCH["intra_maxnreg"]),
     )

@@ -212,11 +212,12 @@ VARIANTS = {
     "kg_in_intra": {"kg_in_intra": True}, "kg_in_intra_per_block": {"kg_in_intra": True, "intra_one_launch": False},
     "kg_in_intra_qg_in_wu": {"kg_in_intra": True, "qg_in_intra": False},
     "kg_in_intra_l2_in_gate_kernel": {"kg_in_intra": True, "l2_in_intra": False},
+    "kb_from_rows": {"kg_in_intra": True, "kb_from_rows": True},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
-ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra"}
+ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra", "kb_from_rows"}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
