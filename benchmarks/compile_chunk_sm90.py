@@ -51,10 +51,9 @@ def kernels(launch: dict):
     qg_raw = bool(L["qg_in_intra"])
     sig = {**ptr("bf16", "q", "k", "beta", "Aqk", "QG", "KB", "KG"), **ptr("fp32", "G", "rq", "rk", "Akk", "Ps", "Qs"),
            **tables, "scale": "fp32"}
-    kg_here = bool(L["kg_in_intra"])
+    kg_here = bool(L["kg_in_intra"]) if L["kg_in_intra"] is not None else not l2_in_intra  # the K3 shape: L2 norm
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
-                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here,
-                 KB_FROM_ROWS=bool(L["kb_from_rows"]))
+                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here)
     if L["intra_one_launch"]:
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig, intra, L["intra_warps"], L["intra_stages"]))
     else:

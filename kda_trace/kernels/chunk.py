@@ -148,7 +148,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
-    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": False, "kb_from_rows": False,
+    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -364,7 +364,6 @@ def _intra_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    KB_FROM_ROWS: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
@@ -375,7 +374,7 @@ def _intra_kernel(
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, KB_FROM_ROWS)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
 
 
 @triton.jit(do_not_specialize=["scale"])
@@ -385,7 +384,6 @@ def _intra_chunk_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    KB_FROM_ROWS: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
     intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
@@ -397,19 +395,19 @@ def _intra_chunk_kernel(
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, KB_FROM_ROWS)
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
     tl.debug_barrier()
     if BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, KB_FROM_ROWS)
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
     tl.debug_barrier()
     if 2 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, KB_FROM_ROWS)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
     tl.debug_barrier()
     if 3 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, KB_FROM_ROWS)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
 
 
 @triton.jit
@@ -419,7 +417,6 @@ def _intra_block(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    KB_FROM_ROWS: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I
@@ -503,14 +500,11 @@ def _intra_block(
         r_lo = e_row * tl.where(upper, _exp(g_c8 - g_c, EXP2)[None, :], 1.0)
         kr_lo = b_k * r_lo
         qr_lo = b_q * r_lo
-        if KG_HERE:  # as `_wu_kernel` computes them from k and G, operation for operation (but KB_FROM_ROWS)
+        if KG_HERE:  # as `_wu_kernel` computes them from k and G, operation for operation
             g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
             b_kn = b_k * rk_w[:, None]
-            if KB_FROM_ROWS:  # k exp(G_i) = (k exp(G_i - G_c)) exp(G_c): no exp per element (rounds differently)
-                b_kb = kr_lo * _exp(g_c, EXP2)[None, :] * (beta_w * rk_w)[:, None]
-            else:
-                b_kb = b_kn * (beta_w[:, None] * _exp(g_i, EXP2))
-            tl.store(KB + o_i[:, None] * SG + o_k[None, :], _bf16(b_kb, INTERPRET), mask=m_ik)
+            tl.store(KB + o_i[:, None] * SG + o_k[None, :],
+                     _bf16(b_kn * (beta_w[:, None] * _exp(g_i, EXP2)), INTERPRET), mask=m_ik)
             tl.store(KG + o_i[:, None] * SG + o_k[None, :],
                      _bf16(b_kn * _exp(tl.minimum(g_last[None, :] - g_i, 0.0), EXP2), INTERPRET), mask=m_ik)
         if QG_HERE:  # q exp(G_i) = q exp(G_i - G_c) exp(G_c)
@@ -1276,7 +1270,7 @@ def kda_chunk(
     qg_raw = bool(LAUNCH["qg_in_intra"])
     # with kg_in_intra kernel 2 also writes k exp(G_last - G) and beta k exp(G) (KB), which kernel 4 then reads
     # (not with save_states: kernel 4 then computes W in tf32 from k and G, which it reads anyway)
-    kg_here = bool(LAUNCH["kg_in_intra"]) and not save_states
+    kg_here = _kg_in_intra(opts.use_qk_l2norm and l2_in_intra) and not save_states
     KB = torch.empty(TT, HV, K, dtype=bf16, device=dev) if kg_here else KG
     intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
                   kept["P"], kept["Aqk"], KB, KG)
@@ -1285,8 +1279,7 @@ def kda_chunk(
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
-        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, KB_FROM_ROWS=bool(LAUNCH["kb_from_rows"]),
-        num_warps=LAUNCH["intra_warps"],
+        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
         **register_cap(LAUNCH["intra_maxnreg"]),
     )
@@ -1387,6 +1380,15 @@ def _wu_warps(V: int) -> int:
     memory access at K = 32 (V = 16, 12), while 2 or 8 warps, or V = 32 on tiles of 16, were right
     (benchmarks/RESULTS.md, thirty-first session; the interpreter was right)."""
     return LAUNCH["wu_warps"] if V > 16 else 8
+
+
+def _kg_in_intra(l2_here: bool) -> bool:
+    """Launch setting kg_in_intra; None: on unless the intra kernel computes the q/k L2-norm factors (l2_here),
+    which it then needs before its products, in a pass of its own over k. H100 (thirty-seventh session): 1.020-1.028
+    on the five shapes of issue 20 without the L2 norm in the op (W/U 368 -> 217 us, intra 603 -> 727 at 32 heads x
+    16384), 0.993 on K3 (L2 norm in the op)."""
+    on = LAUNCH["kg_in_intra"]
+    return (not l2_here) if on is None else bool(on)
 
 
 def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:

@@ -115,6 +115,25 @@ def test_wu_kernel_on_8_warps_where_v_fits_one_16_wide_tile(monkeypatch):
     assert [opt["num_warps"] for opt in spy.options] == [8, chunk.LAUNCH["wu_warps"]]
 
 
+def test_kg_in_intra_by_default_without_the_l2_norm_in_the_intra_kernel(monkeypatch):
+    """kg_in_intra=None (the default): the intra kernel writes the W/U operands (KG_HERE) unless it computes the
+    q/k L2-norm factors itself, or the chunk matrices and states are kept (save_states: W/U computes W in tf32 from k
+    and G); o against float64 either way (the same operations: the variants' test checks them bit for bit)."""
+    from kda_trace.kernels import chunk
+    from launch_spy import LaunchSpy
+
+    assert chunk.LAUNCH["kg_in_intra"] is None
+    spy = LaunchSpy(chunk._intra_chunk_kernel)
+    monkeypatch.setattr(chunk, "_intra_chunk_kernel", spy)
+    x = make(1, 70, 1, 2, 20, 12, seed=34)
+    for opts in (KDAOptions(), KDAOptions(use_qk_l2norm=True)):
+        o, _, o_ref, _ = run_case(x, opts)
+        assert rms_rel(o, o_ref) <= BUDGET
+    args = [x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")]
+    kda_chunk(*args, KDAOptions(), saved={}, save_states=True)
+    assert [opt["KG_HERE"] for opt in spy.options] == [True, False, False]
+
+
 def test_safe_gate_logits_x2_no_final_state(l2_where):
     """Lower-bound gate computed in the kernel, beta = 2 sigmoid(b), K != V, final state not asked for."""
     cu = torch.tensor([0, 70, 100])
@@ -209,15 +228,15 @@ VARIANTS = {
     "qg_in_wu": {"qg_in_intra": False}, "qg_in_wu_fused": {"qg_in_intra": False, "out_in_state": True},
     "qg_in_wu_per_block": {"qg_in_intra": False, "intra_one_launch": False},
     "l2_in_gate_kernel": {"l2_in_intra": False},
-    "kg_in_intra": {"kg_in_intra": True}, "kg_in_intra_per_block": {"kg_in_intra": True, "intra_one_launch": False},
+    "kg_in_wu": {"kg_in_intra": False}, "kg_in_intra": {"kg_in_intra": True},
+    "kg_in_intra_per_block": {"kg_in_intra": True, "intra_one_launch": False},
     "kg_in_intra_qg_in_wu": {"kg_in_intra": True, "qg_in_intra": False},
     "kg_in_intra_l2_in_gate_kernel": {"kg_in_intra": True, "l2_in_intra": False},
-    "kb_from_rows": {"kg_in_intra": True, "kb_from_rows": True},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
-ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra", "kb_from_rows"}
+ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra"}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
