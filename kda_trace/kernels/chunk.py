@@ -18,13 +18,14 @@ Kernels, in launch order:
    G (fp32, in log2 units with the launch setting `exp2`, the default), and with `l2_in_intra` off the q/k
    L2-norm factors 1 / sqrt(sum x^2 + 1e-6) (by default kernel 2 computes them).
 2. `_intra_chunk_kernel`, per (chunk, value head): A_qk (bf16), A_kk (fp32 scratch) and q exp(G) (bf16,
-   without the scale and L2-norm factors, which kernel 5 or 6 applies), its four 16-row blocks one after the
-   other (the columns before each block and the 16x16 diagonal block); with `intra_one_launch` off,
-   `_intra_kernel` does one block per launch.
+   without the scale and L2-norm factors, which kernel 5 or 6 applies), and with `kg_in_intra` kernel 4's
+   operands beta k exp(G) and k exp(G_last - G) (bf16), its four 16-row blocks one after the other (the columns
+   before each block and the 16x16 diagonal block); with `intra_one_launch` off, `_intra_kernel` does one block
+   per launch.
 3. `_solve_kernel`, per (chunk, value head): X = (I + A_kk)^-1 by 16x16 blocks in registers (the diagonal
    inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)), stored as bf16.
-4. `_wu_kernel`, per (chunk, value head): W, U and k exp(G_last - G) (and q exp(G) with `qg_in_intra` off; by
-   default kernel 2 writes it).
+4. `_wu_kernel`, per (chunk, value head): W, U (and k exp(G_last - G) with `kg_in_intra` off, q exp(G) with
+   `qg_in_intra` off; kernel 2 writes them otherwise).
 5. `_state_kernel`, per (sequence, value head, V-tile), sequential over the sequence's chunks: the state
    at every chunk start (bf16, for kernel 6; also in fp32 in the caller's layout when asked, for prefix
    caching), V_new, and the final state; from 64 (sequence, head) pairs on also O (launch setting
@@ -130,13 +131,24 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   no q exp(G): about 0.25 KB per token and head less traffic in all (fla's W/U kernel does not touch q
 #   either). Rounds differently (q exp(G) is rounded to bf16 before the factors). H100: 1.077 on K3, 1.058 on
 #   32 x 16384 (with wu_warps=8: 1.068 on K3, with wu_stages=1: 1.071; wu_warps=8 alone 1.007).
-# Not kept (H100, default / changed < 1): wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3).
+# On by default since the thirty-seventh session:
+# - kg_in_intra (None: on unless kernel 2 computes the L2-norm factors; _kg_in_intra): kernel 2 also writes
+#   beta k exp(G) and k exp(G_last - G) of its rows (bf16, with the W/U kernel's operations: the same bits), so
+#   kernel 4 reads neither k nor the fp32 G. H100: 1.020-1.028 on the five shapes without the L2 norm in the op
+#   (W/U 368 -> 217 us, intra 603 -> 727 at 32 x 16384); 0.993 on K3, where the norm factors need a pass of
+#   their own over k first.
+# Not kept (H100, default / changed < 1): wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3);
+# solve_warps=2 0.953 / 0.946, 4 0.866 (32 x 16384 / K3, thirty-seventh session).
 # Deleted in the seventeenth session:
 # - the solve at the end of the one-launch intra program (its A_kk read back from the caches, one launch less):
 #   0.659 on K3, 0.699 on 32 x 16384;
 # - decay_in_gate (the gate kernel also wrote q exp(G), k exp(G_last - G) and beta k exp(G) while G was in its
 #   registers, so that the W/U kernel read neither q, k nor G; it needed gate_bk=32 not to spill): 0.963 on K3,
 #   0.960 on 32 x 16384 (eighth session).
+# Deleted in the thirty-seventh session: pipelined parts (every sequence cut into 2-8 parts; kernels 1-4 part by
+# part, each part's state pass and output on a side stream beside the next part's kernels 1-4): 0.90-0.98, 0.81 on
+# 8 x 131072; the state pass at 32 pairs holds most of every SM's shared memory and registers while it runs, so
+# nothing ran beside it at speed (RESULTS.md, thirty-seventh session; benchmarks/timeline_chunk.py).
 # Tried in the seventeenth session and not kept: the gate and its cumulative sum inside the intra kernel (each
 # 16-row block continuing the sum from the G its predecessor stored; kernel 1 not launched, G never read back by
 # kernel 2): 0.843 on K3, 0.946 on 32 x 16384; with intra_bk 16 (no spill in ptxas) 0.899, 0.954, and
@@ -153,7 +165,8 @@ LAUNCH = {
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
 # intra at 168 0.968 / 1.006, at 128 0.917 / 0.922; W/U at 128 0.973 / 0.986; the state pass at 168 0.869 / 0.997
-# (RESULTS.md, "Backward kernel", twenty-eighth session).
+# (RESULTS.md, "Backward kernel", twenty-eighth session); the solve at 128 0.938 / 0.949, at 168 - / 0.995
+# (thirty-seventh session).
 LAUNCH.update({"gate_maxnreg": 0, "intra_maxnreg": 0, "solve_maxnreg": 0, "wu_maxnreg": 0, "state_maxnreg": 0,
                "out_maxnreg": 0})
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
