@@ -682,8 +682,9 @@ def _wu_kernel(
     (chunk, value head), from the X that `_solve_kernel` left in Xs (with QG_DONE the intra kernel wrote q exp(G):
     qg_in_intra). With KG_DONE (kg_in_intra) the intra kernel wrote k exp(G_last - G) and beta k exp(G) (KB, the
     operand of W), so without an fp32 U this kernel reads neither k nor G. With an fp32 U (`kda_chunk`'s
-    save_states: the pass's V_new = U - W S, W and k exp(G_last - G) go to the backward) W and U are computed from the solve's fp32 X (Xf) and fp32 operands in tf32, as the
-    backward would compute them, not in bf16 (W still stored as bf16, as the backward's bf16 pass rounds it).
+    save_states: the pass's V_new = U - W S, W and k exp(G_last - G) go to the backward) W and U are computed
+    from the solve's fp32 X (Xf) and fp32 operands in tf32, as the backward would compute them, not in bf16 (W
+    still stored as bf16, as the backward's bf16 pass rounds it).
     (A separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
