@@ -1285,7 +1285,10 @@ def kda_chunk(
     # with kg_in_intra kernel 2 also writes k exp(G_last - G) and beta k exp(G) (KB), which kernel 4 then reads
     # (not with save_states: kernel 4 then computes W in tf32 from k and G, which it reads anyway)
     kg_here = _kg_in_intra(opts.use_qk_l2norm and l2_in_intra) and not save_states
-    KB = torch.empty(TT, HV, K, dtype=bf16, device=dev) if kg_here else KG
+    # KB lives in W's memory: the W/U kernel's program reads a tile of KB before it writes the same tile of W (the
+    # product between), and no other program touches its rows, so W overwrites its own operand: no extra memory
+    W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
+    KB = W if kg_here else KG
     intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
                   kept["P"], kept["Aqk"], KB, KG)
     intra_consts = dict(
@@ -1311,7 +1314,6 @@ def kda_chunk(
     if keep:
         saved.update(kept)
 
-    W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     U = torch.empty(TT, HV, V, dtype=f32 if save_states else bf16, device=dev)
     _wu_kernel[(NT, HV)](
         q, k, v, beta, G, rq, rk, Xs, kept["X"], W, U, QG, KG, KB, cu_seqlens, chunk_indices, opts.resolved_scale(K),
