@@ -51,7 +51,7 @@ def kernels(launch: dict):
     qg_raw = bool(L["qg_in_intra"])
     sig = {**ptr("bf16", "q", "k", "beta", "Aqk", "QG", "KB", "KG"), **ptr("fp32", "G", "rq", "rk", "Akk", "Ps", "Qs"),
            **tables, "scale": "fp32"}
-    kg_here = bool(L["kg_in_intra"]) if L["kg_in_intra"] is not None else not l2_in_intra  # the K3 shape: L2 norm
+    kg_here = chunk._kg_in_intra(L["kg_in_intra"], l2_in_intra)  # the K3 shape: L2 norm in the op
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here)
     if L["intra_one_launch"]:

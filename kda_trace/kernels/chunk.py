@@ -1284,7 +1284,7 @@ def kda_chunk(
     qg_raw = bool(LAUNCH["qg_in_intra"])
     # with kg_in_intra kernel 2 also writes k exp(G_last - G) and beta k exp(G) (KB), which kernel 4 then reads
     # (not with save_states: kernel 4 then computes W in tf32 from k and G, which it reads anyway)
-    kg_here = _kg_in_intra(opts.use_qk_l2norm and l2_in_intra) and not save_states
+    kg_here = _kg_in_intra(LAUNCH["kg_in_intra"], opts.use_qk_l2norm and l2_in_intra) and not save_states
     # KB lives in W's memory: the W/U kernel's program reads a tile of KB before it writes the same tile of W (the
     # product between), and no other program touches its rows, so W overwrites its own operand: no extra memory
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
@@ -1398,13 +1398,12 @@ def _wu_warps(V: int) -> int:
     return LAUNCH["wu_warps"] if V > 16 else 8
 
 
-def _kg_in_intra(l2_here: bool) -> bool:
-    """Launch setting kg_in_intra; None: on unless the intra kernel computes the q/k L2-norm factors (l2_here),
+def _kg_in_intra(setting: bool | None, l2_here: bool) -> bool:
+    """Launch setting kg_in_intra (setting); None: on unless the intra kernel computes the q/k L2-norm factors (l2_here),
     which it then needs before its products, in a pass of its own over k. H100 (thirty-seventh session): 1.020-1.028
     on the five shapes of issue 20 without the L2 norm in the op (W/U 368 -> 217 us, intra 603 -> 727 at 32 heads x
     16384), 0.993 on K3 (L2 norm in the op)."""
-    on = LAUNCH["kg_in_intra"]
-    return (not l2_here) if on is None else bool(on)
+    return (not l2_here) if setting is None else bool(setting)
 
 
 def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:
