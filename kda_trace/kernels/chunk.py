@@ -160,7 +160,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
-    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None,
+    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": False,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -255,12 +255,21 @@ def _gate_cumsum_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     GATE: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
 ):
-    """G = the cumulative log decay of one (chunk, value head) (times log2(e) with EXP2), and the q/k L2-norm
-    factors (L2NORM: with the launch setting l2_in_intra off)."""
+    """`_gate_chunk` of one (chunk, value head)."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
-    i_h = i_hv // (HV // H)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n, H, HV, K, BT, BK, GATE, L2NORM, EXP2)
+
+
+@triton.jit
+def _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n,
+                H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                GATE: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr):
+    """G = the cumulative log decay of one (chunk, value head) of n rows from row r0 (times log2(e) with EXP2), and
+    the q/k L2-norm factors (L2NORM: with the launch setting l2_in_intra off): kernel 1, or with gate_in_intra the
+    start of kernel 2's program."""
+    i_h = i_hv // (HV // H)
     o_t = tl.arange(0, BT)
     m_r = o_t < n
     g += (r0 * HV + i_hv) * K
@@ -390,21 +399,29 @@ def _intra_kernel(
                      BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
 
 
-@triton.jit(do_not_specialize=["scale"])
+@triton.jit(do_not_specialize=["scale", "lower_bound"])
 def _intra_chunk_kernel(
     q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, scale, QG, Ps, Qs, KB, KG,
+    g, A_log, dt_bias, lower_bound,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
+    GATE_HERE: tl.constexpr, GATE: tl.constexpr, BKG: tl.constexpr, L2_IN_GATE: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
     intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
-    DRAM as across four launches. Written out for BT = 4 * BC; the barriers make what one block stores (A_kk,
-    and the L2-norm factors with L2_HERE) visible to the threads of the next step."""
+    DRAM as across four launches. With GATE_HERE (launch setting gate_in_intra) the program first does kernel 1's
+    work for its chunk (`_gate_chunk`: G, and the norm factors with L2_IN_GATE), so that the blocks read G back
+    from the caches and kernel 1 is not launched. Written out for BT = 4 * BC; the barriers make what one step
+    stores (G, A_kk, and the L2-norm factors) visible to the threads of the next step."""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
+    if GATE_HERE:
+        _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n, H, HV, K, BT, BKG, GATE,
+                    L2_IN_GATE, EXP2)
+        tl.debug_barrier()
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
@@ -1263,12 +1280,15 @@ def kda_chunk(
     QG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     KG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
-    _gate_cumsum_kernel[(NT, HV)](
-        g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
-        H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), GATE=GATE_CODES[opts.gate],
-        L2NORM=opts.use_qk_l2norm and not l2_in_intra, EXP2=exp2, num_warps=LAUNCH["gate_warps"],
-        **register_cap(LAUNCH["gate_maxnreg"]),
-    )
+    gate_consts = dict(GATE=GATE_CODES[opts.gate])
+    # with gate_in_intra kernel 2's programs do kernel 1's work for their chunks first
+    gate_here = bool(LAUNCH["gate_in_intra"]) and bool(LAUNCH["intra_one_launch"])
+    if not gate_here:
+        _gate_cumsum_kernel[(NT, HV)](
+            g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
+            H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), L2NORM=opts.use_qk_l2norm and not l2_in_intra,
+            EXP2=exp2, num_warps=LAUNCH["gate_warps"], **gate_consts, **register_cap(LAUNCH["gate_maxnreg"]),
+        )
 
     keep = saved is not None
     # with save_states the pass's V_new = U - W S goes to the backward in fp32, U (and W, which the backward takes
@@ -1301,7 +1321,9 @@ def kda_chunk(
         **register_cap(LAUNCH["intra_maxnreg"]),
     )
     if LAUNCH["intra_one_launch"]:
-        _intra_chunk_kernel[(NT, HV)](*intra_args, **intra_consts)
+        _intra_chunk_kernel[(NT, HV)](
+            *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here, BKG=min(LAUNCH["gate_bk"], BKg),
+            L2_IN_GATE=opts.use_qk_l2norm and not l2_in_intra, **gate_consts, **intra_consts)
     else:
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
             _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
