@@ -16,7 +16,8 @@ algorithm"):
 Kernels, in launch order:
 1. `_gate_cumsum_kernel`, per (chunk, value head): gate (precomputed, unbounded or safe), cumulative sum
    G (fp32, in log2 units with the launch setting `exp2`, the default), and with `l2_in_intra` off the q/k
-   L2-norm factors 1 / sqrt(sum x^2 + 1e-6) (by default kernel 2 computes them).
+   L2-norm factors 1 / sqrt(sum x^2 + 1e-6) (by default kernel 2 computes them). With `gate_in_intra` (the default
+   for a precomputed gate) not launched: kernel 2's program does this for its chunk first.
 2. `_intra_chunk_kernel`, per (chunk, value head): A_qk (bf16), A_kk (fp32 scratch) and q exp(G) (bf16,
    without the scale and L2-norm factors, which kernel 5 or 6 applies), and with `kg_in_intra` kernel 4's
    operands beta k exp(G) and k exp(G_last - G) (bf16), its four 16-row blocks one after the other (the columns
@@ -137,6 +138,10 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   kernel 4 reads neither k nor the fp32 G. H100: 1.020-1.028 on the five shapes without the L2 norm in the op
 #   (W/U 368 -> 217 us, intra 603 -> 727 at 32 x 16384); 0.993 on K3, where the norm factors need a pass of
 #   their own over k first.
+# On by default since the thirty-eighth session:
+# - gate_in_intra (None: on for a precomputed gate; _gate_in_intra): kernel 2's program first does kernel 1's work for
+#   its chunk (G, and the norm factors with l2_in_intra off) and its blocks then read G back from the caches; kernel 1
+#   is not launched. The same bits. H100: 1.016-1.021 on the five shapes with a precomputed gate, 0.989 on K3.
 # Not kept (H100, default / changed < 1): wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3);
 # solve_warps=2 0.953 / 0.946, 4 0.866 (32 x 16384 / K3, thirty-seventh session).
 # Deleted in the seventeenth session:
@@ -152,7 +157,8 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # Tried in the seventeenth session and not kept: the gate and its cumulative sum inside the intra kernel (each
 # 16-row block continuing the sum from the G its predecessor stored; kernel 1 not launched, G never read back by
 # kernel 2): 0.843 on K3, 0.946 on 32 x 16384; with intra_bk 16 (no spill in ptxas) 0.899, 0.954, and
-# 0.949-0.954 on 16 x 4096 packed and 8 x 131072 (intra_bk 16 alone: 0.962, 0.980).
+# 0.949-0.954 on 16 x 4096 packed and 8 x 131072 (intra_bk 16 alone: 0.962, 0.980). gate_in_intra (above) does the
+# whole chunk's sum first, apart from the blocks' loops, and won.
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": True,
     "intra_warps": 2, "intra_bk": 32, "intra_stages": 3, "solve_warps": 1,
@@ -160,7 +166,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
-    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": False,
+    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -1282,7 +1288,7 @@ def kda_chunk(
     gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
     gate_consts = dict(GATE=GATE_CODES[opts.gate])
     # with gate_in_intra kernel 2's programs do kernel 1's work for their chunks first
-    gate_here = bool(LAUNCH["gate_in_intra"]) and bool(LAUNCH["intra_one_launch"])
+    gate_here = _gate_in_intra(LAUNCH["gate_in_intra"], opts.gate) and bool(LAUNCH["intra_one_launch"])
     if not gate_here:
         _gate_cumsum_kernel[(NT, HV)](
             g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
@@ -1426,6 +1432,13 @@ def _kg_in_intra(setting: bool | None, l2_here: bool) -> bool:
     on the five shapes of issue 20 without the L2 norm in the op (W/U 368 -> 217 us, intra 603 -> 727 at 32 heads x
     16384), 0.993 on K3 (L2 norm in the op)."""
     return (not l2_here) if setting is None else bool(setting)
+
+
+def _gate_in_intra(setting: bool | None, gate: str) -> bool:
+    """Launch setting gate_in_intra (setting); None: on for a precomputed gate, off for one computed in the op. H100
+    (thirty-eighth session, the same bits): 1.016-1.021 on the five shapes of issue 20 with a precomputed gate (32
+    x 16384 1.974 -> 1.933 ms), 0.989 on K3 (safe gate and L2 norm in the op)."""
+    return (gate == "precomputed") if setting is None else bool(setting)
 
 
 def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:

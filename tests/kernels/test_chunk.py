@@ -134,6 +134,25 @@ def test_kg_in_intra_by_default_without_the_l2_norm_in_the_intra_kernel(monkeypa
     assert [opt["KG_HERE"] for opt in spy.options] == [True, False, False]
 
 
+def test_gate_in_intra_by_default_for_a_precomputed_gate(monkeypatch):
+    """gate_in_intra=None (the default): kernel 2's program computes its chunk's G first and kernel 1 is not launched
+    for a precomputed gate; for a gate computed in the op kernel 1 runs. o against float64 either way (the variants'
+    test checks the bits)."""
+    from kda_trace.kernels import chunk
+    from launch_spy import LaunchSpy
+
+    assert chunk.LAUNCH["gate_in_intra"] is None
+    intra, gate = LaunchSpy(chunk._intra_chunk_kernel), LaunchSpy(chunk._gate_cumsum_kernel)
+    monkeypatch.setattr(chunk, "_intra_chunk_kernel", intra)
+    monkeypatch.setattr(chunk, "_gate_cumsum_kernel", gate)
+    for opts in (KDAOptions(), KDAOptions(gate="safe", lower_bound=-5.0, use_qk_l2norm=True)):
+        x = make(1, 70, 1, 2, 20, 12, seed=34, gate=opts.gate)
+        o, _, o_ref, _ = run_case(x, opts)
+        assert rms_rel(o, o_ref) <= BUDGET
+    assert [opt["GATE_HERE"] for opt in intra.options] == [True, False]
+    assert len(gate.options) == 1
+
+
 def test_safe_gate_logits_x2_no_final_state(l2_where):
     """Lower-bound gate computed in the kernel, beta = 2 sigmoid(b), K != V, final state not asked for."""
     cu = torch.tensor([0, 70, 100])
@@ -232,6 +251,8 @@ VARIANTS = {
     "kg_in_intra_per_block": {"kg_in_intra": True, "intra_one_launch": False},
     "kg_in_intra_qg_in_wu": {"kg_in_intra": True, "qg_in_intra": False},
     "kg_in_intra_l2_in_gate_kernel": {"kg_in_intra": True, "l2_in_intra": False},
+    "gate_in_intra": {"gate_in_intra": True}, "gate_kernel": {"gate_in_intra": False},
+    "gate_in_intra_l2_in_gate": {"gate_in_intra": True, "l2_in_intra": False},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
