@@ -55,7 +55,7 @@ def kernels(launch: dict):
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here)
     if L["intra_one_launch"]:
-        gate_here = dict(GATE_HERE=bool(L["gate_in_intra"]), GATE=2, BKG=L["gate_bk"], GATE_UNROLL=bool(L["gate_unroll"]),
+        gate_here = dict(GATE_HERE=bool(L["gate_in_intra"]), GATE=2, BKG=min(L["gate_bk"], 64),
                          L2_IN_GATE=not l2_in_intra)
         sig_chunk = {**sig, "g": "*bf16", **ptr("fp32", "A_log", "dt_bias"), "lower_bound": "fp32"}
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig_chunk, dict(intra, **gate_here),

@@ -166,7 +166,7 @@ LAUNCH = {
     "state_warps": 4, "state_stages": None, "state_bv": None,
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
-    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None, "gate_unroll": False,
+    "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -271,7 +271,7 @@ def _gate_cumsum_kernel(
 @triton.jit
 def _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n,
                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                GATE: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr, UNROLL: tl.constexpr = False):
+                GATE: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr):
     """G = the cumulative log decay of one (chunk, value head) of n rows from row r0 (times log2(e) with EXP2), and
     the q/k L2-norm factors (L2NORM: with the launch setting l2_in_intra off): kernel 1, or with gate_in_intra the
     start of kernel 2's program."""
@@ -280,34 +280,25 @@ def _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n,
     m_r = o_t < n
     g += (r0 * HV + i_hv) * K
     G += (r0 * HV + i_hv) * K
-    b_A = tl.exp(tl.load(A_log + i_hv).to(tl.float32)) if GATE != 0 else 1.0
-    if UNROLL:
-        for i_k in tl.static_range((K + BK - 1) // BK):
-            _gate_tile(g, dt_bias, G, b_A, lower_bound, i_k * BK, i_hv, m_r, o_t, HV, K, BK, GATE, EXP2)
-    else:
-        for k0 in range(0, K, BK):
-            _gate_tile(g, dt_bias, G, b_A, lower_bound, k0, i_hv, m_r, o_t, HV, K, BK, GATE, EXP2)
+    if GATE != 0:
+        b_A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m = m_r[:, None] & m_k[None, :]
+        off = o_t[:, None] * (HV * K) + o_k[None, :]
+        b_g = tl.load(g + off, mask=m, other=0.0).to(tl.float32)
+        if GATE != 0:
+            x = b_g + tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
+            # rows past the sequence end add nothing to the sum
+            b_g = tl.where(m, log_decay(x, b_A, lower_bound, GATE), 0.0)
+        if EXP2:
+            b_g = b_g * LOG2E
+        b_G = tl.cumsum(b_g, axis=0)
+        tl.store(G + off, b_G, mask=m)
 
     if L2NORM:
         _l2_factors(q, k, rq, rk, r0, n, i_h, i_hv, H, HV, K, BT, BK)
-
-
-@triton.jit
-def _gate_tile(g, dt_bias, G, b_A, lower_bound, k0, i_hv, m_r, o_t, HV: tl.constexpr, K: tl.constexpr,
-               BK: tl.constexpr, GATE: tl.constexpr, EXP2: tl.constexpr):
-    """Columns k0 .. k0 + BK of `_gate_chunk`'s G."""
-    o_k = k0 + tl.arange(0, BK)
-    m_k = o_k < K
-    m = m_r[:, None] & m_k[None, :]
-    off = o_t[:, None] * (HV * K) + o_k[None, :]
-    b_g = tl.load(g + off, mask=m, other=0.0).to(tl.float32)
-    if GATE != 0:
-        x = b_g + tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
-        # rows past the sequence end add nothing to the sum
-        b_g = tl.where(m, log_decay(x, b_A, lower_bound, GATE), 0.0)
-    if EXP2:
-        b_g = b_g * LOG2E
-    tl.store(G + off, tl.cumsum(b_g, axis=0), mask=m)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -423,7 +414,6 @@ def _intra_chunk_kernel(
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
     GATE_HERE: tl.constexpr, GATE: tl.constexpr, BKG: tl.constexpr, L2_IN_GATE: tl.constexpr,
-    GATE_UNROLL: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
     intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
@@ -436,7 +426,7 @@ def _intra_chunk_kernel(
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     if GATE_HERE:
         _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n, H, HV, K, BT, BKG, GATE,
-                    L2_IN_GATE, EXP2, GATE_UNROLL)
+                    L2_IN_GATE, EXP2)
         tl.debug_barrier()
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
@@ -1338,8 +1328,7 @@ def kda_chunk(
     )
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](
-            *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here,
-            BKG=min(LAUNCH["gate_bk"], max(16, triton.next_power_of_2(K))), GATE_UNROLL=bool(LAUNCH["gate_unroll"]),
+            *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here, BKG=min(LAUNCH["gate_bk"], BKg),
             L2_IN_GATE=opts.use_qk_l2norm and not l2_in_intra, **gate_consts, **intra_consts)
     else:
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
