@@ -72,19 +72,18 @@ def kernels(launch: dict):
            **tables, "scale": "fp32"}
     out.append(("wu", chunk._wu_kernel, sig,
                 dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, QG_DONE=qg_raw,
-                     KG_DONE=kg_here, EXP2=exp2, U_HERE=not L["u_in_state"]),
+                     KG_DONE=kg_here, EXP2=exp2),
                 chunk._wu_warps(V), L["wu_stages"]))
     saved = dict(chunk.LAUNCH)
     chunk.LAUNCH.update(L)
     BV, stages, fused = chunk._state_launch(HV, K, V)
     split = bool(chunk._split_launch(HV, chunk.SPLIT_MIN_CHUNKS, K))  # as for one long sequence of HV heads
     chunk.LAUNCH.update(saved)
-    sig = {**ptr("bf16", "W", "U", "KG", "h", "v_new", "QG", "Aqk", "o", "Xs", "v", "beta"),
+    sig = {**ptr("bf16", "W", "U", "KG", "h", "v_new", "QG", "Aqk", "o"),
            **ptr("fp32", "G", "h0", "ht", "hs", "S0", "rq"), "scale": "fp32",
            "cu_seqlens": "*i64", "chunk_offsets": "*i64", "seg_info": "*i64"}
     out.append(("state", chunk._state_kernel, sig,
-                dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, U_FROM_X=bool(L["u_in_state"]) and not split, BETA=0,
-                     STATE_VK=False, USE_H0=True, STORE_HT=True,
+                dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
                      STORE_HS=False, OUT=fused, SPLIT=split, QG_RAW=qg_raw, L2NORM=True, EXP2=exp2,
                      STORE_VN=not fused, INTERPRET=False),
                 L["state_warps"], stages))

@@ -56,8 +56,8 @@ def main():
           f"{HV} heads x {T} tokens, K = V = {K}")
     def state(BT, BV, warps, stages, h, Aqk, cu, offsets):
         chunk._state_kernel[(triton.cdiv(V, BV), HV)](
-            W, U, KG, G, h, v_new, h0, ht, G, QG, Aqk, o, rq, 1.0, cu, offsets, offsets, G, W, U, rq,
-            HV=HV, K=K, V=V, BT=BT, BK=K, BV=BV, U_FROM_X=False, BETA=0, STATE_VK=False, USE_H0=True, STORE_HT=True,
+            W, U, KG, G, h, v_new, h0, ht, G, QG, Aqk, o, rq, 1.0, cu, offsets, offsets, G,
+            HV=HV, K=K, V=V, BT=BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
             STORE_HS=False, OUT=False, SPLIT=False, QG_RAW=True, L2NORM=False, EXP2=True, STORE_VN=True,
             INTERPRET=False, num_warps=warps, num_stages=stages)
 

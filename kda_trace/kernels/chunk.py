@@ -167,7 +167,6 @@ LAUNCH = {
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
-    "u_in_state": False,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -700,9 +699,9 @@ def _wu_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, QG_DONE: tl.constexpr, KG_DONE: tl.constexpr, EXP2: tl.constexpr,
-    U_HERE: tl.constexpr, INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
-    """W = X (beta k exp(G)), U = X (beta v) (U_HERE; with u_in_state the state pass forms U itself), k exp(G_last - G) and, without QG_DONE, scale q exp(G) for one
+    """W = X (beta k exp(G)), U = X (beta v), k exp(G_last - G) and, without QG_DONE, scale q exp(G) for one
     (chunk, value head), from the X that `_solve_kernel` left in Xs (with QG_DONE the intra kernel wrote q exp(G):
     qg_in_intra). With KG_DONE (kg_in_intra) the intra kernel wrote k exp(G_last - G) and beta k exp(G) (KB, the
     operand of W), so without an fp32 U this kernel reads neither k nor G. With an fp32 U (`kda_chunk`'s
@@ -771,17 +770,16 @@ def _wu_kernel(
             b_q = tl.load(q + o_t[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
             tl.store(QG + off, _bf16(b_q * f_q[:, None] * _exp(b_g, EXP2), INTERPRET), mask=m)
 
-    # U = X (beta v), per V-tile (without U_HERE the state pass forms it: u_in_state)
-    if U_HERE:
-        for v0 in range(0, V, BV):
-            o_v = v0 + tl.arange(0, BV)
-            m = m_t[:, None] & (o_v < V)[None, :]
-            off = o_t[:, None] * SV + o_v[None, :]
-            b_v = tl.load(v + off, mask=m, other=0.0).to(tl.float32)
-            if FROM_XF:
-                tl.store(U + off, tl.dot(b_X, b_v * b_beta[:, None], input_precision="tf32"), mask=m)
-            else:
-                tl.store(U + off, _bf16(_mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET), INTERPRET), mask=m)
+    # U = X (beta v), per V-tile
+    for v0 in range(0, V, BV):
+        o_v = v0 + tl.arange(0, BV)
+        m = m_t[:, None] & (o_v < V)[None, :]
+        off = o_t[:, None] * SV + o_v[None, :]
+        b_v = tl.load(v + off, mask=m, other=0.0).to(tl.float32)
+        if FROM_XF:
+            tl.store(U + off, tl.dot(b_X, b_v * b_beta[:, None], input_precision="tf32"), mask=m)
+        else:
+            tl.store(U + off, _bf16(_mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET), INTERPRET), mask=m)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -794,19 +792,6 @@ def _v_new(b_sb, p_w, p_u, off_tk, off_tv, m_w, m_u, INTERPRET: tl.constexpr):
     b_w = tl.load(p_w + off_tk, mask=m_w, other=0.0)
     b_u = tl.load(p_u + off_tv, mask=m_u, other=0.0).to(tl.float32)
     return b_u - _mma(b_w, b_sb, INTERPRET)
-
-
-@triton.jit
-def _v_new_from_x(b_sb, p_w, p_x, p_v, p_beta, off_tk, off_tv, o_t, m_r, m_w, m_u, HV: tl.constexpr, BT: tl.constexpr,
-                  BETA: tl.constexpr, INTERPRET: tl.constexpr):
-    """V_new = X (beta v) - W S of one chunk in fp32, U = X (beta v) formed here as the W/U kernel would, but not
-    rounded to bf16 (u_in_state; X: the solve's bf16 X, lower triangular; p_beta: beta at the chunk's first row)."""
-    b_x = tl.load(p_x + o_t[:, None] * BT + o_t[None, :], mask=m_r[:, None] & (o_t[None, :] <= o_t[:, None]),
-                  other=0.0)
-    b_v = tl.load(p_v + off_tv, mask=m_u, other=0.0).to(tl.float32)
-    b_vb = _bf16(b_v * _beta_at(p_beta, o_t * HV, m_r, BETA)[:, None], INTERPRET)
-    b_w = tl.load(p_w + off_tk, mask=m_w, other=0.0)
-    return _mma(b_x, b_vb, INTERPRET) - _mma(b_w, b_sb, INTERPRET)
 
 
 @triton.jit
@@ -832,9 +817,9 @@ def _segment_span(seg_info, cu_seqlens, i_s, BT: tl.constexpr):
 
 @triton.jit
 def _state_kernel(
-    W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, rq, scale, cu_seqlens, chunk_offsets, seg_info, S0, Xs, v, beta,
+    W, U, KG, G, h, v_new, h0, ht, hs, QG, Aqk, o, rq, scale, cu_seqlens, chunk_offsets, seg_info, S0,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, U_FROM_X: tl.constexpr, BETA: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
     OUT: tl.constexpr, SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
     STORE_VN: tl.constexpr, INTERPRET: tl.constexpr,
@@ -844,9 +829,7 @@ def _state_kernel(
     output itself, O = (q exp(G)) S + A_qk V_new, while S and V_new are in registers, and stores neither (V_new
     still with STORE_VN, for the backward: `kda_chunk`'s save_states).
     With SPLIT (launch setting state_split) a program runs one segment of a sequence instead, from the start
-    state that `_segment_scan_kernel` left in S0, and only a sequence's last segment stores its final state.
-    With U_FROM_X (launch setting u_in_state) it forms U = X (beta v) of its V-tile from the solve's bf16 X (Xs) and
-    v, in fp32, instead of reading the W/U kernel's bf16 U."""
+    state that `_segment_scan_kernel` left in S0, and only a sequence's last segment stores its final state."""
     # grid (sequences or segments x V-tiles, value heads): only axis 0 may exceed 65535
     NV: tl.constexpr = (V + BV - 1) // BV
     i_n = tl.program_id(0).to(tl.int64) // NV
@@ -884,9 +867,6 @@ def _state_kernel(
     p_kg = KG + (bos * HV + i_hv) * K
     p_g = G + (bos * HV + i_hv) * K
     p_u = U + (bos * HV + i_hv) * V
-    p_x = Xs + (c0 * HV + i_hv) * (BT * BT)  # U_FROM_X: X of the chunk, v and beta at its first row
-    p_v = v + (bos * HV + i_hv) * V
-    p_beta = beta + bos * HV + i_hv
     p_vn = v_new + (bos * HV + i_hv) * V
     p_h = h + (c0 * HV + i_hv) * (K * V)
     p_hs = hs + (c0 * HV + i_hv) * (K * V)  # fp32 chunk-start states in the caller's layout (STORE_HS)
@@ -909,11 +889,7 @@ def _state_kernel(
 
         m_rv = m_r[:, None] & m_v[None, :]
         m_rk = m_r[:, None] & m_k[None, :]
-        if U_FROM_X:
-            b_vn32 = _v_new_from_x(b_sb, p_w, p_x, p_v, p_beta, off_tk, off_tv, o_t, m_r, m_rk, m_rv, HV, BT, BETA,
-                                   INTERPRET)
-        else:
-            b_vn32 = _v_new(b_sb, p_w, p_u, off_tk, off_tv, m_rk, m_rv, INTERPRET)
+        b_vn32 = _v_new(b_sb, p_w, p_u, off_tk, off_tv, m_rk, m_rv, INTERPRET)
         b_vn = _bf16(b_vn32, INTERPRET)
         if OUT:
             # as _output_kernel: A_qk's upper half was never written, so it is masked off
@@ -939,9 +915,6 @@ def _state_kernel(
         p_kg += BT * HV * K
         p_g += BT * HV * K
         p_u += BT * HV * V
-        p_x += HV * BT * BT
-        p_v += BT * HV * V
-        p_beta += BT * HV
         p_vn += BT * HV * V
         p_h += HV * K * V
         p_hs += HV * K * V
@@ -1369,6 +1342,16 @@ def kda_chunk(
     if keep:
         saved.update(kept)
 
+    U = torch.empty(TT, HV, V, dtype=f32 if save_states else bf16, device=dev)
+    _wu_kernel[(NT, HV)](
+        q, k, v, beta, G, rq, rk, Xs, kept["X"], W, U, QG, KG, KB, cu_seqlens, chunk_indices, opts.resolved_scale(K),
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
+        BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
+        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, KG_DONE=kg_here, EXP2=exp2,
+        INTERPRET=interp, num_warps=_wu_warps(V), num_stages=LAUNCH["wu_stages"],
+        **register_cap(LAUNCH["wu_maxnreg"]),
+    )
+
     BK = max(16, triton.next_power_of_2(K))
     # the state pass's independent chains: sequences, or their segments with state_split
     n_chains, seg_info, seg_offsets = N, G, G
@@ -1379,19 +1362,6 @@ def kda_chunk(
         seg_info, seg_offsets, NS = _segment_tables(tables, dev, seg_chunks)
         n_chains = NS if NS > N else N  # split only where some sequence is longer than one segment
     split = n_chains != N
-    # with u_in_state the state pass forms U = X (beta v) itself (not with the split pass, whose kernel 5a reads U)
-    u_from_x = bool(LAUNCH["u_in_state"]) and not (split or save_states)
-    # (without U, the W/U kernel's U argument is W: a bf16 tensor, so that it does not take the save_states path)
-    U = W if u_from_x else torch.empty(TT, HV, V, dtype=f32 if save_states else bf16, device=dev)
-    _wu_kernel[(NT, HV)](
-        q, k, v, beta, G, rq, rk, Xs, kept["X"], W, U, QG, KG, KB, cu_seqlens, chunk_indices, opts.resolved_scale(K),
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
-        BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
-        BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, KG_DONE=kg_here, EXP2=exp2,
-        U_HERE=not u_from_x, INTERPRET=interp, num_warps=_wu_warps(V), num_stages=LAUNCH["wu_stages"],
-        **register_cap(LAUNCH["wu_maxnreg"]),
-    )
-
     # tiles, depth and out_in_state by the number of chains (a segment is as independent as a sequence)
     BV, stages, out_in_state = _state_launch(n_chains * HV, BK, V)
     o = torch.empty(TT, HV, V, dtype=v.dtype, device=dev)
@@ -1429,8 +1399,7 @@ def kda_chunk(
     _state_kernel[(n_chains * triton.cdiv(V, BV), HV)](
         W, U, KG, G, h, v_new, h0_arg, final_state if final_state is not None else G,
         chunk_states if chunk_states is not None else G, QG, Aqk, o, rq, opts.resolved_scale(K), cu_seqlens,
-        chunk_offsets, seg_info, S0, Xs, v, beta, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
-        U_FROM_X=u_from_x, BETA=BETA_CODES[opts.beta],
+        chunk_offsets, seg_info, S0, HV=HV, K=K, V=V, BT=BT, BK=BK, BV=BV,
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
         STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, QG_RAW=qg_raw,
         L2NORM=opts.use_qk_l2norm, EXP2=exp2, STORE_VN=not out_in_state or save_states, INTERPRET=interp,

@@ -253,13 +253,11 @@ VARIANTS = {
     "kg_in_intra_l2_in_gate_kernel": {"kg_in_intra": True, "l2_in_intra": False},
     "gate_in_intra": {"gate_in_intra": True}, "gate_kernel": {"gate_in_intra": False},
     "gate_in_intra_l2_in_gate": {"gate_in_intra": True, "l2_in_intra": False},
-    "u_in_state": {"u_in_state": True}, "u_in_state_fused": {"u_in_state": True, "out_in_state": True},
-    "u_in_state_split": {"u_in_state": True, "state_split": 4},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
-ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra", "u_in_state"}
+ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra"}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
