@@ -1,5 +1,5 @@
-"""Chunked KDA forward (prefill) in six Triton kernels (five where the state pass writes O, two more with
-state_split).
+"""Chunked KDA forward (prefill) in six Triton kernels (one fewer where the intra kernel computes the gate's sum,
+another where the state pass writes O, two more with state_split).
 
 Each sequence is cut into chunks of BT = 64 tokens (the last one may be shorter); a chunk is handled as
 four sub-chunks of 16 rows. With G the inclusive cumulative sum of the log decay g inside a chunk
