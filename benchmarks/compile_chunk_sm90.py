@@ -42,12 +42,15 @@ def kernels(launch: dict):
     tables = {"cu_seqlens": "*i64", "chunk_indices": "*i32"}
     common = dict(H=H, HV=HV, K=K, BT=chunk.BT, INTERPRET=False)
     out = []
+    # the K3 shape: the safe gate computed in the op; with gate_in_intra the intra program does kernel 1's work
+    gate_fused = bool(L["intra_one_launch"]) and chunk._gate_in_intra(L["gate_in_intra"], "safe")
     sig = {**ptr("bf16", "g", "q", "k"), **ptr("fp32", "A_log", "dt_bias", "G", "rq", "rk"), **tables,
            "lower_bound": "fp32"}
-    out.append(("gate", chunk._gate_cumsum_kernel, sig,
-                dict(H=H, HV=HV, K=K, BT=chunk.BT, BK=min(L["gate_bk"], 64), GATE=2, L2NORM=not l2_in_intra,
-                     EXP2=exp2),
-                L["gate_warps"], None))
+    if not gate_fused:
+        out.append(("gate", chunk._gate_cumsum_kernel, sig,
+                    dict(H=H, HV=HV, K=K, BT=chunk.BT, BK=min(L["gate_bk"], 64), GATE=2, L2NORM=not l2_in_intra,
+                         EXP2=exp2),
+                    L["gate_warps"], None))
     qg_raw = bool(L["qg_in_intra"])
     sig = {**ptr("bf16", "q", "k", "beta", "Aqk", "QG", "KB", "KG"), **ptr("fp32", "G", "rq", "rk", "Akk", "Ps", "Qs"),
            **tables, "scale": "fp32"}
@@ -55,8 +58,7 @@ def kernels(launch: dict):
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here)
     if L["intra_one_launch"]:
-        gate_here = dict(GATE_HERE=bool(L["gate_in_intra"]), GATE=2, BKG=min(L["gate_bk"], 64),
-                         L2_IN_GATE=not l2_in_intra)
+        gate_here = dict(GATE_HERE=gate_fused, GATE=2, BKG=min(L["gate_bk"], 64), L2_IN_GATE=not l2_in_intra)
         sig_chunk = {**sig, "g": "*bf16", **ptr("fp32", "A_log", "dt_bias"), "lower_bound": "fp32"}
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig_chunk, dict(intra, **gate_here),
                     L["intra_warps"], L["intra_stages"]))

@@ -1286,14 +1286,14 @@ def kda_chunk(
     QG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     KG = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     gate_args = (A_log, dt_bias) if opts.gate != "precomputed" else (g, g)
-    gate_consts = dict(GATE=GATE_CODES[opts.gate])
+    BK_gate, l2_in_gate = min(LAUNCH["gate_bk"], BKg), opts.use_qk_l2norm and not l2_in_intra
     # with gate_in_intra kernel 2's programs do kernel 1's work for their chunks first
     gate_here = _gate_in_intra(LAUNCH["gate_in_intra"], opts.gate) and bool(LAUNCH["intra_one_launch"])
     if not gate_here:
         _gate_cumsum_kernel[(NT, HV)](
             g, *gate_args, G, q, k, rq, rk, cu_seqlens, chunk_indices, float(opts.lower_bound),
-            H=H, HV=HV, K=K, BT=BT, BK=min(LAUNCH["gate_bk"], BKg), L2NORM=opts.use_qk_l2norm and not l2_in_intra,
-            EXP2=exp2, num_warps=LAUNCH["gate_warps"], **gate_consts, **register_cap(LAUNCH["gate_maxnreg"]),
+            H=H, HV=HV, K=K, BT=BT, BK=BK_gate, GATE=GATE_CODES[opts.gate], L2NORM=l2_in_gate, EXP2=exp2,
+            num_warps=LAUNCH["gate_warps"], **register_cap(LAUNCH["gate_maxnreg"]),
         )
 
     keep = saved is not None
@@ -1328,8 +1328,8 @@ def kda_chunk(
     )
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](
-            *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here, BKG=min(LAUNCH["gate_bk"], BKg),
-            L2_IN_GATE=opts.use_qk_l2norm and not l2_in_intra, **gate_consts, **intra_consts)
+            *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here, GATE=GATE_CODES[opts.gate],
+            BKG=BK_gate, L2_IN_GATE=l2_in_gate, **intra_consts)
     else:
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
             _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
