@@ -167,6 +167,7 @@ LAUNCH = {
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
+    "inv_in_intra": False, "discard_g": False,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -392,6 +393,7 @@ def _intra_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
+    INV_HERE: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
@@ -402,7 +404,8 @@ def _intra_kernel(
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
+                     INV_HERE)
 
 
 @triton.jit(do_not_specialize=["scale", "lower_bound"])
@@ -413,7 +416,8 @@ def _intra_chunk_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    GATE_HERE: tl.constexpr, GATE: tl.constexpr, BKG: tl.constexpr, L2_IN_GATE: tl.constexpr,
+    INV_HERE: tl.constexpr,
+    GATE_HERE: tl.constexpr, GATE: tl.constexpr, BKG: tl.constexpr, L2_IN_GATE: tl.constexpr, DISCARD_G: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
     intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
@@ -431,19 +435,41 @@ def _intra_chunk_kernel(
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
+                     INV_HERE)
     tl.debug_barrier()
     if BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
+                     INV_HERE)
     tl.debug_barrier()
     if 2 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
+                     INV_HERE)
     tl.debug_barrier()
     if 3 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
+                     INV_HERE)
+    if DISCARD_G:
+        tl.debug_barrier()
+        _discard_l2_rows(G + (r0 * HV + i_hv) * K, n - 1, HV * K, K, BT)
+
+
+@triton.jit
+def _discard_l2_rows(x, rows, S: tl.constexpr, K: tl.constexpr, BT: tl.constexpr):
+    """Drop the L2 lines of the fp32 rows 0..rows-1 (K elements each, row stride S) without writing them back
+    to DRAM (PTX discard.global.L2): the data becomes undefined. For a scratch that no later kernel reads; K * 4
+    bytes must be a whole number of 128-byte lines and x 128-byte aligned, so that no line holds other data."""
+    NL: tl.constexpr = K // 32  # 128-byte lines per row
+    o_r = tl.arange(0, BT)[:, None]
+    o_l = tl.arange(0, triton.next_power_of_2(NL))[None, :]
+    addr = (x + o_r * S + o_l * 32).to(tl.int64, bitcast=True)
+    keep = ((o_r < rows) & (o_l < NL)).to(tl.int32)
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p discard.global.L2 [$1], 128; mov.u32 $0, 0; }",
+        "=r,l,r", [addr, keep], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -453,6 +479,7 @@ def _intra_block(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
+    INV_HERE: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I
@@ -608,6 +635,8 @@ def _intra_block(
         kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
         off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
         tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo)
+        if INV_HERE:  # the solve's diagonal inverse, as the solve would compute it, in A_kk's diagonal slot
+            kk = _inverse_unit_lower(kk, BC, SOLVE_PRECISION)
         tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None])
 
 
@@ -646,7 +675,7 @@ def _mm(a, b):
 @triton.jit
 def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr,
                   BC: tl.constexpr, BETA: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
-                  STORE_XS: tl.constexpr):
+                  STORE_XS: tl.constexpr, INV_DONE: tl.constexpr):
     """X = (I + A_kk)^-1 of one (chunk, value head) of n valid rows, into its X scratch, by 16x16 blocks, all in
     registers: X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ. A_kk from the intra kernel's
     scratch, or with SAVE diag(beta) P from the kept P (Akk is then P; the intra kernel wrote no scratch).
@@ -659,10 +688,16 @@ def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr
     beta += r0 * HV + i_hv
     Xs += (i_c * HV + i_hv) * (BT * BT)
     Xf += (i_c * HV + i_hv) * (BT * BT)
-    X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
-    X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
-    X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
-    X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
+    if INV_DONE:  # the intra kernel left (I + A_II)^-1 in the diagonal blocks (rows past n load as 0: never read)
+        X00 = _akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, False)
+        X11 = _akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, False)
+        X22 = _akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, False)
+        X33 = _akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, False)
+    else:
+        X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
+        X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
+        X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
+        X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
     A10 = _akk_block(Akk, beta, 1, 0, n, HV, BT, BC, BETA, SAVE)
     A20 = _akk_block(Akk, beta, 2, 0, n, HV, BT, BC, BETA, SAVE)
     A21 = _akk_block(Akk, beta, 2, 1, n, HV, BT, BC, BETA, SAVE)
@@ -1315,6 +1350,12 @@ def kda_chunk(
     # product between), and no other program touches its rows, so W overwrites its own operand: no extra memory
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     KB = W if kg_here else KG
+    # with inv_in_intra kernel 2 also inverts its diagonal blocks of A_kk (not with the kept P: no A_kk scratch)
+    inv_here = bool(LAUNCH["inv_in_intra"]) and not keep
+    # with discard_g kernel 2 drops its G rows (but the last, which the state pass reads) from L2 when it is done
+    # with them, where no later kernel reads G and its rows are whole 128-byte lines
+    discard_g = (bool(LAUNCH["discard_g"]) and kg_here and qg_raw and not save_states and K % 32 == 0
+                 and not interp and q.is_cuda)
     intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
                   kept["P"], kept["Aqk"], KB, KG)
     intra_consts = dict(
@@ -1322,14 +1363,14 @@ def kda_chunk(
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
-        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, num_warps=LAUNCH["intra_warps"],
+        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, INV_HERE=inv_here, num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
         **register_cap(LAUNCH["intra_maxnreg"]),
     )
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](
             *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here, GATE=GATE_CODES[opts.gate],
-            BKG=BK_gate, L2_IN_GATE=l2_in_gate, **intra_consts)
+            BKG=BK_gate, L2_IN_GATE=l2_in_gate, DISCARD_G=discard_g, **intra_consts)
     else:
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
             _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
@@ -1338,6 +1379,7 @@ def kda_chunk(
     Xs = G if save_states else torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
     _solve_kernel[(NT, HV)](Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC,
                             BETA=BETA_CODES[opts.beta], INTERPRET=interp, SAVE=keep, STORE_XS=not save_states,
+                            INV_DONE=inv_here,
                             num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
     if keep:
         saved.update(kept)

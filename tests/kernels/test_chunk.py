@@ -253,6 +253,8 @@ VARIANTS = {
     "kg_in_intra_l2_in_gate_kernel": {"kg_in_intra": True, "l2_in_intra": False},
     "gate_in_intra": {"gate_in_intra": True}, "gate_kernel": {"gate_in_intra": False},
     "gate_in_intra_l2_in_gate": {"gate_in_intra": True, "l2_in_intra": False},
+    "inv_in_intra": {"inv_in_intra": True}, "inv_in_intra_per_block": {"inv_in_intra": True, "intra_one_launch": False},
+    "discard_g": {"discard_g": True, "kg_in_intra": True},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
