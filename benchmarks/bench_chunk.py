@@ -309,13 +309,17 @@ def parse_ab(spec):
 
 
 def parse_launch(text, where="--launch"):
-    """{launch setting: value} of `KEY=VALUE,...` (None, True, False or an int); exits on an unknown setting."""
+    """{launch setting: value} of `KEY=VALUE,...` (None, True, False, an int, or else the text, e.g. a dot precision);
+    exits on an unknown setting."""
     changes = {}
     for item in text.split(","):
         key, _, value = item.partition("=")
         if key not in ours.LAUNCH:
             raise SystemExit(f"{where}: {key!r} is not a launch setting ({', '.join(ours.LAUNCH)})")
-        changes[key] = None if value == "None" else (value == "True" if value in ("True", "False") else int(value))
+        if value in ("None", "True", "False"):
+            changes[key] = {"None": None, "True": True, "False": False}[value]
+        else:
+            changes[key] = int(value) if value.lstrip("-").isdigit() else value
     return changes
 
 

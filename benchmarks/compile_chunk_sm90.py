@@ -56,8 +56,7 @@ def kernels(launch: dict):
            **tables, "scale": "fp32"}
     kg_here = chunk._kg_in_intra(L["kg_in_intra"], l2_in_intra)  # the K3 shape: L2 norm in the op
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
-                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here,
-                 INV_HERE=bool(L["inv_in_intra"]))
+                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here)
     if L["intra_one_launch"]:
         gate_here = dict(GATE_HERE=gate_fused, GATE=2, BKG=min(L["gate_bk"], 64), L2_IN_GATE=not l2_in_intra,
                          DISCARD_G=bool(L["discard_g"]) and kg_here and qg_raw)
@@ -71,7 +70,7 @@ def kernels(launch: dict):
                         L["intra_warps"], L["intra_stages"]))
     out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "beta": "*bf16", "Xs": "*bf16", "Xf": "*fp32", **tables},
                 dict(HV=HV, BT=chunk.BT, BC=chunk.BC, BETA=0, INTERPRET=False, SAVE=False, STORE_XS=True,
-                     INV_DONE=bool(L["inv_in_intra"])),
+                     PREC_INV=L["solve_inv_precision"], PREC_MERGE=L["solve_merge_precision"]),
                 L["solve_warps"], None))
     sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk", "Xf"),
            **tables, "scale": "fp32"}

@@ -167,7 +167,7 @@ LAUNCH = {
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
-    "inv_in_intra": False, "discard_g": False,
+    "discard_g": False, "solve_inv_precision": "tf32x3", "solve_merge_precision": "tf32x3",
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -393,7 +393,6 @@ def _intra_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    INV_HERE: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
@@ -404,8 +403,7 @@ def _intra_kernel(
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
-                     INV_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
 
 
 @triton.jit(do_not_specialize=["scale", "lower_bound"])
@@ -416,7 +414,6 @@ def _intra_chunk_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    INV_HERE: tl.constexpr,
     GATE_HERE: tl.constexpr, GATE: tl.constexpr, BKG: tl.constexpr, L2_IN_GATE: tl.constexpr, DISCARD_G: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
@@ -435,23 +432,19 @@ def _intra_chunk_kernel(
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
-                     INV_HERE)
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
     tl.debug_barrier()
     if BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
-                     INV_HERE)
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
     tl.debug_barrier()
     if 2 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
-                     INV_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
     tl.debug_barrier()
     if 3 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
-                     INV_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
     if DISCARD_G:
         tl.debug_barrier()
         _discard_l2_rows(G + (r0 * HV + i_hv) * K, n - 1, HV * K, K, BT)
@@ -479,7 +472,6 @@ def _intra_block(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    INV_HERE: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I
@@ -635,8 +627,6 @@ def _intra_block(
         kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
         off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
         tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo)
-        if INV_HERE:  # the solve's diagonal inverse, as the solve would compute it, in A_kk's diagonal slot
-            kk = _inverse_unit_lower(kk, BC, SOLVE_PRECISION)
         tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None])
 
 
@@ -668,14 +658,14 @@ def _store_x_block(Xs, Xf, x, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr
 
 
 @triton.jit
-def _mm(a, b):
-    return tl.dot(a, b, input_precision=SOLVE_PRECISION)
+def _mm(a, b, PREC: tl.constexpr):
+    return tl.dot(a, b, input_precision=PREC)
 
 
 @triton.jit
 def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr,
                   BC: tl.constexpr, BETA: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
-                  STORE_XS: tl.constexpr, INV_DONE: tl.constexpr):
+                  STORE_XS: tl.constexpr, PREC_INV: tl.constexpr, PREC_MERGE: tl.constexpr):
     """X = (I + A_kk)^-1 of one (chunk, value head) of n valid rows, into its X scratch, by 16x16 blocks, all in
     registers: X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ. A_kk from the intra kernel's
     scratch, or with SAVE diag(beta) P from the kept P (Akk is then P; the intra kernel wrote no scratch).
@@ -688,28 +678,23 @@ def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr
     beta += r0 * HV + i_hv
     Xs += (i_c * HV + i_hv) * (BT * BT)
     Xf += (i_c * HV + i_hv) * (BT * BT)
-    if INV_DONE:  # the intra kernel left (I + A_II)^-1 in the diagonal blocks (rows past n load as 0: never read)
-        X00 = _akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, False)
-        X11 = _akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, False)
-        X22 = _akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, False)
-        X33 = _akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, False)
-    else:
-        X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
-        X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
-        X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
-        X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, SOLVE_PRECISION)
+    X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV)
+    X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV)
+    X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV)
+    X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV)
     A10 = _akk_block(Akk, beta, 1, 0, n, HV, BT, BC, BETA, SAVE)
     A20 = _akk_block(Akk, beta, 2, 0, n, HV, BT, BC, BETA, SAVE)
     A21 = _akk_block(Akk, beta, 2, 1, n, HV, BT, BC, BETA, SAVE)
     A30 = _akk_block(Akk, beta, 3, 0, n, HV, BT, BC, BETA, SAVE)
     A31 = _akk_block(Akk, beta, 3, 1, n, HV, BT, BC, BETA, SAVE)
     A32 = _akk_block(Akk, beta, 3, 2, n, HV, BT, BC, BETA, SAVE)
-    X10 = -_mm(X11, _mm(A10, X00))
-    X21 = -_mm(X22, _mm(A21, X11))
-    X20 = -_mm(X22, _mm(A20, X00) + _mm(A21, X10))
-    X32 = -_mm(X33, _mm(A32, X22))
-    X31 = -_mm(X33, _mm(A31, X11) + _mm(A32, X21))
-    X30 = -_mm(X33, _mm(A30, X00) + _mm(A31, X10) + _mm(A32, X20))
+    P: tl.constexpr = PREC_MERGE
+    X10 = -_mm(X11, _mm(A10, X00, P), P)
+    X21 = -_mm(X22, _mm(A21, X11, P), P)
+    X20 = -_mm(X22, _mm(A20, X00, P) + _mm(A21, X10, P), P)
+    X32 = -_mm(X33, _mm(A32, X22, P), P)
+    X31 = -_mm(X33, _mm(A31, X11, P) + _mm(A32, X21, P), P)
+    X30 = -_mm(X33, _mm(A30, X00, P) + _mm(A31, X10, P) + _mm(A32, X20, P), P)
     _store_x_block(Xs, Xf, X00, 0, 0, BT, BC, INTERPRET, SAVE, STORE_XS)
     _store_x_block(Xs, Xf, X10, 1, 0, BT, BC, INTERPRET, SAVE, STORE_XS)
     _store_x_block(Xs, Xf, X11, 1, 1, BT, BC, INTERPRET, SAVE, STORE_XS)
@@ -1350,8 +1335,6 @@ def kda_chunk(
     # product between), and no other program touches its rows, so W overwrites its own operand: no extra memory
     W = torch.empty(TT, HV, K, dtype=bf16, device=dev)
     KB = W if kg_here else KG
-    # with inv_in_intra kernel 2 also inverts its diagonal blocks of A_kk (not with the kept P: no A_kk scratch)
-    inv_here = bool(LAUNCH["inv_in_intra"]) and not keep
     # with discard_g kernel 2 drops its G rows (but the last, which the state pass reads) from L2 when it is done
     # with them, where no later kernel reads G and its rows are whole 128-byte lines
     discard_g = (bool(LAUNCH["discard_g"]) and kg_here and qg_raw and not save_states and K % 32 == 0
@@ -1363,7 +1346,7 @@ def kda_chunk(
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
-        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, INV_HERE=inv_here, num_warps=LAUNCH["intra_warps"],
+        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
         **register_cap(LAUNCH["intra_maxnreg"]),
     )
@@ -1375,11 +1358,13 @@ def kda_chunk(
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
             _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
                                     **intra_consts)
+    # the solve's products (the diagonal inverses, the merges): the backward's fp32 X (keep) always in tf32x3
+    solve_prec = (("tf32x3", "tf32x3") if keep else (LAUNCH["solve_inv_precision"], LAUNCH["solve_merge_precision"]))
     # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
     Xs = G if save_states else torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
     _solve_kernel[(NT, HV)](Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC,
                             BETA=BETA_CODES[opts.beta], INTERPRET=interp, SAVE=keep, STORE_XS=not save_states,
-                            INV_DONE=inv_here,
+                            PREC_INV=solve_prec[0], PREC_MERGE=solve_prec[1],
                             num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
     if keep:
         saved.update(kept)
