@@ -59,7 +59,7 @@ def kernels(launch: dict):
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here)
     if L["intra_one_launch"]:
         gate_here = dict(GATE_HERE=gate_fused, GATE=2, BKG=min(L["gate_bk"], 64), L2_IN_GATE=not l2_in_intra,
-                         DISCARD_G=bool(L["discard_g"]) and kg_here and qg_raw)
+                         DISCARD_G=L["discard_g"] is not False and kg_here and qg_raw)
         sig_chunk = {**sig, "g": "*bf16", **ptr("fp32", "A_log", "dt_bias"), "lower_bound": "fp32"}
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig_chunk, dict(intra, **gate_here),
                     L["intra_warps"], L["intra_stages"]))

@@ -49,8 +49,10 @@ Every anchor row is at or before the row it serves, so no output depends on late
 
 Dot precisions (say where accuracy is spent):
 - A_kk, A_qk blocks: tf32 (fp32 operands scaled by the decays).
-- the triangular solve (16x16 diagonal inverses as a product of powers, block merges): tf32x3 (three tf32
-  tensor-core products with the low parts, about fp32 accuracy, on tensor cores instead of fp32 FMAs).
+- the triangular solve (16x16 diagonal inverses as a product of powers, block merges): tf32 (X is rounded to bf16
+  after it, which costs more than tf32's products: launch settings solve_inv_precision, solve_merge_precision);
+  with the chunk matrices kept for the backward (`saved`, fp32 X) tf32x3 (three tf32 tensor-core products with the
+  low parts, about fp32 accuracy).
 - W, U (X rounded to bf16 times bf16 operands), the state pass (W S, k^T V_new with S and V_new rounded to
   bf16) and the output (q exp(G) S, A_qk V_new): bf16 tensor cores, fp32 accumulation. The state S itself
   is kept in fp32 between chunks.
@@ -83,7 +85,7 @@ from kda_trace.platform import triton_interpreted
 
 BT = 64  # chunk length
 BC = 16  # sub-chunk length (the diagonal blocks of the solve)
-SOLVE_PRECISION = tl.constexpr("tf32x3")  # the solve's fp32 products: 3 tf32 MMAs, about fp32 accuracy
+SOLVE_PRECISION = tl.constexpr("tf32x3")  # 3 tf32 MMAs, about fp32 accuracy: the kept fp32 X, the backward, 5b
 MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^60 * |x| * |k| * K << 3e38)
 
 # Launch settings: warps per program, K/V tiles, pipelining depths (3 is Triton's default), and the state pass's
@@ -142,8 +144,20 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # - gate_in_intra (None: on for a precomputed gate; _gate_in_intra): kernel 2's program first does kernel 1's work for
 #   its chunk (G, and the norm factors with l2_in_intra off) and its blocks then read G back from the caches; kernel 1
 #   is not launched. The same bits. H100: 1.016-1.021 on the five shapes with a precomputed gate, 0.989 on K3.
+# On by default since the thirty-ninth session (H100, 7 alternating rounds, both together: 1.042-1.051 on the six
+# shapes of issue 20, 32 x 16384 1.931 -> 1.849 ms, K3 2.589 -> 2.484):
+# - solve_inv_precision, solve_merge_precision = "tf32" (were tf32x3, now only with the kept matrices): the solve's
+#   products (the diagonal inverses' chain of six, the merges) in one tf32 MMA instead of three; X is rounded to bf16
+#   for the W/U kernel right after, which costs more than the tf32 products. Against float64 (solve_precision_probe.py,
+#   8 heads x 4096): o 3.425e-3 and 3.468e-3 unchanged, the state 0.3-0.7% better; on weak decays o +0.2-0.3%, state
+#   +0.7%, worst token -1.4% to +2.0%. 235 -> 141 registers (ptxas, triton 3.9). Merges alone: 1.014.
+# - discard_g (None: on where it applies; _discard_g): kernel 2 drops its G rows but the last from L2 after its blocks
+#   (PTX discard.global.L2: no write-back to DRAM of 32 KB per chunk and head at K = 128) where no later kernel reads
+#   G. The same bits. 1.004-1.005 alone (32 x 16384, 16 x 2 x 16384, 96 x 8192).
 # Not kept (H100, default / changed < 1): wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3);
 # solve_warps=2 0.953 / 0.946, 4 0.866 (32 x 16384 / K3, thirty-seventh session).
+# Deleted in the thirty-ninth session: inv_in_intra (kernel 2 also inverted its diagonal blocks of A_kk, the solve
+# only merged): 0.711 on 32 x 16384, 0.805 on K3.
 # Deleted in the seventeenth session:
 # - the solve at the end of the one-launch intra program (its A_kk read back from the caches, one launch less):
 #   0.659 on K3, 0.699 on 32 x 16384;
@@ -167,7 +181,7 @@ LAUNCH = {
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
-    "discard_g": False, "solve_inv_precision": "tf32x3", "solve_merge_precision": "tf32x3",
+    "discard_g": None, "solve_inv_precision": "tf32", "solve_merge_precision": "tf32",
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -334,19 +348,37 @@ def _exact_diag_block(
 
 
 @triton.jit
-def _inverse_unit_lower(L, BC: tl.constexpr, PREC: tl.constexpr):
-    """(I + L)^-1 for a strictly lower-triangular 16x16 L, products in PREC (the forward: SOLVE_PRECISION; the
-    chunked backward's prep, kernels/backward_chunked.py: also "ieee" for float64). L is nilpotent (L^16 = 0),
+def _tf32(x):
+    """x (fp32) rounded to tf32 as the tensor cores' cvt.rna.tf32 does (10 mantissa bits, ties away from zero; finite
+    x), for the interpreter, which multiplies tf32 operands in full fp32."""
+    bits = x.to(tl.uint32, bitcast=True)
+    return ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _pdot(a, b, PREC: tl.constexpr, INTERPRET: tl.constexpr):
+    """a @ b (fp32) with the products in PREC; under the interpreter "tf32" is emulated (operands rounded to tf32)."""
+    if INTERPRET and PREC == "tf32":
+        return tl.dot(_tf32(a), _tf32(b), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
+def _inverse_unit_lower(L, BC: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
+    """(I + L)^-1 for a strictly lower-triangular 16x16 L, products in PREC (the forward: the launch setting
+    solve_inv_precision, tf32x3 with the kept matrices; the chunked backward's prep, kernels/backward_chunked.py:
+    tf32x3, or "ieee" for float64). L is nilpotent (L^16 = 0),
     so (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8): six small products instead of 15 dependent row steps
     of forward substitution (each of which needs two cross-thread reductions)."""
     o_i = tl.arange(0, BC)
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
-    L2 = tl.dot(L, L, input_precision=PREC)
-    L4 = tl.dot(L2, L2, input_precision=PREC)
-    L8 = tl.dot(L4, L4, input_precision=PREC)
-    X = tl.dot(eye - L, eye + L2, input_precision=PREC)
-    X = tl.dot(X, eye + L4, input_precision=PREC)
-    return tl.dot(X, eye + L8, input_precision=PREC)
+    L2 = _pdot(L, L, PREC, INTERPRET)
+    L4 = _pdot(L2, L2, PREC, INTERPRET)
+    L8 = _pdot(L4, L4, PREC, INTERPRET)
+    X = _pdot(eye - L, eye + L2, PREC, INTERPRET)
+    X = _pdot(X, eye + L4, PREC, INTERPRET)
+    return _pdot(X, eye + L8, PREC, INTERPRET)
 
 
 @triton.jit
@@ -658,11 +690,6 @@ def _store_x_block(Xs, Xf, x, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr
 
 
 @triton.jit
-def _mm(a, b, PREC: tl.constexpr):
-    return tl.dot(a, b, input_precision=PREC)
-
-
-@triton.jit
 def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr,
                   BC: tl.constexpr, BETA: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
                   STORE_XS: tl.constexpr, PREC_INV: tl.constexpr, PREC_MERGE: tl.constexpr):
@@ -678,10 +705,14 @@ def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr
     beta += r0 * HV + i_hv
     Xs += (i_c * HV + i_hv) * (BT * BT)
     Xf += (i_c * HV + i_hv) * (BT * BT)
-    X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV)
-    X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV)
-    X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV)
-    X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV)
+    X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
+                              INTERPRET)
+    X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
+                              INTERPRET)
+    X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
+                              INTERPRET)
+    X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
+                              INTERPRET)
     A10 = _akk_block(Akk, beta, 1, 0, n, HV, BT, BC, BETA, SAVE)
     A20 = _akk_block(Akk, beta, 2, 0, n, HV, BT, BC, BETA, SAVE)
     A21 = _akk_block(Akk, beta, 2, 1, n, HV, BT, BC, BETA, SAVE)
@@ -689,12 +720,13 @@ def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr
     A31 = _akk_block(Akk, beta, 3, 1, n, HV, BT, BC, BETA, SAVE)
     A32 = _akk_block(Akk, beta, 3, 2, n, HV, BT, BC, BETA, SAVE)
     P: tl.constexpr = PREC_MERGE
-    X10 = -_mm(X11, _mm(A10, X00, P), P)
-    X21 = -_mm(X22, _mm(A21, X11, P), P)
-    X20 = -_mm(X22, _mm(A20, X00, P) + _mm(A21, X10, P), P)
-    X32 = -_mm(X33, _mm(A32, X22, P), P)
-    X31 = -_mm(X33, _mm(A31, X11, P) + _mm(A32, X21, P), P)
-    X30 = -_mm(X33, _mm(A30, X00, P) + _mm(A31, X10, P) + _mm(A32, X20, P), P)
+    X10 = -_pdot(X11, _pdot(A10, X00, P, INTERPRET), P, INTERPRET)
+    X21 = -_pdot(X22, _pdot(A21, X11, P, INTERPRET), P, INTERPRET)
+    X20 = -_pdot(X22, _pdot(A20, X00, P, INTERPRET) + _pdot(A21, X10, P, INTERPRET), P, INTERPRET)
+    X32 = -_pdot(X33, _pdot(A32, X22, P, INTERPRET), P, INTERPRET)
+    X31 = -_pdot(X33, _pdot(A31, X11, P, INTERPRET) + _pdot(A32, X21, P, INTERPRET), P, INTERPRET)
+    X30 = -_pdot(X33, _pdot(A30, X00, P, INTERPRET) + _pdot(A31, X10, P, INTERPRET) + _pdot(A32, X20, P, INTERPRET),
+                 P, INTERPRET)
     _store_x_block(Xs, Xf, X00, 0, 0, BT, BC, INTERPRET, SAVE, STORE_XS)
     _store_x_block(Xs, Xf, X10, 1, 0, BT, BC, INTERPRET, SAVE, STORE_XS)
     _store_x_block(Xs, Xf, X11, 1, 1, BT, BC, INTERPRET, SAVE, STORE_XS)
@@ -1337,8 +1369,7 @@ def kda_chunk(
     KB = W if kg_here else KG
     # with discard_g kernel 2 drops its G rows (but the last, which the state pass reads) from L2 when it is done
     # with them, where no later kernel reads G and its rows are whole 128-byte lines
-    discard_g = (bool(LAUNCH["discard_g"]) and kg_here and qg_raw and not save_states and K % 32 == 0
-                 and not interp and q.is_cuda)
+    discard_g = _discard_g(LAUNCH["discard_g"], kg_here and qg_raw and not save_states, K, q.device, interp)
     intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
                   kept["P"], kept["Aqk"], KB, KG)
     intra_consts = dict(
@@ -1466,6 +1497,15 @@ def _gate_in_intra(setting: bool | None, gate: str) -> bool:
     (thirty-eighth session, the same bits): 1.016-1.021 on the five shapes of issue 20 with a precomputed gate (32
     x 16384 1.974 -> 1.933 ms), 0.989 on K3 (safe gate and L2 norm in the op)."""
     return (gate == "precomputed") if setting is None else bool(setting)
+
+
+def _discard_g(setting: bool | None, g_unread: bool, K: int, device, interp: bool) -> bool:
+    """Launch setting discard_g (setting; None: on where it applies): kernel 2 drops its G rows from L2 when done. It
+    applies where no later kernel reads G but its chunks' last rows (g_unread: the W/U kernel reads neither k exp(G_last -
+    G), beta k exp(G) nor q exp(G) from G), a row is whole 128-byte lines (K % 32 == 0), and the kernel runs compiled on
+    an NVIDIA GPU (PTX). H100 (thirty-ninth session): 1.004-1.005, the same bits."""
+    applies = g_unread and K % 32 == 0 and not interp and torch.device(device).type == "cuda" and torch.version.hip is None
+    return applies and (setting is None or bool(setting))
 
 
 def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:

@@ -17,13 +17,15 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
-from kda_trace.platform import default_device, ensure_triton_can_run
+from kda_trace.platform import default_device, ensure_triton_can_run, triton_interpreted
 
 DEVICE = default_device()
 ensure_triton_can_run(DEVICE)
 
-from kda_trace.kernels.chunk import kda_chunk
+from kda_trace.kernels.chunk import _tf32, kda_chunk
 from kda_trace.kernels.options import KDAOptions
 
 f64 = torch.float64
@@ -132,6 +134,62 @@ def test_kg_in_intra_by_default_without_the_l2_norm_in_the_intra_kernel(monkeypa
     args = [x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")]
     kda_chunk(*args, KDAOptions(), saved={}, save_states=True)
     assert [opt["KG_HERE"] for opt in spy.options] == [True, False, False]
+
+
+def test_solve_in_tf32_by_default_and_in_tf32x3_for_the_kept_matrices(monkeypatch):
+    """The solve's products in tf32 by default (X is rounded to bf16 after it), in tf32x3 (about fp32) when the chunk
+    matrices are kept for the backward (its fp32 X). The interpreter emulates tf32 (operands rounded as
+    cvt.rna.tf32), so o here is tf32's: within the float64 budget, and the kept X within tf32x3's reach of
+    (I + A_kk)^-1 in float64 (1e-5 relative; tf32 products alone would miss it)."""
+    from kda_trace.kernels import chunk
+    from launch_spy import LaunchSpy
+
+    spy = LaunchSpy(chunk._solve_kernel)
+    monkeypatch.setattr(chunk, "_solve_kernel", spy)
+    x = make(1, 130, 1, 2, 32, 16, seed=35)
+    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    x["g"] = x["g"] * 0.05  # weak decays: A_kk's entries near k_i . k_j, X far from the identity
+    o, _, o_ref, _ = run_case(x, KDAOptions())
+    assert rms_rel(o, o_ref) <= BUDGET
+    saved = {}
+    args = [x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")]
+    kda_chunk(*args, KDAOptions(), saved=saved)
+    assert [(opt["PREC_INV"], opt["PREC_MERGE"]) for opt in spy.options] == [("tf32", "tf32"), ("tf32x3", "tf32x3")]
+    P, X = saved["P"].cpu().to(f64), saved["X"].cpu().to(f64)
+    beta = x["beta"].to(f64).reshape(-1, 2)  # [tokens, value heads]
+    for c, (r0, n) in enumerate(((0, 64), (64, 64), (128, 2))):
+        for h in range(2):
+            A = beta[r0:r0 + n, h, None] * P[c, h, :n, :n]
+            X_ref = torch.linalg.inv(torch.eye(n, dtype=f64) + A)
+            assert (X[c, h, :n, :n] - X_ref).abs().max() <= 1e-5 * X_ref.abs().max()
+
+
+def test_tf32_emulation_rounds_as_the_tensor_cores():
+    """`_tf32` (the interpreter's stand-in for tf32 operands): 10 mantissa bits, ties away from zero, signs kept."""
+    if not triton_interpreted():
+        pytest.skip("the emulation runs under the interpreter")
+    one_ulp = 2.0 ** -10  # tf32's spacing in [1, 2)
+    x = torch.tensor([1.0, 1 + one_ulp / 2, 1 + one_ulp / 2 - 2 ** -23, 1 + 1.5 * one_ulp, -(1 + one_ulp / 2),
+                      3.0e-3, -7.25, 0.0])
+    y = torch.empty_like(x)
+    _tf32_kernel[(1,)](x, y, N=8)
+    expect = torch.tensor([1.0, 1 + one_ulp, 1.0, 1 + 2 * one_ulp, -(1 + one_ulp), 0.0, -7.25, 0.0])
+    expect[5] = _round_mantissa(3.0e-3, 10)
+    assert torch.equal(y, expect)
+
+
+@triton.jit
+def _tf32_kernel(x, y, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(y + o, _tf32(tl.load(x + o)))
+
+
+def _round_mantissa(v: float, bits: int) -> float:
+    """v rounded to `bits` mantissa bits, ties away from zero (math.frexp: v = m 2^e, 0.5 <= |m| < 1)."""
+    m, e = math.frexp(v)
+    scaled = abs(m) * 2 ** (bits + 1)
+    r = math.floor(scaled + 0.5)
+    return math.copysign(r / 2 ** (bits + 1) * 2.0 ** e, v)
 
 
 def test_gate_in_intra_by_default_for_a_precomputed_gate(monkeypatch):
@@ -253,14 +311,15 @@ VARIANTS = {
     "kg_in_intra_l2_in_gate_kernel": {"kg_in_intra": True, "l2_in_intra": False},
     "gate_in_intra": {"gate_in_intra": True}, "gate_kernel": {"gate_in_intra": False},
     "gate_in_intra_l2_in_gate": {"gate_in_intra": True, "l2_in_intra": False},
-    "solve_merges_tf32": {"solve_merge_precision": "tf32"},
-    "solve_tf32": {"solve_merge_precision": "tf32", "solve_inv_precision": "tf32"},
-    "discard_g": {"discard_g": True, "kg_in_intra": True},
+    "solve_merges_tf32x3": {"solve_merge_precision": "tf32x3"},
+    "solve_tf32x3": {"solve_merge_precision": "tf32x3", "solve_inv_precision": "tf32x3"},
+    "discard_g": {"discard_g": True, "kg_in_intra": True}, "discard_g_off": {"discard_g": False},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
-ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra"}
+ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra",
+                      "solve_inv_precision", "solve_merge_precision"}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
