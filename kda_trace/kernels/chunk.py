@@ -22,7 +22,7 @@ Kernels, in launch order:
    without the scale and L2-norm factors, which kernel 5 or 6 applies), and with `kg_in_intra` kernel 4's
    operands beta k exp(G) and k exp(G_last - G) (bf16), its four 16-row blocks one after the other (the columns
    before each block and the 16x16 diagonal block); with `intra_one_launch` off, `_intra_kernel` does one block
-   per launch.
+   per launch. With `discard_g` (where no later kernel reads G but its last rows) it then drops its G rows from L2.
 3. `_solve_kernel`, per (chunk, value head): X = (I + A_kk)^-1 by 16x16 blocks in registers (the diagonal
    inverses as (I - L)(I + L^2)(I + L^4)(I + L^8)), stored as bf16.
 4. `_wu_kernel`, per (chunk, value head): W, U (and k exp(G_last - G) with `kg_in_intra` off, q exp(G) with
