@@ -181,7 +181,7 @@ LAUNCH = {
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
-    "discard_g": None, "solve_inv_precision": "tf32", "solve_merge_precision": "tf32",
+    "discard_g": None, "solve_inv_precision": "tf32", "solve_merge_precision": "tf32", "intra_stream": False,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -280,13 +280,14 @@ def _gate_cumsum_kernel(
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
-    _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n, H, HV, K, BT, BK, GATE, L2NORM, EXP2)
+    _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n, H, HV, K, BT, BK, GATE, L2NORM, EXP2,
+                False)
 
 
 @triton.jit
 def _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n,
                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                GATE: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr):
+                GATE: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr, STREAM: tl.constexpr):
     """G = the cumulative log decay of one (chunk, value head) of n rows from row r0 (times log2(e) with EXP2), and
     the q/k L2-norm factors (L2NORM: with the launch setting l2_in_intra off): kernel 1, or with gate_in_intra the
     start of kernel 2's program."""
@@ -302,7 +303,7 @@ def _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n,
         m_k = o_k < K
         m = m_r[:, None] & m_k[None, :]
         off = o_t[:, None] * (HV * K) + o_k[None, :]
-        b_g = tl.load(g + off, mask=m, other=0.0).to(tl.float32)
+        b_g = tl.load(g + off, mask=m, other=0.0, eviction_policy="evict_first" if STREAM else "").to(tl.float32)
         if GATE != 0:
             x = b_g + tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)[None, :]
             # rows past the sequence end add nothing to the sum
@@ -425,6 +426,7 @@ def _intra_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
+    STREAM: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
@@ -435,7 +437,8 @@ def _intra_kernel(
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
+                     STREAM)
 
 
 @triton.jit(do_not_specialize=["scale", "lower_bound"])
@@ -446,6 +449,7 @@ def _intra_chunk_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
+    STREAM: tl.constexpr,
     GATE_HERE: tl.constexpr, GATE: tl.constexpr, BKG: tl.constexpr, L2_IN_GATE: tl.constexpr, DISCARD_G: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
@@ -459,24 +463,28 @@ def _intra_chunk_kernel(
     r0, n = _chunk_rows(cu_seqlens, chunk_indices, i_c, BT)
     if GATE_HERE:
         _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n, H, HV, K, BT, BKG, GATE,
-                    L2_IN_GATE, EXP2)
+                    L2_IN_GATE, EXP2, STREAM)
         tl.debug_barrier()
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
+                     STREAM)
     tl.debug_barrier()
     if BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
+                     STREAM)
     tl.debug_barrier()
     if 2 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
+                     STREAM)
     tl.debug_barrier()
     if 3 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
+                     STREAM)
     if DISCARD_G:
         tl.debug_barrier()
         _discard_l2_rows(G + (r0 * HV + i_hv) * K, n - 1, HV * K, K, BT)
@@ -504,6 +512,7 @@ def _intra_block(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
+    STREAM: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I
@@ -519,6 +528,7 @@ def _intra_block(
     kernel 4 reads neither k nor G."""
     i_h = i_hv // (HV // H)
     i0 = I * BC
+    CS: tl.constexpr = ".cs" if STREAM else ""  # streaming stores: outputs that later kernels read from DRAM
     # chunk-row-0 pointers; row strides SX (q, k), SG (G), SA (A_qk), HV (beta, r)
     SX: tl.constexpr = H * K
     SG: tl.constexpr = HV * K
@@ -591,12 +601,14 @@ def _intra_block(
             g_last = tl.load(G + (n - 1) * SG + o_k, mask=m_k, other=0.0)
             b_kn = b_k * rk_w[:, None]
             tl.store(KB + o_i[:, None] * SG + o_k[None, :],
-                     _bf16(b_kn * (beta_w[:, None] * _exp(g_i, EXP2)), INTERPRET), mask=m_ik)
+                     _bf16(b_kn * (beta_w[:, None] * _exp(g_i, EXP2)), INTERPRET), mask=m_ik,
+                     cache_modifier=CS)
             tl.store(KG + o_i[:, None] * SG + o_k[None, :],
-                     _bf16(b_kn * _exp(tl.minimum(g_last[None, :] - g_i, 0.0), EXP2), INTERPRET), mask=m_ik)
+                     _bf16(b_kn * _exp(tl.minimum(g_last[None, :] - g_i, 0.0), EXP2), INTERPRET), mask=m_ik,
+                     cache_modifier=CS)
         if QG_HERE:  # q exp(G_i) = q exp(G_i - G_c) exp(G_c)
             tl.store(QG + o_i[:, None] * SG + o_k[None, :], _bf16(qr_lo * _exp(g_c, EXP2)[None, :], INTERPRET),
-                     mask=m_ik)
+                     mask=m_ik, cache_modifier=CS)
         # anchor g_c on both sides: right for the columns 0-7 of the block (any row)
         kk_lo += tl.dot(kr_lo, tl.trans(k_col), input_precision="tf32")
         qk_lo += tl.dot(qr_lo, tl.trans(k_col), input_precision="tf32")
@@ -651,15 +663,15 @@ def _intra_block(
     qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
     # A_qk row block: columns < i0 from the first product, the diagonal block at i0
     off_q = off_qlo * (scale * rq_i)[:, None] * rk_t[None, :]
-    tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(off_q, INTERPRET), mask=m_lo)
-    tl.store(Aqk + o_i[:, None] * SA + o_i[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None])
+    tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(off_q, INTERPRET), mask=m_lo, cache_modifier=CS)
+    tl.store(Aqk + o_i[:, None] * SA + o_i[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None], cache_modifier=CS)
     if not SAVE:  # A_kk row block, fp32, in the chunk's scratch (rows past n are never read); with SAVE the
         # solve forms A_kk = diag(beta) P from the kept P instead (one fp32 [BT, BT] write less per chunk)
         b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
         kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
         off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
-        tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo)
-        tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None])
+        tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo, cache_modifier=CS)
+        tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None], cache_modifier=CS)
 
 
 @triton.jit
@@ -1377,7 +1389,8 @@ def kda_chunk(
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
-        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, num_warps=LAUNCH["intra_warps"],
+        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, STREAM=bool(LAUNCH["intra_stream"]),
+        num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
         **register_cap(LAUNCH["intra_maxnreg"]),
     )

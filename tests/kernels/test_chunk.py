@@ -314,6 +314,7 @@ VARIANTS = {
     "solve_merges_tf32x3": {"solve_merge_precision": "tf32x3"},
     "solve_tf32x3": {"solve_merge_precision": "tf32x3", "solve_inv_precision": "tf32x3"},
     "discard_g": {"discard_g": True, "kg_in_intra": True}, "discard_g_off": {"discard_g": False},
+    "intra_stream": {"intra_stream": True},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
