@@ -144,8 +144,8 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # - gate_in_intra (None: on for a precomputed gate; _gate_in_intra): kernel 2's program first does kernel 1's work for
 #   its chunk (G, and the norm factors with l2_in_intra off) and its blocks then read G back from the caches; kernel 1
 #   is not launched. The same bits. H100: 1.016-1.021 on the five shapes with a precomputed gate, 0.989 on K3.
-# On by default since the thirty-ninth session (H100, 7 alternating rounds, both together: 1.042-1.051 on the six
-# shapes of issue 20, 32 x 16384 1.931 -> 1.849 ms, K3 2.589 -> 2.484):
+# On by default since the thirty-ninth session (H100, 7 alternating rounds; the first two together: 1.042-1.051 on the
+# six shapes of issue 20, 32 x 16384 1.931 -> 1.849 ms, K3 2.589 -> 2.484):
 # - solve_inv_precision, solve_merge_precision = "tf32" (were tf32x3, now only with the kept matrices): the solve's
 #   products (the diagonal inverses' chain of six, the merges) in one tf32 MMA instead of three; X is rounded to bf16
 #   for the W/U kernel right after, which costs more than the tf32 products. Against float64 (solve_precision_probe.py,
@@ -154,6 +154,11 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # - discard_g (None: on where it applies; _discard_g): kernel 2 drops its G rows but the last from L2 after its blocks
 #   (PTX discard.global.L2: no write-back to DRAM of 32 KB per chunk and head at K = 128) where no later kernel reads
 #   G. The same bits. 1.004-1.005 alone (32 x 16384, 16 x 2 x 16384, 96 x 8192).
+# - intra_stream: kernel 2 stores its outputs for later kernels (A_qk, A_kk, q exp(G), beta k exp(G), k exp(G_last -
+#   G)) with the streaming cache hint (.cs: evict first) and loads the gate input in its prologue evict_first, so
+#   that the G and k rows its blocks read back stay in L2. The same bits. H100 (after the two changes above): 1.026
+#   (16 x 2 x 16384), 1.030 (32 x 16384), 1.049 (96 x 8192), 1.042 (16 x 4096 packed), 1.029 (8 x 131072), 1.001
+#   (K3, where kernel 1 computes G).
 # Not kept (H100, default / changed < 1): wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3);
 # solve_warps=2 0.953 / 0.946, 4 0.866 (32 x 16384 / K3, thirty-seventh session).
 # Deleted in the thirty-ninth session: inv_in_intra (kernel 2 also inverted its diagonal blocks of A_kk, the solve
@@ -181,7 +186,7 @@ LAUNCH = {
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
-    "discard_g": None, "solve_inv_precision": "tf32", "solve_merge_precision": "tf32", "intra_stream": False,
+    "discard_g": None, "solve_inv_precision": "tf32", "solve_merge_precision": "tf32", "intra_stream": True,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -1303,6 +1308,8 @@ def kda_chunk(
             the scale) and "X" ((I + A_kk)^-1), on the q/k the kernel saw (L2-normalised with the option); with
             the L2 norm in the op also "rq" and "rk", q's and k's norm factors 1 / sqrt(sum x^2 + 1e-6) as the
             kernels applied them, fp32 `[B * T, HV]` (a q/k head's factor repeated for each of its value heads).
+            The solve's products are then in tf32x3 (about fp32, for the kept X) instead of tf32, so o and the final
+            state differ from a call without saved by about tf32's rounding of X (before its bf16 rounding).
         save_states: with saved and the "kv" state layout, also "states" (the fp32 state before every chunk,
             `[NT, HV, K, V]`, as output_chunk_states returns them), "Vn" (every token's V_new = U - W S as the
             state pass computed it before rounding it to bf16, fp32 `[B * T, HV, V]`), "W" and "KG" (W =
