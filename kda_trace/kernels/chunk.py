@@ -442,8 +442,7 @@ def _intra_kernel(
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
-                     STREAM)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM)
 
 
 @triton.jit(do_not_specialize=["scale", "lower_bound"])
@@ -473,23 +472,19 @@ def _intra_chunk_kernel(
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
-                     STREAM)
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM)
     tl.debug_barrier()
     if BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
-                     STREAM)
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM)
     tl.debug_barrier()
     if 2 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
-                     STREAM)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM)
     tl.debug_barrier()
     if 3 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE,
-                     STREAM)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM)
     if DISCARD_G:
         tl.debug_barrier()
         _discard_l2_rows(G + (r0 * HV + i_hv) * K, n - 1, HV * K, K, BT)
@@ -1410,7 +1405,8 @@ def kda_chunk(
             _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
                                     **intra_consts)
     # the solve's products (the diagonal inverses, the merges): the backward's fp32 X (keep) always in tf32x3
-    solve_prec = (("tf32x3", "tf32x3") if keep else (LAUNCH["solve_inv_precision"], LAUNCH["solve_merge_precision"]))
+    solve_prec = ((SOLVE_PRECISION.value,) * 2 if keep
+                  else (LAUNCH["solve_inv_precision"], LAUNCH["solve_merge_precision"]))
     # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
     Xs = G if save_states else torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
     _solve_kernel[(NT, HV)](Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC,
