@@ -71,7 +71,8 @@ def kernels(launch: dict):
                         L["intra_warps"], L["intra_stages"]))
     out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "beta": "*bf16", "Xs": "*bf16", "Xf": "*fp32", **tables},
                 dict(HV=HV, BT=chunk.BT, BC=chunk.BC, BETA=0, INTERPRET=False, SAVE=False, STORE_XS=True,
-                     PREC_INV=L["solve_inv_precision"], PREC_MERGE=L["solve_merge_precision"]),
+                     PREC_INV=L["solve_inv_precision"], PREC_MERGE=L["solve_merge_precision"],
+                     PREC_POW=L["solve_power_precision"] or L["solve_inv_precision"]),
                 L["solve_warps"], None))
     sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk", "Xf"),
            **tables, "scale": "fp32"}

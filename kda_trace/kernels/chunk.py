@@ -151,6 +151,9 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   for the W/U kernel right after, which costs more than the tf32 products. Against float64 (solve_precision_probe.py,
 #   8 heads x 4096): o 3.425e-3 and 3.468e-3 unchanged, the state 0.3-0.7% better; on weak decays o +0.2-0.3%, state
 #   +0.7%, worst token -1.4% to +2.0%. 235 -> 141 registers (ptxas, triton 3.9). Merges alone: 1.014.
+#   solve_power_precision (None: solve_inv_precision) sets the powers L^2, L^4, L^8 of the diagonal inverses apart:
+#   "tf32" with the rest in tf32x3 keeps X as accurate as all-tf32x3 after its bf16 rounding (CPU emulation,
+#   benchmarks/solve_rounding_estimate.py), where all-tf32 adds 2.3% to X's error. Not timed yet.
 # - discard_g (None: on where it applies; _discard_g): kernel 2 drops its G rows but the last from L2 after its blocks
 #   (PTX discard.global.L2: no write-back to DRAM of 32 KB per chunk and head at K = 128) where no later kernel reads
 #   G. The same bits. 1.004-1.005 alone (32 x 16384, 16 x 2 x 16384, 96 x 8192).
@@ -187,6 +190,7 @@ LAUNCH = {
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
     "discard_g": None, "solve_inv_precision": "tf32", "solve_merge_precision": "tf32", "intra_stream": True,
+    "solve_power_precision": None,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -371,17 +375,18 @@ def _pdot(a, b, PREC: tl.constexpr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _inverse_unit_lower(L, BC: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
-    """(I + L)^-1 for a strictly lower-triangular 16x16 L, products in PREC (the forward: the launch setting
-    solve_inv_precision, tf32x3 with the kept matrices; the chunked backward's prep, kernels/backward_chunked.py:
-    tf32x3, or "ieee" for float64). L is nilpotent (L^16 = 0),
-    so (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8): six small products instead of 15 dependent row steps
-    of forward substitution (each of which needs two cross-thread reductions)."""
+def _inverse_unit_lower(L, BC: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
+                        PREC_POW: tl.constexpr):
+    """(I + L)^-1 for a strictly lower-triangular 16x16 L, the powers L^2, L^4, L^8 in PREC_POW and the products of
+    the factors in PREC (the forward: the launch settings solve_power_precision and solve_inv_precision, tf32x3 with
+    the kept matrices; the chunked backward's prep, kernels/backward_chunked.py: tf32x3, or "ieee" for float64).
+    L is nilpotent (L^16 = 0), so (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8): six small products instead of
+    15 dependent row steps of forward substitution (each of which needs two cross-thread reductions)."""
     o_i = tl.arange(0, BC)
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
-    L2 = _pdot(L, L, PREC, INTERPRET)
-    L4 = _pdot(L2, L2, PREC, INTERPRET)
-    L8 = _pdot(L4, L4, PREC, INTERPRET)
+    L2 = _pdot(L, L, PREC_POW, INTERPRET)
+    L4 = _pdot(L2, L2, PREC_POW, INTERPRET)
+    L8 = _pdot(L4, L4, PREC_POW, INTERPRET)
     X = _pdot(eye - L, eye + L2, PREC, INTERPRET)
     X = _pdot(X, eye + L4, PREC, INTERPRET)
     return _pdot(X, eye + L8, PREC, INTERPRET)
@@ -704,7 +709,8 @@ def _store_x_block(Xs, Xf, x, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr
 @triton.jit
 def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr,
                   BC: tl.constexpr, BETA: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
-                  STORE_XS: tl.constexpr, PREC_INV: tl.constexpr, PREC_MERGE: tl.constexpr):
+                  STORE_XS: tl.constexpr, PREC_INV: tl.constexpr, PREC_MERGE: tl.constexpr,
+                  PREC_POW: tl.constexpr):
     """X = (I + A_kk)^-1 of one (chunk, value head) of n valid rows, into its X scratch, by 16x16 blocks, all in
     registers: X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ. A_kk from the intra kernel's
     scratch, or with SAVE diag(beta) P from the kept P (Akk is then P; the intra kernel wrote no scratch).
@@ -718,13 +724,13 @@ def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr
     Xs += (i_c * HV + i_hv) * (BT * BT)
     Xf += (i_c * HV + i_hv) * (BT * BT)
     X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
-                              INTERPRET)
+                              INTERPRET, PREC_POW)
     X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
-                              INTERPRET)
+                              INTERPRET, PREC_POW)
     X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
-                              INTERPRET)
+                              INTERPRET, PREC_POW)
     X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
-                              INTERPRET)
+                              INTERPRET, PREC_POW)
     A10 = _akk_block(Akk, beta, 1, 0, n, HV, BT, BC, BETA, SAVE)
     A20 = _akk_block(Akk, beta, 2, 0, n, HV, BT, BC, BETA, SAVE)
     A21 = _akk_block(Akk, beta, 2, 1, n, HV, BT, BC, BETA, SAVE)
@@ -1405,13 +1411,14 @@ def kda_chunk(
             _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
                                     **intra_consts)
     # the solve's products (the diagonal inverses, the merges): the backward's fp32 X (keep) always in tf32x3
-    solve_prec = ((SOLVE_PRECISION.value,) * 2 if keep
-                  else (LAUNCH["solve_inv_precision"], LAUNCH["solve_merge_precision"]))
+    solve_prec = ((SOLVE_PRECISION.value,) * 3 if keep
+                  else (LAUNCH["solve_inv_precision"], LAUNCH["solve_merge_precision"],
+                        LAUNCH["solve_power_precision"] or LAUNCH["solve_inv_precision"]))
     # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
     Xs = G if save_states else torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
     _solve_kernel[(NT, HV)](Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC,
                             BETA=BETA_CODES[opts.beta], INTERPRET=interp, SAVE=keep, STORE_XS=not save_states,
-                            PREC_INV=solve_prec[0], PREC_MERGE=solve_prec[1],
+                            PREC_INV=solve_prec[0], PREC_MERGE=solve_prec[1], PREC_POW=solve_prec[2],
                             num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
     if keep:
         saved.update(kept)

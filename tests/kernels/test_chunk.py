@@ -154,7 +154,8 @@ def test_solve_in_tf32_by_default_and_in_tf32x3_for_the_kept_matrices(monkeypatc
     saved = {}
     args = [x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")]
     kda_chunk(*args, KDAOptions(), saved=saved)
-    assert [(opt["PREC_INV"], opt["PREC_MERGE"]) for opt in spy.options] == [("tf32", "tf32"), ("tf32x3", "tf32x3")]
+    assert [(opt["PREC_INV"], opt["PREC_MERGE"], opt["PREC_POW"]) for opt in spy.options] == [
+        ("tf32", "tf32", "tf32"), ("tf32x3", "tf32x3", "tf32x3")]
     P, X = saved["P"].cpu().to(f64), saved["X"].cpu().to(f64)
     beta = x["beta"].to(f64).reshape(-1, 2)  # [tokens, value heads]
     for c, (r0, n) in enumerate(((0, 64), (64, 64), (128, 2))):
@@ -313,6 +314,8 @@ VARIANTS = {
     "gate_in_intra_l2_in_gate": {"gate_in_intra": True, "l2_in_intra": False},
     "solve_merges_tf32x3": {"solve_merge_precision": "tf32x3"},
     "solve_tf32x3": {"solve_merge_precision": "tf32x3", "solve_inv_precision": "tf32x3"},
+    "solve_powers_tf32_rest_tf32x3": {"solve_power_precision": "tf32", "solve_merge_precision": "tf32x3",
+                                      "solve_inv_precision": "tf32x3"},
     "discard_g": {"discard_g": True, "kg_in_intra": True}, "discard_g_off": {"discard_g": False},
     "intra_stream_off": {"intra_stream": False},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
@@ -320,7 +323,7 @@ VARIANTS = {
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
 ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra",
-                      "solve_inv_precision", "solve_merge_precision"}
+                      "solve_inv_precision", "solve_merge_precision", "solve_power_precision"}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))

@@ -1,0 +1,86 @@
+"""How much of X = (I + A_kk)^-1's error each product precision of the solve costs, emulated on the CPU (no Triton):
+the solve of kernels/chunk.py (`_inverse_unit_lower`'s powers and products, then the block merges) with tf32 operands
+rounded as cvt.rna.tf32 does and tf32x3 as its three products, against float64, before and after X's rounding to
+bf16 (what the W/U kernel reads). Random 64-row chunks: k L2-normalised, K = 128, beta uniform in (0, 1), decays of
+bench_chunk.py's inputs (logsigmoid of a standard normal) and weak ones (times 1e-3). A diagnostic script, not a test.
+
+    python benchmarks/solve_rounding_estimate.py [--trials 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+SCHEMES = {  # name: (precision of L^2, L^4, L^8; of the inverse's three products; of the merges)
+    "tf32x3 (before the 39th session)": ("tf32x3", "tf32x3", "tf32x3"),
+    "tf32 (the 39th session's default)": ("tf32", "tf32", "tf32"),
+    "powers tf32, rest tf32x3": ("tf32", "tf32x3", "tf32x3"),
+    "powers and products tf32, merges tf32x3": ("tf32", "tf32", "tf32x3"),
+    "merges tf32, inverses tf32x3": ("tf32x3", "tf32x3", "tf32"),
+}
+
+
+def tf32(x):
+    """fp32 -> tf32 (10 mantissa bits, ties away from zero), as chunk._tf32."""
+    return ((x.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def dot(a, b, prec):
+    if prec == "tf32":
+        return tf32(a) @ tf32(b)
+    hi_a, hi_b = tf32(a), tf32(b)  # tf32x3: the low parts' products first, as Triton orders them
+    return hi_a @ tf32(b - hi_b) + tf32(a - hi_a) @ hi_b + hi_a @ hi_b
+
+
+def inverse(L, p_pow, p_prod):
+    eye = torch.eye(16)
+    L2 = dot(L, L, p_pow)
+    L4 = dot(L2, L2, p_pow)
+    L8 = dot(L4, L4, p_pow)
+    X = dot(eye - L, eye + L2, p_prod)
+    X = dot(X, eye + L4, p_prod)
+    return dot(X, eye + L8, p_prod)
+
+
+def solve(A, p_pow, p_prod, p_merge):
+    blk = lambda i, j: A[16 * i:16 * i + 16, 16 * j:16 * j + 16]  # noqa: E731
+    X = {(i, i): inverse(blk(i, i), p_pow, p_prod) for i in range(4)}
+    for d in range(1, 4):
+        for i in range(d, 4):
+            j = i - d
+            acc = sum(dot(blk(i, m), X[(m, j)], p_merge) for m in range(j, i))
+            X[(i, j)] = -dot(X[(i, i)], acc, p_merge)
+    out = torch.zeros(64, 64)
+    for (i, j), x in X.items():
+        out[16 * i:16 * i + 16, 16 * j:16 * j + 16] = x
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=200)
+    args = ap.parse_args()
+    rel = lambda x, ref: ((x.double() - ref).norm() / ref.norm()).item()  # noqa: E731
+    for label, decay_scale in (("bench_chunk.py's decays", 1.0), ("weak decays (x 1e-3)", 1e-3)):
+        gen = torch.Generator().manual_seed(0)
+        errs = {name: [] for name in SCHEMES}
+        for _ in range(args.trials):
+            k = F.normalize(torch.randn(64, 128, generator=gen), dim=-1)
+            G = (F.logsigmoid(torch.randn(64, 128, generator=gen)) * decay_scale).cumsum(0)
+            beta = torch.rand(64, generator=gen)
+            A = torch.tril((k * G.exp()) @ (k * (-G).exp()).T, -1) * beta[:, None]
+            X_ref = torch.linalg.inv(torch.eye(64, dtype=torch.float64) + A.double())
+            for name, precs in SCHEMES.items():
+                X = solve(A, *precs)
+                errs[name].append((rel(X, X_ref), rel(X.bfloat16().float(), X_ref)))
+        print(f"{label}: X's Frobenius-relative error against float64, mean over {args.trials} chunks")
+        for name, e in errs.items():
+            t = torch.tensor(e)
+            print(f"  {name:42s} {t[:, 0].mean():.2e} (max {t[:, 0].max():.2e}); rounded to bf16 {t[:, 1].mean():.4e}")
+
+
+if __name__ == "__main__":
+    main()
