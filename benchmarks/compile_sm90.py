@@ -13,6 +13,7 @@ Run it without TRITON_INTERPRET (the kernels must be compiled, not interpreted).
 from __future__ import annotations
 
 import argparse
+import inspect
 import itertools
 import os
 import subprocess
@@ -40,10 +41,16 @@ def compile_kernel(fn, sig: dict, consts: dict, warps: int, stages: int | None =
     torch tensor (their data pointers are aligned): without it Triton cannot vectorise loads or prove a
     base pointer's alignment, and ptxas reports registers and spills that a real launch does not have."""
     consts = {n: c for n, c in consts.items() if n in fn.arg_names}
+    # constexprs with a default in the kernel's signature take it unless given
+    consts.update({p.name: p.default for p in fn.params
+                   if p.name not in consts and p.name not in sig and p.default is not inspect.Parameter.empty})
     sig = {n: t for n, t in sig.items() if n in fn.arg_names}
     for name in fn.arg_names:
         if name in consts:
             sig[name] = "constexpr"
+    missing = [n for n in fn.arg_names if n not in sig]
+    if missing:
+        raise SystemExit(f"{fn.__name__}: no type or value given for {', '.join(missing)}")
     attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items()
              if ALIGNED and t.startswith("*")}
     options = {"num_warps": warps} if stages is None else {"num_warps": warps, "num_stages": stages}
@@ -136,7 +143,8 @@ def chunked_mode(spills: bool) -> None:
         print(f"chunked split prep solve {acc} K={K} V={V} warps=4: ok", *extra)
         for cap in caps("prep_operands_maxnreg"):
             k = compile_kernel(backward_chunked._prep_operands_kernel, sigs["prep_operands"],
-                               dict(shared, **norm, BKT=min(BK, 64), BVT=min(BV, 64), WITH_U=True, INTERPRET=False),
+                               dict(shared, **norm, BKT=min(BK, 64), BVT=min(BV, 64), WITH_U=True, WITH_WK=True,
+                                    INTERPRET=False),
                                backward.LAUNCH["prep_operands_warps"] or 4, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split prep operands {acc} K={K} V={V} warps=4 maxnreg={cap}: ok", *extra)
@@ -211,7 +219,7 @@ def chunked_mode(spills: bool) -> None:
         if spills and K == 128 and acc == "fp32":  # the kernels with the norm factors read (qk_norm_factors on)
             on = dict(shared, NORM=True, INTERPRET=False)
             for name, kernel, c, warps, key in (
-                    ("prep_operands", backward_chunked._prep_operands_kernel, dict(on, BKT=64, BVT=64, WITH_U=True), 4,
+                    ("prep_operands", backward_chunked._prep_operands_kernel, dict(on, BKT=64, BVT=64, WITH_U=True, WITH_WK=True), 4,
                      "prep_operands_maxnreg"),
                     ("local_vk", backward_chunked._local_vk_kernel, dict(on, BKT=32, BVT=32, PREC=split_prec), 4,
                      "split_vk_maxnreg"),
