@@ -149,8 +149,8 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # - solve_inv_precision, solve_merge_precision = "tf32" (were tf32x3, now only with the kept matrices): the solve's
 #   products (the diagonal inverses' chain of six, the merges) in one tf32 MMA instead of three; X is rounded to bf16
 #   for the W/U kernel right after, which costs more than the tf32 products. Against float64 (solve_precision_probe.py,
-#   8 heads x 4096): o 3.425e-3 and 3.468e-3 unchanged, the state 0.3-0.7% better; on weak decays o +0.2-0.3%, state
-#   +0.7%, worst token -1.4% to +2.0%. 235 -> 141 registers (ptxas, triton 3.9). Merges alone: 1.014.
+#   8 x 4096, 32 x 1024, 4 x 16384): the same to 0.6% on bench_chunk.py's inputs; on weak decays o and state +0.1-0.7%,
+#   the worst token -1.4% to +5.8% (RESULTS.md). 235 -> 141 registers (ptxas, triton 3.9). Merges alone: 1.014.
 #   solve_power_precision (None: solve_inv_precision) sets the powers L^2, L^4, L^8 of the diagonal inverses apart:
 #   "tf32" with the rest in tf32x3 keeps X as accurate as all-tf32x3 after its bf16 rounding (CPU emulation,
 #   benchmarks/solve_rounding_estimate.py), where all-tf32 adds 2.3% to X's error. Not timed yet.
