@@ -60,7 +60,7 @@ def kernels(launch: dict):
                  STREAM=bool(L["intra_stream"]))
     if L["intra_one_launch"]:
         gate_here = dict(GATE_HERE=gate_fused, GATE=2, BKG=min(L["gate_bk"], 64), L2_IN_GATE=not l2_in_intra,
-                         DISCARD_G=L["discard_g"] is not False and kg_here and qg_raw)
+                         DISCARD_G=chunk._discard_g(L["discard_g"], kg_here and qg_raw, K, "cuda", False))
         sig_chunk = {**sig, "g": "*bf16", **ptr("fp32", "A_log", "dt_bias"), "lower_bound": "fp32"}
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig_chunk, dict(intra, **gate_here),
                     L["intra_warps"], L["intra_stages"]))
@@ -71,8 +71,7 @@ def kernels(launch: dict):
                         L["intra_warps"], L["intra_stages"]))
     out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "beta": "*bf16", "Xs": "*bf16", "Xf": "*fp32", **tables},
                 dict(HV=HV, BT=chunk.BT, BC=chunk.BC, BETA=0, INTERPRET=False, SAVE=False, STORE_XS=True,
-                     PREC_INV=L["solve_inv_precision"], PREC_MERGE=L["solve_merge_precision"],
-                     PREC_POW=L["solve_power_precision"] or L["solve_inv_precision"]),
+                     **chunk._solve_precisions(L, keep=False)),
                 L["solve_warps"], None))
     sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk", "Xf"),
            **tables, "scale": "fp32"}

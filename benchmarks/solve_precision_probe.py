@@ -1,7 +1,7 @@
 """Accuracy of the chunked forward against float64 on a GPU, for launch variants that change a dot's precision
 (e.g. the solve's products in tf32 instead of tf32x3): o and final-state RMS-relative error and the worst token's,
 on bench_chunk.py's inputs and on weak decays (where X = (I + A_kk)^-1 and the state carry the most). A diagnostic
-script, not a test; the reference is a float64 token-by-token recurrence written here from KDA.md.
+script, not a test; the reference is tests/kernels' float64 token-by-token recurrence.
 
     python benchmarks/solve_precision_probe.py [--heads 8] [--tokens 4096] [VARIANT ...]
 
@@ -17,37 +17,28 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "kernels"))
 
 from bench_chunk import make_inputs, ours, parse_launch, run_ours, weak_decay  # noqa: E402
+from kernel_ground_truth import ref_gate, ref_kda  # noqa: E402
 
 f64 = torch.float64
 
 
 def reference(x, mode):
-    """(o, final state) in float64, token by token: S = diag(exp(g_t)) S; S += k_t (beta_t (v_t - k_t^T S)); o_t = q_t^T S."""
-    q, k, v, beta = (x[n].to(f64)[0] for n in ("q", "k", "v", "beta"))
-    K = q.shape[-1]
-    if mode == "pre":
-        g = x["g"].to(f64)[0]
-    else:  # the safe gate with lower_bound -5, q and k L2-normalised in the op (bench_chunk.run_ours)
-        a = x["A_log"].to(f64).exp()[None, :, None]
-        g = -5.0 * torch.sigmoid(a * (x["g"].to(f64)[0] + x["dt_bias"].to(f64)[None]))
-        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
-        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
-    q = q * K ** -0.5
-    S = x["h0"][0].to(f64).clone()
-    o = torch.empty_like(v)
-    decay = g.exp()
-    for t in range(q.shape[0]):
-        S *= decay[t][..., None]
-        u = beta[t][:, None] * (v[t] - torch.einsum("hk,hkv->hv", k[t], S))
-        S += k[t][..., None] * u[:, None, :]
-        o[t] = torch.einsum("hk,hkv->hv", q[t], S)
-    return o, S
+    """(o, final state) of tests/kernels' float64 token-by-token recurrence (`ref_kda`, checked there against fla's
+    naive_recurrent_kda), on the CPU; "safe_l2" as bench_chunk.run_ours: the safe gate at lower_bound -5, q and k
+    L2-normalised in the op."""
+    cpu = {n: t.cpu() for n, t in x.items() if t is not None}
+    pre = mode == "pre"
+    g = ref_gate(cpu["g"], cpu["A_log"], cpu["dt_bias"], "precomputed" if pre else "safe", -5.0)
+    o, h = ref_kda(cpu["q"], cpu["k"], cpu["v"], g, cpu["beta"], cpu["q"].shape[-1] ** -0.5, cpu["h0"],
+                   l2norm=not pre)
+    return o[0], h[0]
 
 
 def errors(o, h, o_ref, h_ref):
-    o, h = o[0].to(f64), h[0].to(f64)
+    o, h = o[0].cpu().to(f64), h[0].cpu().to(f64)
     rms = lambda a, b: ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()  # noqa: E731
     per_token = ((o - o_ref).pow(2).mean(dim=(1, 2)).sqrt() / o_ref.pow(2).mean(dim=(1, 2)).sqrt())
     return rms(o, o_ref), rms(h, h_ref), per_token.max().item()

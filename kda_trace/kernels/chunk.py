@@ -375,8 +375,7 @@ def _pdot(a, b, PREC: tl.constexpr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _inverse_unit_lower(L, BC: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
-                        PREC_POW: tl.constexpr):
+def _inverse_unit_lower(L, BC: tl.constexpr, PREC_POW: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
     """(I + L)^-1 for a strictly lower-triangular 16x16 L, the powers L^2, L^4, L^8 in PREC_POW and the products of
     the factors in PREC (the forward: the launch settings solve_power_precision and solve_inv_precision, tf32x3 with
     the kept matrices; the chunked backward's prep, kernels/backward_chunked.py: tf32x3, or "ieee" for float64).
@@ -723,14 +722,14 @@ def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr
     beta += r0 * HV + i_hv
     Xs += (i_c * HV + i_hv) * (BT * BT)
     Xf += (i_c * HV + i_hv) * (BT * BT)
-    X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
-                              INTERPRET, PREC_POW)
-    X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
-                              INTERPRET, PREC_POW)
-    X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
-                              INTERPRET, PREC_POW)
-    X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, PREC_INV,
-                              INTERPRET, PREC_POW)
+    X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, PREC_POW,
+                              PREC_INV, INTERPRET)
+    X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, PREC_POW,
+                              PREC_INV, INTERPRET)
+    X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, PREC_POW,
+                              PREC_INV, INTERPRET)
+    X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, PREC_POW,
+                              PREC_INV, INTERPRET)
     A10 = _akk_block(Akk, beta, 1, 0, n, HV, BT, BC, BETA, SAVE)
     A20 = _akk_block(Akk, beta, 2, 0, n, HV, BT, BC, BETA, SAVE)
     A21 = _akk_block(Akk, beta, 2, 1, n, HV, BT, BC, BETA, SAVE)
@@ -1389,7 +1388,7 @@ def kda_chunk(
     KB = W if kg_here else KG
     # with discard_g kernel 2 drops its G rows (but the last, which the state pass reads) from L2 when it is done
     # with them, where no later kernel reads G and its rows are whole 128-byte lines
-    discard_g = _discard_g(LAUNCH["discard_g"], kg_here and qg_raw and not save_states, K, q.device, interp)
+    discard_g = _discard_g(LAUNCH["discard_g"], kg_here and qg_raw, K, q.device, interp)
     intra_args = (q, k, beta, G, rq, rk, Akk, Aqk, cu_seqlens, chunk_indices, opts.resolved_scale(K), QG,
                   kept["P"], kept["Aqk"], KB, KG)
     intra_consts = dict(
@@ -1410,15 +1409,12 @@ def kda_chunk(
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
             _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
                                     **intra_consts)
-    # the solve's products (the diagonal inverses, the merges): the backward's fp32 X (keep) always in tf32x3
-    solve_prec = ((SOLVE_PRECISION.value,) * 3 if keep
-                  else (LAUNCH["solve_inv_precision"], LAUNCH["solve_merge_precision"],
-                        LAUNCH["solve_power_precision"] or LAUNCH["solve_inv_precision"]))
+    solve_prec = _solve_precisions(LAUNCH, keep)
     # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
     Xs = G if save_states else torch.empty(NT, HV, BT, BT, dtype=bf16, device=dev)
     _solve_kernel[(NT, HV)](Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC,
                             BETA=BETA_CODES[opts.beta], INTERPRET=interp, SAVE=keep, STORE_XS=not save_states,
-                            PREC_INV=solve_prec[0], PREC_MERGE=solve_prec[1], PREC_POW=solve_prec[2],
+                            **solve_prec,
                             num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
     if keep:
         saved.update(kept)
@@ -1520,6 +1516,16 @@ def _gate_in_intra(setting: bool | None, gate: str) -> bool:
     (thirty-eighth session, the same bits): 1.016-1.021 on the five shapes of issue 20 with a precomputed gate (32
     x 16384 1.974 -> 1.933 ms), 0.989 on K3 (safe gate and L2 norm in the op)."""
     return (gate == "precomputed") if setting is None else bool(setting)
+
+
+def _solve_precisions(launch: dict, keep: bool) -> dict:
+    """The solve's dot precisions (its constexprs PREC_POW, PREC_INV, PREC_MERGE) from the launch settings
+    solve_power_precision (None: as solve_inv_precision), solve_inv_precision and solve_merge_precision; always
+    SOLVE_PRECISION (tf32x3) where the chunk matrices are kept (keep), for the backward's fp32 X."""
+    if keep:
+        return dict(PREC_POW=SOLVE_PRECISION.value, PREC_INV=SOLVE_PRECISION.value, PREC_MERGE=SOLVE_PRECISION.value)
+    inv = launch["solve_inv_precision"]
+    return dict(PREC_POW=launch["solve_power_precision"] or inv, PREC_INV=inv, PREC_MERGE=launch["solve_merge_precision"])
 
 
 def _discard_g(setting: bool | None, g_unread: bool, K: int, device, interp: bool) -> bool:
