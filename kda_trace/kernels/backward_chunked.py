@@ -102,7 +102,7 @@ def _solve(p_P, p_b, p_X, n, HV: tl.constexpr, CT: tl.constexpr, PREC: tl.conste
     exact zeros)."""
     NB: tl.constexpr = CT // 16
     for i in tl.static_range(NB):
-        _put_block(p_X, _inverse_unit_lower(_akk_block(p_P, p_b, n, i, i, HV, CT), 16, PREC, PREC, False), i, i, CT)
+        _put_block(p_X, _inverse_unit_lower(_akk_block(p_P, p_b, n, i, i, HV, CT), 16, PREC, PREC, False, False), i, i, CT)
     for d in tl.static_range(1, NB):
         tl.debug_barrier()  # the blocks of the diagonals before d are in p_X
         for i in tl.static_range(d, NB):

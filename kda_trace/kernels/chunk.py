@@ -189,8 +189,8 @@ LAUNCH = {
     "out_warps": 4, "out_bv": 128,
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
-    "discard_g": None, "solve_inv_precision": "tf32", "solve_merge_precision": "tf32", "intra_stream": True,
-    "solve_power_precision": None,
+    "discard_g": None, "solve_inv_precision": "tf32_rn", "solve_merge_precision": "tf32_rn", "intra_stream": True,
+    "solve_power_precision": None, "solve_peel": True,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -359,36 +359,84 @@ def _exact_diag_block(
 
 @triton.jit
 def _tf32(x):
-    """x (fp32) rounded to tf32 as the tensor cores' cvt.rna.tf32 does (10 mantissa bits, ties away from zero; finite
-    x), for the interpreter, which multiplies tf32 operands in full fp32."""
-    bits = x.to(tl.uint32, bitcast=True)
-    return ((bits + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    """x (fp32) as the tensor cores take a tf32 operand: its low 13 mantissa bits dropped (truncated toward zero;
+    NVIDIA H200, triton 3.6: benchmarks/tf32_rounding_probe.py), for the interpreter, which multiplies in fp32."""
+    return (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _tf32_rounded(x, INTERPRET: tl.constexpr):
+    """x (fp32) rounded to the nearest tf32 (10 mantissa bits, ties away from zero; finite x), as PTX cvt.rna.tf32
+    does: what the tensor cores then take is x's value, half truncation's error and without its bias."""
+    if INTERPRET:
+        return ((x.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    else:
+        return tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
+                                         pack=1)
 
 
 @triton.jit
 def _pdot(a, b, PREC: tl.constexpr, INTERPRET: tl.constexpr):
-    """a @ b (fp32) with the products in PREC; under the interpreter "tf32" is emulated (operands rounded to tf32)."""
-    if INTERPRET and PREC == "tf32":
+    """a @ b (fp32) with the products in PREC: "ieee", "tf32x3", "tf32" (operands truncated to tf32 by the tensor
+    cores; emulated under the interpreter) or "tf32_rn" (operands first rounded to the nearest tf32, `_tf32_rounded`,
+    then one tf32 MMA)."""
+    if PREC == "tf32_rn":
+        a, b = _tf32_rounded(a, INTERPRET), _tf32_rounded(b, INTERPRET)
+        if INTERPRET:
+            return tl.dot(a, b, input_precision="ieee")
+        else:
+            return tl.dot(a, b, input_precision="tf32")
+    elif INTERPRET and PREC == "tf32":
         return tl.dot(_tf32(a), _tf32(b), input_precision="ieee")
     else:
         return tl.dot(a, b, input_precision=PREC)
 
 
 @triton.jit
-def _inverse_unit_lower(L, BC: tl.constexpr, PREC_POW: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
+def _inverse_unit_lower(L, BC: tl.constexpr, PREC_POW: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
+                        PEEL: tl.constexpr):
     """(I + L)^-1 for a strictly lower-triangular 16x16 L, the powers L^2, L^4, L^8 in PREC_POW and the products of
     the factors in PREC (the forward: the launch settings solve_power_precision and solve_inv_precision, tf32x3 with
     the kept matrices; the chunked backward's prep, kernels/backward_chunked.py: tf32x3, or "ieee" for float64).
     L is nilpotent (L^16 = 0), so (I + L)^-1 = (I - L)(I + L^2)(I + L^4)(I + L^8): six small products instead of
-    15 dependent row steps of forward substitution (each of which needs two cross-thread reductions)."""
+    15 dependent row steps of forward substitution (each of which needs two cross-thread reductions).
+    With PEEL the identity stays out of the products (launch setting solve_peel): with N = X - I, X (I + M) =
+    I + N + M + N M, so a tf32 product rounds only N M, not X's own entries (the same dots, a few more adds)."""
     o_i = tl.arange(0, BC)
     eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
     L2 = _pdot(L, L, PREC_POW, INTERPRET)
     L4 = _pdot(L2, L2, PREC_POW, INTERPRET)
     L8 = _pdot(L4, L4, PREC_POW, INTERPRET)
-    X = _pdot(eye - L, eye + L2, PREC, INTERPRET)
-    X = _pdot(X, eye + L4, PREC, INTERPRET)
-    return _pdot(X, eye + L8, PREC, INTERPRET)
+    if PEEL:
+        N = L2 - L - _pdot(L, L2, PREC, INTERPRET)
+        N = N + L4 + _pdot(N, L4, PREC, INTERPRET)
+        N = N + L8 + _pdot(N, L8, PREC, INTERPRET)
+        return eye + N
+    else:
+        X = _pdot(eye - L, eye + L2, PREC, INTERPRET)
+        X = _pdot(X, eye + L4, PREC, INTERPRET)
+        return _pdot(X, eye + L8, PREC, INTERPRET)
+
+
+@triton.jit
+def _unit_dot(X, B, BC: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, PEEL: tl.constexpr):
+    """X @ B for a unit lower-triangular 16x16 X (an inverted diagonal block); with PEEL as B + (X - I) B, so that
+    a tf32 product does not round B's own entries (X - I is exact: X's diagonal is exactly 1)."""
+    if PEEL:
+        o_i = tl.arange(0, BC)
+        return B + _pdot(X - tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0), B, PREC, INTERPRET)
+    else:
+        return _pdot(X, B, PREC, INTERPRET)
+
+
+@triton.jit
+def _dot_unit(A, X, BC: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, PEEL: tl.constexpr):
+    """A @ X for a unit lower-triangular 16x16 X; with PEEL as A + A (X - I) (see `_unit_dot`)."""
+    if PEEL:
+        o_i = tl.arange(0, BC)
+        return A + _pdot(A, X - tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0), PREC, INTERPRET)
+    else:
+        return _pdot(A, X, PREC, INTERPRET)
 
 
 @triton.jit
@@ -709,7 +757,7 @@ def _store_x_block(Xs, Xf, x, I: tl.constexpr, J: tl.constexpr, BT: tl.constexpr
 def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr, BT: tl.constexpr,
                   BC: tl.constexpr, BETA: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr,
                   STORE_XS: tl.constexpr, PREC_INV: tl.constexpr, PREC_MERGE: tl.constexpr,
-                  PREC_POW: tl.constexpr):
+                  PREC_POW: tl.constexpr, PEEL: tl.constexpr):
     """X = (I + A_kk)^-1 of one (chunk, value head) of n valid rows, into its X scratch, by 16x16 blocks, all in
     registers: X_II = (I + A_II)^-1 and X_IJ = -X_II sum_{J <= M < I} A_IM X_MJ. A_kk from the intra kernel's
     scratch, or with SAVE diag(beta) P from the kept P (Akk is then P; the intra kernel wrote no scratch).
@@ -723,13 +771,13 @@ def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr
     Xs += (i_c * HV + i_hv) * (BT * BT)
     Xf += (i_c * HV + i_hv) * (BT * BT)
     X00 = _inverse_unit_lower(_akk_block(Akk, beta, 0, 0, n, HV, BT, BC, BETA, SAVE), BC, PREC_POW,
-                              PREC_INV, INTERPRET)
+                              PREC_INV, INTERPRET, PEEL)
     X11 = _inverse_unit_lower(_akk_block(Akk, beta, 1, 1, n, HV, BT, BC, BETA, SAVE), BC, PREC_POW,
-                              PREC_INV, INTERPRET)
+                              PREC_INV, INTERPRET, PEEL)
     X22 = _inverse_unit_lower(_akk_block(Akk, beta, 2, 2, n, HV, BT, BC, BETA, SAVE), BC, PREC_POW,
-                              PREC_INV, INTERPRET)
+                              PREC_INV, INTERPRET, PEEL)
     X33 = _inverse_unit_lower(_akk_block(Akk, beta, 3, 3, n, HV, BT, BC, BETA, SAVE), BC, PREC_POW,
-                              PREC_INV, INTERPRET)
+                              PREC_INV, INTERPRET, PEEL)
     A10 = _akk_block(Akk, beta, 1, 0, n, HV, BT, BC, BETA, SAVE)
     A20 = _akk_block(Akk, beta, 2, 0, n, HV, BT, BC, BETA, SAVE)
     A21 = _akk_block(Akk, beta, 2, 1, n, HV, BT, BC, BETA, SAVE)
@@ -737,13 +785,15 @@ def _solve_kernel(Akk, beta, Xs, Xf, cu_seqlens, chunk_indices, HV: tl.constexpr
     A31 = _akk_block(Akk, beta, 3, 1, n, HV, BT, BC, BETA, SAVE)
     A32 = _akk_block(Akk, beta, 3, 2, n, HV, BT, BC, BETA, SAVE)
     P: tl.constexpr = PREC_MERGE
-    X10 = -_pdot(X11, _pdot(A10, X00, P, INTERPRET), P, INTERPRET)
-    X21 = -_pdot(X22, _pdot(A21, X11, P, INTERPRET), P, INTERPRET)
-    X20 = -_pdot(X22, _pdot(A20, X00, P, INTERPRET) + _pdot(A21, X10, P, INTERPRET), P, INTERPRET)
-    X32 = -_pdot(X33, _pdot(A32, X22, P, INTERPRET), P, INTERPRET)
-    X31 = -_pdot(X33, _pdot(A31, X11, P, INTERPRET) + _pdot(A32, X21, P, INTERPRET), P, INTERPRET)
-    X30 = -_pdot(X33, _pdot(A30, X00, P, INTERPRET) + _pdot(A31, X10, P, INTERPRET) + _pdot(A32, X20, P, INTERPRET),
-                 P, INTERPRET)
+    X10 = -_unit_dot(X11, _dot_unit(A10, X00, BC, P, INTERPRET, PEEL), BC, P, INTERPRET, PEEL)
+    X21 = -_unit_dot(X22, _dot_unit(A21, X11, BC, P, INTERPRET, PEEL), BC, P, INTERPRET, PEEL)
+    X20 = -_unit_dot(X22, _dot_unit(A20, X00, BC, P, INTERPRET, PEEL) + _pdot(A21, X10, P, INTERPRET), BC, P,
+                     INTERPRET, PEEL)
+    X32 = -_unit_dot(X33, _dot_unit(A32, X22, BC, P, INTERPRET, PEEL), BC, P, INTERPRET, PEEL)
+    X31 = -_unit_dot(X33, _dot_unit(A31, X11, BC, P, INTERPRET, PEEL) + _pdot(A32, X21, P, INTERPRET), BC, P,
+                     INTERPRET, PEEL)
+    X30 = -_unit_dot(X33, _dot_unit(A30, X00, BC, P, INTERPRET, PEEL) + _pdot(A31, X10, P, INTERPRET)
+                     + _pdot(A32, X20, P, INTERPRET), BC, P, INTERPRET, PEEL)
     _store_x_block(Xs, Xf, X00, 0, 0, BT, BC, INTERPRET, SAVE, STORE_XS)
     _store_x_block(Xs, Xf, X10, 1, 0, BT, BC, INTERPRET, SAVE, STORE_XS)
     _store_x_block(Xs, Xf, X11, 1, 1, BT, BC, INTERPRET, SAVE, STORE_XS)
@@ -1521,11 +1571,15 @@ def _gate_in_intra(setting: bool | None, gate: str) -> bool:
 def _solve_precisions(launch: dict, keep: bool) -> dict:
     """The solve's dot precisions (its constexprs PREC_POW, PREC_INV, PREC_MERGE) from the launch settings
     solve_power_precision (None: as solve_inv_precision), solve_inv_precision and solve_merge_precision; always
-    SOLVE_PRECISION (tf32x3) where the chunk matrices are kept (keep), for the backward's fp32 X."""
+    SOLVE_PRECISION (tf32x3) where the chunk matrices are kept (keep), for the backward's fp32 X. And PEEL, the
+    launch setting solve_peel (the identity kept out of the products: `_inverse_unit_lower`)."""
+    peel = bool(launch["solve_peel"])
     if keep:
-        return dict(PREC_POW=SOLVE_PRECISION.value, PREC_INV=SOLVE_PRECISION.value, PREC_MERGE=SOLVE_PRECISION.value)
+        p = SOLVE_PRECISION.value
+        return dict(PREC_POW=p, PREC_INV=p, PREC_MERGE=p, PEEL=peel)
     inv = launch["solve_inv_precision"]
-    return dict(PREC_POW=launch["solve_power_precision"] or inv, PREC_INV=inv, PREC_MERGE=launch["solve_merge_precision"])
+    return dict(PREC_POW=launch["solve_power_precision"] or inv, PREC_INV=inv, PREC_MERGE=launch["solve_merge_precision"],
+                PEEL=peel)
 
 
 def _discard_g(setting: bool | None, g_unread: bool, K: int, device, interp: bool) -> bool:

@@ -25,7 +25,7 @@ from kda_trace.platform import default_device, ensure_triton_can_run, triton_int
 DEVICE = default_device()
 ensure_triton_can_run(DEVICE)
 
-from kda_trace.kernels.chunk import _tf32, kda_chunk
+from kda_trace.kernels.chunk import _pdot, kda_chunk
 from kda_trace.kernels.options import KDAOptions
 
 f64 = torch.float64
@@ -155,7 +155,7 @@ def test_solve_in_tf32_by_default_and_in_tf32x3_for_the_kept_matrices(monkeypatc
     args = [x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")]
     kda_chunk(*args, KDAOptions(), saved=saved)
     assert [(opt["PREC_INV"], opt["PREC_MERGE"], opt["PREC_POW"]) for opt in spy.options] == [
-        ("tf32", "tf32", "tf32"), ("tf32x3", "tf32x3", "tf32x3")]
+        ("tf32_rn", "tf32_rn", "tf32_rn"), ("tf32x3", "tf32x3", "tf32x3")]
     P, X = saved["P"].cpu().to(f64), saved["X"].cpu().to(f64)
     beta = x["beta"].to(f64).reshape(-1, 2)  # [tokens, value heads]
     for c, (r0, n) in enumerate(((0, 64), (64, 64), (128, 2))):
@@ -165,24 +165,77 @@ def test_solve_in_tf32_by_default_and_in_tf32x3_for_the_kept_matrices(monkeypatc
             assert (X[c, h, :n, :n] - X_ref).abs().max() <= 1e-5 * X_ref.abs().max()
 
 
-def test_tf32_emulation_rounds_as_the_tensor_cores():
-    """`_tf32` (the interpreter's stand-in for tf32 operands): 10 mantissa bits, ties away from zero, signs kept."""
-    if not triton_interpreted():
-        pytest.skip("the emulation runs under the interpreter")
+def _solve_x(P, beta, prec, peel):
+    """X = (I + diag(beta) P)^-1 of full 64-row chunks by `_solve_kernel` (its fp32 output, beta as probabilities),
+    every product in prec."""
+    from kda_trace.kernels import chunk
+
+    NT, HV, BT = P.shape[0], P.shape[1], P.shape[2]
+    cu = torch.tensor([0, NT * BT], dtype=torch.int32, device=DEVICE)
+    idx = torch.stack([torch.zeros(NT, dtype=torch.int32), torch.arange(NT, dtype=torch.int32)], 1).to(DEVICE)
+    X = torch.empty_like(P)
+    chunk._solve_kernel[(NT, HV)](P, beta, X, X, cu, idx, HV=HV, BT=BT, BC=16, BETA=chunk.BETA_CODES["prob"],
+                                  INTERPRET=triton_interpreted(), SAVE=True, STORE_XS=False, PREC_INV=prec,
+                                  PREC_MERGE=prec, PREC_POW=prec, PEEL=peel)
+    return X
+
+
+def test_peeled_tf32_solve_stays_near_float64():
+    """The solve's tf32 products against (I + A_kk)^-1 in float64, on weak decays (A_kk's entries near beta k_i . k_j,
+    X furthest from the identity). Plain tf32 (operands truncated by the tensor cores) leaves X's error at half that
+    of X's bf16 rounding after the solve; solve_peel (the identity kept out of the products: X (I + M) as
+    I + N + M + N M) cuts it more than 3x, and the operands rounded to nearest first ("tf32_rn") 2x more, to under a
+    tenth of the bf16 rounding (about 0.2% more X error after it, as tf32x3)."""
+    gen = torch.Generator().manual_seed(41)
+    NT, HV, BT, K = 3, 2, 64, 64
+    k = F.normalize(torch.randn(NT, HV, BT, K, generator=gen, dtype=f64), dim=-1)
+    G = (F.logsigmoid(torch.randn(NT, HV, BT, K, generator=gen, dtype=f64)) * 1e-3).cumsum(2)
+    P = ((k * G.exp()) @ (k * (-G).exp()).transpose(-1, -2)).tril(-1)
+    beta = torch.rand(NT * BT, HV, generator=gen, dtype=f64)
+    A = beta.reshape(NT, BT, HV).transpose(1, 2)[..., None] * P
+    X_ref = torch.linalg.inv(torch.eye(BT, dtype=f64) + A)
+    P32, b32 = P.float().contiguous().to(DEVICE), beta.float().contiguous().to(DEVICE)
+    err = {}
+    for name, prec, peel in (("tf32x3", "tf32x3", False), ("tf32", "tf32", False), ("peeled", "tf32", True),
+                             ("peeled_rn", "tf32_rn", True)):
+        X = _solve_x(P32, b32, prec, peel).cpu().to(f64)
+        err[name] = ((X - X_ref).norm() / X_ref.norm()).item()
+    bf16 = ((X_ref.float().bfloat16().to(f64) - X_ref).norm() / X_ref.norm()).item()  # X's rounding after the solve
+    assert err["tf32x3"] < 1e-6, (err, bf16)
+    assert err["tf32"] > 0.3 * bf16, (err, bf16)
+    assert err["peeled"] < err["tf32"] / 3, (err, bf16)
+    assert err["peeled_rn"] < err["peeled"] / 2, (err, bf16)
+    assert err["peeled_rn"] < 0.1 * bf16, (err, bf16)
+
+
+def test_tf32_products_take_operands_as_the_tensor_cores():
+    """`_pdot`'s "tf32": each fp32 operand truncated to tf32's 10 mantissa bits (what the tensor cores do with fp32
+    operands; under the interpreter `_tf32` emulates it, on a GPU this checks the hardware); "tf32_rn": rounded to
+    the nearest tf32 first, ties away from zero (cvt.rna.tf32). x @ I shows each operand as the product saw it."""
     one_ulp = 2.0 ** -10  # tf32's spacing in [1, 2)
-    x = torch.tensor([1.0, 1 + one_ulp / 2, 1 + one_ulp / 2 - 2 ** -23, 1 + 1.5 * one_ulp, -(1 + one_ulp / 2),
-                      3.0e-3, -7.25, 0.0])
-    y = torch.empty_like(x)
-    _tf32_kernel[(1,)](x, y, N=8)
-    expect = torch.tensor([1.0, 1 + one_ulp, 1.0, 1 + 2 * one_ulp, -(1 + one_ulp), 0.0, -7.25, 0.0])
-    expect[5] = _round_mantissa(3.0e-3, 10)
-    assert torch.equal(y, expect)
+    vals = [1.0, 1 + one_ulp / 2, 1 + one_ulp / 2 - 2 ** -23, 1 + 1.5 * one_ulp, -(1 + one_ulp / 2), 3.0e-3, -7.25,
+            0.0, 1 + 0.99 * one_ulp]
+    x = torch.zeros(16, 16)
+    x[0, :len(vals)] = torch.tensor(vals)
+    x = x.to(DEVICE)
+    for prec, to_tf32 in (("tf32", _truncate_mantissa), ("tf32_rn", _round_mantissa)):
+        y = torch.empty_like(x)
+        _pdot_kernel[(1,)](x, y, PREC=prec, INTERPRET=triton_interpreted())
+        expect = torch.tensor([to_tf32(v, 10) for v in vals])
+        assert torch.equal(y[0, :len(vals)].cpu(), expect), prec
 
 
 @triton.jit
-def _tf32_kernel(x, y, N: tl.constexpr):
-    o = tl.arange(0, N)
-    tl.store(y + o, _tf32(tl.load(x + o)))
+def _pdot_kernel(x, y, PREC: tl.constexpr, INTERPRET: tl.constexpr):
+    o = tl.arange(0, 16)
+    eye = tl.where(o[:, None] == o[None, :], 1.0, 0.0)
+    tl.store(y + o[:, None] * 16 + o[None, :], _pdot(tl.load(x + o[:, None] * 16 + o[None, :]), eye, PREC, INTERPRET))
+
+
+def _truncate_mantissa(v: float, bits: int) -> float:
+    """v with its mantissa cut to `bits` bits, toward zero (math.frexp: v = m 2^e, 0.5 <= |m| < 1)."""
+    m, e = math.frexp(v)
+    return math.copysign(math.floor(abs(m) * 2 ** (bits + 1)) / 2 ** (bits + 1) * 2.0 ** e, v)
 
 
 def _round_mantissa(v: float, bits: int) -> float:
@@ -316,6 +369,11 @@ VARIANTS = {
     "solve_tf32x3": {"solve_merge_precision": "tf32x3", "solve_inv_precision": "tf32x3"},
     "solve_powers_tf32_rest_tf32x3": {"solve_power_precision": "tf32", "solve_merge_precision": "tf32x3",
                                       "solve_inv_precision": "tf32x3"},
+    "solve_unpeeled": {"solve_peel": False},
+    "solve_tf32_truncated": {"solve_merge_precision": "tf32", "solve_inv_precision": "tf32"},
+    "solve_tf32_truncated_unpeeled": {"solve_merge_precision": "tf32", "solve_inv_precision": "tf32",
+                                      "solve_peel": False},
+    "solve_unpeeled_tf32x3": {"solve_peel": False, "solve_merge_precision": "tf32x3", "solve_inv_precision": "tf32x3"},
     "discard_g": {"discard_g": True, "kg_in_intra": True}, "discard_g_off": {"discard_g": False},
     "intra_stream_off": {"intra_stream": False},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
@@ -323,7 +381,7 @@ VARIANTS = {
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
 ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra",
-                      "solve_inv_precision", "solve_merge_precision", "solve_power_precision"}
+                      "solve_inv_precision", "solve_merge_precision", "solve_power_precision", "solve_peel"}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
