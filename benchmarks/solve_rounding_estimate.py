@@ -1,7 +1,8 @@
 """How much of X = (I + A_kk)^-1's error each product precision of the solve costs, emulated on the CPU (no Triton):
-the solve of kernels/chunk.py (`_inverse_unit_lower`'s powers and products, then the block merges) with tf32 operands
-rounded as cvt.rna.tf32 does and tf32x3 as its three products, against float64, before and after X's rounding to
-bf16 (what the W/U kernel reads). Random 64-row chunks: k L2-normalised, K = 128, beta uniform in (0, 1), decays of
+the solve of kernels/chunk.py (`_inverse_unit_lower`'s powers and products, then the block merges; peeled or not: the
+identity kept out of the products, launch setting solve_peel) with "tf32" operands truncated as the tensor cores do
+(benchmarks/tf32_rounding_probe.py), "tf32_rn" operands rounded to nearest first (cvt.rna.tf32) and tf32x3 as its
+three products, against float64, before and after X's rounding to bf16 (what the W/U kernel reads). Random 64-row chunks: k L2-normalised, K = 128, beta uniform in (0, 1), decays of
 bench_chunk.py's inputs (logsigmoid of a standard normal) and weak ones (times 1e-3). A diagnostic script, not a test.
 
     python benchmarks/solve_rounding_estimate.py [--trials 200]
@@ -14,45 +15,64 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-SCHEMES = {  # name: (precision of L^2, L^4, L^8; of the inverse's three products; of the merges)
-    "tf32x3 (before the 39th session)": ("tf32x3", "tf32x3", "tf32x3"),
-    "tf32 (the 39th session's default)": ("tf32", "tf32", "tf32"),
-    "powers tf32, rest tf32x3": ("tf32", "tf32x3", "tf32x3"),
-    "powers and products tf32, merges tf32x3": ("tf32", "tf32", "tf32x3"),
-    "merges tf32, inverses tf32x3": ("tf32x3", "tf32x3", "tf32"),
+SCHEMES = {  # name: (precision of L^2, L^4, L^8; of the inverse's three products; of the merges; peeled)
+    "tf32x3 (before the 39th session)": ("tf32x3", "tf32x3", "tf32x3", False),
+    "tf32 (the 39th session's default)": ("tf32", "tf32", "tf32", False),
+    "powers tf32, rest tf32x3": ("tf32", "tf32x3", "tf32x3", False),
+    "merges tf32, inverses tf32x3": ("tf32x3", "tf32x3", "tf32", False),
+    "tf32, peeled": ("tf32", "tf32", "tf32", True),
+    "tf32_rn": ("tf32_rn", "tf32_rn", "tf32_rn", False),
+    "tf32_rn, peeled (the 40th session's default)": ("tf32_rn", "tf32_rn", "tf32_rn", True),
 }
 
 
-def tf32(x):
-    """fp32 -> tf32 (10 mantissa bits, ties away from zero), as chunk._tf32."""
+def tf32_rn(x):
+    """fp32 -> the nearest tf32 (10 mantissa bits, ties away from zero), as cvt.rna.tf32."""
     return ((x.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def tf32(x):
+    """fp32 -> tf32 as the tensor cores take an fp32 operand: the low 13 mantissa bits dropped."""
+    return (x.view(torch.int32) & ~0x1FFF).view(torch.float32)
 
 
 def dot(a, b, prec):
     if prec == "tf32":
         return tf32(a) @ tf32(b)
-    hi_a, hi_b = tf32(a), tf32(b)  # tf32x3: the low parts' products first, as Triton orders them
-    return hi_a @ tf32(b - hi_b) + tf32(a - hi_a) @ hi_b + hi_a @ hi_b
+    if prec == "tf32_rn":
+        return tf32_rn(a) @ tf32_rn(b)
+    hi_a, hi_b = tf32_rn(a), tf32_rn(b)  # tf32x3: the low parts' products first, as Triton orders them
+    return hi_a @ tf32_rn(b - hi_b) + tf32_rn(a - hi_a) @ hi_b + hi_a @ hi_b
 
 
-def inverse(L, p_pow, p_prod):
+def inverse(L, p_pow, p_prod, peel):
     eye = torch.eye(16)
     L2 = dot(L, L, p_pow)
     L4 = dot(L2, L2, p_pow)
     L8 = dot(L4, L4, p_pow)
+    if peel:  # N = X - I: X (I + M) = I + N + M + N M
+        N = L2 - L - dot(L, L2, p_prod)
+        N = N + L4 + dot(N, L4, p_prod)
+        return eye + N + L8 + dot(N, L8, p_prod)
     X = dot(eye - L, eye + L2, p_prod)
     X = dot(X, eye + L4, p_prod)
     return dot(X, eye + L8, p_prod)
 
 
-def solve(A, p_pow, p_prod, p_merge):
+def solve(A, p_pow, p_prod, p_merge, peel):
     blk = lambda i, j: A[16 * i:16 * i + 16, 16 * j:16 * j + 16]  # noqa: E731
-    X = {(i, i): inverse(blk(i, i), p_pow, p_prod) for i in range(4)}
+    eye = torch.eye(16)
+    X = {(i, i): inverse(blk(i, i), p_pow, p_prod, peel) for i in range(4)}
     for d in range(1, 4):
         for i in range(d, 4):
             j = i - d
-            acc = sum(dot(blk(i, m), X[(m, j)], p_merge) for m in range(j, i))
-            X[(i, j)] = -dot(X[(i, i)], acc, p_merge)
+            if peel:  # A_ij X_jj as A_ij + A_ij (X_jj - I), X_ii acc as acc + (X_ii - I) acc
+                acc = blk(i, j) + dot(blk(i, j), X[(j, j)] - eye, p_merge)
+                acc = acc + sum(dot(blk(i, m), X[(m, j)], p_merge) for m in range(j + 1, i))
+                X[(i, j)] = -(acc + dot(X[(i, i)] - eye, acc, p_merge))
+            else:
+                acc = sum(dot(blk(i, m), X[(m, j)], p_merge) for m in range(j, i))
+                X[(i, j)] = -dot(X[(i, i)], acc, p_merge)
     out = torch.zeros(64, 64)
     for (i, j), x in X.items():
         out[16 * i:16 * i + 16, 16 * j:16 * j + 16] = x
@@ -79,7 +99,7 @@ def main():
         print(f"{label}: X's Frobenius-relative error against float64, mean over {args.trials} chunks")
         for name, e in errs.items():
             t = torch.tensor(e)
-            print(f"  {name:42s} {t[:, 0].mean():.2e} (max {t[:, 0].max():.2e}); rounded to bf16 {t[:, 1].mean():.4e}")
+            print(f"  {name:46s} {t[:, 0].mean():.2e} (max {t[:, 0].max():.2e}); rounded to bf16 {t[:, 1].mean():.4e}")
 
 
 if __name__ == "__main__":

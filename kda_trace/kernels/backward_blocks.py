@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kda_trace.kernels.chunk import _bf16, _mma
+from kda_trace.kernels.chunk import _bf16, _mma, _tf32_rn
 
 
 @triton.jit
@@ -63,17 +63,6 @@ def _xdot(a, b, PREC: tl.constexpr):
         return tl.dot(_tf32_rn(a), _tf32_rn(b), input_precision="tf32")
     else:
         return tl.dot(a, b, input_precision=PREC)
-
-
-@triton.jit
-def _tf32_rn(x):
-    """fp32 x rounded to tf32 (10 fraction bits), to nearest, ties to even. A tf32 product on the tensor cores
-    drops an fp32 operand's low 13 bits, a bias toward zero (Triton 3.6 rounds nothing before it; triton-lang/triton
-    #4574) that sums over many tokens keep; rounded first, the errors take both signs. Bit operations (no PTX), so
-    that the interpreter runs it too (tests/kernels/test_backward_chunked.py)."""
-    u = x.to(tl.uint32, bitcast=True)
-    u = (u + 0xFFF + ((u >> 13) & 1)) & 0xFFFFE000
-    return u.to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -365,27 +365,23 @@ def _tf32(x):
 
 
 @triton.jit
-def _tf32_rounded(x, INTERPRET: tl.constexpr):
-    """x (fp32) rounded to the nearest tf32 (10 mantissa bits, ties away from zero; finite x), as PTX cvt.rna.tf32
-    does: what the tensor cores then take is x's value, half truncation's error and without its bias."""
-    if INTERPRET:
-        return ((x.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
-    else:
-        return tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
-                                         pack=1)
+def _tf32_rn(x):
+    """fp32 x rounded to tf32 (10 fraction bits), to nearest, ties to even. A tf32 product on the tensor cores
+    drops an fp32 operand's low 13 bits, a bias toward zero (Triton 3.6 rounds nothing before it; triton-lang/triton
+    #4574) that sums over many tokens keep; rounded first, the errors take both signs. Bit operations (no PTX), so
+    that the interpreter runs it too (tests/kernels/test_backward_chunked.py)."""
+    u = x.to(tl.uint32, bitcast=True)
+    u = (u + 0xFFF + ((u >> 13) & 1)) & 0xFFFFE000
+    return u.to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def _pdot(a, b, PREC: tl.constexpr, INTERPRET: tl.constexpr):
     """a @ b (fp32) with the products in PREC: "ieee", "tf32x3", "tf32" (operands truncated to tf32 by the tensor
-    cores; emulated under the interpreter) or "tf32_rn" (operands first rounded to the nearest tf32, `_tf32_rounded`,
-    then one tf32 MMA)."""
+    cores; emulated under the interpreter) or "tf32_rn" (operands first rounded to the nearest tf32, `_tf32_rn`,
+    then one tf32 MMA, which takes them exactly)."""
     if PREC == "tf32_rn":
-        a, b = _tf32_rounded(a, INTERPRET), _tf32_rounded(b, INTERPRET)
-        if INTERPRET:
-            return tl.dot(a, b, input_precision="ieee")
-        else:
-            return tl.dot(a, b, input_precision="tf32")
+        return tl.dot(_tf32_rn(a), _tf32_rn(b), input_precision="tf32")
     elif INTERPRET and PREC == "tf32":
         return tl.dot(_tf32(a), _tf32(b), input_precision="ieee")
     else:

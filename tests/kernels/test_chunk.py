@@ -211,9 +211,9 @@ def test_peeled_tf32_solve_stays_near_float64():
 def test_tf32_products_take_operands_as_the_tensor_cores():
     """`_pdot`'s "tf32": each fp32 operand truncated to tf32's 10 mantissa bits (what the tensor cores do with fp32
     operands; under the interpreter `_tf32` emulates it, on a GPU this checks the hardware); "tf32_rn": rounded to
-    the nearest tf32 first, ties away from zero (cvt.rna.tf32). x @ I shows each operand as the product saw it."""
+    the nearest tf32 first, ties to even (`_tf32_rn`). x @ I shows each operand as the product saw it."""
     one_ulp = 2.0 ** -10  # tf32's spacing in [1, 2)
-    vals = [1.0, 1 + one_ulp / 2, 1 + one_ulp / 2 - 2 ** -23, 1 + 1.5 * one_ulp, -(1 + one_ulp / 2), 3.0e-3, -7.25,
+    vals = [1.0, 1 + one_ulp / 2, 1 + one_ulp / 2 + 2 ** -23, 1 + 1.5 * one_ulp, -(1 + one_ulp / 2), 3.0e-3, -7.25,
             0.0, 1 + 0.99 * one_ulp]
     x = torch.zeros(16, 16)
     x[0, :len(vals)] = torch.tensor(vals)
@@ -239,11 +239,10 @@ def _truncate_mantissa(v: float, bits: int) -> float:
 
 
 def _round_mantissa(v: float, bits: int) -> float:
-    """v rounded to `bits` mantissa bits, ties away from zero (math.frexp: v = m 2^e, 0.5 <= |m| < 1)."""
+    """v rounded to `bits` mantissa bits, to nearest, ties to even (math.frexp: v = m 2^e, 0.5 <= |m| < 1; Python's
+    round() rounds ties to even)."""
     m, e = math.frexp(v)
-    scaled = abs(m) * 2 ** (bits + 1)
-    r = math.floor(scaled + 0.5)
-    return math.copysign(r / 2 ** (bits + 1) * 2.0 ** e, v)
+    return math.copysign(round(abs(m) * 2 ** (bits + 1)) / 2 ** (bits + 1) * 2.0 ** e, v)
 
 
 def test_gate_in_intra_by_default_for_a_precomputed_gate(monkeypatch):
