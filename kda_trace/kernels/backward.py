@@ -185,7 +185,7 @@ sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once wou
 LAUNCH["diag_blocks"] = "anchors"
 # pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
 # sums kernels. The sums' reach dg and, summed over tokens, ddt_bias. Since the twenty-ninth session "tf32_rn" there
-# (tf32 products of operands rounded to nearest first, backward_blocks.`_tf32_rn`), where it was tf32x3 (about
+# (tf32 products of operands rounded to nearest first, chunk.`_tf32_rn`), where it was tf32x3 (about
 # fp32, three tf32 products): H100, fwd+bwd 11.34 -> 11.07 ms at 32 heads x 16384, 18.10 -> 17.80 on K3; the
 # errors against float64 (bf16 inputs) of dq, dk, dv, dbeta, dh0 equal to three digits, dg 1.08e-3 -> 1.12e-3 at
 # 32 x 1024, and on the safe-gate 8 x 2048 dg 2.20e-3 -> 2.57e-3, dA_log 1.60e-3 -> 1.91e-3, ddt_bias 1.70e-3 ->

@@ -49,10 +49,12 @@ Every anchor row is at or before the row it serves, so no output depends on late
 
 Dot precisions (say where accuracy is spent):
 - A_kk, A_qk blocks: tf32 (fp32 operands scaled by the decays).
-- the triangular solve (16x16 diagonal inverses as a product of powers, block merges): tf32 (X is rounded to bf16
-  after it, which costs more than tf32's products: launch settings solve_inv_precision, solve_merge_precision);
-  with the chunk matrices kept for the backward (`saved`, fp32 X) tf32x3 (three tf32 tensor-core products with the
-  low parts, about fp32 accuracy).
+- the triangular solve (16x16 diagonal inverses as a product of powers, block merges): one tf32 product each, its
+  operands rounded to the nearest tf32 first ("tf32_rn": the tensor cores truncate fp32 operands) and the identity
+  kept out of the products (solve_peel), which leaves X as close to float64 as tf32x3 does once X is rounded to
+  bf16 after it (launch settings solve_inv_precision, solve_merge_precision, solve_peel); with the chunk matrices
+  kept for the backward (`saved`, fp32 X) tf32x3 (three tf32 tensor-core products with the low parts, about fp32
+  accuracy).
 - W, U (X rounded to bf16 times bf16 operands), the state pass (W S, k^T V_new with S and V_new rounded to
   bf16) and the output (q exp(G) S, A_qk V_new): bf16 tensor cores, fp32 accumulation. The state S itself
   is kept in fp32 between chunks.
@@ -148,12 +150,12 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # six shapes of issue 20, 32 x 16384 1.931 -> 1.849 ms, K3 2.589 -> 2.484):
 # - solve_inv_precision, solve_merge_precision = "tf32" (were tf32x3, now only with the kept matrices): the solve's
 #   products (the diagonal inverses' chain of six, the merges) in one tf32 MMA instead of three; X is rounded to bf16
-#   for the W/U kernel right after, which costs more than the tf32 products. Against float64 (solve_precision_probe.py,
-#   8 x 4096, 32 x 1024, 4 x 16384): the same to 0.6% on bench_chunk.py's inputs; on weak decays o and state +0.1-0.7%,
-#   the worst token -1.4% to +5.8% (RESULTS.md). 235 -> 141 registers (ptxas, triton 3.9). Merges alone: 1.014.
-#   solve_power_precision (None: solve_inv_precision) sets the powers L^2, L^4, L^8 of the diagonal inverses apart:
-#   "tf32" with the rest in tf32x3 keeps X as accurate as all-tf32x3 after its bf16 rounding (CPU emulation,
-#   benchmarks/solve_rounding_estimate.py), where all-tf32 adds 2.3% to X's error. Not timed yet.
+#   for the W/U kernel right after. 1.040 (32 x 16384), 1.042 (K3); merges alone 1.014. The tensor cores truncate
+#   an fp32 operand to tf32 (benchmarks/tf32_rounding_probe.py, fortieth session), so this cost 6.6% more X error
+#   after its bf16 rounding on bench_chunk.py's decays and 13% on weak ones (benchmarks/solve_rounding_estimate.py);
+#   against float64 o and the state the same to 0.6%, on weak decays +0.1-0.7%, the worst token -1.4% to +5.8%.
+#   solve_power_precision (None: solve_inv_precision) sets the powers L^2, L^4, L^8 of the diagonal inverses apart
+#   (never timed: ptxas gave it 255 registers).
 # - discard_g (None: on where it applies; _discard_g): kernel 2 drops its G rows but the last from L2 after its blocks
 #   (PTX discard.global.L2: no write-back to DRAM of 32 KB per chunk and head at K = 128) where no later kernel reads
 #   G. The same bits. 1.004-1.005 alone (32 x 16384, 16 x 2 x 16384, 96 x 8192).
@@ -162,8 +164,19 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   that the G and k rows its blocks read back stay in L2. The same bits. H100 (after the two changes above): 1.026
 #   (16 x 2 x 16384), 1.030 (32 x 16384), 1.049 (96 x 8192), 1.042 (16 x 4096 packed), 1.029 (8 x 131072), 1.001
 #   (K3, where kernel 1 computes G).
+# On by default since the fortieth session (H200; the tf32x3 solve's accuracy at 1.03x its speed):
+# - solve_peel: the identity kept out of the solve's products (X (I + M) as I + N + M + N M with N = X - I, X_II B
+#   as B + N_II B, A X_JJ as A + A N_JJ), so that tf32 rounds only the small terms, not X's entries. The same dots,
+#   a few more adds (ptxas, triton 3.9: 141 -> 183 registers; 194 with tf32_rn). 0.995, 0.995 (32 x 16384, K3).
+# - "tf32_rn" for those precisions: the operands rounded to the nearest tf32 first (`_tf32_rn`), half truncation's
+#   error and without its bias. 0.993, 0.992 (32 x 16384, K3; PTX cvt.rna.tf32 instead of the bit operations: 0.997,
+#   0.996). With both, X's error after its bf16 rounding is tf32x3's +0.00% (bench decays) and +0.08% (weak); on the
+#   GPU (solve_precision_probe.py, 8 x 4096 and 4 x 16384) o and the state within 0.4% of the tf32x3 solve's, the
+#   worst token -2.6% to +1.1% (as far as rounding alone moves it: the tf32x3 solve peeled moves it by -0.4% to
+#   +0.7%). Against the tf32x3 solve: 1.034 (32 x 16384), 1.032 (K3), from call 1's 0.960 / 0.961 and these.
 # Not kept (H100, default / changed < 1): wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3);
-# solve_warps=2 0.953 / 0.946, 4 0.866 (32 x 16384 / K3, thirty-seventh session).
+# solve_warps=2 0.953 / 0.946, 4 0.866 (32 x 16384 / K3, thirty-seventh session). H200, 32 x 16384 (fortieth
+# session): intra_warps=4 0.874, intra_stages=2 0.979, intra_bk=64 0.660.
 # Deleted in the thirty-ninth session: inv_in_intra (kernel 2 also inverted its diagonal blocks of A_kk, the solve
 # only merged): 0.711 on 32 x 16384, 0.805 on K3.
 # Deleted in the seventeenth session:
@@ -1355,7 +1368,8 @@ def kda_chunk(
             the L2 norm in the op also "rq" and "rk", q's and k's norm factors 1 / sqrt(sum x^2 + 1e-6) as the
             kernels applied them, fp32 `[B * T, HV]` (a q/k head's factor repeated for each of its value heads).
             The solve's products are then in tf32x3 (about fp32, for the kept X) instead of tf32, so o and the final
-            state differ from a call without saved by about tf32's rounding of X (before its bf16 rounding).
+            state differ from a call without saved by about tf32's rounding of X (before its bf16 rounding; small
+            next to it, with the solve peeled and its operands rounded to nearest).
         save_states: with saved and the "kv" state layout, also "states" (the fp32 state before every chunk,
             `[NT, HV, K, V]`, as output_chunk_states returns them), "Vn" (every token's V_new = U - W S as the
             state pass computed it before rounding it to bf16, fp32 `[B * T, HV, V]`), "W" and "KG" (W =

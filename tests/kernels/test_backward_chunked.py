@@ -29,7 +29,8 @@ from launch_spy import LaunchSpy  # noqa: E402
 from test_backward import assert_scale_passed_as_tensor, check, f64, make, rms_rel, truth  # noqa: E402
 
 from kda_trace.kernels import backward  # noqa: E402
-from kda_trace.kernels.backward_blocks import _tf32_rn, dot_precision  # noqa: E402
+from kda_trace.kernels.backward_blocks import dot_precision  # noqa: E402
+from kda_trace.kernels.chunk import _tf32_rn  # noqa: E402
 from kda_trace.kernels.options import KDAOptions  # noqa: E402
 
 
@@ -180,7 +181,7 @@ def _round_kernel(x, y, N: tl.constexpr):
 
 
 def test_tf32_rounding_to_nearest():
-    """backward_blocks.`_tf32_rn` (the "tf32_rn" products' operand rounding, run here by the interpreter) against
+    """chunk.`_tf32_rn` (the "tf32_rn" products' operand rounding, run here by the interpreter) against
     float64 rounding to 10 fraction bits, ties to even, over 60 decades, signs, ties and non-finite values; under the
     interpreter "tf32_rn" products are fp32 ones, as its "tf32" are."""
     gen = torch.Generator().manual_seed(5)

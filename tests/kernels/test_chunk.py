@@ -137,10 +137,10 @@ def test_kg_in_intra_by_default_without_the_l2_norm_in_the_intra_kernel(monkeypa
 
 
 def test_solve_in_tf32_by_default_and_in_tf32x3_for_the_kept_matrices(monkeypatch):
-    """The solve's products in tf32 by default (X is rounded to bf16 after it), in tf32x3 (about fp32) when the chunk
-    matrices are kept for the backward (its fp32 X). The interpreter emulates tf32 (operands rounded as
-    cvt.rna.tf32), so o here is tf32's: within the float64 budget, and the kept X within tf32x3's reach of
-    (I + A_kk)^-1 in float64 (1e-5 relative; tf32 products alone would miss it)."""
+    """The solve's products in tf32 by default, operands rounded to nearest first ("tf32_rn"; X is rounded to bf16
+    after it), in tf32x3 (about fp32) when the chunk matrices are kept for the backward (its fp32 X). Under the
+    interpreter the rounding is the same, so o here is tf32_rn's: within the float64 budget, and the kept X within
+    tf32x3's reach of (I + A_kk)^-1 in float64 (1e-5 relative; tf32 products alone would miss it)."""
     from kda_trace.kernels import chunk
     from launch_spy import LaunchSpy
 
