@@ -37,8 +37,8 @@ VARIANTS = {
         ("        qk_lo += tl.dot(qr_lo, tl.trans(k_col), input_precision=\"tf32\")\n", ""),
         ("        kk_hi += tl.dot(b_k * e_row, tl.trans(k_col), input_precision=\"tf32\")\n", ""),
         ("        qk_hi += tl.dot(b_q * e_row, tl.trans(k_col), input_precision=\"tf32\")\n", "")],
-    "solve: no inverses": [("def _inverse_unit_lower(L, BC: tl.constexpr, PREC: tl.constexpr):",
-                            "def _inverse_unit_lower(L, BC: tl.constexpr, PREC: tl.constexpr):\n    return L")],
+    "solve: no inverses": [("                        PEEL: tl.constexpr):\n",
+                            "                        PEEL: tl.constexpr):\n    return L\n")],
 }
 
 
