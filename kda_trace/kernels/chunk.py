@@ -402,6 +402,13 @@ def _pdot(a, b, PREC: tl.constexpr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def _eye(BC: tl.constexpr):
+    """The BC x BC identity (fp32)."""
+    o_i = tl.arange(0, BC)
+    return tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
+
+
+@triton.jit
 def _inverse_unit_lower(L, BC: tl.constexpr, PREC_POW: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
                         PEEL: tl.constexpr):
     """(I + L)^-1 for a strictly lower-triangular 16x16 L, the powers L^2, L^4, L^8 in PREC_POW and the products of
@@ -411,8 +418,7 @@ def _inverse_unit_lower(L, BC: tl.constexpr, PREC_POW: tl.constexpr, PREC: tl.co
     15 dependent row steps of forward substitution (each of which needs two cross-thread reductions).
     With PEEL the identity stays out of the products (launch setting solve_peel): with N = X - I, X (I + M) =
     I + N + M + N M, so a tf32 product rounds only N M, not X's own entries (the same dots, a few more adds)."""
-    o_i = tl.arange(0, BC)
-    eye = tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0)
+    eye = _eye(BC)
     L2 = _pdot(L, L, PREC_POW, INTERPRET)
     L4 = _pdot(L2, L2, PREC_POW, INTERPRET)
     L8 = _pdot(L4, L4, PREC_POW, INTERPRET)
@@ -432,8 +438,7 @@ def _unit_dot(X, B, BC: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexp
     """X @ B for a unit lower-triangular 16x16 X (an inverted diagonal block); with PEEL as B + (X - I) B, so that
     a tf32 product does not round B's own entries (X - I is exact: X's diagonal is exactly 1)."""
     if PEEL:
-        o_i = tl.arange(0, BC)
-        return B + _pdot(X - tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0), B, PREC, INTERPRET)
+        return B + _pdot(X - _eye(BC), B, PREC, INTERPRET)
     else:
         return _pdot(X, B, PREC, INTERPRET)
 
@@ -442,8 +447,7 @@ def _unit_dot(X, B, BC: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexp
 def _dot_unit(A, X, BC: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, PEEL: tl.constexpr):
     """A @ X for a unit lower-triangular 16x16 X; with PEEL as A + A (X - I) (see `_unit_dot`)."""
     if PEEL:
-        o_i = tl.arange(0, BC)
-        return A + _pdot(A, X - tl.where(o_i[:, None] == o_i[None, :], 1.0, 0.0), PREC, INTERPRET)
+        return A + _pdot(A, X - _eye(BC), PREC, INTERPRET)
     else:
         return _pdot(A, X, PREC, INTERPRET)
 
