@@ -1,9 +1,10 @@
 """How much of X = (I + A_kk)^-1's error each product precision of the solve costs, emulated on the CPU (no Triton):
 the solve of kernels/chunk.py (`_inverse_unit_lower`'s powers and products, then the block merges; peeled or not: the
 identity kept out of the products, launch setting solve_peel) with "tf32" operands truncated as the tensor cores do
-(benchmarks/tf32_rounding_probe.py), "tf32_rn" operands rounded to nearest first (cvt.rna.tf32) and tf32x3 as its
-three products, against float64, before and after X's rounding to bf16 (what the W/U kernel reads). Random 64-row chunks: k L2-normalised, K = 128, beta uniform in (0, 1), decays of
-bench_chunk.py's inputs (logsigmoid of a standard normal) and weak ones (times 1e-3). A diagnostic script, not a test.
+(benchmarks/tf32_rounding_probe.py), "tf32_rn" operands rounded to nearest first (as chunk._tf32_rn) and tf32x3 as
+its three products, against float64, before and after X's rounding to bf16 (what the W/U kernel reads). Random
+64-row chunks: k L2-normalised, K = 128, beta uniform in (0, 1), decays of bench_chunk.py's inputs (logsigmoid of a
+standard normal) and weak ones (times 1e-3). A diagnostic script, not a test.
 
     python benchmarks/solve_rounding_estimate.py [--trials 200]
 """
@@ -27,8 +28,9 @@ SCHEMES = {  # name: (precision of L^2, L^4, L^8; of the inverse's three product
 
 
 def tf32_rn(x):
-    """fp32 -> the nearest tf32 (10 mantissa bits, ties away from zero), as cvt.rna.tf32."""
-    return ((x.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+    """fp32 -> the nearest tf32 (10 mantissa bits, ties to even), as chunk._tf32_rn (finite x)."""
+    u = x.view(torch.int32)
+    return ((u + 0xFFF + ((u >> 13) & 1)) & ~0x1FFF).view(torch.float32)
 
 
 def tf32(x):
