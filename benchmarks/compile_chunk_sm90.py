@@ -1,5 +1,6 @@
 """Compile the chunked forward's kernels (kernels/chunk.py) for sm_90 without a GPU, with the default launch
-settings and with each speed variant of chunk.LAUNCH, and print ptxas's register / spill report per kernel.
+settings and with each speed variant of chunk.LAUNCH, and print ptxas's register / spill report per kernel,
+with the programs per SM its registers allow and its shared memory.
 
     python benchmarks/compile_chunk_sm90.py [--heads N] [--only gate,wu,...] [KEY=VALUE ...]
 
@@ -15,6 +16,7 @@ here costs time on the GPU. Run it without TRITON_INTERPRET. Exit 1 on a failure
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -32,6 +34,19 @@ K = V = 128
 # pass's "state 5a" and "state 5b" launch uncapped)
 CAP_KEYS = {"gate": "gate_maxnreg", "intra": "intra_maxnreg", "solve": "solve_maxnreg", "wu": "wu_maxnreg",
             "state": "state_maxnreg", "output": "out_maxnreg"}
+
+
+def residency(report: list[str], warps: int, kernel) -> str:
+    """Programs of this kernel that an sm_90 SM can hold by its registers (each of the 4 sub-partitions has 16384,
+    given to a warp in units of 256; the rule Nsight Compute's "Block Limit Registers" reproduced in the forty-first
+    session), and its shared memory per program (the SM has at most 228 KB, the driver may carve out less)."""
+    found = re.search(r"Used (\d+) registers", " ".join(report))
+    if not found:
+        return "registers unknown"
+    regs = int(found.group(1))
+    per_warp = -(-regs * 32 // 256) * 256
+    programs = (16384 // per_warp) * 4 // warps
+    return f"{programs} programs per SM by registers, {kernel.metadata.shared / 1024:.1f} KB shared each"
 
 
 def kernels(launch: dict):
@@ -131,12 +146,15 @@ def main() -> int:
             continue
         try:
             cap = None if name.startswith("state 5") else launch[CAP_KEYS[name.split()[0]]]
+            if name == "wu" and cap is None:  # the forward's choice (`chunk._wu_cap`; no save_states here)
+                cap = chunk._wu_cap(chunk._kg_in_intra(launch["kg_in_intra"], launch["l2_in_intra"]), False)
             kernel = compile_kernel(fn, sig, consts, warps, stages, cap)
         except Exception as e:  # noqa: BLE001 -- report every kernel
             print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:400]}")
             failed = True
             continue
-        print(f"  {name} (warps {warps}): " + "; ".join(ptxas_report(kernel)))
+        report = ptxas_report(kernel)
+        print(f"  {name} (warps {warps}): " + "; ".join(report) + f"; {residency(report, warps, kernel)}")
     return 1 if failed else 0
 
 

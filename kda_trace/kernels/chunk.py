@@ -177,6 +177,13 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # Not kept (H100, default / changed < 1): wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3);
 # solve_warps=2 0.953 / 0.946, 4 0.866 (32 x 16384 / K3, thirty-seventh session). H200, 32 x 16384 (fortieth
 # session): intra_warps=4 0.874, intra_stages=2 0.979, intra_bk=64 0.660.
+# Deleted in the forty-first session (H200; diffs under benchmarks/results/2026-11-28-s41/): intra_split (two programs
+# per chunk, the k side and the q side of the blocks): 0.770 on K3, 0.729 on 32 x 16384, the loads, exponentials and
+# column operands both sides need being most of the kernel's time; intra_kouter (the K loop outside the four blocks,
+# each row loaded once per K-tile, the block pairs from registers; 20 accumulators, spills): 0.946 on K3 (1.006 with
+# intra_bk=16), 0.846 on 32 x 16384 (0.942). Not kept there either: on K3 kg_in_intra with l2_in_intra=False 0.980,
+# and with gate_in_intra 0.974; wu_warps=8, wu_bk=128 1.000; gate_warps=8 0.973; wu_stages=1 1.016 on K3 but 0.988 on
+# 32 x 16384 (wu_maxnreg: `_wu_cap`).
 # Deleted in the thirty-ninth session: inv_in_intra (kernel 2 also inverted its diagonal blocks of A_kk, the solve
 # only merged): 0.711 on 32 x 16384, 0.805 on K3.
 # Deleted in the seventeenth session:
@@ -209,8 +216,8 @@ LAUNCH = {
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
 # intra at 168 0.968 / 1.006, at 128 0.917 / 0.922; W/U at 128 0.973 / 0.986; the state pass at 168 0.869 / 0.997
 # (RESULTS.md, "Backward kernel", twenty-eighth session); the solve at 128 0.938 / 0.949, at 168 - / 0.995
-# (thirty-seventh session).
-LAUNCH.update({"gate_maxnreg": 0, "intra_maxnreg": 0, "solve_maxnreg": 0, "wu_maxnreg": 0, "state_maxnreg": 0,
+# (thirty-seventh session). wu_maxnreg None: `_wu_cap`.
+LAUNCH.update({"gate_maxnreg": 0, "intra_maxnreg": 0, "solve_maxnreg": 0, "wu_maxnreg": None, "state_maxnreg": 0,
                "out_maxnreg": 0})
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
@@ -1490,7 +1497,7 @@ def kda_chunk(
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, KG_DONE=kg_here, EXP2=exp2,
         INTERPRET=interp, num_warps=_wu_warps(V), num_stages=LAUNCH["wu_stages"],
-        **register_cap(LAUNCH["wu_maxnreg"]),
+        **register_cap(LAUNCH["wu_maxnreg"], _wu_cap(kg_here, save_states)),
     )
 
     BK = max(16, triton.next_power_of_2(K))
@@ -1565,6 +1572,15 @@ def _wu_warps(V: int) -> int:
     memory access at K = 32 (V = 16, 12), while 2 or 8 warps, or V = 32 on tiles of 16, were right
     (benchmarks/RESULTS.md, thirty-first session; the interpreter was right)."""
     return LAUNCH["wu_warps"] if V > 16 else 8
+
+
+def _wu_cap(kg_here: bool, save_states: bool) -> int:
+    """`_wu_kernel`'s register cap for wu_maxnreg None: 168 where it forms its bf16 operands from k and G itself
+    (neither kg_in_intra nor save_states), else none (0). H200 (forty-first session, the same bits): K3 1.020 (2.348 ->
+    2.301 ms; 174 registers, 2 programs per SM uncapped), 32 x 16384 with the safe gate and L2 norm in the op 1.018;
+    where it reads the intra kernel's operands (kg_in_intra) the cap lost (32 x 16384: 0.994). Not timed on an H100
+    (there a cap of 128 lost on K3, 0.973, twenty-eighth session) nor with save_states."""
+    return 168 if not (kg_here or save_states) else 0
 
 
 def _kg_in_intra(setting: bool | None, l2_here: bool) -> bool:

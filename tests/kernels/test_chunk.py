@@ -117,23 +117,27 @@ def test_wu_kernel_on_8_warps_where_v_fits_one_16_wide_tile(monkeypatch):
     assert [opt["num_warps"] for opt in spy.options] == [8, chunk.LAUNCH["wu_warps"]]
 
 
-def test_kg_in_intra_by_default_without_the_l2_norm_in_the_intra_kernel(monkeypatch):
+def test_kg_in_intra_and_the_wu_register_cap_by_default(monkeypatch):
     """kg_in_intra=None (the default): the intra kernel writes the W/U operands (KG_HERE) unless it computes the
     q/k L2-norm factors itself, or the chunk matrices and states are kept (save_states: W/U computes W in tf32 from k
-    and G); o against float64 either way (the same operations: the variants' test checks them bit for bit)."""
+    and G). wu_maxnreg=None (the default): `_wu_kernel` launches with at most 168 registers only where it forms its
+    bf16 operands from k and G (H200: 1.02x on K3; not where it reads the intra kernel's, nor with save_states). o
+    against float64 either way (the same operations: the variants' test checks them bit for bit)."""
     from kda_trace.kernels import chunk
     from launch_spy import LaunchSpy
 
-    assert chunk.LAUNCH["kg_in_intra"] is None
-    spy = LaunchSpy(chunk._intra_chunk_kernel)
-    monkeypatch.setattr(chunk, "_intra_chunk_kernel", spy)
+    assert chunk.LAUNCH["kg_in_intra"] is None and chunk.LAUNCH["wu_maxnreg"] is None
+    intra, wu = LaunchSpy(chunk._intra_chunk_kernel), LaunchSpy(chunk._wu_kernel)
+    monkeypatch.setattr(chunk, "_intra_chunk_kernel", intra)
+    monkeypatch.setattr(chunk, "_wu_kernel", wu)
     x = make(1, 70, 1, 2, 20, 12, seed=34)
     for opts in (KDAOptions(), KDAOptions(use_qk_l2norm=True)):
         o, _, o_ref, _ = run_case(x, opts)
         assert rms_rel(o, o_ref) <= BUDGET
     args = [x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")]
     kda_chunk(*args, KDAOptions(), saved={}, save_states=True)
-    assert [opt["KG_HERE"] for opt in spy.options] == [True, False, False]
+    assert [opt["KG_HERE"] for opt in intra.options] == [True, False, False]
+    assert [opt.get("maxnreg") for opt in wu.options] == [None, 168, None]
 
 
 def test_solve_in_tf32_by_default_and_in_tf32x3_for_the_kept_matrices(monkeypatch):
