@@ -72,7 +72,7 @@ def kernels(launch: dict):
     kg_here = chunk._kg_in_intra(L["kg_in_intra"], l2_in_intra)  # the K3 shape: L2 norm in the op
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here,
-                 STREAM=bool(L["intra_stream"]))
+                 STREAM=bool(L["intra_stream"]), ONE_ANCHOR=chunk._intra_one_anchor(L["intra_one_anchor"], "safe", -5.0))
     if L["intra_one_launch"]:
         gate_here = dict(GATE_HERE=gate_fused, GATE=2, BKG=min(L["gate_bk"], 64), L2_IN_GATE=not l2_in_intra,
                          DISCARD_G=chunk._discard_g(L["discard_g"], kg_here and qg_raw, K, "cuda", False))

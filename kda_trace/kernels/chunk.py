@@ -210,7 +210,7 @@ LAUNCH = {
     "exp2": True, "out_in_state": None, "state_split": None, "split_bv": 64, "scan_warps": 8,
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
     "discard_g": None, "solve_inv_precision": "tf32_rn", "solve_merge_precision": "tf32_rn", "intra_stream": True,
-    "solve_power_precision": None, "solve_peel": True,
+    "solve_power_precision": None, "solve_peel": True, "intra_one_anchor": True,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -503,7 +503,7 @@ def _intra_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    STREAM: tl.constexpr,
+    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
@@ -514,7 +514,7 @@ def _intra_kernel(
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
 
 
 @triton.jit(do_not_specialize=["scale", "lower_bound"])
@@ -525,7 +525,7 @@ def _intra_chunk_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    STREAM: tl.constexpr,
+    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr,
     GATE_HERE: tl.constexpr, GATE: tl.constexpr, BKG: tl.constexpr, L2_IN_GATE: tl.constexpr, DISCARD_G: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
@@ -544,19 +544,19 @@ def _intra_chunk_kernel(
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM)
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
     tl.debug_barrier()
     if BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM)
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
     tl.debug_barrier()
     if 2 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
     tl.debug_barrier()
     if 3 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
     if DISCARD_G:
         tl.debug_barrier()
         _discard_l2_rows(G + (r0 * HV + i_hv) * K, n - 1, HV * K, K, BT)
@@ -584,7 +584,7 @@ def _intra_block(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    STREAM: tl.constexpr,
+    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ >= 16 I
@@ -659,14 +659,24 @@ def _intra_block(
         g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0)
         g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
         g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
-        # the anchors: a(i) = g_c (the block's first row) for rows 0-7 of the block, g_c8 (its row 8) for rows 8-15
-        upper = (o_c >= BC // 2)[:, None]
-        d = tl.where(m_i[:, None], g_i - tl.where(upper, g_c8[None, :], g_c[None, :]), 0.0)  # G_i - a(i) <= 0
-        spread = tl.maximum(spread, tl.max(-d, axis=1))
-        e_row = _exp(d, EXP2)  # exp(G_i - a(i)) <= 1
-        k_col = b_k * _exp(tl.minimum(-d, MAX_EXP), EXP2)  # k_j exp(a(j) - G_j), exact where -d <= MAX_EXP
-        # exp(G_i - G_c) <= 1 for every row: e_row, times exp(g_c8 - g_c) on rows 8-15
-        r_lo = e_row * tl.where(upper, _exp(g_c8 - g_c, EXP2)[None, :], 1.0)
+        if ONE_ANCHOR:
+            # one anchor for the whole diagonal block, its row 8: |G_i - G_c8| <= 8 |g| <= MAX_EXP (the clamps only
+            # guard against a broken promise: no inf). Entries above the diagonal (exp(G_i - G_j) >= 1, dropped
+            # below by tl.where) may overflow to inf or NaN; the kept ones are products of x_i k_j exp(<= 0).
+            d = tl.where(m_i[:, None], g_i - g_c8[None, :], 0.0)
+            e_row = _exp(tl.minimum(d, MAX_EXP), EXP2)  # exp(G_i - G_c8)
+            k_col = b_k * _exp(tl.minimum(-d, MAX_EXP), EXP2)  # k_j exp(G_c8 - G_j)
+            r_lo = e_row * _exp(g_c8 - g_c, EXP2)[None, :]  # exp(G_i - G_c) <= 1
+        else:
+            # the anchors: a(i) = g_c (the block's first row) for rows 0-7 of the block, g_c8 (its row 8) for rows
+            # 8-15
+            upper = (o_c >= BC // 2)[:, None]
+            d = tl.where(m_i[:, None], g_i - tl.where(upper, g_c8[None, :], g_c[None, :]), 0.0)  # G_i - a(i) <= 0
+            spread = tl.maximum(spread, tl.max(-d, axis=1))
+            e_row = _exp(d, EXP2)  # exp(G_i - a(i)) <= 1
+            k_col = b_k * _exp(tl.minimum(-d, MAX_EXP), EXP2)  # k_j exp(a(j) - G_j), exact where -d <= MAX_EXP
+            # exp(G_i - G_c) <= 1 for every row: e_row, times exp(g_c8 - g_c) on rows 8-15
+            r_lo = e_row * tl.where(upper, _exp(g_c8 - g_c, EXP2)[None, :], 1.0)
         kr_lo = b_k * r_lo
         qr_lo = b_q * r_lo
         if KG_HERE:  # as `_wu_kernel` computes them from k and G, operation for operation
@@ -681,10 +691,12 @@ def _intra_block(
         if QG_HERE:  # q exp(G_i) = q exp(G_i - G_c) exp(G_c)
             tl.store(QG + o_i[:, None] * SG + o_k[None, :], _bf16(qr_lo * _exp(g_c, EXP2)[None, :], INTERPRET),
                      mask=m_ik, cache_modifier=CS)
-        # anchor g_c on both sides: right for the columns 0-7 of the block (any row)
-        kk_lo += tl.dot(kr_lo, tl.trans(k_col), input_precision="tf32")
-        qk_lo += tl.dot(qr_lo, tl.trans(k_col), input_precision="tf32")
-        # anchor a(i) = a(j): right for columns 0-7 of rows 0-7 and columns 8-15 of rows 8-15
+        if not ONE_ANCHOR:
+            # anchor g_c on both sides: right for the columns 0-7 of the block (any row)
+            kk_lo += tl.dot(kr_lo, tl.trans(k_col), input_precision="tf32")
+            qk_lo += tl.dot(qr_lo, tl.trans(k_col), input_precision="tf32")
+        # anchor a(i) = a(j): right for columns 0-7 of rows 0-7 and columns 8-15 of rows 8-15 (every entry with
+        # ONE_ANCHOR)
         kk_hi += tl.dot(b_k * e_row, tl.trans(k_col), input_precision="tf32")
         qk_hi += tl.dot(b_q * e_row, tl.trans(k_col), input_precision="tf32")
         if I > 0:
@@ -696,10 +708,14 @@ def _intra_block(
             off_lo += tl.dot(kr_lo, tl.trans(b_kj), input_precision="tf32")
             off_qlo += tl.dot(qr_lo, tl.trans(b_kj), input_precision="tf32")
 
-    right = (o_c >= BC // 2)[None, :]
-    kk = tl.where(right, kk_hi, kk_lo)
-    qk = tl.where(right, qk_hi, qk_lo)
-    if CHECK_RANGE:
+    if ONE_ANCHOR:
+        kk = kk_hi
+        qk = qk_hi
+    else:
+        right = (o_c >= BC // 2)[None, :]
+        kk = tl.where(right, kk_hi, kk_lo)
+        qk = tl.where(right, qk_hi, qk_lo)
+    if CHECK_RANGE and not ONE_ANCHOR:
         # a column factor is exact where a(j) - G_j <= MAX_EXP; row i reads the columns j <= i, and since G
         # does not increase, those of its own half are within range when row i is (spread_i <= MAX_EXP).
         # Rows 8-15 also read columns 0-7: they need row 7 (the last of them) within range too.
@@ -1448,6 +1464,7 @@ def kda_chunk(
     Akk = kept["P"] if keep else torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
+    one_anchor = _intra_one_anchor(LAUNCH["intra_one_anchor"], opts.gate, opts.lower_bound)
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
     qg_raw = bool(LAUNCH["qg_in_intra"])
     # with kg_in_intra kernel 2 also writes k exp(G_last - G) and beta k exp(G) (KB), which kernel 4 then reads
@@ -1467,7 +1484,7 @@ def kda_chunk(
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, L2_HERE=opts.use_qk_l2norm and l2_in_intra,
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
-        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, STREAM=bool(LAUNCH["intra_stream"]),
+        INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, STREAM=bool(LAUNCH["intra_stream"]), ONE_ANCHOR=one_anchor,
         num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
         **register_cap(LAUNCH["intra_maxnreg"]),
@@ -1581,6 +1598,13 @@ def _wu_cap(kg_here: bool, save_states: bool) -> int:
     where it reads the intra kernel's operands (kg_in_intra) the cap lost (32 x 16384: 0.994). Not timed on an H100
     (there a cap of 128 lost on K3, 0.973, twenty-eighth session) nor with save_states."""
     return 168 if not (kg_here or save_states) else 0
+
+
+def _intra_one_anchor(setting: bool, gate: str, lower_bound: float) -> bool:
+    """Launch setting intra_one_anchor (setting): the intra kernel's diagonal blocks at one anchor, the block's row 8
+    (two products instead of four, no range check), where the gate is the safe one with every |g| < -lower_bound <=
+    MAX_EXP / 8 (8 gates between the anchor and a block's first row), as the backward's sums_one_anchor."""
+    return bool(setting) and gate == "safe" and -8.0 * float(lower_bound) <= MAX_EXP
 
 
 def _kg_in_intra(setting: bool | None, l2_here: bool) -> bool:
