@@ -22,7 +22,6 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-import triton  # noqa: E402
 from bench_chunk import parse_launch  # noqa: E402
 from compile_sm90 import compile_kernel, ptxas_report  # noqa: E402
 
@@ -75,6 +74,7 @@ def kernels(launch: dict):
                  STREAM=bool(L["intra_stream"]), ONE_ANCHOR=chunk._intra_one_anchor(L["intra_one_anchor"], "safe", -5.0))
     if L["intra_one_launch"]:
         gate_here = dict(GATE_HERE=gate_fused, GATE=2, BKG=min(L["gate_bk"], 64), L2_IN_GATE=not l2_in_intra,
+                         BJ3=chunk._off_tile(3, L["intra_off_tail"]),
                          DISCARD_G=chunk._discard_g(L["discard_g"], kg_here and qg_raw, K, "cuda", False))
         sig_chunk = {**sig, "g": "*bf16", **ptr("fp32", "A_log", "dt_bias"), "lower_bound": "fp32"}
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig_chunk, dict(intra, **gate_here),
@@ -82,7 +82,7 @@ def kernels(launch: dict):
     else:
         for block in range(chunk.BT // chunk.BC):
             out.append((f"intra I={block}", chunk._intra_kernel, sig,
-                        dict(intra, I=block, BJ=max(chunk.BC, triton.next_power_of_2(block * chunk.BC))),
+                        dict(intra, I=block, BJ=chunk._off_tile(block, L["intra_off_tail"])),
                         L["intra_warps"], L["intra_stages"]))
     out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "beta": "*bf16", "Xs": "*bf16", "Xf": "*fp32", **tables},
                 dict(HV=HV, BT=chunk.BT, BC=chunk.BC, BETA=0, INTERPRET=False, SAVE=False, STORE_XS=True,

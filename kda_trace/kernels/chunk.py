@@ -211,6 +211,7 @@ LAUNCH = {
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
     "discard_g": None, "solve_inv_precision": "tf32_rn", "solve_merge_precision": "tf32_rn", "intra_stream": True,
     "solve_power_precision": None, "solve_peel": True, "intra_one_anchor": True,
+    "intra_off_tail": True,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -527,6 +528,7 @@ def _intra_chunk_kernel(
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
     STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr,
     GATE_HERE: tl.constexpr, GATE: tl.constexpr, BKG: tl.constexpr, L2_IN_GATE: tl.constexpr, DISCARD_G: tl.constexpr,
+    BJ3: tl.constexpr,
 ):
     """The four blocks of one (chunk, value head) in one program, one after the other (launch setting
     intra_one_launch): the rows that later blocks read again as columns come from the caches, not from
@@ -555,7 +557,7 @@ def _intra_chunk_kernel(
                      BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
     tl.debug_barrier()
     if 3 * BC < n:
-        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, 4 * BC,
+        _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, BJ3,
                      BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
     if DISCARD_G:
         tl.debug_barrier()
@@ -618,15 +620,20 @@ def _intra_block(
     KG += (r0 * HV + i_hv) * K
 
     o_c = tl.arange(0, BC)
-    o_t = tl.arange(0, BJ)  # the columns before the block: o_t < i0
+    o_t = tl.arange(0, BJ)  # the columns before the block: o_t < i0 (BJ a power of two)
+    # where i0 > BJ (I = 3: 48 columns, BJ = 32) the last BC of them in a tile of their own (no 64-wide tile)
+    TAIL: tl.constexpr = I * BC > BJ
+    tl.static_assert(I * BC <= BJ + BC)
+    o_u = BJ + o_c
     o_i = i0 + o_c
     m_i = o_i < n
-    m_t = o_t < i0
 
     # Columns before the block: one product, anchor = the block's first row (every exponent <= 0).
     # The 16x16 diagonal block: two anchors (see top).
     off_lo = tl.zeros([BC, BJ], dtype=tl.float32)  # sum_d x_id k_jd exp(G_id - G_jd), j < i0 (k and q)
     off_qlo = tl.zeros([BC, BJ], dtype=tl.float32)
+    off_lo2 = tl.zeros([BC, BC], dtype=tl.float32)  # the tail's (TAIL)
+    off_qlo2 = tl.zeros([BC, BC], dtype=tl.float32)
     kk_lo = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, columns 0-7 (anchor row i0)
     qk_lo = tl.zeros([BC, BC], dtype=tl.float32)
     kk_hi = tl.zeros([BC, BC], dtype=tl.float32)  # diagonal block, columns 8-15 (anchor row i0 + 8)
@@ -707,6 +714,13 @@ def _intra_block(
             b_kj = b_kj * _exp(tl.where(m_jk, g_c[None, :] - g_j, 0.0), EXP2)
             off_lo += tl.dot(kr_lo, tl.trans(b_kj), input_precision="tf32")
             off_qlo += tl.dot(qr_lo, tl.trans(b_kj), input_precision="tf32")
+            if TAIL:
+                m_uk = (o_u < i0)[:, None] & m_k[None, :]
+                b_ku = tl.load(k + o_u[:, None] * SX + o_k[None, :], mask=m_uk, other=0.0).to(tl.float32)
+                g_u = tl.load(G + o_u[:, None] * SG + o_k[None, :], mask=m_uk, other=0.0)
+                b_ku = b_ku * _exp(tl.where(m_uk, g_c[None, :] - g_u, 0.0), EXP2)
+                off_lo2 += tl.dot(kr_lo, tl.trans(b_ku), input_precision="tf32")
+                off_qlo2 += tl.dot(qr_lo, tl.trans(b_ku), input_precision="tf32")
 
     if ONE_ANCHOR:
         kk = kk_hi
@@ -735,31 +749,49 @@ def _intra_block(
     else:
         rq_i = _inv_norm_at(rq, o_i * HV, m_i, L2NORM)
         rk_i = _inv_norm_at(rk, o_i * HV, m_i, L2NORM)
-    rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
-    m_lo = m_i[:, None] & (o_t < i0)[None, :]
     if SAVE:
         Ps += (i_c * HV + i_hv) * (BT * BT)
         Qs += (i_c * HV + i_hv) * (BT * BT)
-        p_off = o_i[:, None] * BT + o_t[None, :]
         p_diag = o_i[:, None] * BT + o_i[None, :]
-        tl.store(Ps + p_off, off_lo * rk_i[:, None] * rk_t[None, :], mask=m_lo)
         tl.store(Ps + p_diag, tl.where(o_c[:, None] > o_c[None, :], kk * rk_i[:, None] * rk_i[None, :], 0.0),
                  mask=m_i[:, None])
-        tl.store(Qs + p_off, off_qlo * rq_i[:, None] * rk_t[None, :], mask=m_lo)
         tl.store(Qs + p_diag, tl.where(o_c[:, None] >= o_c[None, :], qk * rq_i[:, None] * rk_i[None, :], 0.0),
                  mask=m_i[:, None])
+    b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
+    if I > 0:  # the columns before the block
+        _store_off_tile(off_lo, off_qlo, o_t, o_i, m_i, i0, rk, rq_i, rk_i, b_beta, scale, Aqk, Akk, Ps, Qs,
+                        HV, BT, SA, L2NORM, SAVE, INTERPRET, CS)
+        if TAIL:
+            _store_off_tile(off_lo2, off_qlo2, o_u, o_i, m_i, i0, rk, rq_i, rk_i, b_beta, scale, Aqk, Akk, Ps, Qs,
+                            HV, BT, SA, L2NORM, SAVE, INTERPRET, CS)
+    # A_qk's diagonal block
     qk = tl.where(o_c[:, None] >= o_c[None, :], qk * (scale * rq_i)[:, None] * rk_i[None, :], 0.0)
-    # A_qk row block: columns < i0 from the first product, the diagonal block at i0
-    off_q = off_qlo * (scale * rq_i)[:, None] * rk_t[None, :]
-    tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(off_q, INTERPRET), mask=m_lo, cache_modifier=CS)
     tl.store(Aqk + o_i[:, None] * SA + o_i[None, :], _bf16(qk, INTERPRET), mask=m_i[:, None], cache_modifier=CS)
-    if not SAVE:  # A_kk row block, fp32, in the chunk's scratch (rows past n are never read); with SAVE the
-        # solve forms A_kk = diag(beta) P from the kept P instead (one fp32 [BT, BT] write less per chunk)
-        b_beta = _beta_at(beta, o_i * HV, m_i, BETA)
+    if not SAVE:  # A_kk's, fp32, in the chunk's scratch (rows past n are never read); with SAVE the solve forms
+        # A_kk = diag(beta) P from the kept P instead (one fp32 [BT, BT] write less per chunk)
         kk = tl.where(o_c[:, None] > o_c[None, :], kk * (b_beta * rk_i)[:, None] * rk_i[None, :], 0.0)
-        off_k = off_lo * (b_beta * rk_i)[:, None] * rk_t[None, :]
-        tl.store(Akk + o_i[:, None] * BT + o_t[None, :], off_k, mask=m_lo, cache_modifier=CS)
         tl.store(Akk + o_i[:, None] * BT + o_i[None, :], kk, mask=m_i[:, None], cache_modifier=CS)
+
+
+@triton.jit
+def _store_off_tile(off_k, off_q, o_t, o_i, m_i, i0, rk, rq_i, rk_i, b_beta, scale, Aqk, Akk, Ps, Qs,
+                    HV: tl.constexpr, BT: tl.constexpr, SA: tl.constexpr, L2NORM: tl.constexpr, SAVE: tl.constexpr,
+                    INTERPRET: tl.constexpr, CS: tl.constexpr):
+    """The columns o_t (< i0) of a block's rows o_i: sums off_k (k rows) and off_q (q rows) times their norm factors
+    (column factors at rk), into A_qk (bf16, times the scale) and A_kk (fp32, times beta), or with SAVE into the
+    kept P and A_qk (fp32, without beta and the scale) and A_qk."""
+    m_t = o_t < i0
+    rk_t = _inv_norm_at(rk, o_t * HV, m_t, L2NORM)
+    m_lo = m_i[:, None] & m_t[None, :]
+    if SAVE:
+        p_off = o_i[:, None] * BT + o_t[None, :]
+        tl.store(Ps + p_off, off_k * rk_i[:, None] * rk_t[None, :], mask=m_lo)
+        tl.store(Qs + p_off, off_q * rq_i[:, None] * rk_t[None, :], mask=m_lo)
+    a_q = off_q * (scale * rq_i)[:, None] * rk_t[None, :]
+    tl.store(Aqk + o_i[:, None] * SA + o_t[None, :], _bf16(a_q, INTERPRET), mask=m_lo, cache_modifier=CS)
+    if not SAVE:
+        a_k = off_k * (b_beta * rk_i)[:, None] * rk_t[None, :]
+        tl.store(Akk + o_i[:, None] * BT + o_t[None, :], a_k, mask=m_lo, cache_modifier=CS)
 
 
 @triton.jit
@@ -1492,10 +1524,11 @@ def kda_chunk(
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](
             *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here, GATE=GATE_CODES[opts.gate],
-            BKG=BK_gate, L2_IN_GATE=l2_in_gate, DISCARD_G=discard_g, **intra_consts)
+            BKG=BK_gate, L2_IN_GATE=l2_in_gate, DISCARD_G=discard_g, BJ3=_off_tile(3, LAUNCH["intra_off_tail"]),
+            **intra_consts)
     else:
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
-            _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=max(BC, triton.next_power_of_2(block * BC)),
+            _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=_off_tile(block, LAUNCH["intra_off_tail"]),
                                     **intra_consts)
     solve_prec = _solve_precisions(LAUNCH, keep)
     # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
@@ -1581,6 +1614,15 @@ def kda_chunk(
     if output_chunk_states:
         return o.view(B, T, HV, V), final_state, chunk_states
     return o.view(B, T, HV, V), final_state
+
+
+def _off_tile(block: int, tail: bool) -> int:
+    """The width of `_intra_block`'s first tile of the columns before block `block`: with tail (launch setting
+    intra_off_tail) the largest power of two <= 16 block (block 3's last 16 columns then take a second tile), else the
+    smallest >= 16 block (block 3: 64 columns, 16 of them masked); at least 16."""
+    if tail:
+        return BC * (1 << max(block, 1).bit_length() - 1)
+    return max(BC, triton.next_power_of_2(block * BC))
 
 
 def _wu_warps(V: int) -> int:
