@@ -211,14 +211,14 @@ LAUNCH = {
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
     "discard_g": None, "solve_inv_precision": "tf32_rn", "solve_merge_precision": "tf32_rn", "intra_stream": True,
     "solve_power_precision": None, "solve_peel": True, "intra_one_anchor": True,
-    "intra_off_tail": True,
+    "intra_off_tail": None,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
 # intra at 168 0.968 / 1.006, at 128 0.917 / 0.922; W/U at 128 0.973 / 0.986; the state pass at 168 0.869 / 0.997
 # (RESULTS.md, "Backward kernel", twenty-eighth session); the solve at 128 0.938 / 0.949, at 168 - / 0.995
-# (thirty-seventh session). wu_maxnreg None: `_wu_cap`.
-LAUNCH.update({"gate_maxnreg": 0, "intra_maxnreg": 0, "solve_maxnreg": 0, "wu_maxnreg": None, "state_maxnreg": 0,
+# (thirty-seventh session). wu_maxnreg None: `_wu_cap`; intra_maxnreg None: `_intra_cap`.
+LAUNCH.update({"gate_maxnreg": 0, "intra_maxnreg": None, "solve_maxnreg": 0, "wu_maxnreg": None, "state_maxnreg": 0,
                "out_maxnreg": 0})
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
@@ -1497,6 +1497,7 @@ def kda_chunk(
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
     one_anchor = _intra_one_anchor(LAUNCH["intra_one_anchor"], opts.gate, opts.lower_bound)
+    off_tail = one_anchor if LAUNCH["intra_off_tail"] is None else bool(LAUNCH["intra_off_tail"])
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
     qg_raw = bool(LAUNCH["qg_in_intra"])
     # with kg_in_intra kernel 2 also writes k exp(G_last - G) and beta k exp(G) (KB), which kernel 4 then reads
@@ -1519,16 +1520,16 @@ def kda_chunk(
         INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, STREAM=bool(LAUNCH["intra_stream"]), ONE_ANCHOR=one_anchor,
         num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
-        **register_cap(LAUNCH["intra_maxnreg"]),
+        **register_cap(LAUNCH["intra_maxnreg"], _intra_cap(one_anchor)),
     )
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](
             *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here, GATE=GATE_CODES[opts.gate],
-            BKG=BK_gate, L2_IN_GATE=l2_in_gate, DISCARD_G=discard_g, BJ3=_off_tile(3, LAUNCH["intra_off_tail"]),
+            BKG=BK_gate, L2_IN_GATE=l2_in_gate, DISCARD_G=discard_g, BJ3=_off_tile(3, off_tail),
             **intra_consts)
     else:
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
-            _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=_off_tile(block, LAUNCH["intra_off_tail"]),
+            _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=_off_tile(block, off_tail),
                                     **intra_consts)
     solve_prec = _solve_precisions(LAUNCH, keep)
     # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
@@ -1616,10 +1617,21 @@ def kda_chunk(
     return o.view(B, T, HV, V), final_state
 
 
+def _intra_cap(one_anchor: bool) -> int:
+    """`_intra_block`'s register cap for intra_maxnreg None: 168 (6 programs per SM by registers instead of 4) with
+    the diagonal blocks at one anchor (fewer accumulators live: ptxas 100 bytes of spills, 24 with the 64-wide tile),
+    else none (0). H200 (forty-second session, the same bits): K3 1.032-1.034, 32 x 16384 with the safe gate and L2
+    norm in the op 1.026; with two anchors (32 x 16384, precomputed gate) it lost, 0.953."""
+    return 168 if one_anchor else 0
+
+
 def _off_tile(block: int, tail: bool) -> int:
     """The width of `_intra_block`'s first tile of the columns before block `block`: with tail (launch setting
-    intra_off_tail) the largest power of two <= 16 block (block 3's last 16 columns then take a second tile), else the
-    smallest >= 16 block (block 3: 64 columns, 16 of them masked); at least 16."""
+    intra_off_tail; None: with the diagonal blocks at one anchor) the largest power of two <= 16 block (block 3's
+    last 16 columns then take a second tile: less work, 32.5 KB of shared memory instead of 42.5, more spills under
+    a cap), else the smallest >= 16 block (block 3: 64 columns, 16 of them masked); at least 16. H200 (forty-second
+    session): with the register cap on K3 1.034 against 1.016 for the 64-wide tile; uncapped the tail lost 0.998 on
+    K3, 0.995 at 32 x 16384 (precomputed gate)."""
     if tail:
         return BC * (1 << max(block, 1).bit_length() - 1)
     return max(BC, triton.next_power_of_2(block * BC))
