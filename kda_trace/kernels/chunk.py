@@ -44,8 +44,12 @@ that holds column j (two products: rows scaled to the block's first row, and row
 first row); exp(G_a - G_j) >= 1 there, and it is used only where G_a - G_j <= MAX_EXP (= 60, so nothing
 overflows fp32). A row that reads a column beyond that (a strong unbounded or precomputed gate) falls back to an
 exact element-wise sum with exp(min(G_i - G_j, 0)). The "safe" gate (lower_bound >= -8) keeps every half-block
-within range by construction (7 steps * 8 < 60) and skips that check.
-Every anchor row is at or before the row it serves, so no output depends on later tokens' gates.
+within range by construction (7 steps * 8 < 60) and skips that check. With lower_bound >= -7.5 (launch setting
+`intra_one_anchor`) a diagonal block takes one anchor instead, its row 8, as fla's safe-gate path: one product
+(x_i exp(G_i - G_8)) . (k_j exp(G_8 - G_j)) per block, both exp arguments within 8 steps * 7.5 = 60 either way.
+With two anchors every anchor row is at or before the row it serves, so no output depends on later tokens' gates,
+bit for bit. With one, rows 0-7 of a block are rounded relative to G at its row 8: exact in real arithmetic, but
+their outputs move by rounding (tf32's on the GPU) with the gates of the block's later rows up to row 8.
 
 Dot precisions (say where accuracy is spent):
 - A_kk, A_qk blocks: tf32 (fp32 operands scaled by the decays).
@@ -184,6 +188,17 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # intra_bk=16), 0.846 on 32 x 16384 (0.942). Not kept there either: on K3 kg_in_intra with l2_in_intra=False 0.980,
 # and with gate_in_intra 0.974; wu_warps=8, wu_bk=128 1.000; gate_warps=8 0.973; wu_stages=1 1.016 on K3 but 0.988 on
 # 32 x 16384 (wu_maxnreg: `_wu_cap`).
+# On by default since the forty-second session (H200; RESULTS.md, "Chunked prefill kernel", forty-second session):
+# - intra_one_anchor (where the safe gate's lower_bound >= -7.5; `_intra_one_anchor`): the diagonal blocks at one
+#   anchor, their row 8: two products per K-tile instead of four, no range check. Rounds differently (o 1.3e-3
+#   RMS-rel from the two anchors on K3; the tests hold it to the two anchors' error against float64 both ways). Alone
+#   0.3% (K3) and 0.6% (32 x 16384, safe gate) faster: the kernel is latency-bound, not bound by its products. With
+#   fewer accumulators live it takes a register cap (intra_maxnreg None: `_intra_cap`) and block 3's earlier columns
+#   as a 32- and a 16-wide tile (intra_off_tail None: `_off_tile`): 1.034 on K3, 1.026 on 32 x 16384 with the safe
+#   gate and L2 norm (Nsight Compute on K3 before: 2 warps per scheduler, 37% of issue slots busy).
+# Not kept there (H200, K3 unless named): intra_stages=1 0.951 (0.961 on 32 x 16384), with intra_bk=16 0.933 (0.884);
+# wu_bk=wu_bv=32 0.988, with wu_maxnreg=104 0.991; the intra cap of 168 with two anchors (32 x 16384, precomputed
+# gate) 0.953, with the 64-wide tile 0.944; gate_bk=32 0.991, gate_maxnreg=64 1.001 (gate_maxnreg 80: above).
 # Deleted in the thirty-ninth session: inv_in_intra (kernel 2 also inverted its diagonal blocks of A_kk, the solve
 # only merged): 0.711 on 32 x 16384, 0.805 on K3.
 # Deleted in the seventeenth session:
@@ -217,8 +232,10 @@ LAUNCH = {
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
 # intra at 168 0.968 / 1.006, at 128 0.917 / 0.922; W/U at 128 0.973 / 0.986; the state pass at 168 0.869 / 0.997
 # (RESULTS.md, "Backward kernel", twenty-eighth session); the solve at 128 0.938 / 0.949, at 168 - / 0.995
-# (thirty-seventh session). wu_maxnreg None: `_wu_cap`; intra_maxnreg None: `_intra_cap`.
-LAUNCH.update({"gate_maxnreg": 0, "intra_maxnreg": None, "solve_maxnreg": 0, "wu_maxnreg": None, "state_maxnreg": 0,
+# (thirty-seventh session). wu_maxnreg None: `_wu_cap`; intra_maxnreg None: `_intra_cap`. gate_maxnreg 80 (96 registers
+# uncapped: 5 programs of 4 warps per SM, 6 capped; ptxas 4 bytes of spills), H200, the same bits (forty-second
+# session): K3 1.005 (twice), 32 x 16384 with the safe gate and L2 norm in the op 1.004; at 64 (8 programs) 1.001.
+LAUNCH.update({"gate_maxnreg": 80, "intra_maxnreg": None, "solve_maxnreg": 0, "wu_maxnreg": None, "state_maxnreg": 0,
                "out_maxnreg": 0})
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
