@@ -608,10 +608,9 @@ def _intra_block(
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ columns, a
     power of two: BJ >= 16 I, or BJ = 32 for I = 3 with its last 16 columns in a second tile, `_off_tile`) and the
-    16x16 diagonal block (at two anchors, or with ONE_ANCHOR at one); a constant I sizes the tiles to the block. With
-    L2_HERE, the
-    L2-norm factors of the block's rows are computed here and stored for the later blocks (columns before the
-    block) and for kernel 4. With QG_HERE (launch setting qg_in_intra) it also stores q exp(G) of the block's
+    16x16 diagonal block (at two anchors, or with ONE_ANCHOR at one); a constant I sizes the tiles to the block.
+    With L2_HERE, the L2-norm factors of the block's rows are computed here and stored for the later blocks (columns
+    before the block) and for kernel 4. With QG_HERE (launch setting qg_in_intra) it also stores q exp(G) of the block's
     rows, without the scale and L2-norm factors (not known until the end of the K loop: kernel 5 or 6 applies
     them to the rows of (q exp(G)) S), so that kernel 4 need not read q. With SAVE (`kda_chunk`'s `saved`), also
     P = A_kk without beta and A_qk without the scale, fp32, into the chunk's [BT, BT] slots of Ps and Qs, for the
