@@ -70,13 +70,12 @@ def kernels(launch: dict):
            **tables, "scale": "fp32"}
     kg_here = chunk._kg_in_intra(L["kg_in_intra"], l2_in_intra)  # the K3 shape: L2 norm in the op
     one_anchor = chunk._intra_one_anchor(L["intra_one_anchor"], "safe", -5.0)
-    off_tail = one_anchor if L["intra_off_tail"] is None else bool(L["intra_off_tail"])
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here,
                  STREAM=bool(L["intra_stream"]), ONE_ANCHOR=one_anchor)
     if L["intra_one_launch"]:
         gate_here = dict(GATE_HERE=gate_fused, GATE=2, BKG=min(L["gate_bk"], 64), L2_IN_GATE=not l2_in_intra,
-                         BJ3=chunk._off_tile(3, off_tail),
+                         BJ3=chunk._off_tile(3, L["intra_off_tail"], one_anchor),
                          DISCARD_G=chunk._discard_g(L["discard_g"], kg_here and qg_raw, K, "cuda", False))
         sig_chunk = {**sig, "g": "*bf16", **ptr("fp32", "A_log", "dt_bias"), "lower_bound": "fp32"}
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig_chunk, dict(intra, **gate_here),
@@ -84,7 +83,7 @@ def kernels(launch: dict):
     else:
         for block in range(chunk.BT // chunk.BC):
             out.append((f"intra I={block}", chunk._intra_kernel, sig,
-                        dict(intra, I=block, BJ=chunk._off_tile(block, off_tail)),
+                        dict(intra, I=block, BJ=chunk._off_tile(block, L["intra_off_tail"], one_anchor)),
                         L["intra_warps"], L["intra_stages"]))
     out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "beta": "*bf16", "Xs": "*bf16", "Xf": "*fp32", **tables},
                 dict(HV=HV, BT=chunk.BT, BC=chunk.BC, BETA=0, INTERPRET=False, SAVE=False, STORE_XS=True,

@@ -1515,7 +1515,6 @@ def kda_chunk(
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
     one_anchor = _intra_one_anchor(LAUNCH["intra_one_anchor"], opts.gate, opts.lower_bound)
-    off_tail = one_anchor if LAUNCH["intra_off_tail"] is None else bool(LAUNCH["intra_off_tail"])
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
     qg_raw = bool(LAUNCH["qg_in_intra"])
     # with kg_in_intra kernel 2 also writes k exp(G_last - G) and beta k exp(G) (KB), which kernel 4 then reads
@@ -1543,11 +1542,13 @@ def kda_chunk(
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](
             *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here, GATE=GATE_CODES[opts.gate],
-            BKG=BK_gate, L2_IN_GATE=l2_in_gate, DISCARD_G=discard_g, BJ3=_off_tile(3, off_tail),
+            BKG=BK_gate, L2_IN_GATE=l2_in_gate, DISCARD_G=discard_g,
+            BJ3=_off_tile(3, LAUNCH["intra_off_tail"], one_anchor),
             **intra_consts)
     else:
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
-            _intra_kernel[(NT, HV)](*intra_args, I=block, BJ=_off_tile(block, off_tail),
+            _intra_kernel[(NT, HV)](*intra_args, I=block,
+                                    BJ=_off_tile(block, LAUNCH["intra_off_tail"], one_anchor),
                                     **intra_consts)
     solve_prec = _solve_precisions(LAUNCH, keep)
     # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
@@ -1643,13 +1644,15 @@ def _intra_cap(one_anchor: bool) -> int:
     return 168 if one_anchor else 0
 
 
-def _off_tile(block: int, tail: bool) -> int:
+def _off_tile(block: int, tail: bool | None, one_anchor: bool) -> int:
     """The width of `_intra_block`'s first tile of the columns before block `block`: with tail (launch setting
-    intra_off_tail; None: with the diagonal blocks at one anchor) the largest power of two <= 16 block (block 3's
+    intra_off_tail; None: with the diagonal blocks at one anchor, one_anchor) the largest power of two <= 16 block (block 3's
     last 16 columns then take a second tile: less work, 32.5 KB of shared memory instead of 42.5, more spills under
     a cap), else the smallest >= 16 block (block 3: 64 columns, 16 of them masked); at least 16. H200 (forty-second
     session): with the register cap on K3 1.034 against 1.016 for the 64-wide tile; uncapped the tail lost 0.998 on
     K3, 0.995 at 32 x 16384 (precomputed gate)."""
+    if tail is None:
+        tail = one_anchor
     if tail:
         return BC * (1 << max(block, 1).bit_length() - 1)
     return max(BC, triton.next_power_of_2(block * BC))
