@@ -148,7 +148,7 @@ def main() -> int:
         try:
             cap = None if name.startswith("state 5") else launch[CAP_KEYS[name.split()[0]]]
             if name == "wu" and cap is None:  # the forward's choice (`chunk._wu_cap`; no save_states here)
-                cap = chunk._wu_cap(chunk._kg_in_intra(launch["kg_in_intra"], launch["l2_in_intra"]), False)
+                cap = chunk._wu_cap(consts["KG_DONE"], False)
             if name.startswith("intra") and cap is None:  # `chunk._intra_cap`, K3's safe gate
                 cap = chunk._intra_cap(consts["ONE_ANCHOR"])
             kernel = compile_kernel(fn, sig, consts, warps, stages, cap)
