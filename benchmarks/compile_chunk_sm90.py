@@ -2,14 +2,15 @@
 settings and with each speed variant of chunk.LAUNCH, and print ptxas's register / spill report per kernel,
 with the programs per SM its registers allow and its shared memory.
 
-    python benchmarks/compile_chunk_sm90.py [--heads N] [--only gate,wu,...] [KEY=VALUE ...]
+    python benchmarks/compile_chunk_sm90.py [--heads N] [--precomputed] [--only gate,wu,...] [KEY=VALUE ...]
 
 KEY=VALUE: launch settings of chunk.LAUNCH (as bench_chunk.py --ab takes them), all applied together; none: the
 defaults.
 --only: compile only these kernels (gate, intra, solve, wu, state, output). --heads: the number of (sequence,
 head) pairs (default 96; it picks the state pass's V-tile and stages, e.g. 8 for 8 heads x 131072). The shape
 is the K3 safe-gate one of bench_chunk.py (96 heads, K = V = 128, safe gate, L2 norm in the kernel, beta as a
-probability, initial and final state). Catches what the interpreter accepts but the compiler refuses; a spill
+probability, initial and final state); --precomputed: its "pre" shapes instead (a precomputed gate, no L2 norm in the
+op: kda_chunk's choices for them, e.g. --heads 32 for 32 heads x 16384). Catches what the interpreter accepts but the compiler refuses; a spill
 here costs time on the GPU. Run it without TRITON_INTERPRET. Exit 1 on a failure.
 """
 
@@ -29,6 +30,7 @@ from kda_trace.kernels import chunk  # noqa: E402
 
 H = HV = 96
 K = V = 128
+GATE = "safe"  # or "precomputed" (--precomputed: bench_chunk.py's "pre" shapes, no L2 norm in the op)
 # each kernel's register cap setting in chunk.LAUNCH, by the first word of its name in `kernels` (the split state
 # pass's "state 5a" and "state 5b" launch uncapped)
 CAP_KEYS = {"gate": "gate_maxnreg", "intra": "intra_maxnreg", "solve": "solve_maxnreg", "wu": "wu_maxnreg",
@@ -51,31 +53,37 @@ def residency(report: list[str], warps: int, kernel) -> str:
 def kernels(launch: dict):
     """(name, kernel, signature, constexprs, warps, stages) of one forward call with these launch settings."""
     L = launch
-    exp2, l2_in_intra = L["exp2"], L["l2_in_intra"]
+    exp2 = L["exp2"]
+    l2norm = GATE == "safe"  # bench_chunk.py's shapes: the L2 norm in the op with the safe gate only
+    l2_in_intra = l2norm and L["l2_in_intra"]
     ptr = lambda t, *names: {n: f"*{t}" for n in names}  # noqa: E731
     tables = {"cu_seqlens": "*i64", "chunk_indices": "*i32"}
     common = dict(H=H, HV=HV, K=K, BT=chunk.BT, INTERPRET=False)
     out = []
-    # the K3 shape: the safe gate computed in the op; with gate_in_intra the intra program does kernel 1's work
-    gate_fused = bool(L["intra_one_launch"]) and chunk._gate_in_intra(L["gate_in_intra"], "safe")
+    # with gate_in_intra the intra program does kernel 1's work
+    gate_fused = bool(L["intra_one_launch"]) and chunk._gate_in_intra(L["gate_in_intra"], GATE)
+    gate_code = chunk.GATE_CODES[GATE]
     sig = {**ptr("bf16", "g", "q", "k"), **ptr("fp32", "A_log", "dt_bias", "G", "rq", "rk"), **tables,
            "lower_bound": "fp32"}
     if not gate_fused:
         out.append(("gate", chunk._gate_cumsum_kernel, sig,
-                    dict(H=H, HV=HV, K=K, BT=chunk.BT, BK=min(L["gate_bk"], 64), GATE=2, L2NORM=not l2_in_intra,
+                    dict(H=H, HV=HV, K=K, BT=chunk.BT, BK=min(L["gate_bk"], 64), GATE=gate_code,
+                         L2NORM=l2norm and not l2_in_intra,
                          EXP2=exp2),
                     L["gate_warps"], None))
     qg_raw = bool(L["qg_in_intra"])
     sig = {**ptr("bf16", "q", "k", "beta", "Aqk", "QG", "KB", "KG"), **ptr("fp32", "G", "rq", "rk", "Akk", "Ps", "Qs"),
            **tables, "scale": "fp32"}
-    kg_here = chunk._kg_in_intra(L["kg_in_intra"], l2_in_intra)  # the K3 shape: L2 norm in the op
-    one_anchor = chunk._intra_one_anchor(L["intra_one_anchor"], "safe", -5.0)
-    intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=True, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
-                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=False, EXP2=exp2, SAVE=False, KG_HERE=kg_here,
+    kg_here = chunk._kg_in_intra(L["kg_in_intra"], l2_in_intra)
+    one_anchor, check_range = chunk._intra_anchors(L["intra_one_anchor"], GATE, -5.0)
+    capped = one_anchor and not check_range
+    intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=l2norm, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
+                 MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2, SAVE=False, KG_HERE=kg_here,
                  STREAM=bool(L["intra_stream"]), ONE_ANCHOR=one_anchor)
     if L["intra_one_launch"]:
-        gate_here = dict(GATE_HERE=gate_fused, GATE=2, BKG=min(L["gate_bk"], 64), L2_IN_GATE=not l2_in_intra,
-                         BJ3=chunk._off_tile(3, L["intra_off_tail"], one_anchor),
+        gate_here = dict(GATE_HERE=gate_fused, GATE=gate_code, BKG=min(L["gate_bk"], 64),
+                         L2_IN_GATE=l2norm and not l2_in_intra,
+                         BJ3=chunk._off_tile(3, L["intra_off_tail"], capped),
                          DISCARD_G=chunk._discard_g(L["discard_g"], kg_here and qg_raw, K, "cuda", False))
         sig_chunk = {**sig, "g": "*bf16", **ptr("fp32", "A_log", "dt_bias"), "lower_bound": "fp32"}
         out.append(("intra all blocks", chunk._intra_chunk_kernel, sig_chunk, dict(intra, **gate_here),
@@ -83,7 +91,7 @@ def kernels(launch: dict):
     else:
         for block in range(chunk.BT // chunk.BC):
             out.append((f"intra I={block}", chunk._intra_kernel, sig,
-                        dict(intra, I=block, BJ=chunk._off_tile(block, L["intra_off_tail"], one_anchor)),
+                        dict(intra, I=block, BJ=chunk._off_tile(block, L["intra_off_tail"], capped)),
                         L["intra_warps"], L["intra_stages"]))
     out.append(("solve", chunk._solve_kernel, {"Akk": "*fp32", "beta": "*bf16", "Xs": "*bf16", "Xf": "*fp32", **tables},
                 dict(HV=HV, BT=chunk.BT, BC=chunk.BC, BETA=0, INTERPRET=False, SAVE=False, STORE_XS=True,
@@ -92,7 +100,7 @@ def kernels(launch: dict):
     sig = {**ptr("bf16", "q", "k", "v", "beta", "Xs", "W", "U", "QG", "KG", "KB"), **ptr("fp32", "G", "rq", "rk", "Xf"),
            **tables, "scale": "fp32"}
     out.append(("wu", chunk._wu_kernel, sig,
-                dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=True, QG_DONE=qg_raw,
+                dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=l2norm, QG_DONE=qg_raw,
                      KG_DONE=kg_here, EXP2=exp2),
                 chunk._wu_warps(V), L["wu_stages"]))
     saved = dict(chunk.LAUNCH)
@@ -105,7 +113,7 @@ def kernels(launch: dict):
            "cu_seqlens": "*i64", "chunk_offsets": "*i64", "seg_info": "*i64"}
     out.append(("state", chunk._state_kernel, sig,
                 dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
-                     STORE_HS=False, OUT=fused, SPLIT=split, QG_RAW=qg_raw, L2NORM=True, EXP2=exp2,
+                     STORE_HS=False, OUT=fused, SPLIT=split, QG_RAW=qg_raw, L2NORM=l2norm, EXP2=exp2,
                      STORE_VN=not fused, INTERPRET=False),
                 L["state_warps"], stages))
     if split:
@@ -120,7 +128,7 @@ def kernels(launch: dict):
                     dict(HV=HV, K=K, V=V, BK=K, BV=BV, STATE_VK=False, USE_H0=True), L["scan_warps"], None))
     sig = {**ptr("bf16", "QG", "Aqk", "h", "v_new", "o"), "rq": "*fp32", "scale": "fp32", **tables}
     out.append(("output", chunk._output_kernel, sig,
-                dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=64, BV=min(L["out_bv"], V), QG_RAW=qg_raw, L2NORM=True,
+                dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=64, BV=min(L["out_bv"], V), QG_RAW=qg_raw, L2NORM=l2norm,
                      INTERPRET=False), L["out_warps"], None))
     return out
 
@@ -130,9 +138,13 @@ def main() -> int:
         print("unset TRITON_INTERPRET: the kernels must be compiled")
         return 1
     asked = sys.argv[1:]
-    global H, HV
+    global H, HV, GATE
     only = None
-    while asked[:1] in (["--only"], ["--heads"]):
+    while asked[:1] in (["--only"], ["--heads"], ["--precomputed"]):
+        if asked[0] == "--precomputed":
+            GATE = "precomputed"
+            asked = asked[1:]
+            continue
         if asked[0] == "--only":
             only = asked[1].split(",")
         else:
@@ -149,8 +161,8 @@ def main() -> int:
             cap = None if name.startswith("state 5") else launch[CAP_KEYS[name.split()[0]]]
             if name == "wu" and cap is None:  # the forward's choice (`chunk._wu_cap`; no save_states here)
                 cap = chunk._wu_cap(consts["KG_DONE"], False)
-            if name.startswith("intra") and cap is None:  # `chunk._intra_cap`, K3's safe gate
-                cap = chunk._intra_cap(consts["ONE_ANCHOR"])
+            if name.startswith("intra") and cap is None:  # `chunk._intra_cap`
+                cap = chunk._intra_cap(consts["ONE_ANCHOR"] and not consts["CHECK_RANGE"])
             kernel = compile_kernel(fn, sig, consts, warps, stages, cap)
         except Exception as e:  # noqa: BLE001 -- report every kernel
             print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:400]}")

@@ -39,17 +39,18 @@ The launch settings in LAUNCH (see the comment there) were chosen by A/B timings
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
 i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
 later chunks). Every exp argument is <= 0, except one bounded case: the 16x16 diagonal blocks of A_kk / A_qk
-are tensor-core products (x_i exp(G_i - G_a)) . (k_j exp(G_a - G_j)) with a the first row of the 8-row half
-that holds column j (two products: rows scaled to the block's first row, and rows scaled to their own half's
-first row); exp(G_a - G_j) >= 1 there, and it is used only where G_a - G_j <= MAX_EXP (= 60, so nothing
-overflows fp32). A row that reads a column beyond that (a strong unbounded or precomputed gate) falls back to an
-exact element-wise sum with exp(min(G_i - G_j, 0)). The "safe" gate (lower_bound >= -8) keeps every half-block
-within range by construction (7 steps * 8 < 60) and skips that check. With lower_bound >= -7.5 (launch setting
-`intra_one_anchor`) a diagonal block takes one anchor instead, its row 8, as fla's safe-gate path: one product
-(x_i exp(G_i - G_8)) . (k_j exp(G_8 - G_j)) per block, both exp arguments within 8 steps * 7.5 = 60 either way.
+are tensor-core products (x_i exp(G_i - G_a)) . (k_j exp(G_a - G_j)). By default (launch setting
+`intra_one_anchor`) a = the block's row 8, as fla's safe-gate path: one product per block, with exp arguments
+up to |G_i - G_8| either way; else a = the first row of the 8-row half that holds column j (two products: rows
+scaled to the block's first row, and rows scaled to their own half's first row; exp(G_a - G_j) >= 1). A factor
+is used only where its exp argument is <= MAX_EXP (= 60, so nothing overflows fp32): a row that reads a column
+beyond that (a strong unbounded or precomputed gate) falls back to an exact element-wise sum with
+exp(min(G_i - G_j, 0)). The "safe" gate keeps every block within range by construction and skips that check:
+with one anchor where lower_bound >= -7.5 (8 steps * 7.5 = 60), with two where lower_bound >= -8.57 (7 steps).
 With two anchors every anchor row is at or before the row it serves, so no output depends on later tokens' gates,
 bit for bit. With one, rows 0-7 of a block are rounded relative to G at its row 8: exact in real arithmetic, but
-their outputs move by rounding (tf32's on the GPU) with the gates of the block's later rows up to row 8.
+their outputs move by rounding (tf32's on the GPU) with the gates of the block's later rows up to row 8 (and,
+where the range is checked, whether such a row takes the exact path can depend on them).
 
 Dot precisions (say where accuracy is spent):
 - A_kk, A_qk blocks: tf32 (fp32 operands scaled by the decays).
@@ -189,13 +190,18 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # and with gate_in_intra 0.974; wu_warps=8, wu_bk=128 1.000; gate_warps=8 0.973; wu_stages=1 1.016 on K3 but 0.988 on
 # 32 x 16384 (wu_maxnreg: `_wu_cap`).
 # On by default since the forty-second session (H200; RESULTS.md, "Chunked prefill kernel", forty-second session):
-# - intra_one_anchor (where the safe gate's lower_bound >= -7.5; `_intra_one_anchor`): the diagonal blocks at one
+# - intra_one_anchor (where the safe gate's lower_bound >= -7.5; since extended, below): the diagonal blocks at one
 #   anchor, their row 8: two products per K-tile instead of four, no range check. Rounds differently (o 1.3e-3
 #   RMS-rel from the two anchors on K3; the tests hold it to the two anchors' error against float64 both ways). Alone
 #   0.3% (K3) and 0.6% (32 x 16384, safe gate) faster: the kernel is latency-bound, not bound by its products. With
 #   fewer accumulators live it takes a register cap (intra_maxnreg None: `_intra_cap`) and block 3's earlier columns
 #   as a 32- and a 16-wide tile (intra_off_tail None: `_off_tile`): 1.034 on K3, 1.026 on 32 x 16384 with the safe
 #   gate and L2 norm (Nsight Compute on K3 before: 2 warps per scheduler, 37% of issue slots busy).
+# Since the forty-third session (H200) intra_one_anchor holds for every gate, range-checked at run time row by row
+# where the safe gate does not bound it (`_intra_anchors`), uncapped there (`_intra_cap`): precomputed gates 1.016
+# (32 x 16384, 96 x 8192) and 1.018 (16 x 2 x 16384) against the two anchors; with the cap 0.971 / 0.973 / 0.958;
+# uncapped with the tail tiles 0.992. The state pass there (32 pairs): state_split=64 0.964 (32 x 16384), 0.982 (16
+# x 2 x 16384); state_bv=32 0.849.
 # Not kept there (H200, K3 unless named): intra_stages=1 0.951 (0.961 on 32 x 16384), with intra_bk=16 0.933 (0.884);
 # wu_bk=wu_bv=32 0.988, with wu_maxnreg=104 0.991; the intra cap of 168 with two anchors (32 x 16384, precomputed
 # gate) 0.953, with the 64-wide tile 0.944; gate_bk=32 0.991, gate_maxnreg=64 1.001 (gate_maxnreg 80: above).
@@ -685,13 +691,19 @@ def _intra_block(
         g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
         g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
         if ONE_ANCHOR:
-            # one anchor for the whole diagonal block, its row 8: |G_i - G_c8| <= 8 |g| <= MAX_EXP (the clamps only
-            # guard against a broken promise: no inf). Entries above the diagonal (exp(G_i - G_j) >= 1, dropped
+            # one anchor for the whole diagonal block, its row 8: both factors exact where |G_i - G_c8| <=
+            # MAX_EXP, which the safe gate's bound promises (8 |g| <= MAX_EXP) and CHECK_RANGE checks below (the
+            # clamps keep a broken promise finite). Entries above the diagonal (exp(G_i - G_j) >= 1, dropped
             # below by tl.where) may overflow to inf or NaN; the kept ones are products of x_i k_j exp(<= 0).
             d = tl.where(m_i[:, None], g_i - g_c8[None, :], 0.0)
             e_row = _exp(tl.minimum(d, MAX_EXP), EXP2)  # exp(G_i - G_c8)
             k_col = b_k * _exp(tl.minimum(-d, MAX_EXP), EXP2)  # k_j exp(G_c8 - G_j)
-            r_lo = e_row * _exp(g_c8 - g_c, EXP2)[None, :]  # exp(G_i - G_c) <= 1
+            if CHECK_RANGE:
+                spread = tl.maximum(spread, tl.max(tl.abs(d), axis=1))
+                # the columns before the block and q exp(G) need exp(G_i - G_c) exact even where e_row is clamped
+                r_lo = _exp(tl.where(m_i[:, None], g_i - g_c[None, :], 0.0), EXP2)
+            else:
+                r_lo = e_row * _exp(g_c8 - g_c, EXP2)[None, :]  # exp(G_i - G_c) <= 1
         else:
             # the anchors: a(i) = g_c (the block's first row) for rows 0-7 of the block, g_c8 (its row 8) for rows
             # 8-15
@@ -747,13 +759,19 @@ def _intra_block(
         right = (o_c >= BC // 2)[None, :]
         kk = tl.where(right, kk_hi, kk_lo)
         qk = tl.where(right, qk_hi, qk_lo)
-    if CHECK_RANGE and not ONE_ANCHOR:
-        # a column factor is exact where a(j) - G_j <= MAX_EXP; row i reads the columns j <= i, and since G
-        # does not increase, those of its own half are within range when row i is (spread_i <= MAX_EXP).
-        # Rows 8-15 also read columns 0-7: they need row 7 (the last of them) within range too.
-        ok = (spread <= MAX_EXP) | (o_c >= n - i0)
-        ok_lower = tl.min(tl.where(o_c < BC // 2, ok, True).to(tl.int32), axis=0) > 0
-        ok = ok & ((o_c < BC // 2) | ok_lower)
+    if CHECK_RANGE:
+        if ONE_ANCHOR:
+            # entry (i, j <= i) is exact where G_i - G_8 <= MAX_EXP (e_row) and G_8 - G_j <= MAX_EXP (k_col). G does
+            # not increase, so both hold for every j <= i when row i is within range: G_8 - G_j <= 0 for j < 8,
+            # <= G_8 - G_i for 8 <= j <= i
+            ok = (spread <= MAX_EXP) | (o_c >= n - i0)
+        else:
+            # a column factor is exact where a(j) - G_j <= MAX_EXP; row i reads the columns j <= i, and since G
+            # does not increase, those of its own half are within range when row i is (spread_i <= MAX_EXP).
+            # Rows 8-15 also read columns 0-7: they need row 7 (the last of them) within range too.
+            ok = (spread <= MAX_EXP) | (o_c >= n - i0)
+            ok_lower = tl.min(tl.where(o_c < BC // 2, ok, True).to(tl.int32), axis=0) > 0
+            ok = ok & ((o_c < BC // 2) | ok_lower)
         if tl.min(ok.to(tl.int32), axis=0) == 0:
             kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K, EXP2))
             qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K, EXP2))
@@ -1513,8 +1531,8 @@ def kda_chunk(
     # the solve's A_kk: the intra kernel's fp32 scratch, or (keep) diag(beta) P from the kept P, no scratch
     Akk = kept["P"] if keep else torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
-    check_range = not (opts.gate == "safe" and -float(opts.lower_bound) * (BC // 2 - 1) <= MAX_EXP)
-    one_anchor = _intra_one_anchor(LAUNCH["intra_one_anchor"], opts.gate, opts.lower_bound)
+    one_anchor, check_range = _intra_anchors(LAUNCH["intra_one_anchor"], opts.gate, opts.lower_bound)
+    capped = one_anchor and not check_range  # `_intra_cap`, `_off_tile`
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
     qg_raw = bool(LAUNCH["qg_in_intra"])
     # with kg_in_intra kernel 2 also writes k exp(G_last - G) and beta k exp(G) (KB), which kernel 4 then reads
@@ -1537,18 +1555,18 @@ def kda_chunk(
         INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, STREAM=bool(LAUNCH["intra_stream"]), ONE_ANCHOR=one_anchor,
         num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
-        **register_cap(LAUNCH["intra_maxnreg"], _intra_cap(one_anchor)),
+        **register_cap(LAUNCH["intra_maxnreg"], _intra_cap(capped)),
     )
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](
             *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here, GATE=GATE_CODES[opts.gate],
             BKG=BK_gate, L2_IN_GATE=l2_in_gate, DISCARD_G=discard_g,
-            BJ3=_off_tile(3, LAUNCH["intra_off_tail"], one_anchor),
+            BJ3=_off_tile(3, LAUNCH["intra_off_tail"], capped),
             **intra_consts)
     else:
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
             _intra_kernel[(NT, HV)](*intra_args, I=block,
-                                    BJ=_off_tile(block, LAUNCH["intra_off_tail"], one_anchor),
+                                    BJ=_off_tile(block, LAUNCH["intra_off_tail"], capped),
                                     **intra_consts)
     solve_prec = _solve_precisions(LAUNCH, keep)
     # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
@@ -1636,23 +1654,24 @@ def kda_chunk(
     return o.view(B, T, HV, V), final_state
 
 
-def _intra_cap(one_anchor: bool) -> int:
+def _intra_cap(unchecked_one_anchor: bool) -> int:
     """`_intra_block`'s register cap for intra_maxnreg None: 168 (6 programs per SM by registers instead of 4) with
-    the diagonal blocks at one anchor (fewer accumulators live: ptxas 100 bytes of spills, 24 with the 64-wide tile),
-    else none (0). H200 (forty-second session, the same bits): K3 1.032-1.034, 32 x 16384 with the safe gate and L2
-    norm in the op 1.026; with two anchors (32 x 16384, precomputed gate) it lost, 0.953."""
-    return 168 if one_anchor else 0
+    the diagonal blocks at one anchor and no range check (unchecked_one_anchor: fewer accumulators live, ptxas 100
+    bytes of spills, 24 with the 64-wide tile), else none (0). H200, the same bits: K3 1.032-1.034, 32 x 16384 with
+    the safe gate and L2 norm in the op 1.026 (forty-second session); with two anchors (32 x 16384, precomputed gate)
+    it lost, 0.953, and with one anchor range-checked there 0.963 (forty-third)."""
+    return 168 if unchecked_one_anchor else 0
 
 
-def _off_tile(block: int, tail: bool | None, one_anchor: bool) -> int:
+def _off_tile(block: int, tail: bool | None, capped: bool) -> int:
     """The width of `_intra_block`'s first tile of the columns before block `block`: with tail (launch setting
-    intra_off_tail; None: with the diagonal blocks at one anchor, one_anchor) the largest power of two <= 16 block (block 3's
+    intra_off_tail; None: where `_intra_cap` caps the kernel, capped) the largest power of two <= 16 block (block 3's
     last 16 columns then take a second tile: less work, 32.5 KB of shared memory instead of 42.5, more spills under
     a cap), else the smallest >= 16 block (block 3: 64 columns, 16 of them masked); at least 16. H200 (forty-second
     session): with the register cap on K3 1.034 against 1.016 for the 64-wide tile; uncapped the tail lost 0.998 on
     K3, 0.995 at 32 x 16384 (precomputed gate)."""
     if tail is None:
-        tail = one_anchor
+        tail = capped
     if tail:
         return BC * (1 << max(block, 1).bit_length() - 1)
     return max(BC, triton.next_power_of_2(block * BC))
@@ -1675,11 +1694,14 @@ def _wu_cap(kg_here: bool, save_states: bool) -> int:
     return 168 if not (kg_here or save_states) else 0
 
 
-def _intra_one_anchor(setting: bool, gate: str, lower_bound: float) -> bool:
-    """Launch setting intra_one_anchor (setting): the intra kernel's diagonal blocks at one anchor, the block's row 8
-    (two products instead of four, no range check), where the gate is the safe one with every |g| < -lower_bound <=
-    MAX_EXP / 8 (8 gates between the anchor and a block's first row), as the backward's sums_one_anchor."""
-    return bool(setting) and gate == "safe" and -8.0 * float(lower_bound) <= MAX_EXP
+def _intra_anchors(setting: bool, gate: str, lower_bound: float) -> tuple[bool, bool]:
+    """(one_anchor, check_range) of the intra kernel's diagonal blocks. Launch setting intra_one_anchor (setting):
+    one anchor, the block's row 8 (two products per K-tile instead of four), else two (rows 0 and 8). The range
+    check (each row's exp arguments within MAX_EXP of its anchor, else the element-wise fallback) is skipped where
+    the safe gate bounds them: every |g| < -lower_bound, 8 gates between row 8 and a block's first or last row with
+    one anchor (lower_bound >= -7.5), 7 within an 8-row half with two (>= -8.57)."""
+    steps = BC // 2 if setting else BC // 2 - 1
+    return bool(setting), not (gate == "safe" and -float(lower_bound) * steps <= MAX_EXP)
 
 
 def _kg_in_intra(setting: bool | None, l2_here: bool) -> bool:

@@ -295,17 +295,18 @@ def test_saturated_safe_gate_takes_the_exact_path(l2_where):
 
 # entries above the diagonal (dropped) reach exp(15 * 7.5) at the bound and overflow in the interpreter's fp32 products
 @pytest.mark.filterwarnings("ignore:overflow encountered in matmul", "ignore:invalid value encountered in matmul")
-@pytest.mark.parametrize("lower_bound, one_anchor", [(-7.5, True), (-5.0, True), (-8.0, False)])
-def test_safe_gate_diagonal_blocks_at_one_anchor_up_to_its_bound(lower_bound, one_anchor, monkeypatch):
-    """With the safe gate and lower_bound >= -7.5 (8 gates of at most 7.5 from a block's row 8 to its first row:
-    exp(60) at most) the intra kernel takes its diagonal blocks at one anchor (launch setting intra_one_anchor); at
-    -8 it keeps two. With one anchor (and intra_maxnreg, intra_off_tail None: the defaults) the kernel launches
-    under a cap of 168 registers and takes block 3's earlier columns as 32- and 16-wide tiles (H200: 1.034x on K3),
-    else uncapped with a 64-wide tile. Every gate saturated at the bound (the largest exp arguments), one sequence of
-    3 chunks and a ragged tail, L2 norm and gate in the kernel: o and the final state against float64, and no less
-    accurate than the two anchors (o and state RMS-relative within 3%, the worst token within 5%; the interpreter's
-    products are fp32, so there the two agree to fp32 rounding: `test_launch_variants_on_gpu` compares them with
-    tf32 products, both ways)."""
+@pytest.mark.parametrize("lower_bound, check_range", [(-7.5, False), (-5.0, False), (-8.0, True)])
+def test_safe_gate_diagonal_blocks_at_one_anchor_up_to_its_bound(lower_bound, check_range, monkeypatch):
+    """The intra kernel takes its diagonal blocks at one anchor, their row 8 (launch setting intra_one_anchor), with
+    no range check where the safe gate bounds every exp argument (lower_bound >= -7.5: 8 gates of at most 7.5 from a
+    block's row 8 to its first or last row, exp(60) at most); at -8 with the check (64 > 60: with every gate at the
+    bound the blocks take the exact element-wise path). Without the check it launches under a cap of 168 registers
+    and takes block 3's earlier columns as 32- and 16-wide tiles (the defaults intra_maxnreg, intra_off_tail None;
+    H200: 1.034x on K3); with it uncapped, with one 64-wide tile (the cap lost there: 0.963 at 32 x 16384).
+    Every gate saturated at the bound (the largest exp arguments), one sequence of 3 chunks and a ragged tail, L2
+    norm and gate in the kernel: o and the final state against float64, and no less accurate than the two anchors
+    (o and state RMS-relative within 3%, the worst token within 5%; the interpreter's products are fp32, so there
+    the two agree to fp32 rounding: `test_launch_variants_on_gpu` compares them with tf32 products, both ways)."""
     from kda_trace.kernels import chunk
     from launch_spy import LaunchSpy
 
@@ -319,17 +320,52 @@ def test_safe_gate_diagonal_blocks_at_one_anchor_up_to_its_bound(lower_bound, on
     o, ht, o_ref, h_ref = run_case(x, opts)
     assert chunk.LAUNCH["intra_maxnreg"] is None and chunk.LAUNCH["intra_off_tail"] is None
     launch = spy.options[-1]
-    assert launch["ONE_ANCHOR"] is one_anchor
-    assert (launch.get("maxnreg"), launch["BJ3"]) == ((168, 32) if one_anchor else (None, 64))
+    assert launch["ONE_ANCHOR"] is True and launch["CHECK_RANGE"] is check_range
+    assert (launch.get("maxnreg"), launch["BJ3"]) == ((None, 64) if check_range else (168, 32))
     assert torch.isfinite(o).all() and torch.isfinite(ht).all()
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+    monkeypatch.setitem(chunk.LAUNCH, "intra_one_anchor", False)
+    o2, ht2, *_ = run_case(x, opts)
+    launch = spy.options[-1]
+    assert (launch["ONE_ANCHOR"], launch["CHECK_RANGE"], launch.get("maxnreg"), launch["BJ3"]) == (False, False, None,
+                                                                                                    64)
+    assert rms_rel(o, o_ref) <= 1.03 * rms_rel(o2, o_ref) and rms_rel(ht, h_ref) <= 1.03 * rms_rel(ht2, h_ref)
+    assert _worst_token(o, o_ref) <= 1.05 * _worst_token(o2, o_ref)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in matmul", "ignore:invalid value encountered in matmul")
+def test_one_anchor_range_check_for_precomputed_gates(monkeypatch):
+    """A precomputed gate bounds nothing, so the one-anchor diagonal blocks are range-checked at run time, row by row:
+    row i keeps its tensor-core products where it is within MAX_EXP (60) of the block's row 8 in every channel (then,
+    G not increasing, so are the columns it reads), else it takes the exact element-wise path. Bursts of -70 (one token past the range) and -200 placed so
+    that the check fails for a block's rows 12-15 only (a burst at row 12), for all of a block's rows (a burst at
+    row 3: rows 0-7 are then also beyond the clamp of exp(G_i - G_8), which the columns before the block and q
+    exp(G) must not use), in one channel only, and in a block with only 13 valid rows (a ragged last chunk). o and the
+    final state against float64, as accurate as the two anchors (whose check is by half-block)."""
+    from kda_trace.kernels import chunk
+    from launch_spy import LaunchSpy
+
+    x = make(1, 173, 1, 2, 32, 16, seed=31)
+    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    g = x["g"]
+    g[:, 16 + 12] = -70.0  # chunk 0, block 1, row 12: rows 12-15 of that block beyond the range
+    g[:, 64 + 3, 0] = -200.0  # chunk 1, block 0, row 3, head 0: the whole block
+    g[:, 96 + 5, 1, 7] = -70.0  # chunk 1, block 2, row 5, head 1, one channel
+    g[:, 160 + 10] = -200.0  # the last block (rows 160-172: 13 valid), row 10
+    spy = LaunchSpy(chunk._intra_chunk_kernel)
+    monkeypatch.setattr(chunk, "_intra_chunk_kernel", spy)
+    opts = KDAOptions(output_final_state=True)
+    o, ht, o_ref, h_ref = run_case(x, opts)
+    launch = spy.options[-1]
+    assert (launch["ONE_ANCHOR"], launch["CHECK_RANGE"], launch.get("maxnreg"), launch["BJ3"]) == (True, True, None, 64)
+    assert torch.isfinite(o).all() and torch.isfinite(ht).all()
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+    assert _worst_token(o, o_ref) <= 2 * BUDGET  # 5.0e-3 under the interpreter
     monkeypatch.setitem(chunk.LAUNCH, "intra_one_anchor", False)
     o2, ht2, *_ = run_case(x, opts)
     assert spy.options[-1]["ONE_ANCHOR"] is False
     assert rms_rel(o, o_ref) <= 1.03 * rms_rel(o2, o_ref) and rms_rel(ht, h_ref) <= 1.03 * rms_rel(ht2, h_ref)
     assert _worst_token(o, o_ref) <= 1.05 * _worst_token(o2, o_ref)
-    if not one_anchor:
-        assert torch.equal(o, o2) and torch.equal(ht, ht2)
 
 
 def test_strong_gates_take_the_exact_path():
@@ -571,9 +607,13 @@ def test_bf16_inputs_error_budget():
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
-def test_causal_later_tokens_do_not_change_earlier_outputs():
-    """Changing every input from token 37 on (inside a sub-chunk, before the second half-anchor at 40) leaves
+def test_causal_later_tokens_do_not_change_earlier_outputs(monkeypatch):
+    """With the diagonal blocks at two anchors (intra_one_anchor=False: every anchor row at or before the rows it
+    serves), changing every input from token 37 on (inside a sub-chunk, before the second half-anchor at 40) leaves
     outputs 0..36 bit-identical, with strong gates so that the exact fallback path runs too."""
+    from kda_trace.kernels import chunk
+
+    monkeypatch.setitem(chunk.LAUNCH, "intra_one_anchor", False)
     x = make(1, 96, 1, 1, 16, 16, seed=7, gate="unbounded")
     x["A_log"] = torch.full_like(x["A_log"], 2.5)
     opts = KDAOptions(gate="unbounded", use_qk_l2norm=True)
@@ -588,25 +628,31 @@ def test_causal_later_tokens_do_not_change_earlier_outputs():
     assert not torch.equal(o1[:, 37:], o2[:, 37:])
 
 
-def test_causal_under_one_anchor_up_to_rounding_in_the_block():
-    """With the safe gate's diagonal blocks at one anchor (row 8 of each 16-row block), rows 0-7 of a block are
+@pytest.mark.parametrize("gate", ["safe", "precomputed"])
+def test_causal_under_one_anchor_up_to_rounding_in_the_block(gate):
+    """With the diagonal blocks at one anchor (the default: row 8 of each 16-row block), rows 0-7 of a block are
     rounded relative to G at its row 8, a later token: changing every input from token 37 on (row 5 of block 2,
     whose anchor is token 40) leaves outputs 0..31 bit-identical and moves 32..36 only by rounding (tf32 operands
-    scaled by exp(G_i - G_40)), within half the float64 budget. (With two anchors, and for any gate without the
-    bound, earlier outputs are bit-identical: the test above.)"""
-    x = make(1, 96, 1, 1, 16, 16, seed=7, gate="safe")
-    opts = KDAOptions(gate="safe", lower_bound=-5.0, use_qk_l2norm=True)
+    scaled by exp(G_i - G_40); for a precomputed gate also the range check, which the later gates can fail), within
+    half the float64 budget. (With two anchors earlier outputs are bit-identical: the test above.)"""
+    x = make(1, 96, 1, 1, 16, 16, seed=7, gate=gate)
+    if gate == "safe":
+        opts = KDAOptions(gate="safe", lower_bound=-5.0, use_qk_l2norm=True)
+    else:
+        x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+        opts = KDAOptions()
     o1, _, o_ref, _ = run_case(x, opts)
     y = {n: t.clone() for n, t in x.items()}
     gen = torch.Generator().manual_seed(8)
     for name in ("q", "k", "v", "g", "beta"):
         y[name][:, 37:] = torch.randn(y[name][:, 37:].shape, generator=gen).to(y[name].dtype)
     y["g"][:, 37:] *= 30  # saturated later gates: G_40 far from G_37
+    if gate == "precomputed":
+        y["g"][:, 37:] = -y["g"][:, 37:].abs()  # a log decay (<= 0), up to ~ -100 per token
     o2, *_ = run_case(y, opts)
     assert torch.equal(o1[:, :32], o2[:, :32])
     # the interpreter's products are fp32 (no tf32 truncation): there the wobble is fp32 rounding, which the bf16
-    # roundings after it (A_qk, X) mostly absorb (here all of it); on a GPU it would be tf32's (this test has not
-    # run on one yet: benchmarks/sessions/gpu_s42_call10.sh)
+    # roundings after it (A_qk, X) mostly absorb; on a GPU it is tf32's
     assert rms_rel(o2[:, 32:37], o1[:, 32:37]) <= BUDGET / 2
     assert rms_rel(o1, o_ref) <= BUDGET
     assert not torch.equal(o1[:, 37:], o2[:, 37:])
