@@ -336,12 +336,13 @@ def test_safe_gate_diagonal_blocks_at_one_anchor_up_to_its_bound(lower_bound, ch
 @pytest.mark.filterwarnings("ignore:overflow encountered in matmul", "ignore:invalid value encountered in matmul")
 def test_one_anchor_range_check_for_precomputed_gates(monkeypatch):
     """A precomputed gate bounds nothing, so the one-anchor diagonal blocks are range-checked at run time, row by row:
-    row i keeps its tensor-core products where it is within MAX_EXP (60) of the block's row 8 in every channel (then,
-    G not increasing, so are the columns it reads), else it takes the exact element-wise path. Bursts of -70 (one token past the range) and -200 placed so
-    that the check fails for a block's rows 12-15 only (a burst at row 12), for all of a block's rows (a burst at
-    row 3: rows 0-7 are then also beyond the clamp of exp(G_i - G_8), which the columns before the block and q
-    exp(G) must not use), in one channel only, and in a block with only 13 valid rows (a ragged last chunk). o and the
-    final state against float64, as accurate as the two anchors (whose check is by half-block)."""
+    row i keeps its tensor-core products where it is within MAX_EXP (60) of the block's row 8 in every channel
+    (then, G not increasing, so are the columns it reads), else it takes the exact element-wise path; uncapped, with
+    one 64-wide tile for block 3 (`_intra_cap`, `_off_tile`). Bursts of -70 (one token past the range) and -200
+    placed so that the check fails for a block's rows 12-15 only (a burst at row 12), for all of a block's rows (a
+    burst at row 3: rows 0-7 are then also beyond the clamp of exp(G_i - G_8), which the columns before the block
+    and q exp(G) must not use), in one channel only, and in a block with only 13 valid rows (a ragged last chunk).
+    o and the final state against float64, as accurate as the two anchors (whose check is by half-block)."""
     from kda_trace.kernels import chunk
     from launch_spy import LaunchSpy
 
