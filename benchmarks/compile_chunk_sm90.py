@@ -76,7 +76,7 @@ def kernels(launch: dict):
            **tables, "scale": "fp32"}
     kg_here = chunk._kg_in_intra(L["kg_in_intra"], l2_in_intra)
     one_anchor, check_range = chunk._intra_anchors(L["intra_one_anchor"], GATE, -5.0)
-    capped = one_anchor and not check_range
+    capped = chunk._intra_cap(one_anchor, check_range) > 0  # `_off_tile`'s default follows the default cap
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=l2norm, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2, SAVE=False, KG_HERE=kg_here,
                  STREAM=bool(L["intra_stream"]), ONE_ANCHOR=one_anchor)
@@ -162,7 +162,7 @@ def main() -> int:
             if name == "wu" and cap is None:  # the forward's choice (`chunk._wu_cap`; no save_states here)
                 cap = chunk._wu_cap(consts["KG_DONE"], False)
             if name.startswith("intra") and cap is None:  # `chunk._intra_cap`
-                cap = chunk._intra_cap(consts["ONE_ANCHOR"] and not consts["CHECK_RANGE"])
+                cap = chunk._intra_cap(consts["ONE_ANCHOR"], consts["CHECK_RANGE"])
             kernel = compile_kernel(fn, sig, consts, warps, stages, cap)
         except Exception as e:  # noqa: BLE001 -- report every kernel
             print(f"  {name}: FAILED {type(e).__name__}: {str(e)[:400]}")

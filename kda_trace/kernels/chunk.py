@@ -760,16 +760,13 @@ def _intra_block(
         kk = tl.where(right, kk_hi, kk_lo)
         qk = tl.where(right, qk_hi, qk_lo)
     if CHECK_RANGE:
-        if ONE_ANCHOR:
-            # entry (i, j <= i) is exact where G_i - G_8 <= MAX_EXP (e_row) and G_8 - G_j <= MAX_EXP (k_col). G does
-            # not increase, so both hold for every j <= i when row i is within range: G_8 - G_j <= 0 for j < 8,
-            # <= G_8 - G_i for 8 <= j <= i
-            ok = (spread <= MAX_EXP) | (o_c >= n - i0)
-        else:
-            # a column factor is exact where a(j) - G_j <= MAX_EXP; row i reads the columns j <= i, and since G
-            # does not increase, those of its own half are within range when row i is (spread_i <= MAX_EXP).
-            # Rows 8-15 also read columns 0-7: they need row 7 (the last of them) within range too.
-            ok = (spread <= MAX_EXP) | (o_c >= n - i0)
+        # One anchor: entry (i, j <= i) is exact where G_i - G_8 <= MAX_EXP (e_row) and G_8 - G_j <= MAX_EXP (k_col).
+        # G does not increase, so both hold for every j <= i when row i is within range: G_8 - G_j <= 0 for j < 8,
+        # <= G_8 - G_i for 8 <= j <= i. Two anchors: a column factor is exact where a(j) - G_j <= MAX_EXP; row i
+        # reads the columns j <= i, and those of its own half are within range when row i is (spread_i <= MAX_EXP).
+        ok = (spread <= MAX_EXP) | (o_c >= n - i0)
+        if not ONE_ANCHOR:
+            # rows 8-15 also read columns 0-7: they need row 7 (the last of them) within range too
             ok_lower = tl.min(tl.where(o_c < BC // 2, ok, True).to(tl.int32), axis=0) > 0
             ok = ok & ((o_c < BC // 2) | ok_lower)
         if tl.min(ok.to(tl.int32), axis=0) == 0:
@@ -1532,7 +1529,7 @@ def kda_chunk(
     Akk = kept["P"] if keep else torch.empty(NT, HV, BT, BT, dtype=f32, device=dev)
     Aqk = torch.empty(TT, HV, BT, dtype=bf16, device=dev)
     one_anchor, check_range = _intra_anchors(LAUNCH["intra_one_anchor"], opts.gate, opts.lower_bound)
-    capped = one_anchor and not check_range  # `_intra_cap`, `_off_tile`
+    intra_cap = _intra_cap(one_anchor, check_range)
     # with qg_in_intra kernel 2 writes q exp(G) without the scale and norm factors (QG_RAW), kernel 4 skips it
     qg_raw = bool(LAUNCH["qg_in_intra"])
     # with kg_in_intra kernel 2 also writes k exp(G_last - G) and beta k exp(G) (KB), which kernel 4 then reads
@@ -1555,18 +1552,18 @@ def kda_chunk(
         INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, STREAM=bool(LAUNCH["intra_stream"]), ONE_ANCHOR=one_anchor,
         num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
-        **register_cap(LAUNCH["intra_maxnreg"], _intra_cap(capped)),
+        **register_cap(LAUNCH["intra_maxnreg"], intra_cap),
     )
     if LAUNCH["intra_one_launch"]:
         _intra_chunk_kernel[(NT, HV)](
             *intra_args, g, *gate_args, float(opts.lower_bound), GATE_HERE=gate_here, GATE=GATE_CODES[opts.gate],
             BKG=BK_gate, L2_IN_GATE=l2_in_gate, DISCARD_G=discard_g,
-            BJ3=_off_tile(3, LAUNCH["intra_off_tail"], capped),
+            BJ3=_off_tile(3, LAUNCH["intra_off_tail"], intra_cap > 0),
             **intra_consts)
     else:
         for block in range(BT // BC):  # one launch per block index: each sizes its tiles to its columns
             _intra_kernel[(NT, HV)](*intra_args, I=block,
-                                    BJ=_off_tile(block, LAUNCH["intra_off_tail"], capped),
+                                    BJ=_off_tile(block, LAUNCH["intra_off_tail"], intra_cap > 0),
                                     **intra_consts)
     solve_prec = _solve_precisions(LAUNCH, keep)
     # the bf16 X, unless the W/U kernel reads the fp32 one (save_states)
@@ -1654,13 +1651,13 @@ def kda_chunk(
     return o.view(B, T, HV, V), final_state
 
 
-def _intra_cap(unchecked_one_anchor: bool) -> int:
+def _intra_cap(one_anchor: bool, check_range: bool) -> int:
     """`_intra_block`'s register cap for intra_maxnreg None: 168 (6 programs per SM by registers instead of 4) with
-    the diagonal blocks at one anchor and no range check (unchecked_one_anchor: fewer accumulators live, ptxas 100
+    the diagonal blocks at one anchor and no range check (`_intra_anchors`; fewer accumulators live, ptxas 100
     bytes of spills, 24 with the 64-wide tile), else none (0). H200, the same bits: K3 1.032-1.034, 32 x 16384 with
     the safe gate and L2 norm in the op 1.026 (forty-second session); with two anchors (32 x 16384, precomputed gate)
     it lost, 0.953, and with one anchor range-checked there 0.963 (forty-third)."""
-    return 168 if unchecked_one_anchor else 0
+    return 168 if one_anchor and not check_range else 0
 
 
 def _off_tile(block: int, tail: bool | None, capped: bool) -> int:
