@@ -114,7 +114,8 @@ def kernels(launch: dict):
     out.append(("state", chunk._state_kernel, sig,
                 dict(HV=HV, K=K, V=V, BT=chunk.BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
                      STORE_HS=False, OUT=fused, SPLIT=split, QG_RAW=qg_raw, L2NORM=l2norm, EXP2=exp2,
-                     STORE_VN=not fused, INTERPRET=False),
+                     STORE_VN=not fused, INTERPRET=False,
+                     PREFETCH=chunk._state_prefetch(L["state_prefetch"], fused)),
                 L["state_warps"], stages))
     if split:
         sig = {**ptr("bf16", "W", "U", "KG"), **ptr("fp32", "G", "R", "M", "h0"), "cu_seqlens": "*i64",

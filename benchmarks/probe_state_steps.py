@@ -59,7 +59,7 @@ def main():
             W, U, KG, G, h, v_new, h0, ht, G, QG, Aqk, o, rq, 1.0, cu, offsets, offsets, G,
             HV=HV, K=K, V=V, BT=BT, BK=K, BV=BV, STATE_VK=False, USE_H0=True, STORE_HT=True,
             STORE_HS=False, OUT=False, SPLIT=False, QG_RAW=True, L2NORM=False, EXP2=True, STORE_VN=True,
-            INTERPRET=False, num_warps=warps, num_stages=stages)
+            INTERPRET=False, PREFETCH=False, num_warps=warps, num_stages=stages)
 
     def out(BT, BV, warps, nt, h, Aqk, cu, idx):
         chunk._output_kernel[(nt * triton.cdiv(V, BV), HV)](

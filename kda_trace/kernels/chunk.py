@@ -32,9 +32,11 @@ Kernels, in launch order:
    caching), V_new, and the final state; from 64 (sequence, head) pairs on also O (launch setting
    `out_in_state`), and then kernel 6 is not launched and neither h nor V_new is stored. For long sequences
    of few heads (`state_split`) kernels 5a and 5b first find every segment's start state, then kernel 5 runs
-   the segments of a sequence in parallel.
+   the segments of a sequence in parallel. Where it does not compute O it loads each chunk's last G row (the
+   decay of S) one step ahead (`state_prefetch`), off the sequential chain.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
-The launch settings in LAUNCH (see the comment there) were chosen by A/B timings on an H100.
+The launch settings in LAUNCH (see the comment there) were chosen by A/B timings on an H100 (since the fortieth
+session on an H200: no H100 was lent).
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
 i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
@@ -202,6 +204,13 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # (32 x 16384, 96 x 8192) and 1.018 (16 x 2 x 16384) against the two anchors; with the cap 0.971 / 0.973 / 0.958;
 # uncapped with the tail tiles 0.992. The state pass there (32 pairs): state_split=64 0.964 (32 x 16384), 0.982 (16
 # x 2 x 16384); state_bv=32 0.849.
+# Since the forty-fourth session (H200): state_prefetch (None: `_state_prefetch`, where O is not in the pass): kernel
+# 5 loads each chunk's last G row one step ahead. It feeds no product, so Triton issued a plain load of it after the
+# step's first product (TTGIR), and every step of the chain through S waited for it. The same bits. 32 x 16384 1.030
+# (1.596 -> 1.549 ms), 16 x 2 x 16384 1.032; with O in the pass 0.997-0.999 (K3, 96 x 8192, 8 x 131072). The same
+# for the intra kernel's row loads that feed no product (G's last row, block 0's first): 1.000-1.003; for the W/U
+# kernel's G row on K3: 0.989 (16 bytes of spills under its cap). Tensor descriptors (TMA) for the intra kernel's
+# q, k (and G) rows: 0.990 / 0.979 (32 x 16384 / K3), with G 0.892 / 0.958 (diffs under results/2026-11-28-s44/).
 # Not kept there (H200, K3 unless named): intra_stages=1 0.951 (0.961 on 32 x 16384), with intra_bk=16 0.933 (0.884);
 # wu_bk=wu_bv=32 0.988, with wu_maxnreg=104 0.991; the intra cap of 168 with two anchors (32 x 16384, precomputed
 # gate) 0.953, with the 64-wide tile 0.944; gate_bk=32 0.991, gate_maxnreg=64 1.001 (gate_maxnreg 80: above).
@@ -232,7 +241,7 @@ LAUNCH = {
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
     "discard_g": None, "solve_inv_precision": "tf32_rn", "solve_merge_precision": "tf32_rn", "intra_stream": True,
     "solve_power_precision": None, "solve_peel": True, "intra_one_anchor": True,
-    "intra_off_tail": None,
+    "intra_off_tail": None, "state_prefetch": None,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
@@ -1015,10 +1024,14 @@ def _v_new(b_sb, p_w, p_u, off_tk, off_tv, m_w, m_u, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_w, HV: tl.constexpr, K: tl.constexpr,
-                       EXP2: tl.constexpr, INTERPRET: tl.constexpr):
-    """S after a chunk of n rows: diag(exp(G_last)) S + (k exp(G_last - G))^T V_new."""
-    g_last = tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=o_k < K, other=0.0)
+def _last_g_row(p_g, n, o_k, HV: tl.constexpr, K: tl.constexpr):
+    """G's last row (the decay of S over the chunk) of a chunk of n rows from p_g."""
+    return tl.load(p_g + (n - 1) * (HV * K) + o_k, mask=o_k < K, other=0.0)
+
+
+@triton.jit
+def _state_after_chunk(b_s, b_vn, g_last, p_kg, off_tk, m_w, EXP2: tl.constexpr, INTERPRET: tl.constexpr):
+    """S after a chunk: diag(exp(G_last)) S + (k exp(G_last - G))^T V_new (g_last: G's last row)."""
     b_kg = tl.load(p_kg + off_tk, mask=m_w, other=0.0)
     return b_s * _exp(g_last, EXP2)[:, None] + _mma(tl.trans(b_kg), b_vn, INTERPRET)
 
@@ -1042,7 +1055,7 @@ def _state_kernel(
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     STATE_VK: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HS: tl.constexpr,
     OUT: tl.constexpr, SPLIT: tl.constexpr, QG_RAW: tl.constexpr, L2NORM: tl.constexpr, EXP2: tl.constexpr,
-    STORE_VN: tl.constexpr, INTERPRET: tl.constexpr,
+    STORE_VN: tl.constexpr, INTERPRET: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """The state pass of one (sequence, value head, V-tile). Without OUT it stores the bf16 state at every chunk
     start (h) and V_new for `_output_kernel`; with OUT (launch setting out_in_state) it computes the chunk's
@@ -1098,9 +1111,18 @@ def _state_kernel(
     off_tv = o_t[:, None] * (HV * V) + o_v[None, :]
     off_h = o_k[:, None] * V + o_v[None, :]
     n_tok = eos - bos
+    if PREFETCH:
+        g_next = _last_g_row(p_g, tl.minimum(n_tok, BT), o_k, HV, K)
     for t in range(tl.cdiv(n_tok, BT)):
         n = tl.minimum(n_tok - t * BT, BT)
         m_r = o_t < n
+        if PREFETCH:
+            # G's last row feeds no product, so Triton does not pipeline its load (it waited on L2 or DRAM in every
+            # step, on the chain through S): loaded a step ahead instead, the next chunk's (none after the last)
+            g_last = g_next
+            n_next = n_tok - (t + 1) * BT
+            g_next = tl.load(p_g + (BT + tl.minimum(n_next, BT) - 1) * (HV * K) + o_k,
+                             mask=(o_k < K) & (o_k * 0 + n_next > 0), other=0.0)
         b_sb = _bf16(b_s, INTERPRET)
         if not OUT:
             tl.store(p_h + off_h, b_sb, mask=m_kv)
@@ -1129,7 +1151,9 @@ def _state_kernel(
                 tl.store(p_vn + off_tv, b_vn32, mask=m_rv)
             else:
                 tl.store(p_vn + off_tv, b_vn, mask=m_rv)
-        b_s = _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_rk, HV, K, EXP2, INTERPRET)
+        if not PREFETCH:
+            g_last = _last_g_row(p_g, n, o_k, HV, K)
+        b_s = _state_after_chunk(b_s, b_vn, g_last, p_kg, off_tk, m_rk, EXP2, INTERPRET)
 
         p_w += BT * HV * K
         p_kg += BT * HV * K
@@ -1214,7 +1238,7 @@ def _segment_affine_kernel(
         m_rk = m_r[:, None] & m_k[None, :]
         b_vn = _bf16(_v_new(_bf16(b_s, INTERPRET), p_w, p_u, off_tk, off_tv, m_rk, m_r[:, None] & m_u[None, :],
                             INTERPRET), INTERPRET)
-        b_s = _state_after_chunk(b_s, b_vn, p_kg, p_g, n, o_k, off_tk, m_rk, HV, K, EXP2, INTERPRET)
+        b_s = _state_after_chunk(b_s, b_vn, _last_g_row(p_g, n, o_k, HV, K), p_kg, off_tk, m_rk, EXP2, INTERPRET)
         p_w += BT * HV * K
         p_kg += BT * HV * K
         p_g += BT * HV * K
@@ -1636,6 +1660,7 @@ def kda_chunk(
         STATE_VK=vk, USE_H0=initial_state is not None, STORE_HT=final_state is not None,
         STORE_HS=chunk_states is not None, OUT=out_in_state, SPLIT=split, QG_RAW=qg_raw,
         L2NORM=opts.use_qk_l2norm, EXP2=exp2, STORE_VN=not out_in_state or save_states, INTERPRET=interp,
+        PREFETCH=_state_prefetch(LAUNCH["state_prefetch"], out_in_state),
         num_warps=LAUNCH["state_warps"], num_stages=stages, **register_cap(LAUNCH["state_maxnreg"]),
     )
 
@@ -1750,6 +1775,14 @@ def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:
     if seg is None:
         seg = SPLIT_CHUNKS if n_heads_total <= SPLIT_MAX_PAIRS and longest_chunks >= SPLIT_MIN_CHUNKS else 0
     return int(seg) if BK <= 128 else 0
+
+
+def _state_prefetch(setting: bool | None, out_in_state: bool) -> bool:
+    """Launch setting state_prefetch (None: on where the state pass does not compute the output): kernel 5 loads
+    each chunk's last G row one step ahead. H200 (forty-fourth session; the same bits): 32 x 16384 1.030, 16 x 2 x
+    16384 1.032 (the state pass at 32 pairs, 16-wide V-tiles); with the output in the pass (and its q row factors
+    loaded ahead too) 0.997-0.999 on K3, 96 x 8192 and 8 x 131072, so not there."""
+    return not out_in_state if setting is None else bool(setting)
 
 
 def _state_launch(n_heads_total: int, BK: int, V: int) -> tuple[int, int, bool]:

@@ -457,6 +457,8 @@ VARIANTS = {
     "intra_stream_off": {"intra_stream": False}, "intra_two_anchors": {"intra_one_anchor": False},
     "intra_64_wide_off_tile": {"intra_off_tail": False},
     "intra_64_wide_off_tile_per_block": {"intra_off_tail": False, "intra_one_launch": False},
+    "state_prefetch_off": {"state_prefetch": False},
+    "state_prefetch_with_the_output": {"state_prefetch": True, "out_in_state": True},
     "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
                                 "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
@@ -522,6 +524,37 @@ def test_many_sequence_head_pairs_take_the_output_in_the_state_pass(monkeypatch)
     o2, ht2, *_ = run_case(x, opts, cu_seqlens=cu)
     assert torch.equal(ht, ht2)
     assert (o - o2).abs().max() <= 1e-5 * o2.abs().max()
+
+
+def test_state_pass_loads_the_decay_row_a_step_ahead_where_o_is_not_in_it(monkeypatch):
+    """state_prefetch=None (the default): kernel 5 loads each chunk's last G row one step ahead (PREFETCH) where it
+    does not compute O (`chunk._state_prefetch`; H200: 1.03x at 32 pairs), not where it does (no gain measured).
+    The same operations in the same order: under the interpreter bit-identical to the plain load, with and without
+    O in the pass, on packed sequences that end inside, at the end of and one row into a chunk (the load after a
+    sequence's last chunk is masked off), with the final states."""
+    from kda_trace.kernels import chunk
+    from kda_trace.platform import triton_interpreted
+    from launch_spy import LaunchSpy
+
+    assert chunk.LAUNCH["state_prefetch"] is None
+    spy = LaunchSpy(chunk._state_kernel)
+    monkeypatch.setattr(chunk, "_state_kernel", spy)
+    cu = torch.tensor([0, 64, 129, 150, 278])
+    x = make(1, 278, 1, 2, 16, 12, seed=36, n_seqs=4)
+    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    opts = KDAOptions(output_final_state=True)
+    runs = {}
+    for out_in_state in (False, True):
+        for prefetch in (None, out_in_state):  # the default, then the other choice
+            monkeypatch.setitem(chunk.LAUNCH, "out_in_state", out_in_state)
+            monkeypatch.setitem(chunk.LAUNCH, "state_prefetch", prefetch)
+            runs[out_in_state, prefetch] = run_case(x, opts, cu_seqlens=cu)
+    assert [opt["PREFETCH"] for opt in spy.options] == [True, False, False, True]
+    for (out_in_state, prefetch), (o, ht, o_ref, h_ref) in runs.items():
+        assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+        if triton_interpreted() and prefetch is not None:
+            o0, h0, *_ = runs[out_in_state, None]
+            assert torch.equal(o, o0) and torch.equal(ht, h0)
 
 
 def test_state_split_into_segments(monkeypatch):
