@@ -206,8 +206,10 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # x 2 x 16384); state_bv=32 0.849.
 # Since the forty-fourth session (H200): state_prefetch (None: `_state_prefetch`, where O is not in the pass): kernel
 # 5 loads each chunk's last G row one step ahead. It feeds no product, so Triton issued a plain load of it after the
-# step's first product (TTGIR), and every step of the chain through S waited for it. The same bits. 32 x 16384 1.030
-# (1.596 -> 1.549 ms), 16 x 2 x 16384 1.032; with O in the pass 0.997-0.999 (K3, 96 x 8192, 8 x 131072). The same
+# step's first product (TTGIR of Triton 3.9 on the CPU; the GPU's 3.6 gained as much from the change), and every step
+# of the chain through S waited for it. The same bits. 32 x 16384 1.030 (1.596 -> 1.549 ms), 16 x 2 x 16384 1.032;
+# with O in the pass (measured with its q row factors loaded ahead as well, which the kept code does not do)
+# 0.997-0.999 (K3, 96 x 8192, 8 x 131072). The same
 # for the intra kernel's row loads that feed no product (G's last row, block 0's first): 1.000-1.003; for the W/U
 # kernel's G row on K3: 0.989 (16 bytes of spills under its cap). Tensor descriptors (TMA) for the intra kernel's
 # q, k (and G) rows: 0.990 / 0.979 (32 x 16384 / K3), with G 0.892 / 0.958 (diffs under results/2026-11-28-s44/).
@@ -1780,8 +1782,8 @@ def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:
 def _state_prefetch(setting: bool | None, out_in_state: bool) -> bool:
     """Launch setting state_prefetch (None: on where the state pass does not compute the output): kernel 5 loads
     each chunk's last G row one step ahead. H200 (forty-fourth session; the same bits): 32 x 16384 1.030, 16 x 2 x
-    16384 1.032 (the state pass at 32 pairs, 16-wide V-tiles); with the output in the pass (and its q row factors
-    loaded ahead too) 0.997-0.999 on K3, 96 x 8192 and 8 x 131072, so not there."""
+    16384 1.032 (the state pass at 32 pairs, 16-wide V-tiles); with the output in the pass 0.997-0.999 on K3, 96 x
+    8192 and 8 x 131072 (measured with the q row factors loaded ahead as well), so not there."""
     return not out_in_state if setting is None else bool(setting)
 
 
