@@ -162,6 +162,8 @@ def main() -> int:
             cap = None if name.startswith("state 5") else launch[CAP_KEYS[name.split()[0]]]
             if name == "wu" and cap is None:  # the forward's choice (`chunk._wu_cap`; no save_states here)
                 cap = chunk._wu_cap(consts["KG_DONE"], False)
+            if name == "solve" and cap is None:  # `chunk._solve_cap` (the kept matrices' solve is not compiled here)
+                cap = chunk._solve_cap(False)
             if name.startswith("intra") and cap is None:  # `chunk._intra_cap`
                 cap = chunk._intra_cap(consts["ONE_ANCHOR"], consts["CHECK_RANGE"])
             kernel = compile_kernel(fn, sig, consts, warps, stages, cap)

@@ -249,10 +249,11 @@ LAUNCH = {
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
 # intra at 168 0.968 / 1.006, at 128 0.917 / 0.922; W/U at 128 0.973 / 0.986; the state pass at 168 0.869 / 0.997
 # (RESULTS.md, "Backward kernel", twenty-eighth session); the solve at 128 0.938 / 0.949, at 168 - / 0.995
-# (thirty-seventh session). wu_maxnreg None: `_wu_cap`; intra_maxnreg None: `_intra_cap`. gate_maxnreg 80 (96 registers
+# (thirty-seventh session). wu_maxnreg None: `_wu_cap`; intra_maxnreg None: `_intra_cap`; solve_maxnreg None: `_solve_cap`
+# (forty-fifth session). gate_maxnreg 80 (96 registers
 # uncapped: 5 programs of 4 warps per SM, 6 capped; ptxas 4 bytes of spills), H200, the same bits (forty-second
 # session): K3 1.005 (twice), 32 x 16384 with the safe gate and L2 norm in the op 1.004; at 64 (8 programs) 1.001.
-LAUNCH.update({"gate_maxnreg": 80, "intra_maxnreg": None, "solve_maxnreg": 0, "wu_maxnreg": None, "state_maxnreg": 0,
+LAUNCH.update({"gate_maxnreg": 80, "intra_maxnreg": None, "solve_maxnreg": None, "wu_maxnreg": None, "state_maxnreg": 0,
                "out_maxnreg": 0})
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
 LOG2E = tl.constexpr(1.4426950408889634)  # G in log2 units with the exp2 variant: 2^(G log2 e) = e^G
@@ -1597,7 +1598,7 @@ def kda_chunk(
     _solve_kernel[(NT, HV)](Akk, beta, Xs, kept["X"], cu_seqlens, chunk_indices, HV=HV, BT=BT, BC=BC,
                             BETA=BETA_CODES[opts.beta], INTERPRET=interp, SAVE=keep, STORE_XS=not save_states,
                             **solve_prec,
-                            num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"]))
+                            num_warps=LAUNCH["solve_warps"], **register_cap(LAUNCH["solve_maxnreg"], _solve_cap(keep)))
     if keep:
         saved.update(kept)
 
@@ -1716,6 +1717,16 @@ def _wu_cap(kg_here: bool, save_states: bool) -> int:
     where it reads the intra kernel's operands (kg_in_intra) the cap lost (32 x 16384: 0.994). Not timed on an H100
     (there a cap of 128 lost on K3, 0.973, twenty-eighth session) nor with save_states."""
     return 168 if not (kg_here or save_states) else 0
+
+
+def _solve_cap(keep: bool) -> int:
+    """`_solve_kernel`'s register cap for solve_maxnreg None: 168 (ptxas, triton 3.9: 194 -> 168 registers, 4 bytes of
+    spills; 12 one-warp programs per SM by registers instead of 8) for the tf32 solve, none (0) for the tf32x3 one of
+    the kept matrices (keep; not timed). H200 (forty-fifth session; Nsight Compute on K3: 2 warps per scheduler, an
+    instruction every 3.2 cycles; the same bits): 1.006-1.010 on the six shapes of issue 20; a cap of 128 (352 bytes
+    of spills, 16 programs) 1.000 on K3 and 32 x 16384. On the H100 (thirty-seventh session, the solve in tf32x3
+    then) 128 lost, 0.938 / 0.949, and 168 gave 0.995 on 32 x 16384."""
+    return 0 if keep else 168
 
 
 def _intra_anchors(setting: bool, gate: str, lower_bound: float) -> tuple[bool, bool]:

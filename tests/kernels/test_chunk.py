@@ -140,6 +140,28 @@ def test_kg_in_intra_and_the_wu_register_cap_by_default(monkeypatch):
     assert [opt.get("maxnreg") for opt in wu.options] == [None, 168, None]
 
 
+def test_the_solve_register_cap_by_default_but_for_the_kept_matrices(monkeypatch):
+    """solve_maxnreg=None (the default): `_solve_kernel` launches with at most 168 registers (H200: 1.006-1.010 on the
+    six shapes of issue 20, the same bits), but not where the chunk matrices are kept for the backward (its tf32x3
+    solve, not timed under a cap). o against float64 either way (the interpreter ignores the cap)."""
+    from kda_trace.kernels import chunk
+    from launch_spy import LaunchSpy
+
+    assert chunk.LAUNCH["solve_maxnreg"] is None
+    spy = LaunchSpy(chunk._solve_kernel)
+    monkeypatch.setattr(chunk, "_solve_kernel", spy)
+    x = make(1, 70, 1, 2, 20, 12, seed=36)
+    x["q"], x["k"] = F.normalize(x["q"], dim=-1), F.normalize(x["k"], dim=-1)
+    o, _, o_ref, _ = run_case(x, KDAOptions())
+    assert rms_rel(o, o_ref) <= BUDGET
+    args = [x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")]
+    kda_chunk(*args, KDAOptions(), saved={})
+    with monkeypatch.context() as m:
+        m.setitem(chunk.LAUNCH, "solve_maxnreg", 0)
+        run_case(x, KDAOptions())
+    assert [opt.get("maxnreg") for opt in spy.options] == [168, None, None]
+
+
 def test_solve_in_tf32_by_default_and_in_tf32x3_for_the_kept_matrices(monkeypatch):
     """The solve's products in tf32 by default, operands rounded to nearest first ("tf32_rn"; X is rounded to bf16
     after it), in tf32x3 (about fp32) when the chunk matrices are kept for the backward (its fp32 X). Under the
