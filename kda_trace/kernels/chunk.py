@@ -216,6 +216,13 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # Not kept there (H200, K3 unless named): intra_stages=1 0.951 (0.961 on 32 x 16384), with intra_bk=16 0.933 (0.884);
 # wu_bk=wu_bv=32 0.988, with wu_maxnreg=104 0.991; the intra cap of 168 with two anchors (32 x 16384, precomputed
 # gate) 0.953, with the 64-wide tile 0.944; gate_bk=32 0.991, gate_maxnreg=64 1.001 (gate_maxnreg 80: above).
+# Since the forty-fifth session (H200): solve_maxnreg None (`_solve_cap`: 168 but for the kept matrices), 1.006-1.010 on
+# the six shapes of issue 20, the same bits. Deleted there (diffs under results/2026-11-29-s45/): gate_in_wu (kernel 4
+# computed G from the bf16 gate input instead of reading the fp32 G; with gate_in_intra kernel 1 not launched and G
+# dropped from L2): K3 0.967, 0.945 with gate_in_intra; state_l2_ahead (the state pass asked L2 for the next chunk's
+# tiles a step ahead, PTX prefetch.global.L2): K3 0.996, 16 x 4096 packed 1.016, 32 x 16384 0.932. Not kept (K3):
+# state_bv=128 with state_warps=8 0.907 (with 2 stages 0.962), gate_warps=2 0.964, out_in_state=False 0.920,
+# solve_warps=2 0.979, solve_maxnreg=128 1.000.
 # Deleted in the thirty-ninth session: inv_in_intra (kernel 2 also inverted its diagonal blocks of A_kk, the solve
 # only merged): 0.711 on 32 x 16384, 0.805 on K3.
 # Deleted in the seventeenth session:
