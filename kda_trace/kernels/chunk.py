@@ -256,10 +256,10 @@ LAUNCH = {
 # spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
 # intra at 168 0.968 / 1.006, at 128 0.917 / 0.922; W/U at 128 0.973 / 0.986; the state pass at 168 0.869 / 0.997
 # (RESULTS.md, "Backward kernel", twenty-eighth session); the solve at 128 0.938 / 0.949, at 168 - / 0.995
-# (thirty-seventh session). wu_maxnreg None: `_wu_cap`; intra_maxnreg None: `_intra_cap`; solve_maxnreg None: `_solve_cap`
-# (forty-fifth session). gate_maxnreg 80 (96 registers
-# uncapped: 5 programs of 4 warps per SM, 6 capped; ptxas 4 bytes of spills), H200, the same bits (forty-second
-# session): K3 1.005 (twice), 32 x 16384 with the safe gate and L2 norm in the op 1.004; at 64 (8 programs) 1.001.
+# (thirty-seventh session). wu_maxnreg None: `_wu_cap`; intra_maxnreg None: `_intra_cap`; solve_maxnreg None:
+# `_solve_cap` (forty-fifth session). gate_maxnreg 80 (96 registers uncapped: 5 programs of 4 warps per SM, 6 capped;
+# ptxas 4 bytes of spills), H200, the same bits (forty-second session): K3 1.005 (twice), 32 x 16384 with the safe gate
+# and L2 norm in the op 1.004; at 64 (8 programs) 1.001.
 LAUNCH.update({"gate_maxnreg": 80, "intra_maxnreg": None, "solve_maxnreg": None, "wu_maxnreg": None, "state_maxnreg": 0,
                "out_maxnreg": 0})
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
