@@ -1,8 +1,8 @@
 """KDA backward (dq, dk, dv, dg, dbeta, dh0 from do and dht) in Triton, parallel over chunks, in two modes
 (LAUNCH["mode"]):
 - "chunked" (the default on a GPU; "Chunked mode" below, kernels/backward_chunked.py): the chunked forward's
-  matrix form with tf32 products; on the H100 at 32 heads x 16384 tokens 56 ms forward + backward against the exact mode's
-  132 ms, and more accurate than fla's chunk_kda on every gradient (benchmarks/RESULTS.md);
+  matrix form with tf32 products; on the H100 at 32 heads x 16384 tokens 10.2 ms forward + backward against the exact
+  mode's 132 ms, and more accurate than fla's chunk_kda on every gradient (benchmarks/RESULTS.md);
 - "exact": fp32 (float64 for float64 inputs) gradients of the token recurrence, in three kernels (below); the
   default under the Triton interpreter, which runs it about 7x faster than the chunked mode.
 float64 inputs get float64 gradients in both modes (every product in ieee float64).
@@ -73,21 +73,21 @@ inputs). The per-chunk maps A_c, B_c, b_c (K x K, K/V + 2 token sweeps) are neve
    dbeta, the two matrices of the decay-weighted sums), `_local_sums_kernel` (those sums) and `_local_k_kernel`
    (dq, dk, dg by K-tiles), with the prep's X and P (the formulas and their float64 oracle:
    tests/kernels/chunk_backward_matrix.py); or "tokens" (the exact mode's kernel 3 from the same states). A
-   one-kernel matrix form of 3 (whole K and V per chunk) was deleted: it needs 256 KiB of shared memory at
+   one-kernel matrix form of 3 (whole K and V per chunk) does not fit: it needs 256 KiB of shared memory at
    K = V = 128, past the H100's 227 KiB.
 Precision: fp32 storage and accumulation; products on tensor cores in tf32 (LAUNCH["chunked_precision"],
 ["chunked_pass_precision"], ["split_precision"]; tf32x3 each on request); ieee for float64 inputs. Measured on
-the H100 (bf16 inputs, 32 heads x 1024 tokens, RMS-relative against float64; twenty-sixth session, the pass in
-bf16 with Qt^T dO split): dq 1.8e-3, dk 2.0e-3, dv 2.5e-3, dg 1.1e-3, dbeta 2.5e-3, dh0 1.7e-4, against fla's
+the H100 (bf16 inputs, 32 heads x 1024 tokens, RMS-relative against float64; the pass in bf16 with Qt^T dO
+split): dq 1.8e-3, dk 2.0e-3, dv 2.5e-3, dg 1.1e-3, dbeta 2.5e-3, dh0 1.7e-4, against fla's
 2.9e-3, 3.3e-3, 3.0e-3, 2.8e-3, 2.8e-3, 1.6e-3 (dq, dk, dv,
 dbeta are bf16 outputs: their rounding alone is about 1.7e-3; the CPU estimate of the tf32 cost,
 benchmarks/chunked_tf32_estimate.py, said 4e-4; dv and dbeta take the pass's rounding through its Vn and dVn:
-1.9e-3 and 2.0e-3 when 3 recomputed them in tf32, up to the twenty-fifth session). The states come from
+1.9e-3 and 2.0e-3 when 3 recomputes Vn and dVn in tf32). The states come from
 the prep's W, U, Kt, not from kernels/chunk.py's bf16 products (see above). Memory beyond inputs and
 gradients (fp32, K = V = 128; per token and value head): the prep's W, Qt, Kt, U, A_qk^T dO, X, P (3 KiB),
 states and dS_end (2 KiB), then 3a's dQt, dKt, Y_k, M1, M2 in place of W, Qt, Kt, then the sums and dq, dk, dg;
 each buffer is freed after its last reader, for a peak of about 6 KiB (3.9 GiB measured at 16384 tokens x 32
-heads with bf16 inputs, against 5.4 with the twenty-fifth session's partial copies).
+heads with bf16 inputs).
 
 `kda_forward_exact` runs the forward token by token (`_forward_exact_kernel`) and writes o and the final
 state: an exact forward (in float64 for float64 inputs) used for gradient checks, not for speed.
@@ -130,28 +130,28 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # fla's bf16 at 2^-8 (measured: module docstring, "Precision"). tf32x3 (about fp32) makes each of them spill at
 # K = V = 128 (compile_sm90.py --chunked --spills). Every precision key takes "bf16" too (backward_blocks.`_xdot`).
 # The pass: None = bf16 on a GPU for 2-byte inputs (tf32 for fp32 inputs, and under the interpreter, which computes it
-# in fp32: since the twenty-sixth session the pass's Vn and dVn go to the local kernels as they are), with
+# in fp32: the pass's Vn and dVn go to the local kernels as they are), with
 # chunked_pass_source_precision (None: where the pass is bf16, "bf16_split_a" for a bf16 dO, Qt as two bf16 terms
 # and two bf16 products, else tf32; otherwise the pass's) for the reverse recursion's Qt^T dO alone: that
 # product's bf16 rounding is what reaches dh0 (benchmarks/pass_rounding_estimate.py: dh0 1.7e-3 with every product
 # in bf16, 2.4e-4 with that one in tf32, 1.5e-4 split, 2.1e-4 all tf32). H100, 32 heads x 16384: fwd+bwd 17.14 /
 # 17.17 ms split against 18.28 / 18.24 with tf32 there, 18.82 / 18.74 all tf32 and 17.12 / 17.09 all bf16; dh0
-# 1.8e-4 split, 4.6e-4, 4.3e-4 and 1.7e-3 (fla 1.64e-3) (RESULTS.md, twenty-fourth session). The prep's and the local kernels' bf16 gained 1-2% each and
-# took dq, dk, dv, dbeta to fla's errors, ddt_bias past them (same session): off. Tiles and warps:
+# 1.8e-4 split, 4.6e-4, 4.3e-4 and 1.7e-3 (fla 1.64e-3). The prep's and the local kernels' products in bf16 are
+# 1-2% faster each but take dq, dk, dv, dbeta to fla's errors and ddt_bias past them: off. Tiles and warps:
 # chunked_pass_bv / _warps / _stages (32 / 4 / 2 where they fit: 186 / 213 registers, no spill; 3 stages or BV 64
-# spill; H100 A/B, RESULTS.md eighteenth and twenty-fifth sessions);
+# spill; H100 A/B);
 # split_bv / split_bk / split_vk_warps / split_vk_stages (`_local_vk_kernel`'s V-tile 32, K-tile 32, warps 4 and
-# Triton's default stages, one where they do not fit, on a GPU; 64 / 64 / 8 until the twenty-eighth session); split_k_bk,
+# Triton's default stages, one where they do not fit, on a GPU); split_k_bk,
 # the K-tile of 3c's work items (16 on a GPU, 64 under the interpreter), and split_k_warps (8): 16 columns on 8
-# warps took K3's backward 14.70 -> 14.39 ms against 32 columns on 4, 32 x 16384 8.77 -> 8.78 (H100, thirtieth
-# session; 3c is a streaming kernel, 2.09 ms on K3 at 32 x 4).
+# warps against 32 columns on 4: K3's backward 14.39 against 14.70 ms, 32 x 16384 8.78 against 8.77 (H100; 3c
+# is a streaming kernel, 2.09 ms on K3 at 32 x 4).
 # The prep's three kernels: prep_pairs_warps / prep_solve_warps / prep_operands_warps (4 each) and prep_bv (the
 # operands kernel's V-tile, 64). 3b's decay-weighted sums by `_local_sums_kernel`, by 16-row blocks (all in one
 # launch with sums_one_launch, below) with the sums in registers: sums_bk (its K-tile, at most 32), sums_warps (2 with
 # sums_one_launch, else 4). (One fused prep
-# kernel, and the sums inside `_local_k_kernel`, were slower and are deleted: H200, 32 heads x 16384, prep 16.83 ms
-# against 5.84 + 1.23 + 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart; RESULTS.md, eleventh and fourteenth
-# sessions. dq, dk, dg inside the sums kernel were slower too: 14.8 against 13.0 ms, twenty-seventh session.)
+# kernel, and the sums inside `_local_k_kernel`, are slower: H200, 32 heads x 16384, prep 16.83 ms
+# against 5.84 + 1.23 + 0.49, fwd+bwd 34.1 ms against 28.7 with the sums apart. dq, dk, dg inside the sums kernel
+# are slower too: 14.8 against 13.0 ms, H100.)
 LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf32",
                "chunked_pass_precision": None, "chunked_pass_source_precision": None, "split_precision": "tf32",
                "chunked_pass_bv": None, "chunked_pass_warps": None, "chunked_pass_stages": None, "split_bv": None,
@@ -166,14 +166,13 @@ LAUNCH.update({"mode": None, "chunked_local": "split", "chunked_precision": "tf3
 # H100, 32 heads x 16384, fwd+bwd: 12.86 ms uncapped, 11.71 with the sums at 128, 11.55 with the operands at 168
 # too; 96 heads x 8192 safe gate 20.66 -> 18.65 with the sums at 128. Losers there: the sums at 96 (12.61), the
 # pairs at 168 (11.79) or 128 (11.73, no gain), local_k at 168 (11.86), local_vk at 128 (14.41: 1228 bytes of
-# spills), the pass at 168 on the 96-head shape (no gain) (RESULTS.md, twenty-eighth session).
+# spills), the pass at 168 on the 96-head shape (no gain).
 LAUNCH.update({"prep_pairs_maxnreg": None, "prep_operands_maxnreg": None, "chunked_pass_maxnreg": None,
                "split_vk_maxnreg": None, "split_k_maxnreg": None})
 # workspace_bytes: the most memory the backward's own buffers may take at once; past it `kda_backward` runs
 # groups of heads one after the other (None: WORKSPACE_CAP_BYTES or 90% of what the device has free, with the
 # caching allocator's unused blocks, at the call, whichever is less; unlimited off CUDA). H200, 65536 tokens x
-# 96 heads: the buffers alone take about 61 GiB, and an evaluation ran out of memory beside the runner's worker
-# (RESULTS.md, fourteenth session).
+# 96 heads: the buffers alone take about 61 GiB, and an evaluation ran out of memory beside the runner's worker.
 LAUNCH["workspace_bytes"] = None
 WORKSPACE_CAP_BYTES = 16 << 30
 """The default workspace limit: a group of heads under it still has thousands of (chunk, head) work items at the
@@ -184,77 +183,69 @@ sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once wou
 # backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel).
 LAUNCH["diag_blocks"] = "anchors"
 # pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
-# sums kernels. The sums' reach dg and, summed over tokens, ddt_bias. Since the twenty-ninth session "tf32_rn" there
-# (tf32 products of operands rounded to nearest first, chunk.`_tf32_rn`), where it was tf32x3 (about
-# fp32, three tf32 products): H100, fwd+bwd 11.34 -> 11.07 ms at 32 heads x 16384, 18.10 -> 17.80 on K3; the
-# errors against float64 (bf16 inputs) of dq, dk, dv, dbeta, dh0 equal to three digits, dg 1.08e-3 -> 1.12e-3 at
-# 32 x 1024, and on the safe-gate 8 x 2048 dg 2.20e-3 -> 2.57e-3, dA_log 1.60e-3 -> 1.91e-3, ddt_bias 1.70e-3 ->
-# 4.02e-3: each still below fla 0.6.0's on the same inputs (4.71e-3, 8.99e-3, 5.35e-3). Plain tf32 (truncated
-# operands): as fast, ddt_bias 4.49e-3; bf16: ddt_bias 3.07e-2, a loser (RESULTS.md twenty-ninth session). Every
-# product of the backward in tf32_rn took dg to 4.9e-4 at 32 x 1024 but cost 3.5% (not taken). Before (eighteenth
-# session): tf32 in both took ddt_bias from 2.64e-3 to 5.03e-3 and 18.92 -> 18.06 ms at 32 heads x 16384.
+# sums kernels. The sums' reach dg and, summed over tokens, ddt_bias. "tf32_rn" there (tf32 products of operands
+# rounded to nearest first, chunk.`_tf32_rn`) against tf32x3 (about fp32, three tf32 products): H100, fwd+bwd 11.07
+# against 11.34 ms at 32 heads x 16384, 17.80 against 18.10 on K3; the errors against float64 (bf16 inputs) of dq,
+# dk, dv, dbeta, dh0 equal to three digits, dg 1.12e-3 against 1.08e-3 at 32 x 1024, and on the safe-gate 8 x 2048
+# dg 2.57e-3 against 2.20e-3, dA_log 1.91e-3 against 1.60e-3, ddt_bias 4.02e-3 against 1.70e-3: each still below
+# fla 0.6.0's on the same inputs (4.71e-3, 8.99e-3, 5.35e-3). Plain tf32 (truncated operands): as fast, ddt_bias
+# 4.49e-3; bf16: ddt_bias 3.07e-2. Every product of the backward in tf32_rn: dg 4.9e-4 at 32 x 1024, 3.5% slower.
 # The pairs' in bf16 (None: bf16 on a GPU; fp32 under the interpreter, whose tf32 products are fp32 too): 18.79
 # against 18.97 ms at 32 heads x 16384, 38.57 against 38.69 on K3, every gradient within 1.04x of tf32's error on
-# three shapes and dg, dA_log, ddt_bias lower on the safe-gate one (H100, RESULTS.md twenty-fourth session).
+# three shapes and dg, dA_log, ddt_bias lower on the safe-gate one (H100).
 LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32_rn"})
 # sums_one_anchor: where the gates' lower bound is known to be >= -7.5 (the safe gate's; `kda_backward`'s
 # gate_bound), the sums kernel's diagonal blocks at one anchor (half the products, no range check), as fla's
-# safe-gate path does. H100 (thirtieth session): K3 fwd+bwd 17.749, 17.745 -> 17.605, 17.645 ms (bwd 14.87 ->
-# 14.72), 32 heads x 16384 (no bound) unchanged; safe gate 8 x 2048 against float64: dg 2.57e-3 -> 2.53e-3, dA_log
+# safe-gate path does. H100: K3 fwd+bwd 17.75 -> 17.61-17.65 ms (bwd 14.87 -> 14.72), 32 heads x 16384 (no
+# bound) unchanged; safe gate 8 x 2048 against float64: dg 2.57e-3 -> 2.53e-3, dA_log
 # 1.91e-3 -> 2.17e-3, ddt_bias 4.02e-3 -> 4.10e-3, the rest equal (fla 0.6.0: 4.71e-3, 8.99e-3, 5.35e-3).
 LAUNCH["sums_one_anchor"] = True
 # qk_norm_factors: with q/k L2-normalised in the op (kernels/autograd.py), the backward reads q and k as given with
 # their rows' norm factors (`kda_backward(qk_norms=...)`, one fp32 per row) instead of fp32 normalised copies: at
 # K3 (96 heads x 8192) the copies cost 0.41 ms to write (805 MB) and are read by the prep operands, sums, 3a and
 # 3c kernels at twice bf16's bytes. The same gradients (against float64 on the safe gate 8 x 2048, bf16 inputs:
-# every gradient's error equal to three digits). H100 (thirtieth session): K3 fwd+bwd 17.268, 17.279 -> 17.052,
-# 17.092 ms (bwd 14.38 -> 14.22), peak memory 6.8 -> 6.0 GiB.
+# every gradient's error equal to three digits). H100: K3 fwd+bwd 17.27 -> 17.05-17.09 ms (bwd 14.38 -> 14.22),
+# peak memory 6.8 -> 6.0 GiB.
 LAUNCH["qk_norm_factors"] = True
 # chunked_pass_parallel: the pass's forward (states) and reverse (dS) recursions as separate programs at once
 # (True) or one after the other in one program (False); they are independent. H100: 3.5 against 4.3 ms at 96 heads x
-# 8192, 4.21 against 4.12 at 32 heads x 16384 (V-tiles of 16 then) (RESULTS.md eighteenth session).
+# 8192, 4.21 against 4.12 at 32 heads x 16384 (measured with V-tiles of 16).
 LAUNCH["chunked_pass_parallel"] = True
-# keep_states (on since the thirty-fourth session): for 2-byte inputs (whose backward pass has bf16 products, as the
-# forward's) kernels/autograd.py's forward keeps its fp32 state before every chunk and its V_new = U - W S in fp32
-# before the pass's bf16 rounding, with U computed in tf32 from the solve's fp32 X for it (`kda_chunk`'s
-# save_states, with the chunk matrices); the backward's pass then runs only its reverse recursion and computes no U
-# and no Vn of its own. Memory kept from the forward to the backward: 4 K V bytes per chunk and head and 4 V bytes
-# per token and head (96 heads x 8192 tokens, K = V = 128: 805 + 403 MB). H100 (thirty-fourth session, two
-# alternating rounds): fwd+bwd 16.23, 16.14 -> 15.56, 15.54 ms on K3 (96 heads x 8192, safe gate; peak 6.0 -> 6.8
-# GiB, fla 0.6.0 7.4), 10.75, 10.75 -> 10.61, 10.63 at 32 heads x 16384 (3.9 -> 4.1 GiB, fla 4.9); every gradient's
-# error against float64 the same as the recomputing backward's to three digits (32 x 1024 and the safe-gate 8 x
-# 2048: dq 1.83e-3, ddt_bias 4.10e-3). Losers on the way, dq at 32 x 1024 and ddt_bias on the safe gate: V_new kept
-# in bf16 (thirty-first session) 2.91e-3 and 5.30e-3, in fp32 with the forward's bf16 U 2.89e-3 and 5.35e-3, with U
-# in fp32 from the bf16 X 2.40e-3 and 4.86e-3 (fla 0.6.0: 2.92e-3, 5.35e-3); that last was 0.2 ms faster on K3. The
-# states kept without V_new (the reverse programs computing Vn = U - W S from them) kept the accuracy but lost:
-# 17.49 against 17.10 ms on K3 (thirty-first session). With them the forward also keeps its bf16 W (then computed
-# in tf32 from the fp32 X too) and k exp(G_last - G), which the backward's bf16 pass reads as they are: the prep's
-# operands kernel computes neither (thirty-fifth session: K3 15.25, 15.29 -> 14.76, 14.69 ms, 32 x 16384 10.60,
-# 10.56 -> 10.20, 10.23; 2 K bytes more kept per token and head; every gradient's error the same three digits).
+# keep_states: for 2-byte inputs (whose backward pass has bf16 products, as the forward's) kernels/autograd.py's
+# forward keeps its fp32 state before every chunk and its V_new = U - W S in fp32 before the pass's bf16 rounding,
+# with U computed in tf32 from the solve's fp32 X for it (`kda_chunk`'s save_states, with the chunk matrices); the
+# backward's pass then runs only its reverse recursion and computes no U and no Vn of its own. Memory kept from the
+# forward to the backward: 4 K V bytes per chunk and head and 4 V bytes per token and head (96 heads x 8192 tokens,
+# K = V = 128: 805 + 403 MB). H100, two alternating rounds: fwd+bwd 16.1-16.2 -> 15.5-15.6 ms on K3 (96 heads x
+# 8192, safe gate; peak 6.0 -> 6.8 GiB, fla 0.6.0 7.4), 10.75 -> 10.61-10.63 at 32 heads x 16384 (3.9 -> 4.1 GiB,
+# fla 4.9); every gradient's error against float64 the same as the recomputing backward's to three digits (32 x 1024
+# and the safe-gate 8 x 2048: dq 1.83e-3, ddt_bias 4.10e-3). Less accurate (dq at 32 x 1024, ddt_bias on the safe
+# gate; fla 0.6.0: 2.92e-3, 5.35e-3): V_new kept in bf16 2.91e-3, 5.30e-3; in fp32 with the forward's bf16 U
+# 2.89e-3, 5.35e-3; with U in fp32 from the bf16 X 2.40e-3, 4.86e-3 (0.2 ms faster on K3). The states kept without
+# V_new (the reverse programs computing Vn = U - W S from them): as accurate, slower (17.49 against 17.10 ms on K3).
+# With them the forward also keeps its bf16 W (computed in tf32 from the fp32 X too) and k exp(G_last - G), which
+# the backward's bf16 pass reads as they are, so the prep's operands kernel computes neither: K3 15.25-15.29 ->
+# 14.69-14.76 ms, 32 x 16384 10.56-10.60 -> 10.20-10.23 (H100); 2 K bytes more kept per token and head; every
+# gradient's error the same to three digits.
 LAUNCH["keep_states"] = True
 # sums_one_launch: 3b's sums kernel as one launch over every (item, 16-row block), an item's four blocks as
 # neighbouring work (they read the same gates, q, k, M1 and M2: from L2 after the first), instead of one launch per
-# block. H100 (thirty-second session, with the gates read in place): K3 fwd+bwd 17.09, 17.03 -> 16.72, 16.66 ms
-# (the kernel 3.80 -> 3.48 ms), 32 heads x 16384 10.94 -> 10.92; one program per (item, block) instead of 8
-# persistent ones per SM: K3 16.72, 16.75, 32 x 16384 11.17 (a loser). Then 2 warps instead of 4 (sums_warps):
-# K3 16.73, 16.64, 16.73 -> 16.47, 16.51, 16.53, 32 x 16384 10.95 (4 warps 10.92-10.94 in another call); a
-# register cap of 168 (17.36) and K-tiles of 16 (19.2) lost.
+# block. H100: K3 fwd+bwd 17.03-17.09 -> 16.66-16.72 ms (the kernel 3.80 -> 3.48 ms), 32 heads x 16384 10.94 ->
+# 10.92. One program per (item, block) instead of 8 persistent ones per SM is slower (K3 16.72-16.75, 32 x 16384
+# 11.17). sums_warps 2 against 4: K3 16.47-16.53 against 16.64-16.73 ms, 32 x 16384 10.95 against 10.92-10.94; a
+# register cap of 168 (17.36) and K-tiles of 16 (19.2) are slower.
 LAUNCH["sums_one_launch"] = True
 # split_vk_ktiles: 3a's sums over V of its K-tiles (dQt, dKt, dW, dgamma, Y_k) by `_local_kt_kernel`, one program
 # per (chunk, value head, K-tile), before `_local_vk_kernel` does the rest with that Y_k; instead of every K-tile
 # inside `_local_vk_kernel`'s one program per (chunk, value head) (255 registers, two programs per SM, 3.44 ms on
 # K3). split_kt_warps: `_local_kt_kernel`'s warps (4; its K-tile is split_bk's). ptxas (sm_90, triton 3.6, K = V =
 # 128, 32 x 32 tiles): `_local_kt_kernel` 142 registers on 4 warps (102 on 8), no spill; `_local_vk_kernel` with
-# Y_k given 234 (255 and 20 bytes of spills with every K-tile inside). H100 (thirty-second session, calls 6-7, one
-# round each): K3 fwd+bwd 16.49, 16.49 -> 16.19, 16.22 ms (bwd 13.59, 13.63 -> 13.32, 13.33); 32 x 16384 10.82
-# (the default 10.89-10.91 in another call); on 8 warps 16.18 / 10.80. Thirty-third session (call 1, two
-# alternating rounds): K3 16.49, 16.56 -> 16.32, 16.16 ms, 32 x 16384 10.98, 10.93 -> 10.77, 10.80; the chunked
-# mode's GPU tests pass with it. The default since then.
+# Y_k given 234 (255 and 20 bytes of spills with every K-tile inside). H100, two alternating rounds: K3 fwd+bwd
+# 16.49-16.56 -> 16.16-16.32 ms, 32 x 16384 10.93-10.98 -> 10.77-10.80; on 8 warps no better (16.18 / 10.80).
 LAUNCH.update({"split_vk_ktiles": True, "split_kt_warps": None})
 # chunked_pass_bf16_copies (None: on): with the pass in bf16 the prep's operands kernel stores W and Kt in bf16, which
-# the pass's products round them to anyway (their only reader since the twenty-sixth session): the same gradients
-# (bit for bit under the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than
-# fp32 W and Kt (RESULTS.md, twenty-fifth session).
+# the pass's products round them to anyway (the pass is their only reader): the same gradients (bit for bit under
+# the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than fp32 W and Kt (H100).
 LAUNCH["chunked_pass_bf16_copies"] = None
 
 
@@ -619,7 +610,7 @@ def _mode(interp: bool) -> str:
 def scale_arg(scale: float, acc: torch.dtype, device) -> torch.Tensor:
     """The attention scale as the kernels take it: one element in the buffers' dtype (`p_scale`). Triton types a
     Python float argument fp32, which for float64 inputs put every gradient 1e-8 off float64 at a scale such as 0.7
-    (H100, thirty-third session; the interpreter keeps the float64)."""
+    (H100; the interpreter keeps the float64)."""
     return torch.full((1,), scale, dtype=acc, device=device)
 
 
