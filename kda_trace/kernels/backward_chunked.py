@@ -22,9 +22,8 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    value head, by 16x16 blocks like the forward's solve: `_solve`) and `_prep_operands_kernel` (per K-tile: W, Qt,
    Kt; per V-tile: U, dO2 = A_qk^T dO); A_qk goes through an fp32 [NT, HV, CT, CT] buffer (16 KiB per chunk and
    value head). Products in LAUNCH["chunked_precision"] (tf32), the solve's in tf32x3 (kernels/chunk.py's
-   SOLVE_PRECISION; ieee for float64). One fused prep kernel per (chunk, value head) took 16.83 ms against these
-   three's 5.84 + 0.49 + 1.23 on an H200 at 32 heads x 16384 tokens (benchmarks/RESULTS.md, eleventh session; deleted
-   in the nineteenth).
+   SOLVE_PRECISION; ieee for float64). One fused prep kernel per (chunk, value head) is slower: 16.83 ms against
+   these three's 5.84 + 0.49 + 1.23 on an H200 at 32 heads x 16384 tokens.
 2. `_state_pass_kernel`, per (sequence, V-tile, value head) and direction, sequential over the sequence's chunks:
    the forward recursion from h0 (S_start of each chunk into `states`) and, in programs of their own beside them,
    the reverse one from dht (dS_end into `dstates`, and dh0); the [K, BV] state as up to four K-tiles of 64 rows,
@@ -34,20 +33,17 @@ Kernels, in launch order (fp32 buffers, float64 for float64 inputs):
    places, as fla's recursions hand theirs on (in bf16 there).
 3a. `_local_vk_kernel`, per (chunk, value head): every sum over V (dA_qk, Y_v (beta v)^T, dQt, dKt, dW, dgamma,
    rowsum(v Y_v)) by V-tiles, within K-tiles for the [CT, K] ones, in registers; Y_v, dv, Y_k, dA_kk, dbeta, the
-   diagonal of dA_qk, and the two matrices of the decay-weighted sums. (Up to the twenty-fifth session this was two
-   kernels, per V-tile with one partial copy of each sum per V-tile, then per chunk adding them up; they
-   recomputed Vn and dVn from the states.) With LAUNCH["split_vk_ktiles"] (the default since the thirty-third
-   session; 1-2% faster on K3, kernels/backward.py) `_local_kt_kernel` does the K-tiles' sums first, one program per
+   diagonal of dA_qk, and the two matrices of the decay-weighted sums. With LAUNCH["split_vk_ktiles"] (the
+   default; 1-2% faster on K3, kernels/backward.py) `_local_kt_kernel` does the K-tiles' sums first, one program per
    (chunk, value head, K-tile), and this kernel reads their Y_k.
 3b. `_local_sums_kernel`, per (chunk, value head, K-tile of LAUNCH["sums_bk"] columns, 32 at most) and 16-row
-   block, every block in one launch (LAUNCH["sums_one_launch"]; one launch per block before the thirty-second
-   session): the decay-weighted sums (LAUNCH["diag_blocks"] as in the prep, at one anchor with
+   block, every block in one launch (LAUNCH["sums_one_launch"]; else one launch per block): the decay-weighted
+   sums (LAUNCH["diag_blocks"] as in the prep, at one anchor with
    LAUNCH["sums_one_anchor"] where the gates' bound allows: `one_anchor`); then `_local_k_kernel`, per (chunk,
    value head, K-tile of LAUNCH["split_k_bk"] columns, 16 on a GPU), one program each: dq, dk (per value head),
    dg of the tile's key channels (every sum of 3b is per key channel, so the K-tiles are independent work items).
-   3a and 3b in LAUNCH["split_precision"] (tf32). The sums inside `_local_k_kernel` took longer (fifteenth
-   session; deleted in the nineteenth).
-The split into 3a/3b and the tiles are for registers: a one-kernel form (whole K and V per chunk, deleted)
+   3a and 3b in LAUNCH["split_precision"] (tf32). The sums inside `_local_k_kernel` are slower.
+The split into 3a/3b and the tiles are for registers: a one-kernel form (whole K and V per chunk)
 had 19 KB of spill stores at K = V = 128 and needed 256 KiB of shared memory; ptxas for sm_90
 (benchmarks/compile_sm90.py --chunked --spills) reports the registers and spills per kernel.
 """
@@ -159,8 +155,7 @@ def _prep_pairs_kernel(
     ([NT, HV, CT, CT], backward_blocks.py's `_pair_rows_anchored` with ANCHORS, else `_pair_rows` twice) for the
     work items (chunk, value head), shared out over the programs. The gates (in the buffers' dtype) are read
     where they are, masked past the chunk's rows. (Every (item, row block) in one launch, as the sums kernel
-    runs, was slower here: H100, K3 with the chunk matrices recomputed, fwd+bwd 19.87 -> 20.37 ms, thirty-second
-    session.)"""
+    runs, is slower here: H100, K3 with the chunk matrices recomputed, fwd+bwd 20.37 against 19.87 ms.)"""
     pid = tl.program_id(0).to(tl.int64)
     o_k = tl.arange(0, BK)
     m_k = o_k < K
@@ -583,8 +578,7 @@ def _local_vk_kernel(
     YK_GIVEN (LAUNCH["split_vk_ktiles"]): `_local_kt_kernel` has already stored dQt, dKt, dgamma and Y_k, so the
     K-tiles only read Y_k back for XdX and dbeta (states, dstates and dVn's second reading unused).
     On a GPU the tiles are at least 32 wide (masked past K and V): 16-wide K-tiles, as the inner width of a tf32
-    product, gave a kernel of this form a 15% wrong dA_kk on the H100 (Triton 3.6; twenty-fifth session,
-    benchmarks/RESULTS.md)."""
+    product, gave a kernel of this form a 15% wrong dA_kk on the H100 (Triton 3.6)."""
     scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
     NVT: tl.constexpr = (V + BVT - 1) // BVT
     NKT: tl.constexpr = (K + BKT - 1) // BKT
@@ -711,8 +705,7 @@ def _local_sums_kernel(
     blocks as neighbouring work (LAUNCH["sums_one_launch"]: they read the same gates, q, k, M1 and M2, which then
     come from L2).
     Every row block holds 6 off-diagonal products of each kind, so the blocks are the same size.
-    The gates (in the buffers' dtype) are read where they are, masked past the chunk's rows and K (they were
-    copied through a per-program scratch between two barriers until the thirty-second session)."""
+    The gates (in the buffers' dtype) are read where they are, masked past the chunk's rows and K."""
     pid = tl.program_id(0).to(tl.int64)
     if ALL_BLOCKS:
         NB: tl.constexpr = CT // 16
@@ -825,7 +818,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     BV = max(16, triton.next_power_of_2(V))
     prec = _precision(acc, launch["chunked_precision"], interp)
     # the pass in bf16 on a GPU for 2-byte inputs, else tf32: its Vn and dVn reach dv and dbeta directly (fp32 inputs,
-    # K = 32: dbeta 9.2e-3 off float64 with a bf16 pass on the H100; twenty-sixth session)
+    # K = 32: dbeta 9.2e-3 off float64 with a bf16 pass on the H100)
     pass_prec = launch["chunked_pass_precision"] or ("bf16" if not interp and do.element_size() <= 2 else "tf32")
     # W and Kt are read by the pass only. A pass in bf16 rounds them to bf16 in each product: the prep stores them
     # so (the same values, half the bytes of the pass's two widest operands; LAUNCH["chunked_pass_bf16_copies"],
@@ -862,10 +855,8 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     # The pass is sequential over chunks. V-tiles of 32 (16 made more programs but took longer: 4.2 against 3.4 ms
     # at 32 heads x 16384 on the H100; 64 spills at K = 128); two pipeline stages where they fit: they need more
     # shared memory than Hopper has at K > 128 or with a 4-byte do (benchmarks/probe_pass_launch.py), and a launch
-    # that runs out of it is retried with one stage. (Up to the twenty-fourth session one stage was kept past 64
-    # (sequence, head) pairs, where it had been faster with fp32 W and Kt; with the bf16 copies two stages took
-    # 22.8 against 23.3 ms fwd+bwd at 96 pairs (K3) and 45.8 against 46.8 at 1952 (61 packed sequences x 32 heads),
-    # H100, RESULTS.md twenty-fifth session.)
+    # that runs out of it is retried with one stage. Two stages beat one at many (sequence, head) pairs too: 22.8
+    # against 23.3 ms fwd+bwd at 96 pairs (K3) and 45.8 against 46.8 at 1952 (61 packed sequences x 32 heads), H100.
     BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 32))
     two = BK <= 128 and do.element_size() <= 2
     stages = launch["chunked_pass_stages"] or (2 if two else 1)
@@ -1019,7 +1010,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     vk_args = (k, v, g, beta, do, Vn, dVn, X, pre.pop("P"), states, dstates, dv, dQt, dKt, Yk, dgamma, dbeta, d1, M1,
                M2, rk, cu, chunk_indices, scale)
     # 32 x 32 tiles on 4 warps (255 registers and 112 KiB of shared memory: two programs per SM, where 64 x 64 on
-    # 8 warps left one; 11.31 against 11.52 ms fwd+bwd at 32 heads x 16384, H100, twenty-eighth session); 32 wide
+    # 8 warps left one; 11.31 against 11.52 ms fwd+bwd at 32 heads x 16384, H100); 32 wide
     # on a GPU (see the kernel)
     vk_consts = dict(H=H, HV=HV, K=K, V=V, BKT=launch["split_bk"] or (BK if interp else 32),
                      BVT=launch["split_bv"] or (BV if interp else 32), CT=CT, NORM=norms is not None, PREC=prec,
