@@ -9,7 +9,7 @@ x e(G_i - G_a) times y e(G_a - G_j): both exp arguments <= 0, each G difference 
 take a diagonal block as tensor-core products too, at two anchors per block like the forward's intra kernel, and
 fall back to element-wise products where a block's gates pass MAX_EXP. Otherwise a diagonal block (`_pair_rows`'
 `_diag_pairs`, and the diagonal parts of `_row_sums_block` and `_col_sums_block`) is element-wise, e(G_i - G_j) per pair and column, computed at once as one [16, 16, BKC]
-product per K-chunk of BKC = 32 columns (`_diag_decay`; before: 16 serial steps of one column or row each),
+product per K-chunk of BKC = 32 columns (`_diag_decay`; not 16 serial steps of one column or row each),
 with G_i - G_j = c_i - c_j, c the cumulative gates from the block's first row (`_within`), the argument
 clamped to <= 0 (pairs i < j, whose entries are dropped or multiplied by M's zeros, and rounding). Accuracy
 of that difference: c_i sums at most 15 gates, all <= 0, so fp32 rounds it to within about 15 u |c_i|
@@ -17,10 +17,10 @@ of that difference: c_i sums at most 15 gates, all <= 0, so fp32 rounds it to wi
 e(c_i - c_j). Under the tests' strongest gates (g down to -8 per step, |c| <= 120) that is at most about 1e-4
 (typically some 1e-5, roundings of random sign), and only where c_j is large and c_i - c_j is not; pairs far
 apart weigh e(c_i - c_j) ~ 0. The chunked mode's products are tf32 (operands rounded to 2^-11 = 5e-4, target
-about 1e-3), far above it. Under the interpreter's fp32 products the chunked mode's strong-gate test moved
-from about 1e-7 to at most 3e-7 RMS-relative per gradient (7e-7 on dg with gates down to -20; bar 1e-5);
-float64 (u = 1.1e-16) stays near 1e-15 (bar 1e-12). A one-kernel matrix local kernel (since deleted) with these
-helpers moved from 2.4e-7 to 2.8e-6 on dg under gates down to -40 (|c| up to 600; bar 1e-5)."""
+about 1e-3), far above it. Under the interpreter's fp32 products the chunked mode's strong-gate test stays at
+most 3e-7 RMS-relative per gradient (7e-7 on dg with gates down to -20; bar 1e-5); float64 (u = 1.1e-16) stays
+near 1e-15 (bar 1e-12). A one-kernel matrix local kernel with these helpers reached 2.8e-6 on dg under gates down
+to -40 (|c| up to 600; bar 1e-5)."""
 
 from __future__ import annotations
 
