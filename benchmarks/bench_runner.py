@@ -1,90 +1,135 @@
-"""The runner's own overhead per workload: wall time of evaluating a workload minus the time spent inside
-the reference and solution calls.
+"""Where the main job's wall time goes: `kda-trace run` end to end from a cold start, per family and per kind of
+work (start-up and compilation, input making, the reference, each solution's calls, transfers between
+processes, the judge's comparisons).
 
-End-to-end: the tasks through `Runner` with a spawned worker process (and, since the solutions run in
-processes of their own, one solution process per solution), records written to disk; reported as wall time
-per workload, with the one-off start-up timed separately. (An earlier in-worker split of the wall time into
-time in calls and overhead wrapped the solution in the worker's process; solutions no longer run there.)
+It runs `kda-trace run` in a new process (nothing compiled or cached in it beforehand; Triton's on-disk cache is
+pointed at an empty directory unless --warm-cache) and prints the run's profile.json as a table. With
+--max-workloads N it runs the first N workloads of each definition, from a copy of the dataset, so that the same
+subset can be timed before and after a change. --profile DIR only prints an existing run's profile.
 
-Usage: python benchmarks/bench_runner.py [--definition NAME ...] [--solution fla] [--size all] [--json OUT]
+Usage:
+  python benchmarks/bench_runner.py                                   # the main job (every non-stress workload)
+  python benchmarks/bench_runner.py --solution triton --solution fla  # two solutions
+  python benchmarks/bench_runner.py --max-workloads 2 --definition kda_bwd --json out.json
+  python benchmarks/bench_runner.py --profile kda-trace-out           # a finished run's profile
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from kda_trace import platform  # noqa: E402
-from kda_trace.dataset import load_dataset, resolve_root  # noqa: E402
-from kda_trace.environment import capture  # noqa: E402
-from kda_trace.inputs import DEFAULT_SEED  # noqa: E402
-from kda_trace.runner import RunConfig, Runner, Task, select_workloads  # noqa: E402
-from kda_trace.solutions.registry import resolve  # noqa: E402
-from kda_trace.timing import TimingConfig  # noqa: E402
+
+def subset_dataset(src: Path, dest: Path, max_workloads: int) -> None:
+    """A copy of the dataset at `src` with the first `max_workloads` non-stress workloads of each definition."""
+    shutil.copytree(src / "definitions", dest / "definitions")
+    for path in sorted((src / "workloads").rglob("*.jsonl")):
+        kept = []
+        for line in path.read_text().splitlines():
+            if line.strip() and "stress" not in json.loads(line).get("tags", []):
+                kept.append(line)
+        out = dest / path.relative_to(src)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(line + "\n" for line in kept[:max_workloads]))
+    for extra in ("blobs", "inputs"):  # stored input files, where the dataset has them
+        if (src / extra).exists():
+            shutil.copytree(src / extra, dest / extra)
+
+
+def table(profile: dict) -> str:
+    """The profile as a markdown table: a row per family, a column per category, seconds summed over workers."""
+    categories = profile["categories"]
+    cells = defaultdict(lambda: defaultdict(float))
+    for row in profile["phases"]:
+        cells[row["family"]][row["category"]] += row["seconds"]
+    counts = defaultdict(int)
+    for e in profile["evaluations"]:
+        counts[e["definition"]] += 1
+    from kda_trace.run_profile import family_of
+
+    per_family = defaultdict(int)
+    for name, n in counts.items():
+        per_family[family_of(name)] += n
+    lines = ["| family | workloads | " + " | ".join(categories) + " | total |",
+             "|---" * (len(categories) + 3) + "|"]
+    totals = defaultdict(float)
+    for family in sorted(cells):
+        row = cells[family]
+        for c in categories:
+            totals[c] += row[c]
+        lines.append(f"| {family} | {per_family.get(family, '') or ''} | "
+                     + " | ".join(f"{row[c]:.1f}" for c in categories) + f" | {sum(row.values()):.1f} |")
+    lines.append(f"| all | {sum(per_family.values())} | " + " | ".join(f"{totals[c]:.1f}" for c in categories)
+                 + f" | {sum(totals.values()):.1f} |")
+    slow = sorted(profile["evaluations"], key=lambda e: -e["seconds"])[:5]
+    lines.append("")
+    lines.append(f"wall time {profile['wall_s']:.1f} s on {profile['device']} with {profile['workers']} worker(s); "
+                 "seconds summed over workers. Slowest workloads: "
+                 + ", ".join(f"{e['definition']}/{e['workload'][:8]} {e['seconds']:.1f} s" for e in slow))
+    return "\n".join(lines)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dataset", default=None)
-    p.add_argument("--definition", action="append", default=[])
-    p.add_argument("--solution", default="fla")
-    p.add_argument("--size", default=None)
-    p.add_argument("--device", default=None)
-    p.add_argument("--max-workloads", type=int, default=12)
-    p.add_argument("--json", default=None, help="write the results here")
-    args = p.parse_args()
+    p.add_argument("--dataset", default=str(ROOT), help="dataset root (default: this repository)")
+    p.add_argument("--definition", action="append", default=[], help="only definitions whose name contains this")
+    p.add_argument("--solution", action="append", default=[], help="solution spec (repeatable; default triton)")
+    p.add_argument("--size", default=None, help="kda-trace run --size (default: all on a GPU, smoke on the CPU)")
+    p.add_argument("--max-workloads", type=int, default=None, help="the first N workloads of each definition")
+    p.add_argument("--warm-cache", action="store_true", help="keep Triton's on-disk cache (default: an empty one)")
+    p.add_argument("--out", default=None, help="the run's output directory (default: a temporary one)")
+    p.add_argument("--profile", default=None, metavar="DIR", help="only print DIR/profile.json")
+    p.add_argument("--json", default=None, help="also write the profile here")
+    args, extra = p.parse_known_args()
+    sys.path.insert(0, str(ROOT))
 
-    device = platform.resolve_device(args.device)
-    platform.ensure_triton_can_run(device)
-    if device == "cuda":
-        device = "cuda:0"
-    root = resolve_root(args.dataset)
-    ds = load_dataset(root)
-    names = args.definition or ["kda_decode_h32_d128_k_last", "kda_mtp_h32_d128_k_last"]
-    size = args.size or ("all" if device.startswith("cuda") else "smoke")
-    solution = resolve(args.solution, device)
-    tasks = []
-    for d in ds.select("kda", names):
-        if solution.supports(d) is not None:
-            print(f"skip {d.name}: {solution.supports(d)}", file=sys.stderr)
-            continue
-        for w in select_workloads(ds.workloads_of(d.name), size)[: args.max_workloads]:
-            tasks.append(Task(d, w, [args.solution], {args.solution: solution.name}))
-    if not tasks:
-        print("no workloads to measure", file=sys.stderr)
-        return 2
-    out = Path(tempfile.mkdtemp(prefix="bench_runner_"))
-    config = RunConfig(dataset_root=root, out=out, device=device, seed=DEFAULT_SEED, timeout=600,
-                       timing=TimingConfig(), devices=[device])
-
-    # end to end through a spawned worker (compilation caches are per process: first tasks warm it)
+    if args.profile:
+        profile = json.loads((Path(args.profile) / "profile.json").read_text())
+        print(table(profile))
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="bench_runner_"))
+    dataset = Path(args.dataset)
+    if args.max_workloads:
+        subset_dataset(dataset, work / "dataset", args.max_workloads)
+        dataset = work / "dataset"
+    out = Path(args.out) if args.out else work / "out"
+    cmd = [sys.executable, "-m", "kda_trace.cli", "run", "--op-type", "kda", "--dataset", str(dataset),
+           "--out", str(out)]
+    for name in args.definition:
+        cmd += ["--definition", name]
+    for spec in args.solution or ["triton"]:
+        cmd += ["--solution", spec]
+    if args.size:
+        cmd += ["--size", args.size]
+    cmd += extra
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    if not args.warm_cache:
+        env["TRITON_CACHE_DIR"] = str(work / "triton-cache")
+    print(" ".join(cmd), file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    runner = Runner(config, lambda d, t: None, capture(device, DEFAULT_SEED, root))
-    runner.run(tasks[:1])
-    first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    runner.run(tasks)
-    e2e = time.perf_counter() - t0
-
-    env = capture(device, DEFAULT_SEED, root)
-    result = {
-        "device": env.hardware, "libs": env.libs, "solution": solution.name, "workloads": len(tasks),
-        "end_to_end_first_task_s_incl_worker_start": first,
-        "end_to_end_s": e2e, "end_to_end_per_workload_s": e2e / len(tasks),
-        "end_to_end_note": "a fresh worker is spawned per Runner.run; includes its start-up and compilation",
-    }
-    text = json.dumps(result, indent=2)
-    print(text)
+    rc = subprocess.call(cmd, env=env)
+    wall = time.perf_counter() - t0
+    profile_path = out / "profile.json"
+    if not profile_path.exists():
+        print(f"the run wrote no profile (exit code {rc})", file=sys.stderr)
+        return rc or 1
+    profile = json.loads(profile_path.read_text())
+    profile["command_wall_s"] = round(wall, 3)
+    print(table(profile))
+    print(f"the command took {wall:.1f} s (exit code {rc})")
     if args.json:
-        Path(args.json).write_text(text + "\n")
-    return 0
+        Path(args.json).write_text(json.dumps(profile, indent=1) + "\n")
+    return rc
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 import sys
 from pathlib import Path
 from typing import List, Tuple
@@ -266,19 +267,37 @@ def command_run(args) -> int:
 
 
 def _run_with_progress(config, tasks, total, record, counts, main_env, console) -> None:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    """Run the tasks under a progress bar whose ETA weighs each workload by its estimated cost
+    (run_profile.Eta); name on the console a workload that takes longer than runner.SLOW_EVALUATION_S; write
+    where the time went to <out>/profile.json and say it in one line."""
+    from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+    from rich.text import Text
 
-    from .runner import Runner
+    from .run_profile import CPU_PRIOR, GPU_PRIOR, Eta, RunProfile, estimate_seconds
+    from .runner import Runner, cost_of
 
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn()]
+    gpu = config.device.startswith("cuda")
+    workers = len(config.devices or [config.device])
+
+    def estimate(task) -> float:
+        flops, _ = cost_of(task.definition, task.workload)
+        tokens = max((v for k, v in task.workload.axes.items() if "seq_len" in k or k == "batch_size"), default=1)
+        return estimate_seconds(flops, int(tokens), gpu, len(task.solutions))
+
+    estimates = {id(t): estimate(t) for t in tasks}
+    eta = Eta(sum(estimates.values()), (GPU_PRIOR if gpu else CPU_PRIOR)["startup_s"], workers)
+    profile = RunProfile()
+
+    class EtaColumn(ProgressColumn):
+        def render(self, task) -> Text:
+            if task.finished:
+                return Text("")
+            left = int(eta.remaining())
+            return Text(f"ETA {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}", style="cyan")
+
+    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+               TimeElapsedColumn(), EtaColumn()]
+    started = time.monotonic()
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task("evaluating", total=total)
 
@@ -287,14 +306,31 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
             progress.update(bar, advance=1, description=f"[green]{counts['passed']} passed[/] "
                                                         f"[red]{counts['failed']} failed[/]")
 
-        runner = Runner(config, on_record, main_env)
+        def on_event(kind, task, **info) -> None:
+            key = id(task)
+            guess = estimates.setdefault(key, estimate(task))
+            if kind == "begin":
+                eta.begin(key, guess)
+            elif kind == "end":
+                eta.finish(key, guess, info["seconds"])
+                profile.evaluated(task.definition.name, task.workload.uuid, info["seconds"], guess)
+            elif kind == "slow":
+                who = f" ({info['solution']})" if info.get("solution") else ""
+                progress.console.print(f"still evaluating {task.definition.name} / {task.workload.uuid} after "
+                                       f"{info['seconds']:.0f} s on {info['device']}, in {info['phase']!r}{who}",
+                                       highlight=False)
+
+        runner = Runner(config, on_record, main_env, profile=profile, on_event=on_event)
         try:
             runner.run(tasks)
         finally:
+            wall = time.monotonic() - started
+            profile.write(Path(config.out) / "profile.json", wall, workers, config.device)
             for line in runner.strays:
                 console.print(f"[red]killed a process that a solution left running ({line}): it could have "
                               f"rewritten this run's records or disturbed other solutions' timing[/]",
                               highlight=False)
+    console.print(profile.summary_line(wall, workers) + f" ({Path(config.out) / 'profile.json'})", highlight=False)
 
 
 def configure_report(parser: argparse.ArgumentParser) -> None:

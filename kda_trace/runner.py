@@ -656,6 +656,8 @@ class WorkerContext:
             return None
         reused = [r for r in drawn if r in fresh.made]  # the reference already ran there for another solution
         rep = reused[0] if reused else drawn[secrets.randbelow(len(drawn))]
+        if rep not in fresh.made:
+            self.notify(spec, "judge: reference on a timed repetition")
         try:
             want = self.with_room(lambda: fresh.digest(rep), spec)
         except Exception as e:  # noqa: BLE001 - the reference's problem on inputs the workload does not name
@@ -1033,6 +1035,13 @@ class _Worker:
     phase: Tuple[Optional[str], str] = (None, "starting")
     deadline: float = 0.0
     ready: bool = False
+    phase_since: float = 0.0
+    task_since: float = 0.0
+    said_slow: bool = False
+
+
+SLOW_EVALUATION_S = 30.0
+"""A workload still being evaluated after this many seconds is named on the console (Runner.on_event "slow")."""
 
 
 PHASE_LOG_ENV = "KDA_TRACE_PHASE_LOG"
@@ -1042,9 +1051,15 @@ class Runner:
     """Runs tasks on worker processes and hands every record to `on_record(definition, trace)`."""
 
     def __init__(self, config: RunConfig, on_record: Callable[[Definition, Trace], None],
-                 main_environment: Environment, startup_timeout: float = 300.0):
+                 main_environment: Environment, startup_timeout: float = 300.0, profile: Any = None,
+                 on_event: Optional[Callable[..., None]] = None):
+        """`profile`: a run_profile.RunProfile charged with every phase's time. `on_event(kind, task, **info)`:
+        "begin" when a task goes to a worker, "end" when it is done (seconds=), "slow" once when it has taken
+        SLOW_EVALUATION_S (phase=, seconds=, device=)."""
         self.config = config
         self.on_record = on_record
+        self.profile = profile
+        self.on_event = on_event or (lambda kind, task, **info: None)
         self.environment = main_environment
         self.startup_timeout = startup_timeout
         self.ctx = mp.get_context("spawn")
@@ -1057,7 +1072,7 @@ class Runner:
         w.process.start()
         child.close()
         w.conn, w.ready, w.task = parent, False, None
-        w.phase = (None, "starting")
+        w.phase, w.phase_since = (None, "starting"), time.monotonic()
         w.deadline = time.monotonic() + self.startup_timeout
 
     def _stop(self, w: _Worker) -> None:
@@ -1091,12 +1106,19 @@ class Runner:
                     if w.ready and w.task is None and queue:
                         task = queue.popleft()
                         w.task, w.remaining = task, list(task.solutions)
-                        w.phase, w.deadline = (None, "inputs"), time.monotonic() + self.config.timeout
+                        self._set_phase(w, (None, "inputs"))
+                        w.deadline = time.monotonic() + self.config.timeout
+                        w.task_since, w.said_slow = time.monotonic(), False
+                        self.on_event("begin", task)
                         w.conn.send(task)
                 timeout = max(0.0, min(w.deadline for w in workers) - time.monotonic())
                 wait([w.conn for w in workers] + [w.process.sentinel for w in workers], timeout=min(timeout, 1.0))
                 for w in workers:
                     self._poll(w, queue)
+                    if w.task is not None and not w.said_slow and time.monotonic() - w.task_since > SLOW_EVALUATION_S:
+                        w.said_slow = True
+                        self.on_event("slow", w.task, phase=w.phase[1], solution=w.phase[0] and w.task.names.get(w.phase[0]),
+                                      seconds=time.monotonic() - w.task_since, device=w.device)
                 if reaping:  # orphans that came to us: not a worker, not ours from before
                     self.strays += reaper.kill_strays(before | {w.process.pid for w in workers}, direct_only=True)
             interrupted = False
@@ -1128,6 +1150,17 @@ class Runner:
             if term:
                 signal.signal(signal.SIGTERM, previous_term)
 
+    def _set_phase(self, w: _Worker, phase: Tuple[Optional[str], str]) -> None:
+        """Charge the time since the last phase change to that phase (self.profile), then enter `phase`."""
+        now = time.monotonic()
+        if self.profile is not None:
+            spec, name = w.phase
+            task = w.task
+            self.profile.charge(w.device, task.definition.name if task is not None else None,
+                                task.names.get(spec, spec) if task is not None and spec is not None else spec,
+                                name, now - w.phase_since)
+        w.phase, w.phase_since = phase, now
+
     def _log_phase(self, w: _Worker) -> None:
         """A line per phase in $KDA_TRACE_PHASE_LOG when set: where a long evaluation spends its time, and how
         much host memory the machine had left at each step (tab-separated: unix time, device, workload,
@@ -1150,11 +1183,13 @@ class Runner:
                 msg = w.conn.recv()
                 if msg[0] == "ready":
                     w.ready = True
+                    self._set_phase(w, (None, "idle"))
                 elif msg[0] == "refused":
                     raise RuntimeError(f"worker process for {w.device}: {msg[1]}")
                 elif msg[0] == "phase":
                     allowed = self.startup_timeout if msg[2] == HOST_STARTING else self.config.timeout
-                    w.phase, w.deadline = (msg[1], msg[2]), time.monotonic() + allowed
+                    self._set_phase(w, (msg[1], msg[2]))
+                    w.deadline = time.monotonic() + allowed
                     self._log_phase(w)
                 elif msg[0] == "record":
                     try:
@@ -1168,6 +1203,8 @@ class Runner:
                         w.remaining.remove(spec)
                     self.on_record(w.task.definition, trace)
                 elif msg[0] == "done":
+                    self._set_phase(w, (None, "idle"))
+                    self.on_event("end", w.task, seconds=time.monotonic() - w.task_since)
                     w.task, w.remaining = None, []
                 elif msg[0] == "fatal":
                     pass  # the process exits; handled below as a restart without blame
@@ -1191,6 +1228,8 @@ class Runner:
             status = S.RUNTIME_ERROR
             self._stop(w)
         task, remaining, (spec, phase) = w.task, list(w.remaining), w.phase
+        if task is not None:
+            self.on_event("end", task, seconds=time.monotonic() - w.task_since)
         self.restarts += 1
         self._start(w)
         if task is None:

@@ -1,0 +1,162 @@
+"""Where a run's wall time goes, and how much of it is left.
+
+`RunProfile` turns the workers' phase messages into seconds per (family, category, solution) and keeps each
+evaluation's wall time; the run writes it as `profile.json` beside the traces (benchmarks/bench_runner.py prints
+it). `estimate_seconds` is a prior cost of one evaluation from the workload's size; `Eta` scales those priors by
+what the finished evaluations took, so that one slow family early in a run does not make the estimate wrong by
+the count of the fast ones left.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from .call_results import HOST_STARTING
+
+CATEGORIES = ("start-up", "inputs", "reference", "first call", "calls", "transfer", "judge")
+"""start-up: worker and solution processes starting, a solution's build. inputs: making input sets (judge and
+solution processes). reference: the definition's reference on set A, set B and a drawn timed repetition, and
+its own timing. first call: a solution's first call on a definition in its process (Triton compiles there).
+calls: every other solution call (the timing loop, the check call). transfer: requests and outputs between
+processes. judge: loading and comparing outputs, digests."""
+
+_JUDGE_PHASES = {
+    "starting": "start-up", HOST_STARTING: "start-up", "build": "start-up",
+    "inputs": "inputs", "inputs: checksums": "inputs",
+    "reference": "reference", "reference: timing": "reference", "judge: reference on a timed repetition": "reference",
+    "run": "calls", "held-back call": "calls", "timing": "calls", "check": "calls",
+    "request": "transfer", "save": "transfer",
+}
+
+
+def family_of(definition: str) -> str:
+    """kda_bwd_fused_h96_d128_v_last_safe_gate -> kda_bwd_fused (the name up to its head count or dims)."""
+    return re.split(r"_(?:h\d+|qk\d+|d\d+)(?:_|$)", definition, maxsplit=1)[0]
+
+
+def category_of(phase: str) -> str:
+    if phase in _JUDGE_PHASES:
+        return _JUDGE_PHASES[phase]
+    return "judge" if phase.startswith("judge") else "calls"
+
+
+class RunProfile:
+    """Seconds per (family, category, solution name or '-') and per evaluation, from phase changes."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.seconds: Dict[Tuple[str, str, str], float] = defaultdict(float)
+        self.evaluations: List[Dict[str, Any]] = []
+        self._first_calls: set = set()
+
+    def charge(self, worker: str, definition: Optional[str], solution: Optional[str], phase: str,
+               seconds: float) -> None:
+        """`seconds` spent by `worker` in `phase` (for `solution`, or the judge's own work when None)."""
+        if phase == "idle":
+            return
+        category = category_of(phase)
+        if category == "calls" and phase == "run" and solution is not None:
+            key = (worker, solution, definition)
+            if key not in self._first_calls:
+                self._first_calls.add(key)
+                category = "first call"
+        family = family_of(definition) if definition else "-"
+        self.seconds[(family, category, solution or "-")] += max(0.0, seconds)
+
+    def evaluated(self, definition: str, uuid: str, seconds: float, estimate: float) -> None:
+        self.evaluations.append({"definition": definition, "workload": uuid, "seconds": round(seconds, 3),
+                                 "estimate": round(estimate, 3)})
+
+    def totals(self) -> Dict[str, float]:
+        out: Dict[str, float] = defaultdict(float)
+        for (_, category, _), s in self.seconds.items():
+            out[category] += s
+        return dict(out)
+
+    def summary_line(self, wall_s: float, workers: int) -> str:
+        """One line: the wall time and where the workers' time went."""
+        totals = self.totals()
+        parts = ", ".join(f"{c} {_fmt(totals[c])}" for c in CATEGORIES if totals.get(c, 0.0) >= 0.5)
+        per = f" (summed over {workers} workers)" if workers > 1 else ""
+        return f"wall time {_fmt(wall_s)}; the workers' time{per}: {parts}"
+
+    def to_json(self, wall_s: float, workers: int, device: str) -> Dict[str, Any]:
+        rows = [{"family": f, "category": c, "solution": s, "seconds": round(v, 3)}
+                for (f, c, s), v in sorted(self.seconds.items())]
+        return {"wall_s": round(wall_s, 3), "workers": workers, "device": device, "categories": list(CATEGORIES),
+                "phases": rows, "evaluations": self.evaluations}
+
+    def write(self, path: Path, wall_s: float, workers: int, device: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(wall_s, workers, device), indent=1) + "\n")
+
+
+def _fmt(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+
+# ---------------------------------------------------------------------------- the prior cost of an evaluation
+
+GPU_PRIOR = {"evaluation_s": 1.5, "reference_gflop_per_s": 200.0, "startup_s": 60.0}
+"""Seconds on a GPU: a solution's evaluation on a small workload (processes, timing loop up to its budget,
+comparisons); the reference's three calls at this many GFLOP/s of the definition's cost; the start-up."""
+CPU_PRIOR = {"evaluation_s": 2.0, "reference_gflop_per_s": 0.5, "startup_s": 15.0}
+"""The same on the CPU, where Triton kernels run in the interpreter (the smoke workloads)."""
+
+
+def estimate_seconds(flops: Optional[float], tokens: int, gpu: bool, solutions: int) -> float:
+    """A prior wall time of one workload with `solutions` solutions: the reference's calls scale with the
+    definition's flops (or the token count when it declares no cost), each solution's with a fixed part plus
+    its share of the same work."""
+    prior = GPU_PRIOR if gpu else CPU_PRIOR
+    work = (flops if flops else tokens * 2e6) / 1e9 / prior["reference_gflop_per_s"]
+    return 3 * work + solutions * (prior["evaluation_s"] + work)
+
+
+class Eta:
+    """Remaining time: the estimates of what is left, scaled by actual / estimated of what is done. The scale
+    starts at 1 and is shrunk towards it by `prior_s` seconds of pseudo-evidence, so early outliers move it
+    little; a start-up allowance counts until the first evaluation ends."""
+
+    def __init__(self, total_estimate: float, startup_s: float, workers: int = 1, prior_s: float = 60.0):
+        self.left = total_estimate
+        self.workers = max(1, workers)
+        self.startup_s = startup_s
+        self.prior_s = prior_s
+        self.done_estimate = 0.0
+        self.done_actual = 0.0
+        self.started = time.monotonic()
+        self.first_done: Optional[float] = None
+        self.in_flight: Dict[Any, Tuple[float, float]] = {}  # key -> (estimate, start)
+
+    def begin(self, key: Any, estimate: float) -> None:
+        self.in_flight[key] = (estimate, time.monotonic())
+
+    def finish(self, key: Any, estimate: float, actual: float) -> None:
+        self.in_flight.pop(key, None)
+        self.left = max(0.0, self.left - estimate)
+        self.done_estimate += estimate
+        self.done_actual += actual
+        if self.first_done is None:
+            self.first_done = time.monotonic()
+
+    def scale(self) -> float:
+        return (self.done_actual + self.prior_s) / (self.done_estimate + self.prior_s)
+
+    def remaining(self, now: Optional[float] = None) -> float:
+        now = time.monotonic() if now is None else now
+        scale = self.scale()
+        left = self.left * scale
+        for estimate, start in self.in_flight.values():  # what a running evaluation has already spent
+            left -= min(now - start, estimate * scale)
+        left = max(0.0, left) / self.workers
+        if self.first_done is None:
+            left += max(0.0, self.startup_s - (now - self.started))
+        return left
