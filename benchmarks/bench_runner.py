@@ -90,6 +90,8 @@ def main() -> int:
     p.add_argument("--out", default=None, help="the run's output directory (default: a temporary one)")
     p.add_argument("--profile", default=None, metavar="DIR", help="only print DIR/profile.json")
     p.add_argument("--json", default=None, help="also write the profile here")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="stop the run after S seconds (SIGTERM: it writes what it has)")
     args, extra = p.parse_known_args()
     sys.path.insert(0, str(ROOT))
 
@@ -117,7 +119,13 @@ def main() -> int:
         env["TRITON_CACHE_DIR"] = str(work / "triton-cache")
     print(" ".join(cmd), file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    rc = subprocess.call(cmd, env=env)
+    run = subprocess.Popen(cmd, env=env)
+    try:
+        rc = run.wait(args.time_limit)
+    except subprocess.TimeoutExpired:
+        run.terminate()
+        rc = run.wait()
+        print(f"stopped after the time limit of {args.time_limit:g} s", file=sys.stderr)
     wall = time.perf_counter() - t0
     profile_path = out / "profile.json"
     if not profile_path.exists():
