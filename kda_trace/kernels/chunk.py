@@ -35,8 +35,7 @@ Kernels, in launch order:
    the segments of a sequence in parallel. Where it does not compute O it loads each chunk's last G row (the
    decay of S) one step ahead (`state_prefetch`), off the sequential chain.
 6. `_output_kernel`, per (chunk, value head, V-tile): O.
-The launch settings in LAUNCH (see the comment there) were chosen by A/B timings on an H100 (since the fortieth
-session on an H200: no H100 was lent).
+The launch settings in LAUNCH (see the comment there) are chosen by A/B timings on an H100 and an H200.
 
 Decays are taken relative to a row inside the chunk: exp(G_i - G_a) with the anchor row a at or before row
 i (A_qk, A_kk), exp(G) from the chunk start (W, q exp(G)), exp(G_last - G_j) (the state update, read only by
@@ -100,25 +99,22 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # Launch settings: warps per program, K/V tiles, pipelining depths (3 is Triton's default), and the state pass's
 # V-tile and depth (None picks by the number of (sequence, head) pairs, see _state_launch). bench_chunk.py --sweep
 # and --ab time them; ptxas numbers below: benchmarks/compile_chunk_sm90.py on the K3 shape (triton 3.9 here; the
-# H100 runs 3.6). "H100:" lines: bench_chunk.py --ab (torch 2.11, triton 3.6; 7 alternating rounds, medians,
-# default / changed > 1: the change is faster; K3 = 96 heads x 8192, safe gate + L2 norm); benchmarks/RESULTS.md,
-# "Chunked prefill kernel", eighth and fifteenth sessions. The CPU tests run each setting below against float64
-# and against the other side. Two variants were deleted after taking 44% and 25% longer (0.693 on K3, 0.800 on
-# 8 heads x 131072): the solve inside the W/U kernel and a state pass one product deep per chunk.
-# On by default since the fifteenth session (each alone, then together 1.02-1.10x the old defaults):
+# GPUs run 3.6). Ratios: bench_chunk.py --ab (torch 2.11, triton 3.6; 7 alternating rounds, medians), the time
+# without a setting over the time with it, so > 1: the setting is faster (K3 = 96 heads x 8192, safe gate + L2 norm;
+# "the six shapes": those of issue 20), each with its device. The CPU tests run each setting below against float64 and
+# against the other side.
 # - l2_in_intra: the intra kernel computes the q/k L2-norm factors of its own rows, so the gate kernel does not
 #   read q and k. H100: 1.051 on K3 (rounds differently: o RMS-rel 1.8e-5 from the gate kernel's norms).
 # - exp2: G is kept in log2 units (the gate kernel folds log2(e) into the cumulative sum), so every decay is one
 #   ex2 instead of a multiply and an ex2 (fla #867); the range limit MAX_EXP is scaled to match. Intra blocks 2
-#   and 3: 255 registers (block 3 spills) -> 184 and 193. H100: 1.000-1.012 (0.999 on 16 x 4096 packed).
-# - wu_bk = wu_bv = 64 on 4 warps (fla's W/U tiles; were 32, 32 on 8): H100 1.014 on K3, 1.00 elsewhere.
-# - out_bv=128 on 4 warps (were 64 on 8): q exp(G) and A_qk read once per chunk at V = 128. H100: 1.008-1.009.
+#   and 3: 184 and 193 registers against 255 (block 3 spilling). H100: 1.000-1.012 (0.999 on 16 x 4096 packed).
+# - wu_bk = wu_bv = 64 on 4 warps (fla's W/U tiles): H100 1.014 on K3 against 32, 32 on 8 warps, 1.00 elsewhere.
+# - out_bv=128 on 4 warps: q exp(G) and A_qk read once per chunk at V = 128. H100: 1.008-1.009 against 64 on 8.
 # - out_in_state (None: from 64 (sequence, head) pairs on, K <= 128, with 64-wide V-tiles; _state_launch): the
 #   state pass computes each chunk's output while S and V_new are in its registers, so neither the bf16
 #   chunk-start states (512 bytes per token and head at K = V = 128) nor V_new go through memory and the output
 #   kernel is not launched. The cost: the output's loads and two products join the sequential pass. H100:
 #   1.05-1.13 from 64 to 512 pairs, 0.54-0.86 at 8 to 32 pairs.
-# On by default since the sixteenth session:
 # - intra_one_launch: kernel 2's four blocks of a chunk in one program, one after the other, instead of four
 #   launches: the earlier rows that a block reads as columns (k and the fp32 G: about 1.1 of the intra kernel's
 #   2.4 KB per token and head at K = 128) were just read by the same program, so they come from L1/L2 instead of
@@ -129,117 +125,92 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   pass is the bound (8 heads x 131072 tokens: 2048 dependent chunk steps per program). Up to 3x the state
 #   pass's work (5a skips a sequence's last segment and the [K, K] map of its first) and the memory of three fp32
 #   [K, V] or [K, K] tensors per segment and value head. Kernel 5 then picks its tiles and out_in_state by the
-#   number of segments (chains) instead of sequences. H100, segments of 64 chunks: 1.38 at 8 x 131072, 1.15 at 16 x
-#   65536, 1.09 at 8 x 16384; lost at 32 pairs (0.98 on 32 x 16384 and 16 x 2 x 16384 with 32-chunk segments,
-#   0.95 on 32 x 4096 with 16) and at 96 (0.88 on K3). With the lighter 5a (seventeenth session): 1.375 at 8 x
-#   131072, 1.082 at 8 x 16384, 0.999 at 32 x 16384 (64-chunk segments).
+#   number of segments (chains) instead of sequences. H100, segments of 64 chunks: 1.375 at 8 x 131072, 1.082 at
+#   8 x 16384, 0.999 at 32 x 16384; from 32 pairs on it loses (0.95-0.98 at 32 pairs with 16- or 32-chunk
+#   segments, 0.88 on K3), hence _split_launch's limits.
 #   split_bv: kernel 5a's tile width (wide: W and k exp(G_last - G) are read once per tile, and there are many
 #   segments to fill the GPU). scan_warps: kernel 5b's warps (ptxas, K = 128, BV 16: 4 warps spill 984 bytes
 #   holding the [K, K] fp32 map, 8 warps none).
-# On by default since the seventeenth session:
 # - qg_in_intra: kernel 2 writes q exp(G) (from the q and G rows it loads anyway, times exp(G) of the block's
 #   first row), without the scale and L2-norm factors, which are not known until the end of its K loop; kernel
 #   5 or 6 applies them to the rows of (q exp(G)) S. Kernel 4 then reads neither q nor the q norms and writes
 #   no q exp(G): about 0.25 KB per token and head less traffic in all (fla's W/U kernel does not touch q
 #   either). Rounds differently (q exp(G) is rounded to bf16 before the factors). H100: 1.077 on K3, 1.058 on
-#   32 x 16384 (with wu_warps=8: 1.068 on K3, with wu_stages=1: 1.071; wu_warps=8 alone 1.007).
-# On by default since the thirty-seventh session:
+#   32 x 16384.
 # - kg_in_intra (None: on unless kernel 2 computes the L2-norm factors; _kg_in_intra): kernel 2 also writes
 #   beta k exp(G) and k exp(G_last - G) of its rows (bf16, with the W/U kernel's operations: the same bits), so
 #   kernel 4 reads neither k nor the fp32 G. H100: 1.020-1.028 on the five shapes without the L2 norm in the op
 #   (W/U 368 -> 217 us, intra 603 -> 727 at 32 x 16384); 0.993 on K3, where the norm factors need a pass of
 #   their own over k first.
-# On by default since the thirty-eighth session:
 # - gate_in_intra (None: on for a precomputed gate; _gate_in_intra): kernel 2's program first does kernel 1's work for
 #   its chunk (G, and the norm factors with l2_in_intra off) and its blocks then read G back from the caches; kernel 1
 #   is not launched. The same bits. H100: 1.016-1.021 on the five shapes with a precomputed gate, 0.989 on K3.
-# On by default since the thirty-ninth session (H100, 7 alternating rounds; the first two together: 1.042-1.051 on the
-# six shapes of issue 20, 32 x 16384 1.931 -> 1.849 ms, K3 2.589 -> 2.484):
-# - solve_inv_precision, solve_merge_precision = "tf32" (were tf32x3, now only with the kept matrices): the solve's
-#   products (the diagonal inverses' chain of six, the merges) in one tf32 MMA instead of three; X is rounded to bf16
-#   for the W/U kernel right after. 1.040 (32 x 16384), 1.042 (K3); merges alone 1.014. The tensor cores truncate
-#   an fp32 operand to tf32 (benchmarks/tf32_rounding_probe.py, fortieth session), so this cost 6.6% more X error
-#   after its bf16 rounding on bench_chunk.py's decays and 13% on weak ones (benchmarks/solve_rounding_estimate.py);
-#   against float64 o and the state the same to 0.6%, on weak decays +0.1-0.7%, the worst token -1.4% to +5.8%.
-#   solve_power_precision (None: solve_inv_precision) sets the powers L^2, L^4, L^8 of the diagonal inverses apart
-#   (never timed: ptxas gave it 255 registers).
+# - solve_inv_precision, solve_merge_precision = "tf32_rn" and solve_peel (tf32x3 only with the kept matrices): the
+#   solve's products (the diagonal inverses' chain of six, the merges) in one tf32 MMA instead of three, X rounded
+#   to bf16 for the W/U kernel right after. The tensor cores truncate an fp32 operand to tf32
+#   (benchmarks/tf32_rounding_probe.py), so "tf32_rn" rounds the operands to the nearest tf32 first (`_tf32_rn`:
+#   half truncation's error and without its bias), and solve_peel keeps the identity out of the products (X (I + M)
+#   as I + N + M + N M with N = X - I, X_II B as B + N_II B, A X_JJ as A + A N_JJ), so that tf32 rounds only the
+#   small terms, not X's entries. X's error after its bf16 rounding is then tf32x3's +0.00% (bench_chunk.py's
+#   decays) and +0.08% (weak decays), against +6.6% and +13% with plain "tf32" (benchmarks/solve_rounding_estimate.py);
+#   on the GPU (solve_precision_probe.py, 8 x 4096 and 4 x 16384) o and the state within 0.4% of the tf32x3 solve's,
+#   the worst token -2.6% to +1.1% (as far as rounding alone moves it: the tf32x3 solve peeled moves it by -0.4% to
+#   +0.7%). Against the tf32x3 solve: H200 1.034 (32 x 16384), 1.032 (K3); the peel and the rounding cost 0.5% and
+#   0.7-0.8% of that (ptxas, triton 3.9: 141 -> 194 registers; PTX cvt.rna.tf32 instead of the bit operations: 0.3%
+#   and 0.4%). solve_power_precision (None: solve_inv_precision) sets the powers L^2, L^4, L^8 of the diagonal
+#   inverses apart (never timed: ptxas gave it 255 registers).
 # - discard_g (None: on where it applies; _discard_g): kernel 2 drops its G rows but the last from L2 after its blocks
 #   (PTX discard.global.L2: no write-back to DRAM of 32 KB per chunk and head at K = 128) where no later kernel reads
-#   G. The same bits. 1.004-1.005 alone (32 x 16384, 16 x 2 x 16384, 96 x 8192).
+#   G. The same bits. H100: 1.004-1.005 (32 x 16384, 16 x 2 x 16384, 96 x 8192).
 # - intra_stream: kernel 2 stores its outputs for later kernels (A_qk, A_kk, q exp(G), beta k exp(G), k exp(G_last -
 #   G)) with the streaming cache hint (.cs: evict first) and loads the gate input in its prologue evict_first, so
-#   that the G and k rows its blocks read back stay in L2. The same bits. H100 (after the two changes above): 1.026
-#   (16 x 2 x 16384), 1.030 (32 x 16384), 1.049 (96 x 8192), 1.042 (16 x 4096 packed), 1.029 (8 x 131072), 1.001
-#   (K3, where kernel 1 computes G).
-# On by default since the fortieth session (H200; the tf32x3 solve's accuracy at 1.03x its speed):
-# - solve_peel: the identity kept out of the solve's products (X (I + M) as I + N + M + N M with N = X - I, X_II B
-#   as B + N_II B, A X_JJ as A + A N_JJ), so that tf32 rounds only the small terms, not X's entries. The same dots,
-#   a few more adds (ptxas, triton 3.9: 141 -> 183 registers; 194 with tf32_rn). 0.995, 0.995 (32 x 16384, K3).
-# - "tf32_rn" for those precisions: the operands rounded to the nearest tf32 first (`_tf32_rn`), half truncation's
-#   error and without its bias. 0.993, 0.992 (32 x 16384, K3; PTX cvt.rna.tf32 instead of the bit operations: 0.997,
-#   0.996). With both, X's error after its bf16 rounding is tf32x3's +0.00% (bench decays) and +0.08% (weak); on the
-#   GPU (solve_precision_probe.py, 8 x 4096 and 4 x 16384) o and the state within 0.4% of the tf32x3 solve's, the
-#   worst token -2.6% to +1.1% (as far as rounding alone moves it: the tf32x3 solve peeled moves it by -0.4% to
-#   +0.7%). Against the tf32x3 solve: 1.034 (32 x 16384), 1.032 (K3), from call 1's 0.960 / 0.961 and these.
-# Not kept (H100, default / changed < 1): wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3);
-# solve_warps=2 0.953 / 0.946, 4 0.866 (32 x 16384 / K3, thirty-seventh session). H200, 32 x 16384 (fortieth
-# session): intra_warps=4 0.874, intra_stages=2 0.979, intra_bk=64 0.660.
-# Deleted in the forty-first session (H200; diffs under benchmarks/results/2026-11-28-s41/): intra_split (two programs
-# per chunk, the k side and the q side of the blocks): 0.770 on K3, 0.729 on 32 x 16384, the loads, exponentials and
-# column operands both sides need being most of the kernel's time; intra_kouter (the K loop outside the four blocks,
-# each row loaded once per K-tile, the block pairs from registers; 20 accumulators, spills): 0.946 on K3 (1.006 with
-# intra_bk=16), 0.846 on 32 x 16384 (0.942). Not kept there either: on K3 kg_in_intra with l2_in_intra=False 0.980,
-# and with gate_in_intra 0.974; wu_warps=8, wu_bk=128 1.000; gate_warps=8 0.973; wu_stages=1 1.016 on K3 but 0.988 on
-# 32 x 16384 (wu_maxnreg: `_wu_cap`).
-# On by default since the forty-second session (H200; RESULTS.md, "Chunked prefill kernel", forty-second session):
-# - intra_one_anchor (where the safe gate's lower_bound >= -7.5; since extended, below): the diagonal blocks at one
-#   anchor, their row 8: two products per K-tile instead of four, no range check. Rounds differently (o 1.3e-3
-#   RMS-rel from the two anchors on K3; the tests hold it to the two anchors' error against float64 both ways). Alone
-#   0.3% (K3) and 0.6% (32 x 16384, safe gate) faster: the kernel is latency-bound, not bound by its products. With
-#   fewer accumulators live it takes a register cap (intra_maxnreg None: `_intra_cap`) and block 3's earlier columns
-#   as a 32- and a 16-wide tile (intra_off_tail None: `_off_tile`): 1.034 on K3, 1.026 on 32 x 16384 with the safe
-#   gate and L2 norm (Nsight Compute on K3 before: 2 warps per scheduler, 37% of issue slots busy).
-# Since the forty-third session (H200) intra_one_anchor holds for every gate, range-checked at run time row by row
-# where the safe gate does not bound it (`_intra_anchors`), uncapped there (`_intra_cap`): precomputed gates 1.016
-# (32 x 16384, 96 x 8192) and 1.018 (16 x 2 x 16384) against the two anchors; with the cap 0.971 / 0.973 / 0.958;
-# uncapped with the tail tiles 0.992. The state pass there (32 pairs): state_split=64 0.964 (32 x 16384), 0.982 (16
-# x 2 x 16384); state_bv=32 0.849.
-# Since the forty-fourth session (H200): state_prefetch (None: `_state_prefetch`, where O is not in the pass): kernel
-# 5 loads each chunk's last G row one step ahead. It feeds no product, so Triton issued a plain load of it after the
-# step's first product (TTGIR of Triton 3.9 on the CPU; the GPU's 3.6 gained as much from the change), and every step
-# of the chain through S waited for it. The same bits. 32 x 16384 1.030 (1.596 -> 1.549 ms), 16 x 2 x 16384 1.032;
-# with O in the pass (measured with its q row factors loaded ahead as well, which the kept code does not do)
-# 0.997-0.999 (K3, 96 x 8192, 8 x 131072). The same
-# for the intra kernel's row loads that feed no product (G's last row, block 0's first): 1.000-1.003; for the W/U
-# kernel's G row on K3: 0.989 (16 bytes of spills under its cap). Tensor descriptors (TMA) for the intra kernel's
-# q, k (and G) rows: 0.990 / 0.979 (32 x 16384 / K3), with G 0.892 / 0.958 (diffs under results/2026-11-28-s44/).
-# Not kept there (H200, K3 unless named): intra_stages=1 0.951 (0.961 on 32 x 16384), with intra_bk=16 0.933 (0.884);
-# wu_bk=wu_bv=32 0.988, with wu_maxnreg=104 0.991; the intra cap of 168 with two anchors (32 x 16384, precomputed
-# gate) 0.953, with the 64-wide tile 0.944; gate_bk=32 0.991, gate_maxnreg=64 1.001 (gate_maxnreg 80: above).
-# Since the forty-fifth session (H200): solve_maxnreg None (`_solve_cap`: 168 but for the kept matrices), 1.006-1.010 on
-# the six shapes of issue 20, the same bits. Deleted there (diffs under results/2026-11-29-s45/): gate_in_wu (kernel 4
-# computed G from the bf16 gate input instead of reading the fp32 G; with gate_in_intra kernel 1 not launched and G
-# dropped from L2): K3 0.967, 0.945 with gate_in_intra; state_l2_ahead (the state pass asked L2 for the next chunk's
-# tiles a step ahead, PTX prefetch.global.L2): K3 0.996, 16 x 4096 packed 1.016, 32 x 16384 0.932. Not kept (K3):
-# state_bv=128 with state_warps=8 0.907 (with 2 stages 0.962), gate_warps=2 0.964, out_in_state=False 0.920,
-# solve_warps=2 0.979, solve_maxnreg=128 1.000.
-# Deleted in the thirty-ninth session: inv_in_intra (kernel 2 also inverted its diagonal blocks of A_kk, the solve
-# only merged): 0.711 on 32 x 16384, 0.805 on K3.
-# Deleted in the seventeenth session:
-# - the solve at the end of the one-launch intra program (its A_kk read back from the caches, one launch less):
-#   0.659 on K3, 0.699 on 32 x 16384;
-# - decay_in_gate (the gate kernel also wrote q exp(G), k exp(G_last - G) and beta k exp(G) while G was in its
-#   registers, so that the W/U kernel read neither q, k nor G; it needed gate_bk=32 not to spill): 0.963 on K3,
-#   0.960 on 32 x 16384 (eighth session).
-# Deleted in the thirty-seventh session: pipelined parts (every sequence cut into 2-8 parts; kernels 1-4 part by
-# part, each part's state pass and output on a side stream beside the next part's kernels 1-4): 0.90-0.98, 0.81 on
-# 8 x 131072; the state pass at 32 pairs holds most of every SM's shared memory and registers while it runs, so
-# nothing ran beside it at speed (RESULTS.md, thirty-seventh session; benchmarks/timeline_chunk.py).
-# Tried in the seventeenth session and not kept: the gate and its cumulative sum inside the intra kernel (each
-# 16-row block continuing the sum from the G its predecessor stored; kernel 1 not launched, G never read back by
-# kernel 2): 0.843 on K3, 0.946 on 32 x 16384; with intra_bk 16 (no spill in ptxas) 0.899, 0.954, and
-# 0.949-0.954 on 16 x 4096 packed and 8 x 131072 (intra_bk 16 alone: 0.962, 0.980). gate_in_intra (above) does the
-# whole chunk's sum first, apart from the blocks' loops, and won.
+#   that the G and k rows its blocks read back stay in L2. The same bits. H100 (with discard_g and the tf32 solve):
+#   1.026 (16 x 2 x 16384), 1.030 (32 x 16384), 1.049 (96 x 8192), 1.042 (16 x 4096 packed), 1.029 (8 x 131072),
+#   1.001 (K3, where kernel 1 computes G).
+# - intra_one_anchor (_intra_anchors): the diagonal blocks at one anchor, their row 8: two products per K-tile
+#   instead of four; no range check where the safe gate bounds the gates (lower_bound >= -7.5), else range-checked
+#   at run time row by row. Rounds differently (o 1.3e-3 RMS-rel from the two anchors on K3; the tests hold it to the
+#   two anchors' error against float64 both ways). Alone 0.3% (K3) and 0.6% (32 x 16384, safe gate) faster on the
+#   H200: the kernel is latency-bound (Nsight Compute on K3, uncapped: 2 warps per scheduler, 37% of issue slots busy), not
+#   bound by its products. With fewer accumulators live it takes a register cap (intra_maxnreg None: `_intra_cap`)
+#   and block 3's earlier columns as a 32- and a 16-wide tile (intra_off_tail None: `_off_tile`): H200 1.034 on K3,
+#   1.026 on 32 x 16384 with the safe gate and L2 norm. Range-checked and uncapped: H200 1.016 (32 x 16384,
+#   96 x 8192) and 1.018 (16 x 2 x 16384) against two anchors with precomputed gates.
+# - state_prefetch (None: `_state_prefetch`, where O is not in the pass): kernel 5 loads each chunk's last G row one
+#   step ahead. It feeds no product, so Triton would issue a plain load of it after the step's first product (TTGIR
+#   of Triton 3.9 on the CPU; the GPU's 3.6 behaves the same), and every step of the chain through S would wait for
+#   it. The same bits. H200: 32 x 16384 1.030 (1.596 -> 1.549 ms), 16 x 2 x 16384 1.032; with O in the pass
+#   0.997-0.999 (K3, 96 x 8192, 8 x 131072; measured with its q row factors loaded ahead as well), so not there.
+# Slower alternatives (the same ratios, < 1: the alternative is slower; their diffs are kept under
+# benchmarks/results/):
+# - H100: the solve inside the W/U kernel 0.693 on K3; a state pass one product deep per chunk 0.800 on 8 x 131072;
+#   wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3); solve_warps=2 0.953 / 0.946, 4 0.866 (32 x
+#   16384 / K3); inv_in_intra (kernel 2 also inverting its diagonal blocks of A_kk, the solve only merging) 0.711 /
+#   0.805; the solve at the end of the one-launch intra program (its A_kk read back from the caches) 0.699 / 0.659;
+#   decay_in_gate (the gate kernel writing q exp(G), k exp(G_last - G) and beta k exp(G) while G is in its
+#   registers, so that the W/U kernel reads neither q, k nor G; gate_bk=32 not to spill) 0.960 / 0.963; the gate
+#   and its cumulative sum inside the intra kernel, each 16-row block continuing the sum from its predecessor's G
+#   (kernel 1 not launched): 0.946 / 0.843, with intra_bk 16 0.954 / 0.899, 0.949-0.954 on 16 x 4096 packed and 8 x
+#   131072 (gate_in_intra does the whole chunk's sum first, apart from the blocks' loops); pipelined parts (every
+#   sequence cut into 2-8 parts, each part's state pass and output on a side stream beside the next part's kernels
+#   1-4): 0.90-0.98, 0.81 on 8 x 131072, as the state pass at 32 pairs holds most of every SM's shared memory and
+#   registers while it runs, so nothing runs beside it at speed (benchmarks/timeline_chunk.py).
+# - H200 (K3 unless named): intra_split (two programs per chunk, the k side and the q side of the blocks): 0.770,
+#   32 x 16384 0.729, the loads, exponentials and column operands both sides need being most of the kernel's time;
+#   intra_kouter (the K loop outside the four blocks, each row loaded once per K-tile, the block pairs from
+#   registers; 20 accumulators, spills): 0.946 (1.006 with intra_bk=16), 32 x 16384 0.846 (0.942); intra_warps=4
+#   0.874, intra_stages=2 0.979, intra_bk=64 0.660 (32 x 16384); intra_stages=1 0.951 (32 x 16384 0.961), with
+#   intra_bk=16 0.933 (0.884); kg_in_intra with l2_in_intra=False 0.980, and with gate_in_intra 0.974; gate_in_wu
+#   (kernel 4 computing G from the bf16 gate input instead of reading the fp32 G) 0.967, 0.945 with gate_in_intra;
+#   wu_warps=8, wu_bk=128 1.000; wu_stages=1 1.016 but 32 x 16384 0.988; wu_bk=wu_bv=32 0.988, with wu_maxnreg=104
+#   0.991; gate_warps=8 0.973, gate_warps=2 0.964, gate_bk=32 0.991; one anchor range-checked under the intra cap
+#   0.958-0.973 with precomputed gates, uncapped with the tail tiles 0.992; state_split=64 0.964 (32 x 16384), 0.982
+#   (16 x 2 x 16384); state_bv=32 0.849 (32 x 16384); state_bv=128 with state_warps=8 0.907 (with 2 stages 0.962);
+#   out_in_state=False 0.920; solve_warps=2 0.979; state_l2_ahead (the state pass asking L2 for the next chunk's
+#   tiles a step ahead, PTX prefetch.global.L2) 0.996, 16 x 4096 packed 1.016, 32 x 16384 0.932; loads ahead for
+#   the intra kernel's rows that feed no product (G's last row, block 0's first) 1.000-1.003, for the W/U kernel's
+#   G row 0.989 (16 bytes of spills under its cap); tensor descriptors (TMA) for the intra kernel's q, k (and G)
+#   rows 0.990 / 0.979 (32 x 16384 / K3), with G 0.892 / 0.958.
 LAUNCH = {
     "gate_warps": 4, "gate_bk": 64, "l2_in_intra": True,
     "intra_warps": 2, "intra_bk": 32, "intra_stages": 3, "solve_warps": 1,
@@ -253,13 +224,12 @@ LAUNCH = {
     "intra_off_tail": None, "state_prefetch": None,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
-# spills (benchmarks/compile_chunk_sm90.py reports both). Losers so far (H100, A/B on K3 / 32 x 16384, time ratios default / capped):
-# intra at 168 0.968 / 1.006, at 128 0.917 / 0.922; W/U at 128 0.973 / 0.986; the state pass at 168 0.869 / 0.997
-# (RESULTS.md, "Backward kernel", twenty-eighth session); the solve at 128 0.938 / 0.949, at 168 - / 0.995
-# (thirty-seventh session). wu_maxnreg None: `_wu_cap`; intra_maxnreg None: `_intra_cap`; solve_maxnreg None:
-# `_solve_cap` (forty-fifth session). gate_maxnreg 80 (96 registers uncapped: 5 programs of 4 warps per SM, 6 capped;
-# ptxas 4 bytes of spills), H200, the same bits (forty-second session): K3 1.005 (twice), 32 x 16384 with the safe gate
-# and L2 norm in the op 1.004; at 64 (8 programs) 1.001.
+# spills (benchmarks/compile_chunk_sm90.py reports both). wu_maxnreg None: `_wu_cap`; intra_maxnreg None:
+# `_intra_cap`; solve_maxnreg None: `_solve_cap` (168 for the tf32 solve: H200 1.006-1.010 on the six shapes, the same
+# bits). gate_maxnreg 80 (96 registers uncapped: 5 programs of 4 warps per SM, 6 capped; ptxas 4 bytes of spills),
+# H200, the same bits: K3 1.005 (twice), 32 x 16384 with the safe gate and L2 norm in the op 1.004; at 64 (8
+# programs) 1.001. Slower (H100, K3 / 32 x 16384): intra at 168 0.968 / 1.006, at 128 0.917 / 0.922; W/U at 128
+# 0.973 / 0.986; the state pass at 168 0.869 / 0.997; the tf32x3 solve at 128 0.938 / 0.949.
 LAUNCH.update({"gate_maxnreg": 80, "intra_maxnreg": None, "solve_maxnreg": None, "wu_maxnreg": None, "state_maxnreg": 0,
                "out_maxnreg": 0})
 SPLIT_CHUNKS, SPLIT_MAX_PAIRS, SPLIT_MIN_CHUNKS = 64, 16, 256  # _split_launch
@@ -1690,8 +1660,8 @@ def _intra_cap(one_anchor: bool, check_range: bool) -> int:
     """`_intra_block`'s register cap for intra_maxnreg None: 168 (6 programs per SM by registers instead of 4) with
     the diagonal blocks at one anchor and no range check (`_intra_anchors`; fewer accumulators live, ptxas 100
     bytes of spills, 24 with the 64-wide tile), else none (0). H200, the same bits: K3 1.032-1.034, 32 x 16384 with
-    the safe gate and L2 norm in the op 1.026 (forty-second session); with two anchors (32 x 16384, precomputed gate)
-    it lost, 0.953, and with one anchor range-checked there 0.963 (forty-third)."""
+    the safe gate and L2 norm in the op 1.026; with two anchors (32 x 16384, precomputed gate) it loses, 0.953, and
+    with one anchor range-checked there 0.963."""
     return 168 if one_anchor and not check_range else 0
 
 
@@ -1699,9 +1669,9 @@ def _off_tile(block: int, tail: bool | None, capped: bool) -> int:
     """The width of `_intra_block`'s first tile of the columns before block `block`: with tail (launch setting
     intra_off_tail; None: where `_intra_cap` caps the kernel, capped) the largest power of two <= 16 block (block 3's
     last 16 columns then take a second tile: less work, 32.5 KB of shared memory instead of 42.5, more spills under
-    a cap), else the smallest >= 16 block (block 3: 64 columns, 16 of them masked); at least 16. H200 (forty-second
-    session): with the register cap on K3 1.034 against 1.016 for the 64-wide tile; uncapped the tail lost 0.998 on
-    K3, 0.995 at 32 x 16384 (precomputed gate)."""
+    a cap), else the smallest >= 16 block (block 3: 64 columns, 16 of them masked); at least 16. H200: with the
+    register cap on K3 1.034 against 1.016 for the 64-wide tile; uncapped the tail loses, 0.998 on K3, 0.995 at 32 x
+    16384 (precomputed gate)."""
     if tail is None:
         tail = capped
     if tail:
@@ -1712,27 +1682,27 @@ def _off_tile(block: int, tail: bool | None, capped: bool) -> int:
 def _wu_warps(V: int) -> int:
     """`_wu_kernel`'s warps: LAUNCH["wu_warps"], but 8 where V fits one 16-wide tile. Triton 3.6 on the H100 got
     that kernel wrong at 4 warps there: o 0.9 off a float64 recurrence at K = 20 with V = 12 or 16, an illegal
-    memory access at K = 32 (V = 16, 12), while 2 or 8 warps, or V = 32 on tiles of 16, were right
-    (benchmarks/RESULTS.md, thirty-first session; the interpreter was right)."""
+    memory access at K = 32 (V = 16, 12), while 2 or 8 warps, or V = 32 on tiles of 16, were right (the interpreter
+    was right)."""
     return LAUNCH["wu_warps"] if V > 16 else 8
 
 
 def _wu_cap(kg_here: bool, save_states: bool) -> int:
     """`_wu_kernel`'s register cap for wu_maxnreg None: 168 where it forms its bf16 operands from k and G itself
-    (neither kg_in_intra nor save_states), else none (0). H200 (forty-first session, the same bits): K3 1.020 (2.348 ->
-    2.301 ms; 174 registers, 2 programs per SM uncapped), 32 x 16384 with the safe gate and L2 norm in the op 1.018;
-    where it reads the intra kernel's operands (kg_in_intra) the cap lost (32 x 16384: 0.994). Not timed on an H100
-    (there a cap of 128 lost on K3, 0.973, twenty-eighth session) nor with save_states."""
+    (neither kg_in_intra nor save_states), else none (0). H200 (the same bits): K3 1.020 (2.348 -> 2.301 ms; 174
+    registers, 2 programs per SM uncapped), 32 x 16384 with the safe gate and L2 norm in the op 1.018; where it reads
+    the intra kernel's operands (kg_in_intra) the cap loses (32 x 16384: 0.994). Not timed on an H100 (there a cap of
+    128 loses on K3, 0.973) nor with save_states."""
     return 168 if not (kg_here or save_states) else 0
 
 
 def _solve_cap(keep: bool) -> int:
     """`_solve_kernel`'s register cap for solve_maxnreg None: 168 (ptxas, triton 3.9: 194 -> 168 registers, 4 bytes of
     spills; 12 one-warp programs per SM by registers instead of 8) for the tf32 solve, none (0) for the tf32x3 one of
-    the kept matrices (keep; not timed). H200 (forty-fifth session; Nsight Compute on K3: 2 warps per scheduler, an
-    instruction every 3.2 cycles; the same bits): 1.006-1.010 on the six shapes of issue 20; a cap of 128 (352 bytes
-    of spills, 16 programs) 1.000 on K3 and 32 x 16384. On the H100 (thirty-seventh session, the solve in tf32x3
-    then) 128 lost, 0.938 / 0.949, and 168 gave 0.995 on 32 x 16384."""
+    the kept matrices (keep; not timed). H200 (Nsight Compute on K3 uncapped: 2 warps per scheduler, an instruction
+    every 3.2 cycles; the same bits): 1.006-1.010 on the six shapes of issue 20; a cap of 128 (352 bytes of spills,
+    16 programs) 1.000 on K3 and 32 x 16384. On the H100, with the solve in tf32x3, 128 lost (0.938 / 0.949 on K3 /
+    32 x 16384) and 168 gave 0.995 on 32 x 16384."""
     return 0 if keep else 168
 
 
@@ -1748,7 +1718,7 @@ def _intra_anchors(setting: bool, gate: str, lower_bound: float) -> tuple[bool, 
 
 def _kg_in_intra(setting: bool | None, l2_here: bool) -> bool:
     """Launch setting kg_in_intra (setting); None: on unless the intra kernel computes the q/k L2-norm factors (l2_here),
-    which it then needs before its products, in a pass of its own over k. H100 (thirty-seventh session): 1.020-1.028
+    which it then needs before its products, in a pass of its own over k. H100: 1.020-1.028
     on the five shapes of issue 20 without the L2 norm in the op (W/U 368 -> 217 us, intra 603 -> 727 at 32 heads x
     16384), 0.993 on K3 (L2 norm in the op)."""
     return (not l2_here) if setting is None else bool(setting)
@@ -1756,7 +1726,7 @@ def _kg_in_intra(setting: bool | None, l2_here: bool) -> bool:
 
 def _gate_in_intra(setting: bool | None, gate: str) -> bool:
     """Launch setting gate_in_intra (setting); None: on for a precomputed gate, off for one computed in the op. H100
-    (thirty-eighth session, the same bits): 1.016-1.021 on the five shapes of issue 20 with a precomputed gate (32
+    (the same bits): 1.016-1.021 on the five shapes of issue 20 with a precomputed gate (32
     x 16384 1.974 -> 1.933 ms), 0.989 on K3 (safe gate and L2 norm in the op)."""
     return (gate == "precomputed") if setting is None else bool(setting)
 
@@ -1779,7 +1749,7 @@ def _discard_g(setting: bool | None, g_unread: bool, K: int, device, interp: boo
     """Launch setting discard_g (setting; None: on where it applies): kernel 2 drops its G rows from L2 when done. It
     applies where no later kernel reads G but its chunks' last rows (g_unread: the W/U kernel reads neither k exp(G_last -
     G), beta k exp(G) nor q exp(G) from G), a row is whole 128-byte lines (K % 32 == 0), and the kernel runs compiled on
-    an NVIDIA GPU (PTX). H100 (thirty-ninth session): 1.004-1.005, the same bits."""
+    an NVIDIA GPU (PTX). H100: 1.004-1.005, the same bits."""
     applies = g_unread and K % 32 == 0 and not interp and torch.device(device).type == "cuda" and torch.version.hip is None
     return applies and (setting is None or bool(setting))
 
@@ -1787,8 +1757,8 @@ def _discard_g(setting: bool | None, g_unread: bool, K: int, device, interp: boo
 def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:
     """Chunks per segment of the split state pass (launch setting state_split; 0: not split). None splits into
     segments of SPLIT_CHUNKS chunks when the sequential pass has few chains and one is long: at most
-    SPLIT_MAX_PAIRS (sequence, head) pairs, the longest sequence at least SPLIT_MIN_CHUNKS chunks. H100
-    (sixteenth session), segments of 64 against none: 8 pairs x 2048 chunks 1.38x (128: 1.017x more; 1.34x with
+    SPLIT_MAX_PAIRS (sequence, head) pairs, the longest sequence at least SPLIT_MIN_CHUNKS chunks. H100, segments
+    of 64 against none: 8 pairs x 2048 chunks 1.38x (128: 1.017x more; 1.34x with
     32, 1.25x with 16), 16 x 1024 1.15x, 8 x 256 1.09x; 32 pairs of 256 or 64 chunks lost (0.95-0.98x with 32
     and 16). 16 pairs of 256 to 1023 chunks and 9 to 15 pairs were not measured."""
     seg = LAUNCH["state_split"]
@@ -1799,7 +1769,7 @@ def _split_launch(n_heads_total: int, longest_chunks: int, BK: int) -> int:
 
 def _state_prefetch(setting: bool | None, out_in_state: bool) -> bool:
     """Launch setting state_prefetch (None: on where the state pass does not compute the output): kernel 5 loads
-    each chunk's last G row one step ahead. H200 (forty-fourth session; the same bits): 32 x 16384 1.030, 16 x 2 x
+    each chunk's last G row one step ahead. H200 (the same bits): 32 x 16384 1.030, 16 x 2 x
     16384 1.032 (the state pass at 32 pairs, 16-wide V-tiles); with the output in the pass 0.997-0.999 on K3, 96 x
     8192 and 8 x 131072 (measured with the q row factors loaded ahead as well), so not there."""
     return not out_in_state if setting is None else bool(setting)
@@ -1808,10 +1778,10 @@ def _state_prefetch(setting: bool | None, out_in_state: bool) -> bool:
 def _state_launch(n_heads_total: int, BK: int, V: int) -> tuple[int, int, bool]:
     """V-tile, pipelining depth and out_in_state of the state pass. The pass is sequential over chunks, so few
     (sequence, head) pairs want narrow tiles (more programs in flight); the [BK, BV] fp32 state must also fit in
-    registers. On the H100 (benchmarks/RESULTS.md, fourth session) 3 stages helped the 16-wide tiles and
-    cost the wider ones (h96: 707 -> 573 us with 1 stage; h32 x 16384, BV 16: 2.42 -> 2.19 ms with 3).
-    From 64 pairs on, the output is computed in the pass with 64-wide tiles (out_in_state): on the H100
-    (fifteenth session) that took 4.3-11.6% off at 64 to 512 pairs and added 17-86% at 8 to 32 pairs."""
+    registers. On the H100 3 stages help the 16-wide tiles and cost the wider ones (h96: 707 -> 573 us with 1
+    stage; h32 x 16384, BV 16: 2.42 -> 2.19 ms with 3). From 64 pairs on, the output is computed in the pass with
+    64-wide tiles (out_in_state): on the H100 that takes 4.3-11.6% off at 64 to 512 pairs and adds 17-86% at 8 to
+    32 pairs."""
     out_in_state = LAUNCH["out_in_state"]
     if out_in_state is None:
         out_in_state = n_heads_total >= 64 and BK <= 128
