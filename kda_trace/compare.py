@@ -24,8 +24,8 @@ from .schema import Definition, OutputMetrics, Tolerance, WorstElement, WorstRow
 # The ONE table of default tolerances, by output dtype. A definition's per-output tolerance overrides
 # field by field; `--tolerance` overrides both. bf16 bounds follow fla's own check (RMS-relative < 5e-3).
 # The per-row bound (Tolerance.max_row_rel_error) by output dtype. A wrong, zeroed, stale or neighbour's row
-# has a row error of about 1 (1.4 for an uncorrelated row); honest kernels stayed at or below 3e-2 on the GPU
-# on the definitions calibrated so far (benchmarks/RESULTS.md, "Per-row bound"). Aggregate bounds cannot
+# has a row error of about 1 (1.4 for an uncorrelated row); honest kernels stay at or below 3e-2 on the GPU
+# on the calibrated definitions (benchmarks/RESULTS.md, "Per-row bound"). Aggregate bounds cannot
 # do this job: one row of 65536 tokens x 32 heads is 5e-7 of an output.
 ROW_BOUNDS = {"bfloat16": 0.1, "float16": 0.1, "float32": 0.1, "float64": 1e-4}
 DEFAULT_TOLERANCES: Dict[str, Tolerance] = {
