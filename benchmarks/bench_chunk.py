@@ -2,7 +2,7 @@
 
     python benchmarks/bench_chunk.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--accuracy] [--profile SHAPE]
         [--profile-fla SHAPE] [--sweep SHAPE] [--ab SHAPE:KEY=VALUE[,KEY=VALUE...]] [--host SHAPES] [--no-speed]
-        [--launch KEY=VALUE[,KEY=VALUE...]] [--out DIR]
+        [--launch KEY=VALUE[,KEY=VALUE...]] [--f64 HEADSxTOKENS] [--f64-variant KEY=VALUE,...] [--out DIR]
 
 Per shape: median ms (triton.testing.do_bench, 25 ms warm-up, 200 ms of repeats) of ours and fla with
 the same options and inputs (bf16 q/k/v/beta, fp32 g and states, K = V = 128, initial state given and final
@@ -15,6 +15,10 @@ pass W S and k^T V_new 2*K*V, the output q S K*V and A_qk V_new C*V/2. For K = V
 --accuracy: RMS-relative error and cosine of o and the final state for ours and fla against fla's
 naive_recurrent_kda run in fp32 on the GPU, at 1K and 64K tokens (32 heads, 4 heads at 64K to keep the
 token-by-token reference short), bf16 inputs, L2-normalised q/k, g = logsigmoid(randn).
+--f64 HEADSxTOKENS (repeatable, e.g. 8x4096): ours against float64 (tests/kernels' token-by-token recurrence
+on the CPU): o's and the final state's RMS-relative error and the worst token's o, on this file's inputs and on
+weak decays (where X = (I + A_kk)^-1 and the state carry the most), precomputed gate and safe gate + L2 norm; the
+defaults, and each --f64-variant (launch settings, as --ab takes them) beside them.
 --fla-tune-each: fla autotunes its kernels on the first call per autotuning key, and its keys leave out the
 number of tokens, so in one process (or with its on-disk results) a shape runs with the settings tuned on an
 earlier, maybe much smaller, input. This flag makes fla tune on every shape (about a minute each).
@@ -218,6 +222,49 @@ def accuracy(log):
             print(f"  {who:5s} H={H:3d} T={T:6d}: o {ro:.2e} / {co:.7f}   state {rh:.2e} / {ch:.7f}")
 
 
+def f64_reference(x, mode):
+    """(o, final state) of tests/kernels' float64 token-by-token recurrence (`ref_kda`, checked there against fla's
+    naive_recurrent_kda), on the CPU; "safe_l2" as run_ours: the safe gate at lower_bound -5, q and k
+    L2-normalised in the op."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "kernels"))
+    from kernel_ground_truth import ref_gate, ref_kda
+
+    cpu = {n: t.cpu() for n, t in x.items() if t is not None}
+    pre = mode == "pre"
+    g = ref_gate(cpu["g"], cpu["A_log"], cpu["dt_bias"], "precomputed" if pre else "safe", -5.0)
+    o, h = ref_kda(cpu["q"], cpu["k"], cpu["v"], g, cpu["beta"], cpu["q"].shape[-1] ** -0.5, cpu["h0"],
+                   l2norm=not pre)
+    return o[0], h[0]
+
+
+def f64_accuracy(size, variants, log):
+    """--f64: ours against float64 on HEADSxTOKENS, the defaults and each launch variant."""
+    heads, tokens = (int(n) for n in size.split("x"))
+    print(f"\n{heads} heads x {tokens} tokens, K = V = 128, bf16 inputs; RMS-relative error against float64: o, "
+          "final state, worst token's o")
+    f64 = torch.float64
+    for mode in ("pre", "safe_l2"):
+        base = make_inputs(heads, [tokens], mode, seed=3)
+        for label, x in ((mode, base), (mode + " weak decays", weak_decay(base, mode))):
+            o_ref, h_ref = f64_reference(x, mode)
+            for name, launch in [("defaults", {})] + [(v, parse_launch(v, "--f64-variant")) for v in variants]:
+                saved = dict(ours.LAUNCH)
+                ours.LAUNCH.update(launch)
+                try:
+                    o, h = run_ours(x, mode)
+                finally:
+                    ours.LAUNCH.clear()
+                    ours.LAUNCH.update(saved)
+                o, h = o[0].cpu().to(f64), h[0].cpu().to(f64)
+                rms = lambda a, b: ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()  # noqa: E731
+                worst = ((o - o_ref).pow(2).mean(dim=(1, 2)).sqrt() / o_ref.pow(2).mean(dim=(1, 2)).sqrt()).max().item()
+                line = {"heads": heads, "tokens": tokens, "inputs": label, "launch": name, "o_rms": rms(o, o_ref),
+                        "state_rms": rms(h, h_ref), "worst_token_rms": worst}
+                print(json.dumps(line), file=log, flush=True)
+                print(f"  {label:22s} {name:40s} o {line['o_rms']:.3e}  state {line['state_rms']:.3e}  "
+                      f"worst token {worst:.3e}", flush=True)
+
+
 def profile(name, fn=run_ours, who="ours"):
     """Per-kernel CUDA time of `fn` (ours, or fla with --profile-fla: fla autotunes on the first call)."""
     H, lens, mode = SHAPES[name]
@@ -373,6 +420,10 @@ def main():
     ap.add_argument("--fla-tune-each", action="store_true",
                     help="autotune fla on every shape (in-process and disk caches off; about a minute a shape)")
     ap.add_argument("--launch", default=None, metavar="KEY=VALUE,...", help="launch settings of ours for the whole run")
+    ap.add_argument("--f64", action="append", default=[], metavar="HEADSxTOKENS",
+                    help="ours against float64 on this size (repeatable; e.g. 8x4096)")
+    ap.add_argument("--f64-variant", action="append", default=[], metavar="KEY=VALUE,...",
+                    help="launch settings measured beside the defaults by --f64 (repeatable)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     if a.launch:
@@ -405,6 +456,8 @@ def main():
             speed(a.shapes.split(","), log, with_fla=not a.no_fla, fla_tune_each=a.fla_tune_each)
         if a.accuracy:
             accuracy(log)
+        for size in a.f64:
+            f64_accuracy(size, a.f64_variant, log)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
-# Sourced by benchmarks/gpu_*.sh and benchmarks/sessions/gpu_s*.sh on the GPU machine (repository root, .whl carried, and .whl_test if the image lacks a test package): installs the
-# wheels into /tmp/site, imports from the checkout, keeps Triton's cache (with fla's autotuning results) under
-# .gpu_out/triton, and writes the machine and versions to $OUT/env_HHMMSS.txt.
-# TRITON_CACHE_DIR set by the caller is kept (two scripts side by side on two GPUs: give each its own copy).
+# The device environment for the benchmarks: source it on a GPU machine, from the repository root, before running
+# any benchmarks/*.py there (`source benchmarks/gpu_env.sh; python3 benchmarks/bench_chunk.py ...`; $OUT names a
+# folder for its files). It installs the wheels carried in .whl (and .whl_test, the test packages, if the image
+# lacks them) into /tmp/site, imports kda_trace from the checkout, keeps Triton's cache (with fla's autotuning
+# results) under .gpu_out/triton, and writes the machine and versions (GPU, driver, Python, torch, CUDA, Triton,
+# fla-core) to $OUT/env_HHMMSS.txt: the versions each table of benchmarks/RESULTS.md gives.
+# TRITON_CACHE_DIR set by the caller is kept (two runs side by side on two GPUs: give each its own copy).
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl $(ls .whl_test/*.whl 2>/dev/null)
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.gpu_out/triton}
 mkdir -p "$TRITON_CACHE_DIR"
@@ -13,8 +16,8 @@ mkdir -p "$TRITON_CACHE_DIR"
     nproc
 } > "$OUT/env_$(date +%H%M%S).txt" 2>&1
 # fla's autotuning results come back in $OUT/autotune.tar.gz on exit; unpack them into .gpu_out/triton here
-# so the next call skips the minutes of first-use tuning (tar xzf autotune.tar.gz -C .gpu_out/triton).
-# The device tool returns at most 8 files from $OUT: past that, the text files go back packed in texts.tar.gz.
+# so the next run skips the minutes of first-use tuning (tar xzf autotune.tar.gz -C .gpu_out/triton).
+# Past 8 files in $OUT, the text files are packed into texts.tar.gz (fewer files to copy back).
 trap '(cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" | tar czf "$OUT/autotune.tar.gz" -T -)
       if [ "$(find "$OUT" -type f | wc -l)" -gt 8 ]; then
           (cd "$OUT" && find . -name "*.txt" | tar czf texts.tar.gz -T - --remove-files)
