@@ -200,7 +200,7 @@ def speed(names, log, with_fla=True, fla_tune_each=False):
         print(f"{r['shape']:30s} {r['ours_ms']:8.3f} {r['fla_ms']:8.3f} {r['speedup']:6.2f} {r['ours_mtok_s']:7.1f} "
               f"{r['ours_tflops']:7.1f} {r['rms_vs_fla_o']:8.1e} {r['rms_vs_fla_state']:8.1e}")
     if rows and not fla_tune_each:
-        # forty-fifth session: fla took 2.344 ms on 32 x 16384 with settings tuned on other shapes, 1.967 tuned on it
+        # H200: fla took 2.344 ms on 32 x 16384 with settings tuned on other shapes, 1.967 tuned on it
         print("fla ran with autotuning results of earlier shapes or runs (Triton's cache); for ratios against fla "
               "tuned on each shape, as issue 20 measures them, pass --fla-tune-each")
     return rows

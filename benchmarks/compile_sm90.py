@@ -189,7 +189,7 @@ def chunked_mode(spills: bool) -> None:
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_vk {acc} K={K} V={V} BKT={bkt} BVT={bvt} warps={warps} maxnreg={cap}: ok",
                   *extra)
-        # 3c per K-tile: the GPU default (16 columns, 8 warps), and 32 / 4 (the default until the thirtieth session)
+        # 3c per K-tile: the GPU default (16 columns, 8 warps), and 32 / 4 (an earlier default)
         # and 64 / 8 with --spills
         bkts = ((64, 8), (32, 4)) if spills and K == 128 else ()
         bkts = [(*t, None) for t in bkts] + [(16, 8, cap) for cap in caps("split_k_maxnreg")]
@@ -384,8 +384,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spills", action="store_true", help="ptxas register / spill report per launch setting")
     ap.add_argument("--chunked", action="store_true", help="only the chunked mode's kernels (LAUNCH['mode'])")
-    ap.add_argument("--unaligned", action="store_true", help="no 16-byte alignment hint on pointers (the numbers "
-                    "before 2026-11-23's chunked mode were taken so)")
+    ap.add_argument("--unaligned", action="store_true", help="no 16-byte alignment hint on pointers (more "
+                    "registers and spills than a real launch, where torch's data pointers are aligned)")
     ap.add_argument("--forward", action="store_true", help="the chunked forward's kernels (kernels/chunk.py) instead")
     ap.add_argument("--heads", type=int, default=96, help="--forward: (sequence, head) pairs (default 96)")
     ap.add_argument("--precomputed", action="store_true", help="--forward: a precomputed gate, no L2 norm in the op")
