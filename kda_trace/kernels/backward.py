@@ -80,8 +80,8 @@ Precision: fp32 storage and accumulation; products on tensor cores in tf32 (LAUN
 the H100 (bf16 inputs, 32 heads x 1024 tokens, RMS-relative against float64; the pass in bf16 with Qt^T dO
 split): dq 1.8e-3, dk 2.0e-3, dv 2.5e-3, dg 1.1e-3, dbeta 2.5e-3, dh0 1.7e-4, against fla's
 2.9e-3, 3.3e-3, 3.0e-3, 2.8e-3, 2.8e-3, 1.6e-3 (dq, dk, dv,
-dbeta are bf16 outputs: their rounding alone is about 1.7e-3; the CPU estimate of the tf32 cost,
-benchmarks/chunked_tf32_estimate.py, said 4e-4; dv and dbeta take the pass's rounding through its Vn and dVn:
+dbeta are bf16 outputs: their rounding alone is about 1.7e-3; a CPU estimate of the tf32 cost
+said 4e-4; dv and dbeta take the pass's rounding through its Vn and dVn:
 1.9e-3 and 2.0e-3 when 3 recomputes Vn and dVn in tf32). The states come from
 the prep's W, U, Kt, not from kernels/chunk.py's bf16 products (see above). Memory beyond inputs and
 gradients (fp32, K = V = 128; per token and value head): the prep's W, Qt, Kt, U, A_qk^T dO, X, P (3 KiB),
@@ -133,7 +133,7 @@ PASS_PRECISION = "tf32x3"  # fp32 products of the chunk pass: three tf32 MMAs, a
 # in fp32: the pass's Vn and dVn go to the local kernels as they are), with
 # chunked_pass_source_precision (None: where the pass is bf16, "bf16_split_a" for a bf16 dO, Qt as two bf16 terms
 # and two bf16 products, else tf32; otherwise the pass's) for the reverse recursion's Qt^T dO alone: that
-# product's bf16 rounding is what reaches dh0 (benchmarks/pass_rounding_estimate.py: dh0 1.7e-3 with every product
+# product's bf16 rounding is what reaches dh0 (a CPU estimate: dh0 1.7e-3 with every product
 # in bf16, 2.4e-4 with that one in tf32, 1.5e-4 split, 2.1e-4 all tf32). H100, 32 heads x 16384: fwd+bwd 17.14 /
 # 17.17 ms split against 18.28 / 18.24 with tf32 there, 18.82 / 18.74 all tf32 and 17.12 / 17.09 all bf16; dh0
 # 1.8e-4 split, 4.6e-4, 4.3e-4 and 1.7e-3 (fla 1.64e-3). The prep's and the local kernels' products in bf16 are

@@ -336,7 +336,7 @@ def _state_pass_kernel(
     layout), so that each product reads [64, 64] slices of W, Kt, Qt and no [64, K] operand is live at once
     (K = 128: 255 registers and spills). PREC: the products' precision, but PREC_SRC for the reverse recursion's
     Qt^T dO (off the recursion's chain of dependent products, and the one whose bf16 rounding reaches dh0:
-    benchmarks/pass_rounding_estimate.py). With STORE_VN (for the split local kernels) the forward recursion also
+    by a CPU estimate). With STORE_VN (for the split local kernels) the forward recursion also
     writes each chunk's Vn in U's place and the reverse one dVn in dO2's (each program reads a chunk's tile before
     it writes it, and no other program reads it). Without FORWARD (the forward's states and Vn given) only the
     reverse recursion runs."""
@@ -854,7 +854,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
     dh0 = torch.empty(N, HV, K, V, dtype=acc, device=dev)
     # The pass is sequential over chunks. V-tiles of 32 (16 made more programs but took longer: 4.2 against 3.4 ms
     # at 32 heads x 16384 on the H100; 64 spills at K = 128); two pipeline stages where they fit: they need more
-    # shared memory than Hopper has at K > 128 or with a 4-byte do (benchmarks/probe_pass_launch.py), and a launch
+    # shared memory than Hopper has at K > 128 or with a 4-byte do (measured on the H100), and a launch
     # that runs out of it is retried with one stage. Two stages beat one at many (sequence, head) pairs too: 22.8
     # against 23.3 ms fwd+bwd at 96 pairs (K3) and 45.8 against 46.8 at 1952 (61 packed sequences x 32 heads), H100.
     BVp = launch["chunked_pass_bv"] or (BV if interp else min(BV, 32))

@@ -98,7 +98,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 
 # Launch settings: warps per program, K/V tiles, pipelining depths (3 is Triton's default), and the state pass's
 # V-tile and depth (None picks by the number of (sequence, head) pairs, see _state_launch). bench_chunk.py --sweep
-# and --ab time them; ptxas numbers below: benchmarks/compile_chunk_sm90.py on the K3 shape (triton 3.9 here; the
+# and --ab time them; ptxas numbers below: benchmarks/compile_sm90.py --forward on the K3 shape (triton 3.9 here; the
 # GPUs run 3.6). Ratios: bench_chunk.py --ab (torch 2.11, triton 3.6; 7 alternating rounds, medians), the time
 # without a setting over the time with it, so > 1: the setting is faster (K3 = 96 heads x 8192, safe gate + L2 norm;
 # "the six shapes": those of issue 20), each with its device. The CPU tests run each setting below against float64 and
@@ -148,12 +148,12 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # - solve_inv_precision, solve_merge_precision = "tf32_rn" and solve_peel (tf32x3 only with the kept matrices): the
 #   solve's products (the diagonal inverses' chain of six, the merges) in one tf32 MMA instead of three, X rounded
 #   to bf16 for the W/U kernel right after. The tensor cores truncate an fp32 operand to tf32
-#   (benchmarks/tf32_rounding_probe.py), so "tf32_rn" rounds the operands to the nearest tf32 first (`_tf32_rn`:
+#   (measured on the H200, triton 3.6), so "tf32_rn" rounds the operands to the nearest tf32 first (`_tf32_rn`:
 #   half truncation's error and without its bias), and solve_peel keeps the identity out of the products (X (I + M)
 #   as I + N + M + N M with N = X - I, X_II B as B + N_II B, A X_JJ as A + A N_JJ), so that tf32 rounds only the
 #   small terms, not X's entries. X's error after its bf16 rounding is then tf32x3's +0.00% (bench_chunk.py's
-#   decays) and +0.08% (weak decays), against +6.6% and +13% with plain "tf32" (benchmarks/solve_rounding_estimate.py);
-#   on the GPU (solve_precision_probe.py, 8 x 4096 and 4 x 16384) o and the state within 0.4% of the tf32x3 solve's,
+#   decays) and +0.08% (weak decays), against +6.6% and +13% with plain "tf32" (a CPU estimate);
+#   on the GPU (bench_chunk.py --f64, 8 x 4096 and 4 x 16384) o and the state within 0.4% of the tf32x3 solve's,
 #   the worst token -2.6% to +1.1% (as far as rounding alone moves it: the tf32x3 solve peeled moves it by -0.4% to
 #   +0.7%). Against the tf32x3 solve: H200 1.034 (32 x 16384), 1.032 (K3); the peel and the rounding cost 0.5% and
 #   0.7-0.8% of that (ptxas, triton 3.9: 141 -> 194 registers; PTX cvt.rna.tf32 instead of the bit operations: 0.3%
@@ -181,8 +181,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   of Triton 3.9 on the CPU; the GPU's 3.6 behaves the same), and every step of the chain through S would wait for
 #   it. The same bits. H200: 32 x 16384 1.030 (1.596 -> 1.549 ms), 16 x 2 x 16384 1.032; with O in the pass
 #   0.997-0.999 (K3, 96 x 8192, 8 x 131072; measured with its q row factors loaded ahead as well), so not there.
-# Slower alternatives (the same ratios, < 1: the alternative is slower; their diffs are kept under
-# benchmarks/results/):
+# Slower alternatives (the same ratios, < 1: the alternative is slower; their diffs are in git history):
 # - H100: the solve inside the W/U kernel 0.693 on K3; a state pass one product deep per chunk 0.800 on 8 x 131072;
 #   wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3); solve_warps=2 0.953 / 0.946, 4 0.866 (32 x
 #   16384 / K3); inv_in_intra (kernel 2 also inverting its diagonal blocks of A_kk, the solve only merging) 0.711 /
@@ -194,7 +193,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   131072 (gate_in_intra does the whole chunk's sum first, apart from the blocks' loops); pipelined parts (every
 #   sequence cut into 2-8 parts, each part's state pass and output on a side stream beside the next part's kernels
 #   1-4): 0.90-0.98, 0.81 on 8 x 131072, as the state pass at 32 pairs holds most of every SM's shared memory and
-#   registers while it runs, so nothing runs beside it at speed (benchmarks/timeline_chunk.py).
+#   registers while it runs, so nothing runs beside it at speed (seen in a timeline of the kernels).
 # - H200 (K3 unless named): intra_split (two programs per chunk, the k side and the q side of the blocks): 0.770,
 #   32 x 16384 0.729, the loads, exponentials and column operands both sides need being most of the kernel's time;
 #   intra_kouter (the K loop outside the four blocks, each row loaded once per K-tile, the block pairs from
@@ -224,7 +223,7 @@ LAUNCH = {
     "intra_off_tail": None, "state_prefetch": None,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
-# spills (benchmarks/compile_chunk_sm90.py reports both). wu_maxnreg None: `_wu_cap`; intra_maxnreg None:
+# spills (benchmarks/compile_sm90.py --forward reports both). wu_maxnreg None: `_wu_cap`; intra_maxnreg None:
 # `_intra_cap`; solve_maxnreg None: `_solve_cap` (168 for the tf32 solve: H200 1.006-1.010 on the six shapes, the same
 # bits). gate_maxnreg 80 (96 registers uncapped: 5 programs of 4 warps per SM, 6 capped; ptxas 4 bytes of spills),
 # H200, the same bits: K3 1.005 (twice), 32 x 16384 with the safe gate and L2 norm in the op 1.004; at 64 (8
@@ -393,7 +392,7 @@ def _exact_diag_block(
 @triton.jit
 def _tf32(x):
     """x (fp32) as the tensor cores take a tf32 operand: its low 13 mantissa bits dropped (truncated toward zero;
-    NVIDIA H200, triton 3.6: benchmarks/tf32_rounding_probe.py), for the interpreter, which multiplies in fp32."""
+    NVIDIA H200, triton 3.6), for the interpreter, which multiplies in fp32."""
     return (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
 
 
