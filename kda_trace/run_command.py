@@ -279,10 +279,16 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
     gpu = config.device.startswith("cuda")
     workers = len(config.devices or [config.device])
 
+    seen = set()
+
     def estimate(task) -> float:
-        flops, _ = cost_of(task.definition, task.workload)
+        d = task.definition
+        flops, _ = cost_of(d, task.workload)
         tokens = max((v for k, v in task.workload.axes.items() if "seq_len" in k or k == "batch_size"), default=1)
-        return estimate_seconds(flops, int(tokens), gpu, len(task.solutions))
+        first = d.name not in seen
+        seen.add(d.name)
+        return estimate_seconds(flops, int(tokens), gpu, len(task.solutions), first,
+                                backward="stage:backward" in (d.tags or []))
 
     estimates = {id(t): estimate(t) for t in tasks}
     eta = Eta(sum(estimates.values()), (GPU_PRIOR if gpu else CPU_PRIOR)["startup_s"], workers)

@@ -104,20 +104,25 @@ def _fmt(seconds: float) -> str:
 
 # ---------------------------------------------------------------------------- the prior cost of an evaluation
 
-GPU_PRIOR = {"evaluation_s": 1.5, "reference_gflop_per_s": 200.0, "startup_s": 60.0}
+GPU_PRIOR = {"evaluation_s": 1.5, "reference_gflop_per_s": 200.0, "startup_s": 60.0, "first_call_s": 3.0,
+             "first_backward_call_s": 25.0}
 """Seconds on a GPU: a solution's evaluation on a small workload (processes, timing loop up to its budget,
-comparisons); the reference's three calls at this many GFLOP/s of the definition's cost; the start-up."""
-CPU_PRIOR = {"evaluation_s": 2.0, "reference_gflop_per_s": 0.5, "startup_s": 15.0}
+comparisons); the reference's three calls at this many GFLOP/s of the definition's cost; the start-up; a
+solution's first call on a definition (compilation), more for the backward's many kernels."""
+CPU_PRIOR = {"evaluation_s": 2.0, "reference_gflop_per_s": 0.5, "startup_s": 15.0, "first_call_s": 2.0,
+             "first_backward_call_s": 5.0}
 """The same on the CPU, where Triton kernels run in the interpreter (the smoke workloads)."""
 
 
-def estimate_seconds(flops: Optional[float], tokens: int, gpu: bool, solutions: int) -> float:
+def estimate_seconds(flops: Optional[float], tokens: int, gpu: bool, solutions: int, first: bool = False,
+                     backward: bool = False) -> float:
     """A prior wall time of one workload with `solutions` solutions: the reference's calls scale with the
     definition's flops (or the token count when it declares no cost), each solution's with a fixed part plus
-    its share of the same work."""
+    its share of the same work; `first`: the first workload of its definition in the run (compilation)."""
     prior = GPU_PRIOR if gpu else CPU_PRIOR
     work = (flops if flops else tokens * 2e6) / 1e9 / prior["reference_gflop_per_s"]
-    return 3 * work + solutions * (prior["evaluation_s"] + work)
+    compile_s = prior["first_backward_call_s" if backward else "first_call_s"] if first else 0.0
+    return 3 * work + solutions * (prior["evaluation_s"] + work + compile_s)
 
 
 class Eta:

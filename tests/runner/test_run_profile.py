@@ -1,0 +1,87 @@
+"""Where a run's time goes (run_profile.RunProfile, profile.json), the cost-weighted ETA and the console line
+that names a slow workload."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kda_trace import run_profile
+from kda_trace.cli import main
+from kda_trace.run_profile import Eta, RunProfile, category_of, estimate_seconds, family_of
+
+DS = str(Path(__file__).parent / "fixtures" / "ds")
+
+
+@pytest.mark.parametrize("name, family", [
+    ("kda_bwd_fused_h96_d128_v_last_safe_gate", "kda_bwd_fused"),
+    ("kda_decode_h8_d128_k_last", "kda_decode"),
+    ("kda_fwd_qk16_v32_d128_v_last", "kda_fwd"),
+    ("kda_prefill_h12_d128_k_last_safe_gate_chunk_states", "kda_prefill"),
+    ("toy_scan", "toy_scan"),
+])
+def test_family_of(name, family):
+    assert family_of(name) == family
+
+
+def test_phases_fall_into_categories_and_the_first_call_per_definition_is_apart():
+    assert category_of("reference") == "reference"
+    assert category_of("judge: compare B") == "judge"
+    assert category_of("inputs: checksums") == "inputs"
+    p = RunProfile()
+    p.charge("cuda:0", "kda_decode_h8_d128_k_last", "triton", "run", 5.0)   # compiles
+    p.charge("cuda:0", "kda_decode_h8_d128_k_last", "triton", "run", 0.5)
+    p.charge("cuda:0", "kda_decode_h16_d128_k_last", "triton", "run", 4.0)  # another definition: compiles too
+    p.charge("cuda:0", "kda_decode_h8_d128_k_last", None, "idle", 100.0)     # not work
+    assert p.seconds[("kda_decode", "first call", "triton")] == 9.0
+    assert p.seconds[("kda_decode", "calls", "triton")] == 0.5
+    assert sum(p.totals().values()) == 9.5
+
+
+def test_the_eta_weighs_by_cost_and_learns_the_scale():
+    # one expensive workload among many cheap ones: by count it would be 1% of the run, by cost it is half
+    estimates = [100.0] + [1.0] * 100
+    eta = Eta(sum(estimates), startup_s=0.0, prior_s=1.0)
+    assert eta.remaining() == pytest.approx(200.0, rel=0.01)
+    for i, e in enumerate(estimates[1:51]):
+        eta.begin(i, e)
+        eta.finish(i, e, 2 * e)  # everything takes twice its estimate
+    # 150 estimated seconds left, at the learnt scale of about 2
+    assert 2 * 150 * 0.9 < eta.remaining() < 2 * 150 * 1.1
+    eta.begin("big", 100.0)
+    assert eta.remaining() <= 2 * 150  # an evaluation in flight counts what it has spent
+
+
+def test_the_eta_counts_the_start_up_until_the_first_evaluation_ends_and_splits_over_workers():
+    eta = Eta(100.0, startup_s=30.0, workers=2)
+    assert eta.remaining() == pytest.approx(80.0, abs=1.0)
+    eta.begin(0, 10.0)
+    eta.finish(0, 10.0, 10.0)
+    assert eta.remaining() == pytest.approx(45.0, abs=1.0)
+
+
+def test_a_bigger_workload_is_estimated_to_cost_more():
+    small = estimate_seconds(1e9, 1024, gpu=True, solutions=1)
+    big = estimate_seconds(1e13, 65536, gpu=True, solutions=1)
+    assert big > 10 * small
+    assert estimate_seconds(1e9, 1024, True, 1, first=True, backward=True) > \
+        estimate_seconds(1e9, 1024, True, 1, first=True) > small
+
+
+def test_a_run_writes_its_profile_and_names_a_slow_workload(tmp_path, monkeypatch, capsys):
+    import kda_trace.runner as runner
+
+    monkeypatch.setattr(runner, "SLOW_EVALUATION_S", 0.0)  # every workload counts as slow
+    out = tmp_path / "out"
+    assert main(["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--out", str(out),
+                 "--solution", "reference"]) == 0
+    err = capsys.readouterr().err
+    assert "still evaluating toy_scan / " in err
+    assert "wall time" in err and "profile.json" in err
+    profile = json.loads((out / "profile.json").read_text())
+    assert profile["categories"] == list(run_profile.CATEGORIES)
+    spent = {row["category"] for row in profile["phases"] if row["seconds"] > 0}
+    assert {"start-up", "inputs", "reference", "first call", "calls", "judge"} <= spent
+    assert all(row["family"] in ("-", "toy_scan") for row in profile["phases"])
+    assert len(profile["evaluations"]) >= 1 and all(e["seconds"] > 0 for e in profile["evaluations"])
+    assert sum(row["seconds"] for row in profile["phases"]) <= profile["wall_s"] * 1.05
