@@ -2,10 +2,28 @@
 
 q and k are L2-normalised inside the op, the log decay g is computed from the raw gate input, beta from
 logits, and the recurrent state is stored K-last ([V, K] per head, the layout of vLLM / SGLang pools).
-Specification: for each sequence, value head and token, in float32,
+Specification: for each sequence, value head and token (value head hv reads q/k head hv // (NUM_V_HEADS //
+NUM_HEADS)), with S the state [K, V] (the transpose of the stored one),
     S = diag(exp(g_t)) S;   S = S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T (scale q_t)
-written here on the transposed state P = S^T ([V, K]). Every sequence starts from its own initial state
-(or zeros) and ends with its own final state.
+Every sequence starts from its own initial state (or zeros) and ends with its own final state. o is returned
+in v's dtype, the final states in float32.
+
+Computed in float64 in the chunked form of the same recurrence (KDA.md "The chunked algorithm"), exact in
+exact arithmetic. Each sequence is cut into chunks of CHUNK tokens from its first token (chunks never cross
+sequences); in a chunk, with G_i the cumulative sum of g over the chunk's tokens up to i (per key channel) and
+S the state before the chunk,
+    A_kk[i, j] = beta_i sum_d k_id k_jd exp(G_id - G_jd)  (j < i),   A_qk[i, j] = sum_d q_id k_jd exp(G_id - G_jd)  (j <= i)
+    W = (I + A_kk)^-1 (beta k exp(G)),   U = (I + A_kk)^-1 (beta v)           (a unit lower-triangular solve)
+    X = U - W S      (row i: beta_i (v_i - S_{i-1}^T k_i), the delta-rule write of token i)
+    O = (q exp(G)) S + A_qk X,   S = diag(exp(G_last)) S + (k exp(G_last - G))^T X
+(q already scaled). Every exponent is <= 0: the pairwise decays exp(G_i - G_j) are formed for j <= i only
+(a [CHUNK, CHUNK, K] factor per chunk and head), so strong gates underflow to 0 instead of overflowing.
+Everything but the last line is independent per chunk and runs for many chunks at once; the last line
+runs chunk after chunk, for all sequences together. Choices: float64, because on an H200 it costs little
+and keeps the result ~1e-15 from the exact recurrence (float32 in this form is ~1e-6 away); CHUNK = 16,
+because the pairwise factor costs CHUNK * K per token and head and the state pass K * V per chunk, so at 16
+neither dominates; chunks are computed in groups of at most GROUP_BYTES of float64 work, so 65536 tokens x
+96 heads fit in a few GiB.
 """
 import torch
 import torch.nn.functional as F
@@ -18,6 +36,11 @@ HEAD_DIM_V = 128
 LOWER_BOUND = None  # None: unbounded gate; a number: the "safe" lower-bound gate
 # --- end of definition constants ---
 
+CHUNK = 16  # tokens per chunk
+# float64 work memory of one group of chunks (sets memory use and speed, not the math): large on a GPU (few
+# kernel launches), small on a CPU (1.5x faster there than 1 GiB groups: fewer fresh pages)
+GROUP_BYTES = {"cuda": 2 ** 30, "cpu": 2 ** 25}
+
 
 def l2_normalize(x):
     """x / sqrt(sum(x^2) + 1e-6) along the last (head) dimension."""
@@ -25,9 +48,9 @@ def l2_normalize(x):
 
 
 def kda_gate(g_raw, A_log, dt_bias):
-    """Raw gate [..., HV, K] -> log decay g <= 0, float32."""
-    x = g_raw.float() + dt_bias.float()          # dt_bias [HV, K] broadcasts over tokens
-    a = torch.exp(A_log.float())[:, None]        # [HV, 1]
+    """Raw gate [..., HV, K] -> log decay g <= 0, float64."""
+    x = g_raw.double() + dt_bias.double()        # dt_bias [HV, K] broadcasts over tokens
+    a = torch.exp(A_log.double())[:, None]       # [HV, 1]
     if LOWER_BOUND is None:
         return -a * F.softplus(x)                # softplus(x) = x for x > 20 (torch's threshold)
     return LOWER_BOUND * torch.sigmoid(a * x)    # in [LOWER_BOUND, 0]
@@ -51,41 +74,115 @@ def check_inputs(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens):
         assert initial_state.shape == (len(offsets) - 1, NUM_V_HEADS, HEAD_DIM_V, HEAD_DIM_K), initial_state.shape
 
 
+
+# ------------------------------------------------------------------------------ the chunked form
+def chunk_plan(cu_seqlens):
+    """How sequences (token ranges cu_seqlens[n]..cu_seqlens[n+1]) are cut into chunks. Sequences are sorted
+    longest first (`order`), so the sequences that have a chunk c are the first active[c] of them; chunks are
+    listed step by step (chunk 0 of every sequence, then chunk 1, ...). tok [chunks, CHUNK] is the token at
+    every chunk position (0 past a sequence's end, where valid [chunks, CHUNK] is False)."""
+    starts = cu_seqlens[:-1].long()
+    lens = cu_seqlens[1:].long() - starts
+    order = torch.sort(lens, descending=True, stable=True).indices
+    starts, lens = starts[order], lens[order]
+    n_chunks = (lens + CHUNK - 1) // CHUNK
+    steps = torch.arange(int(n_chunks[0]), device=lens.device)
+    active = (n_chunks[None, :] > steps[:, None]).sum(1)
+    step = torch.repeat_interleave(steps, active)                                   # step of every chunk
+    row = torch.arange(step.numel(), device=lens.device) - (torch.cumsum(active, 0) - active)[step]
+    pos = step[:, None] * CHUNK + torch.arange(CHUNK, device=lens.device)          # position in its sequence
+    valid = pos < lens[row, None]
+    tok = torch.where(valid, starts[row, None] + pos, 0)
+    return order, active.tolist(), tok, valid
+
+
+def step_groups(active, chunk_bytes, device):
+    """Runs of consecutive steps whose chunks take at most GROUP_BYTES together (at least one step each)."""
+    budget = GROUP_BYTES.get(device.type, GROUP_BYTES["cuda"])
+    groups, first, size = [], 0, 0
+    for s, m in enumerate(active):
+        if s > first and size + m * chunk_bytes > budget:
+            groups.append((first, s))
+            first, size = s, 0
+        size += m * chunk_bytes
+    return groups + [(first, len(active))]
+
+
+def intra_chunk(q, k, v, g, beta):
+    """The state-independent part of every chunk. q (scaled), k, g [M, HV, C, K]; v [M, HV, C, V]; beta
+    [M, HV, C], float64, zero at padding positions (which then change nothing). Returns [W; q exp(G)] (stacked
+    along the chunk axis), U, A_qk, k exp(G_last - G) and exp(G_last) [M, HV, K]."""
+    C = q.shape[-2]
+    G = g.cumsum(-2)
+    future = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)[:, :, None]   # j > i
+    # decay[..., i, j, :] = exp(G_i - G_j) for j <= i, 0 for j > i (masked before exp: no positive exponent)
+    decay = (G[..., :, None, :] - G[..., None, :, :]).masked_fill_(future, -torch.inf).exp_()
+    k_decayed = decay * k[..., None, :, :]                                   # [..., i, j, :] = exp(G_i - G_j) k_j
+    A_qk = (k_decayed @ q[..., None])[..., 0]
+    A_kk = (k_decayed @ k[..., None])[..., 0].tril(-1) * beta[..., None]
+    eye = torch.eye(C, dtype=q.dtype, device=q.device)
+    T = torch.linalg.solve_triangular(eye + A_kk, eye, upper=False, unitriangular=True)   # (I + A_kk)^-1
+    W, U = T @ (beta[..., None] * k * G.exp()), T @ (beta[..., None] * v)
+    G_last = G[..., -1:, :]
+    # W and q exp(G) are both multiplied by the state: stacked, one product per chunk reads it
+    return torch.cat([W, q * G.exp()], -2), U, A_qk, k * (G_last - G).exp(), G_last[..., 0, :].exp()
+
+
+def chunk_pass(chunks, S, active):
+    """Carry the states through the chunks of consecutive steps (chunks as intra_chunk returns them, step after
+    step). S [active[0], HV, K, V]: the states before the first step. Returns o [M, HV, C, V] and the states
+    after the last step (of a sequence that ended earlier: its final state)."""
+    Wq, U, A_qk, k_exp, decay_last = chunks
+    C = U.shape[-2]
+    outs, done, a = [], [], 0
+    for m in active:
+        if m < S.shape[0]:  # sequences m.. have no more chunks: their states are final
+            done.append(S[m:])
+            S = S[:m]
+        b = a + m
+        WS, qS = (Wq[a:b] @ S).split(C, -2)  # W S and (q exp(G)) S
+        X = U[a:b] - WS
+        outs.append(qS + A_qk[a:b] @ X)
+        S = decay_last[a:b, :, :, None] * S + k_exp[a:b].transpose(-1, -2) @ X
+        a = b
+    return torch.cat(outs), torch.cat([S] + done[::-1])
+
+
+def chunk_inputs(q, k, v, g_raw, A_log, dt_bias, b, tok, valid, scale):
+    """The tokens of some chunks, float64 [M, heads, C, ...], after the L2 norm, the gate and the sigmoid; q/k
+    repeated to the value heads; zero at padding positions."""
+    group = NUM_V_HEADS // NUM_HEADS  # value head hv reads q/k head hv // group
+
+    def place(x):  # [M, C, heads, ...] -> [M, heads, C, ...], zero at padding positions
+        return torch.where(valid.view(valid.shape + (1,) * (x.dim() - 2)), x, 0).transpose(1, 2)
+
+    return (place(l2_normalize(q[tok].double())).repeat_interleave(group, 1) * scale,
+            place(l2_normalize(k[tok].double())).repeat_interleave(group, 1),
+            place(v[tok].double()), place(kda_gate(g_raw[tok], A_log, dt_bias)), place(torch.sigmoid(b[tok].double())))
+
+
 def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale):
     check_inputs(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens)
     HV, K, V = NUM_V_HEADS, HEAD_DIM_K, HEAD_DIM_V
     N = cu_seqlens.numel() - 1
-    group = NUM_V_HEADS // NUM_HEADS  # value head hv reads q/k head hv // group
-
-    starts = cu_seqlens[:-1].long()
-    lens = cu_seqlens[1:].long() - starts
-    # P[n, hv] is the state S^T of sequence n, [V, K] (K-last).
     if initial_state is None:
-        P = torch.zeros(N, HV, V, K, dtype=torch.float32, device=q.device)
+        S = torch.zeros(N, HV, K, V, dtype=torch.float64, device=q.device)
     else:
-        P = initial_state.float().clone()
-    o = torch.empty_like(v)  # each token's output is cast to v's dtype as it is written
-
-    # All sequences advance together: step t handles token t of every sequence that is still running.
-    # The tokens of STEPS steps are gathered and brought to float32 at once ([STEPS, N, HV, ...]), so a
-    # step only indexes a view and no float32 copy of the whole batch is ever made.
-    steps, STEPS = int(lens.max()), 64
-    for t0 in range(0, steps, STEPS):
-        t = torch.arange(t0, min(t0 + STEPS, steps), device=q.device)[:, None]
-        running = t < lens                                                    # [STEPS, N]
-        # A sequence that has ended reads token 0 as a no-op: decay 1 and beta 0 leave its state unchanged.
-        tok = torch.where(running, starts + t, 0)                             # [STEPS, N]
-        q_s = l2_normalize(q[tok].float()).repeat_interleave(group, dim=2) * scale
-        k_s = l2_normalize(k[tok].float()).repeat_interleave(group, dim=2)
-        v_s = v[tok].float()
-        d_s = torch.where(running[..., None, None], torch.exp(kda_gate(g_raw[tok], A_log, dt_bias)), 1.0)
-        b_s = torch.where(running[..., None], torch.sigmoid(b[tok].float()), 0.0)
-        o_s = torch.empty_like(v_s)
-        for i in range(tok.shape[0]):
-            q_t, k_t, v_t, d_t, b_t = q_s[i], k_s[i], v_s[i], d_s[i], b_s[i]
-            P = P * d_t[:, :, None, :]                                        # decay each key column
-            predicted = (P @ k_t[..., None])[..., 0]                          # S^T k: [N, HV, V]
-            P = P + (b_t[..., None] * (v_t - predicted))[..., None] * k_t[:, :, None, :]  # delta-rule write
-            o_s[i] = (P @ q_t[..., None])[..., 0]                             # read the updated state
-        o[tok[running]] = o_s[running].to(o.dtype)
-    return o, P
+        S = initial_state.double().transpose(-1, -2)          # the stored [V, K] as S [K, V]
+    order, active, tok, valid = chunk_plan(cu_seqlens)
+    o = torch.empty_like(v)
+    S = S[order]
+    first = [0]
+    for m in active:
+        first.append(first[-1] + m)   # first chunk of every step
+    chunk_bytes = 8 * HV * CHUNK * (4 * CHUNK * K + 16 * (K + V))
+    for s0, s1 in step_groups(active, chunk_bytes, q.device):
+        t, ok = tok[first[s0]:first[s1]], valid[first[s0]:first[s1]]
+        chunks = intra_chunk(*chunk_inputs(q, k, v, g_raw, A_log, dt_bias, b, t, ok, scale))
+        o_c, S_end = chunk_pass(chunks, S[:active[s0]], active[s0:s1])
+        S = torch.cat([S_end, S[active[s0]:]])
+        # through float32: a bf16 o equals the float32 result rounded once more (no float64 -> bf16 rounding)
+        o[t[ok]] = o_c.transpose(1, 2)[ok].float().to(o.dtype)
+    final = torch.empty_like(S)
+    final[order] = S
+    return o, final.transpose(-1, -2).float().contiguous()
