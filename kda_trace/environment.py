@@ -1,5 +1,5 @@
 """Where an evaluation ran: device (name, index, uuid, peaks), driver, library versions, the project's version and
-commit, dataset revision and digests, seed."""
+commit, dataset revision and digests, seed, and how solutions were isolated."""
 
 from __future__ import annotations
 
@@ -175,6 +175,7 @@ def capture(device: str, seed: Optional[int], dataset_root: Optional[Path | str]
     """The environment of this process for `device`. Peaks for the speed of light come from
     roofline.device_peak (its overrides are environment variables, so worker processes see them)."""
     from . import __version__, roofline
+    from .solution_host import sandbox_support
 
     hardware = platform.device_name(device)
     where, uuid = platform.device_identity(device)
@@ -191,4 +192,5 @@ def capture(device: str, seed: Optional[int], dataset_root: Optional[Path | str]
         project_version=__version__,
         project_commit=project_commit(),
         peaks=DevicePeaks(model=peak.model, tbps=peak.tbps, tflops=peak.tflops, source=peak.source) if peak else None,
+        isolation=sandbox_support(),
     )
