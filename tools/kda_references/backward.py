@@ -1,12 +1,27 @@
 """KDA backward, dense batch: gradients of the forward op (fla chunk_kda defaults, [K, V] state).
 
-Given the forward inputs and the incoming gradients `do` (of o) and `dht` (of the final state), return
-the gradients of L = sum(o * do) + sum(final_state * dht) with respect to q, k, v, g, beta and the
-initial state. They are obtained with torch.autograd through the float32 per-token recurrence
+Given the forward inputs and the incoming gradients `do` (of o) and `dht` (of the final state), return the
+gradients of L = sum(o * do) + sum(final_state * dht) with respect to q, k, v, g, beta and the initial state,
+where, per batch row, value head and token (value head hv reads q/k head hv // (NUM_V_HEADS // NUM_HEADS)),
     S = diag(exp(g_t)) S;   S = S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T (scale q_t)
-To keep memory bounded on long sequences, the tokens are processed in segments: a first pass without
-autograd records the state at every segment start, then segments are differentiated last to first,
-each re-run from its recorded start state with the state gradient flowing back from the next segment.
+Gradients are returned in their inputs' dtypes, except dg and dh0 (float32).
+
+They are obtained with torch.autograd through the chunked form of the same recurrence in float64 (KDA.md
+"The chunked algorithm", exact in exact arithmetic). Each row is cut into chunks of CHUNK tokens; in a
+chunk, with G_i the cumulative sum of g over the chunk's tokens up to i (per key channel) and S the state
+before the chunk,
+    A_kk[i, j] = beta_i sum_d k_id k_jd exp(G_id - G_jd)  (j < i),   A_qk[i, j] = sum_d q_id k_jd exp(G_id - G_jd)  (j <= i)
+    W = (I + A_kk)^-1 (beta k exp(G)),   U = (I + A_kk)^-1 (beta v)           (a unit lower-triangular solve)
+    X = U - W S      (row i: beta_i (v_i - S_{i-1}^T k_i), the delta-rule write of token i)
+    O = (q exp(G)) S + A_qk X,   S = diag(exp(G_last)) S + (k exp(G_last - G))^T X
+(q already scaled). Every exponent is <= 0 (the pairwise decays exp(G_i - G_j) are formed for j <= i only),
+so strong gates underflow to 0 instead of overflowing, and so do their gradients. Memory is bounded by
+recomputation: the chunks are taken in groups of at most GROUP_BYTES of float64 work; a first pass without
+autograd records the states before every group, then the groups are differentiated last to first, each re-run
+from its recorded states with the states' gradient flowing back from the next group. Choices: float64,
+because on an H200 it costs little and keeps the gradients ~1e-14 from exact (the float32 token loop was
+~1e-6 away); CHUNK = 16, because the pairwise factor costs CHUNK * K per token and head and the state pass
+K * V per chunk, so at 16 neither dominates.
 """
 import torch
 
@@ -17,7 +32,10 @@ HEAD_DIM_K = 128
 HEAD_DIM_V = 128
 # --- end of definition constants ---
 
-SEGMENT = 64  # tokens re-run under autograd at a time (memory only: the result does not depend on it)
+CHUNK = 16  # tokens per chunk
+# float64 work memory of one group of chunks under autograd (sets memory use and speed, not the math): large on a
+# GPU (few kernel launches), small on a CPU (fewer fresh pages)
+GROUP_BYTES = {"cuda": 2 ** 31, "cpu": 2 ** 26}
 
 
 def check_inputs(q, k, v, g, beta, initial_state, do, dht):
@@ -31,52 +49,136 @@ def check_inputs(q, k, v, g, beta, initial_state, do, dht):
     assert dht.shape == initial_state.shape, dht.shape
 
 
-def recurrence(q, k, v, g, beta, S, scale):
-    """The forward recurrence over a span of tokens, float32. q, k [B, t, H, K]; v [B, t, HV, V];
-    g [B, t, HV, K]; beta [B, t, HV]; S [B, HV, K, V]. Returns (o [B, t, HV, V], S at the end)."""
+# ------------------------------------------------------------------------------ the chunked form
+def chunk_plan(cu_seqlens):
+    """How sequences (token ranges cu_seqlens[n]..cu_seqlens[n+1]) are cut into chunks. Sequences are sorted
+    longest first (`order`), so the sequences that have a chunk c are the first active[c] of them; chunks are
+    listed step by step (chunk 0 of every sequence, then chunk 1, ...). tok [chunks, CHUNK] is the token at
+    every chunk position (0 past a sequence's end, where valid [chunks, CHUNK] is False)."""
+    starts = cu_seqlens[:-1].long()
+    lens = cu_seqlens[1:].long() - starts
+    order = torch.sort(lens, descending=True, stable=True).indices
+    starts, lens = starts[order], lens[order]
+    n_chunks = (lens + CHUNK - 1) // CHUNK
+    steps = torch.arange(int(n_chunks[0]), device=lens.device)
+    active = (n_chunks[None, :] > steps[:, None]).sum(1)
+    step = torch.repeat_interleave(steps, active)                                   # step of every chunk
+    row = torch.arange(step.numel(), device=lens.device) - (torch.cumsum(active, 0) - active)[step]
+    pos = step[:, None] * CHUNK + torch.arange(CHUNK, device=lens.device)          # position in its sequence
+    valid = pos < lens[row, None]
+    tok = torch.where(valid, starts[row, None] + pos, 0)
+    return order, active.tolist(), tok, valid
+
+
+def step_groups(active, chunk_bytes, device):
+    """Runs of consecutive steps whose chunks take at most GROUP_BYTES together (at least one step each)."""
+    budget = GROUP_BYTES.get(device.type, GROUP_BYTES["cuda"])
+    groups, first, size = [], 0, 0
+    for s, m in enumerate(active):
+        if s > first and size + m * chunk_bytes > budget:
+            groups.append((first, s))
+            first, size = s, 0
+        size += m * chunk_bytes
+    return groups + [(first, len(active))]
+
+
+def intra_chunk(q, k, v, g, beta):
+    """The state-independent part of every chunk. q (scaled), k, g [M, HV, C, K]; v [M, HV, C, V]; beta
+    [M, HV, C], float64, zero at padding positions (which then change nothing). Returns [W; q exp(G)] (stacked
+    along the chunk axis), U, A_qk, k exp(G_last - G) and exp(G_last) [M, HV, K]."""
+    C = q.shape[-2]
+    G = g.cumsum(-2)
+    future = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)[:, :, None]   # j > i
+    # decay[..., i, j, :] = exp(G_i - G_j) for j <= i, 0 for j > i (masked before exp: no positive exponent)
+    decay = (G[..., :, None, :] - G[..., None, :, :]).masked_fill_(future, -torch.inf).exp_()
+    k_decayed = decay * k[..., None, :, :]                                   # [..., i, j, :] = exp(G_i - G_j) k_j
+    A_qk = (k_decayed @ q[..., None])[..., 0]
+    A_kk = (k_decayed @ k[..., None])[..., 0].tril(-1) * beta[..., None]
+    eye = torch.eye(C, dtype=q.dtype, device=q.device)
+    T = torch.linalg.solve_triangular(eye + A_kk, eye, upper=False, unitriangular=True)   # (I + A_kk)^-1
+    W, U = T @ (beta[..., None] * k * G.exp()), T @ (beta[..., None] * v)
+    G_last = G[..., -1:, :]
+    # W and q exp(G) are both multiplied by the state: stacked, one product per chunk reads it
+    return torch.cat([W, q * G.exp()], -2), U, A_qk, k * (G_last - G).exp(), G_last[..., 0, :].exp()
+
+
+def chunk_pass(chunks, S, active):
+    """Carry the states through the chunks of consecutive steps (chunks as intra_chunk returns them, step after
+    step). S [active[0], HV, K, V]: the states before the first step. Returns o [M, HV, C, V] and the states
+    after the last step (of a sequence that ended earlier: its final state)."""
+    Wq, U, A_qk, k_exp, decay_last = chunks
+    C = U.shape[-2]
+    outs, done, a = [], [], 0
+    for m in active:
+        if m < S.shape[0]:  # sequences m.. have no more chunks: their states are final
+            done.append(S[m:])
+            S = S[:m]
+        b = a + m
+        WS, qS = (Wq[a:b] @ S).split(C, -2)  # W S and (q exp(G)) S
+        X = U[a:b] - WS
+        outs.append(qS + A_qk[a:b] @ X)
+        S = decay_last[a:b, :, :, None] * S + k_exp[a:b].transpose(-1, -2) @ X
+        a = b
+    return torch.cat(outs), torch.cat([S] + done[::-1])
+
+
+def prepare(q, k, v, g, beta, valid, scale):
+    """Tokens of some chunks, float64 [M, C, heads, ...], as intra_chunk takes them: [M, heads, C, ...], q/k
+    repeated to the value heads, q scaled, zero at padding positions."""
     group = NUM_V_HEADS // NUM_HEADS  # value head hv reads q/k head hv // group
-    qs = q.repeat_interleave(group, dim=2) * scale
-    ks = k.repeat_interleave(group, dim=2)
-    decay = torch.exp(g)
-    outputs = []
-    for t in range(q.shape[1]):
-        k_t = ks[:, t]
-        S = S * decay[:, t, :, :, None]                                      # decay each key row
-        predicted = (k_t[:, :, None, :] @ S)[:, :, 0]                        # S^T k: [B, HV, V]
-        S = S + k_t[..., None] * (beta[:, t, :, None] * (v[:, t] - predicted))[:, :, None, :]
-        outputs.append((qs[:, t, :, None, :] @ S)[:, :, 0])                  # read the updated state
-    return torch.stack(outputs, dim=1), S
+    q, k, v, g, beta = (place(x, valid) for x in (q, k, v, g, beta))
+    return q.repeat_interleave(group, 1) * scale, k.repeat_interleave(group, 1), v, g, beta
+
+
+def place(x, valid):
+    """[M, C, heads, ...] -> [M, heads, C, ...], zero at padding positions."""
+    return torch.where(valid.view(valid.shape + (1,) * (x.dim() - 2)), x, 0).transpose(1, 2)
 
 
 def run(q, k, v, g, beta, initial_state, scale, do, dht):
     check_inputs(q, k, v, g, beta, initial_state, do, dht)
+    B, T = q.shape[:2]
+    cu_seqlens = torch.arange(B + 1, device=q.device) * T   # the rows as the sequences of a packed batch
+    tokens = [x.reshape(B * T, *x.shape[2:]) for x in (q, k, v, g, beta)]
     # autograd must work even when the caller runs under torch.no_grad() or torch.inference_mode()
     with torch.inference_mode(False), torch.enable_grad():
-        return gradients(q, k, v, g, beta, initial_state, scale, do, dht)
+        *grads, dh0 = gradients(*tokens, initial_state, cu_seqlens, scale, do.reshape(B * T, *do.shape[2:]), dht)
+    return (*(d.reshape(x.shape) for d, x in zip(grads, (q, k, v, g, beta))), dh0)
 
 
-def gradients(q, k, v, g, beta, initial_state, scale, do, dht):
-    T = q.shape[1]
-    inputs = [x.float().clone() for x in (q, k, v, g, beta)]  # clone: plain tensors, even from inference mode
-    do, dht = do.float().clone(), dht.float().clone()
-    bounds = list(range(0, T, SEGMENT)) + [T]
+def gradients(q, k, v, g, beta, initial_state, cu_seqlens, scale, do, dht):
+    HV, K, V = NUM_V_HEADS, HEAD_DIM_K, HEAD_DIM_V
+    order, active, tok, valid = chunk_plan(cu_seqlens)
+    first = [0]
+    for m in active:
+        first.append(first[-1] + m)   # first chunk of every step
+    chunk_bytes = 8 * HV * (CHUNK * (6 * CHUNK * K + 40 * (K + V)) + 4 * K * V)
+    groups = step_groups(active, chunk_bytes, q.device)
+    inputs = (q, k, v, g, beta)
 
-    # Pass 1 (no autograd): the state at the start of every segment.
-    starts = [initial_state.float().clone()]
+    # Pass 1 (no autograd): the states before every group.
+    S = initial_state.double()[order]
+    starts = []
     with torch.no_grad():
-        for a, b in zip(bounds[:-2], bounds[1:-1]):
-            starts.append(recurrence(*[x[:, a:b] for x in inputs], starts[-1], scale)[1])
+        for s0, s1 in groups:
+            t, ok = tok[first[s0]:first[s1]], valid[first[s0]:first[s1]]
+            starts.append(S[:active[s0]].clone())
+            chunks = intra_chunk(*prepare(*(x[t].double() for x in inputs), ok, scale))
+            S = torch.cat([chunk_pass(chunks, S[:active[s0]], active[s0:s1])[1], S[active[s0]:]])
 
-    # Pass 2: differentiate segments from last to first; dS carries dL/d(state at the segment's end).
-    grads = [torch.zeros_like(x) for x in inputs]
-    dS = dht
-    for i in reversed(range(len(bounds) - 1)):
-        a, b = bounds[i], bounds[i + 1]
-        span = [x[:, a:b].detach().requires_grad_() for x in inputs]
-        S0 = starts[i].detach().requires_grad_()
-        o, S_end = recurrence(*span, S0, scale)
-        *d_span, dS = torch.autograd.grad((o, S_end), (*span, S0), (do[:, a:b], dS))
-        for grad, d in zip(grads, d_span):
-            grad[:, a:b] = d
-    dq, dk, dv, dg, dbeta = grads
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dg, dbeta.to(beta.dtype), dS
+    # Pass 2: the groups last to first; dS is dL/d(the states after the group), sequences in sorted order.
+    grads = [torch.empty(x.shape, dtype=dtype, device=x.device)
+             for x, dtype in zip(inputs, (q.dtype, k.dtype, v.dtype, torch.float32, beta.dtype))]
+    dS = dht.double()[order]
+    for (s0, s1), S0 in zip(reversed(groups), reversed(starts)):
+        t, ok = tok[first[s0]:first[s1]], valid[first[s0]:first[s1]]
+        leaves = [x[t].double().requires_grad_() for x in inputs]
+        S0.requires_grad_()
+        o, S_end = chunk_pass(intra_chunk(*prepare(*leaves, ok, scale)), S0, active[s0:s1])
+        *d_leaves, dS0 = torch.autograd.grad((o, S_end), (*leaves, S0), (place(do[t].double(), ok), dS[:S0.shape[0]]))
+        dS = torch.cat([dS0, dS[S0.shape[0]:]])
+        for grad, d in zip(grads, d_leaves):
+            grad[t[ok]] = d[ok].float().to(grad.dtype)   # through float32, as a float32 run rounds
+    dh0 = torch.empty_like(dS)
+    dh0[order] = dS
+    return (*grads, dh0.float())
