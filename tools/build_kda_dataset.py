@@ -68,15 +68,15 @@ TOL_GRAD_WIDE = {**TOL_GRAD, "atol": 2e-2}
 TOL_DG = {"atol": 2e-2, "rtol": 5e-2, "min_matched_ratio": 0.9999, "max_rms_rel_error": 3e-2, "min_cosine": 0.9995}
 # g_raw's gradient through the safe gate: fla's chunk_kda (0.6.0) has rows 0.11 to 0.22 away from float64 autograd
 # (RMS error over the row / max(RMS row, atol); single elements off by 0.05 at |x| = 0.18) on 3 of the 7 workloads of
-# kda_bwd_fused_h96 it could run on an H100, where the float32 reference is 3.9e-3 away and ours at most 2.5e-2
-# (benchmarks/row_truth.py, RESULTS.md "Verdicts", nineteenth session). fla is the kernel Kimi-style models train
+# kda_bwd_fused_h96 it could run on an H100, where ours are at most 2.5e-2 away (benchmarks/row_truth.py,
+# RESULTS.md "Verdicts"). fla is the kernel Kimi-style models train
 # with, so its rows must pass: the per-row bound is 0.5 here, twice fla's worst row seen and half of what a zeroed,
 # stale or neighbour's row scores (1.0 to 1.4), so a wrong row still fails.
 TOL_DG_RAW_SAFE = {**TOL_DG, "max_row_rel_error": 0.5}
 # dA_log and ddt_bias sum over every token: their absolute error scales with the whole sum's (|dA_log| reaches 30),
 # so an element-wise atol + rtol * |ref| judges cancellation: a head whose terms cancel to 1 carries the error of a
 # sum of 30. Through the safe gate fla's sums are 0.5-0.6% RMS-relative from float64 and 7 of 96 dA_log heads (0.3%
-# of ddt_bias) fall outside 0.02 + 5%; the reference is 1e-6 away, ours 0.12-0.19%. The sums are judged as wholes
+# of ddt_bias) fall outside 0.02 + 5%; ours are 0.12-0.19% away. The sums are judged as wholes
 # (RMS-relative, cosine) and per head (ddt_bias's per-row bound); the element-wise matched ratio is off for them.
 TOL_SUM_SAFE = {**TOL_DG, "min_matched_ratio": None}
 
@@ -526,7 +526,7 @@ def backward_definition() -> dict:
             "Kimi-Linear-48B-A3B at TP1 (32 heads, head dim 128): the training backward of fla's chunk_kda "
             "(defaults: unit-norm q/k from the caller, precomputed g, beta a probability, [K, V] state). "
             "Gradients of sum(o * do) + sum(final_state * dht) with respect to q, k, v, g, beta and the "
-            "initial state; the reference differentiates the float32 recurrence with torch.autograd. "
+            "initial state; the reference differentiates the recurrence's chunked form in float64 with torch.autograd. "
             "Tolerances: fla's own tests allow ~1e-2 RMS-relative on bf16 gradients; dg is looser."
         ),
         "tags": ["stage:backward", "model:kimi-linear", "gate:precomputed", "beta:prob", "qk_norm:none",
@@ -574,22 +574,15 @@ def backward_workloads(name: str) -> list:
 GEN_G_STRONG = {"kind": "uniform", "low": -8.0, "high": 0.0}  # precomputed g down to -8: strong decays
 
 
-# what the GPU calibration showed for each packed backward definition (benchmarks/RESULTS.md, Verdicts)
+# how each packed backward definition's tolerances were calibrated (benchmarks/RESULTS.md, Verdicts, has the runs)
 PACKED_BACKWARD_CALIBRATION = {
-    "kda_bwd_fused_h32_d128_v_last": (
-        "calibrated on an H200 (benchmarks/RESULTS.md, eleventh session) and ours again on an H100 with the kernels "
-        "of the nineteenth session: ours, fla's chunk_kda and the reference passed all 8 workloads, every gradient's "
-        "worst row under a tenth of the per-row bound (fla's worst db 8.8e-3, ours 6.3e-3)."),
-    "kda_bwd_varlen_h32_d128_v_last": (
-        "calibrated on an H200 and an H100 (benchmarks/RESULTS.md, eleventh and nineteenth sessions): ours and the "
-        "reference passed all 8 workloads, fla's chunk_kda 7 (the 65536-token one not reached), the smallest "
-        "per-row margin fla's dq, 5.5x."),
+    "kda_bwd_fused_h32_d128_v_last": "calibrated against fla's chunk_kda and ours on an H200 and an H100.",
+    "kda_bwd_varlen_h32_d128_v_last": "calibrated against fla's chunk_kda and ours on an H200 and an H100.",
     "kda_bwd_fused_h96_d128_v_last_safe_gate": (
-        "calibrated on an H100 and an H200 (benchmarks/RESULTS.md, nineteenth session): ours, fla's chunk_kda and "
-        "the reference passed all 8 workloads. Looser than the dense backward for the gate's gradients, because fla "
-        "is off there against float64 (and the float32 reference is not): dg_raw's per-row bound is 0.5 (fla's "
-        "worst row 0.22, ours 2.6e-2; a zeroed or a neighbour's row scores 1.0 to 1.4), and dA_log and ddt_bias, "
-        "sums over every token, are judged as wholes and per head, without the element-wise matched ratio."),
+        "calibrated against fla's chunk_kda and ours on an H100 and an H200. Looser than the dense backward for the "
+        "gate's gradients, because fla is off there against float64: dg_raw's per-row bound is 0.5 (fla's worst row "
+        "0.22; a zeroed or a neighbour's row scores 1.0 to 1.4), and dA_log and ddt_bias, sums over every token, "
+        "are judged as wholes and per head, without the element-wise matched ratio."),
 }
 
 
@@ -660,8 +653,8 @@ def packed_backward_definition(fused: bool, model: str, model_text: str, gate: s
         "description": (
             f"{model_text}, TP1 ({h} heads, head dim {D}): the training backward on a packed variable-length "
             f"batch (documents packed with cu_seqlens, no padding, each sequence from its own initial state): {what}. "
-            f"Gradients of sum(o * do) + sum(final_state * dht); the reference differentiates the float32 "
-            f"recurrence with torch.autograd, sequence by sequence. Tolerances: those of the dense backward "
+            f"Gradients of sum(o * do) + sum(final_state * dht); the reference differentiates the recurrence's "
+            f"chunked form in float64 with torch.autograd. Tolerances: those of the dense backward "
             f"(fla's own tests allow ~1e-2 RMS-relative on bf16 gradients; dg and the gate's gradients looser); "
             + PACKED_BACKWARD_CALIBRATION.get(name, "not yet calibrated against fla on a GPU for this family.")
         ),
@@ -714,7 +707,7 @@ def packed_backward_workloads(name: str, fused: bool) -> list:
     add("packed_16384_x8", uneven_lengths(16384, 8, f"{name}/16384x8"), ["backward"],
         "a 16384-token training batch of 8 uneven documents")
     add("packed_65536_x12", uneven_lengths(65536, 12, f"{name}/65536x12"), ["backward", "long"],
-        "a 65536-token training batch of 12 uneven documents (the reference's token loop takes a while)")
+        "a 65536-token training batch of 12 uneven documents")
     return out
 
 
