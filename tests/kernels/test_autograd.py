@@ -70,7 +70,7 @@ def test_training_gradients_fp32_against_float64(gate):
     the backward is the exact mode in fp32, so the bar is 1e-4 RMS-relative (dA_log sums T * K products); on a GPU
     the chunked mode's tf32 / bf16 products, 5e-3, but 1e-2 for dA_log: a sum of T * K signed terms dg * g, whose
     cancellation multiplies the terms' relative error (H100, unbounded gate: dA_log 7.1e-3 with every other
-    gradient near 1.3e-3, twenty-fifth session). The forward's o is bf16-grade."""
+    gradient near 1.3e-3). The forward's o is bf16-grade."""
     B, T, H, HV, K, V = 1, 70, 1, 2, 12, 10
     x = leaves(B, T, H, HV, K, V, 1, seed=2, dtype=torch.float32, raw=True)
     do = torch.randn(B, T, HV, V, dtype=f64) * 0.1
@@ -130,8 +130,8 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
     """kda_autograd keeps the forward's chunk matrices (P, A_qk, X) for the backward's chunked mode, which then
     launches neither its pairs nor its solve kernel: every leaf's gradient within 1e-5 of the recomputing
     backward's under the interpreter (fp32 products in both), within 2e-3 on a GPU (the forward's pair products
-    are tf32, the backward's pairs bf16 on their diagonal blocks: dq 1.7e-4 apart on the H100, twenty-fifth
-    session), for the safe gate, L2 norm and beta logits on packed
+    are tf32, the backward's pairs bf16 on their diagonal blocks: dq 1.7e-4 apart on the H100), for the
+    safe gate, L2 norm and beta logits on packed
     [5, 145] tokens, GVA 2 -> 4, odd K and V; the same again by groups of heads (a workspace limit of one byte:
     the kept matrices are split by value heads too). The kept run hands out NaN-filled memory from torch.empty,
     so a kernel of either pass that reads what no kernel wrote (such as the blocks of a kept matrix above its
@@ -172,7 +172,7 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
     assert len(pairs.calls) == 4
     # not bit-identical by groups (the mechanism not tracked down): dg moves by 7e-7 to 1e-6 RMS-relative, fp32
     # rounding's scale, and the A_log and dt_bias gradients, sums of it, by up to 1.3e-6 with the forward's diagonal
-    # blocks at one anchor (the safe gate's bound here), 4.5e-7 with two (measured in the forty-second session)
+    # blocks at one anchor (the safe gate's bound here), 4.5e-7 with two
     for n in base:
         assert rms_rel(grouped[n], kept[n]) < 3e-6, (n, rms_rel(grouped[n], kept[n]))
 
@@ -215,7 +215,7 @@ def test_kept_states_give_the_gradients(pass_precision, monkeypatch):
         torch.autograd.backward((o, ht), (do.to(o.dtype), dht.float()))
         return {n: t.grad.clone() for n, t in x.items()}
 
-    assert backward.LAUNCH["keep_states"]  # on by default (RESULTS.md, thirty-fourth session)
+    assert backward.LAUNCH["keep_states"]  # on by default (benchmarks/RESULTS.md)
     monkeypatch.setitem(backward.LAUNCH, "keep_states", False)
     base = grads()
     assert passes.options[-1]["FORWARD"] and operands.options[-1]["WITH_U"] and operands.options[-1]["WITH_WK"]
@@ -289,10 +289,10 @@ def test_qk_norm_factors_give_the_same_gradients(gate, bf16, monkeypatch):
             return 1e-3
         # on a GPU the forward's kept factors (summed in another order than option_grads' kernel) differ from the
         # copies' by an ulp, which A_log's and dt_bias's sums over every token (with cancellation) amplify:
-        # dt_bias 1.5e-6 on the H100 (thirty-fourth session, call 8)
+        # dt_bias 1.5e-6 on the H100
         return 1e-5 if n in ("A_log", "dt_bias") and not triton_interpreted() else 1e-6
 
-    assert backward.LAUNCH["qk_norm_factors"]  # on by default since the thirtieth session
+    assert backward.LAUNCH["qk_norm_factors"]  # on by default
     monkeypatch.setitem(backward.LAUNCH, "qk_norm_factors", False)
     base = grads()
     assert len(copies) == 2 and all(not opt["NORM"] for spy in spies.values() for opt in spy.options)
@@ -319,7 +319,7 @@ def test_qk_norm_factors_give_the_same_gradients(gate, bf16, monkeypatch):
                            ref["h0"], cu_seqlens=cu.cpu(), l2norm=True)
     ((o_ref * do.cpu()).sum() + (h_ref * dht.cpu()).sum()).backward()
     # on a GPU A_log's and dt_bias's gradients (sums of dg over every token, with cancellation) take 1e-2:
-    # dt_bias 6.2e-3 on the H100 with fp32 inputs (tf32 products; thirty-first session, call 12)
+    # dt_bias 6.2e-3 on the H100 with fp32 inputs (tf32 products)
     wide = ("A_log", "dt_bias")
     errs = {n: rms_rel(factors[n], ref[n].grad) for n in x}
     for n in x:

@@ -98,7 +98,7 @@ def check(x, opts=None, cu_seqlens=None, use_h0=True, use_dht=True, bar=BAR, gat
 def assert_scale_passed_as_tensor(spies, scale, dtype):
     """Every launch the LaunchSpy objects in `spies` (kernel name -> spy) saw got the attention scale as one
     element of `dtype` (kernels/backward.py `scale_arg`) and no Python float argument: Triton types a float fp32,
-    which put float64 gradients 1.7e-8 off float64 at scale 0.7 on an H100 (thirty-third session). The interpreter
+    which put float64 gradients 1.7e-8 off float64 at scale 0.7 on an H100. The interpreter
     keeps a Python float in float64, so only the arguments' types can show it on the CPU."""
     for name, spy in spies.items():
         assert spy.calls, name

@@ -300,7 +300,7 @@ def test_sums_at_one_anchor_under_a_gate_bound(dtype, monkeypatch):
     assert x["g"].min() >= -7.5
     cu = torch.tensor([0, 100, 150])
     bar = 1e-12 if dtype == f64 else 1e-5
-    assert backward.LAUNCH["sums_one_anchor"]  # on by default since the thirtieth session
+    assert backward.LAUNCH["sums_one_anchor"]  # on by default
     monkeypatch.setitem(backward.LAUNCH, "sums_one_anchor", False)
     base = check(x, cu_seqlens=cu, bar=bar, gate_bound=-7.5)
     monkeypatch.setitem(backward.LAUNCH, "sums_one_anchor", True)
@@ -359,7 +359,7 @@ def test_pass_retries_with_one_stage(monkeypatch):
 
 def test_local_kernel_retries_with_one_stage(monkeypatch):
     """`_local_vk_kernel` launched at Triton's default stages raises OutOfResources where they need more shared
-    memory than the device has (K = 100, V = 60 with fp32 inputs on the H100, twenty-sixth session): it runs again
+    memory than the device has (K = 100, V = 60 with fp32 inputs on the H100): it runs again
     with one stage and the gradients are right."""
     from kda_trace.kernels import backward_chunked
 
@@ -568,8 +568,8 @@ def test_chunked_mode_on_gpu(K, V, launch, monkeypatch):
 def test_small_k_on_gpu(K, monkeypatch):
     """Small K on a GPU, fp32, GVA 1 -> 2, 70 tokens, the chunked mode with its default precisions: every gradient
     within 5e-3 of float64 autograd. With 16-wide K-tiles in `_local_da_kernel` (now part of `_local_vk_kernel`)
-    dk was 1.6e-2 to 3.9e-2 off at K = 16 and 12 (H100, Triton 3.6, tf32 products; twenty-fourth and twenty-fifth
-    sessions); with the pass in bf16 and its Vn and dVn used as they are, dbeta 9.2e-3 at K = 32 (twenty-sixth)."""
+    dk was 1.6e-2 to 3.9e-2 off at K = 16 and 12 (H100, Triton 3.6, tf32 products); with
+    the pass in bf16 and its Vn and dVn used as they are, dbeta 9.2e-3 at K = 32."""
     monkeypatch.setitem(backward.LAUNCH, "mode", "chunked")
     check(make(1, 70, 1, 2, K, 10, seed=40 + K), bar=5e-3)
 
@@ -577,7 +577,7 @@ def test_small_k_on_gpu(K, monkeypatch):
 def test_scale_reaches_the_kernels_in_the_buffers_dtype(monkeypatch):
     """Each chunked kernel that takes the attention scale gets it as one element in the buffers' dtype, float64 at
     scale 0.7 here (`assert_scale_passed_as_tensor`: on an H100 a Python float put this case's gradients 1.7e-8
-    off float64, thirty-third session)."""
+    off float64)."""
     from kda_trace.kernels import backward_chunked
 
     names = ("_prep_operands_kernel", "_local_vk_kernel", "_local_k_kernel")

@@ -481,15 +481,16 @@ VARIANTS = {
     "intra_64_wide_off_tile_per_block": {"intra_off_tail": False, "intra_one_launch": False},
     "state_prefetch_off": {"state_prefetch": False},
     "state_prefetch_with_the_output": {"state_prefetch": True, "out_in_state": True},
-    "before_the_15th_session": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32,
-                                "wu_bv": 32, "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
+    # the launch settings before the speed variants above became defaults
+    "first_defaults": {"exp2": False, "l2_in_intra": False, "out_bv": 64, "out_warps": 8, "wu_bk": 32, "wu_bv": 32,
+                       "wu_warps": 8, "intra_one_launch": False, "state_split": 0},
 }
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
 ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra",
                       "solve_inv_precision", "solve_merge_precision", "solve_power_precision", "solve_peel",
                       "intra_one_anchor"}
 # the settings that the defaults replaced: the defaults must be no less accurate than these either (issue 20)
-REPLACED = ("before_the_15th_session", "intra_two_anchors")
+REPLACED = ("first_defaults", "intra_two_anchors")
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
@@ -974,7 +975,7 @@ def test_kept_chunk_matrices_against_float64(monkeypatch):
     changes neither o nor the final state but through the solve's precision (tf32x3 for the kept fp32 X: the same
     bits as a call without them with the solve in tf32x3). The bar: 1e-4 under the interpreter (fp32 products), 2e-3
     on a GPU, where the pair products are tf32 (operands rounded to 2^-11: P 2e-4 off in absolute terms, its
-    largest entry 0.22, on the H100 in the twenty-fifth session)."""
+    largest entry 0.22, on the H100)."""
     cu = torch.tensor([0, 70, 71, 200])
     x = make(1, 200, 1, 2, 24, 20, seed=23, gate="safe", n_seqs=3)
     x["beta"] = torch.randn(x["beta"].shape, generator=torch.Generator().manual_seed(12)).to(x["beta"])

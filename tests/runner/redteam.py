@@ -1,6 +1,6 @@
 """Red-team attempts on the runner's verdict (issue 15): solutions that try to get PASSED, or a better time than
 they deserve, on the CPU. Used as `--solution tests/runner/redteam.py::NAME`; tests/runner/test_redteam.py runs
-them; each attempt was an open hole when written and is caught since the fixes of the same session.
+them; each attempt was an open hole when written and is caught since the fixes that followed it.
 
 Every attempt computes with the honest base of cheats.py (the reference; `CHEATS_HONEST_DELAY_S` makes each
 honest computation that long, the cost that a cheat skips when it returns zeros), and reaches around the runner
@@ -19,8 +19,8 @@ in one way. The outcome noted on each was seen on toy_scan with `--workers 1` (s
 | plants_dirs_in_other_workdirs | a directory named first.safetensors in the others' work directories | the honest one: RUNTIME_ERROR -> PASSED (files carry the request's nonce) |
 | stops_itself_between_workloads | a forked child SIGSTOPs its own process between workloads | everyone: INVALID_REFERENCE -> PASSED (resumed) |
 | zero_digested_reps | sets timing.DIGESTED_REPS = 0 (an int: not fingerprinted); zeros when timed | PASSED, fake time -> REWARD_HACK (constants fingerprinted) |
-| keeps_l2_warm | replaces timing._flush_buffers' entry by 1 byte: no L2 flush (GPU) | CPU: honest; H100 (eighth session): PASSED with the honest time, as the flush remade the buffer -> REWARD_HACK (a changed buffer is tampering; CPU-tested in test_timing.py; H100, twenty-third session: REWARD_HACK on the decode, MTP and safe-gate prefill tables) |
-| disables_stream_checks | OUTSIDE_STREAM_FACTOR / GATE_CYCLES set to off, then a side stream (GPU) | CPU: honest; H100 (eighth session): REWARD_HACK on 11 of 11 workloads (the constants are fingerprinted) |
+| keeps_l2_warm | replaces timing._flush_buffers' entry by 1 byte: no L2 flush (GPU) | CPU: honest; H100: PASSED with the honest time, as the flush remade the buffer -> REWARD_HACK (a changed buffer is tampering; CPU-tested in test_timing.py; H100: REWARD_HACK on the decode, MTP and safe-gate prefill tables) |
+| disables_stream_checks | OUTSIDE_STREAM_FACTOR / GATE_CYCLES set to off, then a side stream (GPU) | CPU: honest; H100: REWARD_HACK on 11 of 11 workloads (the constants are fingerprinted) |
 | forked_writer | a forked child (not a thread) fills shared-memory outputs after return | caught (INCORRECT_NUMERICAL) |
 
 The solution runs in its own process, but the timing loop (kda_trace.timing._time_cpu / _time_gpu) runs in

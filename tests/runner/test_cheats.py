@@ -291,7 +291,7 @@ def test_an_interrupted_run_leaves_no_process_behind(tmp_path, signame):
     assert time.monotonic() - sent[0] < 10  # `timeout -k 30` would kill a runner that waited politely (20 s)
     assert len(seen) >= 2, seen  # the worker and the solution's process at least
     time.sleep(0.5)
-    tracker = reaper._tracker_pid()  # multiprocessing's, started by the first run of this test session: it stays
+    tracker = reaper._tracker_pid()  # multiprocessing's, started by the first run of this pytest run: it stays
     left = [p for p in seen if p != tracker and Path(f"/proc/{p}").exists() and _state(p) != "Z"]
     assert not left, [reaper.describe(p) for p in left]
     got = statuses(tmp_path)
@@ -347,7 +347,7 @@ def test_a_runner_killed_outright_takes_its_worker_and_solution_process_with_it(
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    for p in below:  # the ones that were reparented to this process (a subreaper in a test session): reap them
+    for p in below:  # the ones that were reparented to this process (a subreaper under pytest): reap them
         try:
             os.waitpid(p, os.WNOHANG)
         except ChildProcessError:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def compiled_triton(monkeypatch):
-    """Workers inherit the environment: another test module of the session (test_fla_adapters) sets
+    """Workers inherit the environment: another test module of the same pytest run (test_fla_adapters) sets
     TRITON_INTERPRET=1 at import, which would run these GPU runs through the interpreter."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
 
@@ -83,7 +83,7 @@ def test_inputs_on_host_gives_the_same_verdicts(tmp_path):
 def test_one_repetition_with_a_large_output_is_not_called_a_side_stream(side_stream):
     """The last repetition's snapshot of its outputs (a state pool's copy: milliseconds) ran inside the host
     clock's span: one repetition of a fast decode call on the stress pools read as work the events missed
-    (twentieth session, honest triton and fla called REWARD_HACK). Work really left on another stream is still seen."""
+    (honest triton and fla were called REWARD_HACK). Work really left on another stream is still seen."""
     import torch
 
     from kda_trace.timing import TimingConfig, measure

@@ -1,7 +1,7 @@
 """Red-team attempts on the runner's verdict (tests/runner/redteam.py, issue 15), on the CPU.
 
 Each test asserts what the runner must do with one attempt. All of them were open holes when the red team wrote
-them (strict xfails); the fixes of the same session closed them, and the marks went. A hole found later gets a
+them (strict xfails); the fixes that followed closed them, and the marks went. A hole found later gets a
 strict xfail again until it is closed.
 
 Three `kda-trace run`s on toy_scan: the timing attempts (with an honest control, each honest computation made

@@ -187,8 +187,8 @@ def test_an_unchanged_integer_input_keeps_its_version_between_repetitions():
 
 
 def test_the_host_clock_bounds_what_the_events_may_miss():
-    """A GPU repetition's events must cover its device-synchronised host time but 10% + 0.05 ms: at 2x (before the
-    twenty-third session) a call could hide 40% of its work on a side stream behind a sleep on the caller's stream
+    """A GPU repetition's events must cover its device-synchronised host time but 10% + 0.05 ms: at 2x (the bound
+    before this one) a call could hide 40% of its work on a side stream behind a sleep on the caller's stream
     (tests/runner/cheats.py's side_stream_when_timed). Honest calls differ by the synchronisation latency."""
     from kda_trace.timing import _result
 
