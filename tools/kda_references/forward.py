@@ -13,8 +13,9 @@ over the chunk's tokens up to i (per key channel) and S the state before the chu
     W = (I + A_kk)^-1 (beta k exp(G)),   U = (I + A_kk)^-1 (beta v)           (a unit lower-triangular solve)
     X = U - W S      (row i: beta_i (v_i - S_{i-1}^T k_i), the delta-rule write of token i)
     O = (q exp(G)) S + A_qk X,   S = diag(exp(G_last)) S + (k exp(G_last - G))^T X
-(q already scaled). Every exponent is <= 0: the pairwise decays exp(G_i - G_j) are formed for j <= i only
-(a [CHUNK, CHUNK, K] factor per chunk and head), so strong gates underflow to 0 instead of overflowing.
+(q already scaled). Every exponent is <= 0: the pairwise decays exp(G_i - G_j) are formed for j < i only
+(a [CHUNK, CHUNK, K] factor per chunk and head; the diagonal has no decay), so strong gates underflow to 0
+instead of overflowing.
 Everything but the last line is independent per chunk and runs for many chunks at once; the last line
 runs chunk after chunk. Choices: float64, because on an H200 it costs little and keeps the result ~1e-15
 from the exact recurrence (float32 in this form is ~1e-6 away); CHUNK = 16, because the pairwise factor
@@ -86,18 +87,20 @@ def intra_chunk(q, k, v, g, beta):
     along the chunk axis), U, A_qk, k exp(G_last - G) and exp(G_last) [M, HV, K]."""
     C = q.shape[-2]
     G = g.cumsum(-2)
-    future = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)[:, :, None]   # j > i
-    # decay[..., i, j, :] = exp(G_i - G_j) for j <= i, 0 for j > i (masked before exp: no positive exponent)
-    decay = (G[..., :, None, :] - G[..., None, :, :]).masked_fill_(future, -torch.inf).exp_()
+    not_past = torch.ones(C, C, dtype=torch.bool, device=q.device).triu()[:, :, None]   # j >= i
+    # decay[..., i, j, :] = exp(G_i - G_j) for j < i, 0 for j >= i (masked before exp: no positive exponent)
+    decay = (G[..., :, None, :] - G[..., None, :, :]).masked_fill_(not_past, -torch.inf).exp_()
     k_decayed = decay * k[..., None, :, :]                                   # [..., i, j, :] = exp(G_i - G_j) k_j
-    A_qk = (k_decayed @ q[..., None])[..., 0]
-    A_kk = (k_decayed @ k[..., None])[..., 0].tril(-1) * beta[..., None]
+    # the diagonal (no decay) apart, and G_last - G_j as a sum over the later tokens: a strong gate's gradients
+    # then carry no rounding of O(1) terms that cancel (exp(G_i - G_i) would give +x and -x to G_i)
+    A_qk = (k_decayed @ q[..., None])[..., 0] + torch.diag_embed((q * k).sum(-1))
+    A_kk = (k_decayed @ k[..., None])[..., 0] * beta[..., None]
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
     T = torch.linalg.solve_triangular(eye + A_kk, eye, upper=False, unitriangular=True)   # (I + A_kk)^-1
     W, U = T @ (beta[..., None] * k * G.exp()), T @ (beta[..., None] * v)
-    G_last = G[..., -1:, :]
+    later = torch.cat([g[..., 1:, :].flip(-2).cumsum(-2).flip(-2), torch.zeros_like(g[..., :1, :])], -2)
     # W and q exp(G) are both multiplied by the state: stacked, one product per chunk reads it
-    return torch.cat([W, q * G.exp()], -2), U, A_qk, k * (G_last - G).exp(), G_last[..., 0, :].exp()
+    return torch.cat([W, q * G.exp()], -2), U, A_qk, k * later.exp(), G[..., -1, :].exp()
 
 
 def chunk_pass(chunks, S, active):
