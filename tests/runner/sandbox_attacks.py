@@ -1,0 +1,98 @@
+"""Solutions that reach outside their own process (issue 65): test fixtures for tests/runner/test_sandbox.py.
+
+Each computes the honest answer (cheats.py's base) and, on every call, tries one thing; it returns zeros when
+the attempt worked, so that a PASSED record means the attempt failed. Targets come from the environment
+(SANDBOX_TARGET_FILE, SANDBOX_TARGET_PORT).
+
+| fixture | tries |
+|---|---|
+| kills_others | SIGKILL to every process it sees that is not its own or its children (the judge, other solutions) |
+| leaves_a_spinning_child | starts a child that spins a CPU core for 5 minutes (a GPU-loading one on a GPU) |
+| reads_judge_memory | reads the memory of the processes it sees (/proc/PID/mem at a mapped address) |
+| writes_outside_scratch | writes SANDBOX_TARGET_FILE |
+| opens_a_socket | connects to 127.0.0.1:SANDBOX_TARGET_PORT (a server of the test's) |
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cheats import _base_outputs, supports  # noqa: E402, F401
+
+
+def _answer(worked: bool, inputs):
+    out = _base_outputs(**inputs)
+    return {k: torch.zeros_like(v) for k, v in out.items()} if worked else out
+
+
+def _others():
+    mine = {os.getpid()}
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid in mine:
+            mine.add(pid)
+    return [p for p in pids if p not in mine and p != 1]
+
+
+def kills_others(**inputs):
+    worked = False
+    for pid in _others():
+        try:
+            os.kill(pid, signal.SIGKILL)
+            worked = True
+        except OSError:
+            pass
+    return _answer(worked, inputs)
+
+
+_children = []
+
+
+def leaves_a_spinning_child(**inputs):
+    if not _children:
+        code = "import time\nwhile True: pass  # sandbox_attacks spinner"
+        _children.append(subprocess.Popen([sys.executable, "-c", code]))
+    return _answer(False, inputs)
+
+
+def reads_judge_memory(**inputs):
+    worked = False
+    for pid in _others():
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                start = int(f.readline().split("-")[0], 16)
+            with open(f"/proc/{pid}/mem", "rb") as f:
+                f.seek(start)
+                worked = worked or len(f.read(16)) == 16
+        except (OSError, ValueError):
+            pass
+    return _answer(worked, inputs)
+
+
+def writes_outside_scratch(**inputs):
+    try:
+        with open(os.environ["SANDBOX_TARGET_FILE"], "w") as f:
+            f.write("written by a solution")
+        worked = True
+    except OSError:
+        worked = False
+    return _answer(worked, inputs)
+
+
+def opens_a_socket(**inputs):
+    try:
+        with socket.create_connection(("127.0.0.1", int(os.environ["SANDBOX_TARGET_PORT"])), timeout=1):
+            worked = True
+    except OSError:
+        worked = False
+    return _answer(worked, inputs)
