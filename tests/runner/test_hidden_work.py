@@ -175,12 +175,18 @@ def test_hidden_work_is_seen_on_a_gpu(attack, work_ms):
 
     call = hw.make_call(attack, work_ms, _must_see(work_ms) / work_ms)
     x = torch.zeros(4, device="cuda")
+    config = TimingConfig(warmup=2, min_reps=30, max_reps=30)
+    honest = measure(hw.make_call("honest", work_ms, 0.0), {"x": x}, "cuda", config, estimate_s=work_ms / 1e3)
     try:
-        r = measure(call, {"x": x}, "cuda", TimingConfig(warmup=2, min_reps=30, max_reps=30), estimate_s=work_ms / 1e3)
+        r = measure(call, {"x": x}, "cuda", config, estimate_s=work_ms / 1e3)
     except RuntimeError as e:  # an event recorded by a thread while the loop reads it: the loop fails, never passes
         assert attack == "end_from_thread", e
         return
-    assert r.outside_stream_ms is not None, (r.overhead_ms, r.excess_ms, statistics.median(r.times_ms))
+    hidden_ms = honest.median_ms - r.median_ms  # what the attack took off its time
+    if attack != "end_from_thread":  # the thread's record comes when it gets the GIL: it may hide less than meant
+        assert hidden_ms >= 0.9 * _must_see(work_ms), (honest.median_ms, r.median_ms)
+    if hidden_ms >= _must_see(work_ms):
+        assert r.outside_stream_ms is not None, (r.overhead_ms, r.excess_ms, hidden_ms)
 
 
 @pytest.mark.gpu
