@@ -17,13 +17,14 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
 
 from kda_trace.platform import default_device, ensure_triton_can_run, triton_interpreted
 
 DEVICE = default_device()
-ensure_triton_can_run(DEVICE)
+ensure_triton_can_run(DEVICE)  # before triton is imported: its own @jit helpers (tl.cumsum) are made then
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from kda_trace.kernels.chunk import _pdot, kda_chunk
 from kda_trace.kernels.options import KDAOptions
