@@ -344,9 +344,12 @@ class _Host:
             self.fail("REWARD_HACK", f"timed repetition {i} of {len(timing.digests)}: {'; '.join(problems)}")
             return
         if timing.outside_stream_ms is not None:
+            overhead = f", {timing.overhead_ms * 1e3:.3g} us of it this process's cost of an empty event pair" \
+                if timing.overhead_ms is not None else ""
             self.fail("REWARD_HACK", f"timing: CUDA events on the caller's stream measured {timing.median_ms:.4g} ms "
                       f"but each call took {timing.outside_stream_ms:.4g} ms between device-wide synchronisations "
-                      "(work launched on another stream, not joined to the caller's)")
+                      f"(median excess {timing.excess_ms * 1e3:.3g} us{overhead}): work the events did not see (on "
+                      "another stream not joined to the caller's, or before a timing event recorded again)")
             return
         self.phase("save")
         self.save("final", copies)
