@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-slow test-gpu lint validate schemas coverage clean
+.PHONY: install run test test-slow test-large test-gpu lint validate schemas coverage clean
 
 install: $(STAMP)
 
@@ -21,12 +21,23 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/kda-trace run --op-type kda
 
-# the fast tier is the CPU / Triton-interpreter tier (what CI runs): CUDA hidden, so a GPU host runs it as CI does
+# The test tiers (markers in pyproject.toml). The CPU tiers hide CUDA, so a GPU host runs them as CI does: their
+# kernel tests are Triton-interpreter tests, with bars set for the interpreter's fp32 products.
+# test: the fast tier, everything not marked slow, large, gpu or stress: every module, every kernel (forward,
+#   backward, gate) under the Triton interpreter, every family's reference against ground truth, the runner's
+#   verdicts and its cheats. Under 5 minutes on 2 idle CPU cores; prints its ten slowest tests.
 test: install
 	CUDA_VISIBLE_DEVICES= $(BIN)/pytest -q --durations=10
 
+# test-slow: the slow tier on CPU (CI runs it after `make test`; none of the fast tests again): the parametrized
+#   sweeps beyond the fast tier's representative cases, long interpreter cases, and the dataset workloads that are
+#   CPU-sized (tests/references/conftest.py CPU_MAX_SIZE) against the float64 truths. About 40 minutes on 2 CPU cores.
 test-slow: install
-	$(BIN)/pytest -q -m slow --durations=10
+	CUDA_VISIBLE_DEVICES= $(BIN)/pytest -q -m 'slow and not gpu' --durations=10
+
+# test-large: the rest of the dataset grid (up to 8192 tokens, 2048 for the backward): minutes on a GPU, hours on a CPU
+test-large: install
+	$(BIN)/pytest -q -m 'large and not gpu' --durations=10
 
 test-gpu: install
 	$(BIN)/pytest -q -m gpu --durations=10

@@ -89,17 +89,32 @@ def family_params(family: str, fast: str = "all") -> list[Any]:
     return [pytest.param(d, id=d.name, marks=() if d is smallest else pytest.mark.slow) for d in defs]
 
 
+# The dataset grid's tiers. A workload of at most CPU_MAX_SIZE tokens x value heads whose largest tensor has at most
+# CPU_MAX_ELEMENTS elements is in the slow tier, which CI runs on 2 CPU cores (`make test-slow`); the rest of the
+# grid is marked large (`make test-large`: a GPU, or hours of CPU). On 2 busy CPU cores an 8192-token prefill
+# workload of 12 heads (98304) took 203 s, one of 16384 took 23 s, a 256-token MTP batch of 8 heads with a
+# 2^24-element pool 20 s: the slow tier's 184 workloads sum to about 10 minutes.
+CPU_MAX_SIZE = 8192
+CPU_MAX_ELEMENTS = 2 ** 23
+
+
+def grid_mark(d: Definition, w: Workload, max_tokens: int = 8192, max_elements: int = 2 ** 27):
+    """The tier of a dataset workload outside the fast tier: stress where it is tagged stress, has more than
+    max_tokens tokens or a tensor of more than max_elements elements (a 512-slot pool of 96 heads is 805M);
+    slow where it is CPU-sized (CPU_MAX_SIZE, CPU_MAX_ELEMENTS); else large."""
+    largest = largest_tensor(d, w)
+    if "stress" in w.tags or workload_tokens(d, w) > max_tokens or largest > max_elements:
+        return pytest.mark.stress
+    if workload_size(d, w) <= CPU_MAX_SIZE and largest <= CPU_MAX_ELEMENTS:
+        return pytest.mark.slow
+    return pytest.mark.large
+
+
 def workload_params(family: str, max_tokens: int = 8192, max_elements: int = 2 ** 27) -> list[Any]:
-    """pytest params over every dataset workload of a family ("defname-N" ids), marked slow; workloads
-    tagged stress, of more than max_tokens tokens, or with a tensor of more than max_elements elements
-    (a 512-slot pool of 96 heads is 805M) are marked stress instead (pytest -m stress)."""
-    out = []
-    for d in definitions(family):
-        for i, w in enumerate(dataset().workloads_of(d.name)):
-            big = ("stress" in w.tags or workload_tokens(d, w) > max_tokens
-                   or largest_tensor(d, w) > max_elements)
-            out.append(pytest.param(d, w, id=f"{d.name}-{i}", marks=pytest.mark.stress if big else pytest.mark.slow))
-    return out
+    """pytest params over every dataset workload of a family ("defname-N" ids), each marked slow, large or
+    stress by grid_mark."""
+    return [pytest.param(d, w, id=f"{d.name}-{i}", marks=grid_mark(d, w, max_tokens, max_elements))
+            for d in definitions(family) for i, w in enumerate(dataset().workloads_of(d.name))]
 
 
 def largest_tensor(d: Definition, w: Workload) -> int:

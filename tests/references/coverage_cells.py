@@ -111,7 +111,7 @@ def _marks(decorators: list[ast.expr]) -> set[str]:
     names = set()
     for d in decorators:
         node = d.func if isinstance(d, ast.Call) else d
-        if isinstance(node, ast.Attribute) and node.attr in ("slow", "gpu", "stress"):
+        if isinstance(node, ast.Attribute) and node.attr in ("slow", "large", "gpu", "stress"):
             names.add(node.attr)
     return names
 
@@ -142,7 +142,7 @@ def declarations(tests_dir: Path = TESTS_DIR) -> list[Declaration]:
             calls = [c for dec in node.decorator_list for c in ast.walk(dec) if isinstance(c, ast.Call)]
             if any(_slow_params(c) for c in calls):
                 marks.add("slow")
-            tier = "gpu" if "gpu" in marks else "slow" if marks & {"slow", "stress"} else "fast"
+            tier = "gpu" if "gpu" in marks else "slow" if marks & {"slow", "large", "stress"} else "fast"
             fast_one = any(isinstance(c, ast.Call) and getattr(c.func, "id", "") == "family_params"
                            and any(kw.arg == "fast" and ast.literal_eval(kw.value) == "one" for kw in c.keywords)
                            for dec in node.decorator_list for c in ast.walk(dec))

@@ -14,8 +14,8 @@ from conftest import (
     custom_workload,
     dataset,
     family_params,
+    grid_mark,
     inputs_of,
-    largest_tensor,
     require_cuda,
     run_reference,
     workload_size,
@@ -57,7 +57,7 @@ def check_gate(d, x, out, what):
 
 
 def gate_workloads(fast: bool):
-    """The fast tier's small dataset workloads, or the others (slow; stress past 2^27 elements)."""
+    """The fast tier's small dataset workloads, or the others (slow, large or stress: conftest.grid_mark)."""
     out = []
     for d in [p.values[0] for p in family_params(FAMILY)]:
         if d is None:
@@ -65,8 +65,7 @@ def gate_workloads(fast: bool):
         for i, w in enumerate(dataset().workloads_of(d.name)):
             if (workload_size(d, w) <= FAST_SIZE) != fast:
                 continue
-            big = "stress" in w.tags or largest_tensor(d, w) > 2 ** 27
-            marks = () if fast else pytest.mark.stress if big else pytest.mark.slow
+            marks = () if fast else grid_mark(d, w, max_tokens=2 ** 62)
             out.append(pytest.param(d, w, id=f"{d.name}-{i}", marks=marks))
     return out
 
