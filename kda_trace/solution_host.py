@@ -562,9 +562,12 @@ def _mounts(libc, keep: list) -> None:
         flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
         for option in fields[5].split(","):
             flags |= _MOUNT_OPTIONS.get(option, 0)
-        # a mount that cannot be remounted here (locked by another user namespace) stays as it is: the file systems
-        # that hold the run are checked by the probe (sandbox_support)
-        libc.mount(None, point.encode(), None, flags, None)
+        if libc.mount(None, point.encode(), None, flags, None) != 0 and "ro" not in fields[5].split(","):
+            import ctypes
+
+            err = ctypes.get_errno()
+            if err != 2:  # ENOENT: a mount point hidden under a later mount
+                raise SandboxUnavailable(err, f"remounting {point} read-only: {os.strerror(err)}")
     if os.path.isdir("/dev/shm"):
         libc.mount(b"none", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=1777")
     for path in keep:
