@@ -37,12 +37,20 @@ PACKINGS = {"one_token": [1], "short_mixed": [5, 1, 17], "ragged": [40, 3, 16, 3
 DENSE = {"b1_t1": (1, 1), "b2_t5": (2, 5), "b3_t17": (3, 17), "b2_t40": (2, 40)}
 
 
-def build(family: str, group_bytes: dict | None = None, **constants):
-    """The family's reference with our head counts, compiled the runner's way."""
+SMALLEST = {"cpu": 1, "cuda": 1}  # memory budgets of one step (forward) or one chunk (backward) at a time
+MEMORY = {"forward": ["GROUP_BYTES"], "prefill": ["GROUP_BYTES"], "prefill_chunk_states": ["GROUP_BYTES"],
+          "backward_varlen": ["STATE_BYTES", "INTRA_BYTES"], "backward_fused": ["STATE_BYTES", "INTRA_BYTES"]}
+
+
+def build(family: str, smallest_memory: bool = False, **constants):
+    """The family's reference with our head counts, compiled the runner's way; smallest_memory: its memory
+    budgets set to the least (one step of chunks at a time, one sequence and one chunk under autograd)."""
     consts = {"NUM_HEADS": H, "NUM_V_HEADS": HV, "HEAD_DIM_K": K, "HEAD_DIM_V": V, **constants}
     run = compile_reference(reference_source(family, **consts), f"{family}-test")
-    if group_bytes is not None:
-        run.__globals__["GROUP_BYTES"] = group_bytes
+    if smallest_memory:
+        for name in MEMORY[family]:
+            assert name in run.__globals__, (family, name)
+            run.__globals__[name] = SMALLEST
     return run
 
 
@@ -124,11 +132,11 @@ def test_forward(shape, strength, with_state):
 
 
 def test_forward_bf16_and_groups():
-    """bf16 inputs round once more than the float32 run, bit for bit; one step per group of chunks (the smallest
+    """bf16 inputs round once more than the float32 run, bit for bit; one step of chunks at a time (the smallest
     memory) gives the same bits as the default groups."""
     x = forward_inputs(2, 40, "ordinary", True)
     check_bf16_run(build("forward"), x, ["o", "final_state"])
-    small = build("forward", group_bytes={"cpu": 1, "cuda": 1})(**x)
+    small = build("forward", smallest_memory=True)(**x)
     for a, b in zip(build("forward")(**x), small):
         assert torch.equal(a, b)
 
@@ -179,7 +187,7 @@ def test_prefill_bf16_and_groups():
     x = prefill_inputs([40, 3, 70], "ordinary", True)
     for family, names in [("prefill", ["o", "final_state"]), ("prefill_chunk_states", ["o", "final_state", "chunk_states"])]:
         check_bf16_run(build(family, LOWER_BOUND=LOWER_BOUND), x, names)
-        small = build(family, group_bytes={"cpu": 1, "cuda": 1}, LOWER_BOUND=LOWER_BOUND)(**x)
+        small = build(family, smallest_memory=True, LOWER_BOUND=LOWER_BOUND)(**x)
         for a, b in zip(build(family, LOWER_BOUND=LOWER_BOUND)(**x), small):
             assert torch.equal(a, b)
 
@@ -258,17 +266,19 @@ def test_backward_fused(lens, gate, strength):
 
 
 def test_backward_bf16_and_groups():
-    """bf16 inputs: the bf16 gradients are the float32 run's cast, bit for bit; one step per group of chunks gives
-    the same bits as the default groups."""
+    """bf16 inputs: the bf16 gradients are the float32 run's cast, bit for bit; the smallest memory budgets (one
+    sequence, one chunk step per group, one chunk under autograd at a time) give the same bits as the defaults."""
     x, do, dht = varlen_backward_inputs([40, 3, 70], "ordinary")
     names = ["dq", "dk", "dv", "dg", "dbeta", "dh0"]
     run = build("backward_varlen")
-    check_bf16_run(lambda **y: run(**y), {**x, "do": do, "dht": dht}, names)
-    small = build("backward_varlen", group_bytes={"cpu": 1, "cuda": 1})(**x, do=do, dht=dht)
+    check_bf16_run(run, {**x, "do": do, "dht": dht}, names)
+    small = build("backward_varlen", smallest_memory=True)(**x, do=do, dht=dht)
     for a, b in zip(run(**x, do=do, dht=dht), small):
         assert torch.equal(a, b)
     f = prefill_inputs([40, 3, 70], "ordinary", True, seed=3)
     f["initial_state"] = f["initial_state"].transpose(-1, -2).contiguous()
     run = build("backward_fused", LOWER_BOUND=LOWER_BOUND)
-    check_bf16_run(lambda **y: run(**y), {**f, "do": do, "dht": dht},
-                   ["dq", "dk", "dv", "dg_raw", "dA_log", "ddt_bias", "db", "dh0"])
+    check_bf16_run(run, {**f, "do": do, "dht": dht}, ["dq", "dk", "dv", "dg_raw", "dA_log", "ddt_bias", "db", "dh0"])
+    small = build("backward_fused", smallest_memory=True, LOWER_BOUND=LOWER_BOUND)(**f, do=do, dht=dht)
+    for a, b in zip(run(**f, do=do, dht=dht), small):
+        assert torch.equal(a, b)

@@ -14,16 +14,20 @@ before the chunk,
     W = (I + A_kk)^-1 (beta k exp(G)),   U = (I + A_kk)^-1 (beta v)           (a unit lower-triangular solve)
     X = U - W S      (row i: beta_i (v_i - S_{i-1}^T k_i), the delta-rule write of token i)
     O = (q exp(G)) S + A_qk X,   S = diag(exp(G_last)) S + (k exp(G_last - G))^T X
-(q already scaled). No exponent is positive (the pairwise decays exp(G_i - G_j) are formed for j < i only, the
-diagonal has no decay, and G_last - G_j is summed over the later tokens), so strong gates underflow to 0
-instead of overflowing, and their gradients stay exact: a decay exp(G_i - G_i) would add and subtract O(1)
-terms whose rounding swamps gradients of size e^-50. Memory is bounded by
-recomputation: the chunks are taken in groups of at most GROUP_BYTES of float64 work; a first pass without
-autograd records the states before every group, then the groups are differentiated last to first, each re-run
-from its recorded states with the states' gradient flowing back from the next group. Choices: float64,
-because on an H200 it costs little and keeps the gradients ~1e-14 from exact (the float32 token loop was
-~1e-6 away); CHUNK = 16, because the pairwise factor costs CHUNK * K per token and head and the state pass
-K * V per chunk, so at 16 neither dominates.
+(q already scaled). No exponent is positive (the pairwise decays exp(G_i - G_j) are formed for the pairs j < i
+only, the diagonal has no decay, and G_last - G_j is summed over the later tokens), so strong gates underflow
+to 0 instead of overflowing, and their gradients stay exact: a decay exp(G_i - G_i) would add and subtract
+O(1) terms whose rounding swamps gradients of size e^-50.
+
+Memory is bounded by recomputation: rows are differentiated in batches that keep at most
+STATE_BYTES of states; in a batch, a first pass without autograd records the states before every group of L
+consecutive chunk steps (L = sqrt(steps / 5) keeps the fewest states), then the groups are differentiated last
+to first, each re-run from its recorded states with the states' gradient flowing back from the next group:
+first the state pass of the whole group, then the intra-chunk part, INTRA_BYTES of work at a time.
+
+Choices: float64, because on an H200 it costs little and keeps the gradients at float64 rounding from exact (the
+outputs are then the float64 values rounded once to float32); CHUNK = 16, because the pairwise decays cost
+(CHUNK - 1) / 2 * K per token and head and the state pass K * V per chunk, so at 16 neither dominates.
 """
 import torch
 
@@ -35,9 +39,10 @@ HEAD_DIM_V = 128
 # --- end of definition constants ---
 
 CHUNK = 16  # tokens per chunk
-# float64 work memory of one group of chunks under autograd (sets memory use and speed, not the math): large on a
-# GPU (few kernel launches), small on a CPU (fewer fresh pages)
-GROUP_BYTES = {"cuda": 2 ** 31, "cpu": 2 ** 26}
+# memory (sets memory use and speed, not the math), in float64 bytes: the states that a batch of sequences keeps
+# (recorded and under autograd), and the intra-chunk work differentiated at once
+STATE_BYTES = {"cuda": 2 ** 31, "cpu": 2 ** 28}
+INTRA_BYTES = {"cuda": 2 ** 30, "cpu": 2 ** 25}
 
 
 def check_inputs(q, k, v, g, beta, initial_state, do, dht):
@@ -52,13 +57,11 @@ def check_inputs(q, k, v, g, beta, initial_state, do, dht):
 
 
 # ------------------------------------------------------------------------------ the chunked form
-def chunk_plan(cu_seqlens):
-    """How sequences (token ranges cu_seqlens[n]..cu_seqlens[n+1]) are cut into chunks. Sequences are sorted
-    longest first (`order`), so the sequences that have a chunk c are the first active[c] of them; chunks are
-    listed step by step (chunk 0 of every sequence, then chunk 1, ...). tok [chunks, CHUNK] is the token at
-    every chunk position (0 past a sequence's end, where valid [chunks, CHUNK] is False)."""
-    starts = cu_seqlens[:-1].long()
-    lens = cu_seqlens[1:].long() - starts
+def chunk_plan(starts, lens):
+    """How sequences (tokens starts[n] .. starts[n] + lens[n]) are cut into chunks. Sequences are sorted longest
+    first (`order`), so the sequences that have a chunk c are the first active[c] of them; chunks are listed step
+    by step (chunk 0 of every sequence, then chunk 1, ...). tok [chunks, CHUNK] is the token at every chunk
+    position (0 past a sequence's end, where valid [chunks, CHUNK] is False)."""
     order = torch.sort(lens, descending=True, stable=True).indices
     starts, lens = starts[order], lens[order]
     n_chunks = (lens + CHUNK - 1) // CHUNK
@@ -72,16 +75,27 @@ def chunk_plan(cu_seqlens):
     return order, active.tolist(), tok, valid
 
 
-def step_groups(active, chunk_bytes, device):
-    """Runs of consecutive steps whose chunks take at most GROUP_BYTES together (at least one step each)."""
-    budget = GROUP_BYTES.get(device.type, GROUP_BYTES["cuda"])
-    groups, first, size = [], 0, 0
-    for s, m in enumerate(active):
-        if s > first and size + m * chunk_bytes > budget:
-            groups.append((first, s))
-            first, size = s, 0
-        size += m * chunk_bytes
-    return groups + [(first, len(active))]
+def steps_per_group(steps):
+    """Steps re-run together: a sequence keeps steps / L recorded states and about 5 L states' worth under
+    autograd (the states of every step and the chunks' own tensors), fewest at L = sqrt(steps / 5)."""
+    return max(1, round((steps / 5) ** 0.5))
+
+
+def sequence_batches(lens, device):
+    """The sequences, longest first, in batches differentiated together: as many as keep at most STATE_BYTES of
+    states (at least one)."""
+    budget = STATE_BYTES.get(device.type, STATE_BYTES["cuda"])
+    state_bytes = 8 * NUM_V_HEADS * HEAD_DIM_K * HEAD_DIM_V
+    batches = []
+    for n in torch.sort(lens, descending=True, stable=True).indices.tolist():
+        if batches:
+            steps = -(-int(lens[batches[-1][0]]) // CHUNK)   # the batch's longest sequence
+            L = steps_per_group(steps)
+            if (len(batches[-1]) + 1) * (steps / L + 5 * L) * state_bytes <= budget:
+                batches[-1].append(n)
+                continue
+        batches.append([n])
+    return batches
 
 
 def intra_chunk(q, k, v, g, beta):
@@ -90,14 +104,14 @@ def intra_chunk(q, k, v, g, beta):
     along the chunk axis), U, A_qk, k exp(G_last - G) and exp(G_last) [M, HV, K]."""
     C = q.shape[-2]
     G = g.cumsum(-2)
-    not_past = torch.ones(C, C, dtype=torch.bool, device=q.device).triu()[:, :, None]   # j >= i
-    # decay[..., i, j, :] = exp(G_i - G_j) for j < i, 0 for j >= i (masked before exp: no positive exponent)
-    decay = (G[..., :, None, :] - G[..., None, :, :]).masked_fill_(not_past, -torch.inf).exp_()
-    k_decayed = decay * k[..., None, :, :]                                   # [..., i, j, :] = exp(G_i - G_j) k_j
+    i, j = torch.tril_indices(C, C, -1, device=q.device)                       # the pairs j < i
+    k_decayed = k[..., j, :] * torch.exp(G[..., i, :] - G[..., j, :])         # exp(G_i - G_j) k_j: exponents < 0
     # the diagonal (no decay) apart, and G_last - G_j as a sum over the later tokens: a strong gate's gradients
     # then carry no rounding of O(1) terms that cancel (exp(G_i - G_i) would give +x and -x to G_i)
-    A_qk = (k_decayed @ q[..., None])[..., 0] + torch.diag_embed((q * k).sum(-1))
-    A_kk = (k_decayed @ k[..., None])[..., 0] * beta[..., None]
+    A_qk = torch.diag_embed((q * k).sum(-1))
+    A_qk[..., i, j] = (k_decayed * q[..., i, :]).sum(-1)
+    A_kk = torch.zeros_like(A_qk)
+    A_kk[..., i, j] = (k_decayed * k[..., i, :]).sum(-1) * beta[..., i]
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
     T = torch.linalg.solve_triangular(eye + A_kk, eye, upper=False, unitriangular=True)   # (I + A_kk)^-1
     W, U = T @ (beta[..., None] * k * G.exp()), T @ (beta[..., None] * v)
@@ -151,38 +165,66 @@ def run(q, k, v, g, beta, initial_state, scale, do, dht):
 
 
 def gradients(q, k, v, g, beta, initial_state, cu_seqlens, scale, do, dht):
+    inputs = (q, k, v, g, beta)
+    grads = [torch.empty(x.shape, dtype=dtype, device=x.device)
+             for x, dtype in zip(inputs, (q.dtype, k.dtype, v.dtype, torch.float32, beta.dtype))]
+    dh0 = torch.empty(initial_state.shape, dtype=torch.float32, device=q.device)
+    starts = cu_seqlens[:-1].long()
+    lens = cu_seqlens[1:].long() - starts
+    for seqs in sequence_batches(lens, q.device):
+        seqs = torch.tensor(seqs, device=q.device)
+        dh0[seqs] = batch_gradients(inputs, grads, starts[seqs], lens[seqs], initial_state[seqs], do, dht[seqs], scale)
+    return (*grads, dh0)
+
+
+def intra_chunks(inputs, tok, valid, scale, per):
+    """intra_chunk of the chunks of tokens `tok`, `per` chunks at a time (bounded work memory)."""
+    parts = [intra_chunk(*prepare(*(x[tok[a:a + per]].double() for x in inputs), valid[a:a + per], scale))
+             for a in range(0, tok.shape[0], per)]
+    return [torch.cat(p) for p in zip(*parts)]
+
+
+def batch_gradients(inputs, grads, starts, lens, h0, do, dht, scale):
+    """Gradients of a batch of sequences: those of the tokens are written into `grads` (through float32, as a
+    float32 run rounds); returns dL/d(initial states), float32."""
     HV, K, V = NUM_V_HEADS, HEAD_DIM_K, HEAD_DIM_V
-    order, active, tok, valid = chunk_plan(cu_seqlens)
+    order, active, tok, valid = chunk_plan(starts, lens)
     first = [0]
     for m in active:
         first.append(first[-1] + m)   # first chunk of every step
-    chunk_bytes = 8 * HV * (CHUNK * (6 * CHUNK * K + 40 * (K + V)) + 4 * K * V)
-    groups = step_groups(active, chunk_bytes, q.device)
-    inputs = (q, k, v, g, beta)
+    L = steps_per_group(len(active))
+    groups = [(s, min(s + L, len(active))) for s in range(0, len(active), L)]
+    budget = INTRA_BYTES.get(tok.device.type, INTRA_BYTES["cuda"])
+    per = max(1, budget // (8 * HV * CHUNK * (6 * CHUNK * K + 40 * (K + V))))   # chunks differentiated at once
 
     # Pass 1 (no autograd): the states before every group.
-    S = initial_state.double()[order]
-    starts = []
+    S = h0.double()[order]
+    saved = []
     with torch.no_grad():
         for s0, s1 in groups:
             t, ok = tok[first[s0]:first[s1]], valid[first[s0]:first[s1]]
-            starts.append(S[:active[s0]].clone())
-            chunks = intra_chunk(*prepare(*(x[t].double() for x in inputs), ok, scale))
+            saved.append(S[:active[s0]].clone())
+            chunks = intra_chunks(inputs, t, ok, scale, per)
             S = torch.cat([chunk_pass(chunks, S[:active[s0]], active[s0:s1])[1], S[active[s0]:]])
 
-    # Pass 2: the groups last to first; dS is dL/d(the states after the group), sequences in sorted order.
-    grads = [torch.empty(x.shape, dtype=dtype, device=x.device)
-             for x, dtype in zip(inputs, (q.dtype, k.dtype, v.dtype, torch.float32, beta.dtype))]
+    # Pass 2: the groups last to first; dS is dL/d(the states after the group), sequences in sorted order. The
+    # state pass is differentiated for the whole group, then the intra-chunk part `per` chunks at a time.
     dS = dht.double()[order]
-    for (s0, s1), S0 in zip(reversed(groups), reversed(starts)):
+    for (s0, s1), S0 in zip(reversed(groups), reversed(saved)):
         t, ok = tok[first[s0]:first[s1]], valid[first[s0]:first[s1]]
-        leaves = [x[t].double().requires_grad_() for x in inputs]
+        with torch.no_grad():
+            chunks = [c.requires_grad_() for c in intra_chunks(inputs, t, ok, scale, per)]
         S0.requires_grad_()
-        o, S_end = chunk_pass(intra_chunk(*prepare(*leaves, ok, scale)), S0, active[s0:s1])
-        *d_leaves, dS0 = torch.autograd.grad((o, S_end), (*leaves, S0), (place(do[t].double(), ok), dS[:S0.shape[0]]))
+        o, S_end = chunk_pass(chunks, S0, active[s0:s1])
+        *d_chunks, dS0 = torch.autograd.grad((o, S_end), (*chunks, S0), (place(do[t].double(), ok), dS[:S0.shape[0]]))
         dS = torch.cat([dS0, dS[S0.shape[0]:]])
-        for grad, d in zip(grads, d_leaves):
-            grad[t[ok]] = d[ok].float().to(grad.dtype)   # through float32, as a float32 run rounds
+        for a in range(0, t.shape[0], per):
+            ts, oks = t[a:a + per], ok[a:a + per]
+            leaves = [x[ts].double().requires_grad_() for x in inputs]
+            d_leaves = torch.autograd.grad(intra_chunk(*prepare(*leaves, oks, scale)), leaves,
+                                           [d[a:a + per] for d in d_chunks])
+            for grad, d in zip(grads, d_leaves):
+                grad[ts[oks]] = d[oks].float().to(grad.dtype)
     dh0 = torch.empty_like(dS)
     dh0[order] = dS
-    return (*grads, dh0.float())
+    return dh0.float()

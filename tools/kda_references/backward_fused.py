@@ -20,16 +20,21 @@ cut into chunks of CHUNK tokens; in a chunk, with G_i the cumulative sum of g ov
     W = (I + A_kk)^-1 (beta k exp(G)),   U = (I + A_kk)^-1 (beta v)           (a unit lower-triangular solve)
     X = U - W S      (row i: beta_i (v_i - S_{i-1}^T k_i), the delta-rule write of token i)
     O = (q exp(G)) S + A_qk X,   S = diag(exp(G_last)) S + (k exp(G_last - G))^T X
-(q already scaled). No exponent is positive (the pairwise decays exp(G_i - G_j) are formed for j < i only, the
-diagonal has no decay, and G_last - G_j is summed over the later tokens), so strong gates underflow to 0
-instead of overflowing, and their gradients stay exact: a decay exp(G_i - G_i) would add and subtract O(1)
-terms whose rounding swamps gradients of size e^-50. Memory is bounded by
-recomputation: the chunks are taken in groups of at most GROUP_BYTES of float64 work; a first pass without
-autograd records the states before every group, then the groups are differentiated last to first, each re-run
-(element-wise part included) from its recorded states with the states' gradient flowing back from the next
-group. Choices: float64, because on an H200 it costs little and keeps the gradients ~1e-14 from exact (the
-float32 token loop was ~1e-6 away); CHUNK = 16, because the pairwise factor costs CHUNK * K per token and
-head and the state pass K * V per chunk, so at 16 neither dominates.
+(q already scaled). No exponent is positive (the pairwise decays exp(G_i - G_j) are formed for the pairs j < i
+only, the diagonal has no decay, and G_last - G_j is summed over the later tokens), so strong gates underflow
+to 0 instead of overflowing, and their gradients stay exact: a decay exp(G_i - G_i) would add and subtract
+O(1) terms whose rounding swamps gradients of size e^-50.
+
+Memory is bounded by recomputation: sequences are differentiated in batches (longest first) that keep at most
+STATE_BYTES of states; in a batch, a first pass without autograd records the states before every group of L
+consecutive chunk steps (L = sqrt(steps / 5) keeps the fewest states), then the groups are differentiated last
+to first, each re-run (element-wise part included) from its recorded states with the states' gradient flowing
+back from the next group: first the state pass of the whole group, then the intra-chunk part, INTRA_BYTES of
+work at a time.
+
+Choices: float64, because on an H200 it costs little and keeps the gradients at float64 rounding from exact (the
+outputs are then the float64 values rounded once to float32); CHUNK = 16, because the pairwise decays cost
+(CHUNK - 1) / 2 * K per token and head and the state pass K * V per chunk, so at 16 neither dominates.
 """
 import torch
 import torch.nn.functional as F
@@ -43,9 +48,10 @@ LOWER_BOUND = None  # None: unbounded gate; a number: the "safe" lower-bound gat
 # --- end of definition constants ---
 
 CHUNK = 16  # tokens per chunk
-# float64 work memory of one group of chunks under autograd (sets memory use and speed, not the math): large on a
-# GPU (few kernel launches), small on a CPU (fewer fresh pages)
-GROUP_BYTES = {"cuda": 2 ** 31, "cpu": 2 ** 26}
+# memory (sets memory use and speed, not the math), in float64 bytes: the states that a batch of sequences keeps
+# (recorded and under autograd), and the intra-chunk work differentiated at once
+STATE_BYTES = {"cuda": 2 ** 31, "cpu": 2 ** 28}
+INTRA_BYTES = {"cuda": 2 ** 30, "cpu": 2 ** 25}
 
 
 def l2_normalize(x):
@@ -79,13 +85,11 @@ def check_inputs(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, d
 
 
 # ------------------------------------------------------------------------------ the chunked form
-def chunk_plan(cu_seqlens):
-    """How sequences (token ranges cu_seqlens[n]..cu_seqlens[n+1]) are cut into chunks. Sequences are sorted
-    longest first (`order`), so the sequences that have a chunk c are the first active[c] of them; chunks are
-    listed step by step (chunk 0 of every sequence, then chunk 1, ...). tok [chunks, CHUNK] is the token at
-    every chunk position (0 past a sequence's end, where valid [chunks, CHUNK] is False)."""
-    starts = cu_seqlens[:-1].long()
-    lens = cu_seqlens[1:].long() - starts
+def chunk_plan(starts, lens):
+    """How sequences (tokens starts[n] .. starts[n] + lens[n]) are cut into chunks. Sequences are sorted longest
+    first (`order`), so the sequences that have a chunk c are the first active[c] of them; chunks are listed step
+    by step (chunk 0 of every sequence, then chunk 1, ...). tok [chunks, CHUNK] is the token at every chunk
+    position (0 past a sequence's end, where valid [chunks, CHUNK] is False)."""
     order = torch.sort(lens, descending=True, stable=True).indices
     starts, lens = starts[order], lens[order]
     n_chunks = (lens + CHUNK - 1) // CHUNK
@@ -99,16 +103,27 @@ def chunk_plan(cu_seqlens):
     return order, active.tolist(), tok, valid
 
 
-def step_groups(active, chunk_bytes, device):
-    """Runs of consecutive steps whose chunks take at most GROUP_BYTES together (at least one step each)."""
-    budget = GROUP_BYTES.get(device.type, GROUP_BYTES["cuda"])
-    groups, first, size = [], 0, 0
-    for s, m in enumerate(active):
-        if s > first and size + m * chunk_bytes > budget:
-            groups.append((first, s))
-            first, size = s, 0
-        size += m * chunk_bytes
-    return groups + [(first, len(active))]
+def steps_per_group(steps):
+    """Steps re-run together: a sequence keeps steps / L recorded states and about 5 L states' worth under
+    autograd (the states of every step and the chunks' own tensors), fewest at L = sqrt(steps / 5)."""
+    return max(1, round((steps / 5) ** 0.5))
+
+
+def sequence_batches(lens, device):
+    """The sequences, longest first, in batches differentiated together: as many as keep at most STATE_BYTES of
+    states (at least one)."""
+    budget = STATE_BYTES.get(device.type, STATE_BYTES["cuda"])
+    state_bytes = 8 * NUM_V_HEADS * HEAD_DIM_K * HEAD_DIM_V
+    batches = []
+    for n in torch.sort(lens, descending=True, stable=True).indices.tolist():
+        if batches:
+            steps = -(-int(lens[batches[-1][0]]) // CHUNK)   # the batch's longest sequence
+            L = steps_per_group(steps)
+            if (len(batches[-1]) + 1) * (steps / L + 5 * L) * state_bytes <= budget:
+                batches[-1].append(n)
+                continue
+        batches.append([n])
+    return batches
 
 
 def intra_chunk(q, k, v, g, beta):
@@ -117,14 +132,14 @@ def intra_chunk(q, k, v, g, beta):
     along the chunk axis), U, A_qk, k exp(G_last - G) and exp(G_last) [M, HV, K]."""
     C = q.shape[-2]
     G = g.cumsum(-2)
-    not_past = torch.ones(C, C, dtype=torch.bool, device=q.device).triu()[:, :, None]   # j >= i
-    # decay[..., i, j, :] = exp(G_i - G_j) for j < i, 0 for j >= i (masked before exp: no positive exponent)
-    decay = (G[..., :, None, :] - G[..., None, :, :]).masked_fill_(not_past, -torch.inf).exp_()
-    k_decayed = decay * k[..., None, :, :]                                   # [..., i, j, :] = exp(G_i - G_j) k_j
+    i, j = torch.tril_indices(C, C, -1, device=q.device)                       # the pairs j < i
+    k_decayed = k[..., j, :] * torch.exp(G[..., i, :] - G[..., j, :])         # exp(G_i - G_j) k_j: exponents < 0
     # the diagonal (no decay) apart, and G_last - G_j as a sum over the later tokens: a strong gate's gradients
     # then carry no rounding of O(1) terms that cancel (exp(G_i - G_i) would give +x and -x to G_i)
-    A_qk = (k_decayed @ q[..., None])[..., 0] + torch.diag_embed((q * k).sum(-1))
-    A_kk = (k_decayed @ k[..., None])[..., 0] * beta[..., None]
+    A_qk = torch.diag_embed((q * k).sum(-1))
+    A_qk[..., i, j] = (k_decayed * q[..., i, :]).sum(-1)
+    A_kk = torch.zeros_like(A_qk)
+    A_kk[..., i, j] = (k_decayed * k[..., i, :]).sum(-1) * beta[..., i]
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
     T = torch.linalg.solve_triangular(eye + A_kk, eye, upper=False, unitriangular=True)   # (I + A_kk)^-1
     W, U = T @ (beta[..., None] * k * G.exp()), T @ (beta[..., None] * v)
@@ -153,7 +168,7 @@ def chunk_pass(chunks, S, active):
     return torch.cat(outs), torch.cat([S] + done[::-1])
 
 
-def prepare(q, k, v, g_raw, A_log, dt_bias, b, valid, scale):
+def prepare(q, k, v, g_raw, b, A_log, dt_bias, valid, scale):
     """Raw tokens of some chunks, float64 [M, C, heads, ...], as intra_chunk takes them: L2 norm, gate and
     sigmoid applied, [M, heads, C, ...], q/k repeated to the value heads, q scaled, zero at padding positions."""
     group = NUM_V_HEADS // NUM_HEADS  # value head hv reads q/k head hv // group
@@ -175,50 +190,70 @@ def run(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale, do,
 
 
 def gradients(q, k, v, g_raw, A_log, dt_bias, b, initial_state, cu_seqlens, scale, do, dht):
+    tokens = (q, k, v, g_raw, b)
+    grads = [torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in tokens]
+    d_rates = [torch.zeros(x.shape, dtype=torch.float64, device=x.device) for x in (A_log, dt_bias)]   # sums
+    dh0 = torch.empty(initial_state.shape, dtype=torch.float32, device=q.device)
+    starts = cu_seqlens[:-1].long()
+    lens = cu_seqlens[1:].long() - starts
+    for seqs in sequence_batches(lens, q.device):
+        seqs = torch.tensor(seqs, device=q.device)
+        dh0[seqs] = batch_gradients(tokens, (A_log.double(), dt_bias.double()), grads, d_rates, starts[seqs],
+                                    lens[seqs], initial_state[seqs], do, dht[seqs], scale)
+    dq, dk, dv, dg_raw, db = grads
+    return dq, dk, dv, dg_raw, d_rates[0].float(), d_rates[1].float(), db, dh0
+
+
+def intra_chunks(tokens, rates, tok, valid, scale, per):
+    """intra_chunk of the chunks of tokens `tok`, `per` chunks at a time (bounded work memory)."""
+    parts = [intra_chunk(*prepare(*(x[tok[a:a + per]].double() for x in tokens), *rates, valid[a:a + per], scale))
+             for a in range(0, tok.shape[0], per)]
+    return [torch.cat(p) for p in zip(*parts)]
+
+
+def batch_gradients(tokens, rates, grads, d_rates, starts, lens, h0, do, dht, scale):
+    """Gradients of a batch of sequences: those of the tokens are written into `grads` (through float32, as a
+    float32 run rounds), those of A_log and dt_bias added to `d_rates`; returns dL/d(initial states), float32."""
     HV, K, V = NUM_V_HEADS, HEAD_DIM_K, HEAD_DIM_V
-    order, active, tok, valid = chunk_plan(cu_seqlens)
+    order, active, tok, valid = chunk_plan(starts, lens)
     first = [0]
     for m in active:
         first.append(first[-1] + m)   # first chunk of every step
-    chunk_bytes = 8 * HV * (CHUNK * (6 * CHUNK * K + 50 * (K + V)) + 4 * K * V)
-    groups = step_groups(active, chunk_bytes, q.device)
-    tokens = (q, k, v, g_raw)
-    A_log64, dt_bias64 = A_log.double(), dt_bias.double()
-
-    def chunk_tokens(t):  # q, k, v, g_raw, b of the tokens t, float64
-        return [x[t].double() for x in tokens] + [b[t].double()]
+    L = steps_per_group(len(active))
+    groups = [(s, min(s + L, len(active))) for s in range(0, len(active), L)]
+    budget = INTRA_BYTES.get(tok.device.type, INTRA_BYTES["cuda"])
+    per = max(1, budget // (8 * HV * CHUNK * (6 * CHUNK * K + 50 * (K + V))))   # chunks differentiated at once
 
     # Pass 1 (no autograd): the states before every group.
-    S = initial_state.double()[order]
-    starts = []
+    S = h0.double()[order]
+    saved = []
     with torch.no_grad():
         for s0, s1 in groups:
             t, ok = tok[first[s0]:first[s1]], valid[first[s0]:first[s1]]
-            starts.append(S[:active[s0]].clone())
-            q_, k_, v_, g_raw_, b_ = chunk_tokens(t)
-            chunks = intra_chunk(*prepare(q_, k_, v_, g_raw_, A_log64, dt_bias64, b_, ok, scale))
+            saved.append(S[:active[s0]].clone())
+            chunks = intra_chunks(tokens, rates, t, ok, scale, per)
             S = torch.cat([chunk_pass(chunks, S[:active[s0]], active[s0:s1])[1], S[active[s0]:]])
 
-    # Pass 2: the groups last to first; dS is dL/d(the states after the group), sequences in sorted order.
-    grads = [torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (*tokens, b)]
-    dA_log, ddt_bias = torch.zeros_like(A_log64), torch.zeros_like(dt_bias64)
+    # Pass 2: the groups last to first; dS is dL/d(the states after the group), sequences in sorted order. The
+    # state pass is differentiated for the whole group, then the intra-chunk part `per` chunks at a time.
     dS = dht.double()[order]
-    for (s0, s1), S0 in zip(reversed(groups), reversed(starts)):
+    for (s0, s1), S0 in zip(reversed(groups), reversed(saved)):
         t, ok = tok[first[s0]:first[s1]], valid[first[s0]:first[s1]]
-        leaves = [x.requires_grad_() for x in chunk_tokens(t)]
-        rates = [A_log64.clone().requires_grad_(), dt_bias64.clone().requires_grad_()]
+        with torch.no_grad():
+            chunks = [c.requires_grad_() for c in intra_chunks(tokens, rates, t, ok, scale, per)]
         S0.requires_grad_()
-        q_, k_, v_, g_raw_, b_ = leaves
-        chunks = intra_chunk(*prepare(q_, k_, v_, g_raw_, *rates, b_, ok, scale))
         o, S_end = chunk_pass(chunks, S0, active[s0:s1])
-        *d_leaves, d_A_log, d_dt_bias, dS0 = torch.autograd.grad(
-            (o, S_end), (*leaves, *rates, S0), (place(do[t].double(), ok), dS[:S0.shape[0]]))
+        *d_chunks, dS0 = torch.autograd.grad((o, S_end), (*chunks, S0), (place(do[t].double(), ok), dS[:S0.shape[0]]))
         dS = torch.cat([dS0, dS[S0.shape[0]:]])
-        dA_log += d_A_log
-        ddt_bias += d_dt_bias
-        for grad, d in zip(grads, d_leaves):
-            grad[t[ok]] = d[ok].float().to(grad.dtype)   # through float32, as a float32 run rounds
+        for a in range(0, t.shape[0], per):
+            ts, oks = t[a:a + per], ok[a:a + per]
+            leaves = [x[ts].double().requires_grad_() for x in tokens] + [x.clone().requires_grad_() for x in rates]
+            out = intra_chunk(*prepare(*leaves, oks, scale))
+            *d_tokens, d_A_log, d_dt_bias = torch.autograd.grad(out, leaves, [d[a:a + per] for d in d_chunks])
+            for grad, d in zip(grads, d_tokens):
+                grad[ts[oks]] = d[oks].float().to(grad.dtype)
+            d_rates[0] += d_A_log
+            d_rates[1] += d_dt_bias
     dh0 = torch.empty_like(dS)
     dh0[order] = dS
-    dq, dk, dv, dg_raw, db = grads
-    return dq, dk, dv, dg_raw, dA_log.float(), ddt_bias.float(), db, dh0.float()
+    return dh0.float()
