@@ -66,6 +66,9 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
                         help="fewest timed repetitions (more fit the 1 s time budget; a call slower than the "
                              "budget is timed once)")
     parser.add_argument("--max-reps", type=int, default=None, help="most timed repetitions")
+    parser.add_argument("--settle", type=float, default=None, metavar="FRACTION",
+                        help="on a GPU, stop timing once the 95%% interval of the median is narrower than this "
+                             "fraction of it (default 0.02; 0: every repetition the budget allows)")
     parser.add_argument("--inputs-on-host", action="store_true", default=None,
                         help="keep no input set on the GPU between calls: the judge keeps the inputs it reads and the "
                              "reference outputs in host memory, and each solution's process makes an input set again "
@@ -237,7 +240,7 @@ def command_run(args) -> int:
                        input_files=input_files((t.workload for t in tasks), root),
                        timeout=args.timeout or (300.0 if gpu else 600.0), trust_code=args.trust_code,
                        tolerances=tolerances, devices=devices, inputs_on_host=args.inputs_on_host,
-                       timing=TimingConfig(warmup=args.warmup, min_reps=args.reps, max_reps=args.max_reps,
+                       timing=TimingConfig(warmup=args.warmup, min_reps=args.reps, max_reps=args.max_reps, settle=args.settle,
                                            cuda_graph=args.cuda_graph))
     total = sum(len(t.solutions) for t in tasks)
     try:

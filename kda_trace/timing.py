@@ -35,11 +35,12 @@ read right after it, so no later call can record into an earlier repetition's ev
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 import torch
 
@@ -85,6 +86,9 @@ class TimingConfig:
     max_reps: Optional[int] = None
     budget_s: Optional[float] = None
     cuda_graph: bool = False
+    settle: Optional[float] = None
+    """Stop once min_reps are done and the 95% interval of the median is narrower than this fraction of it
+    (STABLE_MEDIAN_WIDTH on a GPU; 0: run every repetition the budget allows)."""
 
 
 @dataclass
@@ -134,8 +138,9 @@ class TimingResult:
 
 
 def defaults_for(device: str, config: TimingConfig) -> TimingConfig:
-    """Fill unset fields: on a GPU 3 warm-ups, 10..200 reps within 1 s; on the CPU no warm-up beyond the
-    correctness call (Triton-interpreter calls take seconds) and 1..5 reps within 1 s."""
+    """Fill unset fields: on a GPU 3 warm-ups, 10..200 reps within 1 s, stopping early once the median has
+    settled; on the CPU no warm-up beyond the correctness call (Triton-interpreter calls take seconds) and 1..5
+    reps within 1 s."""
     gpu = device.startswith("cuda")
     return TimingConfig(
         warmup=config.warmup if config.warmup is not None else (3 if gpu else 0),
@@ -143,7 +148,29 @@ def defaults_for(device: str, config: TimingConfig) -> TimingConfig:
         max_reps=config.max_reps if config.max_reps is not None else (200 if gpu else 5),
         budget_s=config.budget_s if config.budget_s is not None else 1.0,
         cuda_graph=config.cuda_graph and gpu,
+        settle=config.settle if config.settle is not None else (STABLE_MEDIAN_WIDTH if gpu else 0.0),
     )
+
+
+STABLE_MEDIAN_WIDTH = 0.02
+"""A GPU timing loop stops once the distribution-free 95% interval of its median (order statistics n/2 -+
+0.98 sqrt(n)) is narrower than 2% of the median, after at least min_reps repetitions. Each repetition makes
+fresh inputs, flushes the L2 cache and synchronises (about 1-2 ms of harness per repetition on an H200, beside
+kernels of 0.05-10 ms), so running all 200 repetitions of a fast call's budget cost the run more than its
+kernels; a settled median does not move by more than the interval's width with more repetitions."""
+
+
+def median_settled(times_ms: Sequence[float], width: float) -> bool:
+    """Whether the 95% interval of the median of `times_ms` (ranks n/2 -+ 0.98 sqrt(n)) is narrower than
+    `width` x the median."""
+    n = len(times_ms)
+    if width <= 0 or n < 3:
+        return False
+    ordered = sorted(times_ms)
+    half = 0.98 * math.sqrt(n)
+    lo, hi = max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half) - 1)
+    middle = statistics.median(ordered)
+    return middle > 0 and ordered[hi] - ordered[lo] <= width * middle
 
 
 _flush_buffers: Dict[str, torch.Tensor] = {}
@@ -245,9 +272,10 @@ def measure(run: Callable[..., Any], inputs: Dict[str, Any], device: str, config
     if gpu and cfg.cuda_graph:
         graph_call = _capture(run, work, inputs, device, notes)
         if graph_call is not None:
-            timed = _time_gpu(graph_call[0], work, restore, reps, device, digest, static_outputs=graph_call[1])
+            timed = _time_gpu(graph_call[0], work, restore, reps, device, digest, static_outputs=graph_call[1],
+                              settle=(cfg.min_reps, cfg.settle))
             return _finish(timed, "cuda_graph", notes)
-    return _finish(_time_reps(run, work, restore, reps, device, digest), mode, notes)
+    return _finish(_time_reps(run, work, restore, reps, device, digest, (cfg.min_reps, cfg.settle)), mode, notes)
 
 
 def _finish(timed, mode, notes) -> TimingResult:
@@ -308,10 +336,21 @@ class _Restore:
         self.holds_other = last or (rep is not None and self.rep_inputs is not None)
 
 
-def _time_reps(run, work, restore, reps, device, digest=None):
+def _time_reps(run, work, restore, reps, device, digest=None, settle=(0, 0.0)):
+    """`reps` repetitions, or fewer: with settle = (min_reps, width), the one after the min_reps-th or a later
+    one whose times leave the median settled (`median_settled`) is the last."""
     if device.startswith("cuda"):
-        return _time_gpu(lambda: run(**work), work, restore, reps, device, digest)
-    return _time_cpu(run, work, restore, reps, digest)
+        return _time_gpu(lambda: run(**work), work, restore, reps, device, digest, settle=settle)
+    return _time_cpu(run, work, restore, reps, digest, settle)
+
+
+def _stop_after(i: int, reps: int, times: Sequence[float], settle) -> int:
+    """The repetition count after repetition i (not the last) returned: i + 2 (one more, the last) when the
+    median has settled, else `reps`."""
+    min_reps, width = settle
+    if width and i + 2 < reps and i + 1 >= max(min_reps, 3) and median_settled(times, width):
+        return i + 2
+    return reps
 
 
 def _sync(device: str) -> None:
@@ -319,17 +358,21 @@ def _sync(device: str) -> None:
         _cuda_synchronize()  # the whole current device (the solution process serves one device), all streams
 
 
-def _time_cpu(run, work, restore, reps, digest=None):
+def _time_cpu(run, work, restore, reps, digest=None, settle=(0, 0.0)):
     clock = _perf_counter  # a local from here on: a module attribute swapped during the loop is not read
     times, digests = (), []  # tuples: nothing in the call can change a time already taken through a reference
     outputs = snap = None
-    for i in range(reps):
+    i = -1
+    while i + 1 < reps:
+        i += 1
         restore(work, last=i == reps - 1, rep=i)
         t0 = clock()
         outputs = run(**work)
         times = times + ((clock() - t0) * 1e3,)
         if i == reps - 1:
             snap = snapshot(outputs)
+        if i < reps - 1:
+            reps = _stop_after(i, reps, times, settle)
         if digest is not None:
             digests.append(digest(outputs, restore.current) if _digested(i, reps, digest, digests) else None)
     return list(times), outputs, snap, [], digests, None
@@ -337,7 +380,10 @@ def _time_cpu(run, work, restore, reps, digest=None):
 
 DIGESTED_REPS = 8
 """About how many timed repetitions have their outputs digested (a digest reads every output once, and a state
-pool's twice)."""
+pool's twice), in a loop of DIGEST_HORIZON repetitions; more in a longer one."""
+DIGEST_HORIZON = 40
+"""The digest chance is DIGESTED_REPS in this many repetitions at least: a loop that stops once its median
+has settled (STABLE_MEDIAN_WIDTH) is not known in advance to be short, and must still digest about as many."""
 _system_random = random.SystemRandom()  # the OS's randomness: nothing in the process predicts it
 
 
@@ -350,20 +396,22 @@ def _digested(i: int, reps: int, digest, so_far: List[Any]) -> bool:
         return False
     if i == reps - 2 and not any(g is not None for g in so_far):
         return True
-    return _system_random.random() < DIGESTED_REPS / max(reps - 1, 1)
+    return _system_random.random() < DIGESTED_REPS / max(min(reps, DIGEST_HORIZON) - 1, 1)
 
 
 def _new_event():
     return _event_new(_EventBase, enable_timing=True)
 
 
-def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=None):
+def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=None, settle=(0, 0.0)):
     # the clocks as locals, the times as tuples: see _time_cpu
     clock, record, elapsed, synchronize = _perf_counter, _event_record, _event_elapsed, _cuda_synchronize
     overhead_ms = _host_overhead_ms()
     outputs = snap = None
     times, walls, digests = (), (), []
-    for i in range(reps):
+    i = -1
+    while i + 1 < reps:
+        i += 1
         last = i == reps - 1
         restore(work, last=last, rep=i)  # prepared before the flush
         flush_l2(device)
@@ -383,6 +431,8 @@ def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=Non
         if last:  # the snapshot's copies are the harness's work, not the call's: a state pool's take milliseconds
             wall -= elapsed(end, tail)
         times, walls = times + (elapsed(start, end),), walls + (wall,)
+        if not last:
+            reps = _stop_after(i, reps, times, settle)
         if digest is not None:
             digests.append(digest(static_outputs if static_outputs is not None else outputs, restore.current)
                            if _digested(i, reps, digest, digests) else None)

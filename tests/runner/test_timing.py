@@ -9,7 +9,7 @@ import torch
 
 from kda_trace.cli import main
 from kda_trace.runner import time_reference
-from kda_trace.timing import DIGESTED_REPS, TimingConfig, measure
+from kda_trace.timing import DIGEST_HORIZON, DIGESTED_REPS, TimingConfig, measure
 
 HERE = Path(__file__).parent
 DS = str(HERE / "fixtures" / "ds")
@@ -135,9 +135,35 @@ def test_digested_repetitions_are_drawn_after_they_return_about_eight_of_many():
             so_far.append(1 if _digested(i, reps, object(), so_far) else None)
         return sum(1 for g in so_far if g is not None)
 
-    counts = [loop(200) for _ in range(200)]
+    counts = [loop(DIGEST_HORIZON) for _ in range(200)]
     assert 7 <= sum(counts) / len(counts) <= 9 and min(counts) >= 1 and min(counts) < max(counts)
     assert DIGESTED_REPS == 8
+    # a longer loop digests more (the chance does not fall below DIGESTED_REPS in DIGEST_HORIZON)
+    counts = [loop(200) for _ in range(50)]
+    assert sum(counts) / len(counts) >= 30
+
+
+def test_a_settled_median_ends_the_loop_early_and_it_still_ends_on_set_b_with_a_digest(monkeypatch):
+    import itertools
+
+    from kda_trace import timing
+    from kda_trace.timing import median_settled
+
+    ticks = itertools.count()
+    monkeypatch.setattr(timing, "_perf_counter", lambda: next(ticks) * 1e-3)  # every interval 1 ms: settled
+
+    assert median_settled([1.0] * 10, 0.02) and not median_settled([1.0, 2.0] * 5, 0.02)
+    assert median_settled([1.0] * 9 + [5.0], 0.02)  # one outlier leaves the median where it is
+    assert not median_settled([1.0] * 10, 0.0)
+    run = Counted(0.0)
+    cfg = TimingConfig(warmup=1, min_reps=5, max_reps=200, budget_s=10.0, settle=0.5)
+    digest = lambda out, inputs: float(out.sum())  # noqa: E731
+    r = measure(run, A, "cpu", cfg, final_inputs=B, digest=digest)
+    assert len(r.times_ms) == cfg.min_reps + 1  # settled after min_reps: one more, the last
+    assert run.seen[-1] == 1.0  # the last repetition ran on input set B
+    assert r.digests[-1] is None and any(g is not None for g in r.digests)
+    r = measure(Counted(0.0), A, "cpu", TimingConfig(warmup=1, min_reps=5, max_reps=30, budget_s=10.0, settle=0.0))
+    assert len(r.times_ms) == 30  # settle 0: every repetition the budget allows
 
 
 def test_a_swapped_l2_flush_buffer_is_tampering(monkeypatch):
