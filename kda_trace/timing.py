@@ -22,14 +22,15 @@ implementations of CUDA event record / elapsed time and of device synchronisatio
 What the events measure is not trusted on its own. A solution runs in this process, so whatever the loop holds
 it can reach (its frames, gc): it can record a repetition's start event again after some of its work, or its end
 event early from another thread or stream, and the events then miss that work. Hiding the events better would
-only make this harder, never impossible. What a solution cannot move is the host clock around the repetition:
-it is read by this loop before the start event is recorded and after the device is idle again. So every GPU
-repetition is also timed by the host clock between two device-wide synchronisations, and the host clock's excess
-over the events is compared with what it is for nothing hidden: this process's own cost of an event pair, measured
-at the start of every timing loop with no solution code between the events (`_host_overhead_ms`). A median excess
-beyond that overhead by more than HIDDEN_FRACTION of the events' median or HIDDEN_SLACK_MS, or beyond the events
-by more than OUTSIDE_STREAM_FACTOR / SLACK, is reported in `TimingResult.outside_stream_ms` (work the events did
-not see). Each repetition's events are made for it and
+only make this harder, never impossible. What a solution cannot move from Python is the host clock around the
+repetition, read by this loop into locals before the start event is recorded and after the device is idle again
+(on Python 3.13 and later a frame's locals can be written through `frame.f_locals`, PEP 667; before, only through
+ctypes). So every GPU repetition is also timed by the host clock between two device-wide synchronisations, and
+the host clock's excess over the events is compared with what it is for nothing hidden: this process's own cost of
+an event pair, measured at the start of every timing loop with no solution code between the events
+(`_host_overhead_ms`). A median excess beyond that overhead by more than HIDDEN_FRACTION of the events' median or
+HIDDEN_SLACK_MS, or beyond the events by more than OUTSIDE_STREAM_FACTOR / SLACK, is reported in
+`TimingResult.outside_stream_ms` (work the events did not see). Each repetition's events are made for it and
 read right after it, so no later call can record into an earlier repetition's events.
 """
 
