@@ -7,19 +7,21 @@ import pytest
 from conftest import check_against_truth, custom_workload, definitions
 
 MUTANTS = {
-    # the state rounded to bf16 after every token: o moves by ~1e-3 relative, within a bf16 bound,
+    # the state rounded to bf16 after every chunk: o moves by ~1e-3 relative, within a bf16 bound,
     # so only the float32 run judged at RMS-relative 1e-5 catches it
-    "bf16 state": ("prefill", "            o_s[i] = (P @ q_t[..., None])[..., 0]",
-                   "            P = P.to(torch.bfloat16).float()\n            o_s[i] = (P @ q_t[..., None])[..., 0]",
+    "bf16 state": ("prefill", "        S = decay_last[a:b, :, :, None] * S + k_exp[a:b].transpose(-1, -2) @ X",
+                   "        S = (decay_last[a:b, :, :, None] * S + k_exp[a:b].transpose(-1, -2) @ X)"
+                   ".to(torch.bfloat16).double()",
                    "float32 reference vs"),
-    # a wrong decay (half the log decay)
-    "half decay": ("prefill", "        P = P * d_t[:, :, None, :]", "        P = P * d_t[:, :, None, :] ** 0.5",
+    # a wrong decay (half the log decay of the chunk's last token)
+    "half decay": ("prefill", "k * later.exp(), G[..., -1, :].exp()", "k * later.exp(), (0.5 * G[..., -1, :]).exp()",
                    "float32 reference vs"),
-    # a sequence that has ended keeps writing its state: its no-op token (token 0 of the batch) gets a real
-    # beta, so the final states of all but the longest sequence drift
+    # a sequence's padding positions (past its end, up to the chunk's) keep writing its state: its final state
+    # drifts
     "ended sequences keep writing": ("prefill",
-                                     "b_s = torch.where(running[..., None], torch.sigmoid(b[tok].float()), 0.0)",
-                                     "b_s = torch.sigmoid(b[tok].float())", "float32 reference vs"),
+                                     "return torch.where(valid.view(valid.shape + (1,) * (x.dim() - 2)), x, 0)"
+                                     ".transpose(1, 2)",
+                                     "return x.transpose(1, 2)", "float32 reference vs"),
     # every pool slot rescaled by one float32 ulp: invisible to any tolerance, caught by the bit check
     "untouched slots change": ("decode", "new_state_pool = state_pool.clone()",
                                "new_state_pool = state_pool.clone() * (1 + 2 ** -23)", "untouched pool slots"),
