@@ -277,7 +277,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
     from rich.text import Text
 
     from .run_profile import CPU_PRIOR, GPU_PRIOR, Eta, RunProfile, estimate_seconds
-    from .runner import Runner, cost_of
+    from .runner import Runner, cost_of, declared_bytes
 
     gpu = config.device.startswith("cuda")
     workers = len(config.devices or [config.device])
@@ -286,12 +286,12 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
 
     def estimate(task) -> float:
         d = task.definition
-        flops, _ = cost_of(d, task.workload)
-        tokens = max((v for k, v in task.workload.axes.items() if "seq_len" in k or k == "batch_size"), default=1)
+        _, nbytes = cost_of(d, task.workload)
+        if nbytes is None:  # no cost declared: the inputs' and outputs' bytes
+            nbytes = declared_bytes(d, d.inputs, task.workload) + declared_bytes(d, d.outputs, task.workload)
         first = d.name not in seen
         seen.add(d.name)
-        return estimate_seconds(flops, int(tokens), gpu, len(task.solutions), first,
-                                backward="stage:backward" in (d.tags or []))
+        return estimate_seconds(nbytes, gpu, len(task.solutions), first, backward="stage:backward" in (d.tags or []))
 
     estimates = {id(t): estimate(t) for t in tasks}
     eta = Eta(sum(estimates.values()), (GPU_PRIOR if gpu else CPU_PRIOR)["startup_s"], workers)

@@ -104,25 +104,30 @@ def _fmt(seconds: float) -> str:
 
 # ---------------------------------------------------------------------------- the prior cost of an evaluation
 
-GPU_PRIOR = {"evaluation_s": 1.5, "reference_gflop_per_s": 200.0, "startup_s": 60.0, "first_call_s": 3.0,
-             "first_backward_call_s": 25.0}
-"""Seconds on a GPU: a solution's evaluation on a small workload (processes, timing loop up to its budget,
-comparisons); the reference's three calls at this many GFLOP/s of the definition's cost; the start-up; a
-solution's first call on a definition (compilation), more for the backward's many kernels."""
-CPU_PRIOR = {"evaluation_s": 2.0, "reference_gflop_per_s": 0.5, "startup_s": 15.0, "first_call_s": 2.0,
-             "first_backward_call_s": 5.0}
-"""The same on the CPU, where Triton kernels run in the interpreter (the smoke workloads)."""
+GPU_PRIOR = {"evaluation_s": 0.95, "s_per_gb": 2.8, "backward_s_per_gb": 5.8, "startup_s": 30.0,
+             "first_call_s": 0.5, "first_backward_call_s": 25.0}
+"""Seconds on a GPU for one solution on one workload: a fixed part, and per GB of the bytes the definition's cost
+says a call moves (the reference, input making, the outputs' transfer and comparison all scale with it); a
+solution's first call on a definition compiles its kernels, many more for a backward. Least squares on the
+main job's first 115 evaluations on an H200 (benchmarks/results/2026-11-29-h200/runner-main-job-first-490s.json):
+5-95% of the evaluations within 0.47-1.83x of it."""
+CPU_PRIOR = {"evaluation_s": 2.0, "s_per_gb": 400.0, "backward_s_per_gb": 2000.0, "startup_s": 15.0,
+             "first_call_s": 2.0, "first_backward_call_s": 5.0}
+"""The same on the CPU, where Triton kernels run in the interpreter (the smoke workloads, a few MB each)."""
+REFERENCE_SHARE = 0.4
+"""The part of the per-GB time that is the judge's reference (made once per workload, whatever the number of
+solutions); the rest is each solution's."""
 
 
-def estimate_seconds(flops: Optional[float], tokens: int, gpu: bool, solutions: int, first: bool = False,
+def estimate_seconds(nbytes: Optional[float], gpu: bool, solutions: int, first: bool = False,
                      backward: bool = False) -> float:
-    """A prior wall time of one workload with `solutions` solutions: the reference's calls scale with the
-    definition's flops (or the token count when it declares no cost), each solution's with a fixed part plus
-    its share of the same work; `first`: the first workload of its definition in the run (compilation)."""
+    """A prior wall time of one workload with `solutions` solutions, from the bytes a call moves (the
+    definition's cost; 0 when it declares none); `first`: the first workload of its definition in the run."""
     prior = GPU_PRIOR if gpu else CPU_PRIOR
-    work = (flops if flops else tokens * 2e6) / 1e9 / prior["reference_gflop_per_s"]
+    scaled = (nbytes or 0.0) / 1e9 * prior["backward_s_per_gb" if backward else "s_per_gb"]
     compile_s = prior["first_backward_call_s" if backward else "first_call_s"] if first else 0.0
-    return 3 * work + solutions * (prior["evaluation_s"] + work + compile_s)
+    per_solution = prior["evaluation_s"] + (1 - REFERENCE_SHARE) * scaled + compile_s
+    return REFERENCE_SHARE * scaled + solutions * per_solution
 
 
 class Eta:

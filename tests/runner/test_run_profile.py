@@ -61,11 +61,12 @@ def test_the_eta_counts_the_start_up_until_the_first_evaluation_ends_and_splits_
 
 
 def test_a_bigger_workload_is_estimated_to_cost_more():
-    small = estimate_seconds(1e9, 1024, gpu=True, solutions=1)
-    big = estimate_seconds(1e13, 65536, gpu=True, solutions=1)
+    small = estimate_seconds(1e6, gpu=True, solutions=1)
+    big = estimate_seconds(1e10, gpu=True, solutions=1)
     assert big > 10 * small
-    assert estimate_seconds(1e9, 1024, True, 1, first=True, backward=True) > \
-        estimate_seconds(1e9, 1024, True, 1, first=True) > small
+    assert estimate_seconds(1e6, True, 1, first=True, backward=True) > estimate_seconds(1e6, True, 1, first=True) > small
+    # a second solution repeats its own part, not the reference's
+    assert estimate_seconds(1e10, True, 1) < estimate_seconds(1e10, True, 2) < 2 * estimate_seconds(1e10, True, 1)
 
 
 def test_a_run_writes_its_profile_and_names_a_slow_workload(tmp_path, monkeypatch, capsys):
