@@ -704,11 +704,41 @@ class SolutionHost:
 
     def request(self, seeds: Any = None, **fields) -> Dict[str, Any]:
         """Send a request; return the first reply that is not a phase (phases go to `notify`) or a seed request
-        (answered by `seeds.seed(rep)`, runner.FreshReferences: each repetition once and in order)."""
-        import secrets
-
+        (answered by `seeds.seed(rep)`, runner.FreshReferences: each repetition once and in order). In a sandbox
+        the solution's processes run only while a request of theirs is served: between requests all of them are
+        stopped (SIGSTOP), so that a process a solution left running cannot load the CPU or queue GPU work while
+        another solution is judged or timed."""
         if not self.alive():
             self.start()
+        self._signal_tree(signal.SIGCONT)
+        try:
+            return self._request(seeds, **fields)
+        finally:
+            if self.alive():
+                self._signal_tree(signal.SIGSTOP)
+
+    def _signal_tree(self, sig: int) -> None:
+        """Send `sig` to every process under the one started here, in a sandbox (where none of them can leave
+        that tree: every process a solution starts stays in its PID namespace)."""
+        if self.process is None or self.process.pid is None or sandbox_support() != SANDBOXED:
+            return
+        from .reaper import descendants
+
+        done: set = set()
+        for _ in range(10):  # a process may fork while the others are being stopped
+            pids = [p for p in descendants(self.process.pid) if p not in done]
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+            done.update(pids)
+
+    def _request(self, seeds: Any = None, **fields) -> Dict[str, Any]:
+        import secrets
+
         nonce = self.nonce = secrets.token_hex(8)
         self.conn.send_bytes(json.dumps({**fields, "nonce": nonce}).encode())
         given = 0
@@ -790,6 +820,7 @@ class SolutionHost:
 
     def stop(self) -> None:
         if self.process is not None:
+            self._signal_tree(signal.SIGCONT)  # stopped between requests: it must read the stop request
             if self.process.is_alive():
                 try:
                     self.conn.send_bytes(json.dumps({"kind": "stop"}).encode())

@@ -7,7 +7,7 @@ the attempt worked, so that a PASSED record means the attempt failed. Targets co
 | fixture | tries |
 |---|---|
 | kills_others | SIGKILL to every process it sees that is not its own or its children (the judge, other solutions) |
-| leaves_a_spinning_child | starts a child that spins a CPU core for 5 minutes (a GPU-loading one on a GPU) |
+| leaves_a_spinning_child | starts a child that spins a CPU core (a GPU-loading one would do the same on a GPU); worked if the child was never stopped |
 | reads_judge_memory | reads the memory of the processes it sees (/proc/PID/mem at a mapped address) |
 | writes_outside_scratch | writes SANDBOX_TARGET_FILE |
 | opens_a_socket | connects to 127.0.0.1:SANDBOX_TARGET_PORT (a server of the test's) |
@@ -56,13 +56,27 @@ def kills_others(**inputs):
 
 
 _children = []
+_SPINNER = """
+import os, sys, time
+last = time.monotonic()
+while True:  # sandbox_attacks spinner
+    now = time.monotonic()
+    if now - last > 0.2:  # it was stopped for a while
+        open(sys.argv[1], "w").close()
+    last = now
+"""
 
 
 def leaves_a_spinning_child(**inputs):
+    """Judged on the calls of a later workload than the first (others were judged in between): the attempt worked
+    when the child ran all along, never stopped for a while."""
+    import tempfile
+
+    flag = os.path.join(tempfile.gettempdir(), "spinner_was_stopped")
+    shapes = tuple(tuple(v.shape) for v in inputs.values() if isinstance(v, torch.Tensor))
     if not _children:
-        code = "import time\nwhile True: pass  # sandbox_attacks spinner"
-        _children.append(subprocess.Popen([sys.executable, "-c", code]))
-    return _answer(False, inputs)
+        _children.append((subprocess.Popen([sys.executable, "-c", _SPINNER, flag]), shapes))
+    return _answer(shapes != _children[0][1] and not os.path.exists(flag), inputs)
 
 
 def reads_judge_memory(**inputs):
