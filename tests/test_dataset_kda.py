@@ -29,6 +29,17 @@ REPO = Path(__file__).resolve().parent.parent
 DATASET = load_dataset(REPO)
 KDA = sorted((d for d in DATASET.definitions.values() if d.op_type == "kda"), key=lambda d: d.name)
 SMOKE = [(d, w) for d in KDA for w in DATASET.workloads_of(d.name) if "smoke" in w.tags]
+# the fast tier: per family, the definition with the fewest value heads and its first smoke workload; the others
+# are in the slow tier (tests/references runs every family against float64 ground truth in the fast tier too)
+FAST = {}
+for _d in sorted(KDA, key=lambda d: (d.const_axes.get("num_v_heads", d.const_axes.get("num_heads", 0)), d.name)):
+    FAST.setdefault(_d.tag("stage"), _d)
+
+
+def tiered(params, ids, fast):
+    """pytest params, those for which fast(param) is false marked slow."""
+    return [pytest.param(*(x if isinstance(x, tuple) else (x,)), id=i, marks=() if fast(x) else pytest.mark.slow)
+            for x, i in zip(params, ids)]
 
 
 def family(definition) -> str:
@@ -189,7 +200,9 @@ TRUTH = {"prefill": truth_prefill, "decode": truth_pool, "mtp": truth_pool, "for
 
 # --------------------------------------------------------------------------- references vs ground truth
 
-@pytest.mark.parametrize("definition,workload", SMOKE, ids=[f"{d.name}-{w.uuid[:8]}" for d, w in SMOKE])
+@pytest.mark.parametrize("definition,workload", tiered(
+    SMOKE, [f"{d.name}-{w.uuid[:8]}" for d, w in SMOKE],
+    lambda dw: FAST.get(family(dw[0])) is dw[0] and next(w for d, w in SMOKE if d is dw[0]) is dw[1]))
 def test_reference_matches_fla_naive(definition, workload):
     run = compile_reference(definition.reference, definition.name)
     inputs = make_inputs(definition, workload, seed=1234, device="cpu")
@@ -201,7 +214,7 @@ def test_reference_matches_fla_naive(definition, workload):
         assert_agrees(f"{definition.name}.{name}", t, o)
 
 
-@pytest.mark.parametrize("definition", KDA, ids=[d.name for d in KDA])
+@pytest.mark.parametrize("definition", tiered(KDA, [d.name for d in KDA], lambda d: FAST.get(family(d)) is d))
 def test_reference_output_dtypes_and_no_input_mutation(definition):
     """On the definition's own dtypes: outputs have the declared shapes and dtypes, inputs are unchanged."""
     workload = next(w for w in DATASET.workloads_of(definition.name) if "smoke" in w.tags)

@@ -437,6 +437,7 @@ def test_cli_with_hf_dataset_offline_gives_one_line(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("kda_trace.run_command") is None, reason="the runner is not there yet")
+@pytest.mark.slow  # a `kda-trace run` of its own
 def test_runner_on_the_exported_copy_and_its_traces_exported(tmp_path):
     """`kda-trace run` on an exported copy, then `export --traces` of that run: the traces table holds
     exactly the runner's records."""

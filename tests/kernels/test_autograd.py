@@ -49,6 +49,7 @@ def test_gradcheck_dense_gva_float64():
                                     atol=1e-7, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_gradcheck_varlen_in_kernel_options_float64():
     """Packed [1, 3] tokens, L2 norm, safe gate from g_raw / A_log / dt_bias, beta from logits, [V, K] state."""
     x = leaves(1, 4, 1, 1, 3, 2, 2, seed=1, dtype=f64, raw=True)
@@ -63,7 +64,7 @@ def test_gradcheck_varlen_in_kernel_options_float64():
     assert torch.autograd.gradcheck(f, args, eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
-@pytest.mark.parametrize("gate", ["unbounded", "safe"])
+@pytest.mark.parametrize("gate", ["unbounded", pytest.param("safe", marks=pytest.mark.slow)])
 def test_training_gradients_fp32_against_float64(gate):
     """fp32 leaves through the chunked forward and our backward; every leaf's gradient (raw q and k, v, g_raw,
     A_log, dt_bias, beta logits, h0) against float64 autograd through the plain recurrence. Under the interpreter
@@ -91,6 +92,7 @@ def test_training_gradients_fp32_against_float64(gate):
 
 
 @pytest.mark.parametrize("gate,layout", [("safe", "vk"), ("unbounded", "kv")])
+@pytest.mark.slow
 def test_backward_raw_head_groups_give_the_same_gradients(gate, layout, monkeypatch):
     """kda_backward_raw by groups of heads (a workspace limit of one byte: one q/k head and its two value heads
     at a time), the element-wise norm / gate / sigmoid included, against all heads at once: within 1e-6 of the
@@ -126,6 +128,7 @@ def test_backward_raw_head_groups_give_the_same_gradients(gate, layout, monkeypa
     assert (grouped["initial_state"].flatten(2) != 0).any(-1).all()
 
 
+@pytest.mark.slow
 def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
     """kda_autograd keeps the forward's chunk matrices (P, A_qk, X) for the backward's chunked mode, which then
     launches neither its pairs nor its solve kernel: every leaf's gradient within 1e-5 of the recomputing
@@ -178,6 +181,7 @@ def test_kept_chunk_matrices_give_the_same_gradients(monkeypatch):
 
 
 @pytest.mark.parametrize("pass_precision", [None, "bf16"])
+@pytest.mark.slow
 def test_kept_states_give_the_gradients(pass_precision, monkeypatch):
     """LAUNCH["keep_states"] (the default): with bf16 inputs the forward keeps its chunk-start states and V_new
     (fp32, V_new before its bf16 rounding, from a U in tf32), and the backward's pass runs only its reverse
@@ -242,6 +246,7 @@ def test_kept_states_give_the_gradients(pass_precision, monkeypatch):
 
 
 @pytest.mark.parametrize("gate,bf16", [("safe", False), ("unbounded", True)])
+@pytest.mark.slow
 def test_qk_norm_factors_give_the_same_gradients(gate, bf16, monkeypatch):
     """LAUNCH["qk_norm_factors"]: the chunked backward reads q and k as given with their rows' L2-norm factors
     (`kda_backward(qk_norms=...)`) instead of fp32 normalised copies: the factor path taken (the prep operands, 3a,

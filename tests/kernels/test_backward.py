@@ -108,7 +108,7 @@ def assert_scale_passed_as_tensor(spies, scale, dtype):
             assert not [a for a in args if isinstance(a, float)], name
 
 
-@pytest.mark.parametrize("seg", [16, 64])
+@pytest.mark.parametrize("seg", [16, pytest.param(64, marks=pytest.mark.slow)])
 def test_dense_odd_dims_two_checkpoints(seg, monkeypatch):
     """B = 2 rows of 70 tokens (two checkpoints; with seg 16, four segments re-run from the first checkpoint
     and a partial one; with 64, the whole chunk in scratch), K = 20, V = 36."""
@@ -197,6 +197,7 @@ def test_v_tiles_add_up(monkeypatch):
 
 
 @pytest.mark.parametrize("seg", [16, 64])
+@pytest.mark.slow
 def test_multi_chunk_packed_gva_one_token_last(seg, monkeypatch):
     """The chunk-level pass over several chunks: packed [130, 64, 1, 110, 1] tokens (three chunks with a
     partial one, exactly one chunk, single tokens, a chunk of 46 tokens: with seg 16, three segments, the
@@ -213,6 +214,7 @@ def test_multi_chunk_packed_gva_one_token_last(seg, monkeypatch):
     check(x, cu_seqlens=cu, use_h0=False, use_dht=False)
 
 
+@pytest.mark.slow
 def test_multi_chunk_strong_gates_all_tiles(monkeypatch):
     """200 tokens (four chunks, the last partial) with g uniform in [-8, 0], K = 20, V = 36 (neither a power
     of two), [V, K] states, no initial state; every kernel tiled as on a GPU: 16-wide V-tiles of the local

@@ -84,6 +84,7 @@ def test_bf16_inputs():
     check(make(1, 70, 1, 1, 32, 16, seed=5, dtype=torch.bfloat16), bar=1e-2)
 
 
+@pytest.mark.slow
 def test_pass_reads_bf16_copies_with_the_same_gradients(monkeypatch):
     """A pass in bf16 reads W and Kt stored in bf16 (LAUNCH["chunked_pass_bf16_copies"], None: on) by the operands
     kernel with the rounding its products would apply: the gradients are bit-identical to the pass rounding fp32
@@ -110,6 +111,7 @@ def test_pass_reads_bf16_copies_with_the_same_gradients(monkeypatch):
         assert torch.equal(a, b) if DEVICE == "cpu" else rms_rel(a, b) < 1e-5, (name, rms_rel(a, b))
 
 
+@pytest.mark.slow
 def test_gradients_written_in_the_inputs_dtype(monkeypatch):
     """Without GVA the local kernels write dq, dk and dv in the inputs' dtype (bf16 here, rounded to nearest even
     in the kernel): under the interpreter bit for bit what torch's cast gives of the fp32 gradients of the same
@@ -130,6 +132,7 @@ def test_gradients_written_in_the_inputs_dtype(monkeypatch):
         assert same(g16.dg, g32.dg) and same(g16.dh0, g32.dh0), HV
 
 
+@pytest.mark.slow
 def test_the_pass_source_product_keeps_dh0(monkeypatch):
     """chunked_pass_source_precision: the pass in bf16 but for the reverse recursion's Qt^T dO in fp32 (tf32 on a
     GPU, the default there), or as two bf16 products of Qt's two bf16 terms with a bf16 dO ("bf16_split_a"). dh0's
@@ -155,6 +158,7 @@ def test_the_pass_source_product_keeps_dh0(monkeypatch):
 
 @pytest.mark.parametrize("keys", [("chunked_precision",), ("split_precision",), ("pairs_diag_precision",),
                                   ("chunked_pass_precision", "chunked_pass_source_precision")])
+@pytest.mark.slow
 def test_products_in_bf16(keys, monkeypatch):
     """The prep's (chunked_precision, pairs_diag_precision), the local kernels' (split_precision) or the pass's
     products with bf16 operands: fp32 inputs over three chunks, two packed sequences, GVA, held to the bf16 bar
@@ -232,7 +236,12 @@ def _alternative_matches(case, key, alternative, default, monkeypatch, launch_ex
     return alt, base
 
 
-@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
+# float64_strong_gates in the fast tier, the other cases in the slow one
+SPLIT_PREP_PARAMS = [c if c == "float64_strong_gates" else pytest.param(c, marks=pytest.mark.slow)
+                     for c in sorted(SPLIT_PREP_CASES)]
+
+
+@pytest.mark.parametrize("case", SPLIT_PREP_PARAMS)
 def test_anchored_diagonal_blocks(case, monkeypatch):
     """LAUNCH["diag_blocks"] = "anchors" (the diagonal blocks of the pair matrices and the block sums as tensor-core
     products at two anchors, the default) against "elementwise", both against float64 autograd; sums_bk 16 makes
@@ -243,7 +252,7 @@ def test_anchored_diagonal_blocks(case, monkeypatch):
         assert not torch.equal(a.dq, b.dq) and not torch.equal(a.dk, b.dk)
 
 
-@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
+@pytest.mark.parametrize("case", SPLIT_PREP_PARAMS)
 def test_sums_in_one_launch(case, monkeypatch):
     """LAUNCH["sums_one_launch"]: every (work item, row block) of the sums kernel in one launch gives the same bits
     as one launch per row block (the same code per block), and passes against float64 autograd; with sums_bk 16 and
@@ -253,7 +262,7 @@ def test_sums_in_one_launch(case, monkeypatch):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
-@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
+@pytest.mark.parametrize("case", SPLIT_PREP_PARAMS)
 def test_vk_sums_by_k_tiles(case, monkeypatch):
     """LAUNCH["split_vk_ktiles"]: 3a's K-tiles by `_local_kt_kernel` (one program per chunk, value head and K-tile)
     and the rest by `_local_vk_kernel` from its Y_k: the same bits as every K-tile inside `_local_vk_kernel` (the
@@ -270,7 +279,7 @@ def test_vk_sums_by_k_tiles(case, monkeypatch):
     assert len(spy.grids) == 1 and spy.grids[0][0] % -(-K // 16) == 0  # once, for the alternative only
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, f64])
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=pytest.mark.slow), f64])
 def test_anchored_blocks_fall_back_past_max_exp(dtype, monkeypatch):
     """Gates down to -20 per step in the second chunk (each of its blocks has a half whose decay passes e(70),
     beyond MAX_EXP = 60: those blocks take the element-wise form) and to -4 in the others (anchored): the usual
@@ -288,6 +297,7 @@ def test_anchored_blocks_fall_back_past_max_exp(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
+@pytest.mark.slow
 def test_sums_at_one_anchor_under_a_gate_bound(dtype, monkeypatch):
     """LAUNCH["sums_one_anchor"] with gate_bound -7.5 and gates in [-7.5, 0] (a block's half spans up to 8 gates:
     e(60) = e(MAX_EXP) at the limit): the usual bars against float64 on two packed sequences, GVA, K = 20 (K-tiles
@@ -316,6 +326,7 @@ def test_sums_at_one_anchor_under_a_gate_bound(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("case", ["packed_gva_odd", "k_tiles"])
+@pytest.mark.slow
 def test_pass_directions_in_parallel(case, monkeypatch):
     """LAUNCH["chunked_pass_parallel"] (the pass's two recursions as separate programs, the default) against one
     program running both: the same products, so the same gradients."""
@@ -340,6 +351,7 @@ class _StagesRefused:
         return launch
 
 
+@pytest.mark.slow
 def test_pass_retries_with_one_stage(monkeypatch):
     """bf16 inputs and do, K <= 128 and few sequence-heads: the pass asks for two stages; where they do not fit it
     runs with one and the gradients are right. A two-stage setting given in LAUNCH is not overridden: the error stands."""
@@ -386,7 +398,8 @@ def _spy_capped_kernels(monkeypatch):
     return spies
 
 
-@pytest.mark.parametrize("key", sorted(REGISTER_CAPS))
+@pytest.mark.parametrize("key", [k if k == "prep_operands_maxnreg" else pytest.param(k, marks=pytest.mark.slow)
+                                 for k in sorted(REGISTER_CAPS)])
 def test_register_cap(monkeypatch, key):
     """Each LAUNCH["..._maxnreg"] reaches its kernel's launches (the pairs kernel: four row-block launches) as
     `maxnreg`, and no other kernel's (0: no cap); a register cap changes where ptxas keeps values, not
@@ -448,6 +461,7 @@ def test_rejects_unknown_modes(monkeypatch):
 
 
 @pytest.mark.parametrize("layout", ["kv", "vk"])
+@pytest.mark.slow
 def test_head_groups_give_the_same_gradients(layout, monkeypatch):
     """A workspace budget of one byte runs the backward one q/k head (with its GVA value heads) at a time:
     3 q/k heads, 6 value heads, packed [5, 66, 1] tokens, h0 and dht. Right against float64 and bit-identical to
@@ -495,6 +509,7 @@ def _peak_kernel_buffers(fn):
     return result, peak[0]
 
 
+@pytest.mark.slow
 def test_workspace_estimate_bounds_the_buffers(monkeypatch):
     """backward.workspace_bytes, which chooses the head groups, is an upper bound of the buffers the chunked
     mode really holds at once (counted as they are made and freed), and not far above it: packed [70, 60, 30]

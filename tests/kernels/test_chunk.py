@@ -80,7 +80,8 @@ def test_dense_two_batches_ragged_tail():
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
-@pytest.fixture(params=["gate kernel", "intra kernel"])
+# the default (LAUNCH["l2_in_intra"]) in the fast tier, the other in the slow one
+@pytest.fixture(params=[pytest.param("gate kernel", marks=pytest.mark.slow), "intra kernel"])
 def l2_where(request, monkeypatch):
     """Run a test with the L2-norm factors computed by either kernel (the launch setting l2_in_intra)."""
     from kda_trace.kernels import chunk
@@ -102,6 +103,7 @@ def test_varlen_gva_odd_dims_every_in_kernel_option(l2_where):
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
+@pytest.mark.slow
 def test_wu_kernel_on_8_warps_where_v_fits_one_16_wide_tile(monkeypatch):
     """`_wu_kernel` runs on 8 warps where V <= 16 (kernels/chunk.py `_wu_warps`: at 4 warps Triton 3.6 miscompiled
     it on the H100 there, o 0.91 off float64 at K = 20, V = 12; the interpreter cannot show it) and on
@@ -118,6 +120,7 @@ def test_wu_kernel_on_8_warps_where_v_fits_one_16_wide_tile(monkeypatch):
     assert [opt["num_warps"] for opt in spy.options] == [8, chunk.LAUNCH["wu_warps"]]
 
 
+@pytest.mark.slow
 def test_kg_in_intra_and_the_wu_register_cap_by_default(monkeypatch):
     """kg_in_intra=None (the default): the intra kernel writes the W/U operands (KG_HERE) unless it computes the
     q/k L2-norm factors itself, or the chunk matrices and states are kept (save_states: W/U computes W in tf32 from k
@@ -141,6 +144,7 @@ def test_kg_in_intra_and_the_wu_register_cap_by_default(monkeypatch):
     assert [opt.get("maxnreg") for opt in wu.options] == [None, 168, None]
 
 
+@pytest.mark.slow
 def test_the_solve_register_cap_by_default_but_for_the_kept_matrices(monkeypatch):
     """solve_maxnreg=None (the default): `_solve_kernel` launches with at most 168 registers (H200: 1.006-1.010 on the
     six shapes of issue 20, the same bits), but not where the chunk matrices are kept for the backward (its tf32x3
@@ -163,6 +167,7 @@ def test_the_solve_register_cap_by_default_but_for_the_kept_matrices(monkeypatch
     assert [opt.get("maxnreg") for opt in spy.options] == [168, None, None]
 
 
+@pytest.mark.slow
 def test_solve_in_tf32_by_default_and_in_tf32x3_for_the_kept_matrices(monkeypatch):
     """The solve's products in tf32 by default, operands rounded to nearest first ("tf32_rn"; X is rounded to bf16
     after it), in tf32x3 (about fp32) when the chunk matrices are kept for the backward (its fp32 X). Under the
@@ -207,6 +212,7 @@ def _solve_x(P, beta, prec, peel):
     return X
 
 
+@pytest.mark.slow
 def test_peeled_tf32_solve_stays_near_float64():
     """The solve's tf32 products against (I + A_kk)^-1 in float64, on weak decays (A_kk's entries near beta k_i . k_j,
     X furthest from the identity). Plain tf32 (operands truncated by the tensor cores) leaves X's error at half that
@@ -272,6 +278,7 @@ def _round_mantissa(v: float, bits: int) -> float:
     return math.copysign(round(abs(m) * 2 ** (bits + 1)) / 2 ** (bits + 1) * 2.0 ** e, v)
 
 
+@pytest.mark.slow
 def test_gate_in_intra_by_default_for_a_precomputed_gate(monkeypatch):
     """gate_in_intra=None (the default): kernel 2's program computes its chunk's G first and kernel 1 is not launched
     for a precomputed gate; for a gate computed in the op kernel 1 runs. o against float64 either way (the variants'
@@ -318,6 +325,7 @@ def test_saturated_safe_gate_takes_the_exact_path(l2_where):
 
 # entries above the diagonal (dropped) reach exp(15 * 7.5) at the bound and overflow in the interpreter's fp32 products
 @pytest.mark.filterwarnings("ignore:overflow encountered in matmul", "ignore:invalid value encountered in matmul")
+@pytest.mark.slow
 @pytest.mark.parametrize("lower_bound, check_range", [(-7.5, False), (-5.0, False), (-8.0, True)])
 def test_safe_gate_diagonal_blocks_at_one_anchor_up_to_its_bound(lower_bound, check_range, monkeypatch):
     """The intra kernel takes its diagonal blocks at one anchor, their row 8 (launch setting intra_one_anchor), with
@@ -494,7 +502,12 @@ ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_sp
 REPLACED = ("first_defaults", "intra_two_anchors")
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
+# in the fast tier: the split state pass (kernels 5a and 5b, which the defaults take only for long sequences)
+FAST_VARIANTS = ("state_split_4",)
+
+
+@pytest.mark.parametrize("variant", [v if k in FAST_VARIANTS else pytest.param(v, marks=pytest.mark.slow)
+                                     for k, v in VARIANTS.items()], ids=list(VARIANTS))
 def test_launch_variants_against_float64_and_defaults(variant, monkeypatch):
     """Each variant within the budget of the float64 recurrence and no less accurate than the defaults (o and
     final state RMS-relative, and the worst token). The variants outside ROUNDS_DIFFERENTLY do the same fp32
@@ -526,6 +539,7 @@ def test_launch_variants_against_float64_and_defaults(variant, monkeypatch):
             assert _worst_token(o0, o_ref) <= 1.05 * _worst_token(o, o_ref), name
 
 
+@pytest.mark.slow
 def test_many_sequence_head_pairs_take_the_output_in_the_state_pass(monkeypatch):
     """From 64 (sequence, head) pairs on, the default computes O in the state pass (out_in_state=None picks it):
     34 packed sequences x 2 value heads, lengths 1 to 80 (one or two chunks), GVA, V = 24 (a 64-wide tile
@@ -550,6 +564,7 @@ def test_many_sequence_head_pairs_take_the_output_in_the_state_pass(monkeypatch)
     assert (o - o2).abs().max() <= 1e-5 * o2.abs().max()
 
 
+@pytest.mark.slow
 def test_state_pass_loads_the_decay_row_a_step_ahead_where_o_is_not_in_it(monkeypatch):
     """state_prefetch=None (the default): kernel 5 loads each chunk's last G row one step ahead (PREFETCH) where it
     does not compute O (`chunk._state_prefetch`; H200: 1.03x at 32 pairs), not where it does (no gain measured).
@@ -581,6 +596,7 @@ def test_state_pass_loads_the_decay_row_a_step_ahead_where_o_is_not_in_it(monkey
             assert torch.equal(o, o0) and torch.equal(ht, h0)
 
 
+@pytest.mark.slow
 def test_state_split_into_segments(monkeypatch):
     """The state pass split into segments (launch setting state_split: kernels 5a and 5b chain the segments'
     affine maps, then every segment runs from its start state): o, the final states and the chunk states within
@@ -615,6 +631,7 @@ def test_state_split_into_segments(monkeypatch):
 
 @pytest.mark.parametrize("H,HV,K,V,layout", [(1, 2, 32, 24, "kv"), (1, 2, 100, 160, "kv"), (2, 2, 128, 16, "vk"),
                                              (1, 1, 256, 32, "kv")])
+@pytest.mark.slow
 def test_long_sequences_of_few_heads_split_the_state_pass_by_default(H, HV, K, V, layout, monkeypatch):
     """state_split=None (the default) splits into SPLIT_CHUNKS-chunk segments where at most SPLIT_MAX_PAIRS
     (sequence, head) pairs hold a sequence of at least SPLIT_MIN_CHUNKS chunks, and nowhere else; K > 128
@@ -665,6 +682,7 @@ def test_bf16_inputs_error_budget():
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
+@pytest.mark.slow
 def test_causal_later_tokens_do_not_change_earlier_outputs(monkeypatch):
     """With the diagonal blocks at two anchors (intra_one_anchor=False: every anchor row at or before the rows it
     serves), changing every input from token 37 on (inside a sub-chunk, before the second half-anchor at 40) leaves
@@ -686,6 +704,7 @@ def test_causal_later_tokens_do_not_change_earlier_outputs(monkeypatch):
     assert not torch.equal(o1[:, 37:], o2[:, 37:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gate", ["safe", "precomputed"])
 def test_causal_under_one_anchor_up_to_rounding_in_the_block(gate):
     """With the diagonal blocks at one anchor (the default: row 8 of each 16-row block), rows 0-7 of a block are
@@ -728,6 +747,7 @@ def test_chunk_tables():
     assert indices.dtype == torch.int32 and offsets.dtype == torch.int64
 
 
+@pytest.mark.slow
 def test_cu_seqlens_read_once_per_tensor_and_version():
     """The chunk tables are cached per cu_seqlens tensor; an in-place change of its values must not reuse
     them (the cache key holds the version counter), and a new tensor with other values gets its own."""
@@ -748,6 +768,7 @@ def test_cu_seqlens_read_once_per_tensor_and_version():
     assert torch.equal(o3, o1) and torch.equal(h3, h1)
 
 
+@pytest.mark.slow
 def test_graph_capture_needs_cached_tables(monkeypatch):
     """Under a CUDA graph capture, a cache miss (host work) is a clear error; a cached shape goes through."""
     x = make(1, 70, 1, 1, 16, 16, seed=13)
@@ -867,7 +888,7 @@ def test_matches_fla_chunk_kda_on_gpu():
 
 # ----------------------------------------------------------------------------------------------------------
 # adapters (kda_trace/solutions/ours_chunk.py) against the families' own reference code
-@pytest.mark.parametrize("safe", [False, True])
+@pytest.mark.parametrize("safe", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_adapter_prefill_vs_family_reference(safe):
     """The prefill family's reference vs the adapter: with an initial state (unbounded gate) or without
     (safe gate)."""
@@ -909,6 +930,7 @@ def test_adapter_forward_vs_family_reference():
 
 
 @pytest.mark.parametrize("layout", ["kv", "vk"])
+@pytest.mark.slow
 def test_chunk_states_every_chunk_start(layout):
     """output_chunk_states: packed lengths 130, 1, 64, 65 (3 + 1 + 1 + 2 chunk entries), GVA, odd dims: entry
     c of a sequence is the float64 state after its first 64 * c tokens (c = 0: the initial state, exactly)."""
@@ -967,6 +989,7 @@ def chunk_truth(x, cu, heads, lower_bound):
                 yield dict(r0=r0, n=n, hv=hv, G=G, k=kc, beta=b, P=P, Aqk=Aqk, X=X)
 
 
+@pytest.mark.slow
 def test_kept_chunk_matrices_against_float64(monkeypatch):
     """saved=: P (A_kk without beta, strictly lower), A_qk without the scale (lower with the diagonal) and
     X = (I + diag(beta) P)^-1 of every chunk, fp32 [NT, HV, 64, 64], on L2-normalised q/k with the safe gate and
@@ -1011,6 +1034,7 @@ def test_kept_chunk_matrices_against_float64(monkeypatch):
     assert item == 5
 
 
+@pytest.mark.slow
 def test_kept_w_and_kg_against_float64():
     """save_states (bf16 inputs, [K, V] states): the kept W = X diag(beta) k exp(G) and KG = k exp(G_last - G)
     (bf16 [T, HV, K], what the backward's pass reads instead of computing its own) against float64 built from the

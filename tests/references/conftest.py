@@ -79,14 +79,15 @@ def definitions(family: str) -> list[Definition]:
 
 def family_params(family: str, fast: str = "all") -> list[Any]:
     """pytest params over a family's definitions. fast='all': every definition runs in the fast tier;
-    fast='one': only the one with the fewest value heads does, the others are marked slow."""
+    fast='one': only the one with the smallest state does (coverage_cells.representative); fast='cells': the
+    fewest that together claim every cell of the family do (coverage_cells.covering). The others are marked slow."""
     defs = definitions(family)
     if not defs:
         return [pytest.param(None, marks=pytest.mark.skip(reason=f"no {family} definitions in the dataset"))]
     if fast == "all":
         return [pytest.param(d, id=d.name) for d in defs]
-    smallest = coverage_cells.representative(defs)
-    return [pytest.param(d, id=d.name, marks=() if d is smallest else pytest.mark.slow) for d in defs]
+    chosen = [coverage_cells.representative(defs)] if fast == "one" else coverage_cells.covering(defs)
+    return [pytest.param(d, id=d.name, marks=() if any(d is c for c in chosen) else pytest.mark.slow) for d in defs]
 
 
 # The dataset grid's tiers. A workload of at most CPU_MAX_SIZE tokens x value heads whose largest tensor has at most

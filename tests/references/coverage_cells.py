@@ -45,10 +45,25 @@ def family_of(definition) -> str:
     return definition.tag("stage") or definition.name.split("_")[1]
 
 
+def _state_size(d):
+    return d.const_axes.get("num_v_heads", 0) * d.const_axes.get("head_dim_v", 0), d.name
+
+
 def representative(definitions):
     """The definition of a family that tests with fast='one' run in the fast tier: the smallest state."""
-    return min(definitions, key=lambda d: (d.const_axes.get("num_v_heads", 0) * d.const_axes.get("head_dim_v", 0),
-                                           d.name))
+    return min(definitions, key=_state_size)
+
+
+def covering(definitions) -> list:
+    """The definitions of a family that tests with fast='cells' run in the fast tier: from the smallest state up,
+    each one that claims a cell the ones before it do not (so together they claim every cell of the family)."""
+    chosen, seen = [], set()
+    for d in sorted(definitions, key=_state_size):
+        cells = {(axis, value) for axis, values in claimed_cells(d).items() for value in values}
+        if cells - seen:
+            chosen.append(d)
+            seen |= cells
+    return chosen
 
 
 def claimed_cells(definition) -> Cells:
@@ -98,13 +113,15 @@ class Declaration:
     cells: Cells
     tier: str
     """fast, slow or gpu (from the function's or module's pytest marks)."""
-    fast_one: bool = False
-    """Parametrized with family_params(..., fast="one"): in the fast tier for one definition only."""
+    fast: str = "all"
+    """Parametrized with family_params(..., fast=...): "one" (in the fast tier for representative() only), "cells"
+    (for covering() only) or "all"."""
 
     def tier_for(self, definition, family_definitions) -> str:
-        if self.tier == "fast" and self.fast_one and definition is not representative(family_definitions):
-            return "slow"
-        return self.tier
+        if self.tier != "fast" or self.fast == "all":
+            return self.tier
+        fast = [representative(family_definitions)] if self.fast == "one" else covering(family_definitions)
+        return self.tier if any(definition is d for d in fast) else "slow"
 
 
 def _marks(decorators: list[ast.expr]) -> set[str]:
@@ -143,14 +160,14 @@ def declarations(tests_dir: Path = TESTS_DIR) -> list[Declaration]:
             if any(_slow_params(c) for c in calls):
                 marks.add("slow")
             tier = "gpu" if "gpu" in marks else "slow" if marks & {"slow", "large", "stress"} else "fast"
-            fast_one = any(isinstance(c, ast.Call) and getattr(c.func, "id", "") == "family_params"
-                           and any(kw.arg == "fast" and ast.literal_eval(kw.value) == "one" for kw in c.keywords)
-                           for dec in node.decorator_list for c in ast.walk(dec))
+            fast = next((ast.literal_eval(kw.value) for dec in node.decorator_list for c in ast.walk(dec)
+                         if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "family_params"
+                         for kw in c.keywords if kw.arg == "fast"), "all")
             for d in node.decorator_list:
                 if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "covers":
                     family = ast.literal_eval(d.args[0])
                     cells = {kw.arg: set(ast.literal_eval(kw.value)) for kw in d.keywords}
-                    out.append(Declaration(f"{path.name}::{node.name}", family, cells, tier, fast_one))
+                    out.append(Declaration(f"{path.name}::{node.name}", family, cells, tier, fast))
     return out
 
 

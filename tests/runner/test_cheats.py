@@ -77,6 +77,7 @@ def test_cheats_never_pass_and_say_what_was_seen(toy_run):
     assert "timed repetition" in logs["lazy_when_timed"] and "_Lazy" in logs["lazy_when_timed"]
 
 
+@pytest.mark.slow  # a run of its own; the fast tier's toy run has asks_seeds_ahead
 def test_a_content_cache_never_hits_in_the_timing_loop(tmp_path, monkeypatch):
     """Every timed repetition has inputs of its own: a cache keyed on the inputs' content is as slow as the
     honest computation (here made 50 ms long), not a replay."""
@@ -112,6 +113,7 @@ def kda_run(tmp_path_factory):
     return statuses(out)
 
 
+@pytest.mark.slow  # kda_run: two KDA definitions, six solutions (2 min on 2 busy cores)
 def test_one_wrong_row_fails_every_kda_workload(kda_run):
     assert kda_run["honest"] and all(ev["status"] == "PASSED" for ev in kda_run["honest"])
     for name in ROW_DEFECTS:
@@ -121,6 +123,7 @@ def test_one_wrong_row_fails_every_kda_workload(kda_run):
             assert "per-row bound" in ev["log"], (name, ev["log"])
 
 
+@pytest.mark.slow  # kda_run
 def test_a_state_pool_left_unwritten_in_timed_repetitions_is_caught(kda_run):
     """Decode writes its states into the pool in place; a solution that skips that write only while timed
     (not on the last repetition, which is compared whole) is caught by the digest of a drawn repetition."""
@@ -133,6 +136,7 @@ def test_a_state_pool_left_unwritten_in_timed_repetitions_is_caught(kda_run):
             assert ev["status"] == "PASSED" or "was caught reaching around the runner earlier" in ev["log"], ev["log"]
 
 
+@pytest.mark.slow  # a run of its own; forged_pass in the fast tier's toy run
 def test_trace_files_written_by_a_solution_do_not_survive_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("CHEATS_TRACE_DIR", str(tmp_path))
     argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--size", "all", "--out",
@@ -211,6 +215,7 @@ def test_a_worker_refuses_to_start_when_kda_trace_changed_on_disk(tmp_path):
         Runner(config, lambda d, t: None, capture("cpu", 1, DS)).run([Task(d, w, ["reference"], {"reference": "reference"})])
 
 
+@pytest.mark.slow  # the fast tier has the rewritten definitions
 def test_stored_inputs_rewritten_during_a_run_are_refused(tmp_path, monkeypatch):
     """A solution runs as the runner's user and can write the dataset's safetensors files. The run records
     their identity (inode, size, change time) before any solution code runs; a workload whose file changed
@@ -256,6 +261,7 @@ def test_stored_inputs_rewritten_during_a_run_are_refused(tmp_path, monkeypatch)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc (kda_trace/reaper.py)")
+@pytest.mark.slow  # the fast tier has the reaper on a process left behind (the test above)
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_an_interrupted_run_leaves_no_process_behind(tmp_path, signame):
     """Interrupted (Ctrl-C, `timeout -s INT`, or `timeout`'s default SIGTERM) while a solution is busy, the run
@@ -319,6 +325,7 @@ def _state(pid):
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc (kda_trace/reaper.py)")
+@pytest.mark.slow
 def test_a_runner_killed_outright_takes_its_worker_and_solution_process_with_it(tmp_path):
     """SIGKILL (`timeout -k`, the OOM killer) gives the runner no cleanup: its worker and the solution's process
     end anyway (PR_SET_PDEATHSIG, kda_trace/reaper.py `die_with_parent`) instead of running on, orphaned."""

@@ -189,7 +189,7 @@ def test_row_layout_takes_the_trailing_head_dim_axes_or_the_last_axis():
     assert row_layout([], []) == (1, [], [])
 
 
-@pytest.mark.parametrize("tokens", [8192, 65536, 1 << 20])
+@pytest.mark.parametrize("tokens", [8192, 65536, pytest.param(1 << 20, marks=pytest.mark.slow)])
 def test_one_wrong_row_fails_at_any_size_and_is_named(tokens):
     """A (token, head) row zeroed, or copied from its neighbour, among up to 1M tokens (the aggregate
     bounds alone pass both at these sizes)."""

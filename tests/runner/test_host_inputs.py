@@ -266,6 +266,7 @@ def _metrics(out):
     return got
 
 
+@pytest.mark.slow  # KDA runs of two definitions
 def test_inputs_kept_off_the_gpu_give_the_same_verdicts(tmp_path):
     """--inputs-on-host (forced, it applies on the CPU too): the judge keeps only the inputs it reads, and the
     solutions' processes make each input set again from its seed. The honest solution's errors are those of a run
@@ -295,6 +296,7 @@ def test_inputs_kept_off_the_gpu_give_the_same_verdicts(tmp_path):
     assert toy == {"mutates_input": "INPUT_MUTATED", "caches_first": "INCORRECT_NUMERICAL", "good": "PASSED"}
 
 
+@pytest.mark.slow  # KDA runs with four solutions
 def test_cheats_in_the_timing_loop_are_caught_with_inputs_kept_off_the_gpu(tmp_path):
     """Kept off the GPU (the stress workloads), every timed repetition still gets inputs of its own and a drawn one
     is checked by digest: a solution that is right only on the last repetition, or skips its pool writes while
@@ -331,6 +333,7 @@ def test_cheats_in_the_timing_loop_are_caught_with_inputs_kept_off_the_gpu(tmp_p
         assert status == want, (name, uuid, log)
 
 
+@pytest.mark.slow  # a run of its own
 def test_the_judges_comparison_out_of_memory_stops_the_other_processes_not_the_judged_one(tmp_path, monkeypatch):
     """A hog's memory must not fail another solution in the judge's own work for it either (comparing its outputs):
     the worker stops the other solutions' processes, keeps the judged one's (it is in the middle of its evaluation)

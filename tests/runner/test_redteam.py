@@ -19,6 +19,8 @@ from kda_trace.cli import main
 HERE = Path(__file__).parent
 DS = str(HERE / "fixtures" / "ds")
 REDTEAM = str(HERE / "redteam.py")
+# the slow tier: four runs of 20-90 s on 2 busy CPU cores; the fast tier has a timer cheat (test_cheats.py patches_timer)
+pytestmark = pytest.mark.slow
 DELAY_S = 0.01
 MAX_REPS = "20"  # more than DIGESTED_REPS + 1, as on a GPU (10..200 repetitions)
 

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow  # a benchmark script run whole (45 s on 2 busy CPU cores)
 def test_row_truth_reports_every_output_against_float64():
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))

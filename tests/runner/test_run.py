@@ -10,6 +10,8 @@ from kda_trace.cli import main
 HERE = Path(__file__).parent
 DS = str(HERE / "fixtures" / "ds")
 BAD = str(HERE / "bad_solutions.py")
+# Each `kda-trace run` here starts worker and solution processes: 25-120 s on 2 busy CPU cores. The fast tier keeps
+# the verdicts (bad_run, the invalid references); the other runs are in the slow tier.
 
 EXPECTED = {
     "good": "PASSED",
@@ -115,6 +117,7 @@ def test_invalid_and_refused_references(tmp_path):
     assert records(tmp_path, "toy_unsafe")[-1]["evaluation"]["status"] == "PASSED"
 
 
+@pytest.mark.slow
 def test_tolerance_override_and_unsupported_pairs(tmp_path):
     code = run("--definition", "toy_scan", "--definition", "toy_packed", "--solution", f"{BAD}::off_by_1e2",
                "--tolerance", "y=atol:0.02,max_rms_rel_error:0.1,min_cosine:0.99", "--out", str(tmp_path))
@@ -131,6 +134,7 @@ def test_tolerance_override_and_unsupported_pairs(tmp_path):
     assert json.loads((tmp_path / "t" / "summary.json").read_text())["skipped"][0]["solution"] == "triton"
 
 
+@pytest.mark.slow
 def test_packed_coordinates_and_solution_json(tmp_path):
     source = ("import torch\n\ndef run(x, cu_seqlens, scale, y):\n"
               "    for n in range(cu_seqlens.shape[0] - 1):\n"
@@ -156,6 +160,7 @@ def test_packed_coordinates_and_solution_json(tmp_path):
     assert by_solution(records(out, "toy_scan"))["dps_scan"]["evaluation"]["status"] == "UNSUPPORTED"
 
 
+@pytest.mark.slow
 def test_shards_partition_and_merge_and_resume(tmp_path):
     dirs = [tmp_path / "s0", tmp_path / "s1"]
     for i, d in enumerate(dirs):
@@ -182,6 +187,7 @@ def test_shards_partition_and_merge_and_resume(tmp_path):
     assert main(["report", str(full)]) == 0  # the torn line is reported as a problem, not a crash
 
 
+@pytest.mark.slow
 def test_rerun_replaces_the_records_of_a_status(tmp_path):
     """--resume --rerun RUNTIME_ERROR evaluates again what failed for the machine's sake (an out-of-memory), and
     the new record replaces the old one in the trace file; the other records are kept as they were."""
@@ -256,6 +262,7 @@ def test_out_of_gpu_memory_is_named_as_such():
         assert _short_traceback(e).startswith("ValueError: bad shape")
 
 
+@pytest.mark.slow
 def test_the_phase_log_says_where_an_evaluation_spends_its_time(tmp_path, monkeypatch):
     from kda_trace.runner import PHASE_LOG_ENV
 

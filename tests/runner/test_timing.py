@@ -68,6 +68,7 @@ def test_reference_on_cpu_is_timed_by_its_correctness_calls():
     assert r.times_ms == [5.0, 7.0] and r.mode == "cpu_wall" and "correctness calls" in r.notes[0]
 
 
+@pytest.mark.slow  # a `kda-trace run` of its own
 def test_runner_times_a_slow_solution_once_and_says_so(tmp_path):
     # asked for 2 warm-ups and 3 reps; each call takes 1.1 s > the 1 s budget: timed once, no warm-up
     assert main(["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--solution",
