@@ -25,17 +25,21 @@ run: install
 # kernel tests are Triton-interpreter tests, with bars set for the interpreter's fp32 products.
 # test: the fast tier, everything not marked slow, large, gpu or stress: every module, every kernel (forward,
 #   backward, gate) under the Triton interpreter, every family's reference against ground truth, the runner's
-#   verdicts and its cheats. Under 5 minutes on 2 idle CPU cores; prints its ten slowest tests.
+#   verdicts and one run of its cheats. About 3.5 minutes on 2 idle CPU cores (its tests took 770 s on 2 cores
+#   busy with other work, where the whole former fast tier, 16.5 minutes idle, took 3720 s); prints its ten slowest.
 test: install
 	CUDA_VISIBLE_DEVICES= $(BIN)/pytest -q --durations=10
 
 # test-slow: the slow tier on CPU (CI runs it after `make test`; none of the fast tests again): the parametrized
-#   sweeps beyond the fast tier's representative cases, long interpreter cases, and the dataset workloads that are
-#   CPU-sized (tests/references/conftest.py CPU_MAX_SIZE) against the float64 truths. About 40 minutes on 2 CPU cores.
+#   sweeps beyond the fast tier's representative cases, long interpreter cases, the runner's other runs (red team,
+#   row defects on KDA, shards, host inputs), and the dataset workloads that are CPU-sized
+#   (tests/references/conftest.py CPU_MAX_SIZE) against the float64 truths. About 20 minutes on 2 idle CPU cores
+#   (estimated the same way: about 4200 s on the busy machine); CI allows it 40.
 test-slow: install
 	CUDA_VISIBLE_DEVICES= $(BIN)/pytest -q -m 'slow and not gpu' --durations=10
 
-# test-large: the rest of the dataset grid (up to 8192 tokens, 2048 for the backward): minutes on a GPU, hours on a CPU
+# test-large: the rest of the dataset grid (up to 8192 tokens, 2048 for the backward) and the sm_90 compilation of the
+#   backward kernels: minutes on a GPU, hours on a CPU
 test-large: install
 	$(BIN)/pytest -q -m 'large and not gpu' --durations=10
 

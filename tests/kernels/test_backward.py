@@ -434,7 +434,7 @@ def test_int64_addressing_past_2_31_elements_backward(mode, monkeypatch):
 
 
 
-@pytest.mark.slow
+@pytest.mark.large  # on 2 busy CPU cores it ran past its 600 s limit: too long for the CPU tiers
 def test_kernels_compile_for_sm90():
     """The backward and gate kernels compile for sm_90 (Triton's NVIDIA passes and ptxas, no GPU needed):
     the interpreter runs code the compiler may refuse."""

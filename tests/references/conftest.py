@@ -94,7 +94,7 @@ def family_params(family: str, fast: str = "all") -> list[Any]:
 # CPU_MAX_ELEMENTS elements is in the slow tier, which CI runs on 2 CPU cores (`make test-slow`); the rest of the
 # grid is marked large (`make test-large`: a GPU, or hours of CPU). On 2 busy CPU cores an 8192-token prefill
 # workload of 12 heads (98304) took 203 s, one of 16384 took 23 s, a 256-token MTP batch of 8 heads with a
-# 2^24-element pool 20 s: the slow tier's 184 workloads sum to about 10 minutes.
+# 2^24-element pool 20 s: at such rates the slow tier's 184 workloads take about 11 minutes there.
 CPU_MAX_SIZE = 8192
 CPU_MAX_ELEMENTS = 2 ** 23
 
