@@ -75,7 +75,7 @@ def test_trace_records_load_with_flashinfer_bench_models():
     from kda_trace import environment
     from kda_trace.schema import Trace
 
-    path = REPO / "benchmarks" / "results" / "2026-11-22-h100" / "run_s4" / "traces" / "kda" / "kda_decode_h8_d128_k_last.jsonl"
+    path = REPO / "benchmarks" / "results" / "2026-11-22-h100" / "dataset-run" / "traces" / "kda" / "kda_decode_h8_d128_k_last.jsonl"
     line = path.read_text().splitlines()[0]
     fib.Trace.model_validate_json(line)
     t = Trace.model_validate_json(line)

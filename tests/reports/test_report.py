@@ -18,7 +18,7 @@ from kda_trace.schema import DevicePeaks
 from .synthetic import record, write_run
 
 REPO = Path(__file__).resolve().parents[2]
-H100_RUN = REPO / "benchmarks" / "results" / "2026-11-22-h100" / "run_s4"
+H100_RUN = REPO / "benchmarks" / "results" / "2026-11-22-h100" / "dataset-run"
 D = "kda_prefill_x"
 PEAKS = DevicePeaks(model="test GPU", tbps=2.0, tflops=100.0, source="user")
 
