@@ -229,6 +229,7 @@ def test_multi_chunk_strong_gates_all_tiles(monkeypatch):
     check(x, KDAOptions(state_layout="vk", scale=0.7))
 
 
+@pytest.mark.slow
 def test_multi_chunk_float64():
     """Float64 inputs over three chunks (and packed with a 1-token sequence): the chunk pass's products in
     ieee float64, every gradient to float64 accuracy."""

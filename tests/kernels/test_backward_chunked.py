@@ -236,7 +236,7 @@ def _alternative_matches(case, key, alternative, default, monkeypatch, launch_ex
     return alt, base
 
 
-# float64_strong_gates in the fast tier, the other cases in the slow one
+# float64_strong_gates in the fast tier (test_anchored_diagonal_blocks), the other cases in the slow one
 SPLIT_PREP_PARAMS = [c if c == "float64_strong_gates" else pytest.param(c, marks=pytest.mark.slow)
                      for c in sorted(SPLIT_PREP_CASES)]
 
@@ -252,7 +252,8 @@ def test_anchored_diagonal_blocks(case, monkeypatch):
         assert not torch.equal(a.dq, b.dq) and not torch.equal(a.dk, b.dk)
 
 
-@pytest.mark.parametrize("case", SPLIT_PREP_PARAMS)
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
 def test_sums_in_one_launch(case, monkeypatch):
     """LAUNCH["sums_one_launch"]: every (work item, row block) of the sums kernel in one launch gives the same bits
     as one launch per row block (the same code per block), and passes against float64 autograd; with sums_bk 16 and
@@ -262,7 +263,8 @@ def test_sums_in_one_launch(case, monkeypatch):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
-@pytest.mark.parametrize("case", SPLIT_PREP_PARAMS)
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(SPLIT_PREP_CASES))
 def test_vk_sums_by_k_tiles(case, monkeypatch):
     """LAUNCH["split_vk_ktiles"]: 3a's K-tiles by `_local_kt_kernel` (one program per chunk, value head and K-tile)
     and the rest by `_local_vk_kernel` from its Y_k: the same bits as every K-tile inside `_local_vk_kernel` (the
@@ -398,8 +400,8 @@ def _spy_capped_kernels(monkeypatch):
     return spies
 
 
-@pytest.mark.parametrize("key", [k if k == "prep_operands_maxnreg" else pytest.param(k, marks=pytest.mark.slow)
-                                 for k in sorted(REGISTER_CAPS)])
+@pytest.mark.slow
+@pytest.mark.parametrize("key", sorted(REGISTER_CAPS))
 def test_register_cap(monkeypatch, key):
     """Each LAUNCH["..._maxnreg"] reaches its kernel's launches (the pairs kernel: four row-block launches) as
     `maxnreg`, and no other kernel's (0: no cap); a register cap changes where ptxas keeps values, not
@@ -434,6 +436,7 @@ def test_register_cap_defaults(monkeypatch, dtype, diag_blocks, sums, operands):
         assert {o.get("maxnreg") for o in spy.options} == {want.get(k)}, k
 
 
+@pytest.mark.slow
 def test_token_local_kernel(monkeypatch):
     """The chunked states and dS with the token-step local kernel (LAUNCH["chunked_local"] = "tokens")."""
     monkeypatch.setitem(backward.LAUNCH, "chunked_local", "tokens")
@@ -589,6 +592,7 @@ def test_small_k_on_gpu(K, monkeypatch):
     check(make(1, 70, 1, 2, K, 10, seed=40 + K), bar=5e-3)
 
 
+@pytest.mark.slow
 def test_scale_reaches_the_kernels_in_the_buffers_dtype(monkeypatch):
     """Each chunked kernel that takes the attention scale gets it as one element in the buffers' dtype, float64 at
     scale 0.7 here (`assert_scale_passed_as_tensor`: on an H100 a Python float put this case's gradients 1.7e-8

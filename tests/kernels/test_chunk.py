@@ -365,6 +365,7 @@ def test_safe_gate_diagonal_blocks_at_one_anchor_up_to_its_bound(lower_bound, ch
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in matmul", "ignore:invalid value encountered in matmul")
+@pytest.mark.slow
 def test_one_anchor_range_check_for_precomputed_gates(monkeypatch):
     """A precomputed gate bounds nothing, so the one-anchor diagonal blocks are range-checked at run time, row by row:
     row i keeps its tensor-core products where it is within MAX_EXP (60) of the block's row 8 in every channel
@@ -502,12 +503,8 @@ ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_sp
 REPLACED = ("first_defaults", "intra_two_anchors")
 
 
-# in the fast tier: the split state pass (kernels 5a and 5b, which the defaults take only for long sequences)
-FAST_VARIANTS = ("state_split_4",)
-
-
-@pytest.mark.parametrize("variant", [v if k in FAST_VARIANTS else pytest.param(v, marks=pytest.mark.slow)
-                                     for k, v in VARIANTS.items()], ids=list(VARIANTS))
+@pytest.mark.slow  # each variant on five cases, one of eleven chunks
+@pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
 def test_launch_variants_against_float64_and_defaults(variant, monkeypatch):
     """Each variant within the budget of the float64 recurrence and no less accurate than the defaults (o and
     final state RMS-relative, and the worst token). The variants outside ROUNDS_DIFFERENTLY do the same fp32
@@ -888,7 +885,8 @@ def test_matches_fla_chunk_kda_on_gpu():
 
 # ----------------------------------------------------------------------------------------------------------
 # adapters (kda_trace/solutions/ours_chunk.py) against the families' own reference code
-@pytest.mark.parametrize("safe", [pytest.param(False, marks=pytest.mark.slow), True])
+@pytest.mark.slow
+@pytest.mark.parametrize("safe", [False, True])
 def test_adapter_prefill_vs_family_reference(safe):
     """The prefill family's reference vs the adapter: with an initial state (unbounded gate) or without
     (safe gate)."""
@@ -914,6 +912,7 @@ def test_adapter_prefill_vs_family_reference(safe):
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
+@pytest.mark.slow
 def test_adapter_forward_vs_family_reference():
     from kda_trace.solutions import ours_chunk
 

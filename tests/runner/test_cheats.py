@@ -37,6 +37,24 @@ ONE_OF = {"off_by_percent_when_timed": {"INCORRECT_NUMERICAL", "REWARD_HACK"}}
 """Fixtures whose status depends on the draw: a timed repetition 3% off differs from the untimed call's by more
 than 5% (REWARD_HACK) in some random projections and not in others (INCORRECT_NUMERICAL). Never PASSED."""
 ROW_DEFECTS = ("row_zeroed", "row_from_neighbour", "row_stale", "state_row_zeroed")
+LOG_SAYS = {  # cheat -> what its log must say: each entry a tuple of alternatives, one of which is in the log
+    "patches_timer": (("time.perf_counter",),),
+    "patches_harness": (("compare_output",), ("allclose",)),
+    "thread_fill": (("threads", "changed after the call returned"),),
+    "returns_input_memory": (("shares memory with input 'x'",),),
+    "forged_pass": (("did not answer the runner's request",),),
+    "timing_aware": (("differ from an untimed call's on the same inputs",),),
+    "lazy_tensor": (("_Lazy, not a plain torch.Tensor",),),
+    "wrong_unless_judged_whole": (("wrong on the inputs of timed repetition",),),
+    "asks_seeds_ahead": (("outside the timing loop",),),
+    "off_by_percent_when_timed": (("timed repetition",),),
+    "lazy_when_timed": (("timed repetition",), ("_Lazy",)),
+}
+FAST_CHEATS = ("patches_timer", "gc_scan", "lazy_tensor", "timing_aware")
+"""The fast tier's toy run: one cheat of each kind (tampering with the harness, finding the expected answer, an
+output that is not a computed tensor, behaving differently when timed), each about 3 s of process start on the
+CPU; the others are in the slow tier's toy run."""
+OTHER_CHEATS = [n for n in [*CPU_CHEATS, *ONE_OF] if n not in FAST_CHEATS]
 
 
 def statuses(out: Path):
@@ -48,36 +66,45 @@ def statuses(out: Path):
     return got
 
 
-@pytest.fixture(scope="module")
-def toy_run(tmp_path_factory):
+def _toy_run(tmp_path_factory, cheats):
     out = tmp_path_factory.mktemp("cheats")
     argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--out", str(out)]
     # the cheats go first: a patch they make must not reach the honest solutions evaluated after them
-    argv += [a for name in [*CPU_CHEATS, *ONE_OF] for a in ("--solution", f"{CHEATS}::{name}")]
+    argv += [a for name in cheats for a in ("--solution", f"{CHEATS}::{name}")]
     argv += ["--solution", f"{CHEATS}::honest", "--solution", f"{BAD}::good"]
     assert main(argv) == 1
     return statuses(out)
 
 
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    return _toy_run(tmp_path_factory, FAST_CHEATS)
+
+
+@pytest.fixture(scope="module")
+def toy_run_others(tmp_path_factory):
+    return _toy_run(tmp_path_factory, OTHER_CHEATS)
+
+
+def check_cheats(run, names):
+    """Each cheat gets its status (never PASSED) and its log says what was seen."""
+    for name in names:
+        ev = run[name][0]
+        assert ev["status"] in (ONE_OF.get(name) or {CPU_CHEATS[name]}), (name, ev["status"], ev["log"])
+        for alternatives in LOG_SAYS.get(name, ()):
+            assert any(a in ev["log"] for a in alternatives), (name, alternatives, ev["log"])
+
+
 def test_cheats_never_pass_and_say_what_was_seen(toy_run):
-    assert {k: toy_run[k][0]["status"] for k in CPU_CHEATS} == CPU_CHEATS
-    logs = {k: toy_run[k][0]["log"] for k in CPU_CHEATS}
-    assert "time.perf_counter" in logs["patches_timer"]
-    assert "compare_output" in logs["patches_harness"] and "allclose" in logs["patches_harness"]
-    assert "threads" in logs["thread_fill"] or "changed after the call returned" in logs["thread_fill"]
-    assert "shares memory with input 'x'" in logs["returns_input_memory"]
-    assert "did not answer the runner's request" in logs["forged_pass"]
-    assert "differ from an untimed call's on the same inputs" in logs["timing_aware"]
-    assert "_Lazy, not a plain torch.Tensor" in logs["lazy_tensor"]
-    assert "wrong on the inputs of timed repetition" in logs["wrong_unless_judged_whole"]
-    assert "outside the timing loop" in logs["asks_seeds_ahead"]
-    for name, allowed in ONE_OF.items():
-        assert toy_run[name][0]["status"] in allowed, toy_run[name][0]
-        assert "timed repetition" in toy_run[name][0]["log"]
-    assert "timed repetition" in logs["lazy_when_timed"] and "_Lazy" in logs["lazy_when_timed"]
+    check_cheats(toy_run, FAST_CHEATS)
 
 
-@pytest.mark.slow  # a run of its own; the fast tier's toy run has asks_seeds_ahead
+@pytest.mark.slow  # a run of 13 solutions
+def test_the_other_cheats_never_pass_and_say_what_was_seen(toy_run_others):
+    check_cheats(toy_run_others, OTHER_CHEATS)
+
+
+@pytest.mark.slow  # a run of its own
 def test_a_content_cache_never_hits_in_the_timing_loop(tmp_path, monkeypatch):
     """Every timed repetition has inputs of its own: a cache keyed on the inputs' content is as slow as the
     honest computation (here made 50 ms long), not a replay."""
@@ -94,9 +121,10 @@ def test_a_content_cache_never_hits_in_the_timing_loop(tmp_path, monkeypatch):
         assert ev["correctness"]["extra"]["timed_repetition"]["checked"] is True
 
 
-def test_honest_solutions_after_the_cheats_pass_with_honest_times(toy_run):
+@pytest.mark.parametrize("run", ["toy_run", pytest.param("toy_run_others", marks=pytest.mark.slow)])
+def test_honest_solutions_after_the_cheats_pass_with_honest_times(run, request):
     for name in ("honest", "good"):
-        ev = toy_run[name][0]
+        ev = request.getfixturevalue(run)[name][0]
         assert ev["status"] == "PASSED", ev["log"]
         assert ev["performance"]["latency_ms"] > 0.001  # a patched perf_counter would have divided it by 100
 
@@ -136,7 +164,7 @@ def test_a_state_pool_left_unwritten_in_timed_repetitions_is_caught(kda_run):
             assert ev["status"] == "PASSED" or "was caught reaching around the runner earlier" in ev["log"], ev["log"]
 
 
-@pytest.mark.slow  # a run of its own; forged_pass in the fast tier's toy run
+@pytest.mark.slow  # a run of its own
 def test_trace_files_written_by_a_solution_do_not_survive_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("CHEATS_TRACE_DIR", str(tmp_path))
     argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--size", "all", "--out",
@@ -150,6 +178,7 @@ def test_trace_files_written_by_a_solution_do_not_survive_the_run(tmp_path, monk
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc (kda_trace/reaper.py)")
+@pytest.mark.slow  # a run of its own
 def test_processes_a_solution_leaves_behind_are_killed_before_the_records_are_final(tmp_path, monkeypatch, capsys):
     """A detached process (double fork, new session) started by a solution would rewrite the records after the
     run; the runner, a child subreaper, kills it and a plain leftover child, and says so."""
@@ -179,6 +208,7 @@ def test_processes_a_solution_leaves_behind_are_killed_before_the_records_are_fi
     assert not alive, alive
 
 
+@pytest.mark.slow  # a run of its own
 def test_a_dataset_rewritten_during_the_run_is_reported_and_fails_the_run(tmp_path, monkeypatch, capsys):
     """A solution rewrites the definition files (tolerances 1e9): this run's verdicts stand (the definitions were
     loaded at its start), and the run ends with exit status 1 naming the changed file."""
@@ -215,7 +245,7 @@ def test_a_worker_refuses_to_start_when_kda_trace_changed_on_disk(tmp_path):
         Runner(config, lambda d, t: None, capture("cpu", 1, DS)).run([Task(d, w, ["reference"], {"reference": "reference"})])
 
 
-@pytest.mark.slow  # the fast tier has the rewritten definitions
+@pytest.mark.slow
 def test_stored_inputs_rewritten_during_a_run_are_refused(tmp_path, monkeypatch):
     """A solution runs as the runner's user and can write the dataset's safetensors files. The run records
     their identity (inode, size, change time) before any solution code runs; a workload whose file changed
@@ -261,7 +291,7 @@ def test_stored_inputs_rewritten_during_a_run_are_refused(tmp_path, monkeypatch)
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc (kda_trace/reaper.py)")
-@pytest.mark.slow  # the fast tier has the reaper on a process left behind (the test above)
+@pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_an_interrupted_run_leaves_no_process_behind(tmp_path, signame):
     """Interrupted (Ctrl-C, `timeout -s INT`, or `timeout`'s default SIGTERM) while a solution is busy, the run

@@ -19,8 +19,6 @@ from kda_trace.cli import main
 HERE = Path(__file__).parent
 DS = str(HERE / "fixtures" / "ds")
 REDTEAM = str(HERE / "redteam.py")
-# the slow tier: four runs of 20-90 s on 2 busy CPU cores; the fast tier has a timer cheat (test_cheats.py patches_timer)
-pytestmark = pytest.mark.slow
 DELAY_S = 0.01
 MAX_REPS = "20"  # more than DIGESTED_REPS + 1, as on a GPU (10..200 repetitions)
 
@@ -36,6 +34,8 @@ TIME_HOLES = {  # attempt -> what closed it
 }
 
 
+# The timing attempts run in one `kda-trace run` of nine solutions (the slow tier); the fast tier has one sabotage run
+# (the work directories) of two.
 @pytest.fixture(scope="module")
 def timing_run(tmp_path_factory):
     mp = pytest.MonkeyPatch()
@@ -52,6 +52,7 @@ def timing_run(tmp_path_factory):
     return statuses(out)
 
 
+@pytest.mark.slow
 def test_the_honest_control_passes_with_its_real_time(timing_run):
     ev = timing_run["honest"][0]
     assert ev["status"] == "PASSED", ev["log"]
@@ -59,6 +60,7 @@ def test_the_honest_control_passes_with_its_real_time(timing_run):
 
 
 @pytest.mark.parametrize("name", list(TIME_HOLES))
+@pytest.mark.slow
 def test_a_forged_time_is_never_reported(timing_run, name):
     """Each of these does (or is charged for) less than the honest work per call, or rewrites what was
     measured: it must not be PASSED with a median below the honest cost of a call."""
@@ -67,12 +69,14 @@ def test_a_forged_time_is_never_reported(timing_run, name):
         (ev["status"], ev["performance"]["latency_ms"])
 
 
+@pytest.mark.slow
 def test_outputs_written_later_by_a_forked_child_are_not_judged(timing_run):
     """The outputs are copied the moment the call returns: what a forked child writes later is never seen."""
     ev = timing_run["forked_writer"][0]
     assert ev["status"] in ("INCORRECT_NUMERICAL", "REWARD_HACK"), ev["log"]
 
 
+@pytest.mark.slow
 def test_an_input_written_by_the_solution_is_seen(timing_run):
     ev = timing_run["mutates_input_and_hides_it"][0]
     assert ev["status"] == "INPUT_MUTATED", (ev["status"], ev["log"][:200])
@@ -91,6 +95,7 @@ def _sabotage_run(out: Path, name: str, env: dict, extra=()):
     return statuses(out)
 
 
+@pytest.mark.slow
 def test_a_solution_cannot_stop_another_solutions_process(tmp_path):
     got = _sabotage_run(tmp_path, "stops_other_solutions", {"REDTEAM_SIGNALS": "1"}, ("--timeout", "10"))
     assert [ev["status"] for ev in got["honest"]] == ["PASSED"] * 3, [ev["log"][:200] for ev in got["honest"]]
@@ -104,6 +109,7 @@ def test_a_solution_cannot_break_another_solutions_work_directory(tmp_path):
     assert [ev["status"] for ev in got["honest"]] == ["PASSED"] * 3, [ev["log"][:200] for ev in got["honest"]]
 
 
+@pytest.mark.slow
 def test_a_solution_that_stops_itself_is_blamed_alone(tmp_path):
     mp = pytest.MonkeyPatch()
     mp.setenv("REDTEAM_SIGNALS", "1")

@@ -10,8 +10,8 @@ from kda_trace.cli import main
 HERE = Path(__file__).parent
 DS = str(HERE / "fixtures" / "ds")
 BAD = str(HERE / "bad_solutions.py")
-# Each `kda-trace run` here starts worker and solution processes: 25-120 s on 2 busy CPU cores. The fast tier keeps
-# the verdicts (bad_run, the invalid references); the other runs are in the slow tier.
+# Each `kda-trace run` here starts a worker and a process per solution (about 3 s each on the CPU). The fast tier keeps
+# the verdicts of the bad solutions (bad_run); the other runs are in the slow tier.
 
 EXPECTED = {
     "good": "PASSED",
@@ -103,6 +103,7 @@ def test_reports_are_written(bad_run):
     assert "| toy_scan |" in (out / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_invalid_and_refused_references(tmp_path):
     code = run("--definition", "toy_nan", "--definition", "toy_unsafe", "--solution", "reference",
                "--out", str(tmp_path))
