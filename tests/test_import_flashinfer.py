@@ -40,6 +40,7 @@ def imported(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # a `kda-trace run` of four definitions
 def test_import_validates_and_runs(imported, tmp_path):
     assert main(["validate", str(imported)]) == 0
     ds = load_dataset(imported)

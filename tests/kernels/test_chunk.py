@@ -147,7 +147,7 @@ def test_kg_in_intra_and_the_wu_register_cap_by_default(monkeypatch):
 @pytest.mark.slow
 def test_the_solve_register_cap_by_default_but_for_the_kept_matrices(monkeypatch):
     """solve_maxnreg=None (the default): `_solve_kernel` launches with at most 168 registers (H200: 1.006-1.010 on the
-    six shapes of issue 20, the same bits), but not where the chunk matrices are kept for the backward (its tf32x3
+    six prefill shapes of benchmarks/RESULTS.md, the same bits), but not where the chunk matrices are kept for the backward (its tf32x3
     solve, not timed under a cap). o against float64 either way (the interpreter ignores the cap)."""
     from kda_trace.kernels import chunk
     from launch_spy import LaunchSpy
@@ -423,7 +423,7 @@ def test_strong_gates_take_the_exact_path():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the speed variants of chunk.LAUNCH (issue 20): each on against the defaults, on the cases that reach every path
+# the speed variants of chunk.LAUNCH: each on against the defaults, on the cases that reach every path
 def _variant_cases():
     """(name, inputs, options, cu_seqlens, use_h0): GVA with odd dims and every in-kernel option; the saturated
     safe gate (exact path of the diagonal blocks); strong precomputed decays with bursts (exact path, zeros);
@@ -499,12 +499,18 @@ VARIANTS = {
 ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra",
                       "solve_inv_precision", "solve_merge_precision", "solve_power_precision", "solve_peel",
                       "intra_one_anchor"}
-# the settings that the defaults replaced: the defaults must be no less accurate than these either (issue 20)
+# the settings that the defaults replaced: the defaults must be no less accurate than these either
 REPLACED = ("first_defaults", "intra_two_anchors")
 
 
-@pytest.mark.slow  # each variant on five cases, one of eleven chunks
-@pytest.mark.parametrize("variant", list(VARIANTS.values()), ids=list(VARIANTS))
+# Each variant runs five cases (one of eleven chunks): 5-30 s under the interpreter, 12 minutes for all of them on a
+# CPU. The slow tier runs the settings the defaults replaced and two that change the rounding (the split state pass,
+# the tf32x3 solve); the others are in the large tier (make test-large).
+SLOW_VARIANTS = (*REPLACED, "state_split_4", "solve_tf32x3")
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow if k in SLOW_VARIANTS else pytest.mark.large)
+                                     for k, v in VARIANTS.items()], ids=list(VARIANTS))
 def test_launch_variants_against_float64_and_defaults(variant, monkeypatch):
     """Each variant within the budget of the float64 recurrence and no less accurate than the defaults (o and
     final state RMS-relative, and the worst token). The variants outside ROUNDS_DIFFERENTLY do the same fp32
@@ -858,7 +864,7 @@ def test_launch_variants_on_gpu(monkeypatch):
                               initial_state=x["h0"].cuda(), cu_seqlens=cu.cuda())
         assert rms_rel(o, o_ref) <= 1.03 * e_o and rms_rel(ht, h_ref) <= 1.03 * e_h, name
         assert _worst_token(o, o_ref) <= 1.05 * e_w, name
-        if name in REPLACED:  # the defaults that replaced these lost no accuracy (issue 20)
+        if name in REPLACED:  # the defaults that replaced these lost no accuracy
             assert e_o <= 1.03 * rms_rel(o, o_ref) and e_h <= 1.03 * rms_rel(ht, h_ref)
             assert e_w <= 1.05 * _worst_token(o, o_ref)
 

@@ -94,19 +94,20 @@ def family_params(family: str, fast: str = "all") -> list[Any]:
 # CPU_MAX_ELEMENTS elements is in the slow tier, which CI runs on 2 CPU cores (`make test-slow`); the rest of the
 # grid is marked large (`make test-large`: a GPU, or hours of CPU). On 2 busy CPU cores an 8192-token prefill
 # workload of 12 heads (98304) took 203 s, one of 16384 took 23 s, a 256-token MTP batch of 8 heads with a
-# 2^24-element pool 20 s: at such rates the slow tier's 184 workloads take about 11 minutes there.
-CPU_MAX_SIZE = 8192
-CPU_MAX_ELEMENTS = 2 ** 23
+# 2^24-element pool 20 s: at such rates the slow tier's 131 workloads take about 5 minutes there.
+CPU_MAX_SIZE = 4096
+CPU_MAX_ELEMENTS = 2 ** 22
 
 
-def grid_mark(d: Definition, w: Workload, max_tokens: int = 8192, max_elements: int = 2 ** 27):
+def grid_mark(d: Definition, w: Workload, max_tokens: int = 8192, max_elements: int = 2 ** 27,
+              cpu_max_size: int = CPU_MAX_SIZE):
     """The tier of a dataset workload outside the fast tier: stress where it is tagged stress, has more than
     max_tokens tokens or a tensor of more than max_elements elements (a 512-slot pool of 96 heads is 805M);
-    slow where it is CPU-sized (CPU_MAX_SIZE, CPU_MAX_ELEMENTS); else large."""
+    slow where it is CPU-sized (cpu_max_size, CPU_MAX_ELEMENTS); else large."""
     largest = largest_tensor(d, w)
     if "stress" in w.tags or workload_tokens(d, w) > max_tokens or largest > max_elements:
         return pytest.mark.stress
-    if workload_size(d, w) <= CPU_MAX_SIZE and largest <= CPU_MAX_ELEMENTS:
+    if workload_size(d, w) <= cpu_max_size and largest <= CPU_MAX_ELEMENTS:
         return pytest.mark.slow
     return pytest.mark.large
 

@@ -16,6 +16,7 @@ def records(out: Path, definition: str):
     return [json.loads(line) for line in (out / "traces" / "toy" / f"{definition}.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # a `kda-trace run` of its own
 def test_cpu_records_name_the_device_and_project_and_the_baseline_is_reported(tmp_path):
     out = tmp_path / "run"
     assert main(["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--solution", "reference",
