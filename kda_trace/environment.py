@@ -175,7 +175,7 @@ def capture(device: str, seed: Optional[int], dataset_root: Optional[Path | str]
     """The environment of this process for `device`. Peaks for the speed of light come from
     roofline.device_peak (its overrides are environment variables, so worker processes see them)."""
     from . import __version__, roofline
-    from .solution_host import sandbox_support
+    from .sandbox import sandbox_support
 
     hardware = platform.device_name(device)
     where, uuid = platform.device_identity(device)

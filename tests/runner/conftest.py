@@ -1,4 +1,4 @@
-"""Tests of the defences that hold where solution processes have no sandbox (kda_trace/solution_host.py's
+"""Tests of the defences that hold where solution processes have no sandbox (kda_trace/sandbox.py's
 enter_sandbox): they run with it turned off, as on a machine that allows none, since in the sandbox the attempts
 they judge fail before those defences are reached (tests/runner/test_sandbox.py judges them there)."""
 

@@ -1,4 +1,4 @@
-"""Solutions that reach outside their process, in the sandbox of kda_trace/solution_host.py (issue 65), on the
+"""Solutions that reach outside their process, in the sandbox of kda_trace/sandbox.py, on the
 CPU: each attempt of tests/runner/sandbox_attacks.py fails (its record PASSED, as it answers honestly when its
 attempt failed), leaves nothing behind, and an honest solution of the same run passes."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from test_cheats import statuses  # records by solution name, from a run's trace files
 
-from kda_trace import solution_host
+from kda_trace import sandbox
 from kda_trace.cli import main
 
 HERE = Path(__file__).parent
@@ -19,21 +19,21 @@ DS = str(HERE / "fixtures" / "ds")
 ATTACKS = str(HERE / "sandbox_attacks.py")
 NAMES = ("kills_others", "leaves_a_spinning_child", "reads_judge_memory", "writes_outside_scratch", "opens_a_socket")
 
-needs_sandbox = pytest.mark.skipif(solution_host.sandbox_support() != solution_host.SANDBOXED,
-                                   reason=f"no sandbox here ({solution_host.sandbox_support()})")
+needs_sandbox = pytest.mark.skipif(sandbox.sandbox_support() != sandbox.SANDBOXED,
+                                   reason=f"no sandbox here ({sandbox.sandbox_support()})")
 
 
 def test_the_isolation_is_recorded():
     from kda_trace import environment
 
     env = environment.capture("cpu", 0, DS)
-    assert env.isolation == solution_host.sandbox_support()
-    assert env.isolation == solution_host.SANDBOXED or env.isolation.startswith("none: ")
+    assert env.isolation == sandbox.sandbox_support()
+    assert env.isolation == sandbox.SANDBOXED or env.isolation.startswith("none: ")
 
 
 def test_a_sandbox_turned_off_says_so(monkeypatch):
-    monkeypatch.setenv(solution_host.SANDBOX_ENV, "off")
-    assert solution_host.sandbox_support() == f"none: turned off ({solution_host.SANDBOX_ENV}=off)"
+    monkeypatch.setenv(sandbox.SANDBOX_ENV, "off")
+    assert sandbox.sandbox_support() == f"none: turned off ({sandbox.SANDBOX_ENV}=off)"
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_an_honest_solution_beside_the_attempts_passes(attacked):
 def test_each_attempt_fails_in_the_sandbox(attacked, name):
     got = attacked["records"][name]
     assert got and [ev["status"] for ev in got] == ["PASSED"] * len(got), [ev["log"][:200] for ev in got]
-    assert all(ev["environment"]["isolation"] == solution_host.SANDBOXED for ev in got)
+    assert all(ev["environment"]["isolation"] == sandbox.SANDBOXED for ev in got)
 
 
 @needs_sandbox

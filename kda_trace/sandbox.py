@@ -1,0 +1,240 @@
+"""The sandbox a solution's process runs in (Linux namespaces), and whether this machine allows one.
+
+Used by solution_host (entering it) and environment (the records' `isolation`)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from typing import Optional
+
+SANDBOX_ENV = "KDA_TRACE_SANDBOX"
+"""'off' in the environment: solution processes run without a sandbox (the environment's isolation says so)."""
+SANDBOX_WRITABLE_ENV = "KDA_TRACE_SANDBOX_WRITABLE"
+"""More directories a sandboxed solution may write (os.pathsep between them), e.g. a JIT compiler's cache."""
+SANDBOXED = "sandbox: user+pid+mount+net namespaces"
+
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MOUNT_OPTIONS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC,
+                  "noatime": _MS_NOATIME, "nodiratime": _MS_NODIRATIME, "relatime": _MS_RELATIME}
+_PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 38, 24
+
+
+class SandboxUnavailable(OSError):
+    """This machine does not let a process make the namespaces of the sandbox."""
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise SandboxUnavailable(err, f"{what}: {os.strerror(err)}")
+
+
+def sandbox_writable(workdir: str) -> list:
+    """What a sandboxed solution may write besides a private /dev/shm: its work directory (TMPDIR too), Triton's
+    kernel cache (shared by the solutions of a run: each process would compile every kernel again otherwise) and
+    the directories in SANDBOX_WRITABLE_ENV."""
+    triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
+        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+    extra = [p for p in os.environ.get(SANDBOX_WRITABLE_ENV, "").split(os.pathsep) if p]
+    paths = [workdir, triton, *extra]
+    try:
+        os.makedirs(triton, exist_ok=True)
+    except OSError:
+        paths.remove(triton)
+    return [os.path.realpath(p) for p in paths if os.path.isdir(p)]
+
+
+def enter_sandbox(workdir: str) -> None:
+    """Put this process's future in a sandbox of its own (Linux): it forks the first process of new user, PID, mount
+    and network namespaces, which forks the solution's process and returns there; the other two wait and end as it
+    did. The solution's process then sees only its own namespace's processes, cannot signal, ptrace or read the
+    memory of any process outside (the judge, other solutions), has no network (a loopback interface, down), sees /
+    read-only but for `sandbox_writable` and a private /dev/shm, cannot take those mounts back (it keeps no
+    capability, and no program it starts gets one), and everything it starts dies with it. Raises
+    SandboxUnavailable (this process unchanged) where the machine allows no namespaces; a failure after that ends
+    the process with status 70 and a line on stderr (sandbox_support runs the same steps first, and says why).
+
+    Namespaces rather than a seccomp filter: a filter can refuse kill() and ptrace(), but not tell the judge's
+    files from the solution's or its processes from others'; and the namespaces need no binary (bubblewrap is often
+    absent). Cost: 13-19 ms from the call to the solution's process running in the sandbox (H200 machine and a
+    2-core CPU machine), against seconds for the process to import torch and start its CUDA context."""
+    if not sys.platform.startswith("linux"):
+        raise SandboxUnavailable(0, "not Linux")
+    libc = _libc()
+    uid, gid = os.getuid(), os.getgid()
+    flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET
+    _check(libc.unshare(flags | _CLONE_NEWUSER), "unshare(user, pid, mount, net namespaces)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        try:
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        except FileNotFoundError:
+            pass
+        except OSError as e:  # in namespaces now, but without a user mapping: no way back
+            print(f"kda_trace: a solution's sandbox could not be set up: writing /proc/self/{name}: {e.strerror}",
+                  file=sys.stderr)
+            os._exit(70)
+    keep = sandbox_writable(workdir)
+    status_r, status_w = os.pipe()  # the solution's process's end, as the first process of the namespace saw it
+    _fork_and_wait(status_r=status_r)  # this process waits there and ends as the solution's process did
+    os.close(status_r)
+    try:
+        _mounts(libc, keep)
+        _drop_capabilities(libc)
+    except SandboxUnavailable as e:  # the probe (sandbox_support) made the same calls: not expected
+        print(f"kda_trace: a solution's sandbox could not be set up: {e}", file=sys.stderr)
+        os._exit(70)
+    # the first process of a PID namespace ignores the signals it sends itself (os.kill(os.getpid(), SIGSEGV) would
+    # not end it) and adopts the namespace's orphans: the solution runs in a child of it
+    _fork_and_wait(status_w=status_w)
+    os.close(status_w)
+    scratch = os.path.join(workdir, "tmp")
+    os.makedirs(scratch, exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = scratch
+
+
+def _fork_and_wait(status_r: Optional[int] = None, status_w: Optional[int] = None) -> bool:
+    """Fork. The parent waits for the child (reaping any other process that becomes its child meanwhile) and ends
+    as the child did (with `status_w`: writes the child's exit code there first; with `status_r`: ends with the code
+    read there, when there is one). The child, which dies with its parent, returns False."""
+    alive_r, alive_w = os.pipe()  # end of file on alive_r: the parent has died
+    child = os.fork()
+    if child == 0:
+        from .reaper import die_with_parent
+
+        os.close(alive_w)
+        die_with_parent()
+        import select
+
+        if select.select([alive_r], [], [], 0)[0]:  # the parent died before the request above
+            os._exit(1)
+        os.close(alive_r)
+        return False
+    os.close(alive_r)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(1)
+        if pid == child:
+            break
+    code = os.waitstatus_to_exitcode(status)
+    if status_w is not None:
+        os.write(status_w, str(code).encode())
+    if status_r is not None:
+        os.set_blocking(status_r, False)
+        try:
+            told = os.read(status_r, 32)
+            code = int(told) if told else code
+        except (OSError, ValueError):
+            pass
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code if code >= 0 else 1)
+
+
+def _mounts(libc, keep: list) -> None:
+    """/ read-only (every mount in it) but `keep`, a private /dev/shm, /proc of the new PID namespace. /tmp stays
+    as it is, read-only (a dataset or a solution file may live there): the solution's temporary files go to its
+    work directory (TMPDIR)."""
+    _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making / private")
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split() for line in f]
+    for fields in mounts:
+        point = fields[4].encode().decode("unicode_escape")  # \040 for a space
+        flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
+        for option in fields[5].split(","):
+            flags |= _MOUNT_OPTIONS.get(option, 0)
+        if libc.mount(None, point.encode(), None, flags, None) != 0 and "ro" not in fields[5].split(","):
+            import ctypes
+
+            err = ctypes.get_errno()
+            if err != 2:  # ENOENT: a mount point hidden under a later mount
+                raise SandboxUnavailable(err, f"remounting {point} read-only: {os.strerror(err)}")
+    if os.path.isdir("/dev/shm"):
+        libc.mount(b"none", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=1777")
+    for path in keep:
+        _check(libc.mount(path.encode(), path.encode(), None, _MS_BIND | _MS_REC, None), f"binding {path}")
+        _check(libc.mount(None, path.encode(), None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV, None),
+               f"making {path} writable")
+    _check(libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None), "mounting /proc")
+
+
+def _drop_capabilities(libc) -> None:
+    """No capability left, none to gain by running a program: the mounts cannot be undone."""
+    import ctypes
+
+    _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: no such cap
+            _check(-1, f"dropping capability {cap} from the bounding set")
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: none, twice (64 bits)
+    _check(libc.capset(header, data), "capset")
+
+
+def sandbox_support() -> str:
+    """SANDBOXED where solution processes get a sandbox here (enter_sandbox, tried once per process in a throwaway
+    process), else 'none: <why>'. Where the sandbox is missing, solutions run as before, and the records say so
+    (environment.isolation)."""
+    if os.environ.get(SANDBOX_ENV, "").lower() in ("0", "off", "no", "false"):
+        return f"none: turned off ({SANDBOX_ENV}={os.environ[SANDBOX_ENV]})"
+    return _probe_sandbox()
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_sandbox() -> str:
+    if not sys.platform.startswith("linux"):
+        return f"none: not Linux ({sys.platform})"
+    import subprocess
+
+    workdir = tempfile.mkdtemp(prefix="kda_trace_probe_")
+    try:
+        probe = subprocess.run([sys.executable, "-c", _PROBE, workdir], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"none: the probe did not run ({type(e).__name__}: {e})"
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if probe.returncode == 0 and probe.stdout.strip() == "sandboxed":
+        return SANDBOXED
+    why = (probe.stdout.strip() or probe.stderr.strip().splitlines()[-1:] or [f"exit {probe.returncode}"])
+    return f"none: {why if isinstance(why, str) else why[0]}"[:300]
+
+
+_PROBE = """
+import os, sys
+from kda_trace.sandbox import SandboxUnavailable, enter_sandbox
+try:
+    enter_sandbox(sys.argv[1])
+except SandboxUnavailable as e:
+    print(e.strerror or e)
+    sys.exit(3)
+open(os.path.join(sys.argv[1], "probe"), "w").close()  # its work directory: writable
+if os.access("/", os.W_OK):
+    print("/ is writable in the sandbox")
+else:
+    print("sandboxed" if os.getpid() == 2 else "not in a PID namespace of its own")
+"""
+
+
+# ============================================================================ the worker's side
