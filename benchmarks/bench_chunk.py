@@ -63,7 +63,7 @@ SHAPES = {
     "h16_dense_2x16384": (16, [16384, 16384], "pre"),
     "h24_dense_1x8192": (24, [8192], "pre"),
     "h8_dense_1x16384": (8, [16384], "pre"),
-    "h8_dense_1x131072": (8, [131072], "pre"),  # issue 20's long sequence: the sequential state pass dominates
+    "h8_dense_1x131072": (8, [131072], "pre"),  # the long sequence: the sequential state pass dominates
     "h16_dense_1x65536": (16, [65536], "pre"),  # where the split state pass's default (chunk._split_launch) ends
     "h32_varlen_real_8192": (32, [812, 95, 1500, 33, 700, 2047, 1, 431, 1280, 300, 900, 93], "pre"),
 }
@@ -202,7 +202,7 @@ def speed(names, log, with_fla=True, fla_tune_each=False):
     if rows and not fla_tune_each:
         # H200: fla took 2.344 ms on 32 x 16384 with settings tuned on other shapes, 1.967 tuned on it
         print("fla ran with autotuning results of earlier shapes or runs (Triton's cache); for ratios against fla "
-              "tuned on each shape, as issue 20 measures them, pass --fla-tune-each")
+              "tuned on each shape, as RESULTS.md quotes them, pass --fla-tune-each")
     return rows
 
 

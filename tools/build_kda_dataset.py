@@ -567,7 +567,7 @@ def backward_workloads(name: str) -> list:
     ]
 
 
-# --------------------------------------------------------------------------- packed training backward (issue 16)
+# --------------------------------------------------------------------------- packed training backward
 # What training differentiates: packed documents (cu_seqlens), with fla chunk_kda's defaults ("varlen") or
 # with the gate, the q/k L2 norm and the beta sigmoid inside the op ("fused", as Kimi Linear trains). Token
 # axes without a batch axis, as in the prefill family; states [K, V] (fla's training layout).
@@ -1012,7 +1012,7 @@ def build() -> dict:
         put(d, forward_workloads(d["name"], h))
     d = backward_definition()
     put(d, backward_workloads(d["name"]))
-    # packed training backward (issue 16)
+    # packed training backward
     for fused, model, text, gate, h in [(False, "kimi-linear", MODELS[0][1], "precomputed", 32),
                                         (True, "kimi-linear", MODELS[0][1], "unbounded", 32),
                                         (True, "kimi-k3", MODELS[1][1], "safe", 96)]:

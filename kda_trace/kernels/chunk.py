@@ -101,7 +101,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 # and --ab time them; ptxas numbers below: benchmarks/compile_sm90.py --forward on the K3 shape (triton 3.9 here; the
 # GPUs run 3.6). Ratios: bench_chunk.py --ab (torch 2.11, triton 3.6; 7 alternating rounds, medians), the time
 # without a setting over the time with it, so > 1: the setting is faster (K3 = 96 heads x 8192, safe gate + L2 norm;
-# "the six shapes": those of issue 20), each with its device. The CPU tests run each setting below against float64 and
+# "the six shapes": those of benchmarks/RESULTS.md's prefill table), each with its device. The CPU tests run each setting below against float64 and
 # against the other side.
 # - l2_in_intra: the intra kernel computes the q/k L2-norm factors of its own rows, so the gate kernel does not
 #   read q and k. H100: 1.051 on K3 (rounds differently: o RMS-rel 1.8e-5 from the gate kernel's norms).
@@ -1699,7 +1699,7 @@ def _solve_cap(keep: bool) -> int:
     """`_solve_kernel`'s register cap for solve_maxnreg None: 168 (ptxas, triton 3.9: 194 -> 168 registers, 4 bytes of
     spills; 12 one-warp programs per SM by registers instead of 8) for the tf32 solve, none (0) for the tf32x3 one of
     the kept matrices (keep; not timed). H200 (Nsight Compute on K3 uncapped: 2 warps per scheduler, an instruction
-    every 3.2 cycles; the same bits): 1.006-1.010 on the six shapes of issue 20; a cap of 128 (352 bytes of spills,
+    every 3.2 cycles; the same bits): 1.006-1.010 on the six prefill shapes of benchmarks/RESULTS.md; a cap of 128 (352 bytes of spills,
     16 programs) 1.000 on K3 and 32 x 16384. On the H100, with the solve in tf32x3, 128 lost (0.938 / 0.949 on K3 /
     32 x 16384) and 168 gave 0.995 on 32 x 16384."""
     return 0 if keep else 168
@@ -1718,14 +1718,14 @@ def _intra_anchors(setting: bool, gate: str, lower_bound: float) -> tuple[bool, 
 def _kg_in_intra(setting: bool | None, l2_here: bool) -> bool:
     """Launch setting kg_in_intra (setting); None: on unless the intra kernel computes the q/k L2-norm factors (l2_here),
     which it then needs before its products, in a pass of its own over k. H100: 1.020-1.028
-    on the five shapes of issue 20 without the L2 norm in the op (W/U 368 -> 217 us, intra 603 -> 727 at 32 heads x
+    on five of the six prefill shapes without the L2 norm in the op (W/U 368 -> 217 us, intra 603 -> 727 at 32 heads x
     16384), 0.993 on K3 (L2 norm in the op)."""
     return (not l2_here) if setting is None else bool(setting)
 
 
 def _gate_in_intra(setting: bool | None, gate: str) -> bool:
     """Launch setting gate_in_intra (setting); None: on for a precomputed gate, off for one computed in the op. H100
-    (the same bits): 1.016-1.021 on the five shapes of issue 20 with a precomputed gate (32
+    (the same bits): 1.016-1.021 on five of the six prefill shapes with a precomputed gate (32
     x 16384 1.974 -> 1.933 ms), 0.989 on K3 (safe gate and L2 norm in the op)."""
     return (gate == "precomputed") if setting is None else bool(setting)
 

@@ -1,5 +1,5 @@
 r"""Matrix-form (tensor-core shaped) backward of one KDA chunk, in float64 torch: the oracle and the written
-derivation for a future `_local_kernel` replacement (issue 16, step 2; kernels/backward.py).
+derivation for a future `_local_kernel` replacement (kernels/backward.py).
 
 Setting (one chunk of n <= 64 tokens, one value head; kernels/chunk.py's formulation). Inputs: q, k [n, K],
 v [n, V], g [n, K] (log decay <= 0), beta [n], the chunk's start state S [K, V], the output gradient dO [n, V]

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The axes of the coverage matrix and their values (the list, in its order).
+# The axes of the coverage matrix and their values (in the order of the dataset's tags).
 AXES: dict[str, tuple[str, ...]] = {
     "batch": ("dense", "varlen", "pool"),
     "direction": ("forward", "backward"),

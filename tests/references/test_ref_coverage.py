@@ -1,5 +1,5 @@
 """The coverage matrix: every cell a definition claims is exercised by some reference test, and the fast
-tier alone covers the cells the issue requires of CI."""
+tier alone covers the cells the dataset claims."""
 
 from __future__ import annotations
 

@@ -7,18 +7,18 @@ thing or reach around the runner the way published benchmark exploits do:
 | fixture | what it does | source |
 |---|---|---|
 | honest | the base, unchanged | |
-| row_zeroed / row_from_neighbour / row_stale | one row (one token and head of the first output) zeroed, copied from the row before, or taken from another input set | issue 15's table |
-| state_row_zeroed | one row of the last output (a final state, or a written slot of a state pool) zeroed | issue 15 |
+| row_zeroed / row_from_neighbour / row_stale | one row (one token and head of the first output) zeroed, copied from the row before, or taken from another input set | the per-row bound's table |
+| state_row_zeroed | one row of the last output (a final state, or a written slot of a state pool) zeroed | (ours) |
 | patches_timer | `time.perf_counter` and `torch.cuda.Event.elapsed_time` report 1/100 of the time | kernelbot / pygpubench |
 | patches_harness | replaces kda_trace.compare.compare_output (always passes) and torch.allclose, then returns zeros | KernelBench adversarial tests |
-| thread_fill | returns empty outputs and fills them from a thread 2 ms later | issue 15, pygpubench |
+| thread_fill | returns empty outputs and fills them from a thread 2 ms later | pygpubench |
 | side_stream | runs on a side stream and returns at once (GPU) | FlashInfer-Bench #228, kernelbot |
 | side_stream_when_timed | in timed repetitions, runs on a side stream while the caller's stream sleeps for 0.6 of its time (GPU) | (ours: the host clock's slack) |
 | returns_input_memory | writes its answer into an input's memory and returns that | KernelBench |
 | gc_scan | looks for the expected outputs among live tensors (gc) and returns them | kernelbot |
 | caller_frames | looks for the expected outputs in its callers' frames (inspect) | kernelbot |
 | empty_like | returns torch.empty outputs, hoping for freed memory that held the reference's results | KernelBench |
-| illegal_address | a Triton kernel writes far outside any tensor (GPU: the CUDA context is lost) | issue 15 |
+| illegal_address | a Triton kernel writes far outside any tensor (GPU: the CUDA context is lost) | (ours) |
 | forged_pass | sends 'PASSED' on the runner's own channel | (ours) |
 | forges_trace_files | rewrites the run's trace files: others' passes become failures, a pass of its own is added | (ours) |
 | content_cache | answers from a cache keyed on the inputs' shapes and a sample of their values | KernelBench, kernelbot |

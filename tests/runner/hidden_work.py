@@ -1,4 +1,4 @@
-"""Solutions that hide part of their GPU work from the timing loop's CUDA events (issue 65): test fixtures.
+"""Solutions that hide part of their GPU work from the timing loop's CUDA events: test fixtures.
 
 Each does `HIDDEN_WORK_MS` (default 1.0) of work on the caller's stream (a sleep kernel, after the honest base of
 cheats.py) and, inside the timing loop but not on its last repetition, hides `HIDDEN_FRACTION` (default 0.05)

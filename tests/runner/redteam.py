@@ -1,4 +1,4 @@
-"""Red-team attempts on the runner's verdict (issue 15): solutions that try to get PASSED, or a better time than
+"""Red-team attempts on the runner's verdict: solutions that try to get PASSED, or a better time than
 they deserve, on the CPU. Used as `--solution tests/runner/redteam.py::NAME`; tests/runner/test_redteam.py runs
 them; each attempt was an open hole when written and is caught since the fixes that followed it.
 

@@ -1,4 +1,4 @@
-"""Solutions that reach outside their own process (issue 65): test fixtures for tests/runner/test_sandbox.py.
+"""Solutions that reach outside their own process: test fixtures for tests/runner/test_sandbox.py.
 
 Each computes the honest answer (cheats.py's base) and, on every call, tries one thing; it returns zeros when
 the attempt worked, so that a PASSED record means the attempt failed. Targets come from the environment

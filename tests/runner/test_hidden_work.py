@@ -1,4 +1,4 @@
-"""Work hidden from the timing loop's CUDA events (issue 65): the host clock's excess over the events, checked
+"""Work hidden from the timing loop's CUDA events: the host clock's excess over the events, checked
 against the process's measured overhead (kda_trace/timing.py's HIDDEN_FRACTION / HIDDEN_SLACK_MS).
 
 On the CPU: the bound on fake timings, and `_time_gpu` itself on a simulated device (its event and clock

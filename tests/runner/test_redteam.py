@@ -1,4 +1,4 @@
-"""Red-team attempts on the runner's verdict (tests/runner/redteam.py, issue 15), on the CPU.
+"""Red-team attempts on the runner's verdict (tests/runner/redteam.py), on the CPU.
 
 Each test asserts what the runner must do with one attempt. All of them were open holes when the red team wrote
 them (strict xfails); the fixes that followed closed them, and the marks went. A hole found later gets a
