@@ -177,6 +177,10 @@ def command_run(args) -> int:
         return _usage("--rerun needs --resume (without it every evaluation runs)")
     done = finished_keys(out, rerun) if args.resume else set()
     main_env = environment.capture(device if device != "cuda" else "cuda:0", seed, root)
+    if not (main_env.isolation or "").startswith("sandbox"):
+        console.print(f"[yellow]Solution processes run without a sandbox ({main_env.isolation}): each runs in a "
+                      "process of its own, but can signal, read or write what the user running the judge can.[/]",
+                      highlight=False)
     dataset_before = environment.dataset_fingerprint(str(root))
     writer = TraceWriter(out, replace=rerun_keys(out, rerun) if rerun else set())
     tasks: List[Task] = []
