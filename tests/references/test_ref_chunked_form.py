@@ -37,6 +37,15 @@ PACKINGS = {"one_token": [1], "short_mixed": [5, 1, 17], "ragged": [40, 3, 16, 3
 DENSE = {"b1_t1": (1, 1), "b2_t5": (2, 5), "b3_t17": (3, 17), "b2_t40": (2, 40)}
 
 
+def cases(values: dict, fast: set):
+    """pytest params of `values`, those not named in `fast` in the slow tier (the fast tier keeps the cases that
+    cross chunk boundaries and hold a one-token sequence)."""
+    return [pytest.param(v, id=k, marks=() if k in fast else pytest.mark.slow) for k, v in values.items()]
+
+
+FAST_DENSE, FAST_PACKING = {"b3_t17"}, {"across_64"}
+
+
 SMALLEST = {"cpu": 1, "cuda": 1}  # memory budgets of one step (forward) or one chunk (backward) at a time
 MEMORY = {"forward": ["GROUP_BYTES"], "prefill": ["GROUP_BYTES"], "prefill_chunk_states": ["GROUP_BYTES"],
           "backward_varlen": ["STATE_BYTES", "INTRA_BYTES"], "backward_fused": ["STATE_BYTES", "INTRA_BYTES"]}
@@ -118,7 +127,7 @@ def forward_inputs(B, T, strength, with_state, seed=0):
 
 @pytest.mark.parametrize("with_state", [True, False], ids=["h0", "zeros"])
 @pytest.mark.parametrize("strength", ["ordinary", "strong"])
-@pytest.mark.parametrize("shape", list(DENSE.values()), ids=list(DENSE))
+@pytest.mark.parametrize("shape", cases(DENSE, FAST_DENSE))
 def test_forward(shape, strength, with_state):
     x = forward_inputs(*shape, strength, with_state)
     o, ht = build("forward")(**x)
@@ -168,7 +177,7 @@ GATES = {"unbounded": None, "safe": LOWER_BOUND}
 @pytest.mark.parametrize("with_state", [True, False], ids=["h0", "zeros"])
 @pytest.mark.parametrize("strength", ["ordinary", "strong"])
 @pytest.mark.parametrize("gate", list(GATES))
-@pytest.mark.parametrize("lens", list(PACKINGS.values()), ids=list(PACKINGS))
+@pytest.mark.parametrize("lens", cases(PACKINGS, FAST_PACKING))
 def test_prefill_and_chunk_states(lens, gate, strength, with_state):
     """prefill and prefill_chunk_states against the token loop; their o and final states are the same bits."""
     lb = GATES[gate]
@@ -202,7 +211,7 @@ def grad_truth(forward, leaves: dict, do, dht):
 
 
 @pytest.mark.parametrize("strength", ["ordinary", "strong"])
-@pytest.mark.parametrize("shape", list(DENSE.values()), ids=list(DENSE))
+@pytest.mark.parametrize("shape", cases(DENSE, FAST_DENSE))
 def test_backward_dense(shape, strength):
     B, T = shape
     x = forward_inputs(B, T, strength, True, seed=1)
@@ -230,8 +239,8 @@ def varlen_backward_inputs(lens, strength, seed=1):
     return x, torch.randn(T, HV, V, generator=rng), torch.randn(N, HV, K, V, generator=rng)
 
 
-@pytest.mark.parametrize("strength", ["ordinary", "strong"])
-@pytest.mark.parametrize("lens", list(PACKINGS.values()), ids=list(PACKINGS))
+@pytest.mark.parametrize("strength", ["strong", pytest.param("ordinary", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("lens", cases(PACKINGS, FAST_PACKING))
 def test_backward_varlen(lens, strength):
     x, do, dht = varlen_backward_inputs(lens, strength)
     got = build("backward_varlen")(**x, do=do, dht=dht)
@@ -244,9 +253,9 @@ def test_backward_varlen(lens, strength):
         assert_rounded(a, b, name)
 
 
-@pytest.mark.parametrize("strength", ["ordinary", "strong"])
+@pytest.mark.parametrize("strength", ["strong", pytest.param("ordinary", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("gate", list(GATES))
-@pytest.mark.parametrize("lens", list(PACKINGS.values()), ids=list(PACKINGS))
+@pytest.mark.parametrize("lens", cases(PACKINGS, FAST_PACKING))
 def test_backward_fused(lens, gate, strength):
     lb = GATES[gate]
     x = prefill_inputs(lens, strength, True, seed=3)
@@ -265,6 +274,7 @@ def test_backward_fused(lens, gate, strength):
         assert_rounded(a, b, name)
 
 
+@pytest.mark.slow
 def test_backward_bf16_and_groups():
     """bf16 inputs: the bf16 gradients are the float32 run's cast, bit for bit; the smallest memory budgets (one
     sequence, one chunk step per group, one chunk under autograd at a time) give the same bits as the defaults."""
