@@ -111,9 +111,9 @@ HOST_INPUTS_FRACTION = 1 / 10
 """An input set and its outputs larger together than this fraction of the GPU's memory are kept off the GPU
 (RunConfig.inputs_on_host). On the GPU, the worker holds two reference outputs, and a drawn timed repetition's
 input set while it makes that repetition's reference outputs; each solution's process two input sets, a copy
-per call, the outputs and their snapshot: with a chunked kernel's workspace, 10 or more input sets' worth. Kept on the GPU, the stress workloads
-ran out of memory on a 150 GB H200: the 17.5 GB prefill input sets, and the decode pools of 8.7 GB, which the
-outputs repeat (inputs alone under 1/10, which the rule counted until the twentieth session). The largest
+per call, the outputs and their snapshot: with a chunked kernel's workspace, 10 or more input sets' worth. Kept
+on the GPU, the stress workloads ran out of memory on a 150 GB H200: the 17.5 GB prefill input sets, and the decode
+pools of 8.7 GB, which the outputs repeat (so the outputs count too: the inputs alone are under 1/10). The largest
 non-stress prefill (8.2 GB with its outputs, 96 heads x 65536 tokens) stays on an 80 GB H100."""
 
 
