@@ -280,7 +280,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
     from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
     from rich.text import Text
 
-    from .run_profile import CPU_PRIOR, GPU_PRIOR, Eta, RunProfile, estimate_seconds
+    from .run_profile import CPU_PRIOR, GPU_PRIOR, Eta, RunProfile, estimate_seconds, spread_by_cost
     from .runner import Runner, cost_of, declared_bytes
 
     gpu = config.device.startswith("cuda")
@@ -297,6 +297,9 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
         seen.add(d.name)
         return estimate_seconds(nbytes, gpu, len(task.solutions), first, backward="stage:backward" in (d.tags or []))
 
+    if workers > 1:  # several devices share one queue: largest first, so that they finish together
+        tasks = spread_by_cost(tasks, [estimate(t) for t in tasks])
+        seen.clear()
     estimates = {id(t): estimate(t) for t in tasks}
     eta = Eta(sum(estimates.values()), (GPU_PRIOR if gpu else CPU_PRIOR)["startup_s"], workers)
     profile = RunProfile()

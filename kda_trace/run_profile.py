@@ -170,3 +170,21 @@ class Eta:
         if self.first_done is None:
             left += max(0.0, self.startup_s - (now - self.started))
         return left
+
+
+def spread_by_cost(tasks: List[Any], estimates: List[float]) -> List[Any]:
+    """The tasks in the order that lets workers pulling from one queue finish together: largest estimate first
+    (longest processing time first; a worker that falls behind takes the small ones at the end). Ties keep the
+    dataset's order."""
+    order = sorted(range(len(tasks)), key=lambda i: -estimates[i])
+    return [tasks[i] for i in order]
+
+
+def simulate_queue(costs: List[float], workers: int) -> List[float]:
+    """Each worker's busy time when `workers` take tasks of `costs` (in order) from one queue as they free up."""
+    busy = [0.0] * workers
+    for cost in costs:
+        i = min(range(workers), key=lambda w: busy[w])
+        busy[i] += cost
+    return busy
+

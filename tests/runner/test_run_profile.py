@@ -86,3 +86,17 @@ def test_a_run_writes_its_profile_and_names_a_slow_workload(tmp_path, monkeypatc
     assert all(row["family"] in ("-", "toy_scan") for row in profile["phases"])
     assert len(profile["evaluations"]) >= 1 and all(e["seconds"] > 0 for e in profile["evaluations"])
     assert sum(row["seconds"] for row in profile["phases"]) <= profile["wall_s"] * 1.05
+
+
+def test_two_devices_given_the_largest_first_finish_within_15_percent_of_each_other():
+    from kda_trace.run_profile import simulate_queue, spread_by_cost
+
+    # the main job's shape on a GPU: families of many small workloads, each ending with a few large ones
+    record = Path(__file__).parents[2] / "benchmarks/results/2026-11-29-h200/runner-main-job-first-490s.json"
+    costs = [e["seconds"] for e in json.loads(record.read_text())["evaluations"]]
+    as_listed = simulate_queue(costs, 2)
+    spread = simulate_queue(spread_by_cost(costs, costs), 2)
+    assert max(spread) / min(spread) <= 1.15
+    assert max(spread) <= max(as_listed)
+    assert sorted(spread_by_cost(["a", "b", "c"], [1.0, 3.0, 1.0])) == ["a", "b", "c"]
+    assert spread_by_cost(["a", "b", "c"], [1.0, 3.0, 1.0]) == ["b", "a", "c"]  # ties in the dataset's order
