@@ -25,17 +25,16 @@ run: install
 # kernel tests are Triton-interpreter tests, with bars set for the interpreter's fp32 products.
 # test: the fast tier, everything not marked slow, large, gpu or stress: every module, every kernel (forward,
 #   backward, gate) under the Triton interpreter, every family's reference against ground truth, the runner's
-#   verdicts and one run of its cheats. Measured: 563 tests in 4 min 20 s on 2 CPU cores with other work beside
-#   them (load about 1), the runner's runs a third of it. Prints its ten slowest tests.
+#   verdicts and one run of its cheats. Measured from a fresh clone on 2 idle CPU cores: 500 tests in 4 min 2 s,
+#   the runner's runs a third of it. Prints its ten slowest tests.
 test: install
 	CUDA_VISIBLE_DEVICES= $(BIN)/pytest -q --durations=10
 
 # test-slow: the slow tier on CPU (CI runs it after `make test`; none of the fast tests again): the parametrized
 #   sweeps beyond the fast tier's representative cases, long interpreter cases, the runner's other runs (red team,
 #   row defects on KDA, shards, host inputs), and the dataset workloads that are CPU-sized
-#   (tests/references/conftest.py CPU_MAX_SIZE) against the float64 truths. About 35 minutes on 2 CPU cores
-#   (estimated from its tests' durations on a busy machine, most of it the forward and backward kernels' interpreter
-#   cases); CI allows it 40.
+#   (tests/references/conftest.py CPU_MAX_SIZE) against the float64 truths. Measured on 2 idle CPU cores: 530
+#   tests in 21 minutes, most of it the forward and backward kernels' interpreter cases.
 test-slow: install
 	CUDA_VISIBLE_DEVICES= $(BIN)/pytest -q -m 'slow and not gpu' --durations=10
 
