@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 import sys
+import time
 from pathlib import Path
 from typing import List, Tuple
 
@@ -244,8 +244,8 @@ def command_run(args) -> int:
                        input_files=input_files((t.workload for t in tasks), root),
                        timeout=args.timeout or (300.0 if gpu else 600.0), trust_code=args.trust_code,
                        tolerances=tolerances, devices=devices, inputs_on_host=args.inputs_on_host,
-                       timing=TimingConfig(warmup=args.warmup, min_reps=args.reps, max_reps=args.max_reps, settle=args.settle,
-                                           cuda_graph=args.cuda_graph))
+                       timing=TimingConfig(warmup=args.warmup, min_reps=args.reps, max_reps=args.max_reps,
+                                           settle=args.settle, cuda_graph=args.cuda_graph))
     total = sum(len(t.solutions) for t in tasks)
     try:
         if tasks:
@@ -286,21 +286,20 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
     gpu = config.device.startswith("cuda")
     workers = len(config.devices or [config.device])
 
-    seen = set()
-
-    def estimate(task) -> float:
+    def estimate(task, first: bool = False) -> float:
+        """`first`: the first workload of its definition in the run (its solutions compile there)."""
         d = task.definition
         _, nbytes = cost_of(d, task.workload)
         if nbytes is None:  # no cost declared: the inputs' and outputs' bytes
             nbytes = declared_bytes(d, d.inputs, task.workload) + declared_bytes(d, d.outputs, task.workload)
-        first = d.name not in seen
-        seen.add(d.name)
         return estimate_seconds(nbytes, gpu, len(task.solutions), first, backward="stage:backward" in (d.tags or []))
 
     if workers > 1:  # several devices share one queue: largest first, so that they finish together
         tasks = spread_by_cost(tasks, [estimate(t) for t in tasks])
-        seen.clear()
-    estimates = {id(t): estimate(t) for t in tasks}
+    estimates, seen = {}, set()
+    for t in tasks:
+        estimates[id(t)] = estimate(t, first=t.definition.name not in seen)
+        seen.add(t.definition.name)
     eta = Eta(sum(estimates.values()), (GPU_PRIOR if gpu else CPU_PRIOR)["startup_s"], workers)
     profile = RunProfile()
 
@@ -324,7 +323,9 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
 
         def on_event(kind, task, **info) -> None:
             key = id(task)
-            guess = estimates.setdefault(key, estimate(task))
+            if key not in estimates:  # a task the runner put back with the solutions still to run
+                estimates[key] = estimate(task)
+            guess = estimates[key]
             if kind == "begin":
                 eta.begin(key, guess)
             elif kind == "end":

@@ -49,7 +49,6 @@ class RunProfile:
     """Seconds per (family, category, solution name or '-') and per evaluation, from phase changes."""
 
     def __init__(self) -> None:
-        self.started = time.monotonic()
         self.seconds: Dict[Tuple[str, str, str], float] = defaultdict(float)
         self.evaluations: List[Dict[str, Any]] = []
         self._first_calls: set = set()

@@ -1115,10 +1115,12 @@ class Runner:
                 wait([w.conn for w in workers] + [w.process.sentinel for w in workers], timeout=min(timeout, 1.0))
                 for w in workers:
                     self._poll(w, queue)
-                    if w.task is not None and not w.said_slow and time.monotonic() - w.task_since > SLOW_EVALUATION_S:
+                    spent = time.monotonic() - w.task_since
+                    if w.task is not None and not w.said_slow and spent > SLOW_EVALUATION_S:
                         w.said_slow = True
-                        self.on_event("slow", w.task, phase=w.phase[1], solution=w.phase[0] and w.task.names.get(w.phase[0]),
-                                      seconds=time.monotonic() - w.task_since, device=w.device)
+                        spec = w.phase[0]
+                        self.on_event("slow", w.task, phase=w.phase[1], seconds=spent, device=w.device,
+                                      solution=w.task.names.get(spec) if spec else None)
                 if reaping:  # orphans that came to us: not a worker, not ours from before
                     self.strays += reaper.kill_strays(before | {w.process.pid for w in workers}, direct_only=True)
             interrupted = False

@@ -68,8 +68,8 @@ HIDDEN_FRACTION, HIDDEN_SLACK_MS = 0.015, 0.018
 """The calibrated bound: a median repetition whose host clock exceeds its events by more than the process's
 measured overhead + max(FRACTION x the events' median, SLACK) hid work from the events. Work hidden from the
 events adds all of its length to the excess, and an honest call's excess is at least the overhead (but 1.6 us
-below it for a call that synchronises inside), so hiding max(2% of a call, 20 us) lands beyond the bound. Measured on an H200 (torch 2.11, driver 580.159, idle, 40
-repetitions each): the overhead 10 us; an honest repetition's median excess over it 1.4 / 5.4 / 11.7 / 18 / 41 us
+below it for a call that synchronises inside), so hiding max(2% of a call, 20 us) lands beyond the bound.
+Measured on an H200 (torch 2.11, driver 580.159, idle, 40 repetitions each): the overhead 10 us; an honest repetition's median excess over it 1.4 / 5.4 / 11.7 / 18 / 41 us
 for sleep kernels of 0.1 / 0.3 / 1 / 3 / 10 ms (the synchronisation wakes later after a longer wait), 12 us for
 300 small launches (3.1 ms), 25 us for 13.4 ms of matrix products, none for a call that synchronises inside:
 inside the bound. A start event recorded again after 2% of 1, 3 or 10 ms of work: 52, 80 and 276 us of excess,
