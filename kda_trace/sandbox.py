@@ -10,7 +10,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from typing import Optional
+from typing import Optional, Sequence
 
 SANDBOX_ENV = "KDA_TRACE_SANDBOX"
 """'off' in the environment: solution processes run without a sandbox (the environment's isolation says so)."""
@@ -45,14 +45,14 @@ def _check(result: int, what: str) -> None:
         raise SandboxUnavailable(err, f"{what}: {os.strerror(err)}")
 
 
-def sandbox_writable(workdir: str) -> list:
-    """What a sandboxed solution may write besides a private /dev/shm: its work directory (TMPDIR too), Triton's
-    kernel cache (shared by the solutions of a run: each process would compile every kernel again otherwise) and
-    the directories in SANDBOX_WRITABLE_ENV."""
+def sandbox_writable(workdir: str, own: Sequence[str] = ()) -> list:
+    """What a sandboxed solution may write besides a private /dev/shm: its work directory (TMPDIR too) and its other
+    directories `own` (its outputs' folder in /dev/shm), Triton's kernel cache (shared by the solutions of a run: each
+    process would compile every kernel again otherwise) and the directories in SANDBOX_WRITABLE_ENV."""
     triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
         os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
     extra = [p for p in os.environ.get(SANDBOX_WRITABLE_ENV, "").split(os.pathsep) if p]
-    paths = [workdir, triton, *extra]
+    paths = [workdir, *own, triton, *extra]
     try:
         os.makedirs(triton, exist_ok=True)
     except OSError:
@@ -60,7 +60,7 @@ def sandbox_writable(workdir: str) -> list:
     return [os.path.realpath(p) for p in paths if os.path.isdir(p)]
 
 
-def enter_sandbox(workdir: str) -> None:
+def enter_sandbox(workdir: str, own: Sequence[str] = ()) -> None:
     """Put this process's future in a sandbox of its own (Linux): it forks the first process of new user, PID, mount
     and network namespaces, which forks the solution's process and returns there; the other two wait and end as it
     did. The solution's process then sees only its own namespace's processes, cannot signal, ptrace or read the
@@ -90,7 +90,7 @@ def enter_sandbox(workdir: str) -> None:
             print(f"kda_trace: a solution's sandbox could not be set up: writing /proc/self/{name}: {e.strerror}",
                   file=sys.stderr)
             os._exit(70)
-    keep = sandbox_writable(workdir)
+    keep = sandbox_writable(workdir, own)
     status_r, status_w = os.pipe()  # the solution's process's end, as the first process of the namespace saw it
     _fork_and_wait(status_r=status_r)  # this process waits there and ends as the solution's process did
     os.close(status_r)
@@ -156,8 +156,10 @@ def _fork_and_wait(status_r: Optional[int] = None, status_w: Optional[int] = Non
 def _mounts(libc, keep: list) -> None:
     """/ read-only (every mount in it) but `keep`, a private /dev/shm, /proc of the new PID namespace. /tmp stays
     as it is, read-only (a dataset or a solution file may live there): the solution's temporary files go to its
-    work directory (TMPDIR)."""
+    work directory (TMPDIR). A kept directory under /dev/shm is bound through a descriptor opened before the
+    private /dev/shm hides it."""
     _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making / private")
+    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split() for line in f]
     for fields in mounts:
@@ -173,8 +175,11 @@ def _mounts(libc, keep: list) -> None:
                 raise SandboxUnavailable(err, f"remounting {point} read-only: {os.strerror(err)}")
     if os.path.isdir("/dev/shm"):
         libc.mount(b"none", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=1777")
-    for path in keep:
-        _check(libc.mount(path.encode(), path.encode(), None, _MS_BIND | _MS_REC, None), f"binding {path}")
+    for path, fd in handles.items():
+        os.makedirs(path, exist_ok=True)  # a mount point in the private /dev/shm
+        _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, _MS_BIND | _MS_REC, None),
+               f"binding {path}")
+        os.close(fd)
         _check(libc.mount(None, path.encode(), None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV, None),
                f"making {path} writable")
     _check(libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None), "mounting /proc")
@@ -208,15 +213,21 @@ def _probe_sandbox() -> str:
         return f"none: not Linux ({sys.platform})"
     import subprocess
 
-    workdir = tempfile.mkdtemp(prefix="kda_trace_probe_")
+    workdirs = [tempfile.mkdtemp(prefix="kda_trace_probe_")]
+    try:  # a directory under /dev/shm too, as solutions' outputs go there (solution_host.ram_dir)
+        workdirs.append(tempfile.mkdtemp(prefix="kda_trace_probe_", dir="/dev/shm"))
+    except OSError:
+        pass
     try:
-        probe = subprocess.run([sys.executable, "-c", _PROBE, workdir], capture_output=True, text=True, timeout=60)
+        probe = subprocess.run([sys.executable, "-c", _PROBE, *workdirs], capture_output=True, text=True, timeout=60)
+        written = all(os.path.exists(os.path.join(w, "probe")) for w in workdirs)
     except (OSError, subprocess.SubprocessError) as e:
         return f"none: the probe did not run ({type(e).__name__}: {e})"
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        for w in workdirs:
+            shutil.rmtree(w, ignore_errors=True)
     if probe.returncode == 0 and probe.stdout.strip() == "sandboxed":
-        return SANDBOXED
+        return SANDBOXED if written else "none: the probe's files did not reach the directories it was given"
     why = (probe.stdout.strip() or probe.stderr.strip().splitlines()[-1:] or [f"exit {probe.returncode}"])
     return f"none: {why if isinstance(why, str) else why[0]}"[:300]
 
@@ -225,11 +236,12 @@ _PROBE = """
 import os, sys
 from kda_trace.sandbox import SandboxUnavailable, enter_sandbox
 try:
-    enter_sandbox(sys.argv[1])
+    enter_sandbox(sys.argv[1], sys.argv[2:])
 except SandboxUnavailable as e:
     print(e.strerror or e)
     sys.exit(3)
-open(os.path.join(sys.argv[1], "probe"), "w").close()  # its work directory: writable
+for folder in sys.argv[1:]:  # its directories: writable
+    open(os.path.join(folder, "probe"), "w").close()
 if os.access("/", os.W_OK):
     print("/ is writable in the sandbox")
 else:

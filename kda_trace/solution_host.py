@@ -40,15 +40,15 @@ from .sandbox import SANDBOXED, SandboxUnavailable, enter_sandbox, sandbox_suppo
 
 
 def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str, workdir: str,
-              code_digest: Optional[str] = None, sandbox: bool = False) -> None:
-    """The solution process: requests in, JSON replies and safetensors files out; with `sandbox`, in a sandbox
-    of its own (enter_sandbox)."""
+              code_digest: Optional[str] = None, sandbox: bool = False, ramdir: Optional[str] = None) -> None:
+    """The solution process: requests in, JSON replies and safetensors files out (in `ramdir` when it has room,
+    else in `workdir`); with `sandbox`, in a sandbox of its own (enter_sandbox)."""
     from .reaper import SOLUTION_ENV, die_with_parent
 
     die_with_parent()  # with its worker
     if sandbox:
         try:
-            enter_sandbox(workdir)
+            enter_sandbox(workdir, [ramdir] if ramdir else [])
         except SandboxUnavailable as e:  # sandbox_support said it would work: say so, and run as without one
             print(f"kda_trace: solution {spec} runs without its sandbox: {e}", file=sys.stderr)
     # inherited by the processes the solution starts, so that one it leaves behind can be named (reaper.py)
@@ -69,7 +69,8 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
         conn.send_bytes(json.dumps({"kind": "start_failed", "log": short_traceback(e, limit=2),
                                     "nonce": None}).encode())
         return
-    host = _Host(conn, spec, device, trust_code, Path(dataset_root), Path(workdir), baseline, registry)
+    host = _Host(conn, spec, device, trust_code, Path(dataset_root), Path(workdir), baseline, registry,
+                 Path(ramdir) if ramdir else None)
     conn.send_bytes(json.dumps({"kind": "ready", "nonce": None}).encode())
     while True:
         try:
@@ -104,9 +105,10 @@ def _start(device: str):
 
 
 class _Host:
-    def __init__(self, conn, spec, device, trust_code, dataset_root, workdir, baseline, registry):
+    def __init__(self, conn, spec, device, trust_code, dataset_root, workdir, baseline, registry, ramdir=None):
         self.conn, self.spec, self.device, self.trust_code = conn, spec, device, trust_code
         self.dataset_root, self.workdir, self.baseline, self.registry = dataset_root, workdir, baseline, registry
+        self.ramdir = ramdir
         self.solution = None
         self.built: Dict[str, Any] = {}
         self.exit_after_reply = False
@@ -390,12 +392,42 @@ class _Host:
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"output {name!r} is a {type(value).__name__}, not a tensor")
             tensors[name] = value.detach().contiguous()
-        safetensors.torch.save_file(tensors, str(self.workdir / _file_name(label, self.nonce)))
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        folder = self.ramdir if self.ramdir is not None and _room(self.ramdir) > nbytes + RAM_MARGIN_BYTES \
+            else self.workdir
+        safetensors.torch.save_file(tensors, str(folder / _file_name(label, self.nonce)))
 
 
 CACHE_LIMIT_BYTES = 1 << 30
 """A solution's process gives its cached GPU memory back after an evaluation when it holds more than this, and
 after each request when more than this is cached but unused."""
+
+
+RAM_MARGIN_BYTES = 1 << 30
+"""Outputs go to the memory-backed directory only when it keeps this much free beside them."""
+RAM_DIR_PARENT = "/dev/shm"
+"""Where a solution's outputs are written when there is room: a memory-backed file system. Handing a 1 GiB state
+pool over as a safetensors file took 2.7 s on a disk-backed /tmp and 0.5 s on /dev/shm (2-core CPU machine); the
+H200 machine's decode workloads spent 0.4 s each on it, the backward's 16 fused workloads 71 s."""
+
+
+def _room(folder: Path) -> int:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
+
+
+def ram_dir() -> Optional[Path]:
+    """A new directory for a solution's outputs under RAM_DIR_PARENT, or None where there is none to write."""
+    parent = Path(RAM_DIR_PARENT)
+    if not parent.is_dir() or not os.access(parent, os.W_OK) or _room(parent) <= RAM_MARGIN_BYTES:
+        return None
+    try:
+        return Path(tempfile.mkdtemp(prefix="kda_trace_solution_", dir=parent))
+    except OSError:
+        return None
 
 
 def _file_name(label: str, nonce: Optional[str]) -> str:
@@ -450,6 +482,7 @@ class SolutionHost:
         self.process = self.conn = None
         self.nonce: Optional[str] = None  # the current request's; its output files are named with it
         self.workdir = Path(tempfile.mkdtemp(prefix="kda_trace_solution_"))
+        self.ramdir = ram_dir()
 
     def alive(self) -> bool:
         return self.process is not None and self.process.is_alive()
@@ -459,7 +492,7 @@ class SolutionHost:
         parent, child = self.ctx.Pipe()
         self.process = self.ctx.Process(target=host_main, daemon=True, args=(
             child, self.spec, self.device, self.trust_code, str(self.dataset_root), str(self.workdir), self.code_digest,
-            sandbox_support() == SANDBOXED))
+            sandbox_support() == SANDBOXED, str(self.ramdir) if self.ramdir else None))
         self.process.start()
         child.close()
         self.conn = parent
@@ -584,9 +617,14 @@ class SolutionHost:
         """The outputs the process wrote for `label` ('first' or 'final'), read as plain tensors."""
         import safetensors.torch
 
-        path = self.workdir / _file_name(label, self.nonce)
+        name = _file_name(label, self.nonce)
+        path = self.workdir / name
+        if self.ramdir is not None and (self.ramdir / name).exists():
+            path = self.ramdir / name
         try:
-            return safetensors.torch.load_file(str(path), device="cpu" if device == "cpu" else device)
+            if device == "cpu":  # read into the judge's own memory: a mapped file could change under it
+                return safetensors.torch.load(path.read_bytes())
+            return safetensors.torch.load_file(str(path), device=device)
         finally:
             path.unlink(missing_ok=True)
 
@@ -609,6 +647,8 @@ class SolutionHost:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.ramdir is not None:
+            shutil.rmtree(self.ramdir, ignore_errors=True)
 
 
 def load_checked(host: SolutionHost, label: str, device: str) -> tuple[Optional[Dict[str, Any]], str]:

@@ -182,9 +182,10 @@ def _siblings(parent: int):
 
 def plants_dirs_in_other_workdirs(**inputs):
     """Honest outputs, but it creates a directory named `first.safetensors` in every other solution's work
-    directory (tempfile.gettempdir()/kda_trace_solution_*, same user), so that solution's process cannot write
-    its outputs there. Outcome when written: the other solution gets RUNTIME_ERROR on every later workload. Only with
-    REDTEAM_WORKDIRS=1 (tests set it, with TMPDIR pointing at a private directory)."""
+    directory (tempfile.gettempdir()/kda_trace_solution_* and /dev/shm/kda_trace_solution_*, where outputs go; same
+    user), so that solution's process cannot write its outputs there. Outcome when written: the other solution gets
+    RUNTIME_ERROR on every later workload. Only with REDTEAM_WORKDIRS=1 (tests set it, with TMPDIR pointing at a
+    private directory)."""
     if os.environ.get("REDTEAM_WORKDIRS") == "1":
         import glob
         import tempfile
@@ -194,9 +195,11 @@ def plants_dirs_in_other_workdirs(**inputs):
         while frame is not None and mine is None:
             host = frame.f_locals.get("self")
             mine = getattr(host, "workdir", None) if type(host).__name__ == "_Host" else None
+            mine_ram = getattr(host, "ramdir", None) if type(host).__name__ == "_Host" else None
             frame = frame.f_back
-        for workdir in glob.glob(os.path.join(tempfile.gettempdir(), "kda_trace_solution_*")):
-            if mine is not None and os.path.samefile(workdir, mine):
+        for workdir in glob.glob(os.path.join(tempfile.gettempdir(), "kda_trace_solution_*")) + \
+                glob.glob("/dev/shm/kda_trace_solution_*"):
+            if any(m is not None and os.path.samefile(workdir, m) for m in (mine, mine_ram)):
                 continue
             for label in ("first", "final", "check"):
                 path = os.path.join(workdir, f"{label}.safetensors")
