@@ -161,9 +161,15 @@ kernels of 0.05-10 ms), so running all 200 repetitions of a fast call's budget c
 kernels; a settled median does not move by more than the interval's width with more repetitions."""
 
 
-def median_settled(times_ms: Sequence[float], width: float) -> bool:
+STABLE_MEDIAN_FLOOR_MS = 0.001
+"""...or narrower than 1 us: CUDA events resolve about 0.5 us, and a call of tens of microseconds jitters by a few
+from repetition to repetition, so its interval seldom narrows to 2% within the 200 repetitions, which then cost
+the run more than the call's kernels (decode's 0.59 s of calls per workload on the H200)."""
+
+
+def median_settled(times_ms: Sequence[float], width: float, floor_ms: float = 0.0) -> bool:
     """Whether the 95% interval of the median of `times_ms` (ranks n/2 -+ 0.98 sqrt(n)) is narrower than
-    `width` x the median."""
+    `width` x the median or `floor_ms`."""
     n = len(times_ms)
     if width <= 0 or n < 3:
         return False
@@ -171,7 +177,7 @@ def median_settled(times_ms: Sequence[float], width: float) -> bool:
     half = 0.98 * math.sqrt(n)
     lo, hi = max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half) - 1)
     middle = statistics.median(ordered)
-    return middle > 0 and ordered[hi] - ordered[lo] <= width * middle
+    return middle > 0 and ordered[hi] - ordered[lo] <= max(width * middle, floor_ms)
 
 
 _flush_buffers: Dict[str, torch.Tensor] = {}
@@ -349,7 +355,7 @@ def _stop_after(i: int, reps: int, times: Sequence[float], settle) -> int:
     """The repetition count after repetition i (not the last) returned: i + 2 (one more, the last) when the
     median has settled, else `reps`."""
     min_reps, width = settle
-    if width and i + 2 < reps and i + 1 >= max(min_reps, 3) and median_settled(times, width):
+    if width and i + 2 < reps and i + 1 >= max(min_reps, 3) and median_settled(times, width, STABLE_MEDIAN_FLOOR_MS):
         return i + 2
     return reps
 

@@ -156,6 +156,9 @@ def test_a_settled_median_ends_the_loop_early_and_it_still_ends_on_set_b_with_a_
     assert median_settled([1.0] * 10, 0.02) and not median_settled([1.0, 2.0] * 5, 0.02)
     assert median_settled([1.0] * 9 + [5.0], 0.02)  # one outlier leaves the median where it is
     assert not median_settled([1.0] * 10, 0.0)
+    jitter = [0.0500, 0.0512, 0.0494, 0.0507, 0.0491, 0.0503, 0.0509, 0.0497, 0.0502, 0.0499]  # ms, a 50 us call
+    assert not median_settled(jitter, 0.02) and median_settled(jitter, 0.02, floor_ms=0.002)
+    assert not median_settled(jitter, 0.02, floor_ms=0.0005)
     run = Counted(0.0)
     cfg = TimingConfig(warmup=1, min_reps=5, max_reps=200, budget_s=10.0, settle=0.5)
     digest = lambda out, inputs: float(out.sum())  # noqa: E731
