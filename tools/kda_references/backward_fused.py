@@ -49,9 +49,10 @@ LOWER_BOUND = None  # None: unbounded gate; a number: the "safe" lower-bound gat
 
 CHUNK = 16  # tokens per chunk
 # memory (sets memory use and speed, not the math), in float64 bytes: the states that a batch of sequences keeps
-# (recorded and under autograd), and the intra-chunk work differentiated at once
-STATE_BYTES = {"cuda": 2 ** 31, "cpu": 2 ** 28}
-INTRA_BYTES = {"cuda": 2 ** 30, "cpu": 2 ** 25}
+# (recorded and under autograd), and the intra-chunk work differentiated at once; on a GPU 12 GiB in all, fewer
+# and larger steps than 3 GiB (kda_bwd_fused's 16 references in the H200 main job: see benchmarks/RESULTS.md)
+STATE_BYTES = {"cuda": 2 ** 33, "cpu": 2 ** 28}
+INTRA_BYTES = {"cuda": 2 ** 32, "cpu": 2 ** 25}
 
 
 def l2_normalize(x):

@@ -4,7 +4,13 @@ As the decode op, with num_tokens consecutive tokens per request: request i star
 state_indices[i] of the pool (K-last, [P, HV, V, K]), runs its tokens in order, and its final state is
 written back to the same slot. Specification, per request, value head and token, in float32, on P = S^T:
     S = diag(exp(g_t)) S;   S = S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T (scale q_t)
-The reference returns a new pool (the input pool is never modified); slots not in state_indices are
+The pool is float32 or bfloat16: a slot's stored state is read into float32 (exact), stays in float32
+between the tokens of the call, and is rounded once, to nearest even, to the pool's dtype when the final
+state is stored (what engines' multi-token decode kernels do with a bf16 pool: the running state lives in
+float32 registers; rounding it after every token would compound one bf16 rounding per token).
+Rows whose slot is -1 (PAD_SLOT_ID) pad an engine's CUDA-graph batch after the real requests: they read
+and write nothing and their o is zero.
+The reference returns a new pool (the input pool is never modified); slots no real request names are
 bit-identical copies.
 """
 import torch
@@ -17,6 +23,7 @@ HEAD_DIM_K = 128
 HEAD_DIM_V = 128
 LOWER_BOUND = None  # None: unbounded gate; a number: the "safe" lower-bound gate
 # --- end of definition constants ---
+PAD_SLOT_ID = -1
 
 
 def l2_normalize(x):
@@ -43,31 +50,42 @@ def check_inputs(q, k, v, g_raw, A_log, dt_bias, b, state_pool, state_indices):
     assert A_log.shape == (NUM_V_HEADS,) and dt_bias.shape == (NUM_V_HEADS, HEAD_DIM_K)
     assert state_pool.shape[1:] == (NUM_V_HEADS, HEAD_DIM_V, HEAD_DIM_K), state_pool.shape
     assert state_indices.shape == (B,), state_indices.shape
-    slots = state_indices.tolist()
-    if len(set(slots)) != B or min(slots) < 0 or max(slots) >= state_pool.shape[0]:
-        raise ValueError(f"state_indices must be {B} distinct slots in [0, {state_pool.shape[0]})")
+    return real_rows(state_indices.tolist(), state_pool.shape[0])
+
+
+def real_rows(slots, pool_size):
+    """The number of real rows: distinct slots in [0, pool_size), then only padding rows (-1)."""
+    R = sum(1 for s in slots if s != PAD_SLOT_ID)
+    if any(s == PAD_SLOT_ID for s in slots[:R]) or any(s != PAD_SLOT_ID for s in slots[R:]):
+        raise ValueError("padding rows (state_indices == -1) must come after every real row")
+    real = slots[:R]
+    if len(set(real)) != R or (real and (min(real) < 0 or max(real) >= pool_size)):
+        raise ValueError(f"the real rows of state_indices must be distinct slots in [0, {pool_size})")
+    return R
 
 
 def run(q, k, v, g_raw, A_log, dt_bias, b, state_pool, state_indices, scale):
-    check_inputs(q, k, v, g_raw, A_log, dt_bias, b, state_pool, state_indices)
+    R = check_inputs(q, k, v, g_raw, A_log, dt_bias, b, state_pool, state_indices)
     group = NUM_V_HEADS // NUM_HEADS  # value head hv reads q/k head hv // group
+    o = torch.zeros(v.shape, dtype=torch.float32, device=v.device)        # padding rows keep zeros
+    new_state_pool = state_pool.clone()
+    if R == 0:
+        return o.to(v.dtype), new_state_pool
 
-    qs = l2_normalize(q.float()).repeat_interleave(group, dim=2) * scale   # [B, T, HV, K]
-    ks = l2_normalize(k.float()).repeat_interleave(group, dim=2)           # [B, T, HV, K]
-    vs = v.float()                                                         # [B, T, HV, V]
-    decay = torch.exp(kda_gate(g_raw, A_log, dt_bias))                     # [B, T, HV, K]
-    beta = torch.sigmoid(b.float())                                        # [B, T, HV]
+    qs = l2_normalize(q[:R].float()).repeat_interleave(group, dim=2) * scale  # [R, T, HV, K]
+    ks = l2_normalize(k[:R].float()).repeat_interleave(group, dim=2)          # [R, T, HV, K]
+    vs = v[:R].float()                                                        # [R, T, HV, V]
+    decay = torch.exp(kda_gate(g_raw[:R], A_log, dt_bias))                    # [R, T, HV, K]
+    beta = torch.sigmoid(b[:R].float())                                       # [R, T, HV]
 
-    slots = state_indices.long()
-    P = state_pool[slots].float()                                          # gathered copy: [B, HV, V, K]
-    o = torch.zeros_like(vs)
-    for t in range(q.shape[1]):
+    slots = state_indices[:R].long()
+    P = state_pool[slots].float()                                          # gathered copy: [R, HV, V, K]
+    for t in range(q.shape[1]):                                            # P stays float32 between tokens
         k_t = ks[:, t]
         P = P * decay[:, t, :, None, :]                                    # decay each key column
-        predicted = (P @ k_t[..., None])[..., 0]                           # S^T k: [B, HV, V]
+        predicted = (P @ k_t[..., None])[..., 0]                           # S^T k: [R, HV, V]
         P = P + (beta[:, t, :, None] * (vs[:, t] - predicted))[..., None] * k_t[:, :, None, :]
-        o[:, t] = (P @ qs[:, t, :, :, None])[..., 0]                       # read the updated state
+        o[:R, t] = (P @ qs[:, t, :, :, None])[..., 0]                      # read the updated state
 
-    new_state_pool = state_pool.clone()
-    new_state_pool[slots] = P.to(state_pool.dtype)
+    new_state_pool[slots] = P.to(state_pool.dtype)                         # one rounding to the pool dtype
     return o.to(v.dtype), new_state_pool
