@@ -80,6 +80,24 @@ TOL_DG_RAW_SAFE = {**TOL_DG, "max_row_rel_error": 0.5}
 # (RMS-relative, cosine) and per head (ddt_bias's per-row bound); the element-wise matched ratio is off for them.
 TOL_SUM_SAFE = {**TOL_DG, "min_matched_ratio": None}
 
+# A bf16 state pool (the decode and MTP definitions with bfloat16 pools): the reference reads the stored state
+# (exact in float32), updates it in float32 and rounds once to bf16 at the store. A correct kernel does the same
+# float32 math in another order (reductions, approximate exp / rsqrt), so its float32 state differs from the
+# reference's by a relative delta of ~1e-7 to 1e-5: it stores the same bf16 value or, where the float32 value lies
+# within delta of a rounding boundary, the neighbouring one. One bf16 ulp is 2^-8 to 2^-7 of the value (8 bits of
+# significand), so element-wise the bound is one ulp: rtol 2^-7 (atol 1e-5 for values near zero that come out of
+# cancellation). The flips make a per-row (slot, head: 16384 elements) RMS-relative error that grows like
+# sqrt(delta): measured on the CPU with the reference's float32 state perturbed by delta before the store, over
+# the h12 and h32 workloads, 1.3e-4 to 3.2e-4 at delta = 1e-6, up to 4e-4 at 1e-5 and 8.4e-4 at 1e-4. Other
+# rounding conventions move many elements by one ulp: truncating at the store (round toward zero, as Triton's
+# interpreter converts) 4.1e-3 per row; rounding the state to bf16 after every token of an MTP call 2.9e-3 (2
+# tokens) to 4.9e-3 (8 tokens); a skipped gate or a lost update 0.4 to 5. The per-row and whole-pool bounds are
+# 1e-3: 2.5x the worst row of delta = 1e-5, a third of the mildest wrong convention (the whole-pool figures are
+# diluted by untouched slots; the per-row ones are not). tests/test_dataset_kda.py repeats these measurements.
+# Not yet calibrated on a GPU.
+TOL_STATE_BF16 = {"atol": 1e-5, "rtol": 2.0 ** -7, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-3,
+                  "min_cosine": 0.99999, "max_row_rel_error": 1e-3}
+
 # --------------------------------------------------------------------------- generators
 GEN_RAW_QK = {"kind": "randn"}                        # normalised inside the op
 GEN_UNIT_QK = {"kind": "l2_normalized"}               # the caller normalised them
@@ -301,8 +319,11 @@ def prefill_workloads(name: str, h: int, tp: int) -> list:
 
 # --------------------------------------------------------------------------- decode and MTP
 
-def pool_definition(stage: str, model: str, model_text: str, gate: str, tp: int, h: int) -> dict:
-    """decode (one token per request) or mtp (num_tokens per request) against a K-last state pool."""
+def pool_definition(stage: str, model: str, model_text: str, gate: str, tp: int, h: int, bf16: bool = False) -> dict:
+    """decode (one token per request) or mtp (num_tokens per request) against a K-last state pool: float32, or
+    (bf16) a bfloat16 pool updated in place as engines keep it, with padding rows."""
+    if bf16:
+        return bf16_pool_definition(stage, model, model_text, gate, tp, h)
     mtp = stage == "mtp"
     name = f"kda_{stage}_h{h}_d{D}_k_last" + ("_safe_gate" if gate == "safe" else "")
     lb = LOWER_BOUND if gate == "safe" else None
@@ -361,6 +382,46 @@ def pool_definition(stage: str, model: str, model_text: str, gate: str, tp: int,
     }
 
 
+def bf16_pool_definition(stage: str, model: str, model_text: str, gate: str, tp: int, h: int) -> dict:
+    """The decode / mtp definition with the state pool in bfloat16, as inference engines keep it: read into float32,
+    updated in float32 (across every token of an MTP call), rounded once to bf16 at the in-place store; int32 slot
+    indices (vLLM's and FlashInfer's dtype) with -1 padding rows."""
+    mtp = stage == "mtp"
+    d = pool_definition(stage, model, model_text, gate, tp, h)
+    d["name"] += "_bf16_state"
+    what = "multi-token decode (MTP: num_tokens tokens per request, run in order)" if mtp else \
+        "decode step (one new token per request)"
+    d["description"] = (
+        f"{model_text}, TP{tp} ({h} KDA heads per GPU, head dim {D}): the {what} of an inference engine whose "
+        f"state pool is bfloat16 [pool_size, H, V, K] (K-last, the vLLM / SGLang layout), updated in place. "
+        f"Request i reads and writes slot state_indices[i]: its stored state is read into float32, "
+        + ("stays in float32 across the request's tokens, " if mtp else "updated in float32, ")
+        + "and is rounded once, to nearest even, to bfloat16 when it is stored (FlashInfer's recurrent_kda "
+        "decode kernels and fla's fused_recurrent_kda, which vLLM and SGLang call, keep the state in float32 "
+        "registers and round at the store). Rows whose slot is -1 (PAD_SLOT_ID) pad a CUDA-graph batch after "
+        "the real requests: they read and write nothing and their o is zero. Slots no real request names stay "
+        f"bit-identical. q and k are L2-normalised in the op; the {gate_text(gate)} and beta = sigmoid(b) are "
+        f"computed in the op. Tolerances: o as the prefill family; new_state_pool within one bf16 ulp per "
+        f"element (rtol 2^-7) and RMS-relative 1e-3 per (slot, head) and over the pool: a correct kernel's "
+        f"float32 state flips the rounding of a few elements by one ulp, where truncating at the store, or "
+        + ("rounding the state to bf16 after every token, " if mtp else "")
+        + "moves many of them; not yet calibrated on a GPU."
+    )
+    d["tags"].insert(d["tags"].index("batch:pool") + 1, "feature:bf16_state")
+    pool_shape = ["pool_size", "num_v_heads", "head_dim_v", "head_dim_k"]
+    d["inputs"]["state_pool"] = tensor(pool_shape, "bfloat16", "the engine's bfloat16 state pool, K-last [V, K] per head",
+                                       generator=GEN_STATE)
+    d["inputs"]["state_indices"] = tensor(["batch_size"], "int32",
+                                          "pool slot of each request (distinct), -1 (PAD_SLOT_ID) in padding rows "
+                                          "after the real requests",
+                                          generator={"kind": "slot_indices", "pool_axis": "pool_size"})
+    d["outputs"]["new_state_pool"] = tensor(pool_shape, "bfloat16",
+                                            "the pool after the step: the real requests' slots updated (one rounding "
+                                            "to bf16), the others untouched", tolerance=TOL_STATE_BF16)
+    d["cost"]["bytes"] = d["cost"]["bytes"].replace(" + 8 * batch_size", " + 4 * batch_size")
+    return d
+
+
 def pool_inputs(g_raw=None) -> dict:
     inputs = {x: {"type": "random"} for x in ("q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "state_pool", "state_indices")}
     if g_raw is not None:
@@ -409,6 +470,57 @@ def mtp_workloads(name: str, h: int, tp: int) -> list:
                             ["mtp"], f"batch {bs}, {nt} tokens per request, pool of {pool} slots"))
     out.append(workload(name, "edge_gate_weak", {"batch_size": 16, "num_tokens": 8, "pool_size": 64}, pool_inputs(GEN_G_RAW_WEAK),
                         ["edge"], "g_raw ~ N(-8, 1): decays ~1 across the 8 tokens"))
+    return out
+
+
+# bf16 pools: a few real shapes each (the GPU run's time), one CPU-sized smoke workload per stage (BF16_SMOKE_HEADS
+# only: the CPU run's time); padding rows as vLLM pads a CUDA-graph batch; pools larger than the batch.
+BF16_SMOKE_HEADS = 12
+# (model index in MODELS, tp, heads per GPU): Kimi Linear at TP1, Kimi-K3 at TP8 and TP2
+BF16_POOL_SHAPES = [(0, 1, 32), (1, 8, 12), (1, 2, 48)]
+
+
+def bf16_pool_workloads(name: str, stage: str, h: int, gate: str) -> list:
+    mtp = stage == "mtp"
+
+    def w(label, bs, pool, tags, desc, nt=None, pad=0, g_raw=None):
+        inputs = pool_inputs(g_raw)
+        if pad:
+            inputs["state_indices"] = {"type": "random", "generator": {"kind": "slot_indices", "pool_axis": "pool_size",
+                                                                       "pad_rows": pad}}
+        axes = {"batch_size": bs, **({"num_tokens": nt} if mtp else {}), "pool_size": pool}
+        return workload(name, label, axes, inputs, tags, desc)
+
+    out = []
+    if h == BF16_SMOKE_HEADS:
+        out.append(w("smoke_b3_t2_pad1" if mtp else "smoke_b3_pad1", 3, 4, ["smoke", "edge"],
+                     "smoke: two requests of 2 tokens and one padding row, pool of 4" if mtp else
+                     "smoke: two requests and one padding row, pool of 4", nt=2, pad=1))
+    if mtp:
+        out += [
+            w("b1_t2", 1, 64, ["mtp"], "one request, 2 tokens, in a pool of 64 slots", nt=2),
+            w("b16_t4_pad3", 16, 64, ["mtp"], "13 requests of 4 tokens padded to a CUDA-graph batch of 16", nt=4, pad=3),
+            w("b16_t8", 16, 64, ["mtp"], "16 requests of 8 tokens: 8 tokens between the load and the store", nt=8),
+            w("b64_t4", 64, 256, ["mtp"], "64 requests of 4 tokens, pool of 256", nt=4),
+            w("b128_t2_pad16", 128, 512, ["mtp"], "112 requests of 2 tokens padded to 128, pool of 512", nt=2, pad=16),
+            w("b256_t4", 256, 512, ["mtp"], "256 requests of 4 tokens, pool of 512", nt=4),
+            w("edge_gate_weak", 16, 64, ["edge"], "g_raw ~ N(-8, 1): decays ~1 across the 8 tokens, the state keeps its "
+              "stored value plus small updates", nt=8, g_raw=GEN_G_RAW_WEAK),
+        ]
+    else:
+        out += [
+            w("b1_pool64", 1, 64, ["decode"], "one request in a pool of 64 slots"),
+            w("b16_pad3_pool64", 16, 64, ["decode"], "13 requests padded to a CUDA-graph batch of 16, pool of 64", pad=3),
+            w("b64_pool256", 64, 256, ["decode"], "decode batch 64, pool of 256 slots"),
+            w("b128_pad16_pool512", 128, 512, ["decode"], "112 requests padded to 128, pool of 512", pad=16),
+            w("b256_pool512", 256, 512, ["decode"], "decode batch 256, pool of 512 slots"),
+            w("edge_full_pool", 32, 32, ["edge"], "every slot of the pool is in the batch (pool_size == batch_size)"),
+            w("edge_gate_weak", 16, 64, ["edge"], "g_raw ~ N(-8, 1): decays ~1, the new state is the stored one plus a "
+              "small update, part of which is below half a bf16 ulp", g_raw=GEN_G_RAW_WEAK),
+        ]
+    if gate == "safe":
+        out.append(w("edge_gate_strong", 16, 64, ["edge"], "g_raw ~ N(6, 1): gates near the lower bound",
+                     nt=4, g_raw=GEN_G_RAW_STRONG))
     return out
 
 
@@ -1021,6 +1133,11 @@ def build() -> dict:
     for model, text, gate, h in [("kimi-linear", MODELS[0][1], "unbounded", 32), ("kimi-k3", MODELS[1][1], "safe", 96)]:
         d = gate_definition(model, text, gate, h)
         put(d, gate_workloads(d["name"]))
+    for m, tp, h in BF16_POOL_SHAPES:
+        model, text, gate, _ = MODELS[m]
+        for stage in ("decode", "mtp"):
+            d = pool_definition(stage, model, text, gate, tp, h, bf16=True)
+            put(d, bf16_pool_workloads(d["name"], stage, h, gate))
     for m, tp, h in SPEC_VERIFY_SHAPES:
         d = spec_verify_definition(MODELS[m][0], MODELS[m][1], MODELS[m][2], tp, h)
         put(d, spec_verify_workloads(d["name"]))

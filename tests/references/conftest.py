@@ -281,6 +281,7 @@ def to_problem(d: Definition, x: dict[str, Any], fla_ops: bool = False) -> gt.Pr
     exercised for the coverage guard."""
     gate, lower_bound, beta_kind, qk_norm, layout = tags(d)
     family = coverage_cells.family_of(d)
+    x = real_requests(x)
     q, k, v = x["q"], x["k"], x["v"]
     cu = x.get("cu_seqlens")
     if cu is not None:                       # packed [T, ...] -> [1, T, ...]
@@ -319,8 +320,22 @@ def to_problem(d: Definition, x: dict[str, Any], fla_ops: bool = False) -> gt.Pr
                       scale=float(x["scale"]), h0=h0, cu_seqlens=None if cu is None else cu.tolist())
 
 
+REQUEST_INPUTS = ("q", "k", "v", "g_raw", "g", "b", "beta", "state_indices")  # one row per request of a pool call
+
+
+def real_requests(x: dict[str, Any]) -> dict[str, Any]:
+    """A decode / mtp pool call without its padding rows (slot -1 after the real requests): the rows the ground
+    truth runs. Other inputs are returned as they are."""
+    idx = x.get("state_indices")
+    if idx is None or idx.dim() != 1 or bool((idx >= 0).all()):
+        return x
+    R = int((idx >= 0).sum())
+    return {n: (t[:R] if n in REQUEST_INPUTS else t) for n, t in x.items()}
+
+
 def from_truth(d: Definition, x: dict[str, Any], o: torch.Tensor, ht: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Ground-truth (o [B, T, HV, V], ht [N, HV, K, V]) as the definition's outputs, float64."""
+    """Ground-truth (o [B, T, HV, V], ht [N, HV, K, V]) as the definition's outputs, float64. Padding rows of a
+    pool call (slot -1) get o = 0 and write nothing."""
     layout = d.tag("state_layout")
     family = coverage_cells.family_of(d)
     if "cu_seqlens" in x:
@@ -329,8 +344,12 @@ def from_truth(d: Definition, x: dict[str, Any], o: torch.Tensor, ht: torch.Tens
         o = o[:, 0]
     state = gt.state_from_kv(ht, layout)
     if "state_pool" in x:  # built on the CPU (where compare_output works anyway): pools can be large
+        real = real_requests(x)
+        R = real["state_indices"].shape[0]
+        if R < x["state_indices"].shape[0]:
+            o = torch.cat([o, o.new_zeros((x["state_indices"].shape[0] - R, *o.shape[1:]))])
         pool = x["state_pool"].to("cpu", f64)
-        pool[x["state_indices"].long().cpu()] = state.cpu()
+        pool[real["state_indices"].long().cpu()] = state.cpu()
         return {"o": o, "new_state_pool": pool}
     return {"o": o, "final_state": state}
 
@@ -428,9 +447,10 @@ def check_against_truth(d: Definition, w: Workload, device: str = "cpu", chunk: 
 
 
 def check_untouched_slots(d: Definition, x: dict[str, Any], new_pool: torch.Tensor) -> None:
-    """Pool slots not named by state_indices are bit-identical to the input pool."""
+    """Pool slots not named by state_indices (padding rows' -1 names none) are bit-identical to the input pool."""
     touched = torch.zeros(new_pool.shape[0], dtype=torch.bool, device=new_pool.device)
-    touched[x["state_indices"].long()] = True
+    idx = x["state_indices"].long()
+    touched[idx[idx >= 0]] = True
     if bool(touched.all()):
         return  # a workload that uses every slot has none to check
     assert_bits_equal(new_pool[~touched], x["state_pool"][~touched], f"{d.name}: untouched pool slots")
