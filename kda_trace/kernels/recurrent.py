@@ -1,8 +1,9 @@
 """Token-by-token KDA in one Triton kernel: decode, multi-token decode (MTP) and short prefill.
 
-One program owns one (sequence, value head, V-tile): it loads that [BV, K] slice of the fp32 state once,
-walks the sequence's tokens keeping the slice in registers, writes o for every token and the state once at
-the end (in speculative-verify mode: the state after every token, each to that token's pool slot). Every
+One program owns one (sequence, value head, V-tile): it loads that [BV, K] slice of the state once (fp32, or
+a bf16 pool's slot converted to fp32), walks the sequence's tokens keeping the slice in fp32 registers, writes
+o for every token and the state once at the end (in speculative-verify mode: the state after every token, each
+to that token's pool slot). A bf16 pool gets each stored state rounded once, to nearest even. Every
 token needs the whole k and q of its head (the delta-rule read S^T k and the output S^T q reduce over K),
 so K stays whole in a program and only V is split into tiles; small batches get more programs from smaller
 V-tiles.
@@ -28,6 +29,25 @@ from kda_trace.platform import triton_interpreted
 _DEFAULT_OPTIONS = KDAOptions()
 
 
+@triton.jit
+def _to_bf16_rne(x):
+    """fp32 -> bf16 rounded to nearest even, through the bits: compiled Triton's conversion rounds so, the Triton
+    interpreter's truncates (and flushes bf16 subnormals); this form gives the same bits on both (a NaN stays a
+    quiet NaN)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    rounded = tl.where(x != x, (bits >> 16) | 0x40, rounded)
+    return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _store_state(ptr, b_h, mask, STATE_BF16: tl.constexpr):
+    if STATE_BF16:
+        tl.store(ptr, _to_bf16_rne(b_h), mask=mask)
+    else:
+        tl.store(ptr, b_h, mask=mask)
+
+
 @triton.jit(do_not_specialize=["T", "scale", "lower_bound"])
 def _kda_recurrent_kernel(
     q, k, v, g, beta, A_log, dt_bias, o,
@@ -45,6 +65,7 @@ def _kda_recurrent_kernel(
     IS_VARLEN: tl.constexpr,
     HAS_INDICES: tl.constexpr,
     SPEC: tl.constexpr,  # speculative verify: state_indices is [N, stride_idx] (one slot per token), see below
+    STATE_BF16: tl.constexpr,  # ht is bf16: states stored rounded to nearest even (h0 of any float dtype is read as fp32)
 ):
     # Program id -> (sequence n, value head hv, V-tile); V-tiles of one head are neighbours so that
     # neighbouring programs read neighbouring state memory and share q/k in cache.
@@ -83,6 +104,13 @@ def _kda_recurrent_kernel(
         slot = tl.load(state_indices + i_n * stride_idx + i_acc).to(tl.int64)
     elif HAS_INDICES:
         slot = tl.load(state_indices + i_n).to(tl.int64)
+        if slot < 0:
+            # a padding row (PAD_SLOT_ID, an engine's CUDA-graph batch): nothing read or written, o is zero
+            p_o = o + (bos * HV + i_hv) * V + o_v
+            for _ in range(seq_len):
+                tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(p_o.dtype.element_ty), mask=mask_v)
+                p_o += HV * V
+            return
     else:
         slot = i_n
     if USE_H0:
@@ -125,7 +153,7 @@ def _kda_recurrent_kernel(
         if SPEC:  # the state after this token, into its own slot (a -1 slot is skipped)
             t_slot = tl.load(state_indices + i_n * stride_idx + i_t).to(tl.int64)
             if t_slot >= 0:
-                tl.store(ht + t_slot * stride_ht + off_h, b_h, mask=mask_h)
+                _store_state(ht + t_slot * stride_ht + off_h, b_h, mask_h, STATE_BF16)
 
         p_q += H * K
         p_k += H * K
@@ -139,7 +167,7 @@ def _kda_recurrent_kernel(
             out_slot = slot
         else:
             out_slot = i_n
-        tl.store(ht + out_slot * stride_ht + off_h, b_h, mask=mask_h)
+        _store_state(ht + out_slot * stride_ht + off_h, b_h, mask_h, STATE_BF16)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -198,13 +226,15 @@ def kda_recurrent(
         opts: the options (scale, in-kernel q/k L2 norm, gate, beta form, state layout, final state).
         A_log: `[HV]` fp32, needed by the "unbounded" and "safe" gates.
         dt_bias: `[HV, K]` or `[HV * K]` fp32, needed by the "unbounded" and "safe" gates.
-        initial_state: `[N, HV, K, V]` (`state_layout="kv"`) or `[N, HV, V, K]` ("vk"), fp32, or None for
-            zeros. With `state_indices` it is a pool `[P, HV, ...]` and sequence n starts from slot
-            `state_indices[n]`.
+        initial_state: `[N, HV, K, V]` (`state_layout="kv"`) or `[N, HV, V, K]` ("vk"), fp32 or bf16 (read into
+            fp32), or None for zeros. With `state_indices` it is a pool `[P, HV, ...]` and sequence n starts from
+            slot `state_indices[n]`. A bf16 pool updated in place gets each stored state rounded once to nearest
+            even (the state stays fp32 between the tokens of a call).
         cu_seqlens: `[N + 1]` int32/int64 cumulative lengths of a packed batch (then B must be 1), or None
             for N = B dense sequences of T tokens. Lengths must be >= 1 (not checked here: checking
             would synchronise with the device).
-        state_indices: `[N]` int32/int64 distinct pool slots, or None (sequence n uses row n).
+        state_indices: `[N]` int32/int64 distinct pool slots, or None (sequence n uses row n). A negative slot
+            (PAD_SLOT_ID) pads the batch: nothing read or written, o zero.
         inplace_state: write each final state back into the slot of `initial_state` it was read from
             (slots not read stay bit-identical) and return `initial_state` as the final state.
         num_accepted_tokens: `[N]` int, speculative verify (vLLM's call of fla's fused_recurrent_kda_fwd):
@@ -219,7 +249,7 @@ def kda_recurrent(
     Returns:
         o: `[B, T, HV, V]` in v's dtype.
         final_state: `[N, HV, K, V]` / `[N, HV, V, K]` fp32 when `opts.output_final_state` (a new tensor)
-            or `inplace_state` (`initial_state` itself), else None.
+            or `inplace_state` (`initial_state` itself, fp32 or bf16), else None.
     """
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -235,8 +265,8 @@ def kda_recurrent(
             raise ValueError(
                 f"initial_state must be [N or P, {want[0]}, {want[1]}, {want[2]}] ({opts.state_layout} layout) "
                 f"with contiguous rows, got shape {tuple(initial_state.shape)} strides {initial_state.stride()}")
-        if initial_state.dtype != torch.float32:
-            raise ValueError(f"initial_state must be float32, got {initial_state.dtype}")
+        if initial_state.dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"initial_state must be float32 or bfloat16, got {initial_state.dtype}")
         if state_indices is None and initial_state.shape[0] != N:
             raise ValueError(f"initial_state has {initial_state.shape[0]} states for {N} sequences")
     spec = num_accepted_tokens is not None
@@ -282,7 +312,7 @@ def kda_recurrent(
             state_indices.stride(0) if spec else 0)
     consts = (H, HV, K, V, BK, BV, GATE_CODES[opts.gate], BETA_CODES[opts.beta], opts.use_qk_l2norm, vk,
               initial_state is not None, final_state is not None, inplace_state, cu_seqlens is not None,
-              state_indices is not None, spec)
+              state_indices is not None, spec, final_state is not None and final_state.dtype == torch.bfloat16)
     _launch(N * HV * ((V + BV - 1) // BV), args, consts, num_warps)
     return out, final_state
 
@@ -290,7 +320,7 @@ def kda_recurrent(
 _ARG_NAMES = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "o", "h0", "ht", "cu_seqlens", "state_indices",
               "num_accepted", "scale", "lower_bound", "T", "stride_h0", "stride_ht", "stride_idx")
 _CONST_NAMES = ("H", "HV", "K", "V", "BK", "BV", "GATE", "BETA", "QK_L2NORM", "STATE_VK", "USE_H0", "STORE_HT",
-                "INPLACE", "IS_VARLEN", "HAS_INDICES", "SPEC")
+                "INPLACE", "IS_VARLEN", "HAS_INDICES", "SPEC", "STATE_BF16")
 _N_PTRS = 13
 # Compiled kernels only (the interpreter has no launcher to call): see _launch.
 _FAST_LAUNCH_ENABLED = hasattr(_kda_recurrent_kernel, "device_caches")

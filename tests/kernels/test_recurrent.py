@@ -16,8 +16,11 @@ from kda_trace.platform import default_device, ensure_triton_can_run, triton_int
 DEVICE = default_device()
 ensure_triton_can_run(DEVICE)
 
+import triton
+import triton.language as tl
+
 from kda_trace.kernels.options import KDAOptions
-from kda_trace.kernels.recurrent import kda_recurrent
+from kda_trace.kernels.recurrent import _to_bf16_rne, kda_recurrent
 
 f64 = torch.float64
 
@@ -385,6 +388,71 @@ def test_adapter_decode_mtp_vs_family_reference(family, T, safe):
     assert rms_rel(pool.cpu(), pool_ref) <= 1e-5
     untouched = [0, 3, 5]
     assert torch.equal(pool[untouched].cpu(), pool_ref[untouched])
+
+
+def bf16_ulps(a, b):
+    """Distance in bf16 ulps between two bf16 tensors (their bit patterns on a monotone integer line)."""
+    ia, ib = (x.contiguous().view(torch.int16).to(torch.int32) for x in (a, b))
+    ia, ib = (torch.where(x < 0, -(x & 0x7FFF), x) for x in (ia, ib))
+    return (ia - ib).abs()
+
+
+@pytest.mark.parametrize("family,T", [("decode", None), ("mtp", 3)])
+def test_adapter_bf16_pool_with_padding_vs_family_reference(family, T):
+    """A bf16 pool (the `_bf16_state` definitions): int32 slots with a padding row (-1) last, V not a power of
+    two (masked loads). Stored states equal the reference's bf16 (float32 state, one rounding to nearest even at
+    the store) up to rare one-ulp flips; the padding row writes nothing (slot P - 1 included) and its o is zero;
+    slots no real request names keep their bits."""
+    from kda_trace.solutions import ours_recurrent
+
+    H, HV, K, V, B, P = 1, 2, 16, 24, 4, 7
+    consts = {"NUM_HEADS": H, "NUM_V_HEADS": HV, "HEAD_DIM_K": K, "HEAD_DIM_V": V, "LOWER_BOUND": -5.0}
+    ref = load_reference(family, **consts)
+    tags = [f"stage:{family}", "beta:logits", "qk_norm:l2", "state_layout:vk", "gate:safe", "lower_bound:-5",
+            "feature:bf16_state"]
+    run = ours_recurrent.build(FakeDefinition(f"kda_{family}_h{H}_d{K}_k_last_safe_gate_bf16_state", tags, "state_pool"))
+    lead = (B,) if T is None else (B, T)
+    inputs = engine_inputs((*lead, H, K), HV, V, seed=13)
+    inputs.update(state_pool=(torch.randn(P, HV, V, K) * 0.3).to(torch.bfloat16),
+                  state_indices=torch.tensor([4, 1, 2, -1], dtype=torch.int32), scale=K ** -0.5)
+    o_ref, pool_ref = ref.run(**fp32_v(inputs))
+    assert pool_ref.dtype == torch.bfloat16
+    dev_inputs = {n: x.to(DEVICE) if torch.is_tensor(x) else x for n, x in inputs.items()}
+    o, pool = run(**dev_inputs)
+    assert pool is dev_inputs["state_pool"] and pool.dtype == torch.bfloat16  # updated in place, still bf16
+    assert rms_rel(o[:3].cpu(), bf16_rounding_of_backend(o_ref[:3])) <= 2e-3
+    assert bool((o[3] == 0).all()), "o of the padding row"
+    distance = bf16_ulps(pool.cpu(), pool_ref)
+    distance[(pool.cpu().double() - pool_ref.double()).abs() <= 1e-6] = 0
+    assert int(distance.max()) <= 1 and (distance > 0).double().mean() < 1e-3, (int(distance.max()),
+                                                                                 (distance > 0).double().mean())
+    untouched = [0, 3, 5, 6]
+    assert torch.equal(pool[untouched].cpu(), inputs["state_pool"][untouched])
+
+
+@triton.jit
+def _convert_bf16_rne(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, _to_bf16_rne(tl.load(x_ptr + offs, mask=mask, other=0.0)), mask=mask)
+
+
+def test_bf16_store_rounds_to_nearest_even():
+    """The kernel's fp32 -> bf16 conversion of stored states (recurrent._to_bf16_rne) gives torch's bits
+    (round to nearest, ties to even) on ties, values just past a tie, negatives, subnormals, the overflow edge,
+    inf and NaN, under the interpreter (whose own conversion truncates) as compiled."""
+    u = 2.0 ** -8  # half a bf16 ulp at 1.0
+    special = [1 + u, 1 + 3 * u, -(1 + u), 1 + u + 2 ** -20, 1 + u - 2 ** -20, 0.1, -3.3e-5, 1e-40, -1e-41,
+               3.3895e38, 3.4e38, float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 2 ** -126]
+    x = torch.cat([torch.tensor(special), torch.randn(1000) * 10.0 ** torch.randint(-6, 6, (1000,))]).float()
+    y = torch.empty(x.shape, dtype=torch.bfloat16)
+    xd, yd = dev(x, y)
+    _convert_bf16_rne[(1,)](xd, yd, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    want = x.to(torch.bfloat16)
+    got = yd.cpu()
+    nan = torch.isnan(want)
+    assert bool(torch.isnan(got[nan]).all())
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
 
 
 def test_adapter_prefill_vs_family_reference():
