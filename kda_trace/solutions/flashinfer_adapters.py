@@ -11,14 +11,15 @@ value head, so only definitions without GVA (num_v_heads == num_heads) are serve
 
 | family | FlashInfer call |
 |---|---|
-| decode (pool) | `recurrent_kda` on [B, 1, ...]. A bfloat16 pool is passed as it is, with `ssm_state_indices` (int32): FlashInfer updates the slots in place. A float32 pool is gathered into a bfloat16 copy of the batch's slots (FlashInfer's decode kernel keeps states in bfloat16), run in place, and written back to those slots as float32 |
-| mtp (pool) | speculative decode: `num_spec_tokens = num_tokens - 1` on [B, T, ...] with a scratch pool of B * T bfloat16 slots and `ssm_state_indices` [B, T]: slot [n, 0] holds request n's state before its first token, and FlashInfer writes the state after token t into slot [n, t]; the last one goes back to the pool. num_tokens = 1 is the decode call |
+| decode (pool) | A bfloat16 pool (FlashInfer's state dtype, the `_bf16_state` definitions) is passed as it is, in place: `recurrent_kda` on [1, B, ...] with `cu_seqlens` = [0, 1, ..., B] (one token per sequence) and `ssm_state_indices` [B] int32, the form whose kernel reads and writes each slot itself (without `cu_seqlens` the wrapper gathers the slots into a copy and copies it back); -1 rows are padding (FlashInfer skips them and writes o = 0). A float32 pool is gathered into a bfloat16 copy of the batch's slots (FlashInfer's decode kernel keeps states in bfloat16), run in place, and written back to those slots as float32 |
+| mtp (pool) | speculative decode, `num_spec_tokens = num_tokens - 1`. A bfloat16 pool in place: tokens packed [1, B * T, ...] with `cu_seqlens` [0, T, 2T, ...] and `ssm_state_indices` [B, T] naming request n's slot at every position: FlashInfer reads slot [n, 0] once, keeps the state in float32 registers and writes it after every token into slot [n, t], the last write (after token T - 1) being the state the slot keeps; padding rows (-1) are skipped. A float32 pool: a scratch pool of B * T bfloat16 slots and `ssm_state_indices` [B, T]: slot [n, 0] holds request n's state before its first token, and FlashInfer writes the state after token t into slot [n, t]; the last one goes back to the pool. num_tokens = 1 is the decode call |
 | prefill (packed) | `recurrent_kda` on [1, T, ...] with `cu_seqlens` and `output_final_state=True`; the initial states are cloned first (FlashInfer updates `initial_state` in place, and the runner forbids changed inputs). FlashInfer ships prefill kernels for compute capability 10.0, 10.3 and 12.0 only: elsewhere this family is unsupported |
 
 The decode and mtp calls take `backend="cute-dsl"` (the backend FlashInfer documents for decode on any
 architecture its CuTe DSL supports), the prefill call `backend="auto"`; the environment variable
 KDA_TRACE_FLASHINFER_BACKEND overrides both (the GPU probe tries each). Every conversion above (gather,
-bfloat16 casts, clones, write-back) is inside the timed call.
+bfloat16 casts, clones, write-back) is inside the timed call; the bfloat16 pools have none (the int32 slots,
+cu_seqlens and the [B, T] slot rows are built per call: a few hundred bytes).
 """
 
 from __future__ import annotations
@@ -135,15 +136,23 @@ def _common(inputs: Dict[str, Any], opts: Dict[str, Any], backend: str) -> Dict[
             "backend": backend, **opts}
 
 
+def _int32(t: torch.Tensor) -> torch.Tensor:
+    """int32 as FlashInfer takes slots and offsets (the tensor itself when it already is)."""
+    return t if t.dtype == torch.int32 else t.to(torch.int32)
+
+
 def decode(fi, inputs: Dict[str, Any], opts: Dict[str, Any], backend: str):
     """One token per request against the pool; returns (o [B, HV, V], the pool, updated in place)."""
     pool, idx = inputs["state_pool"], inputs["state_indices"]
-    seq = {n: inputs[n][:, None] for n in ("q", "k", "v", "g_raw", "b")}  # [B, 1, ...]
-    if pool.dtype == torch.bfloat16:
+    if pool.dtype == torch.bfloat16:  # FlashInfer's own state dtype: its kernel updates the slots in place
+        B = idx.shape[0]
+        seq = {n: inputs[n][None] for n in ("q", "k", "v", "g_raw", "b")}  # [1, B, ...]: one token per sequence
+        cu = torch.arange(B + 1, dtype=torch.int32, device=idx.device)
         o, _ = fi.recurrent_kda(seq["q"], seq["k"], seq["v"], seq["g_raw"], seq["b"], initial_state=pool,
-                                ssm_state_indices=idx.to(torch.int32), output_final_state=False,
+                                cu_seqlens=cu, ssm_state_indices=_int32(idx), output_final_state=False,
                                 **_common(inputs, opts, backend))
-        return o[:, 0], pool
+        return o[0], pool
+    seq = {n: inputs[n][:, None] for n in ("q", "k", "v", "g_raw", "b")}  # [B, 1, ...]
     states = pool[idx].to(torch.bfloat16).contiguous()  # [B, HV, V, K]: FlashInfer's decode state dtype
     o, _ = fi.recurrent_kda(seq["q"], seq["k"], seq["v"], seq["g_raw"], seq["b"], initial_state=states,
                             output_final_state=False, **_common(inputs, opts, backend))
@@ -159,6 +168,14 @@ def mtp(fi, inputs: Dict[str, Any], opts: Dict[str, Any], backend: str):
         o, pool = decode(fi, {**inputs, **{n: inputs[n][:, 0] for n in ("q", "k", "v", "g_raw", "b")}}, opts, backend)
         return o[:, None], pool
     pool, idx = inputs["state_pool"], inputs["state_indices"]
+    if pool.dtype == torch.bfloat16:  # in place: every position of row n names the request's slot
+        flat = {n: inputs[n].reshape(1, B * T, *inputs[n].shape[2:]) for n in ("q", "k", "v", "g_raw", "b")}
+        cu = torch.arange(0, B * T + 1, T, dtype=torch.int32, device=idx.device)
+        slots = _int32(idx)[:, None].expand(B, T).contiguous()
+        o, _ = fi.recurrent_kda(flat["q"], flat["k"], flat["v"], flat["g_raw"], flat["b"], initial_state=pool,
+                                cu_seqlens=cu, ssm_state_indices=slots, num_spec_tokens=T - 1,
+                                output_final_state=False, **_common(inputs, opts, backend))
+        return o.reshape(B, T, *o.shape[-2:]), pool
     scratch = torch.zeros(B * T, *pool.shape[1:], dtype=torch.bfloat16, device=pool.device)
     slots = torch.arange(B * T, dtype=torch.int32, device=pool.device).reshape(B, T)
     scratch[slots[:, 0].long()] = pool[idx].to(torch.bfloat16)  # slot [n, 0]: the state before token 0

@@ -62,6 +62,22 @@ def _stand_in_recurrent_kda(calls):
             o[b, t] = (S @ qf[b, t][..., None])[..., 0]
             return S
 
+        if num_spec_tokens is not None and cu_seqlens is not None:
+            # packed speculative decode (the kernel's own form): row n's tokens cu[n]..cu[n+1], read slot [n, 0]
+            # once, the state after its token t written to slot [n, t]; a row whose slot [n, 0] is -1 is skipped
+            assert B == 1 and cu_seqlens.dtype == torch.int32
+            assert initial_state.dtype == torch.bfloat16 and ssm_state_indices.dtype == torch.int32
+            n_rows = cu_seqlens.numel() - 1
+            assert ssm_state_indices.shape == (n_rows, 1 + num_spec_tokens)
+            for n in range(n_rows):
+                if int(ssm_state_indices[n, 0]) < 0:
+                    continue
+                S = initial_state[ssm_state_indices[n, 0]].float()
+                for j, t in enumerate(range(int(cu_seqlens[n]), int(cu_seqlens[n + 1]))):
+                    S = step(S, 0, t)
+                    if int(ssm_state_indices[n, j]) >= 0:
+                        initial_state[ssm_state_indices[n, j]] = S.to(initial_state.dtype)
+            return o.to(q.dtype), None
         if num_spec_tokens is not None:  # batched speculative decode: slot [n, t] gets the state after token t
             assert cu_seqlens is None and T == 1 + num_spec_tokens
             assert initial_state.dtype == torch.bfloat16 and ssm_state_indices.dtype == torch.int32
@@ -71,6 +87,17 @@ def _stand_in_recurrent_kda(calls):
                 for t in range(T):
                     S = step(S, b, t)
                     initial_state[ssm_state_indices[b, t]] = S.to(initial_state.dtype)
+            return o.to(q.dtype), None
+        if cu_seqlens is not None and ssm_state_indices is not None:
+            # decode with explicit T = 1 metadata: sequence n is token n, its slot updated in place by the kernel;
+            # a -1 slot is a padding row (no read, no write, o zero)
+            assert B == 1 and T == cu_seqlens.numel() - 1 and cu_seqlens.dtype == torch.int32
+            assert initial_state.dtype == torch.bfloat16 and ssm_state_indices.dtype == torch.int32
+            assert ssm_state_indices.shape == (T,)
+            for n in range(T):
+                slot = int(ssm_state_indices[n])
+                if slot >= 0:
+                    initial_state[slot] = step(initial_state[slot].float(), 0, n).to(initial_state.dtype)
             return o.to(q.dtype), None
         if cu_seqlens is not None:  # packed prefill
             assert B == 1 and cu_seqlens.dtype in (torch.int32, torch.int64)
@@ -149,6 +176,74 @@ def test_decode_bfloat16_pool_is_passed_with_its_indices(ds, stand_in):
     assert pool is inputs["state_pool"] and torch.equal(pool[untouched], before)
     assert (o.float() - ref_o.float()).abs().max() < 2e-2
     assert (pool.float() - ref_pool.float()).abs().max() < 5e-2
+
+
+class _NoPoolCopies(torch.overrides.TorchFunctionMode):
+    """Fails any torch call of the adapter's on the watched pool other than a view of it (a gather, a cast, a clone,
+    a write...); what the stand-in FlashInfer does inside `watch(module)`'s recurrent_kda is not watched."""
+
+    VIEWS = {"__getitem__", "reshape", "view", "expand", "contiguous", "dim", "size", "stride", "data_ptr",
+             "__get__", "shape", "dtype", "device", "is_contiguous", "numel", "element_size"}
+
+    def __init__(self, pool):
+        super().__init__()
+        self.pool, self.active = pool, True
+
+    def watch(self, module):
+        def recurrent_kda(*args, **kwargs):
+            self.active = False
+            try:
+                return module.recurrent_kda(*args, **kwargs)
+            finally:
+                self.active = True
+        return types.SimpleNamespace(recurrent_kda=recurrent_kda)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", str(func))
+        gather = name == "__getitem__" and any(isinstance(a, (torch.Tensor, list)) for a in args[1:])
+        if self.active and any(a is self.pool for a in (*args, *kwargs.values())) and (name not in self.VIEWS or gather):
+            raise AssertionError(f"the adapter called {name} on the pool")
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["kda_decode_h12_d128_k_last_safe_gate_bf16_state",
+                                  "kda_mtp_h12_d128_k_last_safe_gate_bf16_state"])
+def test_bf16_pool_definitions_call_flashinfer_on_the_pool_itself(ds, stand_in, name):
+    """A bf16-state definition: one recurrent_kda call on the pool itself (no gather, no cast, no copy back) with
+    the definition's int32 slots (no conversion either), in FlashInfer's in-kernel slot form (cu_seqlens, packed
+    tokens); padding rows (-1) reach FlashInfer as -1; outputs within the definition's tolerances."""
+    module, calls = stand_in
+    d = ds.definitions[name]
+    w = next(w for w in ds.workloads_of(name) if "smoke" in w.tags)
+    inputs = make_inputs(d, w, device="cpu")
+    pool, idx = inputs["state_pool"], inputs["state_indices"]
+    assert pool.dtype == torch.bfloat16 and idx.dtype == torch.int32 and int((idx < 0).sum()) == 1
+    ref, _ = normalize_outputs(d, compile_reference(d.reference, d.name)(**clone_inputs(inputs)))
+    call = fa.mtp if d.tag("stage") == "mtp" else fa.decode
+    guard = _NoPoolCopies(pool)
+    with guard:
+        result = call(guard.watch(module), inputs, fa.options(d), "cute-dsl")
+    out, why = normalize_outputs(d, result)
+    assert out is not None, why
+    for o in d.outputs:
+        m = compare_output(d, o, ref[o], out[o], tolerance_for(d, o))
+        assert m.passed, f"{name} {o}: {m.reason}"
+    assert result[1] is pool
+    (c,) = calls
+    assert c["initial_state"] is pool and c["cu_seqlens"].dtype == torch.int32
+    B = idx.shape[0]
+    if d.tag("stage") == "decode":
+        assert c["ssm_state_indices"] is idx and c["q"].shape[:2] == (1, B) and c["num_spec_tokens"] is None
+        assert c["cu_seqlens"].tolist() == list(range(B + 1))
+    else:
+        T = inputs["q"].shape[1]
+        assert c["num_spec_tokens"] == T - 1 and c["q"].shape[:2] == (1, B * T)
+        assert torch.equal(c["ssm_state_indices"], idx[:, None].expand(B, T))
+        assert c["cu_seqlens"].tolist() == list(range(0, B * T + 1, T))
+    for copy in (lambda: pool[idx.long()], lambda: pool.float(), lambda: pool.clone()):  # the guard sees copies
+        with pytest.raises(AssertionError, match="on the pool"), _NoPoolCopies(pool):
+            copy()
 
 
 @pytest.mark.parametrize("name", ["kda_mtp_h8_d128_k_last", "kda_mtp_h16_d128_k_last_safe_gate"])
