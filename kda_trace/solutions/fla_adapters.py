@@ -13,6 +13,7 @@ lower_bound (tag `lower_bound:<x>`, default -5), `beta:logits` -> use_beta_sigmo
 | backward | `chunk_kda` + autograd (dense or packed, in-kernel gate / norm / beta logits), gradients of (o, final_state) against (do, dht) (GPU only) |
 | decode (pool) | `fused_recurrent_kda_fwd` with `ssm_state_indices` and `inplace_final_state=True`: fla reads and writes each request's pool slot directly (the vLLM path) |
 | mtp (pool) | gather the slots, `fused_recurrent_kda`, scatter the final states back: fla's in-place pool path indexes a different slot per token (it keeps every intermediate state), not one slot per request |
+| decode and mtp with a bf16 pool (`feature:bf16_state`) | `fused_recurrent_kda_fwd` in place on the pool (vLLM's call): tokens packed with `cu_seqlens` where the -1 padding rows (after the real rows) have zero tokens, `ssm_state_indices` [B] (decode) or [B, T] naming the request's slot at every position (mtp: fla reads it once, keeps the state in float32 and writes it after every token, the last write staying); fla stores the bf16 state with Triton's conversion (round to nearest even compiled; truncation under TRITON_INTERPRET) |
 | spec_verify (pool) | `fused_recurrent_kda_fwd` with a 2-D `ssm_state_indices`, `num_accepted_tokens` and `inplace_final_state=True`, tokens packed with `cu_seqlens` where padding rows have zero tokens (vLLM's call: fla skips zero-token sequences, so their -1 slots are never touched) |
 | gate | `fused_kda_gate` (GPU only) |
 
@@ -192,8 +193,41 @@ def _backward(d: Definition, opts):
     return run
 
 
+def _bf16_pool(d: Definition, opts, mtp: bool):
+    """decode / mtp on a bf16 pool with -1 padding rows after the real ones, in place (see the module docstring)."""
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+
+    def run(**inputs):
+        g, beta, extra = _gate_and_beta(inputs, opts)
+        pool, idx = inputs["state_pool"], inputs["state_indices"]
+        B = idx.shape[0]
+        T = inputs["q"].shape[1] if mtp else 1
+        flat = lambda t: t.reshape(1, B * T, *t.shape[(2 if mtp else 1):])  # noqa: E731
+        lens = (idx >= 0).to(torch.int32) * T  # padding rows: zero-token sequences, which fla skips
+        cu_seqlens = torch.nn.functional.pad(torch.cumsum(lens, 0, dtype=torch.int32), (1, 0))
+        slots = idx[:, None].expand(B, T).contiguous() if mtp else idx
+        out = torch.zeros_like(flat(inputs["v"]))  # padding rows' o stays zero
+        fused_recurrent_kda_fwd(
+            q=flat(inputs["q"]), k=flat(inputs["k"]), v=flat(inputs["v"]), g=flat(g), beta=flat(beta),
+            scale=float(inputs["scale"]), initial_state=pool, inplace_final_state=True, cu_seqlens=cu_seqlens,
+            ssm_state_indices=slots, out=out, use_qk_l2norm_in_kernel=opts["use_qk_l2norm_in_kernel"],
+            use_gate_in_kernel=opts["use_gate_in_kernel"], use_beta_sigmoid_in_kernel=opts["use_beta_sigmoid_in_kernel"],
+            allow_neg_eigval=opts["allow_neg_eigval"], lower_bound=opts["lower_bound"],
+            state_v_first=opts["state_v_first"], **extra)
+        return out.reshape(inputs["v"].shape), pool
+
+    return run
+
+
+def _bf16_state(d: Definition) -> bool:
+    return "bf16_state" in d.tag_values.get("feature", [])
+
+
 def _decode(d: Definition, opts):
     from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+
+    if _bf16_state(d):
+        return _bf16_pool(d, opts, mtp=False)
 
     def run(**inputs):
         g, beta, extra = _gate_and_beta(inputs, opts)
@@ -212,6 +246,9 @@ def _decode(d: Definition, opts):
 
 def _mtp(d: Definition, opts):
     from fla.ops.kda import fused_recurrent_kda
+
+    if _bf16_state(d):
+        return _bf16_pool(d, opts, mtp=True)
 
     def run(**inputs):
         g, beta, extra = _gate_and_beta(inputs, opts)

@@ -95,3 +95,34 @@ def test_spec_verify_calls_fla_state_indices_path(ds, monkeypatch):
         assert m.passed, f"{name} {o}: {m.reason}"
     assert inplace_violations(inputs["state_pool"], ref["new_state_pool"], out["new_state_pool"]) == 0
     assert torch.equal(out["o"][-1], torch.zeros_like(out["o"][-1]))
+
+
+@pytest.mark.parametrize("name", ["kda_decode_h12_d128_k_last_safe_gate_bf16_state",
+                                  "kda_mtp_h12_d128_k_last_safe_gate_bf16_state"])
+def test_bf16_pool_calls_fla_in_place_with_padding(ds, name):
+    """A bf16 pool with a padding row: fla's fused_recurrent_kda_fwd, interpreted, writes the real rows' slots in
+    place and nothing else (the -1 row is a zero-token sequence), o zero on the padding row. The interpreter
+    stores bf16 by truncation, so the stored states are checked to one bf16 ulp (2^-7 relative), not with the
+    definition's tolerance (which a truncating store fails: tests/test_dataset_kda.py)."""
+    import torch
+
+    from kda_trace.compare import inplace_violations
+    from kda_trace.solutions.fla_adapters import FlaSolution
+
+    d = ds.definitions[name]
+    w = next(w for w in ds.workloads_of(name) if "smoke" in w.tags)
+    sol = FlaSolution("cpu")
+    assert sol.supports(d) is None
+    inputs = make_inputs(d, w, device="cpu")
+    assert int((inputs["state_indices"] < 0).sum()) == 1
+    ref, _ = normalize_outputs(d, compile_reference(d.reference, d.name)(**clone_inputs(inputs)))
+    mine = clone_inputs(inputs)
+    out, why = normalize_outputs(d, sol.build(d, "cpu")(**mine))
+    assert out is not None, why
+    assert out["new_state_pool"] is mine["state_pool"] and out["new_state_pool"].dtype == torch.bfloat16
+    m = compare_output(d, "o", ref["o"], out["o"], tolerance_for(d, "o"))
+    assert m.passed, m.reason
+    assert torch.equal(out["o"][-1], torch.zeros_like(out["o"][-1]))
+    assert inplace_violations(inputs["state_pool"], ref["new_state_pool"], out["new_state_pool"]) == 0
+    err = (out["new_state_pool"].double() - ref["new_state_pool"].double()).abs()
+    assert bool((err <= 2.0 ** -7 * ref["new_state_pool"].double().abs() + 1e-6).all())
