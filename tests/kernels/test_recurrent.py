@@ -314,6 +314,27 @@ def test_int64_addressing_past_2_31_elements():
     assert rms_rel(ht.cpu(), h_ref) <= 1e-5
 
 
+def test_int64_slot_addressing_in_a_bf16_pool_past_2_31_elements():
+    """A bf16 pool of more than 2^31 elements whose slots in use sit past element 2^31: the slot offset
+    (slot * slot stride) must be int64. Only the slots in use are written (untouched pages cost no memory)."""
+    H, HV, K, V = 1, 1, 16, 16
+    P = 2**31 // (HV * K * V) + 8
+    if DEVICE == "cpu" and not _can_reserve(5 * P * HV * K * V * 2):
+        pytest.skip("cannot reserve the virtual memory for a > 2^31-element pool")
+    pool = torch.empty(P, HV, V, K, dtype=torch.bfloat16, device=DEVICE)
+    assert pool.numel() > 2**31
+    slots = [P - 1, P - 5]
+    q, k, v, g, beta, h0 = make(2, 1, H, HV, K, V, seed=14)
+    pool[slots] = dev(to_layout(h0, "vk").to(torch.bfloat16))[0]
+    o_ref, h_ref = ref_recurrent(q, k, v, g, beta, K ** -0.5, h0.to(torch.bfloat16).double())
+    o, _ = kda_recurrent(*dev(q, k, v, g, beta), KDAOptions(state_layout="vk"), initial_state=pool,
+                         state_indices=dev(torch.tensor(slots, dtype=torch.int32))[0], inplace_state=True)
+    assert rms_rel(o.cpu(), o_ref) < 1e-5
+    got = from_layout(pool[slots].cpu(), "vk")
+    distance = bf16_ulps(got, h_ref.to(torch.bfloat16))  # one rounding of the float64 truth
+    assert int(distance.max()) <= 1 and (distance > 0).double().mean() < 1e-2
+
+
 def _can_reserve(nbytes: int) -> bool:
     try:
         with open("/proc/meminfo") as f:
