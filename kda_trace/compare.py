@@ -15,6 +15,7 @@ exp(g) = 1 in fp32.)
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -190,11 +191,13 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
     rel_max = torch.zeros((), dtype=torch.float64, device=ref.device)
     err_nan = torch.zeros((), dtype=torch.bool, device=ref.device)
     worst_values, worst_flat = [], []
+    unit = row_size  # slices hold whole rows, and whole runs of one position when there is a curve to make
     if positions is not None:
-        bucket_of_index, n_buckets = positions
+        bucket, inner, n_buckets = positions
+        unit = math.lcm(row_size, inner)
         e_sum = torch.zeros(n_buckets, dtype=torch.float64, device=ref.device)
         r_sum = torch.zeros(n_buckets, dtype=torch.float64, device=ref.device)
-    step = max(row_size, METRIC_CHUNK_ELEMENTS // row_size * row_size)  # slices hold whole rows
+    step = max(unit, METRIC_CHUNK_ELEMENTS // unit * unit)
     for start in range(0, n, step):
         stop = min(start + step, n)
         r = rf[start:stop].to(torch.float64)
@@ -219,10 +222,11 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
         row_arg = torch.where(better, local + start // row_size, row_arg)
         if row_bound is not None:
             rows_over += (row_err > row_bound).sum()
-        if positions is not None:
-            b = bucket_of_index(torch.arange(start, stop, device=ref.device))
-            e_sum.index_add_(0, b, err.pow(2))
-            r_sum.index_add_(0, b, r.pow(2))
+        if positions is not None:  # summed per run of `inner` elements first: few atomic adds into few buckets
+            runs = torch.arange(start // inner, stop // inner, device=ref.device)
+            b = bucket[runs % bucket.numel()]
+            e_sum.index_add_(0, b, err.pow(2).view(-1, inner).sum(1))
+            r_sum.index_add_(0, b, r.pow(2).view(-1, inner).sum(1))
     (sum_err, sum_rel, sum_e2, sum_r2, sum_o2, dot, within_count, nan_count, inf_count, ref_nonfinite) = sums.tolist()
     nan_count, inf_count = int(nan_count), int(inf_count)
     any_nan = bool(err_nan)
@@ -318,8 +322,10 @@ def worst_elements(rf: torch.Tensor, of: torch.Tensor, values: torch.Tensor, fla
 
 
 def _position_buckets(shape, axes: List[str], sequence_axis: Optional[str], packed: Optional[tuple], device):
-    """(flat element index -> bucket of positions along the sequence axis, number of buckets) for the
-    error-by-position curve (at most MAX_POSITION_BUCKETS buckets); None when the output has no sequence axis.
+    """(the bucket of every position along the sequence axis, the elements of one position in a row of the flat
+    output (the run of flat indices that share a position), number of buckets) for the error-by-position curve (at
+    most MAX_POSITION_BUCKETS buckets); None when the output has no sequence axis. Flat index i is at position
+    (i // run) % positions.
 
     On a packed token axis the position is the token's index within its own sequence, so the curve shows
     error growth along sequences rather than along the packed buffer."""
@@ -342,7 +348,7 @@ def _position_buckets(shape, axes: List[str], sequence_axis: Optional[str], pack
     inner = 1
     for size in shape[dim + 1:]:
         inner *= size
-    return (lambda index: bucket[(index // inner) % n]), n_buckets
+    return bucket, inner, n_buckets
 
 
 def nonfinite_counts(t: torch.Tensor) -> tuple[int, int]:
