@@ -6,12 +6,15 @@ It runs `kda-trace run` in a new process (nothing compiled or cached in it befor
 pointed at an empty directory unless --warm-cache) and prints the run's profile.json as a table. With
 --max-workloads N it runs the first N workloads of each definition, from a copy of the dataset, so that the same
 subset can be timed before and after a change. --profile DIR only prints an existing run's profile.
+--python-profile runs the worker and solution processes under cProfile and prints, per kind of process, the
+functions that took the most time (where a category's seconds go inside a process).
 
 Usage:
   python benchmarks/bench_runner.py                                   # the main job (every non-stress workload)
   python benchmarks/bench_runner.py --solution triton --solution fla  # two solutions
   python benchmarks/bench_runner.py --max-workloads 2 --definition kda_bwd --json out.json
   python benchmarks/bench_runner.py --profile kda-trace-out           # a finished run's profile
+  python benchmarks/bench_runner.py --max-workloads 4 --definition kda_decode_h12 --python-profile
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ def main() -> int:
     p.add_argument("--json", default=None, help="also write the profile here")
     p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="stop the run after S seconds (SIGTERM: it writes what it has)")
+    p.add_argument("--python-profile", action="store_true",
+                   help="cProfile the worker and solution processes; print their most expensive functions")
     args, extra = p.parse_known_args()
     sys.path.insert(0, str(ROOT))
 
@@ -117,6 +122,14 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     if not args.warm_cache:
         env["TRITON_CACHE_DIR"] = str(work / "triton-cache")
+    pyprof = work / "python-profile"
+    if args.python_profile:
+        from kda_trace.run_profile import PYTHON_PROFILE_ENV
+        from kda_trace.sandbox import SANDBOX_WRITABLE_ENV
+
+        pyprof.mkdir()
+        env[PYTHON_PROFILE_ENV] = str(pyprof)
+        env[SANDBOX_WRITABLE_ENV] = os.pathsep.join(filter(None, [env.get(SANDBOX_WRITABLE_ENV), str(pyprof)]))
     print(" ".join(cmd), file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     run = subprocess.Popen(cmd, env=env)
@@ -137,7 +150,23 @@ def main() -> int:
     print(f"the command took {wall:.1f} s (exit code {rc})")
     if args.json:
         Path(args.json).write_text(json.dumps(profile, indent=1) + "\n")
+    if args.python_profile:
+        print_python_profile(pyprof)
     return rc
+
+
+def print_python_profile(folder: Path, top: int = 25) -> None:
+    """The functions with the most time of their own, and the most time under them, per kind of process."""
+    import pstats
+
+    for role in ("worker", "solution"):
+        files = sorted(str(p) for p in folder.glob(f"{role}-*.prof"))
+        if not files:
+            print(f"\nno Python profile from the {role} processes")
+            continue
+        for order in ("tottime", "cumulative"):
+            print(f"\n## {role} processes ({len(files)}), by {order}")
+            pstats.Stats(*files, stream=sys.stdout).strip_dirs().sort_stats(order).print_stats(top)
 
 
 if __name__ == "__main__":

@@ -187,3 +187,39 @@ def simulate_queue(costs: List[float], workers: int) -> List[float]:
         busy[i] += cost
     return busy
 
+
+
+PYTHON_PROFILE_ENV = "KDA_TRACE_PYTHON_PROFILE"
+"""A directory: the run's worker and solution processes run under cProfile and write `<role>-<pid>.prof` there
+(benchmarks/bench_runner.py --python-profile), at the latest every PYTHON_PROFILE_EVERY_S and when they end."""
+PYTHON_PROFILE_EVERY_S = 10.0
+
+
+class PythonProfile:
+    """cProfile of this process when PYTHON_PROFILE_ENV names a directory; nothing otherwise."""
+
+    def __init__(self, role: str):
+        import os
+
+        folder = os.environ.get(PYTHON_PROFILE_ENV)
+        self.profiler = self.path = None
+        if folder:
+            import cProfile
+
+            import secrets
+
+            # the pid alone is not enough: every sandboxed solution process is pid 2 in its own namespace
+            self.path = Path(folder) / f"{role}-{os.getpid()}-{secrets.token_hex(4)}.prof"
+            self.profiler = cProfile.Profile()
+            self.profiler.enable()
+        self.written = time.monotonic()
+
+    def checkpoint(self) -> None:
+        """Write the statistics so far, when the last write is PYTHON_PROFILE_EVERY_S old."""
+        if self.profiler is not None and time.monotonic() - self.written > PYTHON_PROFILE_EVERY_S:
+            self.write()
+
+    def write(self) -> None:
+        if self.profiler is not None:
+            self.profiler.dump_stats(str(self.path))
+            self.written = time.monotonic()

@@ -999,6 +999,9 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
     except SourceChanged as e:
         conn.send(("refused", str(e)))
         return
+    from .run_profile import PythonProfile
+
+    profile = PythonProfile("worker")
     conn.send(("ready",))
     while True:
         try:
@@ -1007,9 +1010,11 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
             task = None
         if task is None:
             ctx.close()
+            profile.write()
             return
         for trace in ctx.evaluate_task(task):
             conn.send(("record", trace.model_dump_json()))
+        profile.checkpoint()
         if not ctx.fatal:
             release_cached_memory(ctx.device)  # this workload's input sets and references
         if ctx.fatal:

@@ -71,15 +71,20 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
         return
     host = _Host(conn, spec, device, trust_code, Path(dataset_root), Path(workdir), baseline, registry,
                  Path(ramdir) if ramdir else None)
+    from .run_profile import PythonProfile
+
+    profile = PythonProfile("solution")
     conn.send_bytes(json.dumps({"kind": "ready", "nonce": None}).encode())
     while True:
         try:
             request = json.loads(conn.recv_bytes())
         except (EOFError, OSError):
-            return
+            request = {"kind": "stop"}
         if request.get("kind") == "stop":
+            profile.write()
             return
         host.handle(request)
+        profile.checkpoint()
         if host.exit_after_reply:
             os._exit(3)
 
