@@ -260,7 +260,7 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
     row_max_value = float(row_max)
     worst_row = None
     if row_max_value > 0:
-        lead_index = [int(i) for i in torch.unravel_index(row_arg.cpu(), tuple(lead_shape))] if lead_shape else []
+        lead_index = unravel(int(row_arg), lead_shape)
         r_row = rf[int(row_arg) * row_size:(int(row_arg) + 1) * row_size].to(torch.float64)
         o_row = of[int(row_arg) * row_size:(int(row_arg) + 1) * row_size].to(torch.float64)
         worst_row = WorstRow(index=lead_index, where=describe_index(lead_index, lead_axes, packed) or "the whole output",
@@ -296,6 +296,16 @@ def compare_output(definition: Definition, output: str, ref: torch.Tensor, out: 
     )
 
 
+def unravel(flat: int, shape: Sequence[int]) -> List[int]:
+    """The index of element `flat` of a contiguous tensor of `shape` (torch.unravel_index's first call imports
+    sympy: 3 s of a worker's start on the H200 machine)."""
+    index = []
+    for size in reversed(list(shape)):
+        flat, i = divmod(flat, size)
+        index.append(i)
+    return index[::-1]
+
+
 def _row_errors(err: torch.Tensor, ref: torch.Tensor, row_size: int, row_atol: float) -> torch.Tensor:
     """Per-row RMS(error) / max(RMS(ref), row_atol) of a slice holding whole rows; NaN rows (a NaN in the
     output, or a non-finite reference) count as Inf."""
@@ -314,7 +324,7 @@ def worst_elements(rf: torch.Tensor, of: torch.Tensor, values: torch.Tensor, fla
     for v, f in ranked:
         if v == 0:
             break
-        index = [int(i) for i in torch.unravel_index(torch.tensor(f), tuple(shape))] if len(shape) else []
+        index = unravel(int(f), shape)
         r, o = float(rf[f]), float(of[f])
         out.append(WorstElement(index=index, where=describe_index(index, axes, packed), reference=r, value=o,
                                 abs_error=abs(r - o)))

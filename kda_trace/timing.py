@@ -149,32 +149,37 @@ class TimingResult:
 
 
 def defaults_for(device: str, config: TimingConfig) -> TimingConfig:
-    """Fill unset fields: on a GPU 3 warm-ups, 10..200 reps within 1 s, stopping early once the median has
+    """Fill unset fields: on a GPU 3 warm-ups, 10..100 reps within 1 s, stopping early once the median has
     settled; on the CPU no warm-up beyond the correctness call (Triton-interpreter calls take seconds) and 1..5
     reps within 1 s."""
     gpu = device.startswith("cuda")
     return TimingConfig(
         warmup=config.warmup if config.warmup is not None else (3 if gpu else 0),
         min_reps=config.min_reps if config.min_reps is not None else (10 if gpu else 1),
-        max_reps=config.max_reps if config.max_reps is not None else (200 if gpu else 5),
+        max_reps=config.max_reps if config.max_reps is not None else (MAX_GPU_REPS if gpu else 5),
         budget_s=config.budget_s if config.budget_s is not None else 1.0,
         cuda_graph=config.cuda_graph and gpu,
         settle=config.settle if config.settle is not None else (STABLE_MEDIAN_WIDTH if gpu else 0.0),
     )
 
 
+MAX_GPU_REPS = 100
+"""The most timed repetitions on a GPU by default: the median of 100 has a 95% interval of ranks 40-60. Calls
+of about 0.1 ms, whose host launch is inside their events, spread by +-20% (H200: decode 0.09-0.35 ms around a
+median of 0.13 ms), never settle, and each repetition costs 2 ms of harness (fresh inputs, L2 flush,
+synchronisations): 200 repetitions made their timing 0.4-0.5 s per workload, the largest cost of the decode
+workloads in the H200 main job."""
 STABLE_MEDIAN_WIDTH = 0.02
 """A GPU timing loop stops once the distribution-free 95% interval of its median (order statistics n/2 -+
 0.98 sqrt(n)) is narrower than 2% of the median, after at least min_reps repetitions. Each repetition makes
 fresh inputs, flushes the L2 cache and synchronises (about 1-2 ms of harness per repetition on an H200, beside
-kernels of 0.05-10 ms), so running all 200 repetitions of a fast call's budget cost the run more than its
+kernels of 0.05-10 ms), so running all MAX_GPU_REPS repetitions of a fast call's budget cost the run more than its
 kernels; a settled median does not move by more than the interval's width with more repetitions."""
 
 
 STABLE_MEDIAN_FLOOR_MS = 0.001
 """...or narrower than 1 us: CUDA events resolve about 0.5 us, and a call of tens of microseconds jitters by a few
-from repetition to repetition, so its interval seldom narrows to 2% within the 200 repetitions, which then cost
-the run more than the call's kernels (decode's 0.59 s of calls per workload on the H200)."""
+from repetition to repetition, so its interval seldom narrows to 2% within MAX_GPU_REPS repetitions."""
 
 
 def median_settled(times_ms: Sequence[float], width: float, floor_ms: float = 0.0) -> bool:

@@ -20,7 +20,7 @@ HERE = Path(__file__).parent
 DS = str(HERE / "fixtures" / "ds")
 REDTEAM = str(HERE / "redteam.py")
 DELAY_S = 0.01
-MAX_REPS = "20"  # more than DIGESTED_REPS + 1, as on a GPU (10..200 repetitions)
+MAX_REPS = "20"  # more than DIGESTED_REPS + 1, as on a GPU (10..100 repetitions)
 
 TIME_HOLES = {  # attempt -> what closed it
     "rewrites_times": "the times are a tuple bound in the loop's frame",
