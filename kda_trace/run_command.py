@@ -60,6 +60,10 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-graph", action="store_true", help="time solutions by replaying a CUDA graph")
     parser.add_argument("--workers", type=int, default=None,
                         help="worker processes (default: one per GPU; on the CPU min(2, cores))")
+    parser.add_argument("--precompile", type=int, default=None, metavar="N",
+                        help="processes per solution that call every workload once before anything is timed, so "
+                             "that kernels compile in parallel (default: half the cores, up to 8, on a GPU; 0 on the "
+                             "CPU); 0 turns it off")
     parser.add_argument("--warmup", type=int, default=None,
                         help="warm-up calls before timing (none after a call slower than the 1 s time budget)")
     parser.add_argument("--reps", type=int, default=None,
@@ -239,10 +243,12 @@ def command_run(args) -> int:
     else:
         devices = [device] * (args.workers or min(2, os.cpu_count() or 1))
     from .inputs import input_files
+    from .precompile import default_processes
 
     config = RunConfig(dataset_root=root, out=out, device=device, seed=seed, code_digest=main_env.code_digest,
                        input_files=input_files((t.workload for t in tasks), root),
                        timeout=args.timeout or (300.0 if gpu else 600.0), trust_code=args.trust_code,
+                       precompile=args.precompile if args.precompile is not None else default_processes(device),
                        tolerances=tolerances, devices=devices, inputs_on_host=args.inputs_on_host,
                        timing=TimingConfig(warmup=args.warmup, min_reps=args.reps, max_reps=args.max_reps,
                                            settle=args.settle, cuda_graph=args.cuda_graph))
@@ -322,6 +328,16 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
                                                         f"[red]{counts['failed']} failed[/]")
 
         def on_event(kind, task, **info) -> None:
+            if kind == "precompile":
+                progress.console.print(f"precompile: {info['items']} calls in {info['processes']} processes per "
+                                       "solution, to compile before anything is timed", highlight=False)
+                return
+            if kind == "precompiled":
+                failed = f", {info['failed']} failed or cut off (the run compiles those itself)" \
+                    if info["failed"] else ""
+                progress.console.print(f"precompile: {info['ran']} calls in {info['seconds']:.0f} s{failed}",
+                                       highlight=False)
+                return
             key = id(task)
             if key not in estimates:  # a task the runner put back with the solutions still to run
                 estimates[key] = estimate(task)

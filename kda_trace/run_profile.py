@@ -18,8 +18,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .call_results import HOST_STARTING
 
-CATEGORIES = ("start-up", "inputs", "reference", "first call", "calls", "transfer", "judge")
-"""start-up: worker and solution processes starting, a solution's build. inputs: making input sets (judge and
+CATEGORIES = ("start-up", "precompile", "inputs", "reference", "first call", "calls", "transfer", "judge")
+"""start-up: worker and solution processes starting, a solution's build. precompile: the precompile pass's
+calls (kda_trace/precompile.py: compilation, in several processes at once). inputs: making input sets (judge and
 solution processes). reference: the definition's reference on set A, set B and a drawn timed repetition, and
 its own timing. first call: a solution's first call on a definition in its process (Triton compiles there).
 calls: every other solution call (the timing loop, the check call). transfer: requests and outputs between
@@ -30,7 +31,7 @@ _JUDGE_PHASES = {
     "inputs": "inputs", "inputs: checksums": "inputs",
     "reference": "reference", "reference: timing": "reference", "judge: reference on a timed repetition": "reference",
     "run": "calls", "held-back call": "calls", "timing": "calls", "check": "calls",
-    "request": "transfer", "save": "transfer",
+    "request": "transfer", "save": "transfer", "precompile": "precompile",
 }
 
 

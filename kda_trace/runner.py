@@ -88,6 +88,8 @@ class RunConfig:
     input_files: Dict[str, Any] = field(default_factory=dict)
     """inputs.input_files of the run's workloads when it started, before any solution code ran: a worker
     refuses a stored input file changed since (inputs.pin_input_files)."""
+    precompile: int = 0
+    """Processes per solution of the precompile pass before the first workload (kda_trace/precompile.py); 0: none."""
     inputs_on_host: Optional[bool] = None
     """Keep no input set on the GPU between calls: the judge keeps the inputs it reads and the reference outputs
     in host memory, and each solution's process makes an input set again from its seed whenever it reads it, so
@@ -629,12 +631,7 @@ class WorkerContext:
                    performance=self.performance(d, w, timing, ref_timing))
 
     def pinned_files(self, w: Workload) -> Dict[str, List[int]]:
-        """The run's record of this workload's stored input files, for the solution's process, which makes its
-        own inputs from them (inputs.pin_input_files)."""
-        from .inputs import stored_input_paths
-
-        return {p: list(self.config.input_files[p]) for p in stored_input_paths(w, self.config.dataset_root)
-                if p in self.config.input_files}
+        return pinned_files(self.config, w)
 
     def check_timed_repetition(self, d: Definition, spec: str, host, digests, fresh: "FreshReferences",
                                correctness: Correctness) -> Optional[Tuple[str, str]]:
@@ -769,6 +766,15 @@ class WorkerContext:
 
         perf.sol_fraction, perf.sol_bound = sol_fraction(perf.tbps, perf.tflops, self.environment.peaks)
         return perf
+
+
+def pinned_files(config: RunConfig, w: Workload) -> Dict[str, List[int]]:
+    """The run's record of this workload's stored input files, for the solution's process, which makes its own
+    inputs from them (inputs.pin_input_files)."""
+    from .inputs import stored_input_paths
+
+    return {p: list(config.input_files[p]) for p in stored_input_paths(w, config.dataset_root)
+            if p in config.input_files}
 
 
 def reference_timed_by_calls(correctness_ms: List[float], device: str,
@@ -1104,11 +1110,12 @@ class Runner:
         previous_term = signal.signal(signal.SIGTERM, _interrupt) if term else None
         for w in workers:
             self._start(w)
+        warming = self._start_precompile(tasks)  # while the workers start; no workload is given out before it ends
         interrupted = True  # until the loop ends normally: Ctrl-C, a `timeout` signal, an error of ours
         try:
             while queue or any(w.task is not None for w in workers):
                 for w in workers:
-                    if w.ready and w.task is None and queue:
+                    if w.ready and w.task is None and queue and not (warming is not None and warming.is_alive()):
                         task = queue.popleft()
                         w.task, w.remaining = task, list(task.solutions)
                         self._set_phase(w, (None, "inputs"))
@@ -1117,6 +1124,8 @@ class Runner:
                         self.on_event("begin", task)
                         w.conn.send(task)
                 timeout = max(0.0, min(w.deadline for w in workers) - time.monotonic())
+                if warming is not None and warming.is_alive():
+                    timeout = max(timeout, 0.5)  # idle workers past their start-up deadline: no busy loop
                 wait([w.conn for w in workers] + [w.process.sentinel for w in workers], timeout=min(timeout, 1.0))
                 for w in workers:
                     self._poll(w, queue)
@@ -1126,7 +1135,9 @@ class Runner:
                         spec = w.phase[0]
                         self.on_event("slow", w.task, phase=w.phase[1], seconds=spent, device=w.device,
                                       solution=w.task.names.get(spec) if spec else None)
-                if reaping:  # orphans that came to us: not a worker, not ours from before
+                # orphans that came to us: not a worker, not ours from before. Not while the precompile pass runs: its
+                # processes are our children too, and nothing is timed then (orphans left by it are killed after)
+                if reaping and not (warming is not None and warming.is_alive()):
                     self.strays += reaper.kill_strays(before | {w.process.pid for w in workers}, direct_only=True)
             interrupted = False
         finally:
@@ -1156,6 +1167,33 @@ class Runner:
                 self.strays += reaper.kill_strays(before, direct_only=False)
             if term:
                 signal.signal(signal.SIGTERM, previous_term)
+
+    def _start_precompile(self, tasks: List[Task]) -> Optional[threading.Thread]:
+        """The precompile pass (kda_trace/precompile.py) in a thread of its own, or None when the run has none. Told
+        through on_event: "precompile" (items=, processes=) when it starts, "precompiled" (ran=, failed=, seconds=)
+        when it ends; its calls' seconds go to the profile as the "precompile" of their definitions."""
+        from .precompile import plan, precompile
+
+        items = plan(tasks) if self.config.precompile > 0 else []
+        if not items:
+            return None
+        lock = threading.Lock()
+
+        def charge(definition: str, solution: str, seconds: float) -> None:
+            if self.profile is not None:
+                with lock:
+                    self.profile.charge("precompile", definition, solution, "precompile", seconds)
+
+        def run() -> None:
+            started = time.monotonic()
+            self.on_event("precompile", None, items=len(items), processes=self.config.precompile)
+            ran, failed = precompile(items, self.config, self.config.precompile, lambda w: pinned_files(self.config, w),
+                                  charge)
+            self.on_event("precompiled", None, ran=ran, failed=failed, seconds=time.monotonic() - started)
+
+        thread = threading.Thread(target=run, daemon=True, name="kda-trace precompile")
+        thread.start()
+        return thread
 
     def _set_phase(self, w: _Worker, phase: Tuple[Optional[str], str]) -> None:
         """Charge the time since the last phase change to that phase (self.profile), then enter `phase`."""

@@ -174,6 +174,8 @@ class _Host:
                 self.time(request)
             elif request["kind"] == "check":
                 self.check(request)
+            elif request["kind"] == "precompile":
+                self.precompile(request)
             elif request["kind"] == "skip":  # the judge found the first call wrong: no timing
                 self.pending = None
                 self.reply(kind="skipped")
@@ -187,28 +189,13 @@ class _Host:
     def first(self, request: Dict[str, Any]) -> None:
         from . import integrity
         from .inputs import InputError, RemadeInputs, clone_inputs, make_inputs, pin_input_files
-        from .call_results import is_fatal_cuda_error, short_traceback
         from .schema import Definition, Workload
 
         d = Definition.model_validate_json(request["definition"])
         w = Workload.model_validate_json(request["workload"])
         self.checkable = None
-        self.phase("build")
-        try:
-            if self.solution is None:
-                self.solution = self.registry.resolve(self.spec, self.device, self.trust_code)
-            if d.name not in self.built:
-                reason = self.solution.supports(d) if hasattr(self.solution, "supports") else None
-                self.built[d.name] = reason if reason is not None else self.solution.build(d, self.device)
-            run = self.built[d.name]
-        except Exception as e:  # noqa: BLE001
-            self.fail("COMPILE_ERROR", f"building {request['name']} for {d.name} failed: {short_traceback(e)}",
-                      fatal=is_fatal_cuda_error(e))
-            return
-        if isinstance(run, str):
-            self.fail("UNSUPPORTED", run)
-            return
-        if self.tampered("while being imported or built"):
+        run = self.build(d, request["name"])
+        if run is None or self.tampered("while being imported or built"):
             return
 
         self.phase("inputs")
@@ -238,6 +225,49 @@ class _Host:
         self.save("first", copies)
         self.pending = (d, w, run, inputs_a, inputs_b, first_call_s, make)
         self.reply(kind="first", first_call_s=first_call_s, input_checksums={n: str(c) for n, c in checksums.items()})
+
+    def build(self, d, name: str):
+        """The solution's callable for definition `d` (built once), or None after a failure reply."""
+        from .call_results import is_fatal_cuda_error, short_traceback
+
+        self.phase("build")
+        try:
+            if self.solution is None:
+                self.solution = self.registry.resolve(self.spec, self.device, self.trust_code)
+            if d.name not in self.built:
+                reason = self.solution.supports(d) if hasattr(self.solution, "supports") else None
+                self.built[d.name] = reason if reason is not None else self.solution.build(d, self.device)
+            run = self.built[d.name]
+        except Exception as e:  # noqa: BLE001
+            self.fail("COMPILE_ERROR", f"building {name} for {d.name} failed: {short_traceback(e)}",
+                      fatal=is_fatal_cuda_error(e))
+            return None
+        if isinstance(run, str):
+            self.fail("UNSUPPORTED", run)
+            return None
+        return run
+
+    def precompile(self, request: Dict[str, Any]) -> None:
+        """One call on input set A whose outputs nobody reads (kda_trace/precompile.py): what it compiles stays in
+        Triton's on-disk cache for the run's own processes."""
+        from .call_results import is_fatal_cuda_error, short_traceback
+        from .inputs import make_inputs, pin_input_files
+        from .schema import Definition, Workload
+
+        d = Definition.model_validate_json(request["definition"])
+        w = Workload.model_validate_json(request["workload"])
+        self.pending = self.checkable = None
+        run = self.build(d, request["name"])
+        if run is None:
+            return
+        pin_input_files({path: tuple(ident) for path, ident in (request.get("input_files") or {}).items()})
+        try:
+            run(**make_inputs(d, w, request["seed"], self.device, self.dataset_root))
+            _syncer(self.device)()
+        except Exception as e:  # noqa: BLE001
+            self.fail("RUNTIME_ERROR", short_traceback(e), fatal=is_fatal_cuda_error(e))
+            return
+        self.reply(kind="precompiled")
 
     def call(self, which: str, where: str, d, run, args) -> Optional[tuple]:
         """One untimed call of `run` on `args`: (its outputs copied the moment it returned, seconds), or None

@@ -280,3 +280,42 @@ def test_the_phase_log_says_where_an_evaluation_spends_its_time(tmp_path, monkey
     times = [float(r[0]) for r in rows]
     assert times == sorted(times)
     assert all(float(r[5]) > 0 for r in rows)  # the machine's available memory in GB, from /proc/meminfo
+
+
+def test_a_precompile_pass_changes_no_verdict_and_survives_hangs_and_crashes(tmp_path, capfd):
+    """--precompile N calls every workload once in N processes per solution before anything is timed
+    (kda_trace/precompile.py; on by default on a GPU). Its outcome never reaches a record: a solution that hangs
+    there is cut off after --timeout and one that crashes loses only its precompile process."""
+    names = ["good", "hangs", "segfault", "caches_first"]
+    out = tmp_path / "out"
+    argv = ["--definition", "toy_scan", "--out", str(out), "--timeout", "2", "--precompile", "2"]
+    for name in names:
+        argv += ["--solution", f"{BAD}::{name}"]
+    assert run(*argv) == 1
+    said = capfd.readouterr().err
+    calls = len(records(out, "toy_scan")) // len(names)  # workloads
+    assert f"precompile: {2 * calls} calls in" in said and f"{2 * calls} failed or cut off" in said, said
+    got = by_solution(records(out, "toy_scan"))
+    assert {k: got[k]["evaluation"]["status"] for k in names} == {k: EXPECTED[k] for k in names}
+    profile = json.loads((out / "profile.json").read_text())
+    assert "precompile" in profile["categories"]
+    assert sum(p["seconds"] for p in profile["phases"] if p["category"] == "precompile") > 0
+
+
+def test_the_precompile_plan_puts_each_definitions_smallest_workload_first():
+    from kda_trace.dataset import load_dataset
+    from kda_trace.precompile import plan
+    from kda_trace.runner import Task, declared_bytes
+
+    ds = load_dataset(DS)
+    tasks = [Task(d, e.workload, ["a", "b"], {"a": "a", "b": "b"}) for d in ds.definitions.values()
+             for e in ds.workloads.get(d.name, [])]
+    items = plan(tasks)
+    assert len(items) == 2 * len(tasks)
+    size = lambda i: declared_bytes(i.definition, i.definition.inputs, i.workload) + \
+        declared_bytes(i.definition, i.definition.outputs, i.workload)  # noqa: E731
+    firsts = [i for i in items if i.first]
+    assert items[:len(firsts)] == firsts and len(firsts) == 2 * len(ds.definitions)
+    for f in firsts:
+        assert all(size(f) <= size(i) for i in items if (i.spec, i.definition.name) == (f.spec, f.definition.name))
+    assert plan(tasks, max_bytes=0) == []

@@ -1,0 +1,155 @@
+"""Compiling before anything is timed: the precompile pass of a GPU run.
+
+A Triton solution compiles its kernels on its first call with each new specialization, and that is most of a cold
+run's time when nothing is cached (H200 main job: 3 s per decode definition, 12 s for a prefill definition's
+chunked kernels, 25-50 s per backward definition, one definition after the other). Before the run's workers are
+given their first workload, the precompile pass calls each solution once on the input set A of every workload up to
+PRECOMPILE_MAX_BYTES, in several processes of the solution at once (sandboxed as the run's own), and throws the outputs
+away: the kernels they compile land in Triton's on-disk cache, which the run's solution processes then read. Nothing
+is timed or judged while it runs, nothing it does reaches a record, and a failure or a hang in it only means that
+the run compiles that kernel itself (a process past the run's --timeout is killed). The first workload of each
+definition goes first, and the definition's other workloads wait for it, so that two processes do not compile the
+same kernels at once.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+PRECOMPILE_MAX_BYTES = 2 << 30
+"""Workloads whose inputs and outputs together are larger than this are left to the run: several processes hold
+their input set A at once."""
+
+
+STARTUP_S = 300.0
+"""How long a precompile process may take to start (import the solution, make its CUDA context)."""
+
+
+def default_processes(device: str) -> int:
+    """Processes of the precompile pass: none on the CPU (the interpreter compiles nothing), else half the cores, up
+    to 8."""
+    if not device.startswith("cuda"):
+        return 0
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+@dataclass
+class PrecompileItem:
+    definition: object  # schema.Definition
+    workload: object  # schema.Workload
+    spec: str
+    name: str
+    first: bool
+    """The first of its (solution, definition): the others of that pair wait for it."""
+
+
+def plan(tasks, max_bytes: int = PRECOMPILE_MAX_BYTES) -> List[PrecompileItem]:
+    """Every (solution, workload) of `tasks` whose declared bytes are at most `max_bytes`, the smallest workload
+    of each (solution, definition) first."""
+    from .runner import declared_bytes
+
+    firsts, rest = {}, []
+    for task in tasks:
+        d, w = task.definition, task.workload
+        size = declared_bytes(d, d.inputs, w) + declared_bytes(d, d.outputs, w)
+        if size > max_bytes:
+            continue
+        for spec in task.solutions:
+            item = (size, PrecompileItem(d, w, spec, task.names[spec], first=False))
+            key = (spec, d.name)
+            if key not in firsts or size < firsts[key][0]:
+                if key in firsts:
+                    rest.append(firsts[key])
+                firsts[key] = item
+            else:
+                rest.append(item)
+    for _, item in firsts.values():
+        item.first = True
+    return [item for _, item in firsts.values()] + [item for _, item in rest]
+
+
+def precompile(items: List[PrecompileItem], config, processes: int, pinned: Callable[[object], Dict[str, List[int]]],
+            charge: Optional[Callable[[str, str, float], None]] = None) -> Tuple[int, int]:
+    """Run the precompile calls of `items` in `processes` processes per solution; returns (calls that ran, calls that
+    failed or were cut off). `pinned(workload)` gives the workload's stored input files (runner.WorkerContext's
+    pinned_files); `charge(definition, solution, seconds)` is told each call's wall time."""
+    import multiprocessing as mp
+
+    from .solution_host import SolutionHost
+
+    if not items or processes <= 0:
+        return 0, 0
+    todo: "queue.Queue[PrecompileItem]" = queue.Queue()
+    for item in items:
+        todo.put(item)
+    firsts_done = {(i.spec, i.definition.name): threading.Event() for i in items if i.first}
+    counts = {"ran": 0, "failed": 0}
+    lock = threading.Lock()
+    running: Dict[int, Tuple[SolutionHost, float]] = {}  # slot -> (its host, the deadline of what it does now)
+    ctx = mp.get_context("spawn")
+
+    def watched(slot: int, host: SolutionHost, allowed_s: float, action: Callable[..., Any], **fields) -> Any:
+        with lock:
+            running[slot] = (host, time.monotonic() + allowed_s)
+        try:
+            return action(**fields)
+        finally:
+            with lock:
+                running.pop(slot, None)
+
+    def work(slot: int) -> None:
+        hosts: Dict[str, SolutionHost] = {}
+        try:
+            while True:
+                try:
+                    item = todo.get_nowait()
+                except queue.Empty:
+                    return
+                if not item.first:
+                    firsts_done[(item.spec, item.definition.name)].wait(config.timeout)
+                host = hosts.get(item.spec)
+                if host is None:
+                    host = hosts[item.spec] = SolutionHost(ctx, item.spec, config.device, config.trust_code,
+                                                           config.dataset_root, lambda spec, phase: None,
+                                                           code_digest=config.code_digest)
+                started = time.monotonic()
+                ok = False
+                try:
+                    if not host.alive():  # started apart: the run's own allowance for a start, not --timeout
+                        watched(slot, host, STARTUP_S, host.start)
+                    reply = watched(slot, host, config.timeout, host.request, kind="precompile",
+                                    definition=item.definition.model_dump_json(),
+                                    workload=item.workload.model_dump_json(), name=item.name, seed=config.seed,
+                                    input_files=pinned(item.workload))
+                    ok = reply.get("kind") == "precompiled"
+                except Exception:  # noqa: BLE001 - HostDied, or a process that would not start: the run compiles it
+                    host.stop()
+                finally:
+                    with lock:
+                        counts["ran" if ok else "failed"] += 1
+                    if item.first:
+                        firsts_done[(item.spec, item.definition.name)].set()
+                    if charge is not None:
+                        charge(item.definition.name, item.name, time.monotonic() - started)
+        finally:
+            for host in hosts.values():
+                host.close()
+
+    threads = [threading.Thread(target=work, args=(slot,), daemon=True, name=f"kda-trace precompile {slot}")
+               for slot in range(processes)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(0.5)
+        with lock:
+            late = [host for host, deadline in running.values() if time.monotonic() > deadline]
+        for host in late:  # a hang: its process killed, the thread goes on with the next call
+            if host.process is not None and host.process.is_alive():
+                host.process.kill()
+    return counts["ran"], counts["failed"]
