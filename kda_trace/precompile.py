@@ -92,6 +92,7 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
     lock = threading.Lock()
     running: Dict[int, Tuple[SolutionHost, float]] = {}  # slot -> (its host, the deadline of what it does now)
     ctx = mp.get_context("spawn")
+    device = (config.devices or [config.device])[0]  # "cuda:0", not "cuda": a process sets its device by index
 
     def watched(slot: int, host: SolutionHost, allowed_s: float, action: Callable[..., Any], **fields) -> Any:
         with lock:
@@ -114,7 +115,7 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
                     firsts_done[(item.spec, item.definition.name)].wait(config.timeout)
                 host = hosts.get(item.spec)
                 if host is None:
-                    host = hosts[item.spec] = SolutionHost(ctx, item.spec, config.device, config.trust_code,
+                    host = hosts[item.spec] = SolutionHost(ctx, item.spec, device, config.trust_code,
                                                            config.dataset_root, lambda spec, phase: None,
                                                            code_digest=config.code_digest)
                 started = time.monotonic()
