@@ -28,6 +28,9 @@ their input set A at once."""
 
 STARTUP_S = 300.0
 """How long a precompile process may take to start (import the solution, make its CUDA context)."""
+PRECOMPILE_MAX_S = 300.0
+"""The pass ends after this long whatever is left (a process still calling is killed): it saves compilation, and
+must not cost more than the compilation it saves. A solution whose process cannot start is not tried again."""
 
 
 def default_processes(device: str) -> int:
@@ -74,10 +77,11 @@ def plan(tasks, max_bytes: int = PRECOMPILE_MAX_BYTES) -> List[PrecompileItem]:
 
 
 def precompile(items: List[PrecompileItem], config, processes: int, pinned: Callable[[object], Dict[str, List[int]]],
-            charge: Optional[Callable[[str, str, float], None]] = None) -> Tuple[int, int]:
-    """Run the precompile calls of `items` in `processes` processes per solution; returns (calls that ran, calls that
-    failed or were cut off). `pinned(workload)` gives the workload's stored input files (runner.WorkerContext's
-    pinned_files); `charge(definition, solution, seconds)` is told each call's wall time."""
+               charge: Optional[Callable[[str, str, float], None]] = None,
+               max_s: float = PRECOMPILE_MAX_S) -> Tuple[int, int]:
+    """Run the precompile calls of `items` in `processes` processes per solution, for at most `max_s`; returns
+    (calls that ran, calls that failed, were cut off or not tried). `pinned(workload)` gives the workload's stored
+    input files (runner.pinned_files); `charge(definition, solution, seconds)` is told each call's wall time."""
     import multiprocessing as mp
 
     from .solution_host import SolutionHost
@@ -89,6 +93,8 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
         todo.put(item)
     firsts_done = {(i.spec, i.definition.name): threading.Event() for i in items if i.first}
     counts = {"ran": 0, "failed": 0}
+    ends = time.monotonic() + max_s
+    unstartable: set = set()
     lock = threading.Lock()
     running: Dict[int, Tuple[SolutionHost, float]] = {}  # slot -> (its host, the deadline of what it does now)
     ctx = mp.get_context("spawn")
@@ -111,6 +117,10 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
                     item = todo.get_nowait()
                 except queue.Empty:
                     return
+                if time.monotonic() > ends or item.spec in unstartable:
+                    with lock:
+                        counts["failed"] += 1
+                    continue
                 if not item.first:
                     firsts_done[(item.spec, item.definition.name)].wait(config.timeout)
                 host = hosts.get(item.spec)
@@ -122,7 +132,11 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
                 ok = False
                 try:
                     if not host.alive():  # started apart: the run's own allowance for a start, not --timeout
-                        watched(slot, host, STARTUP_S, host.start)
+                        try:
+                            watched(slot, host, STARTUP_S, host.start)
+                        except Exception:  # noqa: BLE001 - e.g. no room on the GPU for another CUDA context
+                            unstartable.add(item.spec)
+                            raise
                     reply = watched(slot, host, config.timeout, host.request, kind="precompile",
                                     definition=item.definition.model_dump_json(),
                                     workload=item.workload.model_dump_json(), name=item.name, seed=config.seed,
@@ -149,7 +163,7 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
         for t in threads:
             t.join(0.5)
         with lock:
-            late = [host for host, deadline in running.values() if time.monotonic() > deadline]
+            late = [host for host, deadline in running.values() if time.monotonic() > min(deadline, ends)]
         for host in late:  # a hang: its process killed, the thread goes on with the next call
             if host.process is not None and host.process.is_alive():
                 host.process.kill()

@@ -319,3 +319,24 @@ def test_the_precompile_plan_puts_each_definitions_smallest_workload_first():
     for f in firsts:
         assert all(size(f) <= size(i) for i in items if (i.spec, i.definition.name) == (f.spec, f.definition.name))
     assert plan(tasks, max_bytes=0) == []
+
+
+def test_the_precompile_pass_gives_up_on_a_solution_whose_process_cannot_start():
+    """A process that cannot start (here: refused, its source digest differs) is not started again for each of its
+    solution's calls, and the pass never outlasts its time cap."""
+    import time
+    from types import SimpleNamespace
+
+    from kda_trace.dataset import load_dataset
+    from kda_trace.precompile import plan, precompile
+    from kda_trace.runner import Task
+
+    ds = load_dataset(DS)
+    d = ds.definitions["toy_scan"]
+    tasks = [Task(d, e.workload, [f"{BAD}::good"], {f"{BAD}::good": "good"}) for e in ds.workloads["toy_scan"]] * 3
+    config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
+                             timeout=60.0, code_digest="not this source")
+    started = time.monotonic()
+    assert precompile(plan(tasks), config, 1, lambda w: {}) == (0, len(tasks))
+    assert time.monotonic() - started < 30  # one start refused, not one per call
+    assert precompile(plan(tasks), config, 2, lambda w: {}, max_s=0.0) == (0, len(tasks))
