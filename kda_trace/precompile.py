@@ -10,12 +10,19 @@ is timed or judged while it runs, nothing it does reaches a record, and a failur
 the run compiles that kernel itself (a process past the run's --timeout is killed). The first workload of each
 definition goes first, and the definition's other workloads wait for it, so that two processes do not compile the
 same kernels at once.
+
+The pass's processes write to a Triton cache of their own, merged into the run's afterwards without autotuning
+results (`*.autotune.json`): an autotuner that benchmarks while other processes share the GPU picks its settings
+on disturbed timings, and fla keeps its picks on disk by default (FLA_CACHE_RESULTS). The run's processes tune
+again, on an otherwise idle GPU, over kernels already compiled.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -84,6 +91,7 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
     input files (runner.pinned_files); `charge(definition, solution, seconds)` is told each call's wall time."""
     import multiprocessing as mp
 
+    from .sandbox import triton_cache_dir
     from .solution_host import SolutionHost
 
     if not items or processes <= 0:
@@ -99,6 +107,7 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
     running: Dict[int, Tuple[SolutionHost, float]] = {}  # slot -> (its host, the deadline of what it does now)
     ctx = mp.get_context("spawn")
     device = (config.devices or [config.device])[0]  # "cuda:0", not "cuda": a process sets its device by index
+    own_cache = tempfile.mkdtemp(prefix="kda_trace_precompile_cache_")
 
     def watched(slot: int, host: SolutionHost, allowed_s: float, action: Callable[..., Any], **fields) -> Any:
         with lock:
@@ -127,7 +136,8 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
                 if host is None:
                     host = hosts[item.spec] = SolutionHost(ctx, item.spec, device, config.trust_code,
                                                            config.dataset_root, lambda spec, phase: None,
-                                                           code_digest=config.code_digest)
+                                                           code_digest=config.code_digest,
+                                                           env={"TRITON_CACHE_DIR": own_cache})
                 started = time.monotonic()
                 ok = False
                 try:
@@ -167,4 +177,29 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
         for host in late:  # a hang: its process killed, the thread goes on with the next call
             if host.process is not None and host.process.is_alive():
                 host.process.kill()
+    merge_compiled(own_cache, triton_cache_dir())
+    shutil.rmtree(own_cache, ignore_errors=True)
     return counts["ran"], counts["failed"]
+
+
+def merge_compiled(source: str, target: str) -> int:
+    """Copy the entries of Triton cache `source` that `target` lacks, without autotuning results; each entry (a
+    folder named by its hash) appears whole or not at all. Returns the entries copied."""
+    copied = 0
+    os.makedirs(target, exist_ok=True)
+    for entry in sorted(os.listdir(source)):
+        src, dst = os.path.join(source, entry), os.path.join(target, entry)
+        if not os.path.isdir(src) or os.path.exists(dst):
+            continue
+        files = [f for f in os.listdir(src) if not f.endswith(".autotune.json") and os.path.isfile(os.path.join(src, f))]
+        if not files:
+            continue
+        staging = tempfile.mkdtemp(prefix=f".{entry}.", dir=target)
+        for f in files:
+            shutil.copy2(os.path.join(src, f), os.path.join(staging, f))
+        try:
+            os.rename(staging, dst)
+            copied += 1
+        except OSError:  # made meanwhile by another process
+            shutil.rmtree(staging, ignore_errors=True)
+    return copied

@@ -45,12 +45,17 @@ def _check(result: int, what: str) -> None:
         raise SandboxUnavailable(err, f"{what}: {os.strerror(err)}")
 
 
+def triton_cache_dir() -> str:
+    """Where Triton keeps compiled kernels for this process (TRITON_CACHE_DIR, else ~/.triton/cache)."""
+    return os.environ.get("TRITON_CACHE_DIR") or os.path.join(
+        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+
+
 def sandbox_writable(workdir: str, own: Sequence[str] = ()) -> list:
     """What a sandboxed solution may write besides a private /dev/shm: its work directory (TMPDIR too) and its other
     directories `own` (its outputs' folder in /dev/shm), Triton's kernel cache (shared by the solutions of a run: each
     process would compile every kernel again otherwise) and the directories in SANDBOX_WRITABLE_ENV."""
-    triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
-        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+    triton = triton_cache_dir()
     extra = [p for p in os.environ.get(SANDBOX_WRITABLE_ENV, "").split(os.pathsep) if p]
     paths = [workdir, *own, triton, *extra]
     try:

@@ -40,10 +40,13 @@ from .sandbox import SANDBOXED, SandboxUnavailable, enter_sandbox, sandbox_suppo
 
 
 def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str, workdir: str,
-              code_digest: Optional[str] = None, sandbox: bool = False, ramdir: Optional[str] = None) -> None:
+              code_digest: Optional[str] = None, sandbox: bool = False, ramdir: Optional[str] = None,
+              env: Optional[Dict[str, str]] = None) -> None:
     """The solution process: requests in, JSON replies and safetensors files out (in `ramdir` when it has room,
-    else in `workdir`); with `sandbox`, in a sandbox of its own (enter_sandbox)."""
+    else in `workdir`); with `sandbox`, in a sandbox of its own (enter_sandbox); `env` set first."""
     from .reaper import SOLUTION_ENV, die_with_parent
+
+    os.environ.update(env or {})
 
     die_with_parent()  # with its worker
     if sandbox:
@@ -551,8 +554,8 @@ class SolutionHost:
     afresh after it died or was caught patching the harness."""
 
     def __init__(self, ctx, spec: str, device: str, trust_code: bool, dataset_root: Path, notify,
-                 code_digest: Optional[str] = None):
-        self.ctx, self.spec, self.device = ctx, spec, device
+                 code_digest: Optional[str] = None, env: Optional[Dict[str, str]] = None):
+        self.ctx, self.spec, self.device, self.env = ctx, spec, device, env
         self.code_digest = code_digest
         self.trust_code, self.dataset_root, self.notify = trust_code, dataset_root, notify
         self.process = self.conn = None
@@ -568,7 +571,7 @@ class SolutionHost:
         parent, child = self.ctx.Pipe()
         self.process = self.ctx.Process(target=host_main, daemon=True, args=(
             child, self.spec, self.device, self.trust_code, str(self.dataset_root), str(self.workdir), self.code_digest,
-            sandbox_support() == SANDBOXED, str(self.ramdir) if self.ramdir else None))
+            sandbox_support() == SANDBOXED, str(self.ramdir) if self.ramdir else None, self.env))
         self.process.start()
         child.close()
         self.conn = parent

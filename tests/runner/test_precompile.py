@@ -1,0 +1,61 @@
+"""The precompile pass (kda_trace/precompile.py): its plan, its limits, and how its compiled kernels reach the run's
+Triton cache. Its end-to-end run is in test_run.py."""
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from kda_trace.dataset import load_dataset
+from kda_trace.precompile import merge_compiled, plan, precompile
+from kda_trace.runner import Task, declared_bytes
+
+HERE = Path(__file__).parent
+DS = str(HERE / "fixtures" / "ds")
+BAD = str(HERE / "bad_solutions.py")
+
+
+def test_the_precompile_plan_puts_each_definitions_smallest_workload_first():
+    ds = load_dataset(DS)
+    tasks = [Task(d, e.workload, ["a", "b"], {"a": "a", "b": "b"}) for d in ds.definitions.values()
+             for e in ds.workloads.get(d.name, [])]
+    items = plan(tasks)
+    assert len(items) == 2 * len(tasks)
+    size = lambda i: declared_bytes(i.definition, i.definition.inputs, i.workload) + \
+        declared_bytes(i.definition, i.definition.outputs, i.workload)  # noqa: E731
+    firsts = [i for i in items if i.first]
+    assert items[:len(firsts)] == firsts and len(firsts) == 2 * len(ds.definitions)
+    for f in firsts:
+        assert all(size(f) <= size(i) for i in items if (i.spec, i.definition.name) == (f.spec, f.definition.name))
+    assert plan(tasks, max_bytes=0) == []
+
+
+def test_the_precompile_pass_gives_up_on_a_solution_whose_process_cannot_start():
+    """A process that cannot start (here: refused, its source digest differs) is not started again for each of its
+    solution's calls, and the pass never outlasts its time cap."""
+    ds = load_dataset(DS)
+    d = ds.definitions["toy_scan"]
+    tasks = [Task(d, e.workload, [f"{BAD}::good"], {f"{BAD}::good": "good"}) for e in ds.workloads["toy_scan"]] * 3
+    config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
+                             timeout=60.0, code_digest="not this source")
+    started = time.monotonic()
+    assert precompile(plan(tasks), config, 1, lambda w: {}) == (0, len(tasks))
+    assert time.monotonic() - started < 30  # one start refused, not one per call
+    assert precompile(plan(tasks), config, 2, lambda w: {}, max_s=0.0) == (0, len(tasks))
+
+
+def test_compiled_kernels_reach_the_run_cache_but_autotuning_results_do_not(tmp_path):
+    """Autotuning picked while other processes shared the GPU stays out of the run's cache (fla keeps its picks on
+    disk); an entry the run's cache already has is left as it is."""
+    source, target = tmp_path / "precompile", tmp_path / "run"
+    for entry, files in {"kernel": ["k.cubin", "k.json", "__grp__k.json"], "tuned": ["chunk_fwd.autotune.json"],
+                         "both": ["m.cubin", "m.autotune.json"], "there": ["x.so"]}.items():
+        (source / entry).mkdir(parents=True)
+        for f in files:
+            (source / entry / f).write_text(entry)
+    (target / "there").mkdir(parents=True)
+    (target / "there" / "x.so").write_text("the run's own")
+    assert merge_compiled(str(source), str(target)) == 2
+    assert sorted(p.name for p in (target / "kernel").iterdir()) == ["__grp__k.json", "k.cubin", "k.json"]
+    assert [p.name for p in (target / "both").iterdir()] == ["m.cubin"]
+    assert not (target / "tuned").exists() and (target / "there" / "x.so").read_text() == "the run's own"
+    assert sorted(p.name for p in target.iterdir()) == ["both", "kernel", "there"]  # no staging folder left
