@@ -58,15 +58,13 @@ class PrecompileItem:
     """The first of its (solution, definition): the others of that pair wait for it."""
 
 
-def plan(tasks, max_bytes: int = PRECOMPILE_MAX_BYTES) -> List[PrecompileItem]:
-    """Every (solution, workload) of `tasks` whose declared bytes are at most `max_bytes`, the smallest workload
-    of each (solution, definition) first."""
-    from .runner import declared_bytes
-
+def plan(tasks, size_of: Callable[[object], int], max_bytes: int = PRECOMPILE_MAX_BYTES) -> List[PrecompileItem]:
+    """Every (solution, workload) of `tasks` whose bytes (`size_of(task)`: its inputs' and outputs') are at most
+    `max_bytes`, the smallest workload of each (solution, definition) first."""
     firsts, rest = {}, []
     for task in tasks:
         d, w = task.definition, task.workload
-        size = declared_bytes(d, d.inputs, w) + declared_bytes(d, d.outputs, w)
+        size = size_of(task)
         if size > max_bytes:
             continue
         for spec in task.solutions:

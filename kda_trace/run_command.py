@@ -287,7 +287,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
     from rich.text import Text
 
     from .run_profile import CPU_PRIOR, GPU_PRIOR, Eta, RunProfile, estimate_seconds, spread_by_cost
-    from .runner import Runner, cost_of, declared_bytes
+    from .runner import Runner, cost_of, task_bytes
 
     gpu = config.device.startswith("cuda")
     workers = len(config.devices or [config.device])
@@ -297,7 +297,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
         d = task.definition
         _, nbytes = cost_of(d, task.workload)
         if nbytes is None:  # no cost declared: the inputs' and outputs' bytes
-            nbytes = declared_bytes(d, d.inputs, task.workload) + declared_bytes(d, d.outputs, task.workload)
+            nbytes = task_bytes(task)
         return estimate_seconds(nbytes, gpu, len(task.solutions), first, backward="stage:backward" in (d.tags or []))
 
     if workers > 1:  # several devices share one queue: largest first, so that they finish together

@@ -132,6 +132,12 @@ def declared_bytes(d: Definition, specs: Dict[str, Any], w: Workload) -> int:
     return total
 
 
+def task_bytes(task: "Task") -> int:
+    """The declared bytes of a task's inputs and outputs together."""
+    d, w = task.definition, task.workload
+    return declared_bytes(d, d.inputs, w) + declared_bytes(d, d.outputs, w)
+
+
 def keeps_on_host(input_bytes: int, output_bytes: int, gpu_bytes: int) -> bool:
     """The default of RunConfig.inputs_on_host on a GPU of `gpu_bytes` (HOST_INPUTS_FRACTION)."""
     return input_bytes + output_bytes > HOST_INPUTS_FRACTION * gpu_bytes
@@ -1174,7 +1180,7 @@ class Runner:
         when it ends; its calls' seconds go to the profile as the "precompile" of their definitions."""
         from .precompile import plan, precompile
 
-        items = plan(tasks) if self.config.precompile > 0 else []
+        items = plan(tasks, task_bytes) if self.config.precompile > 0 else []
         if not items:
             return None
         lock = threading.Lock()

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from kda_trace.dataset import load_dataset
 from kda_trace.precompile import merge_compiled, plan, precompile
-from kda_trace.runner import Task, declared_bytes
+from kda_trace.runner import Task, task_bytes
 
 HERE = Path(__file__).parent
 DS = str(HERE / "fixtures" / "ds")
@@ -18,15 +18,14 @@ def test_the_precompile_plan_puts_each_definitions_smallest_workload_first():
     ds = load_dataset(DS)
     tasks = [Task(d, e.workload, ["a", "b"], {"a": "a", "b": "b"}) for d in ds.definitions.values()
              for e in ds.workloads.get(d.name, [])]
-    items = plan(tasks)
+    items = plan(tasks, task_bytes)
     assert len(items) == 2 * len(tasks)
-    size = lambda i: declared_bytes(i.definition, i.definition.inputs, i.workload) + \
-        declared_bytes(i.definition, i.definition.outputs, i.workload)  # noqa: E731
+    size = lambda i: task_bytes(Task(i.definition, i.workload, [], {}))  # noqa: E731
     firsts = [i for i in items if i.first]
     assert items[:len(firsts)] == firsts and len(firsts) == 2 * len(ds.definitions)
     for f in firsts:
         assert all(size(f) <= size(i) for i in items if (i.spec, i.definition.name) == (f.spec, f.definition.name))
-    assert plan(tasks, max_bytes=0) == []
+    assert plan(tasks, task_bytes, max_bytes=0) == []
 
 
 def test_the_precompile_pass_gives_up_on_a_solution_whose_process_cannot_start():
@@ -38,9 +37,9 @@ def test_the_precompile_pass_gives_up_on_a_solution_whose_process_cannot_start()
     config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
                              timeout=60.0, code_digest="not this source")
     started = time.monotonic()
-    assert precompile(plan(tasks), config, 1, lambda w: {}) == (0, len(tasks))
+    assert precompile(plan(tasks, task_bytes), config, 1, lambda w: {}) == (0, len(tasks))
     assert time.monotonic() - started < 30  # one start refused, not one per call
-    assert precompile(plan(tasks), config, 2, lambda w: {}, max_s=0.0) == (0, len(tasks))
+    assert precompile(plan(tasks, task_bytes), config, 2, lambda w: {}, max_s=0.0) == (0, len(tasks))
 
 
 def test_compiled_kernels_reach_the_run_cache_but_autotuning_results_do_not(tmp_path):
