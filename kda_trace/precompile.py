@@ -181,15 +181,18 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
 
 
 def merge_compiled(source: str, target: str) -> int:
-    """Copy the entries of Triton cache `source` that `target` lacks, without autotuning results; each entry (a
-    folder named by its hash) appears whole or not at all. Returns the entries copied."""
+    """Copy the entries of Triton cache `source` that `target` lacks, without autotuning results and without links
+    (a solution's process wrote `source`); each entry (a folder named by its hash) appears whole or not at all.
+    Returns the entries copied."""
     copied = 0
     os.makedirs(target, exist_ok=True)
+    plain = lambda path: not os.path.islink(path)  # noqa: E731
     for entry in sorted(os.listdir(source)):
         src, dst = os.path.join(source, entry), os.path.join(target, entry)
-        if not os.path.isdir(src) or os.path.exists(dst):
+        if not (plain(src) and os.path.isdir(src)) or os.path.lexists(dst):
             continue
-        files = [f for f in os.listdir(src) if not f.endswith(".autotune.json") and os.path.isfile(os.path.join(src, f))]
+        files = [f for f in os.listdir(src) if not f.endswith(".autotune.json")
+                 and plain(os.path.join(src, f)) and os.path.isfile(os.path.join(src, f))]
         if not files:
             continue
         staging = tempfile.mkdtemp(prefix=f".{entry}.", dir=target)

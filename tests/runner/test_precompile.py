@@ -51,6 +51,8 @@ def test_compiled_kernels_reach_the_run_cache_but_autotuning_results_do_not(tmp_
         (source / entry).mkdir(parents=True)
         for f in files:
             (source / entry / f).write_text(entry)
+    (source / "kernel" / "link.cubin").symlink_to(tmp_path / "elsewhere")  # a link is never followed
+    (tmp_path / "elsewhere").write_text("not the cache's")
     (target / "there").mkdir(parents=True)
     (target / "there" / "x.so").write_text("the run's own")
     assert merge_compiled(str(source), str(target)) == 2
