@@ -166,7 +166,7 @@ def defaults_for(device: str, config: TimingConfig) -> TimingConfig:
 MAX_GPU_REPS = 100
 """The most timed repetitions on a GPU by default: the median of 100 has a 95% interval of ranks 40-60. Calls
 of about 0.1 ms, whose host launch is inside their events, spread by +-20% (H200: decode 0.09-0.35 ms around a
-median of 0.13 ms), never settle, and each repetition costs 2 ms of harness (fresh inputs, L2 flush,
+median of 0.13 ms), never settle, and each repetition costs 1-2 ms of harness (fresh inputs, L2 flush,
 synchronisations): 200 repetitions made their timing 0.4-0.5 s per workload, the largest cost of the decode
 workloads in the H200 main job."""
 STABLE_MEDIAN_WIDTH = 0.02
