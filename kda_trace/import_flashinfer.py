@@ -3,7 +3,9 @@
 What is read (docs/KDA_FAMILIES.md, "Importing FlashInfer-Trace files", has the whole mapping):
 - definitions: every `*.json` under DIR whose `op_type` is `kda`, as FlashInfer's templates
   (flashinfer/trace/templates/kda.py) write them with FLASHINFER_TRACE_DUMP=1: `recurrent_kda_*`,
-  `recurrent_kda_decode_*`, `packed_kda_decode_*` map onto our decode / mtp / prefill families;
+  `recurrent_kda_decode_*`, `packed_kda_decode_*` map onto our decode / mtp / prefill families; a decode or
+  mtp call whose state pool is bfloat16 maps onto our `_bf16_state` definition of the same heads, head dim
+  and gate, and is refused when the dataset has none;
   `fused_kda_decode_*` and `packed_fused_kda_decode_*` (causal conv + KDA + gated RMSNorm) have no family;
 - workloads: every `*.jsonl` under DIR, one FlashInfer-Bench workload a line, either a workload trace
   `{"definition": NAME, "workload": {uuid, axes, inputs}}` (what flashinfer-bench's tracing writes) or a bare
@@ -41,6 +43,7 @@ TEMPLATES = ("packed_fused_kda_decode", "packed_kda_decode", "fused_kda_decode",
 UNMAPPABLE_TENSORS = ("initial_state_source", "initial_state_indices", "state_checkpoints", "checkpoint_cu_starts",
                       "correction_cache", "kg_cache")
 SMOKE_TOKENS = 8  # imported workloads with at most this many tokens are tagged smoke (the CPU run's size)
+BF16_STATE = "_bf16_state"  # name suffix of our decode / mtp definitions whose state pool is bfloat16
 
 
 class ImportProblem(ValueError):
@@ -82,13 +85,28 @@ def definition_name(family: str, h: int, hv: int, d: int, lower_bound: Optional[
     return f"kda_{family}_{heads}_d{d}_k_last{gate}"
 
 
-def family_definition(family: str, h: int, hv: int, d: int, lower_bound: Optional[float], source: str) -> dict:
-    """Our `family` definition for these constants, built by the dataset generator and re-labelled."""
+@lru_cache(maxsize=None)
+def bf16_state_definitions() -> Tuple[str, ...]:
+    """The names of the generator's decode and mtp definitions with a bfloat16 state pool (definitions/kda/*_bf16_state.json)."""
+    b = _builder()
+    return tuple(sorted(b.pool_definition(stage, model, text, gate, tp, h, bf16=True)["name"]
+                        for m, tp, h in b.BF16_POOL_SHAPES for model, text, gate, _ in [b.MODELS[m]]
+                        for stage in ("decode", "mtp")))
+
+
+def family_definition(family: str, h: int, hv: int, d: int, lower_bound: Optional[float], source: str,
+                      bf16_state: bool = False) -> dict:
+    """Our `family` definition for these constants (with a bfloat16 state pool if bf16_state), built by the dataset
+    generator and re-labelled."""
     b = _builder()
     gate = "unbounded" if lower_bound is None else "safe"
-    b.D = d  # the generator's head dim is a module constant
-    defn = b.prefill_definition("x", "x", gate, 1, h) if family == "prefill" else b.pool_definition(family, "x", "x", gate, 1, h)
-    defn["name"] = definition_name(family, h, hv, d, lower_bound)
+    generator_d, b.D = b.D, d  # the generator's head dim is a module constant
+    try:
+        defn = (b.prefill_definition("x", "x", gate, 1, h) if family == "prefill"
+                else b.pool_definition(family, "x", "x", gate, 1, h, bf16=bf16_state))
+    finally:
+        b.D = generator_d
+    defn["name"] = definition_name(family, h, hv, d, lower_bound) + (BF16_STATE if bf16_state else "")
     defn["axes"]["num_v_heads"]["value"] = hv
     defn["reference"] = b.reference_source(family, NUM_HEADS=h, NUM_V_HEADS=hv, HEAD_DIM_K=d, HEAD_DIM_V=d,
                                            LOWER_BOUND=lower_bound)
@@ -98,12 +116,15 @@ def family_definition(family: str, h: int, hv: int, d: int, lower_bound: Optiona
     defn["tags"] = tags + [SOURCE_TAG]
     gate_text = (f"g = {lower_bound:g} * sigmoid(exp(A_log) * (g_raw + dt_bias))" if lower_bound is not None
                  else "g = -exp(A_log) * softplus(g_raw + dt_bias)")
+    states = ("a K-last bfloat16 state pool updated in float32 and rounded once at the store, int32 slots"
+              if bf16_state else "K-last float32 states")
     defn["description"] = (
         f"The {family} family of docs/KDA_FAMILIES.md ({h} q/k heads, {hv} value heads, head dim {d}; raw q/k "
-        f"L2-normalised in the op, {gate_text}, beta = sigmoid(b), K-last float32 states), imported by "
+        f"L2-normalised in the op, {gate_text}, beta = sigmoid(b), {states}), imported by "
         f"`kda-trace import-flashinfer` from FlashInfer-Trace definition {source}. The recorded inputs are replayed "
         f"through this family's reference; A_log and dt_bias, which FlashInfer's KDA templates do not record, "
-        f"come from the generators. Tolerances as the generated {family} definitions.")
+        f"come from the generators. Tolerances as the generated {family}{' bf16-state' if bf16_state else ''} "
+        f"definitions.")
     return defn
 
 
@@ -271,9 +292,9 @@ def _map_recurrent(defn: dict, src: _Source, axes: dict) -> _Mapped:
             m.generated["initial_state"] = {"type": "random", "generator": {"kind": "none"}}
         return m
 
-    # decode and mtp: a float32 pool (bfloat16 states widen exactly) and one distinct slot per request
+    # decode and mtp: the pool as recorded (its dtype picks our definition) and one distinct slot per request
     if state is not None:
-        m.tensors["state_pool"] = state.float()
+        m.tensors["state_pool"] = state
     elif src.kind("initial_state") == "random":
         m.generated["state_pool"] = {"type": "random"}
     else:  # FlashInfer starts from zeros: a pool of zero states, one per request
@@ -311,7 +332,7 @@ def _map_packed_decode(defn: dict, src: _Source, axes: dict) -> _Mapped:
     state = src.tensor("state")
     pool = int(state.shape[0]) if state is not None else axes.get("state_pool_size")
     if state is not None:
-        m.tensors["state_pool"] = state.float()
+        m.tensors["state_pool"] = state
     else:
         m.generated["state_pool"] = {"type": "random"}
     if not isinstance(pool, int):
@@ -390,7 +411,8 @@ def read_flashinfer_trace(src_dir: Path) -> Imported:
                 continue
             if template == "packed_kda_decode":  # its gate and layout are fixed: the definition alone maps
                 h, d = _const(defn, str(path), "num_heads"), _const(defn, str(path), "head_dim")
-                _add_definition(result, family_definition("decode", h, h, d, -5.0, f"{name!r} ({path.name})"))
+                m = _Mapped(family="decode", h=h, hv=h, d=d, lower_bound=-5.0, axes={}, tensors={})
+                _add_definition(result, _our_definition(m, defn, path, str(path)))
             else:
                 raise ImportProblem(str(path), "workloads", "none found: FlashInfer's recurrent_kda template records "
                                     "shapes only; the stage and gate form come from a workload's inputs "
@@ -405,6 +427,32 @@ def _add_definition(result: Imported, defn: dict) -> None:
     result.workloads.setdefault(defn["name"], [])
 
 
+def _our_definition(m: _Mapped, defn: dict, def_path: Path, where: str) -> dict:
+    """Our definition for a mapped call. decode and mtp follow the dtype of FlashInfer's state pool (the recorded
+    tensor's, else the one its definition declares): bfloat16 -> the dataset's `_bf16_state` definition of the same
+    heads, head dim and gate, an ImportProblem when there is none; any other (float32, "unknown" when the traced
+    call passed no pool) -> the float32-pool definition."""
+    source = f"{defn['name']!r} ({def_path.name})"
+    if m.family == "prefill":
+        return family_definition(m.family, m.h, m.hv, m.d, m.lower_bound, source)
+    fi_name = "state" if _template(defn, str(def_path)) == "packed_kda_decode" else "initial_state"
+    recorded = m.tensors.get("state_pool")
+    if recorded is not None:
+        dtype, how = str(recorded.dtype).removeprefix("torch."), "the recorded tensor"
+    else:
+        dtype = str(defn.get("inputs", {}).get(fi_name, {}).get("dtype", "unknown"))
+        how = f"not recorded; {def_path.name} declares it"
+    if dtype != "bfloat16":
+        return family_definition(m.family, m.h, m.hv, m.d, m.lower_bound, source)
+    name = definition_name(m.family, m.h, m.hv, m.d, m.lower_bound) + BF16_STATE
+    if name not in bf16_state_definitions():
+        ours = [n for n in bf16_state_definitions() if n.startswith(f"kda_{m.family}_")]
+        raise ImportProblem(where, f"inputs.{fi_name}",
+                            f"a bfloat16 state pool ({how}), and the dataset has no {name}: its bfloat16-state "
+                            f"{m.family} definitions are {', '.join(ours)}")
+    return family_definition(m.family, m.h, m.hv, m.d, m.lower_bound, source, bf16_state=True)
+
+
 def _import_workload(result: Imported, defn: dict, def_path: Path, wl: dict, where: str, roots, cache) -> None:
     template = _template(defn, str(def_path))
     if template in NO_FAMILY:
@@ -415,7 +463,7 @@ def _import_workload(result: Imported, defn: dict, def_path: Path, wl: dict, whe
     src = _Source(where, wl["inputs"], roots, cache)
     axes = wl.get("axes") or {}
     m = _map_packed_decode(defn, src, axes) if template == "packed_kda_decode" else _map_recurrent(defn, src, axes)
-    ours = family_definition(m.family, m.h, m.hv, m.d, m.lower_bound, f"{defn['name']!r} ({def_path.name})")
+    ours = _our_definition(m, defn, def_path, where)
     _add_definition(result, ours)
     ours = result.definitions[ours["name"]]
     blob = f"blob/kda/{ours['name']}/{uuid}.safetensors"

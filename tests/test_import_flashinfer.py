@@ -26,7 +26,11 @@ from kda_trace.inputs import make_inputs
 from kda_trace.reference import compile_reference
 
 FIX = Path(__file__).parent / "fixtures" / "flashinfer_trace"
-FI_DEF = "recurrent_kda_q2_v4_d64"
+SHIPPED = Path(__file__).parent.parent / "definitions" / "kda"
+FI_DEF = "recurrent_kda_q2_v4_d64"      # GVA, D=64, traced with a float32 pool
+FI_DEF_BF16 = "recurrent_kda_q12_v12_d128"  # Kimi-K3 at TP8, traced with a bfloat16 pool
+DECODE_BF16 = "kda_decode_h12_d128_k_last_safe_gate_bf16_state"
+MTP_BF16 = "kda_mtp_h12_d128_k_last_safe_gate_bf16_state"
 
 
 def fi_blob(folder: str, definition: str, uuid: str) -> dict:
@@ -40,17 +44,17 @@ def imported(tmp_path_factory):
     return out
 
 
-@pytest.mark.slow  # a `kda-trace run` of four definitions
+@pytest.mark.slow  # a `kda-trace run` of five definitions
 def test_import_validates_and_runs(imported, tmp_path):
     assert main(["validate", str(imported)]) == 0
     ds = load_dataset(imported)
-    assert sorted(ds.definitions) == ["kda_decode_h12_d128_k_last_safe_gate", "kda_decode_qk2_v4_d64_k_last_safe_gate",
+    assert sorted(ds.definitions) == [DECODE_BF16, "kda_decode_qk2_v4_d64_k_last_safe_gate", MTP_BF16,
                                       "kda_mtp_qk2_v4_d64_k_last_safe_gate", "kda_prefill_qk2_v4_d64_k_last"]
     assert main(["run", "--dataset", str(imported), "--solution", "reference", "--size", "all",
                  "--out", str(tmp_path / "run")]) == 0
     records = [json.loads(line) for p in (tmp_path / "run" / "traces" / "kda").glob("*.jsonl")
                for line in p.read_text().splitlines()]
-    assert len(records) == 4 and all(r["evaluation"]["status"] == "PASSED" for r in records)
+    assert len(records) == 6 and all(r["evaluation"]["status"] == "PASSED" for r in records)
 
 
 def test_definitions_carry_our_reference_and_tags(imported):
@@ -60,6 +64,7 @@ def test_definitions_carry_our_reference_and_tags(imported):
     assert {"stage:decode", "gate:safe", "lower_bound:-5", "beta:logits", "qk_norm:l2", "state_layout:vk",
             "source:flashinfer-trace"} <= set(d.tags)
     assert "NUM_V_HEADS = 4" in d.reference and "HEAD_DIM_K = 64" in d.reference and "LOWER_BOUND = -5.0" in d.reference
+    assert d.inputs["state_pool"].dtype == "float32" and d.inputs["state_indices"].dtype == "int64"
     p = ds.definitions["kda_prefill_qk2_v4_d64_k_last"]
     assert "gate:unbounded" in p.tags and "LOWER_BOUND = None" in p.reference
 
@@ -89,7 +94,7 @@ def test_decode_replays_flashinfer_tensors(imported):
     inputs = make_inputs(d, w, root=imported)
     fi = fi_blob("good", FI_DEF, "fi-decode-0001")
     assert torch.equal(inputs["q"], fi["q"][:, 0]) and torch.equal(inputs["b"], fi["beta"][:, 0])
-    assert torch.equal(inputs["state_pool"], fi["initial_state"].float())
+    assert inputs["state_pool"].dtype == torch.float32 and torch.equal(inputs["state_pool"], fi["initial_state"])
     assert inputs["state_indices"].tolist() == [2, 0] and inputs["scale"] == pytest.approx(64 ** -0.5)
     o, pool = compile_reference(d.reference, d.name)(**inputs)
     for b, slot in enumerate(fi["ssm_state_indices"].tolist()):
@@ -100,10 +105,39 @@ def test_decode_replays_flashinfer_tensors(imported):
     assert torch.equal(pool[1], fi["initial_state"][1].float())  # the slot no request uses
 
 
+def test_bf16_pool_maps_onto_the_bf16_state_definitions(imported):
+    """FlashInfer's bf16 pool (recorded, or declared by its definition) gives our _bf16_state definition of the same
+    heads, head dim and gate, with the shipped definition's inputs, outputs and reference; the recorded pool is
+    kept bit for bit."""
+    ds = load_dataset(imported)
+    for name in (DECODE_BF16, MTP_BF16):
+        ours = json.loads((imported / "definitions" / "kda" / f"{name}.json").read_text())
+        shipped = json.loads((SHIPPED / f"{name}.json").read_text())
+        assert {k: v for k, v in ours.items() if k not in ("description", "tags")} == \
+            {k: v for k, v in shipped.items() if k not in ("description", "tags")}, name
+        assert {"feature:bf16_state", "source:flashinfer-trace"} <= set(ours["tags"])
+    d = ds.definitions[DECODE_BF16]
+    (w,) = [w for w in ds.workloads_of(d.name) if w.uuid == "fi-decode-bf16-0001"]
+    inputs = make_inputs(d, w, root=imported)
+    fi = fi_blob("good", FI_DEF_BF16, "fi-decode-bf16-0001")
+    assert inputs["state_pool"].dtype == torch.bfloat16 and torch.equal(inputs["state_pool"], fi["initial_state"])
+    assert inputs["state_indices"].dtype == torch.int32 and inputs["state_indices"].tolist() == [0]
+    o, pool = compile_reference(d.reference, d.name)(**inputs)
+    _, S64 = _recurrence64(fi["q"][0, 0], fi["k"][0, 0], fi["v"][0, 0], fi["g"][0, 0], inputs["A_log"],
+                           inputs["dt_bias"], fi["beta"][0, 0], fi["initial_state"][0], 128 ** -0.5, -5.0)
+    assert pool.dtype == torch.bfloat16
+    assert ((pool[0].double() - S64).abs() <= 2.0 ** -8 * S64.abs() + 1e-6).all()  # one rounding to bf16
+    (m,) = ds.workloads_of(MTP_BF16)
+    assert m.axes == {"batch_size": 2, "num_tokens": 2, "pool_size": 4}
+    mi = make_inputs(ds.definitions[MTP_BF16], m, root=imported)
+    assert mi["state_pool"].dtype == torch.bfloat16 and mi["state_indices"].dtype == torch.int32
+    assert mi["state_indices"].tolist() == [0, 2]  # slot [n, 0] of FlashInfer's [B, 1 + S] checkpoint slots
+
+
 def test_packed_decode_splits_the_qkv_row(imported):
     ds = load_dataset(imported)
-    d = ds.definitions["kda_decode_h12_d128_k_last_safe_gate"]
-    (w,) = ds.workloads_of(d.name)
+    d = ds.definitions[DECODE_BF16]  # packed_kda_decode's pool is bfloat16
+    (w,) = [w for w in ds.workloads_of(d.name) if w.uuid == "fi-packed-0001"]
     inputs = make_inputs(d, w, root=imported)
     fi = fi_blob("good", "packed_kda_decode_h12_d128", "fi-packed-0001")
     hd = 12 * 128
@@ -133,6 +167,9 @@ def test_problems_name_the_file_and_field():
     text = "\n".join(result.problems)
     assert "bad/workloads/kda/recurrent_kda_q2_v4_d64.jsonl:1: inputs.use_gate_in_kernel:" in text
     assert "bad/workloads/kda/recurrent_kda_q2_v4_d64.jsonl:2: inputs.ssm_state_indices: negative slots" in text
+    assert ("bad/workloads/kda/recurrent_kda_q2_v4_d64.jsonl:3: inputs.initial_state: a bfloat16 state pool (not "
+            "recorded; recurrent_kda_q2_v4_d64.json declares it), and the dataset has no "
+            "kda_decode_qk2_v4_d64_k_last_safe_gate_bf16_state") in text
     assert "bad/definitions/kda/fused_kda_decode_h8_d128.json: name:" in text and "causal convolution" in text
     assert main(["import-flashinfer", str(FIX / "bad"), "--out", "/nonexistent/never-written"]) == 1
 
@@ -143,7 +180,7 @@ def test_definitions_without_workloads(tmp_path):
     for name in (FI_DEF, "packed_kda_decode_h12_d128"):  # a FLASHINFER_TRACE_DUMP_DIR: flat definition files
         shutil.copy(FIX / "good" / "definitions" / "kda" / f"{name}.json", src)
     result = read_flashinfer_trace(src)
-    assert list(result.definitions) == ["kda_decode_h12_d128_k_last_safe_gate"]  # its gate is fixed by the op
+    assert list(result.definitions) == [DECODE_BF16]  # its gate and bf16 pool are fixed by the op
     (problem,) = result.problems
     assert problem.startswith(f"{src / FI_DEF}.json: workloads: none found")
 
@@ -163,7 +200,7 @@ def test_bare_workload_lines_and_reimport(tmp_path):
     assert main(["import-flashinfer", str(src), "--out", str(out)]) == 0
     assert main(["import-flashinfer", str(src), "--out", str(out)]) == 0
     ds = load_dataset(out)
-    assert not ds.problems and sum(len(ds.workloads_of(n)) for n in ds.definitions) == 4
+    assert not ds.problems and sum(len(ds.workloads_of(n)) for n in ds.definitions) == 6
 
 
 def _flashinfer_package_dir():
@@ -198,3 +235,20 @@ def test_recorded_shapes_must_match_the_definition(tmp_path):
     dpath.write_text(json.dumps(defn))
     problems = "\n".join(read_flashinfer_trace(src).problems)
     assert f"{FI_DEF}.jsonl:1: inputs (q of our decode family): recorded shape [2, 2, 64] != [2, 4, 64]" in problems
+
+
+def test_bf16_pool_needs_a_definition_with_its_gate(tmp_path):
+    """A recorded bf16 pool whose gate (lower bound -3) no _bf16_state definition has is refused, naming the line and
+    field; the float32-pool definitions are built for any gate and heads, so nothing else falls back to them."""
+    src = tmp_path / "trace"
+    shutil.copytree(FIX / "good", src)
+    wfile = src / "workloads" / "kda" / f"{FI_DEF_BF16}.jsonl"
+    rows = [json.loads(line) for line in wfile.read_text().splitlines()]
+    rows[0]["workload"]["inputs"]["lower_bound"]["value"] = -3.0
+    wfile.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = read_flashinfer_trace(src)
+    (problem,) = result.problems
+    assert problem.startswith(f"{wfile}:1: inputs.initial_state: a bfloat16 state pool (the recorded tensor), and "
+                              "the dataset has no kda_decode_h12_d128_k_last_safe_gate_lbm3_bf16_state: its "
+                              "bfloat16-state decode definitions are kda_decode_h12_d128_k_last_safe_gate_bf16_state, ")
+    assert "kda_decode_h12_d128_k_last_safe_gate_lbm3" not in result.definitions
