@@ -356,21 +356,12 @@ def test_checked_in_files_match_the_build_script():
     assert set(built) == {d.name for d in KDA}
 
 
-def bf16_state(definition) -> bool:
-    return "bf16_state" in definition.tag_values.get("feature", [])
-
-
 @pytest.mark.parametrize("definition", KDA, ids=[d.name for d in KDA])
 def test_every_definition_has_smoke_and_tags(definition):
-    """A smoke workload in every definition (the CPU run), except the bf16-pool ones: there one definition per stage
-    has it (the CPU run's time; their kernel path differs from the float32 pools' in the load and the store only)."""
+    """A smoke workload in every definition: the CPU run covers every definition."""
     wls = DATASET.workloads_of(definition.name)
     smoke = [w for w in wls if "smoke" in w.tags]
-    if bf16_state(definition):
-        siblings = [d for d in KDA if bf16_state(d) and family(d) == family(definition)]
-        assert any("smoke" in w.tags for d in siblings for w in DATASET.workloads_of(d.name)), "no smoke workload"
-    else:
-        assert smoke, "no smoke workload"
+    assert smoke, "no smoke workload"
     for w in smoke:  # small enough for the CPU interpreter
         axes = {**definition.const_axes, **w.axes}
         tokens = axes.get("total_seq_len") or axes.get("num_tokens", 1) * axes.get("batch_size", 1) * axes.get("seq_len", 1)

@@ -473,9 +473,8 @@ def mtp_workloads(name: str, h: int, tp: int) -> list:
     return out
 
 
-# bf16 pools: a few real shapes each (the GPU run's time), one CPU-sized smoke workload per stage (BF16_SMOKE_HEADS
-# only: the CPU run's time); padding rows as vLLM pads a CUDA-graph batch; pools larger than the batch.
-BF16_SMOKE_HEADS = 12
+# bf16 pools: a few real shapes each (the GPU run's time), one CPU-sized smoke workload each (the CPU run covers every
+# definition); padding rows as vLLM pads a CUDA-graph batch; pools larger than the batch.
 # (model index in MODELS, tp, heads per GPU): Kimi Linear at TP1, Kimi-K3 at TP8 and TP2
 BF16_POOL_SHAPES = [(0, 1, 32), (1, 8, 12), (1, 2, 48)]
 
@@ -491,11 +490,9 @@ def bf16_pool_workloads(name: str, stage: str, h: int, gate: str) -> list:
         axes = {"batch_size": bs, **({"num_tokens": nt} if mtp else {}), "pool_size": pool}
         return workload(name, label, axes, inputs, tags, desc)
 
-    out = []
-    if h == BF16_SMOKE_HEADS:
-        out.append(w("smoke_b3_t2_pad1" if mtp else "smoke_b3_pad1", 3, 4, ["smoke", "edge"],
-                     "smoke: two requests of 2 tokens and one padding row, pool of 4" if mtp else
-                     "smoke: two requests and one padding row, pool of 4", nt=2, pad=1))
+    out = [w("smoke_b3_t2_pad1" if mtp else "smoke_b3_pad1", 3, 4, ["smoke", "edge"],
+             "smoke: two requests of 2 tokens and one padding row, pool of 4" if mtp else
+             "smoke: two requests and one padding row, pool of 4", nt=2, pad=1)]
     if mtp:
         out += [
             w("b1_t2", 1, 64, ["mtp"], "one request, 2 tokens, in a pool of 64 slots", nt=2),
