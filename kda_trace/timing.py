@@ -150,23 +150,19 @@ class TimingResult:
 
 def defaults_for(device: str, config: TimingConfig) -> TimingConfig:
     """Fill unset fields: on a GPU 3 warm-ups, 10..100 reps within 1 s, stopping early once the median has
-    settled; on the CPU no warm-up beyond the correctness call (Triton-interpreter calls take seconds) and 1..3
+    settled; on the CPU no warm-up beyond the correctness call (Triton-interpreter calls take seconds) and 1..5
     reps within 1 s."""
     gpu = device.startswith("cuda")
     return TimingConfig(
         warmup=config.warmup if config.warmup is not None else (3 if gpu else 0),
         min_reps=config.min_reps if config.min_reps is not None else (10 if gpu else 1),
-        max_reps=config.max_reps if config.max_reps is not None else (MAX_GPU_REPS if gpu else MAX_CPU_REPS),
+        max_reps=config.max_reps if config.max_reps is not None else (MAX_GPU_REPS if gpu else 5),
         budget_s=config.budget_s if config.budget_s is not None else 1.0,
         cuda_graph=config.cuda_graph and gpu,
         settle=config.settle if config.settle is not None else (STABLE_MEDIAN_WIDTH if gpu else 0.0),
     )
 
 
-MAX_CPU_REPS = 3
-"""The most timed repetitions on the CPU by default: interpreter wall time is no speed figure, and the CPU main job
-(the README's `make run`) spent 100 of its 260 worker-seconds of calls timing decode, MTP and prefill's smoke
-workloads with 5."""
 MAX_GPU_REPS = 100
 """The most timed repetitions on a GPU by default: the median of 100 has a 95% interval of ranks 40-60. Calls
 of about 0.1 ms, whose host launch is inside their events, spread by +-20% (H200: decode 0.09-0.35 ms around a
