@@ -33,8 +33,8 @@ test: install
 # test-slow: the slow tier on CPU (CI runs it after `make test`; none of the fast tests again): the parametrized
 #   sweeps beyond the fast tier's representative cases, long interpreter cases, the runner's other runs (red team,
 #   row defects on KDA, shards, host inputs), and the dataset workloads that are CPU-sized
-#   (tests/references/conftest.py CPU_MAX_SIZE) against the float64 truths. Measured on 2 idle CPU cores: 530
-#   tests in 21 minutes, most of it the forward and backward kernels' interpreter cases.
+#   (tests/references/conftest.py CPU_MAX_SIZE) against the float64 truths. Measured on 2 CPU cores: 569
+#   tests in 24 min 29 s, most of it the forward and backward kernels' interpreter cases.
 test-slow: install
 	CUDA_VISIBLE_DEVICES= $(BIN)/pytest -q -m 'slow and not gpu' --durations=10
 
