@@ -467,49 +467,37 @@ def _time_gpu(call, work, restore, reps, device, digest=None, static_outputs=Non
         overhead_ms
 
 
+def _timed_pair(stream, between: Optional[Callable[[], Any]] = None) -> tuple:
+    """(events ms, host-clock ms) of one event pair on `stream` with `between()` (or nothing) between the events,
+    timed as `_time_gpu` times a repetition: the host clock between device-wide synchronisations. Only the harness's
+    own work goes between: no solution code runs here."""
+    start, end = _new_event(), _new_event()
+    _cuda_synchronize()
+    t0 = _perf_counter()
+    _event_record(start, stream)
+    if between is not None:
+        between()
+    _event_record(end, stream)
+    _cuda_synchronize()
+    return _event_elapsed(start, end), (_perf_counter() - t0) * 1e3
+
+
 def _host_overhead_ms() -> float:
-    """The host clock's excess over an event pair with nothing between (median of OVERHEAD_REPS), timed as
-    `_time_gpu` times a repetition: what a repetition's host clock exceeds its events by when nothing is hidden.
-    No solution code runs while it is measured."""
-    clock, record, elapsed, synchronize = _perf_counter, _event_record, _event_elapsed, _cuda_synchronize
+    """The host clock's excess over an event pair with nothing between (median of OVERHEAD_REPS): what a
+    repetition's host clock exceeds its events by when nothing is hidden."""
     stream = _current_stream()
-    excess = []
-    for _ in range(OVERHEAD_REPS):
-        start, end = _new_event(), _new_event()
-        synchronize()
-        t0 = clock()
-        record(start, stream)
-        record(end, stream)
-        synchronize()
-        excess.append((clock() - t0) * 1e3 - elapsed(start, end))
-    return statistics.median(excess)
+    return statistics.median(wall - events for events, wall in (_timed_pair(stream) for _ in range(OVERHEAD_REPS)))
 
 
 def _honest_excess_ms(duration_ms: float) -> float:
-    """The host clock's excess over the events for a plain GPU sleep of about `duration_ms`, timed as `_time_gpu`
-    times a repetition (median of HONEST_REPS; the sleep's length set from one timed sleep first). No solution code
-    runs while it is measured."""
-    clock, record, elapsed, synchronize = _perf_counter, _event_record, _event_elapsed, _cuda_synchronize
+    """The host clock's excess over the events for a plain GPU sleep of about `duration_ms` (median of
+    HONEST_REPS; the sleep's length set from one timed sleep first)."""
     stream = _current_stream()
-
-    def timed(cycles: int):
-        start, end = _new_event(), _new_event()
-        synchronize()
-        t0 = clock()
-        record(start, stream)
-        _cuda_sleep(cycles)
-        record(end, stream)
-        synchronize()
-        return elapsed(start, end), (clock() - t0) * 1e3
-
     probe_cycles = 1_000_000
-    probe_ms, _ = timed(probe_cycles)
+    probe_ms, _ = _timed_pair(stream, lambda: _cuda_sleep(probe_cycles))
     cycles = max(1, int(probe_cycles * duration_ms / max(probe_ms, 1e-3)))
-    excess = []
-    for _ in range(HONEST_REPS):
-        events_ms, wall_ms = timed(cycles)
-        excess.append(wall_ms - events_ms)
-    return statistics.median(excess)
+    pairs = (_timed_pair(stream, lambda: _cuda_sleep(cycles)) for _ in range(HONEST_REPS))
+    return statistics.median(wall - events for events, wall in pairs)
 
 
 def _capture(run, work, inputs, device, notes):
