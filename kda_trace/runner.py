@@ -564,7 +564,7 @@ class WorkerContext:
         try:
             reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
                                  name=task.names[spec], seed=self.config.seed, seed_b=seed_b, on_host=on_host,
-                                 input_files=self.pinned_files(w))
+                                 input_files=pinned_files(self.config, w))
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} in phase {self.last_phase!r}")
         if reply.get("kind") == "status":
@@ -637,9 +637,6 @@ class WorkerContext:
         notes = timing.notes + (ref_timing.notes if ref_timing is not None else [])
         return rec(spec, S.PASSED, "; ".join(notes), correctness=correctness,
                    performance=self.performance(d, w, timing, ref_timing))
-
-    def pinned_files(self, w: Workload) -> Dict[str, List[int]]:
-        return pinned_files(self.config, w)
 
     def check_timed_repetition(self, d: Definition, spec: str, host, digests, fresh: "FreshReferences",
                                correctness: Correctness) -> Optional[Tuple[str, str]]:
