@@ -11,18 +11,18 @@ the run compiles that kernel itself (a process past the run's --timeout is kille
 definition goes first, and the definition's other workloads wait for it, so that two processes do not compile the
 same kernels at once.
 
-The pass's processes write to a Triton cache of their own, merged into the run's afterwards without autotuning
-results (`*.autotune.json`): an autotuner that benchmarks while other processes share the GPU picks its settings
-on disturbed timings, and fla keeps its picks on disk by default (FLA_CACHE_RESULTS). The run's processes tune
-again, on an otherwise idle GPU, over kernels already compiled.
+The pass's processes write to the run's Triton cache, where the run's processes find what they compiled. Autotuning
+results it left there (`*.autotune.json`) are removed when it ends: an autotuner that benchmarks while other
+processes share the GPU picks its settings on disturbed timings, and fla keeps its picks on disk by default
+(FLA_CACHE_RESULTS). The run's processes tune again, on an otherwise idle GPU, over kernels already compiled.
+(A private cache merged afterwards was tried: on the H200 the run compiled the backward and forward kernels again
+all the same, 32 s on kda_bwd_h32's first workload, for reasons not found.)
 """
 
 from __future__ import annotations
 
 import os
 import queue
-import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -105,7 +105,8 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
     running: Dict[int, Tuple[SolutionHost, float]] = {}  # slot -> (its host, the deadline of what it does now)
     ctx = mp.get_context("spawn")
     device = (config.devices or [config.device])[0]  # "cuda:0", not "cuda": a process sets its device by index
-    own_cache = tempfile.mkdtemp(prefix="kda_trace_precompile_cache_")
+    cache = triton_cache_dir()
+    tuned_before = tuning_results(cache)
 
     def watched(slot: int, host: SolutionHost, allowed_s: float, action: Callable[..., Any], **fields) -> Any:
         with lock:
@@ -134,8 +135,7 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
                 if host is None:
                     host = hosts[item.spec] = SolutionHost(ctx, item.spec, device, config.trust_code,
                                                            config.dataset_root, lambda spec, phase: None,
-                                                           code_digest=config.code_digest,
-                                                           env={"TRITON_CACHE_DIR": own_cache})
+                                                           code_digest=config.code_digest)
                 started = time.monotonic()
                 ok = False
                 try:
@@ -175,32 +175,17 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
         for host in late:  # a hang: its process killed, the thread goes on with the next call
             if host.process is not None and host.process.is_alive():
                 host.process.kill()
-    merge_compiled(own_cache, triton_cache_dir())
-    shutil.rmtree(own_cache, ignore_errors=True)
+    for path in tuning_results(cache) - tuned_before:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
     return counts["ran"], counts["failed"]
 
 
-def merge_compiled(source: str, target: str) -> int:
-    """Copy the entries of Triton cache `source` that `target` lacks, without autotuning results and without links
-    (a solution's process wrote `source`); each entry (a folder named by its hash) appears whole or not at all.
-    Returns the entries copied."""
-    copied = 0
-    os.makedirs(target, exist_ok=True)
-    plain = lambda path: not os.path.islink(path)  # noqa: E731
-    for entry in sorted(os.listdir(source)):
-        src, dst = os.path.join(source, entry), os.path.join(target, entry)
-        if not (plain(src) and os.path.isdir(src)) or os.path.lexists(dst):
-            continue
-        files = [f for f in os.listdir(src) if not f.endswith(".autotune.json")
-                 and plain(os.path.join(src, f)) and os.path.isfile(os.path.join(src, f))]
-        if not files:
-            continue
-        staging = tempfile.mkdtemp(prefix=f".{entry}.", dir=target)
-        for f in files:
-            shutil.copy2(os.path.join(src, f), os.path.join(staging, f))
-        try:
-            os.rename(staging, dst)
-            copied += 1
-        except OSError:  # made meanwhile by another process
-            shutil.rmtree(staging, ignore_errors=True)
-    return copied
+def tuning_results(cache: str) -> set:
+    """The autotuning results (`*.autotune.json`) in Triton cache `cache`."""
+    found = set()
+    for root, _, files in os.walk(cache):
+        found.update(os.path.join(root, f) for f in files if f.endswith(".autotune.json"))
+    return found

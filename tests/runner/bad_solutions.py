@@ -110,3 +110,16 @@ def slow_good(x, state_pool, state_indices, scale):
     """Correct but slower than the runner's 1 s timing budget."""
     time.sleep(1.1)
     return good(x, state_pool, state_indices, scale)
+
+
+def caches_like_triton(x, state_pool, state_indices, scale):
+    """Correct, and leaves what a Triton solution's first call leaves in the Triton cache: a compiled kernel and an
+    autotuning result (one entry per process: the test counts them)."""
+    from kda_trace.sandbox import triton_cache_dir
+
+    entry = os.path.join(triton_cache_dir(), f"entry{os.getpid()}")
+    os.makedirs(entry, exist_ok=True)
+    for name in ("k.cubin", "k.autotune.json"):
+        with open(os.path.join(entry, name), "w") as f:
+            f.write("compiled")
+    return good(x, state_pool, state_indices, scale)

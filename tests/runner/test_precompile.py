@@ -6,7 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from kda_trace.dataset import load_dataset
-from kda_trace.precompile import merge_compiled, plan, precompile
+from kda_trace.precompile import plan, precompile
 from kda_trace.runner import Task, task_bytes
 
 HERE = Path(__file__).parent
@@ -42,21 +42,20 @@ def test_the_precompile_pass_gives_up_on_a_solution_whose_process_cannot_start()
     assert precompile(plan(tasks, task_bytes), config, 2, lambda w: {}, max_s=0.0) == (0, len(tasks))
 
 
-def test_compiled_kernels_reach_the_run_cache_but_autotuning_results_do_not(tmp_path):
-    """Autotuning picked while other processes shared the GPU stays out of the run's cache (fla keeps its picks on
-    disk); an entry the run's cache already has is left as it is."""
-    source, target = tmp_path / "precompile", tmp_path / "run"
-    for entry, files in {"kernel": ["k.cubin", "k.json", "__grp__k.json"], "tuned": ["chunk_fwd.autotune.json"],
-                         "both": ["m.cubin", "m.autotune.json"], "there": ["x.so"]}.items():
-        (source / entry).mkdir(parents=True)
-        for f in files:
-            (source / entry / f).write_text(entry)
-    (source / "kernel" / "link.cubin").symlink_to(tmp_path / "elsewhere")  # a link is never followed
-    (tmp_path / "elsewhere").write_text("not the cache's")
-    (target / "there").mkdir(parents=True)
-    (target / "there" / "x.so").write_text("the run's own")
-    assert merge_compiled(str(source), str(target)) == 2
-    assert sorted(p.name for p in (target / "kernel").iterdir()) == ["__grp__k.json", "k.cubin", "k.json"]
-    assert [p.name for p in (target / "both").iterdir()] == ["m.cubin"]
-    assert not (target / "tuned").exists() and (target / "there" / "x.so").read_text() == "the run's own"
-    assert sorted(p.name for p in target.iterdir()) == ["both", "kernel", "there"]  # no staging folder left
+def test_compiled_kernels_reach_the_run_cache_but_autotuning_results_do_not(tmp_path, monkeypatch):
+    """The pass's processes compile into the run's Triton cache; autotuning results they leave there are removed
+    when it ends (picked while other processes shared the GPU; fla keeps its picks on disk), those already there
+    before it are kept."""
+    cache = tmp_path / "triton"
+    (cache / "old").mkdir(parents=True)
+    (cache / "old" / "fwd.autotune.json").write_text("the run's own")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    ds = load_dataset(DS)
+    spec = f"{BAD}::caches_like_triton"
+    tasks = [Task(ds.definitions["toy_scan"], e.workload, [spec], {spec: "caches"}) for e in ds.workloads["toy_scan"]]
+    config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
+                             timeout=60.0, code_digest=None)
+    assert precompile(plan(tasks, task_bytes), config, 2, lambda w: {}) == (len(tasks), 0)
+    entries = [p for p in cache.iterdir() if p.name.startswith("entry")]
+    assert entries and all([f.name for f in e.iterdir()] == ["k.cubin"] for e in entries)
+    assert (cache / "old" / "fwd.autotune.json").read_text() == "the run's own"
