@@ -11,6 +11,8 @@ from .schema import Definition
 
 HOST_STARTING = "starting the solution's process"
 """The phase name while a solution's process starts (the main process allows it the worker start-up time)."""
+WAITING_FOR_GPU = "waiting for the GPU"
+"""A worker that shares its GPU, waiting for its turn (gpu_turns.py): no deadline runs meanwhile."""
 
 def to_host(values: Dict[str, Any]) -> Dict[str, Any]:
     """Every tensor moved to host memory (the GPU copies are freed when the caller drops them)."""

@@ -12,6 +12,10 @@ from typing import List, Tuple
 from .cli_args import add_dataset_argument, add_filter_arguments
 
 DEFAULT_OUT = "kda-trace-out"
+WORKERS_PER_GPU = 3
+"""Workers per GPU by default: most of an evaluation is untimed work that several workers can do side by side, while
+their timing loops take the GPU one at a time (gpu_turns.py). A worker and its solution's process keep up to two
+cores busy: fewer workers where there are under 4 cores each."""
 
 
 def _shard(text: str) -> Tuple[int, int]:
@@ -60,6 +64,9 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-graph", action="store_true", help="time solutions by replaying a CUDA graph")
     parser.add_argument("--workers", type=int, default=None,
                         help="worker processes (default: one per GPU; on the CPU min(2, cores))")
+    parser.add_argument("--workers-per-gpu", type=int, default=None, metavar="N",
+                        help="workers sharing each GPU: their untimed work runs side by side, their timing one at a "
+                             "time (default: %d, fewer on a machine with under 4 cores per worker)" % WORKERS_PER_GPU)
     parser.add_argument("--precompile", type=int, default=None, metavar="N",
                         help="processes per solution that call every workload once before anything is timed, so "
                              "that kernels compile in parallel (default: half the cores, up to 8, on a GPU; 0 on the "
@@ -237,9 +244,12 @@ def command_run(args) -> int:
     if counts["resumed"]:
         console.print(f"--resume: {counts['resumed']} finished evaluations skipped")
 
+    per_gpu = args.workers_per_gpu or max(1, min(WORKERS_PER_GPU, (os.cpu_count() or 1) // 4))
     if gpu and device == "cuda":
         n = platform.cuda_device_count()
-        devices = [f"cuda:{i}" for i in range(n)][: args.workers or n]
+        devices = [f"cuda:{i}" for _ in range(per_gpu) for i in range(n)][: args.workers or n * per_gpu]
+    elif gpu:
+        devices = [device] * (args.workers or per_gpu)
     else:
         devices = [device] * (args.workers or min(2, os.cpu_count() or 1))
     from .inputs import input_files

@@ -16,22 +16,23 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .call_results import HOST_STARTING
+from .call_results import HOST_STARTING, WAITING_FOR_GPU
 
-CATEGORIES = ("start-up", "precompile", "inputs", "reference", "first call", "calls", "transfer", "judge")
+CATEGORIES = ("start-up", "precompile", "inputs", "reference", "first call", "calls", "transfer", "judge", "waiting")
 """start-up: worker and solution processes starting, a solution's build. precompile: the precompile pass's
 calls (kda_trace/precompile.py: compilation, in several processes at once). inputs: making input sets (judge and
 solution processes). reference: the definition's reference on set A, set B and a drawn timed repetition, and
 its own timing. first call: a solution's first call on a definition in its process (Triton compiles there).
 calls: every other solution call (the timing loop, the check call). transfer: requests and outputs between
-processes. judge: loading and comparing outputs, digests."""
+processes. judge: loading and comparing outputs, digests. waiting: a worker that shares its GPU, waiting for its
+turn (gpu_turns.py)."""
 
 _JUDGE_PHASES = {
     "starting": "start-up", HOST_STARTING: "start-up", "build": "start-up",
     "inputs": "inputs", "inputs: checksums": "inputs",
     "reference": "reference", "reference: timing": "reference", "judge: reference on a timed repetition": "reference",
     "run": "calls", "held-back call": "calls", "timing": "calls", "check": "calls",
-    "request": "transfer", "save": "transfer", "precompile": "precompile",
+    "request": "transfer", "save": "transfer", "precompile": "precompile", WAITING_FOR_GPU: "waiting",
 }
 
 

@@ -20,12 +20,15 @@ caught.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import math
 import multiprocessing as mp
 import os
 import secrets
+import shutil
 import signal
 import threading
 import time
@@ -39,6 +42,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 from .call_results import (  # noqa: F401 - re-exported: the runner's callers and tests use these names
     HOST_STARTING,
     OUT_OF_GPU_MEMORY_HINT,
+    WAITING_FOR_GPU,
     describe_exit,
     normalize_outputs,
     to_host,
@@ -90,6 +94,9 @@ class RunConfig:
     input_files: Dict[str, Any] = field(default_factory=dict)
     """inputs.input_files of the run's workloads when it started, before any solution code ran: a worker
     refuses a stored input file changed since (inputs.pin_input_files)."""
+    gpu_turns_dir: Optional[str] = None
+    """Where the workers that share a GPU take their turns (gpu_turns.py); set by the runner when a GPU has more
+    than one worker."""
     precompile: int = 0
     """Processes per solution of the precompile pass before the first workload (kda_trace/precompile.py); 0: none."""
     inputs_on_host: Optional[bool] = None
@@ -97,6 +104,14 @@ class RunConfig:
     in host memory, and each solution's process makes an input set again from its seed whenever it reads it, so
     the GPU holds one input set at a time. None: only when a GPU's input set and reference outputs together are
     larger than HOST_INPUTS_FRACTION of its memory (the stress workloads)."""
+
+
+ALONE_SHARE = 1 / 24
+"""On a GPU shared by several workers, a workload whose inputs and outputs together are larger than this fraction of
+a worker's share of the GPU's memory (its memory / the workers on it) is evaluated with the GPU to its worker alone:
+a worker and its solution's process hold up to about 12 input sets' worth at once (HOST_INPUTS_FRACTION), and half
+of a share is left for what the other workers' processes keep. H200 with 3 workers: 2 GB. A workload that runs out
+of memory while sharing is evaluated again alone."""
 
 
 @dataclass
@@ -340,16 +355,77 @@ class WorkerContext:
         self.caught: Dict[str, str] = {}
         """Solution spec -> the REWARD_HACK log of the workload where it was caught: its remaining workloads on
         this worker are not run, and their records say why."""
-        self.last_phase = "starting"
+        self.last_phase, self.last_spec = "starting", None
         self.fatal = False
+        self.turns = None
+        """gpu_turns.GpuTurns when this worker shares its GPU with others."""
+        if config.gpu_turns_dir and config.devices.count(device) > 1:
+            from .gpu_turns import GpuTurns
+
+            self.turns = GpuTurns(config.gpu_turns_dir, device)
 
     def notify(self, spec: Optional[str], phase: str) -> None:
-        self.last_phase = phase
+        self.last_phase, self.last_spec = phase, spec
         self._notify(spec, phase)
 
     def close(self) -> None:
         for host in self.hosts.values():
             host.close()
+        if self.turns is not None:
+            self.turns.close()
+
+    # ------------------------------------------------------------------ turns on a shared GPU (gpu_turns.py)
+
+    def _take_turn(self, take: Callable[[], None]) -> None:
+        """Sync this worker's GPU work, then `take()` (a GpuTurns method), saying "waiting for the GPU" while it
+        waits (no deadline: the worker that holds the GPU has its own); then back to the phase it was in."""
+        self.sync()
+        spec, phase = self.last_spec, self.last_phase
+        self._notify(spec, WAITING_FOR_GPU)
+        take()
+        self.notify(spec, phase)
+
+    def begin_task(self, task: Task) -> None:
+        """Take this worker's turn for a task: shared, or alone for a workload too large to share the GPU's memory
+        (ALONE_SHARE)."""
+        if self.turns is None:
+            return
+        import torch
+
+        room = math.inf
+        if self.device.startswith("cuda"):
+            room = torch.cuda.get_device_properties(self.device).total_memory / self.config.devices.count(self.device)
+        self._take_turn(self.turns.alone if task_bytes(task) > ALONE_SHARE * room else self.turns.share)
+
+    def end_task(self) -> None:
+        if self.turns is not None:
+            self.sync()
+            self.turns.release()
+
+    def between_steps(self) -> None:
+        """A point where this worker has nothing on the GPU: a worker waiting to time goes first."""
+        if self.turns is not None and self.turns.held == "shared":
+            self._take_turn(self.turns.let_others_time)
+
+    def alone_from_now(self) -> bool:
+        """Hold the GPU alone for the rest of the task (after running out of memory while sharing it); True when
+        this worker was sharing it."""
+        if self.turns is None or self.turns.held == "alone":
+            return False
+        self._take_turn(self.turns.alone)
+        return True
+
+    @contextlib.contextmanager
+    def alone(self):
+        """Timing: the GPU to this worker alone for the block (and shared again after, where it was)."""
+        if self.turns is None or self.turns.held == "alone":
+            yield
+            return
+        self._take_turn(self.turns.alone)
+        try:
+            yield
+        finally:
+            self._take_turn(self.turns.share)
 
     def reference(self, definition: Definition):
         from .reference import ReferenceError, compile_reference
@@ -459,6 +535,7 @@ class WorkerContext:
             if not problem:
                 try:
                     out, ms, problem = self.with_room(lambda: reference_output(inputs, label))  # noqa: B023
+                    self.between_steps()
                     refs.append(out)
                     ref_times.append(ms)
                     del out
@@ -472,7 +549,8 @@ class WorkerContext:
                 return
             if len(ref_times) == 1 and not reference_timed_by_calls(ref_times, self.device):
                 self.notify(None, "reference: timing")  # while input set A is whole
-                ref_timing = time_reference(reference, inputs, ref_times, self.device)
+                with self.alone():
+                    ref_timing = time_reference(reference, inputs, ref_times, self.device)
             # the solutions make their own input sets from the seeds: the judge keeps only what it reads
             kept.append(kept_of(inputs))
             inputs = None  # before the next set is made
@@ -490,17 +568,21 @@ class WorkerContext:
                                                f"in this run ({self.caught[spec]})")
                 continue
             try:
+                self.between_steps()
                 record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
                                                 on_host, seed_b, fresh)
-                stopped = self.stop_other_hosts(spec) if _out_of_gpu_memory(record) else []
-                if stopped:
+                out_of_memory = _out_of_gpu_memory(record)
+                stopped = self.stop_other_hosts(spec) if out_of_memory else []
+                alone = out_of_memory and self.alone_from_now()
+                if stopped or alone:
                     seed_b2, inputs_b2, ref_b2 = self.with_room(another_second_set)
                     record = self.evaluate_solution(task, spec, inputs_a, inputs_b2, refs[0], ref_b2, ref_timing,
                                                     rec, on_host, seed_b2, fresh.renewed())
                     del inputs_b2, ref_b2
-                    record.evaluation.log = (f"[evaluated twice: the first attempt ran out of GPU memory, and the "
-                                             f"processes of {', '.join(stopped)} were stopped before the second] "
-                                             + record.evaluation.log)
+                    done = ([f"the processes of {', '.join(stopped)} were stopped"] if stopped else []) + \
+                        (["the GPU's other workers were held off"] if alone else [])
+                    record.evaluation.log = (f"[evaluated twice: the first attempt ran out of GPU memory, and "
+                                             f"{' and '.join(done)} before the second] " + record.evaluation.log)
             except SourceChanged:
                 raise  # this worker stops; its replacement refuses to start and the run ends saying why
             except Exception as e:  # noqa: BLE001 - e.g. out of memory while comparing: record it, go on
@@ -523,10 +605,12 @@ class WorkerContext:
         try:
             return make()
         except Exception as e:  # noqa: BLE001 - only torch's OutOfMemoryError is retried
-            if type(e).__name__ != "OutOfMemoryError" or not any(
-                    h.alive() for s, h in self.hosts.items() if s != spec):
+            sharing = self.turns is not None and self.turns.held == "shared"
+            if type(e).__name__ != "OutOfMemoryError" or not (sharing or any(
+                    h.alive() for s, h in self.hosts.items() if s != spec)):
                 raise
         self.stop_other_hosts(spec)  # out of the `except`: the exception's frames held the failed attempt's memory
+        self.alone_from_now()
         return make()
 
     def stop_other_hosts(self, spec: Optional[str]) -> List[str]:
@@ -560,6 +644,7 @@ class WorkerContext:
         host = self.host(spec)
         # from here a hang is this solution's: without this, a process that never answers (stopped by a signal,
         # say) would time out in the worker's own last phase ('reference') and fail the workload for everyone
+        self.between_steps()
         self.notify(spec, "request")
         try:
             reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
@@ -591,8 +676,9 @@ class WorkerContext:
             return rec(spec, S.INCORRECT_NUMERICAL, failed, correctness=correctness)
 
         try:
-            reply = host.request(kind="time", timing=_timing_fields(self.config.timing), seeds=fresh,
-                                 digest_seed=fresh.digest_seed)
+            with self.alone():
+                reply = host.request(kind="time", timing=_timing_fields(self.config.timing), seeds=fresh,
+                                     digest_seed=fresh.digest_seed)
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} while timing", correctness=correctness)
         if reply.get("kind") == "status":
@@ -658,6 +744,7 @@ class WorkerContext:
             return None
         reused = [r for r in drawn if r in fresh.made]  # the reference already ran there for another solution
         rep = reused[0] if reused else drawn[secrets.randbelow(len(drawn))]
+        self.between_steps()
         if rep not in fresh.made:
             self.notify(spec, "judge: reference on a timed repetition")
         try:
@@ -678,6 +765,7 @@ class WorkerContext:
         if not bad:
             return None
         seen = f"timed repetition {rep} of {len(digests)} (seed {fresh.seed(rep)})"
+        self.between_steps()
         try:
             reply = host.request(kind="check", seed=fresh.seed(rep))
         except HostDied as e:
@@ -718,7 +806,8 @@ class WorkerContext:
         if not nbytes:
             return None
         if self.copy_bandwidth is None:
-            self.copy_bandwidth = measure_copy_bandwidth(self.device)
+            with self.alone():
+                self.copy_bandwidth = measure_copy_bandwidth(self.device)
         tbps = FLOOR_BANDWIDTH_MARGIN * self.copy_bandwidth / 1e12
         return nbytes / (tbps * 1e12) * 1e3, nbytes / 1e9, tbps
 
@@ -1023,8 +1112,10 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
             ctx.close()
             profile.write()
             return
+        ctx.begin_task(task)
         for trace in ctx.evaluate_task(task):
             conn.send(("record", trace.model_dump_json()))
+        ctx.end_task()
         profile.checkpoint()
         if not ctx.fatal:
             release_cached_memory(ctx.device)  # this workload's input sets and references
@@ -1106,6 +1197,12 @@ class Runner:
 
         queue = deque(tasks)
         devices = self.config.devices or [self.config.device]
+        turns = None
+        if not self.config.gpu_turns_dir and any(devices.count(d) > 1 for d in devices if d.startswith("cuda")):
+            from .gpu_turns import turns_folder
+
+            turns = turns_folder()
+            self.config = dataclasses.replace(self.config, gpu_turns_dir=turns)
         workers = [_Worker(dev) for dev in devices]
         reaping = reaper.become_subreaper()
         before = set(reaper.descendants())  # what this process had already (a test session's own helpers)
@@ -1172,6 +1269,8 @@ class Runner:
                 self.strays += reaper.kill_strays(before, direct_only=False)
             if term:
                 signal.signal(signal.SIGTERM, previous_term)
+            if turns is not None:
+                shutil.rmtree(turns, ignore_errors=True)
 
     def _start_precompile(self, tasks: List[Task]) -> Optional[threading.Thread]:
         """The precompile pass (kda_trace/precompile.py) in a thread of its own, or None when the run has none. Told
@@ -1238,6 +1337,8 @@ class Runner:
                     raise RuntimeError(f"worker process for {w.device}: {msg[1]}")
                 elif msg[0] == "phase":
                     allowed = self.startup_timeout if msg[2] == HOST_STARTING else self.config.timeout
+                    if msg[2] == WAITING_FOR_GPU:
+                        allowed = math.inf
                     self._set_phase(w, (msg[1], msg[2]))
                     w.deadline = time.monotonic() + allowed
                     self._log_phase(w)

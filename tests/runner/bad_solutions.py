@@ -123,3 +123,25 @@ def caches_like_triton(x, state_pool, state_indices, scale):
         with open(os.path.join(entry, name), "w") as f:
             f.write("compiled")
     return good(x, state_pool, state_indices, scale)
+
+
+def logs_its_calls(x, state_pool, state_indices, scale):
+    """Correct, and appends a line per call to a file in $CALL_LOG_DIR: its process, whether a timing loop called
+    it (read from the stack, as any solution can), and when the call began and ended. A process is named by a token
+    of its own: in a sandbox every solution's process has the same PID."""
+    import sys
+    import uuid
+
+    global _PROCESS_TOKEN
+    _PROCESS_TOKEN = globals().get("_PROCESS_TOKEN") or uuid.uuid4().hex
+
+    timed, frame = False, sys._getframe(1)
+    while frame is not None:
+        timed = timed or frame.f_code.co_name in ("_time_cpu", "_time_gpu")
+        frame = frame.f_back
+    began = time.time()
+    time.sleep(0.02)
+    out = good(x, state_pool, state_indices, scale)
+    with open(os.path.join(os.environ["CALL_LOG_DIR"], f"calls-{_PROCESS_TOKEN}.txt"), "a") as f:
+        f.write(f"{_PROCESS_TOKEN} {int(timed)} {began:.6f} {time.time():.6f}\n")
+    return out

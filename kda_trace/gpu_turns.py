@@ -1,0 +1,79 @@
+"""Several workers on one GPU: untimed work side by side, timing alone.
+
+Most of an evaluation is not timed: making input sets, the reference, the solution's first call, moving outputs
+between processes, comparing them. On one GPU those steps of several workers can run at once; a timing loop cannot
+share the GPU with anything. A worker on a shared GPU therefore holds its turn in one of two ways: `share()` for
+untimed work (any number of workers at once) and `alone()` for a timing loop, the reference's timing and the copy
+bandwidth measurement (no other worker holds a turn of either kind, and the other workers' solution processes are
+stopped between their requests, solution_host.SolutionHost.request). A worker asking to be alone is let in as soon
+as the workers sharing reach their next step (`let_others_time`), and no new sharer gets in before it: timing never
+waits for more than one step of another worker.
+
+Two `flock` files per GPU, a gate and a turn: a sharer passes the gate and takes the turn shared, a worker alone
+holds the gate and takes the turn exclusively. The kernel drops a dead process's locks, so a worker killed by its
+timeout blocks nobody. The files live in the runner's own folder under /dev/shm, which no sandboxed solution
+process sees (its /dev/shm is private): a solution cannot take the lock and stall the other workers.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from typing import Optional
+
+
+class GpuTurns:
+    """One worker's hold on a GPU shared with other workers (see the module docstring)."""
+
+    def __init__(self, folder: str, device: str):
+        base = os.path.join(folder, "gpu-" + device.replace(":", "-"))
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+        self._gate = os.open(base + ".gate", flags, 0o600)
+        self._turn = os.open(base + ".turn", flags, 0o600)
+        self.held: Optional[str] = None
+        """None, "shared" or "alone"."""
+
+    def share(self) -> None:
+        """Hold a shared turn (waits while another worker is, or waits to be, alone)."""
+        if self.held == "shared":
+            return
+        self.release()
+        fcntl.flock(self._gate, fcntl.LOCK_EX)  # behind any worker waiting to be alone
+        fcntl.flock(self._gate, fcntl.LOCK_UN)
+        fcntl.flock(self._turn, fcntl.LOCK_SH)
+        self.held = "shared"
+
+    def alone(self) -> None:
+        """Hold the GPU alone (waits for the sharers' current steps to end; keeps new ones out meanwhile)."""
+        if self.held == "alone":
+            return
+        self.release()
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        fcntl.flock(self._turn, fcntl.LOCK_EX)
+        self.held = "alone"
+
+    def let_others_time(self) -> None:
+        """Between two steps of shared work: a worker waiting to be alone goes first."""
+        if self.held == "shared":
+            self.release()
+            self.share()
+
+    def release(self) -> None:
+        if self.held == "alone":
+            fcntl.flock(self._turn, fcntl.LOCK_UN)
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        elif self.held == "shared":
+            fcntl.flock(self._turn, fcntl.LOCK_UN)
+        self.held = None
+
+    def close(self) -> None:
+        self.release()
+        os.close(self._gate)
+        os.close(self._turn)
+
+
+def turns_folder() -> str:
+    """A new folder for a run's turn files: under /dev/shm where there is one (out of the sandboxes' sight)."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="kda_trace_gpu_turns_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)

@@ -1,0 +1,102 @@
+"""Workers sharing a GPU (kda_trace/gpu_turns.py): untimed work side by side, timing alone. The turns are flock
+files, so they are tested here on the CPU, in threads (each GpuTurns opens files of its own, and flock locks of two
+open files exclude each other even in one process) and with the runner's workers."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from kda_trace.gpu_turns import GpuTurns
+
+HERE = Path(__file__).parent
+DS = str(HERE / "fixtures" / "ds")
+BAD = str(HERE / "bad_solutions.py")
+
+
+def _in_thread(action):
+    done = threading.Event()
+
+    def go():
+        action()
+        done.set()
+
+    threading.Thread(target=go, daemon=True).start()
+    return done
+
+
+def test_a_worker_alone_waits_for_the_sharers_and_keeps_new_ones_out(tmp_path):
+    a, b, c = (GpuTurns(str(tmp_path), "cuda:0") for _ in range(3))
+    a.share()
+    b_alone = _in_thread(b.alone)
+    assert not b_alone.wait(0.3)  # a shares: b waits
+    c_shares = _in_thread(c.share)
+    assert not c_shares.wait(0.3)  # b waits to be alone: no new sharer gets in before it
+    a_back = _in_thread(a.let_others_time)  # a's next step: b goes first, then a shares again
+    assert b_alone.wait(5) and b.held == "alone"
+    assert not c_shares.wait(0.3) and not a_back.is_set()
+    b.release()
+    assert c_shares.wait(5) and a_back.wait(5)
+    for t in (a, b, c):
+        t.close()
+
+
+def test_sharers_share_and_another_gpu_is_another_lock(tmp_path):
+    a, b, other = GpuTurns(str(tmp_path), "cuda:0"), GpuTurns(str(tmp_path), "cuda:0"), GpuTurns(str(tmp_path), "cuda:1")
+    a.share()
+    assert _in_thread(b.share).wait(5)
+    assert _in_thread(other.alone).wait(5)
+    for t in (a, b, other):
+        t.close()
+
+
+def test_a_dead_workers_turn_is_given_back(tmp_path):
+    """A worker killed while alone (its timeout) blocks nobody: the kernel drops its locks."""
+    code = ("import sys, time; from kda_trace.gpu_turns import GpuTurns; t = GpuTurns(sys.argv[1], 'cuda:0'); "
+            "t.alone(); print('alone', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(HERE.parent.parent)})
+    assert holder.stdout.readline().strip() == "alone"
+    waiter = GpuTurns(str(tmp_path), "cuda:0")
+    shared = _in_thread(waiter.share)
+    assert not shared.wait(0.3)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert shared.wait(5)
+    waiter.close()
+
+
+def test_workers_sharing_a_device_never_time_while_another_calls(tmp_path, monkeypatch):
+    """Two workers on one device with turns: every record passes, and no call inside a timing loop overlaps any
+    call of the other worker's solution process (each call sleeps 20 ms, so overlaps would be seen)."""
+    from kda_trace.dataset import load_dataset
+    from kda_trace.environment import capture
+    from kda_trace.runner import RunConfig, Runner, Task
+    from kda_trace.sandbox import SANDBOX_WRITABLE_ENV
+
+    logs = tmp_path / "calls"
+    logs.mkdir()
+    monkeypatch.setenv("CALL_LOG_DIR", str(logs))
+    monkeypatch.setenv(SANDBOX_WRITABLE_ENV, str(logs))
+    ds = load_dataset(DS)
+    d = ds.definitions["toy_scan"]
+    spec = f"{BAD}::logs_its_calls"
+    tasks = [Task(d, w, [spec], {spec: "logs"}) for w in ds.workloads_of("toy_scan")] * 3
+    turns = tmp_path / "turns"
+    turns.mkdir()
+    config = RunConfig(dataset_root=Path(DS), out=tmp_path / "out", device="cpu", seed=1, timeout=120,
+                       devices=["cpu", "cpu"], gpu_turns_dir=str(turns))
+    got = []
+    Runner(config, lambda definition, trace: got.append(trace), capture("cpu", 1, DS)).run(tasks)
+    assert len(got) == len(tasks) and all(t.evaluation.status == "PASSED" for t in got), \
+        [t.evaluation.log for t in got if t.evaluation.status != "PASSED"]
+    calls = [line.split() for f in logs.iterdir() for line in f.read_text().splitlines()]
+    calls = [(pid, timed == "1", float(t0), float(t1)) for pid, timed, t0, t1 in calls]
+    assert len({pid for pid, *_ in calls}) == 2  # both workers' processes called
+    timed = [c for c in calls if c[1]]
+    assert timed
+    for pid, _, t0, t1 in timed:
+        overlapping = [c for c in calls if c[0] != pid and c[2] < t1 and c[3] > t0]
+        assert not overlapping, (pid, t0, t1, overlapping)
