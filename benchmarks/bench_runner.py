@@ -7,7 +7,8 @@ pointed at an empty directory unless --warm-cache) and prints the run's profile.
 --max-workloads N it runs the first N workloads of each definition, from a copy of the dataset, so that the same
 subset can be timed before and after a change. --profile DIR only prints an existing run's profile.
 --python-profile runs the worker and solution processes under cProfile and prints, per kind of process, the
-functions that took the most time (where a category's seconds go inside a process).
+functions that took the most time (where a category's seconds go inside a process). From a cold cache it also says
+which kernels were compiled after the first workload began (what the precompile pass did not compile).
 
 Usage:
   python benchmarks/bench_runner.py                                   # the main job (every non-stress workload)
@@ -122,6 +123,9 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     if not args.warm_cache:
         env["TRITON_CACHE_DIR"] = str(work / "triton-cache")
+    from kda_trace.runner import PHASE_LOG_ENV
+
+    env[PHASE_LOG_ENV] = str(work / "phases.tsv")
     pyprof = work / "python-profile"
     if args.python_profile:
         from kda_trace.run_profile import PYTHON_PROFILE_ENV
@@ -150,9 +154,33 @@ def main() -> int:
     print(f"the command took {wall:.1f} s (exit code {rc})")
     if args.json:
         Path(args.json).write_text(json.dumps(profile, indent=1) + "\n")
+    if not args.warm_cache:
+        print(compiled_during_evaluations(work / "triton-cache", work / "phases.tsv"))
     if args.python_profile:
         print_python_profile(pyprof)
     return rc
+
+
+def compiled_during_evaluations(cache: Path, phases: Path) -> str:
+    """Which Triton kernels entered the cache after the first workload began (the phase log's first line), and so
+    were compiled by the evaluations rather than by the precompile pass, with the workload then evaluated."""
+    if not phases.exists() or not cache.exists():
+        return "compiled during the evaluations: unknown (no phase log or no Triton cache)"
+    lines = [line.split("\t") for line in phases.read_text().splitlines() if line.strip()]
+    began = float(lines[0][0])
+    kernels, late = 0, []
+    for entry in cache.iterdir():
+        groups = list(entry.glob("__grp__*.json"))
+        if not groups:
+            continue  # a launcher or a utility module, not a kernel
+        kernels += 1
+        made = groups[0].stat().st_mtime
+        if made > began:
+            during = [f for f in lines if float(f[0]) <= made]
+            late.append((made - began, groups[0].name[len("__grp__"):-len(".json")], during[-1][2]))
+    said = [f"compiled during the evaluations: {len(late)} of {kernels} kernels"]
+    said += [f"  {t:7.1f} s  {name}  (workload {uuid})" for t, name, uuid in sorted(late)]
+    return "\n".join(said)
 
 
 def print_python_profile(folder: Path, top: int = 25) -> None:
