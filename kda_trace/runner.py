@@ -395,12 +395,13 @@ class WorkerContext:
         room = math.inf
         if self.device.startswith("cuda"):
             room = torch.cuda.get_device_properties(self.device).total_memory / self.config.devices.count(self.device)
-        self._take_turn(self.turns.alone if task_bytes(task) > ALONE_SHARE * room else self.turns.share)
+        alone = task_bytes(task) > ALONE_SHARE * room
+        self._take_turn(lambda: self.turns.begin_task(alone))
 
     def end_task(self) -> None:
         if self.turns is not None:
             self.sync()
-            self.turns.release()
+            self.turns.end_task()
 
     def between_steps(self) -> None:
         """A point where this worker has nothing on the GPU: a worker waiting to time goes first."""
@@ -412,7 +413,7 @@ class WorkerContext:
         this worker was sharing it."""
         if self.turns is None or self.turns.held == "alone":
             return False
-        self._take_turn(self.turns.alone)
+        self._take_turn(self.turns.task_alone)
         return True
 
     @contextlib.contextmanager

@@ -52,6 +52,26 @@ def test_sharers_share_and_another_gpu_is_another_lock(tmp_path):
         t.close()
 
 
+def test_a_task_too_large_to_share_waits_for_the_other_tasks_to_end(tmp_path):
+    """A worker waiting for a step still holds its task's memory: a task alone begins only when no other task is in
+    progress, and none begins before it ends."""
+    a, big, c = (GpuTurns(str(tmp_path), "cuda:0") for _ in range(3))
+    a.begin_task(alone=False)
+    a.alone()  # a times: the big task must wait for a's whole task, not only this step
+    a.share()
+    big_began = _in_thread(lambda: big.begin_task(alone=True))
+    assert not big_began.wait(0.3)
+    c_began = _in_thread(lambda: c.begin_task(alone=False))
+    assert not c_began.wait(0.3)
+    a.end_task()
+    assert big_began.wait(5) and big.held == "alone"
+    assert not c_began.wait(0.3)
+    big.end_task()
+    assert c_began.wait(5)
+    for t in (a, big, c):
+        t.close()
+
+
 def test_a_dead_workers_turn_is_given_back(tmp_path):
     """A worker killed while alone (its timeout) blocks nobody: the kernel drops its locks."""
     code = ("import sys, time; from kda_trace.gpu_turns import GpuTurns; t = GpuTurns(sys.argv[1], 'cuda:0'); "
