@@ -63,7 +63,7 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
                         help="run references that import or reach outside the allowlist")
     parser.add_argument("--cuda-graph", action="store_true", help="time solutions by replaying a CUDA graph")
     parser.add_argument("--workers", type=int, default=None,
-                        help="worker processes (default: one per GPU; on the CPU min(2, cores))")
+                        help="worker processes in all (default: --workers-per-gpu on each GPU; on the CPU min(2, cores))")
     parser.add_argument("--workers-per-gpu", type=int, default=None, metavar="N",
                         help="workers sharing each GPU: their untimed work runs side by side, their timing one at a "
                              "time (default: %d, fewer on a machine with under 4 cores per worker)" % WORKERS_PER_GPU)
