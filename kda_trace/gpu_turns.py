@@ -84,12 +84,6 @@ class GpuTurns:
         self._step.release()
         self._task.release()
 
-    def task_alone(self) -> None:
-        """The rest of this task alone (it ran out of memory while sharing)."""
-        self._step.release()
-        self._task.take(True)
-        self._step.take(True)
-
     def share(self) -> None:
         """Hold a shared turn for a step (waits while another worker is, or waits to be, alone)."""
         self._step.take(False)

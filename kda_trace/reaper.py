@@ -148,6 +148,26 @@ def kill_trees(roots: Iterable[int]) -> List[str]:
     return found
 
 
+def wait_exited(pids: Iterable[int], timeout_s: float = 10.0) -> None:
+    """Wait (up to `timeout_s`) until each process has exited: gone, or a zombie (its memory and devices released)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        left = [p for p in left if _running(p)]
+        if left:
+            time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def _reap() -> None:
     """waitpid the killed processes that became our children (never multiprocessing's own children)."""
     for p in list(_killed):

@@ -114,6 +114,11 @@ of a share is left for what the other workers' processes keep. H200 with 3 worke
 of memory while sharing is evaluated again alone."""
 
 
+class GpuAloneNeeded(Exception):
+    """A task ran out of GPU memory while its worker shared the GPU: the worker evaluates it again from the start,
+    alone (worker_main), for the solutions not yet recorded."""
+
+
 @dataclass
 class Task:
     """One workload and the solutions still to evaluate on it."""
@@ -385,9 +390,9 @@ class WorkerContext:
         take()
         self.notify(spec, phase)
 
-    def begin_task(self, task: Task) -> None:
-        """Take this worker's turn for a task: shared, or alone for a workload too large to share the GPU's memory
-        (ALONE_SHARE)."""
+    def begin_task(self, task: Task, alone: bool = False) -> None:
+        """Take this worker's turn for a task: shared, or alone when asked or for a workload too large to share the
+        GPU's memory (ALONE_SHARE)."""
         if self.turns is None:
             return
         import torch
@@ -395,12 +400,13 @@ class WorkerContext:
         room = math.inf
         if self.device.startswith("cuda"):
             room = torch.cuda.get_device_properties(self.device).total_memory / self.config.devices.count(self.device)
-        alone = task_bytes(task) > ALONE_SHARE * room
+        alone = alone or task_bytes(task) > ALONE_SHARE * room
         self._take_turn(lambda: self.turns.begin_task(alone))
 
     def end_task(self) -> None:
         if self.turns is not None:
-            self.sync()
+            if not self.fatal:  # a lost CUDA context cannot synchronise; the process exits next
+                self.sync()
             self.turns.end_task()
 
     def between_steps(self) -> None:
@@ -408,13 +414,9 @@ class WorkerContext:
         if self.turns is not None and self.turns.held == "shared":
             self._take_turn(self.turns.let_others_time)
 
-    def alone_from_now(self) -> bool:
-        """Hold the GPU alone for the rest of the task (after running out of memory while sharing it); True when
-        this worker was sharing it."""
-        if self.turns is None or self.turns.held == "alone":
-            return False
-        self._take_turn(self.turns.task_alone)
-        return True
+    def sharing(self) -> bool:
+        """Whether this worker holds a shared turn on its GPU now."""
+        return self.turns is not None and self.turns.held == "shared"
 
     @contextlib.contextmanager
     def alone(self):
@@ -523,6 +525,8 @@ class WorkerContext:
                 for spec in task.solutions:
                     yield rec(spec, S.INVALID_WORKLOAD, str(e))
                 return
+            except GpuAloneNeeded:
+                raise
             except Exception as e:  # noqa: BLE001 - a generator bug is still this workload's problem
                 for spec in task.solutions:
                     yield rec(spec, S.INVALID_WORKLOAD, f"workload {w.uuid}: inputs could not be made: "
@@ -540,6 +544,8 @@ class WorkerContext:
                     refs.append(out)
                     ref_times.append(ms)
                     del out
+                except GpuAloneNeeded:
+                    raise
                 except Exception as e:  # noqa: BLE001
                     problem = f"reference failed on workload {w.uuid}{label}: {_short_traceback(e)}"
                     if _is_fatal_cuda_error(e):
@@ -548,10 +554,11 @@ class WorkerContext:
                 for spec in task.solutions:
                     yield rec(spec, S.INVALID_REFERENCE, problem)
                 return
-            if len(ref_times) == 1 and not reference_timed_by_calls(ref_times, self.device):
+            sharing = self.sharing()  # then its correctness calls ran beside other workers' work: not a timing
+            if len(ref_times) == 1 and (sharing or not reference_timed_by_calls(ref_times, self.device)):
                 self.notify(None, "reference: timing")  # while input set A is whole
                 with self.alone():
-                    ref_timing = time_reference(reference, inputs, ref_times, self.device)
+                    ref_timing = time_reference(reference, inputs, ref_times, self.device, calls=not sharing)
             # the solutions make their own input sets from the seeds: the judge keeps only what it reads
             kept.append(kept_of(inputs))
             inputs = None  # before the next set is made
@@ -572,24 +579,25 @@ class WorkerContext:
                 self.between_steps()
                 record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
                                                 on_host, seed_b, fresh)
-                out_of_memory = _out_of_gpu_memory(record)
-                stopped = self.stop_other_hosts(spec) if out_of_memory else []
-                alone = out_of_memory and self.alone_from_now()
-                if stopped or alone:
+                if _out_of_gpu_memory(record) and self.sharing():
+                    raise GpuAloneNeeded(record.evaluation.log)  # before trying with fewer processes: alone
+                stopped = self.stop_other_hosts(spec) if _out_of_gpu_memory(record) else []
+                if stopped:
                     seed_b2, inputs_b2, ref_b2 = self.with_room(another_second_set)
                     record = self.evaluate_solution(task, spec, inputs_a, inputs_b2, refs[0], ref_b2, ref_timing,
                                                     rec, on_host, seed_b2, fresh.renewed())
                     del inputs_b2, ref_b2
-                    done = ([f"the processes of {', '.join(stopped)} were stopped"] if stopped else []) + \
-                        (["the GPU's other workers were held off"] if alone else [])
-                    record.evaluation.log = (f"[evaluated twice: the first attempt ran out of GPU memory, and "
-                                             f"{' and '.join(done)} before the second] " + record.evaluation.log)
-            except SourceChanged:
-                raise  # this worker stops; its replacement refuses to start and the run ends saying why
+                    record.evaluation.log = (f"[evaluated twice: the first attempt ran out of GPU memory, and the "
+                                             f"processes of {', '.join(stopped)} were stopped before the second] "
+                                             + record.evaluation.log)
+            except (SourceChanged, GpuAloneNeeded):
+                raise  # SourceChanged: this worker stops; its replacement refuses to start and the run ends saying why
             except Exception as e:  # noqa: BLE001 - e.g. out of memory while comparing: record it, go on
                 self.fatal = _is_fatal_cuda_error(e)
                 record = rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: evaluating the outputs failed: "
                                                     f"{_short_traceback(e)}")
+            if _out_of_gpu_memory(record) and self.sharing() and not self.fatal:
+                raise GpuAloneNeeded(record.evaluation.log)
             if _out_of_gpu_memory(record) and spec in self.hosts:
                 # what its process still holds (a cache that only grows) must not keep the next solutions' processes
                 # from starting: tests/runner/cheats.py's content_cache held 75 GiB of an H100 after failing
@@ -606,12 +614,14 @@ class WorkerContext:
         try:
             return make()
         except Exception as e:  # noqa: BLE001 - only torch's OutOfMemoryError is retried
-            sharing = self.turns is not None and self.turns.held == "shared"
+            sharing = self.sharing()
             if type(e).__name__ != "OutOfMemoryError" or not (sharing or any(
                     h.alive() for s, h in self.hosts.items() if s != spec)):
                 raise
-        self.stop_other_hosts(spec)  # out of the `except`: the exception's frames held the failed attempt's memory
-        self.alone_from_now()
+        # out of the `except`: the exception's frames held the failed attempt's memory
+        if sharing:
+            raise GpuAloneNeeded("out of GPU memory in the judge's own work while sharing the GPU")
+        self.stop_other_hosts(spec)
         return make()
 
     def stop_other_hosts(self, spec: Optional[str]) -> List[str]:
@@ -647,12 +657,17 @@ class WorkerContext:
         # say) would time out in the worker's own last phase ('reference') and fail the workload for everyone
         self.between_steps()
         self.notify(spec, "request")
+        # the first call of a process on a definition compiles and autotunes: an autotuner timing beside other
+        # workers' work would pick its settings on disturbed timings
+        first_here = not host.alive() or d.name not in host.definitions_called
         try:
-            reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
-                                 name=task.names[spec], seed=self.config.seed, seed_b=seed_b, on_host=on_host,
-                                 input_files=pinned_files(self.config, w))
+            with self.alone() if first_here else contextlib.nullcontext():
+                reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
+                                     name=task.names[spec], seed=self.config.seed, seed_b=seed_b, on_host=on_host,
+                                     input_files=pinned_files(self.config, w))
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} in phase {self.last_phase!r}")
+        host.definitions_called.add(d.name)
         if reply.get("kind") == "status":
             return rec(spec, _status(reply), str(reply.get("log", "")) or "the solution's process claimed a pass")
         self.notify(spec, "judge: first outputs")
@@ -750,6 +765,8 @@ class WorkerContext:
             self.notify(spec, "judge: reference on a timed repetition")
         try:
             want = self.with_room(lambda: fresh.digest(rep), spec)
+        except GpuAloneNeeded:
+            raise
         except Exception as e:  # noqa: BLE001 - the reference's problem on inputs the workload does not name
             record["why_not"] = f"the reference failed on repetition {rep}'s inputs: {_short_traceback(e)}"
             return None
@@ -880,21 +897,22 @@ def reference_timed_by_calls(correctness_ms: List[float], device: str,
 
 
 def time_reference(reference, inputs, correctness_ms: List[float], device: str,
-                   budget_s: float = REFERENCE_TIMING["budget_s"]):
+                   budget_s: float = REFERENCE_TIMING["budget_s"], calls: bool = True):
     """The reference's TimingResult (None if timing it failed): its correctness calls (`correctness_ms`) when
-    `reference_timed_by_calls` says so (then `inputs` may be None); otherwise `timing.measure` with
-    REFERENCE_TIMING on `inputs`. A note says which."""
+    `calls` and `reference_timed_by_calls` say so (then `inputs` may be None); otherwise `timing.measure` with
+    REFERENCE_TIMING on `inputs` (once, for a call slower than the budget). A note says which."""
     from .timing import TimingConfig, TimingResult, measure
 
     calls = f"{len(correctness_ms)} correctness call{'s' if len(correctness_ms) != 1 else ''}"
     if not device.startswith("cuda"):
         return TimingResult(list(correctness_ms), "cpu_wall", notes=[f"reference timing: its {calls}"])
-    if reference_timed_by_calls(correctness_ms, device, budget_s):
+    if calls and reference_timed_by_calls(correctness_ms, device, budget_s):
         return TimingResult(list(correctness_ms), "cuda_sync_wall", notes=[
             f"reference timing: its {calls} (wall time between device synchronisations; the first took "
             f"more than the {budget_s:g} s timing budget)"])
     try:
-        timing = measure(reference, inputs, device, TimingConfig(**{**REFERENCE_TIMING, "budget_s": budget_s}))
+        timing = measure(reference, inputs, device, TimingConfig(**{**REFERENCE_TIMING, "budget_s": budget_s}),
+                         estimate_s=correctness_ms[0] / 1e3)
     except Exception:  # noqa: BLE001 - the reference ran fine before; timing it is best effort
         return None
     timing.notes.append(f"reference timing: {len(timing.times_ms)} repetitions ({timing.mode})")
@@ -1113,13 +1131,25 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
             ctx.close()
             profile.write()
             return
-        ctx.begin_task(task)
-        for trace in ctx.evaluate_task(task):
-            conn.send(("record", trace.model_dump_json()))
-        ctx.end_task()
+        alone, note = False, ""
+        while task is not None:
+            ctx.begin_task(task, alone)
+            recorded, again = set(), None
+            try:
+                for trace in ctx.evaluate_task(task):
+                    trace.evaluation.log = note + trace.evaluation.log
+                    conn.send(("record", trace.model_dump_json()))
+                    recorded.add(trace.solution)
+            except GpuAloneNeeded as e:  # the solutions still to record, from the start, with the GPU alone
+                again = Task(task.definition, task.workload, [s for s in task.solutions
+                                                              if task.names[s] not in recorded], task.names)
+                note = (f"[evaluated again with the GPU alone: the first attempt ran out of GPU memory while "
+                        f"sharing it with other workers ({str(e)[:200]})] ")
+            if not ctx.fatal:
+                release_cached_memory(ctx.device)  # this workload's input sets and references
+            ctx.end_task()
+            task, alone = (again, True) if again is not None and again.solutions else (None, False)
         profile.checkpoint()
-        if not ctx.fatal:
-            release_cached_memory(ctx.device)  # this workload's input sets and references
         if ctx.fatal:
             conn.send(("fatal",))
             os._exit(3)  # a CUDA fault poisons the context: start over in a fresh process
@@ -1185,6 +1215,13 @@ class Runner:
 
     def _stop(self, w: _Worker) -> None:
         if w.process is not None and w.process.is_alive():
+            from . import reaper
+
+            # its solutions' processes first, and until they have exited: the worker's GPU turn ends with it, and a
+            # process still running a kernel must not run beside another worker's timing
+            below = [p for p in reaper.descendants(roots=[w.process.pid]) if p != w.process.pid]
+            reaper.kill_trees(below)
+            reaper.wait_exited(below)
             w.process.kill()
         if w.process is not None:
             w.process.join(5)

@@ -560,6 +560,8 @@ class SolutionHost:
         self.trust_code, self.dataset_root, self.notify = trust_code, dataset_root, notify
         self.process = self.conn = None
         self.nonce: Optional[str] = None  # the current request's; its output files are named with it
+        self.definitions_called: set = set()
+        """Definitions this process has been called on (its first call on one compiles and autotunes)."""
         self.workdir = Path(tempfile.mkdtemp(prefix="kda_trace_solution_"))
         self.ramdir = ram_dir()
 
@@ -568,6 +570,7 @@ class SolutionHost:
 
     def start(self) -> None:
         self.notify(self.spec, HOST_STARTING)
+        self.definitions_called = set()
         parent, child = self.ctx.Pipe()
         self.process = self.ctx.Process(target=host_main, daemon=True, args=(
             child, self.spec, self.device, self.trust_code, str(self.dataset_root), str(self.workdir), self.code_digest,

@@ -3,6 +3,7 @@ files, so they are tested here on the CPU, in threads (each GpuTurns opens files
 open files exclude each other even in one process) and with the runner's workers."""
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -14,6 +15,24 @@ from kda_trace.gpu_turns import GpuTurns
 HERE = Path(__file__).parent
 DS = str(HERE / "fixtures" / "ds")
 BAD = str(HERE / "bad_solutions.py")
+
+
+def _held_by_another(tmp_path, name="gpu-cuda-0.step.gate"):
+    """Whether some other open file holds `name` locked (polled: the thread that takes it may start late)."""
+    import fcntl
+
+    fd = os.open(os.path.join(tmp_path, name), os.O_RDWR)
+    try:
+        for _ in range(500):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BlockingIOError:
+                return True
+            threading.Event().wait(0.01)
+        return False
+    finally:
+        os.close(fd)
 
 
 def _in_thread(action):
@@ -31,7 +50,7 @@ def test_a_worker_alone_waits_for_the_sharers_and_keeps_new_ones_out(tmp_path):
     a, b, c = (GpuTurns(str(tmp_path), "cuda:0") for _ in range(3))
     a.share()
     b_alone = _in_thread(b.alone)
-    assert not b_alone.wait(0.3)  # a shares: b waits
+    assert _held_by_another(tmp_path) and not b_alone.wait(0.3)  # a shares: b waits, holding the gate
     c_shares = _in_thread(c.share)
     assert not c_shares.wait(0.3)  # b waits to be alone: no new sharer gets in before it
     a_back = _in_thread(a.let_others_time)  # a's next step: b goes first, then a shares again
@@ -60,7 +79,7 @@ def test_a_task_too_large_to_share_waits_for_the_other_tasks_to_end(tmp_path):
     a.alone()  # a times: the big task must wait for a's whole task, not only this step
     a.share()
     big_began = _in_thread(lambda: big.begin_task(alone=True))
-    assert not big_began.wait(0.3)
+    assert _held_by_another(tmp_path, "gpu-cuda-0.task.gate") and not big_began.wait(0.3)
     c_began = _in_thread(lambda: c.begin_task(alone=False))
     assert not c_began.wait(0.3)
     a.end_task()
@@ -78,14 +97,18 @@ def test_a_dead_workers_turn_is_given_back(tmp_path):
             "t.alone(); print('alone', flush=True); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(HERE.parent.parent)})
-    assert holder.stdout.readline().strip() == "alone"
-    waiter = GpuTurns(str(tmp_path), "cuda:0")
-    shared = _in_thread(waiter.share)
-    assert not shared.wait(0.3)
-    holder.send_signal(signal.SIGKILL)
-    holder.wait()
-    assert shared.wait(5)
-    waiter.close()
+    try:
+        assert select.select([holder.stdout], [], [], 60)[0] and holder.stdout.readline().strip() == "alone"
+        waiter = GpuTurns(str(tmp_path), "cuda:0")
+        shared = _in_thread(waiter.share)
+        assert not shared.wait(0.3)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        assert shared.wait(5)
+        waiter.close()
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_workers_sharing_a_device_never_time_while_another_calls(tmp_path, monkeypatch):
@@ -120,3 +143,32 @@ def test_workers_sharing_a_device_never_time_while_another_calls(tmp_path, monke
     for pid, _, t0, t1 in timed:
         overlapping = [c for c in calls if c[0] != pid and c[2] < t1 and c[3] > t0]
         assert not overlapping, (pid, t0, t1, overlapping)
+
+
+def test_a_task_that_runs_out_of_memory_while_sharing_is_evaluated_again_alone(tmp_path, monkeypatch):
+    """Out of GPU memory while the GPU is shared: the task starts over with the GPU alone (no other task in
+    progress), for the solutions not yet recorded, and its records say so."""
+    from kda_trace.dataset import load_dataset
+    from kda_trace.environment import capture
+    from kda_trace.runner import RunConfig, Runner, Task
+    from kda_trace.sandbox import SANDBOX_WRITABLE_ENV
+
+    logs = tmp_path / "calls"
+    logs.mkdir()
+    monkeypatch.setenv("CALL_LOG_DIR", str(logs))
+    monkeypatch.setenv(SANDBOX_WRITABLE_ENV, str(logs))
+    monkeypatch.setenv("OOM_FIRST_CALLS", "1")
+    ds = load_dataset(DS)
+    d = ds.definitions["toy_scan"]
+    w = ds.workloads_of("toy_scan")[0]
+    good, oom = f"{BAD}::good", f"{BAD}::out_of_memory_while_shared"
+    tasks = [Task(d, w, [good, oom], {good: "good", oom: "oom"})]
+    turns = tmp_path / "turns"
+    turns.mkdir()
+    config = RunConfig(dataset_root=Path(DS), out=tmp_path / "out", device="cpu", seed=1, timeout=120,
+                       devices=["cpu", "cpu"], gpu_turns_dir=str(turns))
+    got = {}
+    Runner(config, lambda definition, trace: got.setdefault(trace.solution, trace), capture("cpu", 1, DS)).run(tasks)
+    assert got["good"].evaluation.status == "PASSED" and not got["good"].evaluation.log.startswith("[evaluated again")
+    assert got["oom"].evaluation.status == "PASSED", got["oom"].evaluation.log
+    assert got["oom"].evaluation.log.startswith("[evaluated again with the GPU alone"), got["oom"].evaluation.log
