@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from kda_trace.gpu_turns import GpuTurns
 
 HERE = Path(__file__).parent
@@ -145,6 +147,7 @@ def test_workers_sharing_a_device_never_time_while_another_calls(tmp_path, monke
         assert not overlapping, (pid, t0, t1, overlapping)
 
 
+@pytest.mark.slow  # a run of two workers (10 s on 2 cores)
 def test_a_task_that_runs_out_of_memory_while_sharing_is_evaluated_again_alone(tmp_path, monkeypatch):
     """Out of GPU memory while the GPU is shared: the task starts over with the GPU alone (no other task in
     progress), for the solutions not yet recorded, and its records say so."""
