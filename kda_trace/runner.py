@@ -517,7 +517,7 @@ class WorkerContext:
         # processes' own sets, were more than an H200 machine's 128 GB (kda_fwd_h32_dk128_dv256's 3ad95b31).
         seed_b = secrets.randbits(SEED_BITS)
         refs, ref_times, kept = [], [], []
-        ref_timing, fresh = None, None
+        ref_timing, fresh, ref_timing_tried = None, None, False
         for label, seed in (("", cfg.seed), (" (second input set)", seed_b)):
             try:
                 inputs = self.with_room(lambda: inputs_of(seed))  # noqa: B023 - called at once
@@ -557,13 +557,14 @@ class WorkerContext:
             sharing = self.sharing()  # then its correctness calls ran beside other workers' work: not a timing
             if len(ref_times) == 1 and (sharing or not reference_timed_by_calls(ref_times, self.device)):
                 self.notify(None, "reference: timing")  # while input set A is whole
+                ref_timing_tried = True
                 with self.alone():
                     ref_timing = time_reference(reference, inputs, ref_times, self.device, calls=not sharing)
             # the solutions make their own input sets from the seeds: the judge keeps only what it reads
             kept.append(kept_of(inputs))
             inputs = None  # before the next set is made
             release_cached_memory(self.device)
-        if ref_timing is None:
+        if ref_timing is None and not ref_timing_tried:
             ref_timing = time_reference(reference, None, ref_times, self.device)
         inputs_a, inputs_b = kept
         del kept
@@ -580,7 +581,8 @@ class WorkerContext:
                 record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
                                                 on_host, seed_b, fresh)
                 if _out_of_gpu_memory(record) and self.sharing():
-                    raise GpuAloneNeeded(record.evaluation.log)  # before trying with fewer processes: alone
+                    self.hosts[spec].stop()  # what its process holds, given back before the task starts over
+                    raise GpuAloneNeeded(record.evaluation.log)
                 stopped = self.stop_other_hosts(spec) if _out_of_gpu_memory(record) else []
                 if stopped:
                     seed_b2, inputs_b2, ref_b2 = self.with_room(another_second_set)
@@ -597,6 +599,8 @@ class WorkerContext:
                 record = rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: evaluating the outputs failed: "
                                                     f"{_short_traceback(e)}")
             if _out_of_gpu_memory(record) and self.sharing() and not self.fatal:
+                if spec in self.hosts:
+                    self.hosts[spec].stop()
                 raise GpuAloneNeeded(record.evaluation.log)
             if _out_of_gpu_memory(record) and spec in self.hosts:
                 # what its process still holds (a cache that only grows) must not keep the next solutions' processes
@@ -903,12 +907,12 @@ def time_reference(reference, inputs, correctness_ms: List[float], device: str,
     REFERENCE_TIMING on `inputs` (once, for a call slower than the budget). A note says which."""
     from .timing import TimingConfig, TimingResult, measure
 
-    calls = f"{len(correctness_ms)} correctness call{'s' if len(correctness_ms) != 1 else ''}"
+    said = f"{len(correctness_ms)} correctness call{'s' if len(correctness_ms) != 1 else ''}"
     if not device.startswith("cuda"):
-        return TimingResult(list(correctness_ms), "cpu_wall", notes=[f"reference timing: its {calls}"])
+        return TimingResult(list(correctness_ms), "cpu_wall", notes=[f"reference timing: its {said}"])
     if calls and reference_timed_by_calls(correctness_ms, device, budget_s):
         return TimingResult(list(correctness_ms), "cuda_sync_wall", notes=[
-            f"reference timing: its {calls} (wall time between device synchronisations; the first took "
+            f"reference timing: its {said} (wall time between device synchronisations; the first took "
             f"more than the {budget_s:g} s timing budget)"])
     try:
         timing = measure(reference, inputs, device, TimingConfig(**{**REFERENCE_TIMING, "budget_s": budget_s}),
@@ -1219,6 +1223,10 @@ class Runner:
 
             # its solutions' processes first, and until they have exited: the worker's GPU turn ends with it, and a
             # process still running a kernel must not run beside another worker's timing
+            try:
+                os.kill(w.process.pid, signal.SIGSTOP)  # it starts no new process meanwhile
+            except ProcessLookupError:
+                pass
             below = [p for p in reaper.descendants(roots=[w.process.pid]) if p != w.process.pid]
             reaper.kill_trees(below)
             reaper.wait_exited(below)
