@@ -136,3 +136,24 @@ def test_work_behind_a_shorter_sleep_on_the_callers_stream_is_seen():
                 estimate_s=0.01)
     assert r.outside_stream_ms is not None, (work_ms, r.times_ms, r.wall_ms)
     assert statistics.median(r.times_ms) < 0.8 * work_ms  # what the events alone would have reported
+
+
+@pytest.mark.skipif(not platform.has_cuda(), reason="needs a CUDA device")
+def test_workers_sharing_one_gpu_time_as_one_worker_does(tmp_path):
+    """Three workers on one GPU (the default) give the same verdicts as one, and medians within the noise of one
+    worker's: their timing loops take the GPU one at a time (kda_trace/gpu_turns.py)."""
+    medians = {}
+    for workers in (1, 3):
+        out = tmp_path / str(workers)
+        argv = ["run", "--name", "kda_decode_h32_d128_k_last", "--name", "kda_prefill_h32_d128_k_last",
+                "--solution", "triton", "--size", "all", "--shard", "0/3", "--workers", str(workers),
+                "--workers-per-gpu", str(workers), "--out", str(out)]
+        assert main(argv) == 0
+        for path in (out / "traces" / "kda").glob("*.jsonl"):
+            for rec in map(json.loads, path.read_text().splitlines()):
+                assert rec["evaluation"]["status"] == "PASSED", rec["evaluation"]["log"]
+                medians.setdefault(rec["workload"]["uuid"], {})[workers] = rec["evaluation"]["performance"]["latency_ms"]
+        profile = json.loads((out / "profile.json").read_text())
+        assert profile["workers"] == workers
+    ratios = [m[3] / m[1] for m in medians.values() if len(m) == 2]
+    assert ratios and 0.85 < statistics.median(ratios) < 1.15, ratios
