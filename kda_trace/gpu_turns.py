@@ -3,9 +3,10 @@
 Most of an evaluation is not timed: making input sets, the reference, the solution's first call, moving outputs
 between processes, comparing them. On one GPU those steps of several workers can run at once; a timing loop cannot
 share the GPU with anything. A worker on a shared GPU therefore holds its turn in one of two ways: `share()` for
-untimed work (any number of workers at once) and `alone()` for a timing loop, the reference's timing and the copy
-bandwidth measurement (no other worker holds a turn of either kind, and the other workers' solution processes are
-stopped between their requests, solution_host.SolutionHost.request). A worker asking to be alone is let in as soon
+untimed work (any number of workers at once) and `alone()` for a timing loop, the reference's timing, the copy
+bandwidth measurement and a solution process's first call on a definition (compilation and autotuning): no other
+worker holds a turn of either kind, and the other workers' solution processes are stopped between their requests
+(solution_host.SolutionHost.request). A worker asking to be alone is let in as soon
 as the workers sharing reach their next step (`let_others_time`), and no new sharer gets in before it: timing never
 waits for more than one step of another worker.
 
@@ -15,7 +16,7 @@ other task begins before it ends.
 
 Each turn is two `flock` files, a gate and a turn: a sharer passes the gate and takes the turn shared, a worker alone
 holds the gate and takes the turn exclusively. The kernel drops a dead process's locks, so a worker killed by its
-timeout blocks nobody. The files live in the runner's own folder under /dev/shm, which no sandboxed solution
+timeout blocks nobody (the runner kills its solutions' processes first: runner.Runner._stop). The files live in the runner's own folder under /dev/shm, which no sandboxed solution
 process sees (its /dev/shm is private): a solution cannot take the lock and stall the other workers.
 """
 
