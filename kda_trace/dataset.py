@@ -275,9 +275,11 @@ def generator_problem(name: str, gen: Generator, shape: Optional[list[int]], wor
             if not shape or pad > shape[0]:
                 return "inputs", f"input {name!r}: pad_rows {pad} > the {shape[0] if shape else 0} rows of {shape}"
             count = count // shape[0] * (shape[0] - pad)
-        if count > axes.get(gen.pool_axis, 0):
+        first = gen.first_slot or 0
+        if count > axes.get(gen.pool_axis, 0) - first:
             return f"axes.{gen.pool_axis}", (f"input {name!r}: {count} distinct slots asked from a pool of "
-                                             f"{axes.get(gen.pool_axis)}")
+                                             f"{axes.get(gen.pool_axis)}"
+                                             + (f" whose first {first} slot(s) are reserved" if first else ""))
     return None
 
 

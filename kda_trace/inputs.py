@@ -78,10 +78,12 @@ def _slot_indices(spec: TensorSpec, gen: Generator, shape: list[int], axes: Dict
     per_row = 1
     for d in shape[1:]:
         per_row *= d
-    pad = gen.pad_rows or 0  # the last `pad` rows are PAD_SLOT_ID (-1); the others draw distinct slots
+    pad = gen.pad_rows or 0  # the last `pad` rows are PAD_SLOT_ID (-1, or pad_value); the others draw distinct slots
     count = per_row * (shape[0] - pad)
-    perm = torch.randperm(axes[gen.pool_axis], generator=rng, device=device)[:count]
-    padding = torch.full((per_row * pad,), -1, dtype=perm.dtype, device=device)
+    first = gen.first_slot or 0  # slots below first_slot are reserved (a null slot 0)
+    perm = torch.randperm(axes[gen.pool_axis] - first, generator=rng, device=device)[:count] + first
+    pad_value = -1 if gen.pad_value is None else gen.pad_value
+    padding = torch.full((per_row * pad,), pad_value, dtype=perm.dtype, device=device)
     return torch.cat([perm, padding]).reshape(shape).to(torch_dtype(spec.dtype))
 
 

@@ -99,6 +99,11 @@ class Generator(Model):
     pad_rows: Optional[int] = Field(default=None, ge=0)
     """slot_indices: the last pad_rows rows (first axis) are -1, PAD_SLOT_ID (padding entries of an
     engine's CUDA-graph batch); the other rows hold distinct slots."""
+    first_slot: Optional[int] = Field(default=None, ge=0)
+    """slot_indices: the distinct slots are drawn from [first_slot, pool) (default 0; 1 where slot 0 is a
+    reserved null slot that no request owns)."""
+    pad_value: Optional[int] = Field(default=None, le=0)
+    """slot_indices: the value of the padding rows (default -1, PAD_SLOT_ID; 0 pads with the null slot)."""
     total_axis: Optional[str] = None
     """cu_seqlens: the token axis that the sequence lengths must sum to."""
 
