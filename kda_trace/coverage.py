@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-STAGES = ["prefill", "prefill_chunk_states", "decode", "mtp", "spec_verify", "forward", "backward", "gate"]
+STAGES = ["prefill", "prefill_chunk_states", "decode", "fused_decode", "mtp", "spec_verify", "forward", "backward",
+          "gate"]
 
 # (model tag, tp, stage): the cells a real engine or training run uses.
 REQUIRED: List[Tuple[str, int, str]] = [

@@ -6,7 +6,8 @@ What is read (docs/KDA_FAMILIES.md, "Importing FlashInfer-Trace files", has the 
   `recurrent_kda_decode_*`, `packed_kda_decode_*` map onto our decode / mtp / prefill families; a decode or
   mtp call whose state pool is bfloat16 maps onto our `_bf16_state` definition of the same heads, head dim
   and gate, and is refused when the dataset has none;
-  `fused_kda_decode_*` and `packed_fused_kda_decode_*` (causal conv + KDA + gated RMSNorm) have no family;
+  `fused_kda_decode_*` and `packed_fused_kda_decode_*` (causal conv + KDA + gated RMSNorm) are not imported
+  (`fused_kda_decode` has a family, fused_decode, that this importer does not map onto yet);
 - workloads: every `*.jsonl` under DIR, one FlashInfer-Bench workload a line, either a workload trace
   `{"definition": NAME, "workload": {uuid, axes, inputs}}` (what flashinfer-bench's tracing writes) or a bare
   workload `{uuid, axes, inputs}` in `<definition name>.jsonl`; inputs `random`, `scalar` or `safetensors`
@@ -36,7 +37,8 @@ NO_FAMILY = {
     "packed_fused_kda_decode": "it fuses a width-4 causal convolution and a gated RMSNorm around the recurrence "
                                "(inputs x, weight, conv_state, output_gate, norm_weight); no kda-trace family has that interface",
     "fused_kda_decode": "it fuses a width-4 causal convolution and a gated RMSNorm around the recurrence "
-                        "(inputs x, weight, conv_state, output_gate, norm_weight); no kda-trace family has that interface",
+                        "(inputs x, weight, conv_state, output_gate, norm_weight); the fused_decode family has that "
+                        "interface, but this importer does not map onto it yet",
 }
 TEMPLATES = ("packed_fused_kda_decode", "packed_kda_decode", "fused_kda_decode", "recurrent_kda_decode", "recurrent_kda")
 # recurrent_kda arguments our families have no equivalent of: importing a call that used one would be wrong.

@@ -27,8 +27,10 @@ ATOL = 1e-6  # |difference| below which an element counts as equal (100x the flo
 
 
 def bf16_definitions():
-    """The bf16-pool definitions; the smallest of each family in the fast tier, the others slow."""
-    defs = sorted((d for d in dataset().select(op_type="kda") if "bf16_state" in d.tag_values.get("feature", [])),
+    """The bf16-pool definitions of decode and mtp (fused decode's are in test_ref_fused_decode.py); the smallest of
+    each family in the fast tier, the others slow."""
+    defs = sorted((d for d in dataset().select(op_type="kda") if "bf16_state" in d.tag_values.get("feature", [])
+                   and family_of(d) in ("decode", "mtp")),
                   key=lambda d: (d.const_axes["num_v_heads"], d.name))
     fast = {}
     for d in defs:
