@@ -155,17 +155,18 @@ def wait_exited(pids: Iterable[int], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     left = list(pids)
     while left and time.monotonic() < deadline:
-        left = [p for p in left if _running(p)]
+        left = [p for p in left if process_state(p) not in (None, "Z", "X")]
         if left:
             time.sleep(0.01)
 
 
-def _running(pid: int) -> bool:
+def process_state(pid: int) -> Optional[str]:
+    """The state letter of a process in /proc (R, S, T, Z, ...), or None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return None
 
 
 def _reap() -> None:

@@ -411,7 +411,7 @@ class WorkerContext:
 
     def between_steps(self) -> None:
         """A point where this worker has nothing on the GPU: a worker waiting to time goes first."""
-        if self.turns is not None and self.turns.held == "shared":
+        if self.sharing():
             self._take_turn(self.turns.let_others_time)
 
     def sharing(self) -> bool:
@@ -580,10 +580,8 @@ class WorkerContext:
                 self.between_steps()
                 record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
                                                 on_host, seed_b, fresh)
-                if _out_of_gpu_memory(record) and self.sharing():
-                    self.hosts[spec].stop()  # what its process holds, given back before the task starts over
-                    raise GpuAloneNeeded(record.evaluation.log)
-                stopped = self.stop_other_hosts(spec) if _out_of_gpu_memory(record) else []
+                # sharing the GPU, the task starts over alone instead (below)
+                stopped = self.stop_other_hosts(spec) if _out_of_gpu_memory(record) and not self.sharing() else []
                 if stopped:
                     seed_b2, inputs_b2, ref_b2 = self.with_room(another_second_set)
                     record = self.evaluate_solution(task, spec, inputs_a, inputs_b2, refs[0], ref_b2, ref_timing,
@@ -600,7 +598,7 @@ class WorkerContext:
                                                     f"{_short_traceback(e)}")
             if _out_of_gpu_memory(record) and self.sharing() and not self.fatal:
                 if spec in self.hosts:
-                    self.hosts[spec].stop()
+                    self.hosts[spec].stop()  # what its process holds, given back before the task starts over
                 raise GpuAloneNeeded(record.evaluation.log)
             if _out_of_gpu_memory(record) and spec in self.hosts:
                 # what its process still holds (a cache that only grows) must not keep the next solutions' processes

@@ -678,18 +678,13 @@ class SolutionHost:
         """SIGCONT for a process stopped by a signal (SIGSTOP from another process of the same user, or from one
         it forked itself): a stopped solution would otherwise hang the run until --timeout. In a sandbox the
         solution's process is a grandchild of the one started here: every process under that one is looked at."""
-        from .reaper import descendants
+        from .reaper import descendants, process_state
 
         if self.process is None or self.process.pid is None:
             return
         pids = [self.process.pid] + (descendants(self.process.pid) if sandbox_support() == SANDBOXED else [])
         for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state in ("T", "t"):
+            if process_state(pid) in ("T", "t"):
                 try:
                     os.kill(pid, signal.SIGCONT)
                 except OSError:
