@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,8 +50,9 @@ def subset_dataset(src: Path, dest: Path, max_workloads: int) -> None:
             shutil.copytree(src / extra, dest / extra)
 
 
-def table(profile: dict) -> str:
-    """The profile as a markdown table: a row per family, a column per category, seconds summed over workers."""
+def table(profile: dict, slowest: int = 5) -> str:
+    """The profile as a markdown table: a row per family, a column per category, seconds summed over workers; then
+    the `slowest` workloads with where their time went."""
     categories = profile["categories"]
     cells = defaultdict(lambda: defaultdict(float))
     for row in profile["phases"]:
@@ -75,11 +76,16 @@ def table(profile: dict) -> str:
                      + " | ".join(f"{row[c]:.1f}" for c in categories) + f" | {sum(row.values()):.1f} |")
     lines.append(f"| all | {sum(per_family.values())} | " + " | ".join(f"{totals[c]:.1f}" for c in categories)
                  + f" | {sum(totals.values()):.1f} |")
-    slow = sorted(profile["evaluations"], key=lambda e: -e["seconds"])[:5]
     lines.append("")
     lines.append(f"wall time {profile['wall_s']:.1f} s on {profile['device']} with {profile['workers']} worker(s); "
-                 "seconds summed over workers. Slowest workloads: "
-                 + ", ".join(f"{e['definition']}/{e['workload'][:8]} {e['seconds']:.1f} s" for e in slow))
+                 "seconds summed over workers.")
+    slow = sorted(profile["evaluations"], key=lambda e: -e["seconds"])[:slowest]
+    if slow:
+        lines += ["", f"The {len(slow)} slowest workloads (wall seconds from the task's start to its end; then each "
+                  "category's seconds in it):", ""]
+        for e in slow:
+            spent = ", ".join(f"{c} {s:.1f}" for c, s in (e.get("categories") or {}).items() if s >= 0.05)
+            lines.append(f"- {e['definition']}/{e['workload'][:8]} {e['seconds']:.1f} s: {spent}")
     return "\n".join(lines)
 
 
@@ -96,6 +102,8 @@ def main() -> int:
     p.add_argument("--json", default=None, help="also write the profile here")
     p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="stop the run after S seconds (SIGTERM: it writes what it has)")
+    p.add_argument("--slowest", type=int, default=5, metavar="N",
+                   help="list the N slowest workloads with where their time went (default 5)")
     p.add_argument("--python-profile", action="store_true",
                    help="cProfile the worker and solution processes; print their most expensive functions")
     args, extra = p.parse_known_args()
@@ -103,7 +111,7 @@ def main() -> int:
 
     if args.profile:
         profile = json.loads((Path(args.profile) / "profile.json").read_text())
-        print(table(profile))
+        print(table(profile, args.slowest))
         return 0
     work = Path(tempfile.mkdtemp(prefix="bench_runner_"))
     dataset = Path(args.dataset)
@@ -150,8 +158,8 @@ def main() -> int:
         return rc or 1
     profile = json.loads(profile_path.read_text())
     profile["command_wall_s"] = round(wall, 3)
-    print(table(profile))
-    print(f"the command took {wall:.1f} s (exit code {rc})")
+    print(table(profile, args.slowest))
+    print(f"the command took {wall:.1f} s (exit code {rc}); records: {record_statuses(out)}")
     if args.json:
         Path(args.json).write_text(json.dumps(profile, indent=1) + "\n")
     if not args.warm_cache:
@@ -159,6 +167,19 @@ def main() -> int:
     if args.python_profile:
         print_python_profile(pyprof)
     return rc
+
+
+def record_statuses(out: Path) -> str:
+    """How many of the run's records have each status, and the workloads of those that did not pass."""
+    statuses, failed = Counter(), []
+    for path in sorted((out / "traces").glob("*/*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            status = record["evaluation"]["status"]
+            statuses[status] += 1
+            if status not in ("PASSED", "UNSUPPORTED"):
+                failed.append(f"{record['definition']}/{record['workload']['uuid'][:8]} {status}")
+    return ", ".join(f"{n} {s}" for s, n in statuses.most_common()) + "".join(f"\n  {f}" for f in failed)
 
 
 def compiled_during_evaluations(cache: Path, phases: Path) -> str:

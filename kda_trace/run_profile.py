@@ -54,10 +54,12 @@ class RunProfile:
         self.seconds: Dict[Tuple[str, str, str], float] = defaultdict(float)
         self.evaluations: List[Dict[str, Any]] = []
         self._first_calls: set = set()
+        self._by_workload: Dict[Tuple[str, str], Dict[str, float]] = defaultdict(lambda: defaultdict(float))
 
     def charge(self, worker: str, definition: Optional[str], solution: Optional[str], phase: str,
-               seconds: float) -> None:
-        """`seconds` spent by `worker` in `phase` (for `solution`, or the judge's own work when None)."""
+               seconds: float, workload: Optional[str] = None) -> None:
+        """`seconds` spent by `worker` in `phase` (for `solution`, or the judge's own work when None), on
+        `workload` (a uuid) when given: `evaluated` then lists that workload's seconds per category."""
         if phase == "idle":
             return
         category = category_of(phase)
@@ -68,10 +70,14 @@ class RunProfile:
                 category = "first call"
         family = family_of(definition) if definition else "-"
         self.seconds[(family, category, solution or "-")] += max(0.0, seconds)
+        if definition and workload:
+            self._by_workload[(definition, workload)][category] += max(0.0, seconds)
 
     def evaluated(self, definition: str, uuid: str, seconds: float, estimate: float) -> None:
+        spent = self._by_workload.pop((definition, uuid), {})
         self.evaluations.append({"definition": definition, "workload": uuid, "seconds": round(seconds, 3),
-                                 "estimate": round(estimate, 3)})
+                                 "estimate": round(estimate, 3),
+                                 "categories": {c: round(spent[c], 3) for c in CATEGORIES if spent.get(c)}})
 
     def totals(self) -> Dict[str, float]:
         out: Dict[str, float] = defaultdict(float)

@@ -175,3 +175,53 @@ def test_a_task_that_runs_out_of_memory_while_sharing_is_evaluated_again_alone(t
     assert got["good"].evaluation.status == "PASSED" and not got["good"].evaluation.log.startswith("[evaluated again")
     assert got["oom"].evaluation.status == "PASSED", got["oom"].evaluation.log
     assert got["oom"].evaluation.log.startswith("[evaluated again with the GPU alone"), got["oom"].evaluation.log
+
+
+def test_a_free_worker_takes_the_large_task_it_has_room_for_else_a_small_one():
+    from kda_trace.runner import pick_task
+
+    gb = 10 ** 9
+    assert pick_task([60 * gb, 2 * gb], [], 100 * gb) == 0           # nothing in flight: the largest first
+    assert pick_task([150 * gb, 2 * gb], [], 100 * gb) == 0          # ...even one that takes the GPU alone
+    assert pick_task([30 * gb, 2 * gb], [60 * gb], 100 * gb) == 0    # it fits beside the task in flight
+    assert pick_task([60 * gb, 2 * gb], [60 * gb], 100 * gb) == -1   # it does not: the smallest, which does
+    assert pick_task([60 * gb, 45 * gb], [50 * gb], 100 * gb) is None  # the smallest fits now but not beside it
+    assert pick_task([150 * gb, 1 * gb], [1 * gb], 100 * gb) is None  # a task alone waits for the others to end
+    assert pick_task([5 * gb], [150 * gb], 100 * gb) is None         # nothing begins beside a task alone
+    assert pick_task([], [], 100 * gb) is None
+
+
+def test_the_main_jobs_large_workloads_run_one_after_another_beside_the_small_ones():
+    """The default run's tasks on an H200 shared by three workers, dispatched by pick_task with each task lasting as
+    long as its memory need: no two tasks in flight ever need more than the budget together, and the workers are
+    busy: the wall time is within 15% of the larger of the large tasks' chain and a third of all the work (taken in
+    queue order, with every task over 1/72 of the GPU's memory alone as before, it was 1.73x that)."""
+    from collections import deque
+
+    from kda_trace.dataset import load_dataset
+    from kda_trace.runner import SHARED_MEMORY_FRACTION, Task, pick_task, select_workloads, task_need
+
+    ds = load_dataset()
+    tasks = [Task(d, w, ["triton"], {"triton": "triton"}) for d in ds.definitions.values()
+             for w in select_workloads(ds.workloads_of(d.name), "all")]
+    needs = sorted((task_need(t) for t in tasks), reverse=True)
+    budget = SHARED_MEMORY_FRACTION * 150e9
+    cost = {n: 1.0 + n / 5e9 for n in needs}  # seconds: a fixed part and one that grows with the size
+    queue, clock, running, peak = deque(needs), 0.0, [], 0.0  # running: (end time, need)
+    while queue or running:
+        for _ in range(3 - len(running)):
+            if not queue:
+                break
+            i = pick_task([queue[0], queue[-1]], [n for _, n in running], budget)
+            if i is None:
+                break
+            need = queue.popleft() if i == 0 else queue.pop()
+            running.append((clock + cost[need], need))
+        if len(running) > 1:
+            peak = max(peak, sum(n for _, n in running))
+        clock = min(end for end, _ in running)
+        running = [(end, n) for end, n in running if end > clock]
+    alone = [n for n in needs if n > budget]
+    assert peak <= budget
+    assert clock <= 1.15 * max(sum(cost[n] for n in needs) / 3, sum(cost[n] for n in needs if n > budget / 2))
+    assert alone and len(alone) < len(needs) / 50

@@ -85,6 +85,9 @@ def test_a_run_writes_its_profile_and_names_a_slow_workload(tmp_path, monkeypatc
     assert {"start-up", "inputs", "reference", "first call", "calls", "judge"} <= spent
     assert all(row["family"] in ("-", "toy_scan") for row in profile["phases"])
     assert len(profile["evaluations"]) >= 1 and all(e["seconds"] > 0 for e in profile["evaluations"])
+    for e in profile["evaluations"]:  # each evaluation's own seconds per category, within its wall time
+        assert {"reference", "calls"} <= set(e["categories"]) <= set(run_profile.CATEGORIES)
+        assert sum(e["categories"].values()) <= e["seconds"] * 1.05 + 0.05
     assert sum(row["seconds"] for row in profile["phases"]) <= profile["wall_s"] * 1.05
 
 
