@@ -139,8 +139,14 @@ def pick_task(needs: Sequence[int], in_flight: Sequence[int], budget: float) -> 
 
 
 class GpuAloneNeeded(Exception):
-    """A task ran out of GPU memory while its worker shared the GPU: the worker evaluates it again from the start,
-    alone (worker_main), for the solutions not yet recorded."""
+    """A task ran out of GPU memory, or a solution was found REWARD_HACK, while its worker shared the GPU: the worker
+    evaluates it again from the start, alone (worker_main), for the solutions not yet recorded. A verdict of
+    cheating is only given with the GPU alone: on a shared GPU the other workers' processes could have disturbed
+    the checks of the timing."""
+
+    def __init__(self, what: str, detail: str):
+        super().__init__(f"{what}: {detail}")
+        self.what, self.detail = what, detail
 
 
 @dataclass
@@ -616,10 +622,12 @@ class WorkerContext:
                 self.fatal = _is_fatal_cuda_error(e)
                 record = rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: evaluating the outputs failed: "
                                                     f"{_short_traceback(e)}")
-            if _out_of_gpu_memory(record) and self.sharing() and not self.fatal:
+            cheated = record.evaluation.status == S.REWARD_HACK
+            if (_out_of_gpu_memory(record) or cheated) and self.sharing() and not self.fatal:
                 if spec in self.hosts:
                     self.hosts[spec].stop()  # what its process holds, given back before the task starts over
-                raise GpuAloneNeeded(record.evaluation.log)
+                raise GpuAloneNeeded("was found REWARD_HACK" if cheated else "ran out of GPU memory",
+                                     record.evaluation.log)
             if _out_of_gpu_memory(record) and spec in self.hosts:
                 # what its process still holds (a cache that only grows) must not keep the next solutions' processes
                 # from starting: tests/runner/cheats.py's content_cache held 75 GiB of an H100 after failing
@@ -642,7 +650,7 @@ class WorkerContext:
                 raise
         # out of the `except`: the exception's frames held the failed attempt's memory
         if sharing:
-            raise GpuAloneNeeded("out of GPU memory in the judge's own work while sharing the GPU")
+            raise GpuAloneNeeded("ran out of GPU memory", "in the judge's own work")
         self.stop_other_hosts(spec)
         return make()
 
@@ -1174,8 +1182,8 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
             except GpuAloneNeeded as e:  # the solutions still to record, from the start, with the GPU alone
                 again = Task(task.definition, task.workload, [s for s in task.solutions
                                                               if task.names[s] not in recorded], task.names)
-                note = (f"[evaluated again with the GPU alone: the first attempt ran out of GPU memory while "
-                        f"sharing it with other workers ({str(e)[:200]})] ")
+                note = (f"[evaluated again with the GPU alone: the first attempt {e.what} while sharing it with other "
+                        f"workers ({e.detail[:200]})] ")
             if not ctx.fatal:
                 release_cached_memory(ctx.device)  # this workload's input sets and references
             ctx.end_task()

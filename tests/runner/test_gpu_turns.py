@@ -148,9 +148,9 @@ def test_workers_sharing_a_device_never_time_while_another_calls(tmp_path, monke
 
 
 @pytest.mark.slow  # a run of two workers (10 s on 2 cores)
-def test_a_task_that_runs_out_of_memory_while_sharing_is_evaluated_again_alone(tmp_path, monkeypatch):
-    """Out of GPU memory while the GPU is shared: the task starts over with the GPU alone (no other task in
-    progress), for the solutions not yet recorded, and its records say so."""
+def test_a_task_that_runs_out_of_memory_or_is_caught_while_sharing_is_evaluated_again_alone(tmp_path, monkeypatch):
+    """Out of GPU memory, or REWARD_HACK, while the GPU is shared: the task starts over with the GPU alone (no other
+    task in progress), for the solutions not yet recorded, and its records say so. A cheat is caught again alone."""
     from kda_trace.dataset import load_dataset
     from kda_trace.environment import capture
     from kda_trace.runner import RunConfig, Runner, Task
@@ -164,8 +164,8 @@ def test_a_task_that_runs_out_of_memory_while_sharing_is_evaluated_again_alone(t
     ds = load_dataset(DS)
     d = ds.definitions["toy_scan"]
     w = ds.workloads_of("toy_scan")[0]
-    good, oom = f"{BAD}::good", f"{BAD}::out_of_memory_while_shared"
-    tasks = [Task(d, w, [good, oom], {good: "good", oom: "oom"})]
+    good, oom, cheat = f"{BAD}::good", f"{BAD}::out_of_memory_while_shared", f"{BAD}::patches_timer"
+    tasks = [Task(d, w, [good, oom], {good: "good", oom: "oom"}), Task(d, w, [cheat], {cheat: "cheat"})]
     turns = tmp_path / "turns"
     turns.mkdir()
     config = RunConfig(dataset_root=Path(DS), out=tmp_path / "out", device="cpu", seed=1, timeout=120,
@@ -174,7 +174,11 @@ def test_a_task_that_runs_out_of_memory_while_sharing_is_evaluated_again_alone(t
     Runner(config, lambda definition, trace: got.setdefault(trace.solution, trace), capture("cpu", 1, DS)).run(tasks)
     assert got["good"].evaluation.status == "PASSED" and not got["good"].evaluation.log.startswith("[evaluated again")
     assert got["oom"].evaluation.status == "PASSED", got["oom"].evaluation.log
-    assert got["oom"].evaluation.log.startswith("[evaluated again with the GPU alone"), got["oom"].evaluation.log
+    assert got["oom"].evaluation.log.startswith("[evaluated again with the GPU alone: the first attempt ran out of "
+                                                "GPU memory"), got["oom"].evaluation.log
+    assert got["cheat"].evaluation.status == "REWARD_HACK", got["cheat"].evaluation.log
+    assert got["cheat"].evaluation.log.startswith("[evaluated again with the GPU alone: the first attempt was found "
+                                                  "REWARD_HACK"), got["cheat"].evaluation.log
 
 
 def test_a_free_worker_takes_the_large_task_it_has_room_for_else_a_small_one():
