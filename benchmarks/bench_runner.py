@@ -170,15 +170,17 @@ def main() -> int:
 
 
 def record_statuses(out: Path) -> str:
-    """How many of the run's records have each status, and the workloads of those that did not pass."""
+    """How many of the run's records have each status, and the workloads of those that did not pass or were
+    evaluated twice."""
     statuses, failed = Counter(), []
     for path in sorted((out / "traces").glob("*/*.jsonl")):
         for line in path.read_text().splitlines():
             record = json.loads(line)
             status = record["evaluation"]["status"]
             statuses[status] += 1
-            if status not in ("PASSED", "UNSUPPORTED"):
-                failed.append(f"{record['definition']}/{record['workload']['uuid'][:8]} {status}")
+            log = record["evaluation"].get("log") or ""
+            if status not in ("PASSED", "UNSUPPORTED") or log.startswith("[evaluated"):
+                failed.append(f"{record['definition']}/{record['workload']['uuid'][:8]} {status} {log[:300]}")
     return ", ".join(f"{n} {s}" for s, n in statuses.most_common()) + "".join(f"\n  {f}" for f in failed)
 
 
