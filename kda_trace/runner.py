@@ -691,6 +691,8 @@ class WorkerContext:
         # workers' work would pick its settings on disturbed timings
         first_here = not host.alive() or d.name not in host.definitions_called
         try:
+            if not host.alive():
+                host.start()  # imports and a CUDA context (H200: about 10 s): no autotuning, so beside others' work
             with self.alone() if first_here else contextlib.nullcontext():
                 reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
                                      name=task.names[spec], seed=self.config.seed, seed_b=seed_b, on_host=on_host,
