@@ -94,7 +94,8 @@ TOL_SUM_SAFE = {**TOL_DG, "min_matched_ratio": None}
 # tokens) to 4.9e-3 (8 tokens); a skipped gate or a lost update 0.4 to 5. The per-row and whole-pool bounds are
 # 1e-3: 2.5x the worst row of delta = 1e-5, a third of the mildest wrong convention (the whole-pool figures are
 # diluted by untouched slots; the per-row ones are not). tests/test_dataset_kda.py repeats these measurements.
-# Not yet calibrated on a GPU.
+# On an H200 (torch 2.11, triton 3.6, fla-core 0.6.0) our Triton kernels and fla's fused_recurrent_kda pass all 54
+# bf16-pool decode and MTP workloads, the worst whole-output RMS-relative error 9.7e-5 (fla's), so the bounds stand.
 TOL_STATE_BF16 = {"atol": 1e-5, "rtol": 2.0 ** -7, "min_matched_ratio": 0.99999, "max_rms_rel_error": 1e-3,
                   "min_cosine": 0.99999, "max_row_rel_error": 1e-3}
 
