@@ -160,6 +160,15 @@ def main() -> int:
     profile["command_wall_s"] = round(wall, 3)
     print(table(profile, args.slowest))
     print(f"the command took {wall:.1f} s (exit code {rc}); records: {record_statuses(out)}")
+    from kda_trace.run_profile import eta_accuracy
+
+    accuracy = eta_accuracy(profile) if rc == 0 else None
+    if accuracy is not None:
+        low, high, n = accuracy
+        print(f"the ETA from the first minute until 30 s before the end: {low:.2f}x to {high:.2f}x the real "
+              f"remaining time ({n} samples, one per evaluation)")
+    elif rc != 0:
+        print("the run did not finish: the ETA cannot be checked against the real remaining time")
     if args.json:
         Path(args.json).write_text(json.dumps(profile, indent=1) + "\n")
     if not args.warm_cache:

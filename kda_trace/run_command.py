@@ -357,6 +357,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
             elif kind == "end":
                 eta.finish(key, guess, info["seconds"])
                 profile.evaluated(task.definition.name, task.workload.uuid, info["seconds"], guess)
+                profile.eta_sample(time.monotonic() - started, eta.remaining())
             elif kind == "slow":
                 who = f" ({info['solution']})" if info.get("solution") else ""
                 progress.console.print(f"still evaluating {task.definition.name} / {task.workload.uuid} after "

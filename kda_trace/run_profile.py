@@ -55,6 +55,8 @@ class RunProfile:
         self.evaluations: List[Dict[str, Any]] = []
         self._first_calls: set = set()
         self._by_workload: Dict[Tuple[str, str], Dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.eta_samples: List[Tuple[float, float]] = []
+        """(seconds since the run began, the ETA's remaining seconds then), at every evaluation's end."""
 
     def charge(self, worker: str, definition: Optional[str], solution: Optional[str], phase: str,
                seconds: float, workload: Optional[str] = None) -> None:
@@ -79,6 +81,9 @@ class RunProfile:
                                  "estimate": round(estimate, 3),
                                  "categories": {c: round(spent[c], 3) for c in CATEGORIES if spent.get(c)}})
 
+    def eta_sample(self, elapsed_s: float, remaining_s: float) -> None:
+        self.eta_samples.append((round(elapsed_s, 2), round(remaining_s, 2)))
+
     def totals(self) -> Dict[str, float]:
         out: Dict[str, float] = defaultdict(float)
         for (_, category, _), s in self.seconds.items():
@@ -96,11 +101,22 @@ class RunProfile:
         rows = [{"family": f, "category": c, "solution": s, "seconds": round(v, 3)}
                 for (f, c, s), v in sorted(self.seconds.items())]
         return {"wall_s": round(wall_s, 3), "workers": workers, "device": device, "categories": list(CATEGORIES),
-                "phases": rows, "evaluations": self.evaluations}
+                "phases": rows, "evaluations": self.evaluations, "eta": self.eta_samples}
 
     def write(self, path: Path, wall_s: float, workers: int, device: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_json(wall_s, workers, device), indent=1) + "\n")
+
+
+def eta_accuracy(profile: Dict[str, Any], from_s: float = 60.0, until_left_s: float = 30.0) -> Optional[Tuple[float, float, int]]:
+    """For a run that finished: (lowest, highest) ratio of the ETA's remaining time to the real remaining time
+    (the wall time at the end minus the sample's time), over the samples from `from_s` seconds into the run until
+    `until_left_s` before its end, and their count; None without such samples."""
+    wall = profile["wall_s"]
+    ratios = [eta / (wall - t) for t, eta in profile.get("eta") or [] if t >= from_s and wall - t >= until_left_s]
+    if not ratios:
+        return None
+    return min(ratios), max(ratios), len(ratios)
 
 
 def _fmt(seconds: float) -> str:

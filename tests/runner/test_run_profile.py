@@ -103,3 +103,13 @@ def test_two_devices_given_the_largest_first_finish_within_15_percent_of_each_ot
     assert max(spread) <= max(as_listed)
     assert sorted(spread_by_cost(["a", "b", "c"], [1.0, 3.0, 1.0])) == ["a", "b", "c"]
     assert spread_by_cost(["a", "b", "c"], [1.0, 3.0, 1.0]) == ["b", "a", "c"]  # ties in the dataset's order
+
+
+def test_the_eta_is_checked_against_the_real_remaining_time():
+    from kda_trace.run_profile import eta_accuracy
+
+    # a run of 300 s: right at 60 s, twice too long at 120 s, ignored before the first minute and in the last 30 s
+    profile = {"wall_s": 300.0, "eta": [[10.0, 900.0], [60.0, 240.0], [120.0, 360.0], [280.0, 100.0]]}
+    low, high, n = eta_accuracy(profile)
+    assert (low, high, n) == (1.0, 2.0, 2)
+    assert eta_accuracy({"wall_s": 50.0, "eta": [[10.0, 40.0]]}) is None
