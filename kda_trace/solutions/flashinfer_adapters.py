@@ -1,6 +1,7 @@
 """The `flashinfer` solution: the KDA families whose interface a FlashInfer entry point serves, mapped onto
-`flashinfer.recurrent_kda` (flashinfer-python 0.7.2.post1; docs/flashinfer_kda.md has what was read in
-the wheel and what runs where).
+`flashinfer.recurrent_kda` (read in flashinfer-python 0.7.2.post1, the version `kda-trace[flashinfer]` pins, and
+again in 0.7.4) and `flashinfer.fused_kda_decode` (0.7.4); docs/flashinfer_kda.md has what was read in the wheels
+and what runs where.
 
 Every family mapped here reads raw q/k (`qk_norm:l2` -> use_qk_l2norm_in_kernel=True), the raw gate with
 A_log / dt_bias (`gate:unbounded` -> use_gate_in_kernel=True, lower_bound=None; `gate:safe` -> the same
@@ -14,18 +15,23 @@ value head, so only definitions without GVA (num_v_heads == num_heads) are serve
 | decode (pool) | A bfloat16 pool (FlashInfer's state dtype, the `_bf16_state` definitions) is passed as it is, in place: `recurrent_kda` on [1, B, ...] with `cu_seqlens` = [0, 1, ..., B] (one token per sequence) and `ssm_state_indices` [B] int32, the form whose kernel reads and writes each slot itself (without `cu_seqlens` the wrapper gathers the slots into a copy and copies it back); -1 rows are padding (FlashInfer skips them and writes o = 0). A float32 pool is gathered into a bfloat16 copy of the batch's slots (FlashInfer's decode kernel keeps states in bfloat16), run in place, and written back to those slots as float32 |
 | mtp (pool) | speculative decode, `num_spec_tokens = num_tokens - 1`. A bfloat16 pool in place: tokens packed [1, B * T, ...] with `cu_seqlens` [0, T, 2T, ...] and `ssm_state_indices` [B, T] naming request n's slot at every position: FlashInfer reads slot [n, 0] once, keeps the state in float32 registers and writes it after every token into slot [n, t], the last write (after token T - 1) being the state the slot keeps; padding rows (-1) are skipped. A float32 pool: a scratch pool of B * T bfloat16 slots and `ssm_state_indices` [B, T]: slot [n, 0] holds request n's state before its first token, and FlashInfer writes the state after token t into slot [n, t]; the last one goes back to the pool. num_tokens = 1 is the decode call |
 | prefill (packed) | `recurrent_kda` on [1, T, ...] with `cu_seqlens` and `output_final_state=True`; the initial states are cloned first (FlashInfer updates `initial_state` in place, and the runner forbids changed inputs). FlashInfer ships prefill kernels for compute capability 10.0, 10.3 and 12.0 only: elsewhere this family is unsupported |
+| fused_decode (pool) | `fused_kda_decode(x, conv_weight, conv_state, g_raw[None], b[None], A_log, dt_bias [H * D], state_indices, state_pool, output_gate, norm_weight, lower_bound, norm_eps)`: both pools passed as they are and updated in place by the kernel, float32 or bfloat16 state pool alike (the kernel takes either), the conv pool in its DS layout ([pool, qkv_dim, 3] contiguous: strides [slot, 3, 1]), int32 slots with -1 and 0 (the null slot) as padding rows (FlashInfer's "non-positive indices select the null path": zero output, nothing written); o is its output [1, B, H, D] viewed [B, H, D]. No conversion of any input. Served from flashinfer-python 0.7.4 (0.7.2.post1's kernel takes the SD conv layout only and 6 head counts); head dim 128, H in 8, 12, 16, 24, 32, 48, 64, 96, a negative lower bound; the query scale is FlashInfer's fixed 128^-0.5, so a call with another `scale` raises |
 
 The decode and mtp calls take `backend="cute-dsl"` (the backend FlashInfer documents for decode on any
 architecture its CuTe DSL supports), the prefill call `backend="auto"`; the environment variable
-KDA_TRACE_FLASHINFER_BACKEND overrides both (the GPU probe tries each). Every conversion above (gather,
-bfloat16 casts, clones, write-back) is inside the timed call; the bfloat16 pools have none (the int32 slots,
-cu_seqlens and the [B, T] slot rows are built per call: a few hundred bytes).
+KDA_TRACE_FLASHINFER_BACKEND overrides these three (the GPU probe tries each). The fused decode call always takes
+`backend="cute-dsl"`: fused_kda_decode's Cake routes read the SD conv layout only (run_fused_kda_decode selects
+one only when the conv pool is not DS). Every conversion above (gather, bfloat16 casts, clones, write-back) is
+inside the timed call; the bfloat16 pools and the fused decode have none (the int32 slots, cu_seqlens and the
+[B, T] slot rows are built per call: a few hundred bytes).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
+import re
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -36,6 +42,8 @@ FAMILY_INPUTS = {
     "decode": {"q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "state_pool", "state_indices", "scale"},
     "mtp": {"q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "state_pool", "state_indices", "scale"},
     "prefill": {"q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "initial_state", "cu_seqlens", "scale"},
+    "fused_decode": {"x", "conv_weight", "conv_state", "g_raw", "A_log", "dt_bias", "b", "state_pool", "state_indices",
+                     "output_gate", "norm_weight", "scale"},
 }
 NO_ENTRY_POINT = {
     "forward": "FlashInfer has no dense [B, T] KDA forward with a precomputed gate and a [K, V] state",
@@ -44,11 +52,40 @@ NO_ENTRY_POINT = {
 }
 PREFILL_CAPABILITIES = {(10, 0), (10, 3), (12, 0)}
 BACKEND_ENV = "KDA_TRACE_FLASHINFER_BACKEND"
+# fused_kda_decode's limits (flashinfer/kda_kernels/fused_kda_decode.py of 0.7.4: _SUPPORTED_HEADS, _HEAD_DIM,
+# _Q_SCALE, run_fused_kda_decode's checks); 0.7.2.post1 takes 6 head counts and only the SD conv layout.
+FUSED_MIN_VERSION = (0, 7, 4)
+FUSED_HEADS = (8, 12, 16, 24, 32, 48, 64, 96)
+FUSED_HEAD_DIM = 128
+FUSED_SCALE = FUSED_HEAD_DIM ** -0.5
+NORM_EPS_LINE = re.compile(r"^NORM_EPS = (\S+)$", re.M)  # the fused_decode reference's constant
 
 
 def flashinfer_available() -> bool:
     """Whether flashinfer-python can be found here (not imported: importing it is slow)."""
     return importlib.util.find_spec("flashinfer") is not None
+
+
+def flashinfer_version() -> Optional[str]:
+    """The installed flashinfer-python's version (from its metadata, without importing it), or None."""
+    try:
+        return importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple:
+    """(0, 7, 2) for "0.7.2.post1": the release numbers a version starts with."""
+    return tuple(int(n) for n in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def norm_eps(d: Definition) -> Optional[float]:
+    """The RMSNorm eps of a fused_decode definition: its reference's NORM_EPS constant (None when absent)."""
+    m = NORM_EPS_LINE.search(d.reference or "")
+    try:
+        return float(m.group(1)) if m else None
+    except ValueError:
+        return None
 
 
 def options(d: Definition) -> Dict[str, Any]:
@@ -62,10 +99,11 @@ def options(d: Definition) -> Dict[str, Any]:
     }
 
 
-def unsupported_reason(d: Definition, capability: Optional[tuple]) -> Optional[str]:
+def unsupported_reason(d: Definition, capability: Optional[tuple], version: Optional[str] = None) -> Optional[str]:
     """Why FlashInfer cannot run `d` (None when it can), from the tags, shapes and dtypes alone.
 
-    `capability` is the CUDA device's (major, minor), or None without CUDA."""
+    `capability` is the CUDA device's (major, minor), or None without CUDA; `version` the installed
+    flashinfer-python's (None: not checked)."""
     if d.op_type != "kda":
         return f"op_type {d.op_type!r} is not kda"
     stage = d.tag("stage")
@@ -77,9 +115,15 @@ def unsupported_reason(d: Definition, capability: Optional[tuple]) -> Optional[s
     if missing:
         return f"inputs {sorted(missing)} of the {stage} family are missing"
     wanted = {"qk_norm": ("l2",), "gate": ("unbounded", "safe"), "beta": ("logits",), "state_layout": ("vk",)}
+    api = "fused_kda_decode" if stage == "fused_decode" else "recurrent_kda"
     for key, allowed in wanted.items():
         if d.tag(key) not in allowed:
-            return f"tag {key}:{d.tag(key)} has no recurrent_kda equivalent (it takes {key}:{'|'.join(allowed)})"
+            return f"tag {key}:{d.tag(key)} has no {api} equivalent (it takes {key}:{'|'.join(allowed)})"
+    if stage == "fused_decode":
+        reason = _fused_reason(d, version)
+        if reason is not None:
+            return reason
+        return None if capability is not None else "FlashInfer's KDA kernels need a CUDA device"
     axes = d.const_axes
     h, hv, dk, dv = (axes.get(a) for a in ("num_heads", "num_v_heads", "head_dim_k", "head_dim_v"))
     if dk != dv or dk not in (64, 128):
@@ -102,6 +146,36 @@ def unsupported_reason(d: Definition, capability: Optional[tuple]) -> Optional[s
     return None
 
 
+def _fused_reason(d: Definition, version: Optional[str]) -> Optional[str]:
+    """Why fused_kda_decode cannot run the fused_decode definition `d` (None when it can)."""
+    if version is not None and _release(version) < FUSED_MIN_VERSION:
+        return (f"flashinfer-python {version}'s fused_kda_decode takes the conv pool in the SD layout only (strides "
+                f"[slot, 1, qkv_dim]), this family's is DS ([pool, qkv_dim, 3] contiguous), which it takes from 0.7.4")
+    axes = d.const_axes
+    h, hv, dk, dv = (axes.get(a) for a in ("num_heads", "num_v_heads", "head_dim_k", "head_dim_v"))
+    if dk != FUSED_HEAD_DIM or dv != FUSED_HEAD_DIM:
+        return f"fused_kda_decode has one head dim, {FUSED_HEAD_DIM}; the definition has {dk} and {dv}"
+    if h not in FUSED_HEADS:
+        return f"fused_kda_decode takes {', '.join(map(str, FUSED_HEADS))} heads, not {h}"
+    if hv != h:
+        return f"fused_kda_decode has no GVA ({h} q/k heads, {hv} value heads)"
+    if axes.get("conv_width") != 4 or axes.get("conv_history") != 3:
+        return f"fused_kda_decode's convolution has width 4 (history 3), the definition's {axes.get('conv_width')}"
+    bound = options(d)["lower_bound"]
+    if bound is not None and bound >= 0:
+        return f"fused_kda_decode takes a negative lower_bound, the definition's is {bound:g}"
+    if norm_eps(d) is None:
+        return "the definition's reference has no NORM_EPS constant (fused_kda_decode's norm_eps)"
+    wanted = {"x": ("bfloat16",), "conv_state": ("bfloat16",), "g_raw": ("bfloat16",), "b": ("bfloat16",),
+              "output_gate": ("bfloat16",), "conv_weight": ("float32",), "A_log": ("float32",),
+              "dt_bias": ("float32",), "norm_weight": ("float32",), "state_pool": ("float32", "bfloat16"),
+              "state_indices": ("int32", "int64")}
+    for name, dtypes in wanted.items():
+        if d.inputs[name].dtype not in dtypes:
+            return f"fused_kda_decode takes {' or '.join(dtypes)} {name}, the definition has {d.inputs[name].dtype}"
+    return None
+
+
 class FlashInferSolution:
     """Adapters from the decode, mtp and prefill families onto flashinfer.recurrent_kda (module docstring)."""
 
@@ -118,12 +192,15 @@ class FlashInferSolution:
     def supports(self, definition: Definition) -> str | None:
         if not flashinfer_available():
             return "flashinfer-python is not installed (pip install 'kda-trace[flashinfer]')"
-        return unsupported_reason(definition, self._capability())
+        return unsupported_reason(definition, self._capability(), flashinfer_version())
 
     def build(self, definition: Definition, device: str) -> Callable[..., Any]:
         import flashinfer
 
         stage = definition.tag("stage")
+        if stage == "fused_decode":
+            opts = {"lower_bound": options(definition)["lower_bound"], "norm_eps": norm_eps(definition)}
+            return lambda **inputs: fused_decode(flashinfer, inputs, opts, "cute-dsl")
         opts = options(definition)
         default = "auto" if stage == "prefill" else "cute-dsl"
         backend = os.environ.get(BACKEND_ENV, default)
@@ -198,3 +275,18 @@ def prefill(fi, inputs: Dict[str, Any], opts: Dict[str, Any], backend: str):
     if final is None:  # some backends update initial_state and return it only through the argument
         final = init
     return o[0], final.float()
+
+
+def fused_decode(fi, inputs: Dict[str, Any], opts: Dict[str, Any], backend: str):
+    """Conv + KDA step + gated RMSNorm in one fused_kda_decode call; returns (o [B, H, D], the conv pool, the state
+    pool), both pools updated in place by FlashInfer."""
+    scale = float(inputs["scale"])
+    if abs(scale - FUSED_SCALE) > 1e-6 * FUSED_SCALE:  # a float32 scalar of 128 ** -0.5 is within 3e-8
+        raise ValueError(f"fused_kda_decode fixes the query scale at {FUSED_HEAD_DIM} ** -0.5 (_Q_SCALE in "
+                         f"flashinfer/kda_kernels/fused_kda_decode.py); this call's scale is {scale!r}")
+    conv_state, pool = inputs["conv_state"], inputs["state_pool"]
+    out = fi.fused_kda_decode(inputs["x"], inputs["conv_weight"], conv_state, inputs["g_raw"][None],
+                              inputs["b"][None], inputs["A_log"], inputs["dt_bias"].reshape(-1),
+                              _int32(inputs["state_indices"]), pool, inputs["output_gate"], inputs["norm_weight"],
+                              lower_bound=opts["lower_bound"], norm_eps=opts["norm_eps"], backend=backend)
+    return out[0], conv_state, pool

@@ -1,4 +1,5 @@
-"""The flashinfer adapters' mapping of each family onto `flashinfer.recurrent_kda`, checked on the CPU.
+"""The flashinfer adapters' mapping of each family onto `flashinfer.recurrent_kda` and
+`flashinfer.fused_kda_decode`, checked on the CPU.
 
 FlashInfer's KDA kernels need a CUDA device, so here `flashinfer` is a STAND-IN module written for this
 test: its `recurrent_kda` records every call's arguments, checks them against the contract FlashInfer
@@ -6,7 +7,13 @@ test: its `recurrent_kda` records every call's arguments, checks them against th
 states [N, HV, V, K], int32 ssm_state_indices, speculative-decode checkpoint slots [N, 1+S], packed
 cu_seqlens) and computes that contract with a plain float32 recurrence. What is checked is the adapter
 (argument building, layouts, gates, beta logits, pools and indices), against our references and their
-tolerances; FlashInfer's own kernels are checked by the gpu-marked tests in tests/references.
+tolerances; FlashInfer's own kernels are checked by the gpu-marked tests in tests/references and, for the fused
+decode, by `test_fused_decode_on_flashinfer` here (gpu tier: not run where these CPU tests were written).
+
+The stand-in `fused_kda_decode` checks the arguments against what run_fused_kda_decode of flashinfer-python 0.7.4
+(flashinfer/kda_kernels/fused_kda_decode.py) accepts (dtypes, shapes, the SD or DS conv-pool strides, compact
+state slots, int32 slots, equal slot counts, a negative lower_bound) and computes the op with the definition's own
+reference, writing both pools in place as the kernel does; it checks the adapter's glue, not FlashInfer's math.
 """
 
 import types
@@ -179,30 +186,33 @@ def test_decode_bfloat16_pool_is_passed_with_its_indices(ds, stand_in):
 
 
 class _NoPoolCopies(torch.overrides.TorchFunctionMode):
-    """Fails any torch call of the adapter's on the watched pool other than a view of it (a gather, a cast, a clone,
-    a write...); what the stand-in FlashInfer does inside `watch(module)`'s recurrent_kda is not watched."""
+    """Fails any torch call of the adapter's on a watched pool other than a view of it (a gather, a cast, a clone,
+    a write...); what the stand-in FlashInfer does inside `watch(module)`'s functions is not watched."""
 
     VIEWS = {"__getitem__", "reshape", "view", "expand", "contiguous", "dim", "size", "stride", "data_ptr",
              "__get__", "shape", "dtype", "device", "is_contiguous", "numel", "element_size"}
 
-    def __init__(self, pool):
+    def __init__(self, *pools):
         super().__init__()
-        self.pool, self.active = pool, True
+        self.pools, self.active = pools, True
 
     def watch(self, module):
-        def recurrent_kda(*args, **kwargs):
-            self.active = False
-            try:
-                return module.recurrent_kda(*args, **kwargs)
-            finally:
-                self.active = True
-        return types.SimpleNamespace(recurrent_kda=recurrent_kda)
+        def unwatched(fn):
+            def call(*args, **kwargs):
+                self.active = False
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.active = True
+            return call
+        return types.SimpleNamespace(**{n: unwatched(f) for n, f in vars(module).items() if callable(f)})
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", str(func))
         gather = name == "__getitem__" and any(isinstance(a, (torch.Tensor, list)) for a in args[1:])
-        if self.active and any(a is self.pool for a in (*args, *kwargs.values())) and (name not in self.VIEWS or gather):
+        watched = any(a is p for a in (*args, *kwargs.values()) for p in self.pools)
+        if self.active and watched and (name not in self.VIEWS or gather):
             raise AssertionError(f"the adapter called {name} on the pool")
         return func(*args, **kwargs)
 
@@ -318,3 +328,164 @@ def test_solution_is_unsupported_without_cuda_or_package(ds, monkeypatch):
     assert "not installed" in sol.supports(d)
     monkeypatch.setattr(fa, "flashinfer_available", lambda: True)
     assert sol.supports(d) == "FlashInfer's KDA kernels need a CUDA device"
+
+
+# --------------------------------------------------------------------------- fused decode (fused_kda_decode)
+FUSED = ["kda_fused_decode_h12_d128_k_last_safe_gate", "kda_fused_decode_h12_d128_k_last_safe_gate_bf16_state",
+         "kda_fused_decode_h32_d128_k_last"]
+
+
+def _stand_in_fused_kda_decode(calls, d):
+    """fused_kda_decode's 0.7.4 argument contract (module docstring), computed with `d`'s reference in place."""
+    ref = compile_reference(d.reference, d.name)
+
+    def fused_kda_decode(x, weight, conv_state, raw_gate, raw_beta, A_log, dt_bias, state_indices, state,
+                         output_gate, norm_weight, lower_bound=-5.0, norm_eps=1e-5, output=None, *,
+                         backend="cute-dsl", state_indices_mode=None):
+        calls.append(dict(x=x, weight=weight, conv_state=conv_state, raw_gate=raw_gate, raw_beta=raw_beta, A_log=A_log,
+                          dt_bias=dt_bias, state_indices=state_indices, state=state, output_gate=output_gate,
+                          norm_weight=norm_weight, lower_bound=lower_bound, norm_eps=norm_eps, backend=backend,
+                          state_dtype=state.dtype, conv_strides=conv_state.stride()))
+        B, H, D = x.shape[0], x.shape[1] // 384, 128
+        for name, t in (("x", x), ("conv_state", conv_state), ("raw_gate", raw_gate), ("raw_beta", raw_beta),
+                        ("output_gate", output_gate)):
+            assert t.dtype == torch.bfloat16, name
+        for name, t in (("weight", weight), ("A_log", A_log), ("dt_bias", dt_bias), ("norm_weight", norm_weight)):
+            assert t.dtype == torch.float32 and t.is_contiguous(), name
+        assert state.dtype in (torch.float32, torch.bfloat16) and state_indices.dtype == torch.int32
+        assert x.shape[1] == 3 * H * D and x.stride(1) == 1 and weight.shape == (3, 4, H * D)
+        assert conv_state.shape[1:] == (3 * H * D, 3) and conv_state.stride()[1:] in ((1, 3 * H * D), (3, 1))
+        assert raw_gate.shape == (1, B, H, D) and raw_gate.is_contiguous()
+        assert raw_beta.shape == (1, B, H) and raw_beta.stride(2) == 1
+        assert A_log.shape == (H,) and dt_bias.shape == (H * D,) and norm_weight.shape == (D,)
+        assert state_indices.shape == (B,) and state_indices.is_contiguous()
+        assert state.shape[1:] == (H, D, D) and state.stride()[1:] == (D * D, D, 1)
+        assert conv_state.shape[0] == state.shape[0] and output_gate.shape[-3:] == (B, H, D)
+        assert lower_bound is None or lower_bound < 0
+        o, new_conv, new_state = ref(x=x, conv_weight=weight, conv_state=conv_state, g_raw=raw_gate[0],
+                                     A_log=A_log, dt_bias=dt_bias.view(H, D), b=raw_beta[0], state_pool=state,
+                                     state_indices=state_indices, output_gate=output_gate.reshape(B, H, D),
+                                     norm_weight=norm_weight, scale=128 ** -0.5)
+        conv_state.copy_(new_conv)  # the kernel writes both pools in place
+        state.copy_(new_state)
+        return o[None]
+
+    return fused_kda_decode
+
+
+def _fused_inputs(ds, name, minus_one):
+    d = ds.definitions[name]
+    w = next(w for w in ds.workloads_of(name) if "smoke" in w.tags)
+    inputs = make_inputs(d, w, device="cpu")
+    if minus_one:  # vLLM's PAD_SLOT_ID in place of the null slot
+        inputs["state_indices"][inputs["state_indices"] == 0] = -1
+    return d, inputs
+
+
+@pytest.mark.parametrize("minus_one", [False, True], ids=["null_slot_pad", "minus_one_pad"])
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_decode_calls_flashinfer_on_the_pools_themselves(ds, name, minus_one):
+    """One fused_kda_decode call on the conv pool and the state pool themselves (float32 or bfloat16: no gather, cast
+    or copy), the definition's int32 slots (padding rows, 0 or -1, as they are), g_raw / b with FlashInfer's leading
+    singleton, dt_bias flat, the definition's gate and norm eps; the outputs the runner reads are FlashInfer's
+    output row and the two pools it updated, within the definition's tolerances of the reference."""
+    d, inputs = _fused_inputs(ds, name, minus_one)
+    pool, conv, idx = inputs["state_pool"], inputs["conv_state"], inputs["state_indices"]
+    assert int((idx <= 0).sum()) == 1
+    ref, _ = normalize_outputs(d, compile_reference(d.reference, d.name)(**clone_inputs(inputs)))
+    calls = []
+    module = types.SimpleNamespace(fused_kda_decode=_stand_in_fused_kda_decode(calls, d))
+    assert fa.unsupported_reason(d, (9, 0), "0.7.4") is None
+    opts = {"lower_bound": fa.options(d)["lower_bound"], "norm_eps": fa.norm_eps(d)}
+    guard = _NoPoolCopies(pool, conv)
+    with guard:
+        result = fa.fused_decode(guard.watch(module), inputs, opts, "cute-dsl")
+    (c,) = calls
+    assert c["state"] is pool and c["conv_state"] is conv and c["state_indices"] is idx
+    assert c["state_dtype"] == (torch.bfloat16 if "bf16_state" in name else torch.float32)
+    assert c["conv_strides"][1:] == (3, 1)  # our conv pool is FlashInfer's DS layout
+    assert c["raw_gate"].shape[0] == 1 and c["raw_beta"].shape[0] == 1 and c["dt_bias"].ndim == 1
+    assert c["lower_bound"] == (-5.0 if "safe_gate" in name else None) and c["norm_eps"] == 1e-5
+    assert c["backend"] == "cute-dsl"
+    out, why = normalize_outputs(d, result)
+    assert out is not None, why
+    assert out["new_conv_state"] is conv and out["new_state_pool"] is pool
+    for o in d.outputs:
+        m = compare_output(d, o, ref[o], out[o], tolerance_for(d, o))
+        assert m.passed, f"{name} {o}: {m.reason}"
+    with pytest.raises(AssertionError, match="on the pool"), _NoPoolCopies(pool, conv):
+        conv.float()
+
+
+def test_fused_decode_refuses_another_scale(ds):
+    """fused_kda_decode's query scale is fixed: a call with another one raises before FlashInfer is called."""
+    d, inputs = _fused_inputs(ds, FUSED[0], False)
+    calls = []
+    module = types.SimpleNamespace(fused_kda_decode=_stand_in_fused_kda_decode(calls, d))
+    inputs["scale"] = 0.1
+    with pytest.raises(ValueError, match="fixes the query scale"):
+        fa.fused_decode(module, inputs, {"lower_bound": -5.0, "norm_eps": 1e-5}, "cute-dsl")
+    assert not calls
+
+
+def _edited(d, tags=None, axes=None, reference=None):
+    data = d.model_dump(mode="json")
+    if tags:
+        data["tags"] = [t for t in data["tags"] if not t.startswith(tuple(k + ":" for k in tags))] + \
+            [f"{k}:{v}" for k, v in tags.items()]
+    for axis, value in (axes or {}).items():
+        data["axes"][axis]["value"] = value
+    if reference is not None:
+        data["reference"] = reference
+    return type(d).model_validate(data)
+
+
+def test_fused_decode_unsupported_reasons(ds):
+    d = ds.definitions[FUSED[0]]
+    assert fa.unsupported_reason(d, (9, 0), "0.7.4") is None
+    assert fa.unsupported_reason(ds.definitions[FUSED[1]], (10, 0), None) is None
+    assert fa.unsupported_reason(d, None, "0.7.4") == "FlashInfer's KDA kernels need a CUDA device"
+    assert "SD layout only" in fa.unsupported_reason(d, (9, 0), "0.7.2.post1")
+    assert "not 20" in fa.unsupported_reason(_edited(d, axes={"num_heads": 20, "num_v_heads": 20}), (9, 0))
+    assert "one head dim, 128" in fa.unsupported_reason(_edited(d, axes={"head_dim_k": 64, "head_dim_v": 64}), (9, 0))
+    assert "no GVA" in fa.unsupported_reason(_edited(d, axes={"num_v_heads": 24}), (9, 0))
+    assert "negative lower_bound" in fa.unsupported_reason(_edited(d, tags={"lower_bound": "0"}), (9, 0))
+    assert "gate:precomputed" in fa.unsupported_reason(_edited(d, tags={"gate": "precomputed"}), (9, 0))
+    assert "fused_kda_decode" in fa.unsupported_reason(_edited(d, tags={"gate": "precomputed"}), (9, 0))
+    assert "NORM_EPS" in fa.unsupported_reason(_edited(d, reference=d.reference.replace("NORM_EPS = ", "EPS = ")), (9, 0))
+
+
+def test_fused_decode_solution_builds_the_fused_call(ds, monkeypatch):
+    """build() on a fused_decode definition calls flashinfer.fused_kda_decode (a stand-in module here)."""
+    import sys
+
+    d, inputs = _fused_inputs(ds, FUSED[2], False)
+    calls = []
+    monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(fused_kda_decode=_stand_in_fused_kda_decode(calls, d)))
+    o, conv, pool = fa.FlashInferSolution("cpu").build(d, "cpu")(**inputs)
+    (c,) = calls
+    assert c["lower_bound"] is None and conv is inputs["conv_state"] and pool is inputs["state_pool"]
+    assert o.shape == inputs["output_gate"].shape
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_decode_on_flashinfer(ds, name):
+    """FlashInfer's own fused_kda_decode (CUDA, flashinfer-python >= 0.7.4) against the reference, with the
+    definition's tolerances, on the definition's smoke workloads and a padded batch of 16."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: FlashInfer's fused_kda_decode")
+    d = ds.definitions[name]
+    sol = fa.FlashInferSolution("cuda")
+    reason = sol.supports(d)
+    if reason is not None:
+        pytest.skip(f"flashinfer: {reason}")
+    run = sol.build(d, "cuda")
+    for w in [w for w in ds.workloads_of(name) if "smoke" in w.tags or w.axes["batch_size"] == 16]:
+        inputs = make_inputs(d, w, device="cuda")
+        ref, _ = normalize_outputs(d, compile_reference(d.reference, d.name)(**clone_inputs(inputs)))
+        out, why = normalize_outputs(d, run(**clone_inputs(inputs)))
+        assert out is not None, why
+        for o in d.outputs:
+            m = compare_output(d, o, ref[o].cpu(), out[o].cpu(), tolerance_for(d, o))
+            assert m.passed, f"{name} {o} ({w.axes}): {m.reason}"
