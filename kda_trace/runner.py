@@ -565,7 +565,15 @@ class WorkerContext:
             problem = str(reference) if isinstance(reference, Exception) else ""
             if not problem:
                 try:
-                    out, ms, problem = self.with_room(lambda: reference_output(inputs, label))  # noqa: B023
+                    # on a shared GPU input set A's reference call takes the GPU alone, and its timing follows in the
+                    # same turn: a slow reference is then timed by that call instead of by one more
+                    timed_here = not refs and self.sharing()
+                    with self.alone() if timed_here else contextlib.nullcontext():
+                        out, ms, problem = self.with_room(lambda: reference_output(inputs, label))  # noqa: B023
+                        if timed_here and not problem:
+                            self.notify(None, "reference: timing")
+                            ref_timing_tried = True
+                            ref_timing = time_reference(reference, inputs, [ms], self.device)
                     self.between_steps()
                     refs.append(out)
                     ref_times.append(ms)
@@ -580,12 +588,11 @@ class WorkerContext:
                 for spec in task.solutions:
                     yield rec(spec, S.INVALID_REFERENCE, problem)
                 return
-            sharing = self.sharing()  # then its correctness calls ran beside other workers' work: not a timing
-            if len(ref_times) == 1 and (sharing or not reference_timed_by_calls(ref_times, self.device)):
+            if len(ref_times) == 1 and not ref_timing_tried and not reference_timed_by_calls(ref_times, self.device):
                 self.notify(None, "reference: timing")  # while input set A is whole
                 ref_timing_tried = True
                 with self.alone():
-                    ref_timing = time_reference(reference, inputs, ref_times, self.device, calls=not sharing)
+                    ref_timing = time_reference(reference, inputs, ref_times, self.device)
             # the solutions make their own input sets from the seeds: the judge keeps only what it reads
             kept.append(kept_of(inputs))
             inputs = None  # before the next set is made
@@ -929,16 +936,16 @@ def reference_timed_by_calls(correctness_ms: List[float], device: str,
 
 
 def time_reference(reference, inputs, correctness_ms: List[float], device: str,
-                   budget_s: float = REFERENCE_TIMING["budget_s"], calls: bool = True):
-    """The reference's TimingResult (None if timing it failed): its correctness calls (`correctness_ms`) when
-    `calls` and `reference_timed_by_calls` say so (then `inputs` may be None); otherwise `timing.measure` with
+                   budget_s: float = REFERENCE_TIMING["budget_s"]):
+    """The reference's TimingResult (None if timing it failed): its correctness calls (`correctness_ms`, which must
+    have had the GPU alone) when `reference_timed_by_calls` says so (then `inputs` may be None); otherwise `timing.measure` with
     REFERENCE_TIMING on `inputs` (once, for a call slower than the budget). A note says which."""
     from .timing import TimingConfig, TimingResult, measure
 
     said = f"{len(correctness_ms)} correctness call{'s' if len(correctness_ms) != 1 else ''}"
     if not device.startswith("cuda"):
         return TimingResult(list(correctness_ms), "cpu_wall", notes=[f"reference timing: its {said}"])
-    if calls and reference_timed_by_calls(correctness_ms, device, budget_s):
+    if reference_timed_by_calls(correctness_ms, device, budget_s):
         return TimingResult(list(correctness_ms), "cuda_sync_wall", notes=[
             f"reference timing: its {said} (wall time between device synchronisations; the first took "
             f"more than the {budget_s:g} s timing budget)"])
