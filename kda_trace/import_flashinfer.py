@@ -5,9 +5,9 @@ What is read (docs/KDA_FAMILIES.md, "Importing FlashInfer-Trace files", has the 
   (flashinfer/trace/templates/kda.py) write them with FLASHINFER_TRACE_DUMP=1: `recurrent_kda_*`,
   `recurrent_kda_decode_*`, `packed_kda_decode_*` map onto our decode / mtp / prefill families; a decode or
   mtp call whose state pool is bfloat16 maps onto our `_bf16_state` definition of the same heads, head dim
-  and gate, and is refused when the dataset has none;
-  `fused_kda_decode_*` and `packed_fused_kda_decode_*` (causal conv + KDA + gated RMSNorm) are not imported
-  (`fused_kda_decode` has a family, fused_decode, that this importer does not map onto yet);
+  and gate, and is refused when the dataset has none; `fused_kda_decode_*` (causal conv + KDA + gated
+  RMSNorm, one token per row) maps onto our fused_decode family, by the same rule for a bfloat16 pool;
+  `packed_fused_kda_decode_*` (several tokens per sequence with per-token state checkpoints) is not imported;
 - workloads: every `*.jsonl` under DIR, one FlashInfer-Bench workload a line, either a workload trace
   `{"definition": NAME, "workload": {uuid, axes, inputs}}` (what flashinfer-bench's tracing writes) or a bare
   workload `{uuid, axes, inputs}` in `<definition name>.jsonl`; inputs `random`, `scalar` or `safetensors`
@@ -34,18 +34,23 @@ import torch
 
 SOURCE_TAG = "source:flashinfer-trace"
 NO_FAMILY = {
-    "packed_fused_kda_decode": "it fuses a width-4 causal convolution and a gated RMSNorm around the recurrence "
-                               "(inputs x, weight, conv_state, output_gate, norm_weight); no kda-trace family has that interface",
-    "fused_kda_decode": "it fuses a width-4 causal convolution and a gated RMSNorm around the recurrence "
-                        "(inputs x, weight, conv_state, output_gate, norm_weight); the fused_decode family has that "
-                        "interface, but this importer does not map onto it yet",
+    "packed_fused_kda_decode": "it runs up to num_tokens tokens per sequence (query_start_loc, num_accepted_tokens, "
+                               "state_indices [num_sequences, num_tokens]: one state checkpoint slot per token, and a "
+                               "conv_history of num_tokens + 2) around the causal convolution and the gated RMSNorm; "
+                               "the fused_decode family is one token per request, and no family has that interface",
 }
 TEMPLATES = ("packed_fused_kda_decode", "packed_kda_decode", "fused_kda_decode", "recurrent_kda_decode", "recurrent_kda")
 # recurrent_kda arguments our families have no equivalent of: importing a call that used one would be wrong.
 UNMAPPABLE_TENSORS = ("initial_state_source", "initial_state_indices", "state_checkpoints", "checkpoint_cu_starts",
                       "correction_cache", "kg_cache")
 SMOKE_TOKENS = 8  # imported workloads with at most this many tokens are tagged smoke (the CPU run's size)
-BF16_STATE = "_bf16_state"  # name suffix of our decode / mtp definitions whose state pool is bfloat16
+BF16_STATE = "_bf16_state"  # name suffix of our decode / mtp / fused_decode definitions whose state pool is bfloat16
+# fused_kda_decode (flashinfer/kda_decode.py and flashinfer/kda_kernels/fused_kda_decode.py of flashinfer-python
+# 0.7.4): head dim 128 only, the query scale fixed at 128 ** -0.5 (_Q_SCALE), lower_bound -5.0 and norm_eps 1e-5 by
+# default, conv width 4 with a history of 3.
+FUSED_HEAD_DIM = 128
+FUSED_DEFAULT_LOWER_BOUND = -5.0
+FUSED_DEFAULT_NORM_EPS = 1e-5
 
 
 class ImportProblem(ValueError):
@@ -80,20 +85,39 @@ def _builder():
     return module
 
 
-def definition_name(family: str, h: int, hv: int, d: int, lower_bound: Optional[float]) -> str:
-    """Our name for a family and its constants (the generator's scheme, with GVA and other bounds spelled out)."""
+def definition_name(family: str, h: int, hv: int, d: int, lower_bound: Optional[float],
+                    norm_eps: Optional[float] = None) -> str:
+    """Our name for a family and its constants (the generator's scheme, with GVA, other bounds and, for
+    fused_decode, an RMSNorm eps other than 1e-5 spelled out)."""
     heads = f"h{h}" if h == hv else f"qk{h}_v{hv}"
     gate = "" if lower_bound is None else "_safe_gate" + ("" if lower_bound == -5 else f"_lb{lower_bound:g}".replace("-", "m"))
-    return f"kda_{family}_{heads}_d{d}_k_last{gate}"
+    eps = "" if norm_eps is None or norm_eps == FUSED_DEFAULT_NORM_EPS else f"_eps{norm_eps:g}".replace("-", "m")
+    return f"kda_{family}_{heads}_d{d}_k_last{gate}{eps}"
 
 
 @lru_cache(maxsize=None)
 def bf16_state_definitions() -> Tuple[str, ...]:
-    """The names of the generator's decode and mtp definitions with a bfloat16 state pool (definitions/kda/*_bf16_state.json)."""
+    """The names of the generator's decode, mtp and fused_decode definitions with a bfloat16 state pool
+    (definitions/kda/*_bf16_state.json)."""
     b = _builder()
-    return tuple(sorted(b.pool_definition(stage, model, text, gate, tp, h, bf16=True)["name"]
-                        for m, tp, h in b.BF16_POOL_SHAPES for model, text, gate, _ in [b.MODELS[m]]
-                        for stage in ("decode", "mtp")))
+    pools = [b.pool_definition(stage, model, text, gate, tp, h, bf16=True)["name"]
+             for m, tp, h in b.BF16_POOL_SHAPES for model, text, gate, _ in [b.MODELS[m]] for stage in ("decode", "mtp")]
+    fused = [b.fused_decode_definition(model, text, gate, tp, h, True)["name"]
+             for m, tp, h, bf16 in b.FUSED_DECODE_SHAPES if bf16 for model, text, gate, _ in [b.MODELS[m]]]
+    return tuple(sorted(pools + fused))
+
+
+def _relabel(tags: List[str], lower_bound: Optional[float]) -> List[str]:
+    """The generator's tags without its model and TP, with the imported gate's bound, plus the source tag."""
+    tags = [t for t in tags if not t.startswith(("model:", "tp:", "lower_bound:"))]
+    if lower_bound is not None:
+        tags.insert(tags.index("gate:safe") + 1, f"lower_bound:{lower_bound:g}")
+    return tags + [SOURCE_TAG]
+
+
+def _gate_text(lower_bound: Optional[float]) -> str:
+    return (f"g = {lower_bound:g} * sigmoid(exp(A_log) * (g_raw + dt_bias))" if lower_bound is not None
+            else "g = -exp(A_log) * softplus(g_raw + dt_bias)")
 
 
 def family_definition(family: str, h: int, hv: int, d: int, lower_bound: Optional[float], source: str,
@@ -112,12 +136,8 @@ def family_definition(family: str, h: int, hv: int, d: int, lower_bound: Optiona
     defn["axes"]["num_v_heads"]["value"] = hv
     defn["reference"] = b.reference_source(family, NUM_HEADS=h, NUM_V_HEADS=hv, HEAD_DIM_K=d, HEAD_DIM_V=d,
                                            LOWER_BOUND=lower_bound)
-    tags = [t for t in defn["tags"] if not t.startswith(("model:", "tp:", "lower_bound:"))]
-    if lower_bound is not None:
-        tags.insert(tags.index("gate:safe") + 1, f"lower_bound:{lower_bound:g}")
-    defn["tags"] = tags + [SOURCE_TAG]
-    gate_text = (f"g = {lower_bound:g} * sigmoid(exp(A_log) * (g_raw + dt_bias))" if lower_bound is not None
-                 else "g = -exp(A_log) * softplus(g_raw + dt_bias)")
+    defn["tags"] = _relabel(defn["tags"], lower_bound)
+    gate_text = _gate_text(lower_bound)
     states = ("a K-last bfloat16 state pool updated in float32 and rounded once at the store, int32 slots"
               if bf16_state else "K-last float32 states")
     defn["description"] = (
@@ -127,6 +147,33 @@ def family_definition(family: str, h: int, hv: int, d: int, lower_bound: Optiona
         f"through this family's reference; A_log and dt_bias, which FlashInfer's KDA templates do not record, "
         f"come from the generators. Tolerances as the generated {family}{' bf16-state' if bf16_state else ''} "
         f"definitions.")
+    return defn
+
+
+def fused_definition(h: int, d: int, lower_bound: Optional[float], norm_eps: float, source: str,
+                     bf16_state: bool = False) -> dict:
+    """Our fused_decode definition for these constants (with a bfloat16 state pool if bf16_state), built by the
+    dataset generator and re-labelled."""
+    b = _builder()
+    gate = "unbounded" if lower_bound is None else "safe"
+    generator_d, b.D = b.D, d
+    try:
+        defn = b.fused_decode_definition("x", "x", gate, 1, h, bf16_state)
+    finally:
+        b.D = generator_d
+    defn["name"] = definition_name("fused_decode", h, h, d, lower_bound, norm_eps) + (BF16_STATE if bf16_state else "")
+    defn["reference"] = b.reference_source("fused_decode", NUM_HEADS=h, HEAD_DIM=d, CONV_WIDTH=b.CONV_WIDTH,
+                                           NORM_EPS=norm_eps, LOWER_BOUND=lower_bound)
+    defn["tags"] = _relabel(defn["tags"], lower_bound)
+    pool = "a bfloat16" if bf16_state else "a float32"
+    defn["description"] = (
+        f"The fused_decode family of docs/KDA_FAMILIES.md ({h} heads, head dim {d}: the width-{b.CONV_WIDTH} causal "
+        f"convolution + SiLU of the packed q | k | v row, the KDA step with {_gate_text(lower_bound)} and beta = "
+        f"sigmoid(b) against {pool} K-last state pool, and the gated RMSNorm o / sqrt(mean(o^2) + {norm_eps:g}) * "
+        f"norm_weight * sigmoid(output_gate); slot 0 is the null slot, rows with slot -1 or 0 are padding), imported "
+        f"by `kda-trace import-flashinfer` from FlashInfer-Trace definition {source}. The recorded inputs are "
+        f"replayed through this family's reference; scale is fused_kda_decode's fixed 128 ** -0.5. Tolerances as "
+        f"the generated fused_decode{' bf16-state' if bf16_state else ''} definitions.")
     return defn
 
 
@@ -209,6 +256,7 @@ class _Mapped:
     generated: Dict[str, dict] = field(default_factory=dict)  # our input name -> {"type": "random", ...}
     scale: float = 0.0
     seq_lens: Optional[List[int]] = None
+    norm_eps: Optional[float] = None          # fused_decode only
 
 
 def _indices(t: torch.Tensor, where: str, name: str, pool: Optional[int]) -> torch.Tensor:
@@ -348,6 +396,88 @@ def _map_packed_decode(defn: dict, src: _Source, axes: dict) -> _Mapped:
     return m
 
 
+def _fused_slots(t: torch.Tensor, where: str, pool: int) -> torch.Tensor:
+    """fused_kda_decode's slots as our fused_decode family takes them: non-positive (padding) rows kept as they are,
+    live slots distinct and below the pool size."""
+    live = t[t > 0]
+    if (live >= pool).any():
+        raise ImportProblem(where, "inputs.state_indices", f"a slot past the pools' {pool} slots")
+    if live.unique().numel() != live.numel():
+        raise ImportProblem(where, "inputs.state_indices", "repeated live slots (fused_kda_decode's "
+                            "state_indices_mode 'repeated_positive'): our fused_decode family takes distinct slots")
+    return t.to(torch.int32)
+
+
+def _map_fused_decode(defn: dict, src: _Source, axes: dict) -> _Mapped:
+    """fused_kda_decode: one token per row, causal conv + KDA step + gated RMSNorm (our fused_decode family)."""
+    where = src.where
+    h, d = _const(defn, where, "num_heads"), _const(defn, where, "head_dim")
+    if d != FUSED_HEAD_DIM:
+        raise ImportProblem(where, "axes.head_dim.value", f"{d}: fused_kda_decode has head dim {FUSED_HEAD_DIM} only")
+    b = _builder()
+    for axis, want in (("qkv_width", 3 * h * d), ("hidden_size", h * d), ("projection_groups", 3),
+                       ("conv_width", b.CONV_WIDTH), ("conv_history", b.CONV_WIDTH - 1)):
+        value = defn.get("axes", {}).get(axis, {}).get("value")
+        if value is not None and value != want:
+            raise ImportProblem(where, f"axes.{axis}.value", f"{value}; our fused_decode family has {want} "
+                                f"(width-{b.CONV_WIDTH} convolution, {h} heads of {d})")
+    bound = src.scalar("lower_bound", FUSED_DEFAULT_LOWER_BOUND)
+    if bound is not None and (not isinstance(bound, (int, float)) or bound >= 0):
+        raise ImportProblem(where, "inputs.lower_bound", f"{bound!r}: fused_kda_decode takes a negative bound, or "
+                            "null for the unbounded softplus gate")
+    eps = src.scalar("norm_eps", FUSED_DEFAULT_NORM_EPS)
+    if not isinstance(eps, (int, float)) or eps < 0:
+        raise ImportProblem(where, "inputs.norm_eps", f"{eps!r}: fused_kda_decode takes a non-negative eps")
+    m = _Mapped(family="fused_decode", h=h, hv=h, d=d, lower_bound=None if bound is None else float(bound), axes={},
+                tensors={}, scale=FUSED_HEAD_DIM ** -0.5, norm_eps=float(eps))
+    recorded = {name: src.tensor(name) for name in ("x", "weight", "conv_state", "raw_gate", "raw_beta", "A_log",
+                                                    "dt_bias", "state", "output_gate", "norm_weight", "state_indices")}
+    B = next((int(recorded[n].shape[i]) for n, i in (("x", 0), ("raw_gate", 1), ("state_indices", 0))
+              if recorded[n] is not None and recorded[n].ndim > i), axes.get("num_rows"))
+    if not isinstance(B, int):
+        raise ImportProblem(where, "axes.num_rows", "missing (and neither x, raw_gate nor state_indices was recorded)")
+    pools = {n: int(recorded[n].shape[0]) for n in ("state", "conv_state") if recorded[n] is not None}
+    if len(set(pools.values())) > 1:
+        raise ImportProblem(where, "inputs.conv_state", f"{pools['conv_state']} slots, state has {pools['state']}: "
+                            "fused_kda_decode takes pools of equal slot counts")
+    pool = next(iter(pools.values()), axes.get("num_slots"))
+    if not isinstance(pool, int):
+        raise ImportProblem(where, "axes.num_slots", "missing (and neither state nor conv_state was recorded)")
+    if pool < B + 1:
+        raise ImportProblem(where, "axes.num_slots", f"{pool} slots for {B} rows: our fused_decode family's pools hold "
+                            "the null slot 0 and one slot per row (pool_size >= batch_size + 1)")
+    hd = h * d
+    # FlashInfer's name -> (ours, the shapes FlashInfer takes, our shape)
+    shapes = {"x": ("x", [(B, 3 * hd)], (B, 3 * hd)),
+              "weight": ("conv_weight", [(3, b.CONV_WIDTH, hd)], (3, b.CONV_WIDTH, hd)),
+              "conv_state": ("conv_state", [(pool, 3 * hd, b.CONV_WIDTH - 1)], (pool, 3 * hd, b.CONV_WIDTH - 1)),
+              "raw_gate": ("g_raw", [(1, B, h, d)], (B, h, d)),
+              "raw_beta": ("b", [(1, B, h)], (B, h)),
+              "A_log": ("A_log", [(h,)], (h,)),
+              "dt_bias": ("dt_bias", [(hd,)], (h, d)),
+              "state": ("state_pool", [(pool, h, d, d)], (pool, h, d, d)),
+              "output_gate": ("output_gate", [(B, h, d), (1, B, h, d)], (B, h, d)),
+              "norm_weight": ("norm_weight", [(d,)], (d,))}
+    for theirs, (ours, accepted, shape) in shapes.items():
+        t = recorded[theirs]
+        if t is None:
+            m.generated[ours] = {"type": "random"}
+            continue
+        if tuple(t.shape) not in accepted:
+            raise ImportProblem(where, f"inputs.{theirs}", f"shape {list(t.shape)}; fused_kda_decode takes "
+                                + " or ".join(str(list(a)) for a in accepted))
+        m.tensors[ours] = t.reshape(shape)
+    if recorded["state_indices"] is not None:
+        idx = recorded["state_indices"]
+        if tuple(idx.shape) != (B,):
+            raise ImportProblem(where, "inputs.state_indices", f"shape {list(idx.shape)}; fused_kda_decode takes [{B}]")
+        m.tensors["state_indices"] = _fused_slots(idx, where, pool)
+    else:
+        m.generated["state_indices"] = {"type": "random"}
+    m.axes = {"batch_size": B, "pool_size": pool}
+    return m
+
+
 def _workload_lines(path: Path) -> List[Tuple[int, dict]]:
     out = []
     for i, line in enumerate(path.read_text().splitlines(), start=1):
@@ -415,6 +545,10 @@ def read_flashinfer_trace(src_dir: Path) -> Imported:
                 h, d = _const(defn, str(path), "num_heads"), _const(defn, str(path), "head_dim")
                 m = _Mapped(family="decode", h=h, hv=h, d=d, lower_bound=-5.0, axes={}, tensors={})
                 _add_definition(result, _our_definition(m, defn, path, str(path)))
+            elif template == "fused_kda_decode":
+                raise ImportProblem(str(path), "workloads", "none found: FlashInfer's fused_kda_decode template "
+                                    "records shapes and dtypes only; the gate (lower_bound: -5.0 when not passed, "
+                                    "null for the unbounded gate) and norm_eps come from a workload's inputs")
             else:
                 raise ImportProblem(str(path), "workloads", "none found: FlashInfer's recurrent_kda template records "
                                     "shapes only; the stage and gate form come from a workload's inputs "
@@ -430,14 +564,21 @@ def _add_definition(result: Imported, defn: dict) -> None:
 
 
 def _our_definition(m: _Mapped, defn: dict, def_path: Path, where: str) -> dict:
-    """Our definition for a mapped call. decode and mtp follow the dtype of FlashInfer's state pool (the recorded
-    tensor's, else the one its definition declares): bfloat16 -> the dataset's `_bf16_state` definition of the same
-    heads, head dim and gate, an ImportProblem when there is none; any other (float32, "unknown" when the traced
+    """Our definition for a mapped call. decode, mtp and fused_decode follow the dtype of FlashInfer's state pool (the
+    recorded tensor's, else the one its definition declares): bfloat16 -> the dataset's `_bf16_state` definition of
+    the same family, heads, head dim and gate (and norm eps), an ImportProblem when there is none; any other (float32, "unknown" when the traced
     call passed no pool) -> the float32-pool definition."""
     source = f"{defn['name']!r} ({def_path.name})"
     if m.family == "prefill":
         return family_definition(m.family, m.h, m.hv, m.d, m.lower_bound, source)
-    fi_name = "state" if _template(defn, str(def_path)) == "packed_kda_decode" else "initial_state"
+    fused = m.family == "fused_decode"
+
+    def build(bf16_state: bool) -> dict:
+        if fused:
+            return fused_definition(m.h, m.d, m.lower_bound, m.norm_eps, source, bf16_state)
+        return family_definition(m.family, m.h, m.hv, m.d, m.lower_bound, source, bf16_state)
+
+    fi_name = "initial_state" if _template(defn, str(def_path)) in ("recurrent_kda", "recurrent_kda_decode") else "state"
     recorded = m.tensors.get("state_pool")
     if recorded is not None:
         dtype, how = str(recorded.dtype).removeprefix("torch."), "the recorded tensor"
@@ -445,14 +586,14 @@ def _our_definition(m: _Mapped, defn: dict, def_path: Path, where: str) -> dict:
         dtype = str(defn.get("inputs", {}).get(fi_name, {}).get("dtype", "unknown"))
         how = f"not recorded; {def_path.name} declares it"
     if dtype != "bfloat16":
-        return family_definition(m.family, m.h, m.hv, m.d, m.lower_bound, source)
-    name = definition_name(m.family, m.h, m.hv, m.d, m.lower_bound) + BF16_STATE
+        return build(False)
+    name = definition_name(m.family, m.h, m.hv, m.d, m.lower_bound, m.norm_eps) + BF16_STATE
     if name not in bf16_state_definitions():
         ours = [n for n in bf16_state_definitions() if n.startswith(f"kda_{m.family}_")]
         raise ImportProblem(where, f"inputs.{fi_name}",
                             f"a bfloat16 state pool ({how}), and the dataset has no {name}: its bfloat16-state "
                             f"{m.family} definitions are {', '.join(ours)}")
-    return family_definition(m.family, m.h, m.hv, m.d, m.lower_bound, source, bf16_state=True)
+    return build(True)
 
 
 def _import_workload(result: Imported, defn: dict, def_path: Path, wl: dict, where: str, roots, cache) -> None:
@@ -464,7 +605,8 @@ def _import_workload(result: Imported, defn: dict, def_path: Path, wl: dict, whe
         raise ImportProblem(where, "uuid", "missing")
     src = _Source(where, wl["inputs"], roots, cache)
     axes = wl.get("axes") or {}
-    m = _map_packed_decode(defn, src, axes) if template == "packed_kda_decode" else _map_recurrent(defn, src, axes)
+    mapper = {"packed_kda_decode": _map_packed_decode, "fused_kda_decode": _map_fused_decode}.get(template, _map_recurrent)
+    m = mapper(defn, src, axes)
     ours = _our_definition(m, defn, def_path, where)
     _add_definition(result, ours)
     ours = result.definitions[ours["name"]]

@@ -7,6 +7,8 @@ workloads: the workloads there are written by make_fixtures.py in the format fla
 writes (trace-set layout, safetensors blobs). `test_fixtures_are_what_flashinfer_writes` re-runs
 FlashInfer's template code when the package can be found (KDA_TRACE_FLASHINFER_SRC=<unpacked
 wheel>/flashinfer, or an installed flashinfer) and checks the fixtures against it; otherwise it is skipped.
+The fused-decode fixtures (fused/, and bad/'s packed_fused_kda_decode definition) are written the same way by
+make_fused_fixtures.py from flashinfer-python 0.7.4's templates (`test_fused_fixtures_are_what_flashinfer_writes`).
 """
 
 import importlib.util
@@ -29,6 +31,9 @@ FIX = Path(__file__).parent / "fixtures" / "flashinfer_trace"
 SHIPPED = Path(__file__).parent.parent / "definitions" / "kda"
 FI_DEF = "recurrent_kda_q2_v4_d64"      # GVA, D=64, traced with a float32 pool
 FI_DEF_BF16 = "recurrent_kda_q12_v12_d128"  # Kimi-K3 at TP8, traced with a bfloat16 pool
+FUSED_BF16 = "kda_fused_decode_h12_d128_k_last_safe_gate_bf16_state"
+FUSED_H8 = "kda_fused_decode_h8_d128_k_last"
+FUSED_H8_EPS = "kda_fused_decode_h8_d128_k_last_safe_gate_eps1em06"
 DECODE_BF16 = "kda_decode_h12_d128_k_last_safe_gate_bf16_state"
 MTP_BF16 = "kda_mtp_h12_d128_k_last_safe_gate_bf16_state"
 
@@ -170,7 +175,9 @@ def test_problems_name_the_file_and_field():
     assert ("bad/workloads/kda/recurrent_kda_q2_v4_d64.jsonl:3: inputs.initial_state: a bfloat16 state pool (not "
             "recorded; recurrent_kda_q2_v4_d64.json declares it), and the dataset has no "
             "kda_decode_qk2_v4_d64_k_last_safe_gate_bf16_state") in text
-    assert "bad/definitions/kda/fused_kda_decode_h8_d128.json: name:" in text and "causal convolution" in text
+    assert "bad/definitions/kda/fused_kda_decode_h8_d128.json: workloads: none found" in text and "lower_bound" in text
+    assert ("bad/definitions/kda/packed_fused_kda_decode_t2_h12_d128.json: name: 'packed_fused_kda_decode_t2_h12_d128': "
+            "it runs up to num_tokens tokens per sequence") in text
     assert main(["import-flashinfer", str(FIX / "bad"), "--out", "/nonexistent/never-written"]) == 1
 
 
@@ -212,9 +219,7 @@ def _flashinfer_package_dir():
 
 
 def test_fixtures_are_what_flashinfer_writes(tmp_path):
-    src = _flashinfer_package_dir()
-    if src is None or not (Path(src) / "trace" / "templates" / "kda.py").is_file():
-        pytest.skip("FlashInfer's package is not here (set KDA_TRACE_FLASHINFER_SRC=<unpacked wheel>/flashinfer)")
+    src = _flashinfer_templates("0.7.2.post1")  # 0.7.4's fused_kda_decode template lists two more head counts
     spec = importlib.util.spec_from_file_location("make_fixtures", FIX / "make_fixtures.py")
     mk = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mk)
@@ -252,3 +257,163 @@ def test_bf16_pool_needs_a_definition_with_its_gate(tmp_path):
                               "the dataset has no kda_decode_h12_d128_k_last_safe_gate_lbm3_bf16_state: its "
                               "bfloat16-state decode definitions are kda_decode_h12_d128_k_last_safe_gate_bf16_state, ")
     assert "kda_decode_h12_d128_k_last_safe_gate_lbm3" not in result.definitions
+
+
+# --------------------------------------------------------------------------- fused_kda_decode -> fused_decode
+
+def _flashinfer_templates(version: str):
+    """FlashInfer's KDA templates from KDA_TRACE_FLASHINFER_SRC / an installed flashinfer of `version`, else a skip."""
+    src = _flashinfer_package_dir()
+    if src is None or not (Path(src) / "trace" / "templates" / "kda.py").is_file():
+        pytest.skip("FlashInfer's package is not here (set KDA_TRACE_FLASHINFER_SRC=<unpacked wheel>/flashinfer)")
+    meta = Path(src) / "_build_meta.py"
+    if not meta.is_file() or f'__version__ = "{version}"' not in meta.read_text():
+        pytest.skip(f"these fixtures were written by flashinfer-python {version}'s templates")
+    return src
+
+
+@pytest.fixture(scope="module")
+def fused_imported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fused")
+    assert main(["import-flashinfer", str(FIX / "fused"), "--out", str(out)]) == 0
+    return out
+
+
+def test_fused_decode_maps_onto_the_fused_family(fused_imported):
+    """fused_kda_decode's inputs become the fused_decode family's (weight -> conv_weight, raw_gate [1, B, H, D] -> g_raw,
+    raw_beta -> b, dt_bias [H * D] -> [H, D], state -> state_pool), padding slots (-1, 0) kept; its bf16 pool gives the
+    shipped _bf16_state definition, a float32 one a definition built for its heads, gate (lower_bound: -5.0 when not
+    recorded, null the unbounded gate) and norm_eps."""
+    ds = load_dataset(fused_imported)
+    assert not ds.problems and sorted(ds.definitions) == [FUSED_BF16, FUSED_H8, FUSED_H8_EPS]
+    ours = json.loads((fused_imported / "definitions" / "kda" / f"{FUSED_BF16}.json").read_text())
+    shipped = json.loads((SHIPPED / f"{FUSED_BF16}.json").read_text())
+    assert {k: v for k, v in ours.items() if k not in ("description", "tags")} == \
+        {k: v for k, v in shipped.items() if k not in ("description", "tags")}
+    assert {"stage:fused_decode", "gate:safe", "lower_bound:-5", "feature:bf16_state", "source:flashinfer-trace"} <= set(ours["tags"])
+    h8, eps = ds.definitions[FUSED_H8], ds.definitions[FUSED_H8_EPS]
+    assert "gate:unbounded" in h8.tags and "LOWER_BOUND = None" in h8.reference and "NORM_EPS = 1e-05" in h8.reference
+    assert "NORM_EPS = 1e-06" in eps.reference and "LOWER_BOUND = -5.0" in eps.reference
+    assert h8.const_axes["num_heads"] == 8 and h8.inputs["state_pool"].dtype == "float32"
+    d = ds.definitions[FUSED_BF16]
+    (w,) = ds.workloads_of(FUSED_BF16)
+    assert w.axes == {"batch_size": 2, "pool_size": 3} and "smoke" in w.tags
+    inputs = make_inputs(d, w, root=fused_imported)
+    fi = fi_blob("fused", "fused_kda_decode_h12_d128", "fi-fused-bf16-0001")
+    pairs = {"x": "x", "conv_weight": "weight", "conv_state": "conv_state", "A_log": "A_log",
+             "output_gate": "output_gate", "norm_weight": "norm_weight"}
+    for ours_name, theirs in pairs.items():
+        assert torch.equal(inputs[ours_name], fi[theirs]), ours_name
+    assert torch.equal(inputs["g_raw"], fi["raw_gate"][0]) and torch.equal(inputs["b"], fi["raw_beta"][0])
+    assert torch.equal(inputs["dt_bias"], fi["dt_bias"].view(12, 128))
+    assert inputs["state_indices"].dtype == torch.int32 and inputs["state_indices"].tolist() == [2, -1]
+    assert inputs["state_pool"].dtype == torch.bfloat16 and inputs["scale"] == pytest.approx(128 ** -0.5)
+    (u,) = ds.workloads_of(FUSED_H8)
+    assert make_inputs(h8, u, root=fused_imported)["state_indices"].tolist() == [3, 0, 1]
+
+
+def _fused64(x, weight, window, raw_gate, raw_beta, A_log, dt_bias, S, output_gate, norm_weight, lower_bound, eps):
+    """float64 fused_kda_decode of one row in FlashInfer's layout (x [3HD], weight [3, 4, HD], window [3HD, 3] oldest
+    first, raw_gate [H, D], dt_bias [H * D], S [H, V, K]) with the kernel's bf16 roundings of the convolution's and the
+    recurrence's outputs; returns (o [H, D], S)."""
+    H, D = raw_gate.shape
+    taps = weight.double().permute(0, 2, 1).reshape(3 * H * D, 4)  # channel p * H * D + c: its taps 0..3
+    y = (window.double() * taps[:, :3]).sum(-1) + x.double() * taps[:, 3]
+    q, k, v = (y * torch.sigmoid(y)).to(torch.bfloat16).double().view(3, H, D).unbind(0)
+    o, S = _recurrence64(q, k, v, raw_gate, A_log, dt_bias, raw_beta, S, 128 ** -0.5, lower_bound)
+    o = o.to(torch.bfloat16).double()
+    o = o / torch.sqrt((o * o).mean(-1, keepdim=True) + eps) * norm_weight.double() * torch.sigmoid(output_gate.double())
+    return o, S
+
+
+def test_fused_decode_replays_flashinfer_tensors(tmp_path):
+    """With the bf16 state pool recorded too: the pool is kept bit for bit, and the imported workload run by our
+    reference equals a float64 fused decode computed straight from the recorded tensors in FlashInfer's layout (the
+    -1 row zero and nothing written for it)."""
+    from safetensors.torch import save_file
+
+    src = tmp_path / "trace"
+    shutil.copytree(FIX / "fused", src)
+    name, uuid = "fused_kda_decode_h12_d128", "fi-fused-bf16-0001"
+    blob = src / "blob" / "workloads" / "kda" / name / f"{name}_{uuid}.safetensors"
+    fi = dict(load_file(str(blob)))
+    fi["state"] = (0.2 * torch.randn(3, 12, 128, 128, generator=torch.Generator().manual_seed(3))).to(torch.bfloat16)
+    save_file(fi, str(blob))
+    wfile = src / "workloads" / "kda" / f"{name}.jsonl"
+    row = json.loads(wfile.read_text())
+    row["workload"]["inputs"]["state"] = {"type": "safetensors", "path": str(blob.relative_to(src)), "tensor_key": "state"}
+    wfile.write_text(json.dumps(row) + "\n")
+    out = tmp_path / "out"
+    assert main(["import-flashinfer", str(src), "--out", str(out)]) == 0
+    ds = load_dataset(out)
+    d = ds.definitions[FUSED_BF16]
+    (w,) = ds.workloads_of(FUSED_BF16)
+    inputs = make_inputs(d, w, root=out)
+    assert torch.equal(inputs["state_pool"], fi["state"])
+    o, conv, pool = compile_reference(d.reference, d.name)(**inputs)
+    o64, S64 = _fused64(fi["x"][0], fi["weight"], fi["conv_state"][2], fi["raw_gate"][0, 0], fi["raw_beta"][0, 0],
+                        fi["A_log"], fi["dt_bias"], fi["state"][2], fi["output_gate"][0], fi["norm_weight"], -5.0, 1e-5)
+    assert (o[0].double() - o64).abs().max() < 3e-2 and not o[1].any()
+    assert ((pool[2].double() - S64).abs() <= 2.0 ** -7 * S64.abs() + 1e-3).all()
+    assert torch.equal(pool[:2], fi["state"][:2])
+    assert torch.equal(conv[2], torch.cat([fi["conv_state"][2][:, 1:], fi["x"][0][:, None]], 1))
+    assert torch.equal(conv[:2], fi["conv_state"][:2])
+
+
+def _fused_workload_problem(tmp_path, name, edit):
+    src = tmp_path / "trace"
+    shutil.copytree(FIX / "fused", src)
+    wfile = src / "workloads" / "kda" / f"{name}.jsonl"
+    rows = [json.loads(line) for line in wfile.read_text().splitlines()]
+    edit(rows[0]["workload"])
+    wfile.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = read_flashinfer_trace(src)
+    return [p for p in result.problems if p.startswith(f"{wfile}:1: ")], result
+
+
+def test_fused_decode_problems_name_the_line_and_field(tmp_path):
+    """What the fused_decode family cannot take is refused, naming the line and field: a bf16 pool whose gate no
+    _bf16_state fused definition has, a non-negative lower bound, repeated live slots, pools without a slot per row."""
+    def bound(value):
+        return lambda w: w["inputs"].update(lower_bound={"type": "scalar", "value": value})
+
+    (p,), result = _fused_workload_problem(tmp_path / "a", "fused_kda_decode_h12_d128", bound(-3.0))
+    assert p.endswith(": inputs.state: a bfloat16 state pool (not recorded; fused_kda_decode_h12_d128.json declares it), "
+                      "and the dataset has no kda_fused_decode_h12_d128_k_last_safe_gate_lbm3_bf16_state: its "
+                      f"bfloat16-state fused_decode definitions are {FUSED_BF16}")
+    assert FUSED_BF16 not in result.definitions
+    (p,), _ = _fused_workload_problem(tmp_path / "b", "fused_kda_decode_h12_d128", bound(0.5))
+    assert "inputs.lower_bound: 0.5: fused_kda_decode takes a negative bound" in p
+    (p,), _ = _fused_workload_problem(tmp_path / "c", "fused_kda_decode_h8_d128",
+                                      lambda w: w["axes"].update(num_slots=3))
+    assert "axes.num_slots: 3 slots for 3 rows" in p
+    slots = tmp_path / "slots.safetensors"
+    from safetensors.torch import save_file
+
+    save_file({"i": torch.tensor([2, 2, 0], dtype=torch.int32)}, str(slots))
+    (p,), _ = _fused_workload_problem(tmp_path / "d", "fused_kda_decode_h8_d128", lambda w: w["inputs"].update(
+        state_indices={"type": "safetensors", "path": str(slots), "tensor_key": "i"}))
+    assert "inputs.state_indices: repeated live slots" in p
+
+
+@pytest.mark.slow  # a `kda-trace run` of three fused definitions
+def test_fused_import_runs(fused_imported, tmp_path):
+    assert main(["run", "--dataset", str(fused_imported), "--solution", "reference", "--size", "all",
+                 "--out", str(tmp_path / "run")]) == 0
+    records = [json.loads(line) for p in (tmp_path / "run" / "traces" / "kda").glob("*.jsonl")
+               for line in p.read_text().splitlines()]
+    assert len(records) == 3 and all(r["evaluation"]["status"] == "PASSED" for r in records)
+
+
+def test_fused_fixtures_are_what_flashinfer_writes(tmp_path):
+    src = _flashinfer_templates("0.7.4")
+    spec = importlib.util.spec_from_file_location("make_fused_fixtures", FIX / "make_fused_fixtures.py")
+    mk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mk)
+    base = mk._make_fixtures()
+    kda = base.load_kda_templates(src)
+    for folder, entries in mk.calls().items():
+        for template_name, fi_api, call, _ in entries:
+            fresh = base.write_definition(getattr(kda, template_name), fi_api, tmp_path / folder, **call)
+            stored = json.loads((FIX / folder / "definitions" / "kda" / f"{fresh['name']}.json").read_text())
+            assert fresh == stored, fresh["name"]
