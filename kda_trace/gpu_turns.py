@@ -10,10 +10,9 @@ worker holds a turn of either kind, and the other workers' solution processes ar
 as the workers sharing reach their next step (`let_others_time`), and no new sharer gets in before it: timing never
 waits for more than one step of another worker.
 
-Which tasks run side by side is the runner's choice, by their memory needs (runner.pick_task). A task that needs
-more than a shared GPU's budget is evaluated with the whole task alone: it begins once the other workers' tasks have
-ended (a worker waiting for its turn still holds its task's input sets and references) and no other task begins
-before it ends.
+A workload too large to share the GPU's memory is evaluated with the whole task alone: it begins once the other
+workers' tasks have ended (a worker waiting for its turn still holds its task's input sets and references) and no
+other task begins before it ends.
 
 Each turn is two `flock` files, a gate and a turn: a sharer passes the gate and takes the turn shared, a worker alone
 holds the gate and takes the turn exclusively. The kernel drops a dead process's locks, so a worker killed by its

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from .call_results import (  # noqa: F401 - re-exported: the runner's callers and tests use these names
     HOST_STARTING,
@@ -106,36 +106,15 @@ class RunConfig:
     larger than HOST_INPUTS_FRACTION of its memory (the stress workloads)."""
 
 
-TASK_MEMORY_FACTOR = 12
-"""A task's GPU memory need on a shared GPU: its declared input and output bytes (task_bytes) times this. A worker
-and its solution's process hold up to about 12 input sets' worth at once (HOST_INPUTS_FRACTION)."""
-SHARED_MEMORY_FRACTION = 0.85
-"""The part of a shared GPU's memory that its workers' tasks may need together (pick_task); the rest is the
-processes' CUDA contexts and what their allocators keep. A task that needs more than this takes the GPU alone."""
-
-
-def task_need(task: "Task") -> int:
-    """A task's GPU memory need on a shared GPU (TASK_MEMORY_FACTOR)."""
-    return task_bytes(task) * TASK_MEMORY_FACTOR
-
-
-def pick_task(needs: Sequence[int], in_flight: Sequence[int], budget: float) -> Optional[int]:
-    """Which of the queued tasks (their memory needs `needs`, in queue order: largest first) a free worker on a
-    shared GPU takes, given the needs of the tasks its other workers are evaluating and the GPU's `budget`
-    (SHARED_MEMORY_FRACTION of its memory): the first (0) when it fits beside them; else the last (-1, the
-    smallest) when it fits beside them and, later, beside the first too, so that the small tasks never keep the
-    large one waiting for long; else None (wait for a task to end). With nothing in flight, the first, which takes
-    the GPU alone if it needs more than the budget. The large workloads then run one after another while the
-    other workers take the small ones from the other end of the queue, instead of all workers waiting on each
-    large one in turn."""
-    if not needs:
-        return None
-    used = sum(in_flight)
-    if not in_flight or used + needs[0] <= budget:
-        return 0
-    if used + needs[-1] <= budget and needs[-1] + needs[0] <= budget:
-        return -1
-    return None
+ALONE_SHARE = 1 / 24
+"""On a GPU shared by several workers, a workload whose inputs and outputs together are larger than this fraction of
+a worker's share of the GPU's memory (its memory / the workers on it) is evaluated with the GPU to its worker alone:
+a worker and its solution's process hold up to about 12 input sets' worth at once (HOST_INPUTS_FRACTION), and half
+of a share is left for what the other workers' processes keep. H200 with 3 workers: 2 GB. The large workloads' long
+steps (a reference or a comparison of several seconds) would also keep a worker that asks for the GPU alone waiting
+for them: sharing them (up to 85% of the GPU's memory by 12 x their bytes, the large ones beside the small ones) was
+no faster on an H200 (ETA 14.0 against 13.0 min) and flagged an honest kernel's timing. A workload that runs out of
+memory while sharing is evaluated again alone."""
 
 
 class GpuAloneNeeded(Exception):
@@ -421,12 +400,16 @@ class WorkerContext:
         self.notify(spec, phase)
 
     def begin_task(self, task: Task, alone: bool = False) -> None:
-        """Take this worker's turn for a task: shared, or alone when asked or for a workload that needs more than a
-        shared GPU's budget (task_need, SHARED_MEMORY_FRACTION)."""
+        """Take this worker's turn for a task: shared, or alone when asked or for a workload too large to share the
+        GPU's memory (ALONE_SHARE)."""
         if self.turns is None:
             return
-        memory = device_memory(self.device)
-        alone = alone or (memory is not None and task_need(task) > SHARED_MEMORY_FRACTION * memory)
+        import torch
+
+        room = math.inf
+        if self.device.startswith("cuda"):
+            room = torch.cuda.get_device_properties(self.device).total_memory / self.config.devices.count(self.device)
+        alone = alone or task_bytes(task) > ALONE_SHARE * room
         self._take_turn(lambda: self.turns.begin_task(alone))
 
     def end_task(self) -> None:
@@ -1030,15 +1013,6 @@ def _repetitions_miscounted(reply: Dict[str, Any], timing) -> str:
     return ""
 
 
-def device_memory(device: str) -> Optional[int]:
-    """The memory of a GPU in bytes; None for the CPU."""
-    if not device.startswith("cuda"):
-        return None
-    import torch
-
-    return torch.cuda.get_device_properties(device).total_memory
-
-
 def release_cached_memory(device: str) -> None:
     """Give the GPU memory torch's allocator holds but no tensor uses back to the driver: the reference's
     temporaries would otherwise stay reserved in the worker while the solutions' processes run out of memory
@@ -1169,7 +1143,7 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
     from .run_profile import PythonProfile
 
     profile = PythonProfile("worker")
-    conn.send(("ready", device_memory(device)))
+    conn.send(("ready",))
     while True:
         try:
             task = conn.recv()
@@ -1224,8 +1198,6 @@ class _Worker:
     phase_since: float = 0.0
     task_since: float = 0.0
     said_slow: bool = False
-    memory: Optional[int] = None
-    """Its GPU's memory in bytes (None: the CPU), as the worker reported it when ready."""
 
 
 SLOW_EVALUATION_S = 30.0
@@ -1310,9 +1282,7 @@ class Runner:
             while queue or any(w.task is not None for w in workers):
                 for w in workers:
                     if w.ready and w.task is None and queue and not (warming is not None and warming.is_alive()):
-                        task = self._next_task(w, workers, queue)
-                        if task is None:
-                            continue
+                        task = queue.popleft()
                         w.task, w.remaining = task, list(task.solutions)
                         self._set_phase(w, (None, "inputs"))
                         w.deadline = time.monotonic() + self.config.timeout
@@ -1365,17 +1335,6 @@ class Runner:
                 signal.signal(signal.SIGTERM, previous_term)
             if turns is not None:
                 shutil.rmtree(turns, ignore_errors=True)
-
-    def _next_task(self, w: _Worker, workers: List[_Worker], queue: deque) -> Optional[Task]:
-        """The task for free worker `w`: the queue's first, unless its GPU is shared (pick_task); None: wait."""
-        others = [o.task for o in workers if o is not w and o.device == w.device and o.task is not None]
-        if w.memory is None or not self.config.gpu_turns_dir:
-            return queue.popleft()
-        needs = [task_need(queue[0]), task_need(queue[-1])] if len(queue) > 1 else [task_need(queue[0])]
-        i = pick_task(needs, [task_need(t) for t in others], SHARED_MEMORY_FRACTION * w.memory)
-        if i is None:
-            return None
-        return queue.popleft() if i == 0 else queue.pop()
 
     def _start_precompile(self, tasks: List[Task]) -> Optional[threading.Thread]:
         """The precompile pass (kda_trace/precompile.py) in a thread of its own, or None when the run has none. Told
@@ -1436,7 +1395,7 @@ class Runner:
             while w.conn.poll():
                 msg = w.conn.recv()
                 if msg[0] == "ready":
-                    w.ready, w.memory = True, msg[1] if len(msg) > 1 else None
+                    w.ready = True
                     self._set_phase(w, (None, "idle"))
                 elif msg[0] == "refused":
                     raise RuntimeError(f"worker process for {w.device}: {msg[1]}")
