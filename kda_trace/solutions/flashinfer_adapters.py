@@ -1,6 +1,6 @@
 """The `flashinfer` solution: the KDA families whose interface a FlashInfer entry point serves, mapped onto
-`flashinfer.recurrent_kda` (read in flashinfer-python 0.7.2.post1, the version `kda-trace[flashinfer]` pins, and
-again in 0.7.4) and `flashinfer.fused_kda_decode` (0.7.4); docs/flashinfer_kda.md has what was read in the wheels
+`flashinfer.recurrent_kda` (read in flashinfer-python 0.7.2.post1 and again in 0.7.4, the version
+`kda-trace[flashinfer]` pins) and `flashinfer.fused_kda_decode` (0.7.4); docs/flashinfer_kda.md has what was read in the wheels
 and what runs where.
 
 Every family mapped here reads raw q/k (`qk_norm:l2` -> use_qk_l2norm_in_kernel=True), the raw gate with
