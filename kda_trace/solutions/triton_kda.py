@@ -5,6 +5,7 @@
 | decode | `ours_recurrent.build_decode` |
 | mtp | `ours_recurrent.build_mtp` |
 | spec_verify | `ours_recurrent.build_spec_verify` |
+| fused_decode | `ours_fused_decode.build_fused_decode` (kernels/fused_decode.py, one launch) |
 | prefill_chunk_states | `ours_chunk.build_prefill_chunk_states` (token by token itself for batches of <= 64 tokens) |
 | prefill | `ours_chunk.build_prefill`, else `ours_recurrent.build_prefill` |
 | forward | `ours_chunk.build_forward`, else `ours_recurrent.build_forward` |
@@ -32,6 +33,7 @@ ROUTES = {
     "decode": [("ours_recurrent", "build_decode")],
     "mtp": [("ours_recurrent", "build_mtp")],
     "spec_verify": [("ours_recurrent", "build_spec_verify")],
+    "fused_decode": [("ours_fused_decode", "build_fused_decode")],
     "prefill_chunk_states": [("ours_chunk", "build_prefill_chunk_states")],
     "prefill": [("ours_chunk", "build_prefill"), ("ours_recurrent", "build_prefill")],
     "forward": [("ours_chunk", "build_forward"), ("ours_recurrent", "build_forward")],

@@ -1,0 +1,187 @@
+"""KDA fused decode in one Triton kernel: causal convolution + SiLU, one KDA step against a state pool, gated
+RMSNorm (the fused_decode family, docs/KDA_FAMILIES.md; FlashInfer's `fused_kda_decode`).
+
+One launch per call; one program per (request row, head) holds that head's whole [V, K] state (K-last, fp32: 64
+values a thread at D = 128 with 8 warps; ptxas for sm_90 reports some spills, docs/KERNELS.md). Per live row (slot s = state_indices[n] > 0), in float32:
+
+    prologue  for q, k and v of the head: y = w0 h0 + w1 h1 + w2 h2 + w3 x over the slot's convolution window
+              (oldest first), mixed = y sigmoid(y), rounded to bf16; the window moves by one, [h1, h2, x];
+              q, k L2-normalised (x / sqrt(sum(x^2) + 1e-6)), q times scale; the in-op gate from g_raw, A_log
+              and dt_bias (unbounded or safe); beta = sigmoid(b)
+    step      P = P diag(exp(g));  P = P + beta (v - P k) k^T;  o = P q     (P = S^T, the pool's [V, K])
+    epilogue  o rounded to bf16; out = o / sqrt(mean(o^2) + norm_eps) * norm_weight * sigmoid(output_gate),
+              rounded to bf16
+
+Each bf16 rounding is to nearest even through the bits (`_to_bf16_rne`), so compiled and interpreted Triton give
+the same bits. A bf16 pool is read into fp32 and rounded once at the store. A row whose slot is not positive (-1,
+or the null slot 0) is padding: its o is zero and nothing is read from or written to either pool. Both pools are
+updated in place; a program writes only its own head's channels and state of its own slot, so live slots must be
+distinct (not checked: that would synchronise with the device).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kda_trace.kernels.common import GATE_CODES
+from kda_trace.kernels.gate import _log1p
+from kda_trace.kernels.recurrent import _to_bf16_rne
+
+NUM_WARPS = 8  # a 128 x 128 fp32 state over 256 threads: 64 values a thread
+
+
+@triton.jit
+def _conv_silu(p_x, p_w, p_win, o_d, mask, HD: tl.constexpr, W: tl.constexpr, BW: tl.constexpr):
+    """One projection's channels of one head: (the SiLU of the causal convolution rounded to bf16, as fp32; the
+    slot's window [BD, BW] as stored; x). p_w points at tap 0 of the head's first channel, p_win at the slot's
+    window of that channel ([channel, W - 1], oldest first)."""
+    y = tl.zeros(o_d.shape, dtype=tl.float32)
+    for j in tl.static_range(W - 1):  # oldest tap first, summed in the reference's order
+        h = tl.load(p_win + o_d * (W - 1) + j, mask=mask, other=0.0).to(tl.float32)
+        y = y + h * tl.load(p_w + j * HD + o_d, mask=mask, other=0.0).to(tl.float32)
+    xv = tl.load(p_x + o_d, mask=mask, other=0.0)
+    y = y + xv.to(tl.float32) * tl.load(p_w + (W - 1) * HD + o_d, mask=mask, other=0.0).to(tl.float32)
+    mixed = _to_bf16_rne(y * tl.sigmoid(y)).to(tl.float32)
+    o_j = tl.arange(0, BW)
+    window = tl.load(p_win + o_d[:, None] * (W - 1) + o_j[None, :], mask=mask[:, None] & (o_j[None, :] < W - 1))
+    return mixed, window, xv
+
+
+@triton.jit
+def _move_window(p_win, o_d, mask, window, xv, W: tl.constexpr, BW: tl.constexpr):
+    """The window after the step: the previous inputs but the oldest, then x (bit copies)."""
+    o_j = tl.arange(0, BW)
+    tl.store(p_win + o_d[:, None] * (W - 1) + (o_j[None, :] - 1), window,
+             mask=mask[:, None] & (o_j[None, :] >= 1) & (o_j[None, :] < W - 1))
+    tl.store(p_win + o_d * (W - 1) + (W - 2), xv.to(p_win.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["scale", "lower_bound", "norm_eps"])
+def _fused_decode_kernel(
+    x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_pool, state_indices, output_gate, norm_weight, o,
+    scale, lower_bound, norm_eps, stride_x, stride_cs, stride_sp,
+    H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, W: tl.constexpr, BW: tl.constexpr,
+    GATE: tl.constexpr,  # 1 unbounded, 2 safe
+    STATE_BF16: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    i_n = pid // H
+    i_h = pid % H
+    o_d = tl.arange(0, BD)
+    m_d = o_d < D
+    p_o = o + (i_n * H + i_h) * D
+    slot = tl.load(state_indices + i_n).to(tl.int64)
+    if slot <= 0:  # padding (PAD_SLOT_ID -1, or the null slot 0): o zero, no pool touched
+        tl.store(p_o + o_d, tl.zeros([BD], dtype=tl.float32).to(p_o.dtype.element_ty), mask=m_d)
+        return
+
+    # prologue: the convolution of the head's q, k and v channels (projection p's channel c is p * H * D + c)
+    HD: tl.constexpr = H * D
+    p_x = x + i_n * stride_x + i_h * D
+    p_w = conv_weight + i_h * D
+    p_win = conv_state + slot * stride_cs + i_h * D * (W - 1)
+    b_q, q_win, q_x = _conv_silu(p_x, p_w, p_win, o_d, m_d, HD, W, BW)
+    b_k, k_win, k_x = _conv_silu(p_x + HD, p_w + W * HD, p_win + HD * (W - 1), o_d, m_d, HD, W, BW)
+    b_v, v_win, v_x = _conv_silu(p_x + 2 * HD, p_w + 2 * W * HD, p_win + 2 * HD * (W - 1), o_d, m_d, HD, W, BW)
+    # every thread has read the old windows before any is overwritten (threads may hold copies of one element);
+    # moving them here, not at the end, frees their registers before the state is loaded
+    tl.debug_barrier()
+    _move_window(p_win, o_d, m_d, q_win, q_x, W, BW)
+    _move_window(p_win + HD * (W - 1), o_d, m_d, k_win, k_x, W, BW)
+    _move_window(p_win + 2 * HD * (W - 1), o_d, m_d, v_win, v_x, W, BW)
+
+    b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6) * scale
+    b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
+    g_x = (tl.load(g_raw + (i_n * H + i_h) * D + o_d, mask=m_d, other=0.0).to(tl.float32)
+           + tl.load(dt_bias + i_h * D + o_d, mask=m_d, other=0.0).to(tl.float32))
+    a = tl.exp(tl.load(A_log + i_h).to(tl.float32))
+    if GATE == 1:
+        # softplus(x) = x above 20 (torch's threshold); the clamp keeps exp finite in the branch not taken
+        b_g = -a * tl.where(g_x > 20.0, g_x, _log1p(tl.exp(tl.minimum(g_x, 20.0))))
+    else:
+        b_g = lower_bound * tl.sigmoid(a * g_x)
+    b_beta = tl.sigmoid(tl.load(b + i_n * H + i_h).to(tl.float32))
+
+    # the step on the slot's [V, K] state
+    m_h = m_d[:, None] & m_d[None, :]
+    p_h = state_pool + slot * stride_sp + i_h * D * D + (o_d[:, None] * D + o_d[None, :])
+    b_h = tl.load(p_h, mask=m_h, other=0.0).to(tl.float32)
+    b_h = b_h * tl.exp(b_g)[None, :]
+    b_u = (b_v - tl.sum(b_h * b_k[None, :], axis=1)) * b_beta
+    b_h = b_h + b_u[:, None] * b_k[None, :]
+    b_o = tl.sum(b_h * b_q[None, :], axis=1)
+    if STATE_BF16:
+        tl.store(p_h, _to_bf16_rne(b_h), mask=m_h)
+    else:
+        tl.store(p_h, b_h, mask=m_h)
+
+    # epilogue: gated RMSNorm of the bf16-rounded output
+    b_o = _to_bf16_rne(b_o).to(tl.float32)
+    inv_rms = 1.0 / tl.sqrt(tl.sum(b_o * b_o) / D + norm_eps)
+    b_w = tl.load(norm_weight + o_d, mask=m_d, other=0.0).to(tl.float32)
+    b_z = tl.load(output_gate + (i_n * H + i_h) * D + o_d, mask=m_d, other=0.0).to(tl.float32)
+    tl.store(p_o + o_d, _to_bf16_rne(b_o * inv_rms * b_w * tl.sigmoid(b_z)), mask=m_d)
+
+
+
+def fused_decode(x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_pool, state_indices, output_gate,
+                 norm_weight, *, scale: float, gate: str = "unbounded", lower_bound: float = -5.0,
+                 norm_eps: float = 1e-5, out: torch.Tensor | None = None) -> torch.Tensor:
+    r"""One fused decode step; `conv_state` and `state_pool` are updated in place.
+
+    Args:
+        x: `[B, 3 * H * D]` the packed q | k | v row before the convolution.
+        conv_weight: `[3, W, H * D]` taps (tap j of channel c of projection p at `[p, j, c]`), W >= 2.
+        conv_state: `[P, 3 * H * D, W - 1]` the convolution pool (oldest input first), contiguous.
+        g_raw: `[B, H, D]`; A_log `[H]`; dt_bias `[H, D]` or `[H * D]`; b `[B, H]` beta logits.
+        state_pool: `[P, H, D, D]` fp32 or bf16, K-last (`[V, K]` per head), contiguous.
+        state_indices: `[B]` int32/int64; a slot <= 0 pads the batch. Live slots distinct and < P (not checked).
+        output_gate: `[B, H, D]`; norm_weight `[D]`.
+        scale: multiplier on the normalised q.
+        gate: "unbounded" or "safe" (lower_bound * sigmoid(exp(A_log) * (g_raw + dt_bias))).
+        norm_eps: the RMSNorm epsilon.
+        out: optional preallocated `[B, H, D]` bf16 output.
+
+    Returns:
+        o: `[B, H, D]` bf16 (zero in padding rows).
+    """
+    B, H, D = g_raw.shape
+    W = conv_weight.shape[1]
+    C = 3 * H * D
+    if gate not in ("unbounded", "safe"):
+        raise ValueError(f"gate must be 'unbounded' or 'safe', got {gate!r}")
+    if W < 2 or tuple(conv_weight.shape) != (3, W, H * D):
+        raise ValueError(f"conv_weight must be [3, W >= 2, {H * D}], got {tuple(conv_weight.shape)}")
+    checks = {"x": (x, (B, C)), "conv_state": (conv_state, (conv_state.shape[0], C, W - 1)),
+              "b": (b, (B, H)), "A_log": (A_log, (H,)), "state_pool": (state_pool, (state_pool.shape[0], H, D, D)),
+              "state_indices": (state_indices, (B,)), "output_gate": (output_gate, (B, H, D)),
+              "norm_weight": (norm_weight, (D,))}
+    for name, (t, shape) in checks.items():
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must be {list(shape)}, got {list(t.shape)}")
+    if dt_bias.numel() != H * D:
+        raise ValueError(f"dt_bias must be [{H}, {D}] or [{H * D}], got {list(dt_bias.shape)}")
+    if conv_state.shape[0] != state_pool.shape[0]:
+        raise ValueError(f"conv_state has {conv_state.shape[0]} slots, state_pool {state_pool.shape[0]}")
+    if state_pool.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"state_pool must be float32 or bfloat16, got {state_pool.dtype}")
+    # the pools are written in place, so they cannot be made contiguous here
+    if conv_state.stride()[1:] != (W - 1, 1) or state_pool.stride()[1:] != (D * D, D, 1):
+        raise ValueError("conv_state and state_pool need contiguous slots")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    conv_weight, g_raw, dt_bias, b, state_indices, output_gate, norm_weight, A_log = (
+        t.contiguous() for t in (conv_weight, g_raw, dt_bias, b, state_indices, output_gate, norm_weight, A_log))
+    if out is None:
+        out = torch.empty((B, H, D), dtype=torch.bfloat16, device=x.device)
+    if B == 0:
+        return out
+    _fused_decode_kernel[(B * H,)](
+        x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_pool, state_indices, output_gate, norm_weight,
+        out, float(scale), float(lower_bound), float(norm_eps), x.stride(0), conv_state.stride(0),
+        state_pool.stride(0),
+        H=H, D=D, BD=triton.next_power_of_2(D), W=W, BW=triton.next_power_of_2(W - 1), GATE=GATE_CODES[gate],
+        STATE_BF16=state_pool.dtype == torch.bfloat16, num_warps=NUM_WARPS)
+    return out
