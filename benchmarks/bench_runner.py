@@ -184,10 +184,13 @@ def record_statuses(out: Path) -> str:
     statuses, failed = Counter(), []
     for path in sorted((out / "traces").glob("*/*.jsonl")):
         for line in path.read_text().splitlines():
-            record = json.loads(line)
-            status = record["evaluation"]["status"]
+            try:  # a run stopped by --time-limit can leave a last line cut short
+                record = json.loads(line)
+                status, log = record["evaluation"]["status"], record["evaluation"].get("log") or ""
+            except (ValueError, KeyError, TypeError, AttributeError):
+                statuses["unreadable"] += 1
+                continue
             statuses[status] += 1
-            log = record["evaluation"].get("log") or ""
             if status not in ("PASSED", "UNSUPPORTED") or log.startswith("[evaluated"):
                 failed.append(f"{record['definition']}/{record['workload']['uuid'][:8]} {status} {log[:300]}")
     return ", ".join(f"{n} {s}" for s, n in statuses.most_common()) + "".join(f"\n  {f}" for f in failed)

@@ -13,6 +13,9 @@ HOST_STARTING = "starting the solution's process"
 """The phase name while a solution's process starts (the main process allows it the worker start-up time)."""
 WAITING_FOR_GPU = "waiting for the GPU"
 """A worker that shares its GPU, waiting for its turn (gpu_turns.py): no deadline runs meanwhile."""
+HIDDEN_WORK_LOG = "timing: CUDA events on the caller's stream measured"
+"""How the REWARD_HACK of the host clock's excess over the CUDA events begins (timing.py): the one check that other
+processes' GPU work can trip, so on a shared GPU it stands only once confirmed with the GPU alone."""
 
 def to_host(values: Dict[str, Any]) -> Dict[str, Any]:
     """Every tensor moved to host memory (the GPU copies are freed when the caller drops them)."""

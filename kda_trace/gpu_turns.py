@@ -75,6 +75,11 @@ class GpuTurns:
         """The step's turn: None, "shared" or "alone"."""
         return self._step.held
 
+    @property
+    def task_held(self) -> Optional[str]:
+        """The task's turn: None, "shared" or "alone"."""
+        return self._task.held
+
     def begin_task(self, alone: bool) -> None:
         """A task begins: shared with the other workers' tasks, or alone (when no other worker is in a task: their
         memory is given back between tasks)."""

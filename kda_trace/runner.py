@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from .call_results import (  # noqa: F401 - re-exported: the runner's callers and tests use these names
+    HIDDEN_WORK_LOG,
     HOST_STARTING,
     OUT_OF_GPU_MEMORY_HINT,
     WAITING_FOR_GPU,
@@ -118,14 +119,15 @@ memory while sharing is evaluated again alone."""
 
 
 class GpuAloneNeeded(Exception):
-    """A task ran out of GPU memory, or a solution was found REWARD_HACK, while its worker shared the GPU: the worker
-    evaluates it again from the start, alone (worker_main), for the solutions not yet recorded. A verdict of
-    cheating is only given with the GPU alone: on a shared GPU the other workers' processes could have disturbed
-    the checks of the timing."""
+    """A task ran out of GPU memory, or a solution's timing was flagged for work hidden from its CUDA events
+    (HIDDEN_WORK_LOG), while its worker shared the GPU: the worker evaluates it again from the start, alone
+    (worker_main), for the solutions not yet recorded. `flagged`: the record of the flag, which stands unless the
+    evaluation alone passes (other workers' GPU work can trip that check; a cheat gains nothing from the second
+    evaluation, which is checked alone)."""
 
-    def __init__(self, what: str, detail: str):
+    def __init__(self, what: str, detail: str, solution: Optional[str] = None, flagged: Optional[Trace] = None):
         super().__init__(f"{what}: {detail}")
-        self.what, self.detail = what, detail
+        self.what, self.detail, self.solution, self.flagged = what, detail, solution, flagged
 
 
 @dataclass
@@ -427,6 +429,11 @@ class WorkerContext:
         """Whether this worker holds a shared turn on its GPU now."""
         return self.turns is not None and self.turns.held == "shared"
 
+    def task_shared(self) -> bool:
+        """Whether this worker's task shares the GPU with other workers' tasks (whatever its current step holds): a
+        task that failed for want of GPU memory, or whose timing was flagged, is then evaluated again alone."""
+        return self.turns is not None and self.turns.task_held == "shared"
+
     @contextlib.contextmanager
     def alone(self):
         """Timing: the GPU to this worker alone for the block (and shared again after, where it was)."""
@@ -612,12 +619,14 @@ class WorkerContext:
                 self.fatal = _is_fatal_cuda_error(e)
                 record = rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: evaluating the outputs failed: "
                                                     f"{_short_traceback(e)}")
-            cheated = record.evaluation.status == S.REWARD_HACK
-            if (_out_of_gpu_memory(record) or cheated) and self.sharing() and not self.fatal:
+            flagged = record.evaluation.status == S.REWARD_HACK and (record.evaluation.log or "").startswith(
+                HIDDEN_WORK_LOG)
+            if (_out_of_gpu_memory(record) or flagged) and self.task_shared() and not self.fatal:
                 if spec in self.hosts:
                     self.hosts[spec].stop()  # what its process holds, given back before the task starts over
-                raise GpuAloneNeeded("was found REWARD_HACK" if cheated else "ran out of GPU memory",
-                                     record.evaluation.log)
+                raise GpuAloneNeeded("was flagged for work hidden from its timing" if flagged else
+                                     "ran out of GPU memory", record.evaluation.log, task.names[spec],
+                                     record if flagged else None)
             if _out_of_gpu_memory(record) and spec in self.hosts:
                 # what its process still holds (a cache that only grows) must not keep the next solutions' processes
                 # from starting: tests/runner/cheats.py's content_cache held 75 GiB of an H100 after failing
@@ -634,7 +643,7 @@ class WorkerContext:
         try:
             return make()
         except Exception as e:  # noqa: BLE001 - only torch's OutOfMemoryError is retried
-            sharing = self.sharing()
+            sharing = self.task_shared()
             if type(e).__name__ != "OutOfMemoryError" or not (sharing or any(
                     h.alive() for s, h in self.hosts.items() if s != spec)):
                 raise
@@ -1153,20 +1162,20 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
             ctx.close()
             profile.write()
             return
-        alone, note = False, ""
+        alone, first = False, None
         while task is not None:
             ctx.begin_task(task, alone)
             recorded, again = set(), None
             try:
                 for trace in ctx.evaluate_task(task):
-                    trace.evaluation.log = note + trace.evaluation.log
+                    if first is not None and first.solution in (None, trace.solution):
+                        trace = _after_alone(ctx, task, first, trace)
                     conn.send(("record", trace.model_dump_json()))
                     recorded.add(trace.solution)
             except GpuAloneNeeded as e:  # the solutions still to record, from the start, with the GPU alone
                 again = Task(task.definition, task.workload, [s for s in task.solutions
                                                               if task.names[s] not in recorded], task.names)
-                note = (f"[evaluated again with the GPU alone: the first attempt {e.what} while sharing it with other "
-                        f"workers ({e.detail[:200]})] ")
+                first = e
             if not ctx.fatal:
                 release_cached_memory(ctx.device)  # this workload's input sets and references
             ctx.end_task()
@@ -1179,6 +1188,22 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
 
 
 # ============================================================================ main side
+
+
+def _after_alone(ctx: WorkerContext, task: Task, first: GpuAloneNeeded, trace: Trace) -> Trace:
+    """The record of the solution whose first attempt, on a shared GPU, ended in `first` (of every solution of the
+    task when `first` names none), from its evaluation alone: that one with a note saying why, except that a flag of
+    hidden work stands unless the evaluation alone passed or was REWARD_HACK itself."""
+    why = f"the first attempt {first.what} while sharing it with other workers ({first.detail[:200]})"
+    if first.flagged is not None and trace.evaluation.status not in (S.PASSED, S.REWARD_HACK):
+        kept = first.flagged
+        kept.evaluation.log = (f"{kept.evaluation.log} [evaluated again with the GPU alone, it was "
+                               f"{S(trace.evaluation.status).value}: {trace.evaluation.log[:200]}]")
+        spec = next(s for s in task.solutions if task.names[s] == trace.solution)
+        ctx.caught.setdefault(spec, f"workload {task.workload.uuid}: {kept.evaluation.log[:300]}")
+        return kept
+    trace.evaluation.log = f"[evaluated again with the GPU alone: {why}] " + trace.evaluation.log
+    return trace
 
 
 def _interrupt(signum, frame) -> None:

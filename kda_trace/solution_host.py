@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .call_results import HOST_STARTING
+from .call_results import HIDDEN_WORK_LOG, HOST_STARTING
 from .sandbox import SANDBOXED, SandboxUnavailable, enter_sandbox, sandbox_support
 
 # ============================================================================ the solution's process
@@ -388,7 +388,7 @@ class _Host:
                 if timing.overhead_ms is not None else ""
             if timing.honest_excess_ms is not None:
                 overhead += f"; an honest GPU sleep as long showed {timing.honest_excess_ms * 1e3:.3g} us"
-            self.fail("REWARD_HACK", f"timing: CUDA events on the caller's stream measured {timing.median_ms:.4g} ms "
+            self.fail("REWARD_HACK", f"{HIDDEN_WORK_LOG} {timing.median_ms:.4g} ms "
                       f"but each call took {timing.outside_stream_ms:.4g} ms between device-wide synchronisations "
                       f"(median excess {timing.excess_ms * 1e3:.3g} us{overhead}): work the events did not see (on "
                       "another stream not joined to the caller's, or before a timing event recorded again)")

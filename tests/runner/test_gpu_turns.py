@@ -148,9 +148,11 @@ def test_workers_sharing_a_device_never_time_while_another_calls(tmp_path, monke
 
 
 @pytest.mark.slow  # a run of two workers (10 s on 2 cores)
-def test_a_task_that_runs_out_of_memory_or_is_caught_while_sharing_is_evaluated_again_alone(tmp_path, monkeypatch):
-    """Out of GPU memory, or REWARD_HACK, while the GPU is shared: the task starts over with the GPU alone (no other
-    task in progress), for the solutions not yet recorded, and its records say so. A cheat is caught again alone."""
+def test_a_task_that_runs_out_of_memory_while_sharing_is_evaluated_again_alone_and_a_cheat_is_not(tmp_path,
+                                                                                                  monkeypatch):
+    """Out of GPU memory while the GPU is shared: the task starts over with the GPU alone (no other task in progress),
+    for the solutions not yet recorded, and that solution's record says so. A solution caught patching the harness
+    is REWARD_HACK at once, even one that would be honest if evaluated again."""
     from kda_trace.dataset import load_dataset
     from kda_trace.environment import capture
     from kda_trace.runner import RunConfig, Runner, Task
@@ -164,7 +166,7 @@ def test_a_task_that_runs_out_of_memory_or_is_caught_while_sharing_is_evaluated_
     ds = load_dataset(DS)
     d = ds.definitions["toy_scan"]
     w = ds.workloads_of("toy_scan")[0]
-    good, oom, cheat = f"{BAD}::good", f"{BAD}::out_of_memory_while_shared", f"{BAD}::patches_timer"
+    good, oom, cheat = f"{BAD}::good", f"{BAD}::out_of_memory_while_shared", f"{BAD}::patches_timer_once"
     tasks = [Task(d, w, [good, oom], {good: "good", oom: "oom"}), Task(d, w, [cheat], {cheat: "cheat"})]
     turns = tmp_path / "turns"
     turns.mkdir()
@@ -177,5 +179,36 @@ def test_a_task_that_runs_out_of_memory_or_is_caught_while_sharing_is_evaluated_
     assert got["oom"].evaluation.log.startswith("[evaluated again with the GPU alone: the first attempt ran out of "
                                                 "GPU memory"), got["oom"].evaluation.log
     assert got["cheat"].evaluation.status == "REWARD_HACK", got["cheat"].evaluation.log
-    assert got["cheat"].evaluation.log.startswith("[evaluated again with the GPU alone: the first attempt was found "
-                                                  "REWARD_HACK"), got["cheat"].evaluation.log
+    assert "evaluated again" not in got["cheat"].evaluation.log, got["cheat"].evaluation.log
+
+
+def test_a_flag_of_hidden_work_on_a_shared_gpu_stands_unless_the_evaluation_alone_passes():
+    """The timing-excess flag (HIDDEN_WORK_LOG), raised on a shared GPU, is decided by the evaluation alone: its
+    PASSED record (noted), its own REWARD_HACK, or else the flag itself, with the solution barred from its other
+    workloads on that worker."""
+    from types import SimpleNamespace
+
+    from kda_trace.dataset import load_dataset
+    from kda_trace.environment import capture
+    from kda_trace.runner import HIDDEN_WORK_LOG, GpuAloneNeeded, Task, _after_alone, make_record
+
+    ds = load_dataset(DS)
+    d, w = ds.definitions["toy_scan"], ds.workloads_of("toy_scan")[0]
+    task = Task(d, w, ["spec"], {"spec": "sol"})
+    env = capture("cpu", 1, DS)
+
+    def record(status, log):
+        return make_record(d, w, "sol", status, env, log)
+
+    for alone, kept in (("PASSED", "PASSED"), ("REWARD_HACK", "REWARD_HACK"), ("INCORRECT_NUMERICAL", "REWARD_HACK"),
+                        ("TIMEOUT", "REWARD_HACK")):
+        flag = record("REWARD_HACK", f"{HIDDEN_WORK_LOG} 1.5 ms but each call took 1.6 ms")
+        first = GpuAloneNeeded("was flagged for work hidden from its timing", flag.evaluation.log, "sol", flag)
+        ctx = SimpleNamespace(caught={})
+        got = _after_alone(ctx, task, first, record(alone, "alone's log"))
+        assert got.evaluation.status == kept, (alone, got.evaluation.log)
+        if alone == "PASSED" or alone == "REWARD_HACK":
+            assert got.evaluation.log.startswith("[evaluated again with the GPU alone: the first attempt was flagged")
+        else:
+            assert got.evaluation.log.startswith(HIDDEN_WORK_LOG) and f"it was {alone}" in got.evaluation.log
+            assert "spec" in ctx.caught
