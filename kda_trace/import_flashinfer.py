@@ -91,7 +91,9 @@ def definition_name(family: str, h: int, hv: int, d: int, lower_bound: Optional[
     fused_decode, an RMSNorm eps other than 1e-5 spelled out)."""
     heads = f"h{h}" if h == hv else f"qk{h}_v{hv}"
     gate = "" if lower_bound is None else "_safe_gate" + ("" if lower_bound == -5 else f"_lb{lower_bound:g}".replace("-", "m"))
-    eps = "" if norm_eps is None or norm_eps == FUSED_DEFAULT_NORM_EPS else f"_eps{norm_eps:g}".replace("-", "m")
+    # eps as float32 keeps it (a recorded 1e-5 may be 9.9999997e-06): names compared in float32's 6 digits
+    same = norm_eps is None or f"{norm_eps:.6g}" == f"{FUSED_DEFAULT_NORM_EPS:.6g}"
+    eps = "" if same else f"_eps{norm_eps:.6g}".replace("-", "m")
     return f"kda_{family}_{heads}_d{d}_k_last{gate}{eps}"
 
 
@@ -399,6 +401,8 @@ def _map_packed_decode(defn: dict, src: _Source, axes: dict) -> _Mapped:
 def _fused_slots(t: torch.Tensor, where: str, pool: int) -> torch.Tensor:
     """fused_kda_decode's slots as our fused_decode family takes them: non-positive (padding) rows kept as they are,
     live slots distinct and below the pool size."""
+    if t.numel() and (int(t.min()) < -(2 ** 31) or int(t.max()) >= 2 ** 31):  # int32 would wrap it into a live slot
+        raise ImportProblem(where, "inputs.state_indices", "a slot outside int32's range")
     live = t[t > 0]
     if (live >= pool).any():
         raise ImportProblem(where, "inputs.state_indices", f"a slot past the pools' {pool} slots")
@@ -429,7 +433,8 @@ def _map_fused_decode(defn: dict, src: _Source, axes: dict) -> _Mapped:
     if not isinstance(eps, (int, float)) or eps < 0:
         raise ImportProblem(where, "inputs.norm_eps", f"{eps!r}: fused_kda_decode takes a non-negative eps")
     m = _Mapped(family="fused_decode", h=h, hv=h, d=d, lower_bound=None if bound is None else float(bound), axes={},
-                tensors={}, scale=FUSED_HEAD_DIM ** -0.5, norm_eps=float(eps))
+                tensors={}, scale=FUSED_HEAD_DIM ** -0.5,
+                norm_eps=float(f"{float(eps):.6g}"))  # a float32 1e-5 is 9.9999997e-06: float32's digits
     recorded = {name: src.tensor(name) for name in ("x", "weight", "conv_state", "raw_gate", "raw_beta", "A_log",
                                                     "dt_bias", "state", "output_gate", "norm_weight", "state_indices")}
     B = next((int(recorded[n].shape[i]) for n, i in (("x", 0), ("raw_gate", 1), ("state_indices", 0))

@@ -417,3 +417,14 @@ def test_fused_fixtures_are_what_flashinfer_writes(tmp_path):
             fresh = base.write_definition(getattr(kda, template_name), fi_api, tmp_path / folder, **call)
             stored = json.loads((FIX / folder / "definitions" / "kda" / f"{fresh['name']}.json").read_text())
             assert fresh == stored, fresh["name"]
+
+
+def test_fused_names_read_a_float32_eps_as_written_and_refuse_a_wrapping_slot():
+    import torch
+
+    from kda_trace.import_flashinfer import ImportProblem, _fused_slots, definition_name
+
+    assert definition_name("fused_decode", 12, 12, 128, -5.0, 9.9999997e-06) == "kda_fused_decode_h12_d128_k_last_safe_gate"
+    assert definition_name("fused_decode", 12, 12, 128, -5.0, 1e-6).endswith("_eps1em06")
+    with pytest.raises(ImportProblem, match="int32"):
+        _fused_slots(torch.tensor([1, -4294967295], dtype=torch.int64), "x.jsonl:1", 8)
