@@ -178,6 +178,20 @@ def test_matches_reference_small(name, H, D, slots, pool_size):
     assert not bad, f"{name} H={H} D={D}: " + "; ".join(bad)
 
 
+def test_the_unbounded_gate_past_softplus_threshold():
+    """dt_bias around 20 puts g_raw + dt_bias on both sides of softplus's threshold of 20 (softplus(x) = x above it,
+    as torch computes it), with A = exp(A_log) small enough (A_log -5) that the decay there is not simply 0: a
+    kernel that clamps or drops that branch fails here."""
+    d = definitions()[UNBOUNDED]
+    slots = [2, 1, 3]
+    x = small_inputs(d, len(slots), 2, 32, slots, 5, seed=7)
+    x["dt_bias"] = 20.0 + (x["dt_bias"] + 3.0) * 2.5  # uniform in [15, 25]
+    x["A_log"] = torch.full_like(x["A_log"], -5.0)
+    want = run_reference(small_reference(d, 2, 32), x)
+    bad = judge(d, x, want, run_small_kernel(d, x))
+    assert not bad, "; ".join(bad)
+
+
 def workload(d, batch_size, pool_size, pad, pad_value) -> Workload:
     """`pad` padding rows (slot `pad_value`) after live rows drawn from slots 1.. of the pools."""
     gen = {"kind": "slot_indices", "pool_axis": "pool_size", "first_slot": 1, "pad_rows": pad,
