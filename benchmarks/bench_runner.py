@@ -8,7 +8,13 @@ pointed at an empty directory unless --warm-cache) and prints the run's profile.
 subset can be timed before and after a change. --profile DIR only prints an existing run's profile.
 --python-profile runs the worker and solution processes under cProfile and prints, per kind of process, the
 functions that took the most time (where a category's seconds go inside a process). From a cold cache it also says
-which kernels were compiled after the first workload began (what the precompile pass did not compile).
+which kernels were compiled after the first workload began (what the precompile pass did not compile). It lists the
+--slowest N workloads with each category's seconds, the records' statuses, and for a run that ends the ETA's range
+against the real remaining time.
+
+A run longer than one sitting (a device call of at most 10 minutes): `--time-limit S --out DIR` stops it with the
+records it has; `--out DIR --resume` (passed on to `kda-trace run`) later runs only the rest, repeating the start-up
+and the precompile of what is left: their seconds are the profile's "start-up" and "precompile".
 
 Usage:
   python benchmarks/bench_runner.py                                   # the main job (every non-stress workload)
