@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from kda_trace.kernels.common import GATE_CODES
-from kda_trace.kernels.gate import _log1p
+from kda_trace.kernels.gate import softplus
 from kda_trace.kernels.recurrent import _to_bf16_rne
 
 NUM_WARPS = 8  # a 128 x 128 fp32 state over 256 threads: 64 values a thread
@@ -98,8 +98,7 @@ def _fused_decode_kernel(
            + tl.load(dt_bias + i_h * D + o_d, mask=m_d, other=0.0).to(tl.float32))
     a = tl.exp(tl.load(A_log + i_h).to(tl.float32))
     if GATE == 1:
-        # softplus(x) = x above 20 (torch's threshold); the clamp keeps exp finite in the branch not taken
-        b_g = -a * tl.where(g_x > 20.0, g_x, _log1p(tl.exp(tl.minimum(g_x, 20.0))))
+        b_g = -a * softplus(g_x)
     else:
         b_g = lower_bound * tl.sigmoid(a * g_x)
     b_beta = tl.sigmoid(tl.load(b + i_n * H + i_h).to(tl.float32))

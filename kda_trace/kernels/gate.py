@@ -29,6 +29,13 @@ def _log1p(y):
     return tl.where(d == 0.0, y, tl.log(w) * (y / tl.where(d == 0.0, 1.0, d)))
 
 
+@triton.jit
+def softplus(x):
+    """log(1 + exp(x)), x above 20 as itself (torch's threshold); the clamp keeps exp finite in the branch not
+    taken. The unbounded gate's -A softplus(g_raw + dt_bias) in every kernel that computes it."""
+    return tl.where(x > 20.0, x, _log1p(tl.exp(tl.minimum(x, 20.0))))
+
+
 @triton.jit(do_not_specialize=["n_rows", "lower_bound"])
 def _gate_kernel(
     g_raw, A_log, dt_bias, g, n_rows, lower_bound,
@@ -48,7 +55,7 @@ def _gate_kernel(
         x = tl.load(g_raw + off, mask=m, other=0.0).to(bias.dtype) + bias[None, :]
         if GATE == 1:
             # the clamp keeps exp finite in the branch not taken
-            y = -a * tl.where(x > 20.0, x, _log1p(tl.exp(tl.minimum(x, 20.0))))
+            y = -a * softplus(x)
         else:
             y = lower_bound * tl.sigmoid(a * x)
         tl.store(g + off, y, mask=m)

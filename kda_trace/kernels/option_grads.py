@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kda_trace.kernels.gate import GATE_CODES, _log1p
+from kda_trace.kernels.gate import GATE_CODES, softplus
 
 
 def _row_tile(K: int, n_rows: int) -> tuple[int, int]:
@@ -80,7 +80,7 @@ def _gate_backward_kernel(
                                                                           other=0.0)[None, :]
     if GATE == 1:
         # softplus(u) = u past 20, as torch's and the forward's (kernels/gate.py); its derivative sigmoid(u)
-        g = -a * tl.where(u > 20.0, u, _log1p(tl.exp(tl.minimum(u, 20.0))))
+        g = -a * softplus(u)
         du = tl.where(m, -a * tl.where(u > 20.0, 1.0, tl.sigmoid(u)) * b_dg, 0.0)
         d_alog = tl.sum(tl.sum(tl.where(m, b_dg * g, 0.0), axis=1), axis=0)
     else:
