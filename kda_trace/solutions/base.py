@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from typing import Any, Callable, Protocol
 
 RunFn = Callable[..., Any]
@@ -19,3 +20,20 @@ class Solution(Protocol):
 
     def build(self, definition, device: str) -> RunFn:
         """Return the `run` callable for `definition` on `device` (compile once, call many times)."""
+
+
+def reference_constant(definition, name: str, default: Any = None) -> Any:
+    """The value of a top-level `NAME = <literal>` in the definition's reference (e.g. the fused decode's
+    NORM_EPS), else `default` (absent, not a literal, or a reference that does not parse)."""
+    try:
+        body = ast.parse(definition.reference or "").body
+    except SyntaxError:
+        return default
+    for node in body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == name):
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                return default
+    return default

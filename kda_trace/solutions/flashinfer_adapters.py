@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from ..schema import Definition
+from .base import reference_constant
 
 FAMILY_INPUTS = {
     "decode": {"q", "k", "v", "g_raw", "A_log", "dt_bias", "b", "state_pool", "state_indices", "scale"},
@@ -58,7 +59,6 @@ FUSED_MIN_VERSION = (0, 7, 4)
 FUSED_HEADS = (8, 12, 16, 24, 32, 48, 64, 96)
 FUSED_HEAD_DIM = 128
 FUSED_SCALE = FUSED_HEAD_DIM ** -0.5
-NORM_EPS_LINE = re.compile(r"^NORM_EPS = (\S+)$", re.M)  # the fused_decode reference's constant
 
 
 def flashinfer_available() -> bool:
@@ -81,11 +81,8 @@ def _release(version: str) -> tuple:
 
 def norm_eps(d: Definition) -> Optional[float]:
     """The RMSNorm eps of a fused_decode definition: its reference's NORM_EPS constant (None when absent)."""
-    m = NORM_EPS_LINE.search(d.reference or "")
-    try:
-        return float(m.group(1)) if m else None
-    except ValueError:
-        return None
+    eps = reference_constant(d, "NORM_EPS")
+    return float(eps) if isinstance(eps, (int, float)) and not isinstance(eps, bool) else None
 
 
 def options(d: Definition) -> Dict[str, Any]:

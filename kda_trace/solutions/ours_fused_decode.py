@@ -9,21 +9,12 @@ build, after the caller chose compiled or interpreted Triton.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
 
+from kda_trace.solutions.base import reference_constant
 from kda_trace.solutions.ours_recurrent import _check_layout, options_from_tags, stage_of
 
 NORM_EPS_DEFAULT = 1e-5  # FlashInfer's norm_eps, the family's value when a reference does not set NORM_EPS
-
-
-def reference_constant(definition, name: str, default):
-    """The value of a top-level `NAME = <literal>` in the definition's reference, else `default`."""
-    for node in ast.parse(definition.reference).body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id == name):
-            return ast.literal_eval(node.value)
-    return default
 
 
 def supports(definition) -> str | None:

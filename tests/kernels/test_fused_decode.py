@@ -31,7 +31,8 @@ from kda_trace.inputs import make_inputs
 from kda_trace.kernels.fused_decode import fused_decode
 from kda_trace.reference import compile_reference
 from kda_trace.schema import RandomInput, ScalarInput, Workload
-from kda_trace.solutions.ours_fused_decode import build_fused_decode, reference_constant, supports
+from kda_trace.solutions.base import reference_constant
+from kda_trace.solutions.ours_fused_decode import build_fused_decode, supports
 from kda_trace.solutions.triton_kda import TritonSolution
 
 from kernel_ground_truth import FakeDefinition
