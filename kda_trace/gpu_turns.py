@@ -104,9 +104,6 @@ class GpuTurns:
             self._step.release()
             self._step.take(False)
 
-    def release(self) -> None:
-        self.end_task()
-
     def close(self) -> None:
         self._step.close()
         self._task.close()

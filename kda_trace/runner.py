@@ -604,7 +604,7 @@ class WorkerContext:
                 record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
                                                 on_host, seed_b, fresh)
                 # sharing the GPU, the task starts over alone instead (below)
-                stopped = self.stop_other_hosts(spec) if _out_of_gpu_memory(record) and not self.sharing() else []
+                stopped = self.stop_other_hosts(spec) if _out_of_gpu_memory(record) and not self.task_shared() else []
                 if stopped:
                     seed_b2, inputs_b2, ref_b2 = self.with_room(another_second_set)
                     record = self.evaluate_solution(task, spec, inputs_a, inputs_b2, refs[0], ref_b2, ref_timing,

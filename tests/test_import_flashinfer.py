@@ -49,16 +49,19 @@ def imported(tmp_path_factory):
     return out
 
 
+def _reference_run(dataset, out) -> list:
+    """The records of `kda-trace run --solution reference --size all` on an imported dataset (the run must succeed)."""
+    assert main(["run", "--dataset", str(dataset), "--solution", "reference", "--size", "all", "--out", str(out)]) == 0
+    return [json.loads(line) for p in (out / "traces" / "kda").glob("*.jsonl") for line in p.read_text().splitlines()]
+
+
 @pytest.mark.slow  # a `kda-trace run` of five definitions
 def test_import_validates_and_runs(imported, tmp_path):
     assert main(["validate", str(imported)]) == 0
     ds = load_dataset(imported)
     assert sorted(ds.definitions) == [DECODE_BF16, "kda_decode_qk2_v4_d64_k_last_safe_gate", MTP_BF16,
                                       "kda_mtp_qk2_v4_d64_k_last_safe_gate", "kda_prefill_qk2_v4_d64_k_last"]
-    assert main(["run", "--dataset", str(imported), "--solution", "reference", "--size", "all",
-                 "--out", str(tmp_path / "run")]) == 0
-    records = [json.loads(line) for p in (tmp_path / "run" / "traces" / "kda").glob("*.jsonl")
-               for line in p.read_text().splitlines()]
+    records = _reference_run(imported, tmp_path / "run")
     assert len(records) == 6 and all(r["evaluation"]["status"] == "PASSED" for r in records)
 
 
@@ -398,10 +401,7 @@ def test_fused_decode_problems_name_the_line_and_field(tmp_path):
 
 @pytest.mark.slow  # a `kda-trace run` of three fused definitions
 def test_fused_import_runs(fused_imported, tmp_path):
-    assert main(["run", "--dataset", str(fused_imported), "--solution", "reference", "--size", "all",
-                 "--out", str(tmp_path / "run")]) == 0
-    records = [json.loads(line) for p in (tmp_path / "run" / "traces" / "kda").glob("*.jsonl")
-               for line in p.read_text().splitlines()]
+    records = _reference_run(fused_imported, tmp_path / "run")
     assert len(records) == 3 and all(r["evaluation"]["status"] == "PASSED" for r in records)
 
 

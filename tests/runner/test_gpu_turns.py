@@ -58,7 +58,7 @@ def test_a_worker_alone_waits_for_the_sharers_and_keeps_new_ones_out(tmp_path):
     a_back = _in_thread(a.let_others_time)  # a's next step: b goes first, then a shares again
     assert b_alone.wait(5) and b.held == "alone"
     assert not c_shares.wait(0.3) and not a_back.is_set()
-    b.release()
+    b.end_task()
     assert c_shares.wait(5) and a_back.wait(5)
     for t in (a, b, c):
         t.close()
