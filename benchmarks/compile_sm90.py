@@ -4,6 +4,7 @@ ptxas's register and spill report for the backward's launch settings.
 
     python benchmarks/compile_sm90.py [--spills] [--chunked]
     python benchmarks/compile_sm90.py --forward [--heads N] [--precomputed] [--only gate,wu,...] [KEY=VALUE ...]
+    python benchmarks/compile_sm90.py --fused-decode
 
 --chunked: only the chunked mode's kernels (backward.LAUNCH["mode"] = "chunked": kernels/backward_chunked.py's
 prep and pass, and the split local kernels), a few minutes instead of the whole list.
@@ -380,6 +381,23 @@ def forward_mode(heads: int, precomputed: bool, only: list[str] | None, settings
     return ok
 
 
+def fused_decode_mode() -> None:
+    """kernels/fused_decode.py at the definitions' shape (D = 128, conv width 4), float32 and bf16 pools, both
+    gates, at its 8 warps and at 16: ptxas's register and spill report."""
+    from kda_trace.kernels import fused_decode
+
+    for pool in ("fp32", "bf16"):
+        sig = {n: "*bf16" for n in ("x", "conv_state", "g_raw", "b", "output_gate", "o")}
+        sig.update({n: "*fp32" for n in ("conv_weight", "A_log", "dt_bias", "norm_weight")},
+                   state_pool=f"*{pool}", state_indices="*i32", scale="fp32", lower_bound="fp32", norm_eps="fp32",
+                   stride_x="i64", stride_cs="i64", stride_sp="i64")
+        for gate_code in (1, 2):
+            for warps in (fused_decode.NUM_WARPS, 16):
+                consts = dict(H=12, D=128, BD=128, W=4, BW=4, GATE=gate_code, STATE_BF16=pool == "bf16")
+                k = compile_kernel(fused_decode._fused_decode_kernel, sig, consts, warps)
+                print(f"fused decode {pool} pool gate {gate_code} warps={warps}: ok", *ptxas_report(k))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spills", action="store_true", help="ptxas register / spill report per launch setting")
@@ -391,12 +409,17 @@ def main() -> int:
     ap.add_argument("--precomputed", action="store_true", help="--forward: a precomputed gate, no L2 norm in the op")
     ap.add_argument("--only", default=None, help="--forward: only these kernels (gate,intra,solve,wu,state,output)")
     ap.add_argument("settings", nargs="*", metavar="KEY=VALUE", help="--forward: chunk.LAUNCH settings")
+    ap.add_argument("--fused-decode", action="store_true", help="the fused decode kernel (kernels/fused_decode.py) "
+                    "instead, with its ptxas report")
     a = ap.parse_args()
     global ALIGNED
     ALIGNED = not a.unaligned
     if os.environ.get("TRITON_INTERPRET") == "1":
         print("unset TRITON_INTERPRET: the kernels must be compiled")
         return 1
+    if a.fused_decode:
+        fused_decode_mode()
+        return 0
     if a.forward:
         return 0 if forward_mode(a.heads, a.precomputed, a.only.split(",") if a.only else None, a.settings) else 1
     chunked_mode(a.spills)
