@@ -14,11 +14,21 @@ which the tolerance must reject. One JSON line per workload goes to --out/refere
 made; a markdown summary goes to --out/summary.md.
 
     python benchmarks/bench_references.py --out /tmp/bench [--stress] [--only NAME] [--budget-s 480]
+
+Where a reference's time goes, on each definition's largest workloads (no fla):
+    python benchmarks/bench_references.py --out DIR --no-fla --largest 1 --repeat 3 --profile 12 \
+        [--constant CHUNK=64]
+--repeat R calls it R times (the first is cold: allocator, cuBLAS handles); --profile K prints the K costliest
+operators of one more call (torch.profiler, by device time, with their call counts); --constant NAME=VALUE sets a
+top-level constant of the compiled reference (e.g. its chunk size) to time an alternative without rebuilding the
+dataset.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import json
 import math
 import os
@@ -30,6 +40,7 @@ import torch
 from kda_trace.dataset import load_dataset
 from kda_trace.inputs import make_inputs
 from kda_trace.reference import compile_reference
+from kda_trace.runner import declared_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -197,6 +208,18 @@ def render(jsonl: Path) -> str:
     return "\n".join(out)
 
 
+def profile_call(call, top: int) -> str:
+    """The `top` costliest operators of one `call()` (torch.profiler; device time on a GPU), with call counts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with torch.no_grad(), profile(activities=activities) as prof:
+        call()
+        sync()
+    key = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=top, max_name_column_width=50)
+
+
 def sync():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -213,6 +236,13 @@ def main() -> None:
     ap.add_argument("--wrong-max-tokens", type=int, default=600,
                     help="run the deliberately wrong fla variants only on workloads up to this many tokens")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting workloads after this many seconds")
+    ap.add_argument("--largest", type=int, default=0, metavar="N",
+                    help="only each definition's N largest workloads (by input bytes)")
+    ap.add_argument("--repeat", type=int, default=1, metavar="R", help="call the reference R times, each timed")
+    ap.add_argument("--profile", type=int, default=0, metavar="K",
+                    help="profile one more call and print its K costliest operators")
+    ap.add_argument("--constant", action="append", default=[], metavar="NAME=VALUE",
+                    help="set a top-level constant of the compiled reference (a Python literal)")
     args = ap.parse_args()
     if args.render:
         print(render(args.render))
@@ -233,24 +263,36 @@ def main() -> None:
     summary = {}
     for d in defs:
         run = compile_reference(d.reference, d.name)
-        for w in ds.workloads_of(d.name):
-            if ("stress" in w.tags and not args.stress) or (args.smoke and "smoke" not in w.tags):
-                continue
+        for item in args.constant:
+            name, value = item.split("=", 1)
+            if name in run.__globals__:
+                run.__globals__[name] = ast.literal_eval(value)
+        workloads = [w for w in ds.workloads_of(d.name)
+                     if not (("stress" in w.tags and not args.stress) or (args.smoke and "smoke" not in w.tags))]
+        if args.largest:
+            workloads = sorted(workloads, key=lambda w: -declared_bytes(d, d.inputs, w))[:args.largest]
+        for w in workloads:
             if time.time() - start > args.budget_s:
                 print(f"budget reached: skipping {d.name} {w.uuid[:8]}", flush=True)
                 summary.setdefault(d.name, {"n": 0, "ref_s": 0.0, "skipped": 0})["skipped"] = \
                     summary.get(d.name, {}).get("skipped", 0) + 1
                 continue
             x = make_inputs(d, w, device=device)
-            sync()
             t0 = time.perf_counter()
-            with torch.no_grad():
-                ref = run(**x)
-            sync()
-            ref_s = time.perf_counter() - t0
+            calls_s = []
+            for _ in range(max(1, args.repeat)):
+                sync()
+                t1 = time.perf_counter()
+                with torch.no_grad():
+                    ref = run(**x)
+                sync()
+                calls_s.append(time.perf_counter() - t1)
+            ref_s = calls_s[0]
+            if args.profile:
+                print(profile_call(functools.partial(run, **x), args.profile), flush=True)
             ref = ref if isinstance(ref, tuple) else (ref,)
             rec = {"definition": d.name, "uuid": w.uuid, "axes": w.axes, "tags": w.tags,
-                   "description": w.description, "ref_s": ref_s,
+                   "description": w.description, "ref_s": ref_s, "calls_s": calls_s,
                    "ref_finite": all(bool(torch.isfinite(r).all()) for r in ref), "fla": {}}
             if not args.no_fla and (device == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
                 for name, fn in fla_runs(d, x).items():
@@ -280,7 +322,8 @@ def main() -> None:
             s["ref_s"] += ref_s
             verdicts = {k: (v.get("error") and "error") or all(m["pass"] for m in v.values() if isinstance(m, dict))
                         for k, v in rec["fla"].items()}
-            print(f"{d.name:42s} {str(w.axes):70s} ref {ref_s:7.3f}s  {verdicts}", flush=True)
+            calls = " ".join(f"{c:.3f}" for c in calls_s)
+            print(f"{d.name:42s} {str(w.axes):70s} ref {calls} s  {verdicts}", flush=True)
             del x, ref
             if device == "cuda":
                 torch.cuda.empty_cache()
