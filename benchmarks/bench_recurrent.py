@@ -13,6 +13,30 @@ model either: the other layers run between two steps of this one). Timings are m
 State traffic counted: one read and one write of each touched state (q/k/v/g/o bytes are < 1% and left out).
 
   python benchmarks/bench_recurrent.py --out results.json [--sweep]
+
+--fused-decode times the fused decode step instead (the fused_decode family, docs/KDA_FAMILIES.md: width-4 causal
+convolution + SiLU, one KDA step against the pool, gated RMSNorm) for H in (12, 32) (Kimi-K3 TP8 with the safe gate,
+Kimi Linear TP1 with the unbounded gate: the two definitions' tags and NORM_EPS), D = 128, float32 and bf16 state
+pools, B in (1, 8, 32, 64, 128, 256), every row live (slot 0 is the null slot and no set uses it):
+  ours:       kda_trace.kernels.fused_decode through the `triton` solution's builder (one launch);
+  fla:        the `fla` solution's composed step (torch convolution, fla's fused_recurrent_kda_fwd in place on the
+              pool, fla's rms_norm_gated), skipped with the reason when fla is not installed or with --no-fla;
+  flashinfer: flashinfer.fused_kda_decode through the `flashinfer` solution, skipped with the reason when
+              `import flashinfer` fails or the solution refuses the definition;
+  copy:       a device-to-device copy of the same number of bytes (read + write): the ceiling.
+Fresh state as above: a timed unit is R calls on R disjoint slot sets (each with its own x, g_raw, b, output_gate),
+the sets' pool rows together >= 4x the L2 cache (R <= 1024); a graph replay of the unit, or the calls from Python
+when one cannot be captured (the row's mode says which). Bytes the step must move, each counted once (C = 3 H D,
+W = 4, s = 4 for a float32 pool and 2 for bf16):
+  2 B H D^2 s                                         the touched state slots, read and written
+  + 2 B C (W - 1) 2                                   their bf16 convolution windows, read and written
+  + 2 B (C + 2 H D + H) + 2 B H D + 4 B               x, g_raw, output_gate, b (bf16); o (bf16); the slots (int32)
+  + 4 (3 W H D + H + H D + D)                         conv taps, A_log, dt_bias, norm weight (fp32)
+(the definitions' cost.bytes plus the slots). Printed per (H, pool, B): each implementation's median us, GB/s
+and fraction of the copy's bandwidth, ours' speedup over each other; before the timings, each implementation's
+o and updated slots against ours at B = 8. JSON to --out.
+
+  python benchmarks/bench_recurrent.py --fused-decode --out fused.json [--no-fla]
 """
 
 from __future__ import annotations
@@ -246,12 +270,173 @@ def big_copy_TBps():
     return 2 * n * 4 / t / 1e12
 
 
+# --- the fused decode step (--fused-decode) ---
+FUSED_DEFINITIONS = {12: "kda_fused_decode_h12_d128_k_last_safe_gate", 32: "kda_fused_decode_h32_d128_k_last"}
+FUSED_BATCHES = (1, 8, 32, 64, 128, 256)
+CONV_W = 4
+
+
+def fused_bytes(B, H, s, D=K, W=CONV_W):
+    """Bytes one fused decode step of B live rows must move (module docstring); s: the state's bytes per value."""
+    C = 3 * H * D
+    return (2 * B * H * D * D * s + 2 * B * C * (W - 1) * 2 + 2 * B * (C + 2 * H * D + H) + 2 * B * H * D + 4 * B
+            + 4 * (3 * W * H * D + H + H * D + D))
+
+
+class FusedCase:
+    """One (H, pool dtype, B): pools of 1 + R * B slots (slot 0 null, unused), R disjoint slot sets, each with its
+    own token inputs; the weights shared."""
+
+    def __init__(self, H, pool_dtype, B, seed=0, device="cuda"):
+        D, C, s = K, 3 * H * K, pool_dtype.itemsize
+        self.bytes = fused_bytes(B, H, s)
+        cuda = device.startswith("cuda")
+        l2 = (getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) if cuda else 0) or L2_BYTES
+        self.R = max(2, min(1024, math.ceil(4 * l2 / (B * (H * D * D * s + C * (CONV_W - 1) * 2)))))
+        P = 1 + self.R * B
+        gen = torch.Generator(device=device).manual_seed(seed)
+        r = lambda *shape: torch.randn(*shape, device=device, generator=gen)  # noqa: E731
+        u = lambda lo, hi, *shape: lo + (hi - lo) * torch.rand(*shape, device=device, generator=gen)  # noqa: E731
+        bf = torch.bfloat16
+        pools = {"conv_state": r(P, C, CONV_W - 1).to(bf), "state_pool": (r(P, H, D, D) * 0.2).to(pool_dtype)}
+        weights = {"conv_weight": u(-0.5, 0.5, 3, CONV_W, H * D), "A_log": u(0.0, 2.77, H),
+                   "dt_bias": u(-5.0, -1.0, H, D), "norm_weight": u(0.5, 1.5, D), "scale": D ** -0.5}
+        slots = (torch.randperm(P - 1, device=device, generator=gen) + 1).to(torch.int32)
+        self.inputs = [{**weights, **pools, "x": r(B, C).to(bf), "g_raw": r(B, H, D).to(bf), "b": r(B, H).to(bf),
+                        "output_gate": r(B, H, D).to(bf), "state_indices": slots[i * B:(i + 1) * B].contiguous()}
+                       for i in range(self.R)]
+        self.copy_src = torch.randint(0, 255, (self.R, self.bytes // 2), dtype=torch.uint8, device=device,
+                                      generator=gen)
+        self.copy_dst = torch.empty_like(self.copy_src)
+
+    def call(self, fn, i):
+        return lambda: fn(**self.inputs[i])
+
+    def copy(self, i):
+        return lambda: self.copy_dst[i].copy_(self.copy_src[i])
+
+
+def fused_implementations(H, no_fla=False):
+    """({name: run(**inputs) -> (o, conv_state, state_pool)}, {name: why skipped}) for the definition of H heads."""
+    from kda_trace.dataset import load_dataset
+    from kda_trace.solutions.fla_adapters import FlaSolution
+    from kda_trace.solutions.flashinfer_adapters import FlashInferSolution
+    from kda_trace.solutions.ours_fused_decode import build_fused_decode
+
+    d = load_dataset().definitions[FUSED_DEFINITIONS[H]]  # tags, gate and NORM_EPS; the pool dtype is the tensor's
+    impls, skipped = {"ours": build_fused_decode(d)}, {}
+    for name, solution in (("fla", FlaSolution), ("flashinfer", FlashInferSolution)):
+        if name == "fla" and no_fla:
+            skipped[name] = "--no-fla"
+            continue
+        try:
+            if name == "flashinfer":
+                import flashinfer
+
+                if not hasattr(flashinfer, "fused_kda_decode"):
+                    raise ImportError(f"flashinfer {getattr(flashinfer, '__version__', '?')} has no fused_kda_decode")
+            sol = solution("cuda")
+            why = sol.supports(d)
+            if why is None:
+                impls[name] = sol.build(d, "cuda")
+            else:
+                skipped[name] = why
+        except Exception as e:  # noqa: BLE001 (a missing or broken install is reported, not fatal)
+            skipped[name] = f"{type(e).__name__}: {e}"
+    return impls, skipped
+
+
+def check_fused(H, pool_dtype, impls):
+    """Each implementation on the same inputs (pools cloned), B = 8: o and the updated slots against ours."""
+    c = FusedCase(H, pool_dtype, 8, seed=1)
+    base, idx = c.inputs[0], c.inputs[0]["state_indices"].long()
+    got = {}
+    for name, fn in impls.items():
+        try:
+            o, conv, pool = fn(**{**base, "conv_state": base["conv_state"].clone(),
+                                  "state_pool": base["state_pool"].clone()})
+            got[name] = (o, conv[idx], pool[idx])
+        except Exception as e:  # noqa: BLE001
+            got[name] = f"{type(e).__name__}: {e}"
+    ours = got["ours"]
+    if isinstance(ours, str):
+        return {"ours": ours}
+    return {name: r if isinstance(r, str) else {"o_rms_rel": rms_rel(r[0], ours[0]), "conv_equal":
+                                                 bool(torch.equal(r[1], ours[1])), "state_rms_rel": rms_rel(r[2], ours[2])}
+            for name, r in got.items() if name != "ours"}
+
+
+def measure_fused(H, pool_dtype, B, impls):
+    c = FusedCase(H, pool_dtype, B)
+    reps = max(3, 2000 // (B * c.R))
+    row = {"H": H, "pool": str(pool_dtype).replace("torch.", ""), "B": B, "R": c.R, "bytes": c.bytes}
+    for name in [*impls, "copy"]:
+        calls = [c.copy(i) if name == "copy" else c.call(impls[name], i) for i in range(c.R)]
+        try:
+            t, mode = time_graph(calls, reps), "graph"
+        except Exception as e:  # noqa: BLE001 (e.g. a host synchronisation inside the call)
+            torch.cuda.synchronize()
+            try:
+                t, mode = time_plain(calls, reps), f"plain (graph capture failed: {type(e).__name__})"
+            except Exception as e2:  # noqa: BLE001
+                row[name] = {"error": f"{type(e2).__name__}: {e2}"}
+                continue
+        row[name] = {"us": t * 1e6, "GBps": c.bytes / t / 1e9, "mode": mode}
+    copy_us = row["copy"].get("us")
+    for name in impls:
+        if "us" in row[name] and copy_us:
+            row[name]["frac_copy"] = copy_us / row[name]["us"]
+    if "us" in row["ours"]:
+        row["ours_speedup"] = {n: row[n]["us"] / row["ours"]["us"] for n in impls if n != "ours" and "us" in row[n]}
+    del c
+    torch.cuda.empty_cache()
+    return row
+
+
+def fused_line(row):
+    parts = [f"H={row['H']:2d} {row['pool']:8s} B={row['B']:3d} R={row['R']:4d} {row['bytes'] / 1e6:9.2f} MB"]
+    for name, r in row.items():
+        if isinstance(r, dict) and name != "ours_speedup":
+            if "us" not in r:
+                parts.append(f"{name} {r['error']}")
+                continue
+            frac = f" {r['frac_copy']:.2f} of copy" if "frac_copy" in r else ""
+            mode = "" if r["mode"] == "graph" else f" [{r['mode']}]"
+            parts.append(f"{name} {r['us']:8.2f} us {r['GBps']:7.0f} GB/s{frac}{mode}")
+    parts += [f"ours x{v:.2f} vs {n}" for n, v in row.get("ours_speedup", {}).items()]
+    return " | ".join(parts)
+
+
+def main_fused(args, env):
+    res = {"env": env, "mode": "fused_decode", "copy_1GiB_TBps": big_copy_TBps(), "skipped": {}, "checks": {},
+           "rows": []}
+    print(json.dumps(env), f"copy ceiling (1 GiB, read+write): {res['copy_1GiB_TBps']:.2f} TB/s", flush=True)
+    for H in FUSED_DEFINITIONS:
+        impls, skipped = fused_implementations(H, args.no_fla)
+        for name, why in skipped.items():
+            print(f"H={H}: {name} skipped: {why}", flush=True)
+        res["skipped"][H] = skipped
+        for pool_dtype in (torch.float32, torch.bfloat16):
+            key = f"h{H}_{str(pool_dtype).replace('torch.', '')}"
+            res["checks"][key] = check_fused(H, pool_dtype, impls)
+            print(f"{key} vs ours (B = 8):", json.dumps(res["checks"][key]), flush=True)
+            for B in FUSED_BATCHES:
+                row = measure_fused(H, pool_dtype, B, impls)
+                res["rows"].append(row)
+                print(fused_line(row), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None)
     ap.add_argument("--sweep", action="store_true", help="also sweep (BV, num_warps) per batch")
     ap.add_argument("--layouts", default="vk,kv")
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--fused-decode", action="store_true",
+                    help="time the fused decode step (ours, fla + torch composed, FlashInfer, copy) instead")
     args = ap.parse_args()
     import triton
 
@@ -261,8 +446,11 @@ def main():
         import fla
 
         env["fla"] = getattr(fla, "__version__", "?")
-    except ImportError:
-        args.no_fla = True
+    except ImportError as e:
+        env["fla"] = f"not importable: {e}"
+        args.no_fla = not args.fused_decode  # the fused mode reports fla's absence as the reason it is skipped
+    if args.fused_decode:
+        return main_fused(args, env)
     res = {"env": env, "copy_1GiB_TBps": big_copy_TBps(), "rows": [], "sweep": [], "checks": {}}
     print(json.dumps(env), f"copy ceiling (1 GiB, read+write): {res['copy_1GiB_TBps']:.2f} TB/s", flush=True)
     if not args.no_fla:
