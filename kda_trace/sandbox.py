@@ -4,10 +4,12 @@ Used by solution_host (entering it) and environment (the records' `isolation`)."
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 from typing import Optional, Sequence
@@ -16,15 +18,61 @@ SANDBOX_ENV = "KDA_TRACE_SANDBOX"
 """'off' in the environment: solution processes run without a sandbox (the environment's isolation says so)."""
 SANDBOX_WRITABLE_ENV = "KDA_TRACE_SANDBOX_WRITABLE"
 """More directories a sandboxed solution may write (os.pathsep between them), e.g. a JIT compiler's cache."""
-SANDBOXED = "sandbox: user+pid+mount+net namespaces"
-
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _MOUNT_OPTIONS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC,
                   "noatime": _MS_NOATIME, "nodiratime": _MS_NODIRATIME, "relatime": _MS_RELATIME}
-_PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 38, 24
+_PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 24, 22, 2
+
+
+def socket_filter(machine: str, pointer_size: int = 8) -> Optional[list]:
+    """The seccomp-BPF program (sock_filter tuples: code, jt, jf, k) that a sandboxed solution's processes run under,
+    for a process of this machine (os.uname().machine) and pointer size, or None where we know no syscall numbers.
+
+    It refuses (EPERM) what the network namespace does not separate, and allows everything else:
+    - socket(AF_UNIX): a Unix socket that is a file (/run/..., /tmp/..., docker.sock, /dev/log, a judge's) is reached
+      through the file system, which the sandbox sees (read-only does not stop a connect()). Without a new one, none
+      can be connected to or sent to; socketpair() keeps working (multiprocessing's and asyncio's pipes), as a
+      stream or seqpacket pair only: a datagram socket of a pair can still send to any path (sendto, sendmsg), and
+      seccomp cannot read the address a call points to.
+    - socket(AF_VSOCK): a virtual machine's sockets to its host, in no network namespace.
+    - io_uring_setup, _enter and _register: io_uring's own socket and connect operations are not system calls, so
+      they pass no seccomp filter.
+    - every system call of another ABI than the process's own: the i386 one (int 0x80 on x86_64, whose socket and
+      socketcall have other numbers) and x86_64's x32 one (numbers with bit 30 set: another socket()).
+    Little-endian machines only: a system call's int argument is the low half of its seccomp_data.args slot."""
+    known = {"x86_64": (0xC000003E, 41, 53), "aarch64": (0xC00000B7, 198, 199)}  # AUDIT_ARCH_*, socket, socketpair
+    if machine not in known or pointer_size != 8:
+        return None
+    arch, socket_nr, socketpair_nr = known[machine]
+    ld, jeq, jge, jgt, jset, and_, ret = 0x20, 0x15, 0x35, 0x25, 0x45, 0x54, 0x06  # BPF_LD|BPF_W|BPF_ABS, ...
+    refuse, allow = 0x00050000 | errno.EPERM, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
+    af_unix, af_vsock, sock_stream, sock_seqpacket = 1, 40, 1, 5
+    return [
+        (ld, 0, 0, 4),  # seccomp_data.arch
+        (jeq, 1, 0, arch), (ret, 0, 0, refuse),
+        (ld, 0, 0, 0),  # seccomp_data.nr
+        (jset, 0, 1, 0x40000000), (ret, 0, 0, refuse),  # x32
+        (jge, 0, 2, 425), (jgt, 1, 0, 427), (ret, 0, 0, refuse),  # io_uring_setup, _enter, _register (everywhere)
+        (jeq, 0, 5, socket_nr),
+        (ld, 0, 0, 16),  # args[0]: the family
+        (jeq, 1, 0, af_unix), (jeq, 0, 1, af_vsock), (ret, 0, 0, refuse),
+        (ret, 0, 0, allow),
+        (jeq, 0, 5, socketpair_nr),
+        (ld, 0, 0, 24), (and_, 0, 0, 0xF),  # args[1] & SOCK_TYPE_MASK: the type without its flags
+        (jeq, 2, 0, sock_stream), (jeq, 1, 0, sock_seqpacket), (ret, 0, 0, refuse),
+        (ret, 0, 0, allow),
+    ]
+
+
+_MACHINE, _POINTER_BITS = os.uname().machine if hasattr(os, "uname") else sys.platform, struct.calcsize("P") * 8
+SOCKET_FILTER = socket_filter(_MACHINE, _POINTER_BITS // 8)
+SANDBOXED = "sandbox: user+pid+mount+net namespaces" + (
+    "+seccomp(no unix or vsock sockets, no io_uring)" if SOCKET_FILTER else
+    f" (no seccomp filter: no system call numbers for {_MACHINE}, {_POINTER_BITS}-bit)")
+"""A solution's sandbox on this machine, as environment.isolation records it."""
 
 
 class SandboxUnavailable(OSError):
@@ -71,14 +119,18 @@ def enter_sandbox(workdir: str, own: Sequence[str] = ()) -> None:
     did. The solution's process then sees only its own namespace's processes, cannot signal, ptrace or read the
     memory of any process outside (the judge, other solutions), has no network (a loopback interface, down), sees /
     read-only but for `sandbox_writable` and a private /dev/shm, cannot take those mounts back (it keeps no
-    capability, and no program it starts gets one), and everything it starts dies with it. Raises
+    capability, and no program it starts gets one), and everything it starts dies with it; where SOCKET_FILTER
+    has this machine's system call numbers, it and every process of the namespace run under that seccomp filter (no
+    new Unix or vsock socket, no io_uring), installed before the solution's process is forked: an unfiltered process
+    of the same user in the namespace could be ptraced (Yama's ptrace_scope 0) into making the socket. Raises
     SandboxUnavailable (this process unchanged) where the machine allows no namespaces; a failure after that ends
     the process with status 70 and a line on stderr (sandbox_support runs the same steps first, and says why).
 
-    Namespaces rather than a seccomp filter: a filter can refuse kill() and ptrace(), but not tell the judge's
-    files from the solution's or its processes from others'; and the namespaces need no binary (bubblewrap is often
-    absent). Cost: 13-19 ms from the call to the solution's process running in the sandbox (H200 machine and a
-    2-core CPU machine), against seconds for the process to import torch and start its CUDA context."""
+    Namespaces for the isolation, and a seccomp filter only for what they leave open: a filter can refuse kill()
+    and ptrace(), but not tell the judge's files from the solution's or its processes from others'; and the
+    namespaces need no binary (bubblewrap is often absent). Cost: 13-19 ms from the call to the solution's process
+    running in the sandbox (H200 machine and a 2-core CPU machine), against seconds for the process to import torch
+    and start its CUDA context."""
     if not sys.platform.startswith("linux"):
         raise SandboxUnavailable(0, "not Linux")
     libc = _libc()
@@ -102,6 +154,8 @@ def enter_sandbox(workdir: str, own: Sequence[str] = ()) -> None:
     try:
         _mounts(libc, keep)
         _drop_capabilities(libc)
+        if SOCKET_FILTER:  # here, in the namespace's first process: no process in the sandbox runs without it
+            install_filter(libc, SOCKET_FILTER)
     except SandboxUnavailable as e:  # the probe (sandbox_support) made the same calls: not expected
         print(f"kda_trace: a solution's sandbox could not be set up: {e}", file=sys.stderr)
         os._exit(70)
@@ -203,6 +257,34 @@ def _drop_capabilities(libc) -> None:
     _check(libc.capset(header, data), "capset")
 
 
+def install_filter(libc, program: list) -> None:
+    """Run this process, and every process it starts from now on, under the seccomp-BPF `program` (no way back).
+    With no_new_privs, which an unprivileged process needs to install one."""
+    import ctypes
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    code = (SockFilter * len(program))(*program)
+    _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(libc.prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(SockFprog(len(program), code)),
+                      0, 0), "installing the seccomp filter")
+
+
+def unix_socket_made() -> bool:
+    """Whether this process can make a Unix socket (refused under SOCKET_FILTER)."""
+    import socket
+
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+        return True
+    except OSError:
+        return False
+
+
 def sandbox_support() -> str:
     """SANDBOXED where solution processes get a sandbox here (enter_sandbox, tried once per process in a throwaway
     process), else 'none: <why>'. Where the sandbox is missing, solutions run as before, and the records say so
@@ -239,7 +321,7 @@ def _probe_sandbox() -> str:
 
 _PROBE = """
 import os, sys
-from kda_trace.sandbox import SandboxUnavailable, enter_sandbox
+from kda_trace.sandbox import SOCKET_FILTER, SandboxUnavailable, enter_sandbox, unix_socket_made
 try:
     enter_sandbox(sys.argv[1], sys.argv[2:])
 except SandboxUnavailable as e:
@@ -249,8 +331,12 @@ for folder in sys.argv[1:]:  # its directories: writable
     open(os.path.join(folder, "probe"), "w").close()
 if os.access("/", os.W_OK):
     print("/ is writable in the sandbox")
+elif os.getpid() != 2:
+    print("not in a PID namespace of its own")
+elif SOCKET_FILTER and unix_socket_made():
+    print("socket(AF_UNIX) works in the sandbox: its seccomp filter did not take")
 else:
-    print("sandboxed" if os.getpid() == 2 else "not in a PID namespace of its own")
+    print("sandboxed")
 """
 
 

@@ -2,7 +2,7 @@
 
 Each computes the honest answer (cheats.py's base) and, on every call, tries one thing; it returns zeros when
 the attempt worked, so that a PASSED record means the attempt failed. Targets come from the environment
-(SANDBOX_TARGET_FILE, SANDBOX_TARGET_PORT).
+(SANDBOX_TARGET_FILE, SANDBOX_TARGET_PORT, SANDBOX_TARGET_UNIX, SANDBOX_TARGET_UNIX_DGRAM).
 
 | fixture | tries |
 |---|---|
@@ -11,8 +11,10 @@ the attempt worked, so that a PASSED record means the attempt failed. Targets co
 | reads_judge_memory | reads the memory of the processes it sees (/proc/PID/mem at a mapped address) |
 | writes_outside_scratch | writes SANDBOX_TARGET_FILE |
 | opens_a_socket | connects to 127.0.0.1:SANDBOX_TARGET_PORT (a server of the test's) |
+| reaches_a_unix_socket | connects to SANDBOX_TARGET_UNIX and sends to SANDBOX_TARGET_UNIX_DGRAM (Unix sockets of the test's, files on disk), from a new socket and from a socketpair's; sets up an io_uring (which could make and connect sockets itself); raises when an attempt failed for another reason than being refused (a target it could not see would prove nothing), or when socketpair() does not work |
 """
 
+import errno
 import os
 import signal
 import socket
@@ -110,3 +112,60 @@ def opens_a_socket(**inputs):
     except OSError:
         worked = False
     return _answer(worked, inputs)
+
+
+def _attempt(what, attempt, refused=(errno.EPERM, errno.EACCES)):
+    """Whether `attempt()` worked; raises when it failed for another reason than one of `refused`."""
+    try:
+        attempt()
+        return True
+    except OSError as e:
+        if e.errno not in refused:
+            raise RuntimeError(f"{what} failed, but not by being refused: {e}") from e
+        return False
+
+
+def _io_uring_setup():
+    import ctypes
+
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+    fd = ctypes.CDLL(None, use_errno=True).syscall(425, 8, params)  # io_uring_setup (the same number everywhere)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    os.close(fd)
+
+
+def _send_from_socketpair(path):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)  # a datagram socket can send to any address
+    with a, b:
+        a.sendto(b"from a solution", path)
+
+
+def _connect_from_socketpair(path):
+    a, b = socket.socketpair()
+    with a, b:
+        b.close()
+        a.connect(path)
+
+
+def reaches_a_unix_socket(**inputs):
+    a, b = socket.socketpair()  # what multiprocessing and asyncio use: must keep working
+    with a, b:
+        a.sendall(b"x")
+        assert b.recv(1) == b"x"
+    stream, dgram = os.environ["SANDBOX_TARGET_UNIX"], os.environ["SANDBOX_TARGET_UNIX_DGRAM"]
+
+    def connect():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(stream)
+
+    def send():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(b"from a solution", dgram)
+
+    tries = [_attempt("connect", connect), _attempt("sendto", send),
+             _attempt("sendto from a socketpair", lambda: _send_from_socketpair(dgram)),
+             _attempt("connect from a socketpair", lambda: _connect_from_socketpair(stream), (errno.EISCONN,)),
+             _attempt("io_uring_setup", _io_uring_setup)]
+    return _answer(any(tries), inputs)

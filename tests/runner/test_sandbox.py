@@ -2,8 +2,16 @@
 CPU: each attempt of tests/runner/sandbox_attacks.py fails (its record PASSED, as it answers honestly when its
 attempt failed), leaves nothing behind, and an honest solution of the same run passes."""
 
+import ctypes
+import errno
+import json
 import os
+import select
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -17,7 +25,8 @@ from kda_trace.cli import main
 HERE = Path(__file__).parent
 DS = str(HERE / "fixtures" / "ds")
 ATTACKS = str(HERE / "sandbox_attacks.py")
-NAMES = ("kills_others", "leaves_a_spinning_child", "reads_judge_memory", "writes_outside_scratch", "opens_a_socket")
+NAMES = ("kills_others", "leaves_a_spinning_child", "reads_judge_memory", "writes_outside_scratch", "opens_a_socket",
+         "reaches_a_unix_socket")
 
 needs_sandbox = pytest.mark.skipif(sandbox.sandbox_support() != sandbox.SANDBOXED,
                                    reason=f"no sandbox here ({sandbox.sandbox_support()})")
@@ -36,22 +45,99 @@ def test_a_sandbox_turned_off_says_so(monkeypatch):
     assert sandbox.sandbox_support() == f"none: turned off ({sandbox.SANDBOX_ENV}=off)"
 
 
+def _what_works() -> dict:
+    """What this process may do with sockets and io_uring: each call's errno name, or 'ok'."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    unix, inet, vsock = socket.AF_UNIX, socket.AF_INET, 40
+    stream, dgram, seqpacket = socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET
+    calls = {
+        "socket(AF_UNIX, SOCK_STREAM)": lambda: socket.socket(unix, stream).close(),
+        "socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC)": lambda: socket.socket(unix, dgram | socket.SOCK_CLOEXEC).close(),
+        "socket(AF_VSOCK)": lambda: socket.socket(vsock, stream).close(),
+        "socket(AF_INET)": lambda: socket.socket(inet, stream).close(),
+        "socketpair(AF_UNIX, SOCK_STREAM)": lambda: [s.close() for s in socket.socketpair(unix, stream)],
+        "socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC)":
+            lambda: [s.close() for s in socket.socketpair(unix, seqpacket | socket.SOCK_CLOEXEC)],
+        "socketpair(AF_UNIX, SOCK_DGRAM)": lambda: [s.close() for s in socket.socketpair(unix, dgram)],
+        "io_uring_setup": lambda: _syscall(libc, 425, 8, ctypes.create_string_buffer(120)),
+        "socket(AF_UNIX) in a program it starts": lambda: subprocess.run(
+            [sys.executable, "-c", "import socket; socket.socket(socket.AF_UNIX)"], check=True, capture_output=True),
+    }
+    if os.uname().machine == "x86_64":
+        calls["socket(AF_UNIX) through the x32 ABI"] = lambda: _syscall(libc, 0x40000000 | 41, unix, stream, 0)
+    works = {}
+    for name, call in calls.items():
+        try:
+            call()
+            works[name] = "ok"
+        except OSError as e:
+            works[name] = errno.errorcode.get(e.errno, str(e.errno))
+        except subprocess.CalledProcessError as e:
+            works[name] = e.stderr.decode().strip().splitlines()[-1]
+    return works
+
+
+def _syscall(libc, *args) -> None:
+    fd = libc.syscall(*args)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "")
+    os.close(fd)
+
+
+@pytest.mark.skipif(sandbox.SOCKET_FILTER is None, reason=sandbox.SANDBOXED)
+def test_the_filter_refuses_its_calls_and_no_other():
+    """In a forked child, which the filter stays with: Unix and vsock sockets, datagram socketpairs, io_uring and
+    the x32 ABI refused; stream socketpairs and the network's sockets (the network namespace isolates them) not;
+    the same in a program the child starts."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            sandbox.install_filter(sandbox._libc(), sandbox.SOCKET_FILTER)
+            os.write(w, json.dumps(_what_works()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        got = json.loads(f.read() or b"{}")
+    os.waitpid(pid, 0)
+    refused = "PermissionError: [Errno 1] Operation not permitted"
+    assert got == {
+        "socket(AF_UNIX, SOCK_STREAM)": "EPERM", "socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC)": "EPERM",
+        "socket(AF_VSOCK)": "EPERM", "socket(AF_INET)": "ok", "socketpair(AF_UNIX, SOCK_STREAM)": "ok",
+        "socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC)": "ok", "socketpair(AF_UNIX, SOCK_DGRAM)": "EPERM",
+        "io_uring_setup": "EPERM", "socket(AF_UNIX) in a program it starts": refused,
+        **({"socket(AF_UNIX) through the x32 ABI": "EPERM"} if os.uname().machine == "x86_64" else {})}
+    assert _what_works()["socket(AF_UNIX, SOCK_STREAM)"] == "ok"  # (this process unfiltered)
+
+
+def test_the_filter_is_known_for_x86_64_and_aarch64_only():
+    assert sandbox.socket_filter("x86_64") and sandbox.socket_filter("aarch64")
+    assert sandbox.socket_filter("x86_64", pointer_size=4) is None  # i386 or x32 Python: other numbers
+    assert sandbox.socket_filter("riscv64") is None
+
+
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
     out = tmp_path_factory.mktemp("sandbox")
     target = out / "outside_scratch.txt"
+    # the judge's side of each socket: a TCP server, and Unix sockets that are files (a stream server, a datagram one)
+    sockets = tempfile.mkdtemp(prefix="kda_trace_sockets_")  # a short path (a Unix socket's is 107 bytes at most)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
-    server.settimeout(0.2)
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(os.path.join(sockets, "judge.sock"))
+    unix.listen(8)
+    dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dgram.bind(os.path.join(sockets, "judge.dgram"))
     connected = []
 
     def accept():
         while not stop.is_set():
-            try:
-                connected.append(server.accept())
-            except OSError:
-                pass
+            for s in select.select([server, unix, dgram], [], [], 0.2)[0]:
+                connected.append(s.recv(64) if s is dgram else s.accept())
 
     stop = threading.Event()
     thread = threading.Thread(target=accept, daemon=True)
@@ -59,6 +145,8 @@ def attacked(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("SANDBOX_TARGET_FILE", str(target))
     mp.setenv("SANDBOX_TARGET_PORT", str(server.getsockname()[1]))
+    mp.setenv("SANDBOX_TARGET_UNIX", unix.getsockname())
+    mp.setenv("SANDBOX_TARGET_UNIX_DGRAM", dgram.getsockname())
     argv = ["run", "--dataset", DS, "--workers", "1", "--definition", "toy_scan", "--size", "all", "--timeout", "60",
             "--out", str(out / "run"), "--solution", f"{ATTACKS}::kills_others"]
     for name in NAMES[1:]:
@@ -71,7 +159,9 @@ def attacked(tmp_path_factory):
         mp.undo()
         stop.set()
         thread.join()
-        server.close()
+        for s in (server, unix, dgram):
+            s.close()
+        shutil.rmtree(sockets, ignore_errors=True)
     spinners = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -92,6 +182,8 @@ def test_an_honest_solution_beside_the_attempts_passes(attacked):
 @needs_sandbox
 @pytest.mark.parametrize("name", NAMES)
 def test_each_attempt_fails_in_the_sandbox(attacked, name):
+    if name == "reaches_a_unix_socket" and sandbox.SOCKET_FILTER is None:
+        pytest.skip(f"no seccomp filter here ({sandbox.SANDBOXED})")
     got = attacked["records"][name]
     assert got and [ev["status"] for ev in got] == ["PASSED"] * len(got), [ev["log"][:200] for ev in got]
     assert all(ev["environment"]["isolation"] == sandbox.SANDBOXED for ev in got)
