@@ -69,7 +69,7 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
                              "time (default: %d, fewer on a machine with under 4 cores per worker)" % WORKERS_PER_GPU)
     parser.add_argument("--precompile", type=int, default=None, metavar="N",
                         help="processes per solution that call every workload once before anything is timed, so "
-                             "that kernels compile in parallel (default: half the cores, up to 8, on a GPU; 0 on the "
+                             "that kernels compile in parallel (default: all cores but two, up to 16, on a GPU; 0 on the "
                              "CPU); 0 turns it off")
     parser.add_argument("--warmup", type=int, default=None,
                         help="warm-up calls before timing (none after a call slower than the 1 s time budget)")

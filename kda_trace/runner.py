@@ -131,6 +131,13 @@ class GpuAloneNeeded(Exception):
 
 
 @dataclass
+class StartSolutions:
+    """A message to a worker: start the processes of these solution specs now (while the precompile pass runs)."""
+
+    specs: List[str]
+
+
+@dataclass
 class Task:
     """One workload and the solutions still to evaluate on it."""
 
@@ -674,6 +681,19 @@ class WorkerContext:
                                             self.config.dataset_root, self.notify, code_digest=self.config.code_digest)
         return self.hosts[spec]
 
+    def start_hosts(self, specs: List[str]) -> None:
+        """Start the processes of these solutions ahead of their first workload (the precompile pass runs and nothing
+        is timed). One that fails to start is started again, and its failure recorded, by its first workload."""
+        from .solution_host import HostDied
+
+        for spec in specs:
+            host = self.host(spec)
+            if not host.alive():
+                try:
+                    host.start()
+                except HostDied:
+                    pass
+
     def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec,
                           on_host: bool, seed_b: int, fresh: "FreshReferences") -> Trace:
         """One solution on one workload, run in the solution's own process (solution_host.py); judged here."""
@@ -1162,6 +1182,10 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
             ctx.close()
             profile.write()
             return
+        if isinstance(task, StartSolutions):
+            ctx.start_hosts(task.specs)
+            conn.send(("started",))
+            continue
         alone, first = False, None
         while task is not None:
             ctx.begin_task(task, alone)
@@ -1223,6 +1247,10 @@ class _Worker:
     phase_since: float = 0.0
     task_since: float = 0.0
     said_slow: bool = False
+    started: bool = False
+    """Whether this worker was told to start its solutions' processes (StartSolutions)."""
+    prestarting: bool = False
+    """Starting them now: no task is given to it meanwhile, and it has the start-up timeout."""
 
 
 SLOW_EVALUATION_S = 30.0
@@ -1256,7 +1284,7 @@ class Runner:
         w.process = self.ctx.Process(target=worker_main, args=(child, self.config, w.device), daemon=False)  # it starts solution processes
         w.process.start()
         child.close()
-        w.conn, w.ready, w.task = parent, False, None
+        w.conn, w.ready, w.task, w.prestarting = parent, False, None, False
         w.phase, w.phase_since = (None, "starting"), time.monotonic()
         w.deadline = time.monotonic() + self.startup_timeout
 
@@ -1285,6 +1313,7 @@ class Runner:
         from . import reaper
 
         queue = deque(tasks)
+        solutions = list(dict.fromkeys(spec for task in tasks for spec in task.solutions))
         devices = self.config.devices or [self.config.device]
         turns = None
         if not self.config.gpu_turns_dir and any(devices.count(d) > 1 for d in devices if d.startswith("cuda")):
@@ -1306,7 +1335,14 @@ class Runner:
         try:
             while queue or any(w.task is not None for w in workers):
                 for w in workers:
-                    if w.ready and w.task is None and queue and not (warming is not None and warming.is_alive()):
+                    if w.ready and not w.started and warming is not None and warming.is_alive():
+                        # the solutions' processes start (imports, a CUDA context: about 10 s on an H200) while the
+                        # precompile pass compiles, instead of after it
+                        w.started = w.prestarting = True
+                        w.deadline = time.monotonic() + self.startup_timeout
+                        w.conn.send(StartSolutions(solutions))
+                    if (w.ready and w.task is None and not w.prestarting and queue
+                            and not (warming is not None and warming.is_alive())):
                         task = queue.popleft()
                         w.task, w.remaining = task, list(task.solutions)
                         self._set_phase(w, (None, "inputs"))
@@ -1442,6 +1478,9 @@ class Runner:
                     if spec is not None:
                         w.remaining.remove(spec)
                     self.on_record(w.task.definition, trace)
+                elif msg[0] == "started":
+                    w.prestarting = False
+                    self._set_phase(w, (None, "idle"))
                 elif msg[0] == "done":
                     self._set_phase(w, (None, "idle"))
                     self.on_event("end", w.task, seconds=time.monotonic() - w.task_since)
@@ -1451,7 +1490,7 @@ class Runner:
         except (EOFError, OSError):
             pass
         alive = w.process.is_alive()
-        timed_out = time.monotonic() > w.deadline and (w.task is not None or not w.ready)
+        timed_out = time.monotonic() > w.deadline and (w.task is not None or not w.ready or w.prestarting)
         if alive and not timed_out:
             return
         if not w.ready and w.task is None:  # died or hung while starting
