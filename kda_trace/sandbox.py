@@ -12,7 +12,7 @@ import signal
 import struct
 import sys
 import tempfile
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 SANDBOX_ENV = "KDA_TRACE_SANDBOX"
 """'off' in the environment: solution processes run without a sandbox (the environment's isolation says so)."""
@@ -119,10 +119,12 @@ def enter_sandbox(workdir: str, own: Sequence[str] = ()) -> None:
     did. The solution's process then sees only its own namespace's processes, cannot signal, ptrace or read the
     memory of any process outside (the judge, other solutions), has no network (a loopback interface, down), sees /
     read-only but for `sandbox_writable` and a private /dev/shm, cannot take those mounts back (it keeps no
-    capability, and no program it starts gets one), and everything it starts dies with it; where SOCKET_FILTER
-    has this machine's system call numbers, it and every process of the namespace run under that seccomp filter (no
-    new Unix or vsock socket, no io_uring), installed before the solution's process is forked: an unfiltered process
-    of the same user in the namespace could be ptraced (Yama's ptrace_scope 0) into making the socket. Raises
+    capability, and no program it starts gets one), and everything it starts dies with it. Where SOCKET_FILTER has
+    this machine's system call numbers, every process of the namespace runs under that seccomp filter (no new Unix
+    or vsock socket, no io_uring): the namespace's first process installs it as soon as it has forked the solution's
+    process, and that process by `seal_sandbox()` once its CUDA context exists and before any solution code runs
+    (the CUDA driver does not initialise under it: cudaGetDeviceCount failed on an H200, driver 580); an unfiltered
+    process of the same user in the namespace could be ptraced (Yama's ptrace_scope 0) into making the socket. Raises
     SandboxUnavailable (this process unchanged) where the machine allows no namespaces; a failure after that ends
     the process with status 70 and a line on stderr (sandbox_support runs the same steps first, and says why).
 
@@ -154,24 +156,24 @@ def enter_sandbox(workdir: str, own: Sequence[str] = ()) -> None:
     try:
         _mounts(libc, keep)
         _drop_capabilities(libc)
-        if SOCKET_FILTER:  # here, in the namespace's first process: no process in the sandbox runs without it
-            install_filter(libc, SOCKET_FILTER)
     except SandboxUnavailable as e:  # the probe (sandbox_support) made the same calls: not expected
         print(f"kda_trace: a solution's sandbox could not be set up: {e}", file=sys.stderr)
         os._exit(70)
     # the first process of a PID namespace ignores the signals it sends itself (os.kill(os.getpid(), SIGSEGV) would
     # not end it) and adopts the namespace's orphans: the solution runs in a child of it
-    _fork_and_wait(status_w=status_w)
+    _fork_and_wait(status_w=status_w, parent_first=seal_sandbox)
     os.close(status_w)
     scratch = os.path.join(workdir, "tmp")
     os.makedirs(scratch, exist_ok=True)
     os.environ["TMPDIR"] = tempfile.tempdir = scratch
 
 
-def _fork_and_wait(status_r: Optional[int] = None, status_w: Optional[int] = None) -> bool:
-    """Fork. The parent waits for the child (reaping any other process that becomes its child meanwhile) and ends
-    as the child did (with `status_w`: writes the child's exit code there first; with `status_r`: ends with the code
-    read there, when there is one). The child, which dies with its parent, returns False."""
+def _fork_and_wait(status_r: Optional[int] = None, status_w: Optional[int] = None,
+                   parent_first: Optional[Callable[[], None]] = None) -> bool:
+    """Fork. The parent runs `parent_first()`, then waits for the child (reaping any other process that becomes its
+    child meanwhile) and ends as the child did (with `status_w`: writes the child's exit code there first; with
+    `status_r`: ends with the code read there, when there is one). The child, which dies with its parent, returns
+    False."""
     alive_r, alive_w = os.pipe()  # end of file on alive_r: the parent has died
     child = os.fork()
     if child == 0:
@@ -187,6 +189,8 @@ def _fork_and_wait(status_r: Optional[int] = None, status_w: Optional[int] = Non
         return False
     os.close(alive_r)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_first is not None:
+        parent_first()
     while True:
         try:
             pid, status = os.waitpid(-1, 0)
@@ -274,6 +278,19 @@ def install_filter(libc, program: list) -> None:
                       0, 0), "installing the seccomp filter")
 
 
+def seal_sandbox() -> None:
+    """Put this process, a sandbox's (enter_sandbox), under SOCKET_FILTER where the machine has one; nothing
+    elsewhere. A failure ends the process with status 70 and a line on stderr: it is in the namespaces already, and
+    sandbox_support ran the same steps first."""
+    if not SOCKET_FILTER:
+        return
+    try:
+        install_filter(_libc(), SOCKET_FILTER)
+    except SandboxUnavailable as e:
+        print(f"kda_trace: a solution's sandbox could not be set up: {e}", file=sys.stderr)
+        os._exit(70)
+
+
 def unix_socket_made() -> bool:
     """Whether this process can make a Unix socket (refused under SOCKET_FILTER)."""
     import socket
@@ -321,12 +338,13 @@ def _probe_sandbox() -> str:
 
 _PROBE = """
 import os, sys
-from kda_trace.sandbox import SOCKET_FILTER, SandboxUnavailable, enter_sandbox, unix_socket_made
+from kda_trace.sandbox import SOCKET_FILTER, SandboxUnavailable, enter_sandbox, seal_sandbox, unix_socket_made
 try:
     enter_sandbox(sys.argv[1], sys.argv[2:])
 except SandboxUnavailable as e:
     print(e.strerror or e)
     sys.exit(3)
+seal_sandbox()
 for folder in sys.argv[1:]:  # its directories: writable
     open(os.path.join(folder, "probe"), "w").close()
 if os.access("/", os.W_OK):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from .call_results import HIDDEN_WORK_LOG, HOST_STARTING
-from .sandbox import SANDBOXED, SandboxUnavailable, enter_sandbox, sandbox_support
+from .sandbox import SANDBOXED, SandboxUnavailable, enter_sandbox, sandbox_support, seal_sandbox
 
 # ============================================================================ the solution's process
 
@@ -49,9 +49,11 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
     os.environ.update(env or {})
 
     die_with_parent()  # with its worker
+    sandboxed = False
     if sandbox:
         try:
             enter_sandbox(workdir, [ramdir] if ramdir else [])
+            sandboxed = True
         except SandboxUnavailable as e:  # sandbox_support said it would work: say so, and run as without one
             print(f"kda_trace: solution {spec} runs without its sandbox: {e}", file=sys.stderr)
     # inherited by the processes the solution starts, so that one it leaves behind can be named (reaper.py)
@@ -72,6 +74,8 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
         conn.send_bytes(json.dumps({"kind": "start_failed", "log": short_traceback(e, limit=2),
                                     "nonce": None}).encode())
         return
+    if sandboxed:
+        seal_sandbox()  # its CUDA context exists (the driver does not initialise under the filter); no solution code ran
     host = _Host(conn, spec, device, trust_code, Path(dataset_root), Path(workdir), baseline, registry,
                  Path(ramdir) if ramdir else None)
     from .run_profile import PythonProfile
@@ -103,6 +107,7 @@ def _start(device: str):
 
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
+        torch.cuda.synchronize(device)  # the CUDA context, made before the sandbox is sealed (seal_sandbox)
     import safetensors.torch  # noqa: F401
     import torch._dynamo  # noqa: F401
 

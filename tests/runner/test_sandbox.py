@@ -194,3 +194,62 @@ def test_nothing_outside_the_sandbox_was_reached(attacked):
     assert not attacked["target"].exists()
     assert not attacked["connected"]
     assert not attacked["spinners"]  # the spinning child died with its solution's process
+
+
+def _cuda_in_a_child(program, before: bool) -> str:
+    """In a forked child: `program` installed (before the CUDA driver initialises when `before`, after it when not),
+    then cuInit, the device count and a primary context through libcuda. 'ok' or the first failure."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            cuda = ctypes.CDLL("libcuda.so.1")
+            if not before:
+                cuda.cuInit(0)
+            if program:
+                sandbox.install_filter(sandbox._libc(), program)
+            count, device, context = ctypes.c_int(), ctypes.c_int(), ctypes.c_void_p()
+            steps = [("cuInit", lambda: cuda.cuInit(0)), ("cuDeviceGetCount", lambda: cuda.cuDeviceGetCount(ctypes.byref(count))),
+                     ("cuDeviceGet", lambda: cuda.cuDeviceGet(ctypes.byref(device), 0)),
+                     ("cuDevicePrimaryCtxRetain", lambda: cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device))]
+            said = "ok"
+            for name, step in steps:
+                code = step()
+                if code != 0:
+                    said = f"{name} -> CUDA error {code}"
+                    break
+            os.write(w, said.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        got = f.read().decode() or "the child died"
+    os.waitpid(pid, 0)
+    return got
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(sandbox.SOCKET_FILTER is None, reason=sandbox.SANDBOXED)
+def test_the_cuda_driver_works_under_the_filter_once_initialised(capsys):
+    """The solution's process seals its sandbox after its CUDA context exists (solution_host.host_main): the driver
+    then works under the filter. Printed: which single rule of the filter stops a driver that initialises under it
+    (the reason for sealing late)."""
+    assert _cuda_in_a_child(sandbox.SOCKET_FILTER, before=False) == "ok"
+    refuse = 0x00050000 | errno.EPERM
+    arch = sandbox.SOCKET_FILTER[1][3]
+    ld, jeq, jset, jge, jgt, ret, allow = 0x20, 0x15, 0x45, 0x35, 0x25, 0x06, 0x7FFF0000
+    known = {"x86_64": (41, 53), "aarch64": (198, 199)}[os.uname().machine]
+    rules = {  # each rule of socket_filter alone, everything else allowed
+        "other ABIs": [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, refuse), (ld, 0, 0, 0),
+                       (jset, 0, 1, 0x40000000), (ret, 0, 0, refuse), (ret, 0, 0, allow)],
+        "io_uring": [(ld, 0, 0, 0), (jge, 0, 2, 425), (jgt, 1, 0, 427), (ret, 0, 0, refuse), (ret, 0, 0, allow)],
+        "socket(AF_UNIX or AF_VSOCK)": [(ld, 0, 0, 0), (jeq, 0, 4, known[0]), (ld, 0, 0, 16), (jeq, 1, 0, 1),
+                                        (jeq, 0, 1, 40), (ret, 0, 0, refuse), (ret, 0, 0, allow)],
+        "socketpair but stream or seqpacket": [(ld, 0, 0, 0), (jeq, 0, 5, known[1]), (ld, 0, 0, 24), (0x54, 0, 0, 0xF),
+                                               (jeq, 2, 0, 1), (jeq, 1, 0, 5), (ret, 0, 0, refuse), (ret, 0, 0, allow)],
+    }
+    with capsys.disabled():
+        print("\nthe CUDA driver initialising under the whole filter:", _cuda_in_a_child(sandbox.SOCKET_FILTER, True))
+        for name, program in rules.items():
+            print(f"  under the rule {name!r} alone: {_cuda_in_a_child(program, True)}")
