@@ -586,9 +586,10 @@ class Environment(Model):
     peaks: Optional[DevicePeaks] = None
     """Ours: the device's peaks used for sol_fraction; absent on the CPU or an unknown GPU."""
     isolation: Optional[str] = None
-    """Ours: how solution processes were kept apart from the judge and each other: 'sandbox: user+pid+mount+net
-    namespaces' (kda_trace/solution_host.py's enter_sandbox), or 'none: <why>' where the machine allows no sandbox
-    (each solution still runs in a process of its own); absent in records made before it was recorded."""
+    """Ours: how solution processes were kept apart from the judge and each other: starting 'sandbox: user+pid+mount+net
+    namespaces' (kda_trace/sandbox.py's enter_sandbox; then '+seccomp(...)' or why there is no filter), or 'none: <why>'
+    where the machine allows no sandbox (each solution still runs in a process of its own); absent in records made
+    before it was recorded."""
 
 
 class Evaluation(Model):

@@ -42,8 +42,8 @@ LOWER_BOUND = None  # None: unbounded gate; a number: the "safe" lower-bound gat
 CHUNK = 16  # tokens per chunk
 # float64 work memory of one group of chunks (sets memory use and speed, not the math): large on a GPU, where the
 # reference is bound by its kernel launches (H200, 1 GiB groups: one step of chunks per group on a 65536-token
-# prefill at 96 heads, 1.9 s a call of which 0.77 s on the device); small on a CPU (1.5x faster there than 1 GiB
-# groups: fewer fresh pages)
+# prefill at 96 heads, 1.9 s a call of which 0.77 s on the device; 0.68 s with 8 GiB groups); small on a CPU (1.5x
+# faster there than 1 GiB groups: fewer fresh pages)
 GROUP_BYTES = {"cuda": 2 ** 33, "cpu": 2 ** 25}
 
 
