@@ -683,16 +683,22 @@ class WorkerContext:
 
     def start_hosts(self, specs: List[str]) -> None:
         """Start the processes of these solutions ahead of their first workload (the precompile pass runs and nothing
-        is timed). One that fails to start is started again, and its failure recorded, by its first workload."""
-        from .solution_host import HostDied
-
-        for spec in specs:
-            host = self.host(spec)
-            if not host.alive():
-                try:
-                    host.start()
-                except HostDied:
-                    pass
+        is timed), in a shared turn on a shared GPU: another worker's timing waits for it. One that fails to start is
+        started again, and its failure recorded, by its first workload."""
+        if self.turns is not None:
+            self._take_turn(lambda: self.turns.begin_task(False))
+        try:
+            for spec in specs:
+                host = self.host(spec)
+                if not host.alive():
+                    try:
+                        host.start()
+                    except SourceChanged:
+                        raise
+                    except Exception:  # noqa: BLE001 - HostDied, or no room for its pipe or folders: left to its first workload
+                        host.stop()
+        finally:
+            self.end_task()
 
     def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec,
                           on_host: bool, seed_b: int, fresh: "FreshReferences") -> Trace:

@@ -24,7 +24,7 @@ _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _MOUNT_OPTIONS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC,
                   "noatime": _MS_NOATIME, "nodiratime": _MS_NODIRATIME, "relatime": _MS_RELATIME}
-_PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 24, 22, 2
+_PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 38, 24
 
 
 def socket_filter(machine: str, pointer_size: int = 8) -> Optional[list]:
@@ -73,6 +73,18 @@ SANDBOXED = "sandbox: user+pid+mount+net namespaces" + (
     "+seccomp(no unix or vsock sockets, no io_uring)" if SOCKET_FILTER else
     f" (no seccomp filter: no system call numbers for {_MACHINE}, {_POINTER_BITS}-bit)")
 """A solution's sandbox on this machine, as environment.isolation records it."""
+NAMESPACES_ONLY = "sandbox: user+pid+mount+net namespaces (no seccomp filter: {why})"
+"""The sandbox where the filter is known but cannot be used here (the CUDA driver fails under it)."""
+
+
+def is_sandboxed(isolation: str) -> bool:
+    """Whether solution processes enter a sandbox (enter_sandbox) under this environment.isolation."""
+    return isolation.startswith("sandbox:")
+
+
+def is_sealed(isolation: str) -> bool:
+    """Whether they also run under SOCKET_FILTER (seal_sandbox) under this environment.isolation."""
+    return isolation == SANDBOXED and SOCKET_FILTER is not None
 
 
 class SandboxUnavailable(OSError):
@@ -113,7 +125,7 @@ def sandbox_writable(workdir: str, own: Sequence[str] = ()) -> list:
     return [os.path.realpath(p) for p in paths if os.path.isdir(p)]
 
 
-def enter_sandbox(workdir: str, own: Sequence[str] = ()) -> None:
+def enter_sandbox(workdir: str, own: Sequence[str] = (), seal: bool = True) -> None:
     """Put this process's future in a sandbox of its own (Linux): it forks the first process of new user, PID, mount
     and network namespaces, which forks the solution's process and returns there; the other two wait and end as it
     did. The solution's process then sees only its own namespace's processes, cannot signal, ptrace or read the
@@ -161,7 +173,7 @@ def enter_sandbox(workdir: str, own: Sequence[str] = ()) -> None:
         os._exit(70)
     # the first process of a PID namespace ignores the signals it sends itself (os.kill(os.getpid(), SIGSEGV) would
     # not end it) and adopts the namespace's orphans: the solution runs in a child of it
-    _fork_and_wait(status_w=status_w, parent_first=seal_sandbox)
+    _fork_and_wait(status_w=status_w, parent_first=seal_sandbox if seal else None)
     os.close(status_w)
     scratch = os.path.join(workdir, "tmp")
     os.makedirs(scratch, exist_ok=True)
@@ -261,9 +273,16 @@ def _drop_capabilities(libc) -> None:
     _check(libc.capset(header, data), "capset")
 
 
+_SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
+"""The seccomp() system call's number: installing a filter through it can synchronise every thread of the process."""
+_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+
+
 def install_filter(libc, program: list) -> None:
-    """Run this process, and every process it starts from now on, under the seccomp-BPF `program` (no way back).
-    With no_new_privs, which an unprivileged process needs to install one."""
+    """Run this process, every thread it has (SECCOMP_FILTER_FLAG_TSYNC: the CUDA driver's, started before) and
+    every process it starts from now on, under the seccomp-BPF `program` (no way back); then check that each of its
+    threads reports the filter. With no_new_privs, which an unprivileged process needs to install one. A thread left
+    unfiltered could be made to open the socket: by a child that ptraces it, or through this process's memory."""
     import ctypes
 
     class SockFilter(ctypes.Structure):
@@ -274,8 +293,27 @@ def install_filter(libc, program: list) -> None:
 
     code = (SockFilter * len(program))(*program)
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    _check(libc.prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(SockFprog(len(program), code)),
-                      0, 0), "installing the seccomp filter")
+    number = _SECCOMP_SYSCALL.get(_MACHINE)
+    if number is None:
+        raise SandboxUnavailable(0, f"installing the seccomp filter: no seccomp() number for {_MACHINE}")
+    fprog = SockFprog(len(program), code)
+    got = libc.syscall(ctypes.c_long(number), ctypes.c_ulong(_SECCOMP_SET_MODE_FILTER),
+                       ctypes.c_ulong(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog))
+    if got > 0:
+        raise SandboxUnavailable(0, f"installing the seccomp filter: thread {got} could not take it")
+    _check(got, "installing the seccomp filter")
+    unfiltered = [task for task in os.listdir("/proc/self/task") if not _filtered(task)]
+    if unfiltered:
+        raise SandboxUnavailable(0, f"installing the seccomp filter: threads {unfiltered} do not report it")
+
+
+def _filtered(task: str) -> bool:
+    """Whether thread `task` of this process runs under a seccomp filter (a thread gone meanwhile counts as one)."""
+    try:
+        with open(f"/proc/self/task/{task}/status") as f:
+            return any(line.split() == ["Seccomp:", "2"] for line in f)
+    except FileNotFoundError:
+        return True
 
 
 def seal_sandbox() -> None:
@@ -330,21 +368,33 @@ def _probe_sandbox() -> str:
     finally:
         for w in workdirs:
             shutil.rmtree(w, ignore_errors=True)
-    if probe.returncode == 0 and probe.stdout.strip() == "sandboxed":
-        return SANDBOXED if written else "none: the probe's files did not reach the directories it was given"
-    why = (probe.stdout.strip() or probe.stderr.strip().splitlines()[-1:] or [f"exit {probe.returncode}"])
+    return isolation_of_probe(probe.returncode, probe.stdout, probe.stderr, written)
+
+
+def isolation_of_probe(code: int, stdout: str, stderr: str, written: bool) -> str:
+    """environment.isolation from the probe's exit code, its output and whether its files reached its directories."""
+    said = stdout.strip()
+    if code == 0 and said in ("sandboxed", "sandboxed; cuda ok") or said.startswith("sandboxed; cuda fails: "):
+        if not written:
+            return "none: the probe's files did not reach the directories it was given"
+        if said.startswith("sandboxed; cuda fails: "):
+            return NAMESPACES_ONLY.format(why=f"the CUDA driver fails under it, {said.split(': ', 1)[1]}")[:300]
+        return SANDBOXED
+    why = (said or stderr.strip().splitlines()[-1:] or [f"exit {code}"])
     return f"none: {why if isinstance(why, str) else why[0]}"[:300]
 
 
 _PROBE = """
 import os, sys
-from kda_trace.sandbox import SOCKET_FILTER, SandboxUnavailable, enter_sandbox, seal_sandbox, unix_socket_made
+from kda_trace.sandbox import SOCKET_FILTER, SandboxUnavailable, cuda_check, enter_sandbox, seal_sandbox, unix_socket_made
 try:
     enter_sandbox(sys.argv[1], sys.argv[2:])
 except SandboxUnavailable as e:
     print(e.strerror or e)
     sys.exit(3)
+cuda = cuda_check()  # a GPU machine: the driver started before the filter, as a solution's process starts it
 seal_sandbox()
+cuda_said = cuda() if cuda else ""
 for folder in sys.argv[1:]:  # its directories: writable
     open(os.path.join(folder, "probe"), "w").close()
 if os.access("/", os.W_OK):
@@ -353,9 +403,51 @@ elif os.getpid() != 2:
     print("not in a PID namespace of its own")
 elif SOCKET_FILTER and unix_socket_made():
     print("socket(AF_UNIX) works in the sandbox: its seccomp filter did not take")
+elif cuda_said and cuda_said != "ok":
+    print("sandboxed; cuda fails: " + cuda_said)
 else:
-    print("sandboxed")
+    print("sandboxed; cuda ok" if cuda_said else "sandboxed")
 """
+
+
+def cuda_check() -> Optional[Callable[[], str]]:
+    """On a machine with an NVIDIA driver: start the CUDA driver in this process now (cuInit, the first device's
+    primary context) and return a check to run once the sandbox is sealed ('ok', or the first CUDA call that failed:
+    memory allocated, set and synchronised, from this thread and from a new one); None where there is no driver."""
+    import ctypes
+    import threading
+
+    if not os.path.exists("/dev/nvidiactl"):
+        return None
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(device), 0) or cuda.cuDevicePrimaryCtxRetain(
+            ctypes.byref(context), device):
+        return None  # no usable GPU here: nothing to check
+
+    def steps() -> str:
+        pointer = ctypes.c_uint64()
+        for name, call in (("cuCtxSetCurrent", lambda: cuda.cuCtxSetCurrent(context)),
+                           ("cuMemAlloc", lambda: cuda.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(1 << 20))),
+                           ("cuMemsetD8", lambda: cuda.cuMemsetD8_v2(pointer, 0, ctypes.c_size_t(1 << 20))),
+                           ("cuCtxSynchronize", lambda: cuda.cuCtxSynchronize()),
+                           ("cuMemFree", lambda: cuda.cuMemFree_v2(pointer))):
+            code = call()
+            if code:
+                return f"{name} -> CUDA error {code}"
+        return "ok"
+
+    def check() -> str:
+        said = [steps()]
+        thread = threading.Thread(target=lambda: said.append(steps()))
+        thread.start()
+        thread.join(60)
+        return next((s for s in said[:1] + said[1:2] if s != "ok"), "ok" if len(said) == 2 else "a new thread hung")
+
+    return check
 
 
 # ============================================================================ the worker's side

@@ -34,16 +34,17 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from .call_results import HIDDEN_WORK_LOG, HOST_STARTING
-from .sandbox import SANDBOXED, SandboxUnavailable, enter_sandbox, sandbox_support, seal_sandbox
+from .sandbox import SandboxUnavailable, enter_sandbox, is_sandboxed, is_sealed, sandbox_support, seal_sandbox
 
 # ============================================================================ the solution's process
 
 
 def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str, workdir: str,
               code_digest: Optional[str] = None, sandbox: bool = False, ramdir: Optional[str] = None,
-              env: Optional[Dict[str, str]] = None) -> None:
+              env: Optional[Dict[str, str]] = None, seal: bool = False) -> None:
     """The solution process: requests in, JSON replies and safetensors files out (in `ramdir` when it has room,
-    else in `workdir`); with `sandbox`, in a sandbox of its own (enter_sandbox); `env` set first."""
+    else in `workdir`); with `sandbox`, in a sandbox of its own (enter_sandbox), under its seccomp filter too with
+    `seal` (seal_sandbox, once the CUDA context exists); `env` set first."""
     from .reaper import SOLUTION_ENV, die_with_parent
 
     os.environ.update(env or {})
@@ -52,7 +53,7 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
     sandboxed = False
     if sandbox:
         try:
-            enter_sandbox(workdir, [ramdir] if ramdir else [])
+            enter_sandbox(workdir, [ramdir] if ramdir else [], seal=seal)
             sandboxed = True
         except SandboxUnavailable as e:  # sandbox_support said it would work: say so, and run as without one
             print(f"kda_trace: solution {spec} runs without its sandbox: {e}", file=sys.stderr)
@@ -74,7 +75,7 @@ def host_main(conn, spec: str, device: str, trust_code: bool, dataset_root: str,
         conn.send_bytes(json.dumps({"kind": "start_failed", "log": short_traceback(e, limit=2),
                                     "nonce": None}).encode())
         return
-    if sandboxed:
+    if sandboxed and seal:
         seal_sandbox()  # its CUDA context exists (the driver does not initialise under the filter); no solution code ran
     host = _Host(conn, spec, device, trust_code, Path(dataset_root), Path(workdir), baseline, registry,
                  Path(ramdir) if ramdir else None)
@@ -579,7 +580,8 @@ class SolutionHost:
         parent, child = self.ctx.Pipe()
         self.process = self.ctx.Process(target=host_main, daemon=True, args=(
             child, self.spec, self.device, self.trust_code, str(self.dataset_root), str(self.workdir), self.code_digest,
-            sandbox_support() == SANDBOXED, str(self.ramdir) if self.ramdir else None, self.env))
+            is_sandboxed(sandbox_support()), str(self.ramdir) if self.ramdir else None, self.env,
+            is_sealed(sandbox_support())))
         self.process.start()
         child.close()
         self.conn = parent
@@ -612,7 +614,7 @@ class SolutionHost:
     def _signal_tree(self, sig: int) -> None:
         """Send `sig` to every process under the one started here, in a sandbox (where none of them can leave
         that tree: every process a solution starts stays in its PID namespace)."""
-        if self.process is None or self.process.pid is None or sandbox_support() != SANDBOXED:
+        if self.process is None or self.process.pid is None or not is_sandboxed(sandbox_support()):
             return
         from .reaper import descendants
 
@@ -687,7 +689,7 @@ class SolutionHost:
 
         if self.process is None or self.process.pid is None:
             return
-        pids = [self.process.pid] + (descendants(self.process.pid) if sandbox_support() == SANDBOXED else [])
+        pids = [self.process.pid] + (descendants(self.process.pid) if is_sandboxed(sandbox_support()) else [])
         for pid in pids:
             if process_state(pid) in ("T", "t"):
                 try:

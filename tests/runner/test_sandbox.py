@@ -37,7 +37,7 @@ def test_the_isolation_is_recorded():
 
     env = environment.capture("cpu", 0, DS)
     assert env.isolation == sandbox.sandbox_support()
-    assert env.isolation == sandbox.SANDBOXED or env.isolation.startswith("none: ")
+    assert sandbox.is_sandboxed(env.isolation) or env.isolation.startswith("none: ")
 
 
 def test_a_sandbox_turned_off_says_so(monkeypatch):
@@ -110,6 +110,55 @@ def test_the_filter_refuses_its_calls_and_no_other():
         "io_uring_setup": "EPERM", "socket(AF_UNIX) in a program it starts": refused,
         **({"socket(AF_UNIX) through the x32 ABI": "EPERM"} if os.uname().machine == "x86_64" else {})}
     assert _what_works()["socket(AF_UNIX, SOCK_STREAM)"] == "ok"  # (this process unfiltered)
+
+
+@pytest.mark.skipif(sandbox.SOCKET_FILTER is None, reason=sandbox.SANDBOXED)
+def test_the_filter_reaches_threads_started_before_it():
+    """The solution's process seals its sandbox after the CUDA driver has started threads of its own: those threads
+    run under the filter too (an unfiltered one could be ptraced by a child, or driven through the process's memory,
+    into making the socket)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            sealed, done, said = threading.Event(), threading.Event(), []
+
+            def earlier_thread():
+                sealed.wait()
+                try:
+                    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+                    said.append("ok")
+                except OSError as e:
+                    said.append(errno.errorcode.get(e.errno, str(e.errno)))
+                done.set()
+
+            threading.Thread(target=earlier_thread, daemon=True).start()
+            sandbox.install_filter(sandbox._libc(), sandbox.SOCKET_FILTER)
+            sealed.set()
+            done.wait(10)
+            os.write(w, (said[0] if said else "no answer").encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        got = f.read().decode()
+    os.waitpid(pid, 0)
+    assert got == "EPERM"
+
+
+def test_a_cuda_driver_failing_under_the_filter_leaves_the_namespaces():
+    """The probe's verdicts: on a GPU machine whose CUDA driver fails under the filter (started before it, as a
+    solution's process starts it), the sandbox keeps its namespaces without the filter, and the record says why."""
+    assert sandbox.isolation_of_probe(0, "sandboxed\n", "", True) == sandbox.SANDBOXED
+    assert sandbox.isolation_of_probe(0, "sandboxed; cuda ok\n", "", True) == sandbox.SANDBOXED
+    kept = sandbox.isolation_of_probe(0, "sandboxed; cuda fails: cuMemAlloc -> CUDA error 304\n", "", True)
+    assert sandbox.is_sandboxed(kept) and not sandbox.is_sealed(kept) and "cuMemAlloc -> CUDA error 304" in kept
+    assert sandbox.is_sealed(sandbox.SANDBOXED) == (sandbox.SOCKET_FILTER is not None)
+    assert sandbox.isolation_of_probe(0, "sandboxed\n", "", False).startswith("none: ")
+    assert sandbox.isolation_of_probe(3, "unshare: Operation not permitted\n", "", False) == \
+        "none: unshare: Operation not permitted"
+    assert not sandbox.is_sandboxed("none: turned off (KDA_TRACE_SANDBOX=off)")
 
 
 def test_the_filter_is_known_for_x86_64_and_aarch64_only():

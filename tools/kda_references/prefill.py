@@ -104,6 +104,8 @@ def chunk_plan(cu_seqlens):
 def step_groups(active, chunk_bytes, device):
     """Runs of consecutive steps whose chunks take at most GROUP_BYTES together (at least one step each)."""
     budget = GROUP_BYTES.get(device.type, GROUP_BYTES["cuda"])
+    if device.type == "cuda":  # a quarter of the free memory at most: other processes may share the GPU
+        budget = min(budget, torch.cuda.mem_get_info(device)[0] // 4)
     groups, first, size = [], 0, 0
     for s, m in enumerate(active):
         if s > first and size + m * chunk_bytes > budget:
