@@ -410,10 +410,21 @@ else:
 """
 
 
+_EMPTY_KERNEL_PTX = b""".version 7.0
+.target sm_50
+.address_size 64
+.visible .entry k()
+{
+    ret;
+}
+"""
+
+
 def cuda_check() -> Optional[Callable[[], str]]:
     """On a machine with an NVIDIA driver: start the CUDA driver in this process now (cuInit, the first device's
     primary context) and return a check to run once the sandbox is sealed ('ok', or the first CUDA call that failed:
-    memory allocated, set and synchronised, from this thread and from a new one); None where there is no driver."""
+    memory allocated and set, a kernel loaded from PTX (the driver compiles it) and launched, from this thread and
+    from a new one); None where there is no driver."""
     import ctypes
     import threading
 
@@ -429,11 +440,17 @@ def cuda_check() -> Optional[Callable[[], str]]:
         return None  # no usable GPU here: nothing to check
 
     def steps() -> str:
-        pointer = ctypes.c_uint64()
+        pointer, module, kernel = ctypes.c_uint64(), ctypes.c_void_p(), ctypes.c_void_p()
+        one = ctypes.c_uint(1)
         for name, call in (("cuCtxSetCurrent", lambda: cuda.cuCtxSetCurrent(context)),
                            ("cuMemAlloc", lambda: cuda.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(1 << 20))),
                            ("cuMemsetD8", lambda: cuda.cuMemsetD8_v2(pointer, 0, ctypes.c_size_t(1 << 20))),
+                           ("cuModuleLoadData", lambda: cuda.cuModuleLoadData(ctypes.byref(module), _EMPTY_KERNEL_PTX)),
+                           ("cuModuleGetFunction", lambda: cuda.cuModuleGetFunction(ctypes.byref(kernel), module, b"k")),
+                           ("cuLaunchKernel", lambda: cuda.cuLaunchKernel(kernel, one, one, one, one, one, one,
+                                                                          ctypes.c_uint(0), None, None, None)),
                            ("cuCtxSynchronize", lambda: cuda.cuCtxSynchronize()),
+                           ("cuModuleUnload", lambda: cuda.cuModuleUnload(module)),
                            ("cuMemFree", lambda: cuda.cuMemFree_v2(pointer))):
             code = call()
             if code:

@@ -161,6 +161,36 @@ def test_a_cuda_driver_failing_under_the_filter_leaves_the_namespaces():
     assert not sandbox.is_sandboxed("none: turned off (KDA_TRACE_SANDBOX=off)")
 
 
+class _FakeCuda:
+    """libcuda as cuda_check calls it: every call returns 0 (CUDA_SUCCESS) but `failing`, which returns 304."""
+
+    def __init__(self, failing=None):
+        self.failing, self.called = failing, []
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.called.append(name)
+            return 304 if name == self.failing else 0
+        return call
+
+
+@pytest.mark.parametrize("failing, said", [(None, "ok"), ("cuMemAlloc_v2", "cuMemAlloc -> CUDA error 304"),
+                                           ("cuLaunchKernel", "cuLaunchKernel -> CUDA error 304")])
+def test_the_probes_cuda_check_names_the_first_failing_call(monkeypatch, failing, said):
+    fake = _FakeCuda(failing)
+    monkeypatch.setattr(sandbox.os.path, "exists", lambda path: path == "/dev/nvidiactl" or os.access(path, os.F_OK))
+    monkeypatch.setattr(ctypes, "CDLL", lambda name, *a, **k: fake)
+    check = sandbox.cuda_check()
+    assert fake.called == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain"]  # before the seal
+    assert check() == said
+    assert fake.called.count("cuCtxSetCurrent") == 2  # this thread, then a new one
+
+
+def test_the_probes_cuda_check_is_none_without_a_driver(monkeypatch):
+    monkeypatch.setattr(sandbox.os.path, "exists", lambda path: False)
+    assert sandbox.cuda_check() is None
+
+
 def test_the_filter_is_known_for_x86_64_and_aarch64_only():
     assert sandbox.socket_filter("x86_64") and sandbox.socket_filter("aarch64")
     assert sandbox.socket_filter("x86_64", pointer_size=4) is None  # i386 or x32 Python: other numbers
