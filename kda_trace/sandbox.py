@@ -310,10 +310,15 @@ def install_filter(libc, program: list) -> None:
 def _filtered(task: str) -> bool:
     """Whether thread `task` of this process runs under a seccomp filter (a thread gone meanwhile counts as one)."""
     try:
-        with open(f"/proc/self/task/{task}/status") as f:
-            return any(line.split() == ["Seccomp:", "2"] for line in f)
+        return _filtered_status(f"/proc/self/task/{task}/status")
     except FileNotFoundError:
         return True
+
+
+def _filtered_status(path: str) -> bool:
+    """Whether the /proc status file at `path` says its thread or process runs under a seccomp filter."""
+    with open(path) as f:
+        return any(line.split() == ["Seccomp:", "2"] for line in f)
 
 
 def seal_sandbox() -> None:
@@ -324,9 +329,22 @@ def seal_sandbox() -> None:
         return
     try:
         install_filter(_libc(), SOCKET_FILTER)
+        _first_process_sealed()
     except SandboxUnavailable as e:
         print(f"kda_trace: a solution's sandbox could not be set up: {e}", file=sys.stderr)
         os._exit(70)
+
+
+def _first_process_sealed(wait_s: float = 10.0) -> None:
+    """Wait until the namespace's first process (pid 1 in the sandbox's /proc), which seals itself just after forking
+    this one, runs under the filter: no process of the sandbox may be without it once solution code runs."""
+    import time
+
+    ends = time.monotonic() + wait_s
+    while not _filtered_status("/proc/1/status"):
+        if time.monotonic() > ends:
+            raise SandboxUnavailable(0, "the namespace's first process did not take the seccomp filter")
+        time.sleep(0.001)
 
 
 def unix_socket_made() -> bool:
