@@ -61,7 +61,8 @@ class PrecompileItem:
 
 def plan(tasks, size_of: Callable[[object], int], max_bytes: int = PRECOMPILE_MAX_BYTES) -> List[PrecompileItem]:
     """Every (solution, workload) of `tasks` whose bytes (`size_of(task)`: its inputs' and outputs') are at most
-    `max_bytes`, the smallest workload of each (solution, definition) first."""
+    `max_bytes`, the smallest workload of each (solution, definition) first; none of the built-in `reference`
+    solution, which compiles nothing (its float64 references, many at once, would only take the GPU's memory)."""
     firsts, rest = {}, []
     for task in tasks:
         d, w = task.definition, task.workload
@@ -69,6 +70,8 @@ def plan(tasks, size_of: Callable[[object], int], max_bytes: int = PRECOMPILE_MA
         if size > max_bytes:
             continue
         for spec in task.solutions:
+            if spec == "reference":
+                continue
             item = (size, PrecompileItem(d, w, spec, task.names[spec], first=False))
             key = (spec, d.name)
             if key not in firsts or size < firsts[key][0]:

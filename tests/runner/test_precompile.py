@@ -26,6 +26,9 @@ def test_the_precompile_plan_puts_each_definitions_smallest_workload_first():
     for f in firsts:
         assert all(size(f) <= size(i) for i in items if (i.spec, i.definition.name) == (f.spec, f.definition.name))
     assert plan(tasks, task_bytes, max_bytes=0) == []
+    with_reference = [Task(t.definition, t.workload, ["a", "reference"], {"a": "a", "reference": "reference"})
+                      for t in tasks]
+    assert {i.spec for i in plan(with_reference, task_bytes)} == {"a"}  # the reference compiles nothing
 
 
 def test_the_precompile_pass_gives_up_on_a_solution_whose_process_cannot_start():
