@@ -221,17 +221,29 @@ def _flashinfer_package_dir():
     return None if spec is None or not spec.submodule_search_locations else list(spec.submodule_search_locations)[0]
 
 
-def test_fixtures_are_what_flashinfer_writes(tmp_path):
-    src = _flashinfer_templates("0.7.2.post1")  # 0.7.4's fused_kda_decode template lists two more head counts
-    spec = importlib.util.spec_from_file_location("make_fixtures", FIX / "make_fixtures.py")
-    mk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mk)
-    kda = mk.load_kda_templates(src)
-    for folder, entries in mk.calls().items():
+def _fixture_script(filename: str):
+    """A fixture-making script of FIX, imported from its file."""
+    spec = importlib.util.spec_from_file_location(filename.removesuffix(".py"), FIX / filename)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def _assert_definitions_as_stored(make_fixtures, calls, flashinfer_version: str, tmp_path) -> None:
+    """Each definition that `calls` (a fixture script's calls()) makes through FlashInfer's own templates, as
+    make_fixtures.py writes it, equals the one stored under FIX."""
+    kda = make_fixtures.load_kda_templates(_flashinfer_templates(flashinfer_version))
+    for folder, entries in calls.items():
         for template_name, fi_api, call, _ in entries:
-            fresh = mk.write_definition(getattr(kda, template_name), fi_api, tmp_path / folder, **call)
+            fresh = make_fixtures.write_definition(getattr(kda, template_name), fi_api, tmp_path / folder, **call)
             stored = json.loads((FIX / folder / "definitions" / "kda" / f"{fresh['name']}.json").read_text())
             assert fresh == stored, fresh["name"]
+
+
+def test_fixtures_are_what_flashinfer_writes(tmp_path):
+    mk = _fixture_script("make_fixtures.py")
+    # 0.7.4's fused_kda_decode template lists two more head counts
+    _assert_definitions_as_stored(mk, mk.calls(), "0.7.2.post1", tmp_path)
 
 
 def test_recorded_shapes_must_match_the_definition(tmp_path):
@@ -406,17 +418,8 @@ def test_fused_import_runs(fused_imported, tmp_path):
 
 
 def test_fused_fixtures_are_what_flashinfer_writes(tmp_path):
-    src = _flashinfer_templates("0.7.4")
-    spec = importlib.util.spec_from_file_location("make_fused_fixtures", FIX / "make_fused_fixtures.py")
-    mk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mk)
-    base = mk._make_fixtures()
-    kda = base.load_kda_templates(src)
-    for folder, entries in mk.calls().items():
-        for template_name, fi_api, call, _ in entries:
-            fresh = base.write_definition(getattr(kda, template_name), fi_api, tmp_path / folder, **call)
-            stored = json.loads((FIX / folder / "definitions" / "kda" / f"{fresh['name']}.json").read_text())
-            assert fresh == stored, fresh["name"]
+    mk = _fixture_script("make_fused_fixtures.py")
+    _assert_definitions_as_stored(mk._make_fixtures(), mk.calls(), "0.7.4", tmp_path)
 
 
 def test_fused_names_read_a_float32_eps_as_written_and_refuse_a_wrapping_slot():
