@@ -84,24 +84,34 @@ def _syscall(libc, *args) -> None:
     os.close(fd)
 
 
-@pytest.mark.skipif(sandbox.SOCKET_FILTER is None, reason=sandbox.SANDBOXED)
-def test_the_filter_refuses_its_calls_and_no_other():
-    """In a forked child, which the filter stays with: Unix and vsock sockets, datagram socketpairs, io_uring and
-    the x32 ABI refused; stream socketpairs and the network's sockets (the network namespace isolates them) not;
-    the same in a program the child starts."""
+def _in_a_child(work) -> str:
+    """What `work()` returns (a str), run in a forked child that ends after it, so that a filter it installs stays
+    there; '' when the child wrote nothing (it died, or `work` raised)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(r)
-            sandbox.install_filter(sandbox._libc(), sandbox.SOCKET_FILTER)
-            os.write(w, json.dumps(_what_works()).encode())
+            os.write(w, work().encode())
         finally:
             os._exit(0)
     os.close(w)
     with os.fdopen(r, "rb") as f:
-        got = json.loads(f.read() or b"{}")
+        got = f.read().decode()
     os.waitpid(pid, 0)
+    return got
+
+
+@pytest.mark.skipif(sandbox.SOCKET_FILTER is None, reason=sandbox.SANDBOXED)
+def test_the_filter_refuses_its_calls_and_no_other():
+    """In a forked child, which the filter stays with: Unix and vsock sockets, datagram socketpairs, io_uring and
+    the x32 ABI refused; stream socketpairs and the network's sockets (the network namespace isolates them) not;
+    the same in a program the child starts."""
+    def work() -> str:
+        sandbox.install_filter(sandbox._libc(), sandbox.SOCKET_FILTER)
+        return json.dumps(_what_works())
+
+    got = json.loads(_in_a_child(work) or "{}")
     refused = "PermissionError: [Errno 1] Operation not permitted"
     assert got == {
         "socket(AF_UNIX, SOCK_STREAM)": "EPERM", "socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC)": "EPERM",
@@ -117,34 +127,25 @@ def test_the_filter_reaches_threads_started_before_it():
     """The solution's process seals its sandbox after the CUDA driver has started threads of its own: those threads
     run under the filter too (an unfiltered one could be ptraced by a child, or driven through the process's memory,
     into making the socket)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            sealed, done, said = threading.Event(), threading.Event(), []
+    def work() -> str:
+        sealed, done, said = threading.Event(), threading.Event(), []
 
-            def earlier_thread():
-                sealed.wait()
-                try:
-                    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
-                    said.append("ok")
-                except OSError as e:
-                    said.append(errno.errorcode.get(e.errno, str(e.errno)))
-                done.set()
+        def earlier_thread():
+            sealed.wait()
+            try:
+                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+                said.append("ok")
+            except OSError as e:
+                said.append(errno.errorcode.get(e.errno, str(e.errno)))
+            done.set()
 
-            threading.Thread(target=earlier_thread, daemon=True).start()
-            sandbox.install_filter(sandbox._libc(), sandbox.SOCKET_FILTER)
-            sealed.set()
-            done.wait(10)
-            os.write(w, (said[0] if said else "no answer").encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        got = f.read().decode()
-    os.waitpid(pid, 0)
-    assert got == "EPERM"
+        threading.Thread(target=earlier_thread, daemon=True).start()
+        sandbox.install_filter(sandbox._libc(), sandbox.SOCKET_FILTER)
+        sealed.set()
+        done.wait(10)
+        return said[0] if said else "no answer"
+
+    assert _in_a_child(work) == "EPERM"
 
 
 def test_a_cuda_driver_failing_under_the_filter_leaves_the_namespaces():
@@ -275,37 +276,14 @@ def test_nothing_outside_the_sandbox_was_reached(attacked):
     assert not attacked["spinners"]  # the spinning child died with its solution's process
 
 
-def _cuda_in_a_child(program, before: bool) -> str:
-    """In a forked child: `program` installed (before the CUDA driver initialises when `before`, after it when not),
-    then cuInit, the device count and a primary context through libcuda. 'ok' or the first failure."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            cuda = ctypes.CDLL("libcuda.so.1")
-            if not before:
-                cuda.cuInit(0)
-            if program:
-                sandbox.install_filter(sandbox._libc(), program)
-            count, device, context = ctypes.c_int(), ctypes.c_int(), ctypes.c_void_p()
-            steps = [("cuInit", lambda: cuda.cuInit(0)), ("cuDeviceGetCount", lambda: cuda.cuDeviceGetCount(ctypes.byref(count))),
-                     ("cuDeviceGet", lambda: cuda.cuDeviceGet(ctypes.byref(device), 0)),
-                     ("cuDevicePrimaryCtxRetain", lambda: cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device))]
-            said = "ok"
-            for name, step in steps:
-                code = step()
-                if code != 0:
-                    said = f"{name} -> CUDA error {code}"
-                    break
-            os.write(w, said.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        got = f.read().decode() or "the child died"
-    os.waitpid(pid, 0)
-    return got
+def _cuda_initialised_under(program) -> str:
+    """cuInit in a forked child already under `program` (a seccomp-BPF program): 'ok' or the CUDA error."""
+    def work() -> str:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        sandbox.install_filter(sandbox._libc(), program)
+        code = cuda.cuInit(0)
+        return "ok" if code == 0 else f"cuInit -> CUDA error {code}"
+    return _in_a_child(work) or "the child died"
 
 
 @pytest.mark.gpu
@@ -314,7 +292,12 @@ def test_the_cuda_driver_works_under_the_filter_once_initialised(capsys):
     """The solution's process seals its sandbox after its CUDA context exists (solution_host.host_main): the driver
     then works under the filter. Printed: which single rule of the filter stops a driver that initialises under it
     (the reason for sealing late)."""
-    assert _cuda_in_a_child(sandbox.SOCKET_FILTER, before=False) == "ok"
+    def sealed_late() -> str:  # as the sandbox probe does: the driver started, the filter, then work from two threads
+        check = sandbox.cuda_check()
+        sandbox.install_filter(sandbox._libc(), sandbox.SOCKET_FILTER)
+        return check() if check else "no CUDA driver here"
+
+    assert _in_a_child(sealed_late) == "ok"
     refuse = 0x00050000 | errno.EPERM
     arch = sandbox.SOCKET_FILTER[1][3]
     ld, jeq, jset, jge, jgt, ret, allow = 0x20, 0x15, 0x45, 0x35, 0x25, 0x06, 0x7FFF0000
@@ -329,6 +312,6 @@ def test_the_cuda_driver_works_under_the_filter_once_initialised(capsys):
                                                (jeq, 2, 0, 1), (jeq, 1, 0, 5), (ret, 0, 0, refuse), (ret, 0, 0, allow)],
     }
     with capsys.disabled():
-        print("\nthe CUDA driver initialising under the whole filter:", _cuda_in_a_child(sandbox.SOCKET_FILTER, True))
+        print("\nthe CUDA driver initialising under the whole filter:", _cuda_initialised_under(sandbox.SOCKET_FILTER))
         for name, program in rules.items():
-            print(f"  under the rule {name!r} alone: {_cuda_in_a_child(program, True)}")
+            print(f"  under the rule {name!r} alone: {_cuda_initialised_under(program)}")
