@@ -27,6 +27,10 @@ _MOUNT_OPTIONS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "n
 _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 38, 24
 
 
+SYSCALLS = {"x86_64": (0xC000003E, 41, 53, 317), "aarch64": (0xC00000B7, 198, 199, 277)}
+"""The machines the filter knows: (AUDIT_ARCH_*, the numbers of socket, socketpair and seccomp) of 64-bit processes."""
+
+
 def socket_filter(machine: str, pointer_size: int = 8) -> Optional[list]:
     """The seccomp-BPF program (sock_filter tuples: code, jt, jf, k) that a sandboxed solution's processes run under,
     for a process of this machine (os.uname().machine) and pointer size, or None where we know no syscall numbers.
@@ -43,10 +47,9 @@ def socket_filter(machine: str, pointer_size: int = 8) -> Optional[list]:
     - every system call of another ABI than the process's own: the i386 one (int 0x80 on x86_64, whose socket and
       socketcall have other numbers) and x86_64's x32 one (numbers with bit 30 set: another socket()).
     Little-endian machines only: a system call's int argument is the low half of its seccomp_data.args slot."""
-    known = {"x86_64": (0xC000003E, 41, 53), "aarch64": (0xC00000B7, 198, 199)}  # AUDIT_ARCH_*, socket, socketpair
-    if machine not in known or pointer_size != 8:
+    if machine not in SYSCALLS or pointer_size != 8:
         return None
-    arch, socket_nr, socketpair_nr = known[machine]
+    arch, socket_nr, socketpair_nr, _ = SYSCALLS[machine]
     ld, jeq, jge, jgt, jset, and_, ret = 0x20, 0x15, 0x35, 0x25, 0x45, 0x54, 0x06  # BPF_LD|BPF_W|BPF_ABS, ...
     refuse, allow = 0x00050000 | errno.EPERM, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
     af_unix, af_vsock, sock_stream, sock_seqpacket = 1, 40, 1, 5
@@ -273,8 +276,6 @@ def _drop_capabilities(libc) -> None:
     _check(libc.capset(header, data), "capset")
 
 
-_SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
-"""The seccomp() system call's number: installing a filter through it can synchronise every thread of the process."""
 _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 
 
@@ -293,9 +294,9 @@ def install_filter(libc, program: list) -> None:
 
     code = (SockFilter * len(program))(*program)
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    number = _SECCOMP_SYSCALL.get(_MACHINE)
-    if number is None:
+    if _MACHINE not in SYSCALLS:
         raise SandboxUnavailable(0, f"installing the seccomp filter: no seccomp() number for {_MACHINE}")
+    number = SYSCALLS[_MACHINE][3]  # seccomp(), not prctl(): only it can put the filter on every thread
     fprog = SockFprog(len(program), code)
     got = libc.syscall(ctypes.c_long(number), ctypes.c_ulong(_SECCOMP_SET_MODE_FILTER),
                        ctypes.c_ulong(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog))
