@@ -339,6 +339,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
 
         def on_event(kind, task, **info) -> None:
             if kind == "precompile":
+                eta.precompile(info["items"], info["processes"])
                 progress.console.print(f"precompile: {info['items']} calls in {info['processes']} processes per "
                                        "solution, to compile before anything is timed", highlight=False)
                 return

@@ -127,13 +127,18 @@ def _fmt(seconds: float) -> str:
 
 # ---------------------------------------------------------------------------- the prior cost of an evaluation
 
-GPU_PRIOR = {"evaluation_s": 0.95, "s_per_gb": 2.8, "backward_s_per_gb": 5.8, "startup_s": 30.0,
-             "first_call_s": 0.5, "first_backward_call_s": 25.0}
-"""Seconds on a GPU for one solution on one workload: a fixed part, and per GB of the bytes the definition's cost
-says a call moves (the reference, input making, the outputs' transfer and comparison all scale with it); a
-solution's first call on a definition compiles its kernels, many more for a backward. Least squares on the
-main job's first 115 evaluations on an H200 (benchmarks/results/2026-11-29-h200/runner-main-job-first-490s.json):
-5-95% of the evaluations within 0.47-1.83x of it."""
+GPU_PRIOR = {"evaluation_s": 2.8, "s_per_gb": 3.2, "backward_s_per_gb": 3.3, "startup_s": 30.0,
+             "first_call_s": 0.5, "first_backward_call_s": 2.0}
+"""Seconds on a GPU for one solution on one workload, as a worker of three sharing the GPU sees them (its turns'
+waiting included; the ETA divides by the workers): a fixed part, and per GB of the bytes the definition's cost says
+a call moves (the reference, input making, the outputs' transfer and comparison all scale with it); a solution's
+first call on a definition loads what the precompile pass compiled. Least squares on the main job's first 240
+evaluations on an H200 (benchmarks/results/2026-11-29-h200/runner-main-job-240-of-587.json): 5-95% of the
+evaluations within 0.48-1.52x of it. `startup_s` is the time before the precompile pass; the pass itself is
+estimated from its plan (PRECOMPILE_CALL_S)."""
+PRECOMPILE_CALL_S = 1.75
+"""Seconds of one precompile call (a first call that compiles, on a GPU machine's core): the main job's 542 calls
+took 68 s in 14 processes on the H200 machine. The ETA adds calls x this / processes to its start-up allowance."""
 CPU_PRIOR = {"evaluation_s": 2.0, "s_per_gb": 400.0, "backward_s_per_gb": 2000.0, "startup_s": 15.0,
              "first_call_s": 2.0, "first_backward_call_s": 5.0}
 """The same on the CPU, where Triton kernels run in the interpreter (the smoke workloads, a few MB each)."""
@@ -168,6 +173,10 @@ class Eta:
         self.started = time.monotonic()
         self.first_done: Optional[float] = None
         self.in_flight: Dict[Any, Tuple[float, float]] = {}  # key -> (estimate, start)
+
+    def precompile(self, calls: int, processes: int, call_s: float = PRECOMPILE_CALL_S) -> None:
+        """The precompile pass's plan: its estimated length joins the start-up allowance."""
+        self.startup_s += calls * call_s / max(1, processes)
 
     def begin(self, key: Any, estimate: float) -> None:
         self.in_flight[key] = (estimate, time.monotonic())

@@ -60,6 +60,16 @@ def test_the_eta_counts_the_start_up_until_the_first_evaluation_ends_and_splits_
     assert eta.remaining() == pytest.approx(45.0, abs=1.0)
 
 
+def test_the_precompile_pass_joins_the_start_up_allowance():
+    eta = Eta(0.0, startup_s=30.0, workers=3)
+    before = eta.remaining()
+    eta.precompile(calls=560, processes=14, call_s=1.5)  # 60 s of compiling in 14 processes
+    assert eta.remaining() == pytest.approx(before + 60.0, abs=1.0)
+    eta.begin(0, 1.0)
+    eta.finish(0, 1.0, 1.0)
+    assert eta.remaining() == 0.0  # the allowance ends with the first evaluation
+
+
 def test_a_bigger_workload_is_estimated_to_cost_more():
     small = estimate_seconds(1e6, gpu=True, solutions=1)
     big = estimate_seconds(1e10, gpu=True, solutions=1)
