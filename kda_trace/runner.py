@@ -123,11 +123,14 @@ class GpuAloneNeeded(Exception):
     (HIDDEN_WORK_LOG), while its worker shared the GPU: the worker evaluates it again from the start, alone
     (worker_main), for the solutions not yet recorded. `flagged`: the record of the flag, which stands unless the
     evaluation alone passes (other workers' GPU work can trip that check; a cheat gains nothing from the second
-    evaluation, which is checked alone)."""
+    evaluation, which is checked alone). `on_host`: it ran out of GPU memory alone, with its input sets on the GPU:
+    the next evaluation keeps them in host memory (RunConfig.inputs_on_host)."""
 
-    def __init__(self, what: str, detail: str, solution: Optional[str] = None, flagged: Optional[Trace] = None):
+    def __init__(self, what: str, detail: str, solution: Optional[str] = None, flagged: Optional[Trace] = None,
+                 on_host: bool = False):
         super().__init__(f"{what}: {detail}")
         self.what, self.detail, self.solution, self.flagged = what, detail, solution, flagged
+        self.on_host = on_host
 
 
 @dataclass
@@ -147,6 +150,9 @@ class Task:
     """Solution specs (as given on the command line)."""
     names: Dict[str, str]
     """spec -> solution name."""
+    inputs_on_host: Optional[bool] = None
+    """Where this task's input sets are kept, over RunConfig.inputs_on_host (set for a task evaluated again after it
+    ran out of GPU memory alone)."""
 
 
 HOST_INPUTS_FRACTION = 1 / 10
@@ -156,7 +162,9 @@ input set while it makes that repetition's reference outputs; each solution's pr
 per call, the outputs and their snapshot: with a chunked kernel's workspace, 10 or more input sets' worth. Kept
 on the GPU, the stress workloads ran out of memory on a 150 GB H200: the 17.5 GB prefill input sets, and the decode
 pools of 8.7 GB, which the outputs repeat (so the outputs count too: the inputs alone are under 1/10). The largest
-non-stress prefill (8.2 GB with its outputs, 96 heads x 65536 tokens) stays on an 80 GB H100."""
+non-stress prefill (8.2 GB with its outputs, 96 heads x 65536 tokens) stays on an 80 GB H100. A task that runs out
+of GPU memory with the GPU alone and its sets on it is evaluated again with them in host memory (the H200 main job's
+14.5 GB chunk-states workload cbb442e0 did, under the three workers' default)."""
 
 
 def declared_bytes(d: Definition, specs: Dict[str, Any], w: Workload) -> int:
@@ -502,7 +510,7 @@ class WorkerContext:
             nonlocal on_host
             self.notify(None, "inputs")
             made = make_inputs(d, w, seed, self.device, cfg.dataset_root)
-            on_host = self.inputs_on_host(d, w, made)
+            on_host = task.inputs_on_host if task.inputs_on_host is not None else self.inputs_on_host(d, w, made)
             return made
 
         def kept_of(inputs):
@@ -623,6 +631,9 @@ class WorkerContext:
             except (SourceChanged, GpuAloneNeeded):
                 raise  # SourceChanged: this worker stops; its replacement refuses to start and the run ends saying why
             except Exception as e:  # noqa: BLE001 - e.g. out of memory while comparing: record it, go on
+                if type(e).__name__ == "OutOfMemoryError" and self.may_move_to_host(on_host):
+                    raise GpuAloneNeeded("ran out of GPU memory", f"in the judge's own work ({e})"[:300],
+                                         task.names[spec], on_host=True) from None
                 self.fatal = _is_fatal_cuda_error(e)
                 record = rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: evaluating the outputs failed: "
                                                     f"{_short_traceback(e)}")
@@ -634,6 +645,10 @@ class WorkerContext:
                 raise GpuAloneNeeded("was flagged for work hidden from its timing" if flagged else
                                      "ran out of GPU memory", record.evaluation.log, task.names[spec],
                                      record if flagged else None)
+            if _out_of_gpu_memory(record) and self.may_move_to_host(on_host):
+                if spec in self.hosts:
+                    self.hosts[spec].stop()
+                raise GpuAloneNeeded("ran out of GPU memory", record.evaluation.log, task.names[spec], on_host=True)
             if _out_of_gpu_memory(record) and spec in self.hosts:
                 # what its process still holds (a cache that only grows) must not keep the next solutions' processes
                 # from starting: tests/runner/cheats.py's content_cache held 75 GiB of an H100 after failing
@@ -641,6 +656,12 @@ class WorkerContext:
             if record.evaluation.status == S.REWARD_HACK:
                 self.caught[spec] = f"workload {w.uuid}: {record.evaluation.log[:300]}"
             yield record  # outside `except`: a live exception would keep its frames' GPU tensors alive
+
+    def may_move_to_host(self, on_host: bool) -> bool:
+        """Whether a task that ran out of GPU memory is evaluated again with its input sets in host memory: it had
+        the GPU alone (else it is evaluated again alone first) with them on the GPU, by the default of
+        RunConfig.inputs_on_host (HOST_INPUTS_FRACTION), and its CUDA context still works."""
+        return not on_host and not self.task_shared() and not self.fatal and self.config.inputs_on_host is None
 
     def with_room(self, make: Callable[[], Any], spec: Optional[str] = None) -> Any:
         """`make()`, and once more after stopping the processes of the solutions other than `spec` (all when None)
@@ -1204,7 +1225,8 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
                     recorded.add(trace.solution)
             except GpuAloneNeeded as e:  # the solutions still to record, from the start, with the GPU alone
                 again = Task(task.definition, task.workload, [s for s in task.solutions
-                                                              if task.names[s] not in recorded], task.names)
+                                                              if task.names[s] not in recorded], task.names,
+                             True if e.on_host else task.inputs_on_host)
                 first = e
             if not ctx.fatal:
                 release_cached_memory(ctx.device)  # this workload's input sets and references
@@ -1225,6 +1247,10 @@ def _after_alone(ctx: WorkerContext, task: Task, first: GpuAloneNeeded, trace: T
     task when `first` names none), from its evaluation alone: that one with a note saying why, except that a flag of
     hidden work stands unless the evaluation alone passed or was REWARD_HACK itself."""
     why = f"the first attempt {first.what} while sharing it with other workers ({first.detail[:200]})"
+    if first.on_host:
+        trace.evaluation.log = (f"[evaluated again with its input sets in host memory: the first attempt {first.what} "
+                                f"with the GPU alone and them on it ({first.detail[:200]})] " + trace.evaluation.log)
+        return trace
     if first.flagged is not None and trace.evaluation.status not in (S.PASSED, S.REWARD_HACK):
         kept = first.flagged
         kept.evaluation.log = (f"{kept.evaluation.log} [evaluated again with the GPU alone, it was "
