@@ -29,6 +29,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -462,9 +463,11 @@ _SAFETENSORS_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bf
 
 
 def write_safetensors(path: Path, tensors: Dict[str, Any]) -> None:
-    """Contiguous tensors -> a safetensors file, written from host memory as it is, or from a GPU through a pinned
-    staging buffer: one pass of the host's memory, where safetensors' save_file makes three (a pageable copy to
-    host memory, to bytes, to the file)."""
+    """Contiguous tensors -> a safetensors file, written from host memory as it is, or from a GPU through two
+    pinned staging buffers (_write_staged): one pass of the host's memory, where safetensors' save_file makes
+    three (a pageable copy to host memory, to bytes, to the file)."""
+    import itertools
+
     import torch
 
     header, offset = {}, 0
@@ -477,23 +480,224 @@ def write_safetensors(path: Path, tensors: Dict[str, Any]) -> None:
         offset += size
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
-    staging = None
+    flats = [t.reshape(-1).view(torch.uint8) for t in tensors.values()]
     with open(path, "wb") as f:
         f.write(len(head).to_bytes(8, "little") + head)
-        for t in tensors.values():
-            flat = t.reshape(-1).view(torch.uint8)
-            if flat.device.type == "cpu":
-                f.write(memoryview(flat.numpy()))
-                continue
-            if staging is None:
-                staging = torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True)
-            for begin in range(0, flat.numel(), STAGING_BYTES):
-                part = staging[:min(STAGING_BYTES, flat.numel() - begin)]
-                part.copy_(flat[begin:begin + part.numel()])
-                f.write(memoryview(part.numpy()))
+        for on_host, group in itertools.groupby(flats, key=lambda flat: flat.device.type == "cpu"):
+            if on_host:
+                for flat in group:
+                    f.write(memoryview(flat.numpy()))
+            else:
+                _write_staged(f, list(group))
+
+
+def _write_staged(f, flats: list) -> None:
+    """Flat uint8 tensors -> `f` through the two staging buffers: the copy of chunk i+1 to the host is queued
+    (non_blocking, an event behind it) before chunk i is written (the write releases the GIL), so that the two
+    overlap. A buffer is reused two chunks later, when its chunk was written."""
+    with _STAGING_LOCK:
+        buffers = _staging_buffers(pinned=any(flat.is_cuda for flat in flats))
+        pending = None  # (staging slice, event): the chunk being copied, written next
+        k = 0
+        for flat in flats:
+            for begin, end in _chunks(flat.numel()):
+                part = buffers[k % 2][:end - begin]
+                k += 1
+                part.copy_(flat[begin:end], non_blocking=True)
+                if pending is not None:
+                    _write_part(f, *pending)
+                pending = part, _recorded_event(flat.device)
+        if pending is not None:
+            _write_part(f, *pending)
+
+
+def _write_part(f, part, event) -> None:
+    if event is not None:
+        event.synchronize()
+    f.write(memoryview(part.numpy()))
 
 
 STAGING_BYTES = 64 << 20
+"""The chunk in which outputs pass between a GPU and a file (both ways), through two pinned buffers of this size
+per process (_staging_buffers)."""
+MAX_HEADER_BYTES = 100 << 20
+"""The longest header read_safetensors accepts (safetensors' own limit)."""
+
+
+class BadOutputFile(ValueError):
+    """An output file that is not a well-formed safetensors file of the dtypes the runner writes."""
+
+
+def read_safetensors(path: Path, device: str) -> Dict[str, Any]:
+    """A safetensors file written by untrusted code -> its tensors on `device`. The header is checked first
+    (_parse_header: known dtypes, byte counts that match the shapes, tensors that cover the data exactly, the
+    file's size); then each tensor is allocated on `device` and filled by one read of the file into memory the
+    judge owns (no mapping that could change after the check): straight into the tensor on the CPU (one copy,
+    where safetensors.torch.load(read_bytes()) makes two), through the two pinned staging buffers for a GPU (the
+    read of chunk i+1 beside the copy of chunk i to the device). Any problem raises BadOutputFile."""
+    import stat
+
+    import torch
+
+    try:  # not a link (to a device, say), and no wait for a writer on a FIFO
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise BadOutputFile(f"cannot open {path.name}: {e.strerror}") from None
+    with open(fd, "rb", buffering=0) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadOutputFile(f"{path.name} is not a regular file")
+        size = st.st_size
+        if size < 8:
+            raise BadOutputFile(f"the file is truncated: {size} bytes, fewer than the header's 8-byte length")
+        head_len = int.from_bytes(_read_exact(f, 8), "little")
+        if head_len > size - 8:
+            raise BadOutputFile(f"the header's length ({head_len} bytes) is more than the file holds after it "
+                                f"({size - 8} bytes)")
+        if head_len > MAX_HEADER_BYTES:
+            raise BadOutputFile(f"the header's length ({head_len} bytes) is over the limit of {MAX_HEADER_BYTES}")
+        entries, data_len = _parse_header(_read_exact(f, head_len))
+        if size != 8 + head_len + data_len:
+            raise BadOutputFile(f"the file has {size} bytes where its header says {8 + head_len + data_len} "
+                                f"(8 + a {head_len}-byte header + {data_len} bytes of tensors): "
+                                f"{'truncated' if size < 8 + head_len + data_len else 'bytes after the last tensor'}")
+        target = torch.device(device)
+        out = {name: torch.empty(shape, dtype=dtype, device=target) for name, dtype, shape in entries}
+        flats = [t.reshape(-1).view(torch.uint8) for t in out.values()]
+        if target.type == "cpu":
+            for flat in flats:
+                view = memoryview(flat.numpy())
+                for begin, end in _chunks(flat.numel()):
+                    _read_exact(f, view[begin:end])
+        else:
+            _read_staged(f, flats)
+        if f.read(1):
+            raise BadOutputFile("the file grew while it was read")
+    return out
+
+
+def _parse_header(head: bytes) -> tuple:
+    """A safetensors header -> ([(name, torch dtype, shape)] in the order of their data, the data's length), or
+    BadOutputFile: a JSON object of entries {dtype, shape, data_offsets} (and an ignored __metadata__), each of a
+    known dtype, a shape of non-negative ints and offsets [begin, end] with end - begin the shape's byte count, the
+    entries side by side from offset 0 without gaps or overlaps."""
+    import torch
+
+    def unique(pairs):
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise BadOutputFile(f"the header names a key twice: {sorted(k for k in set(keys) if keys.count(k) > 1)}")
+        return dict(pairs)
+
+    try:
+        header = json.loads(head.decode("utf-8"), object_pairs_hook=unique)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise BadOutputFile(f"the header is not JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise BadOutputFile(f"the header is a JSON {type(header).__name__}, not an object")
+    dtypes = {code: getattr(torch, name) for name, code in _SAFETENSORS_DTYPES.items()}
+    entries = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+            raise BadOutputFile(f"tensor {name!r}: an entry needs exactly dtype, shape and data_offsets, not "
+                                f"{str(entry)[:100]}")
+        dtype = dtypes.get(entry["dtype"]) if isinstance(entry["dtype"], str) else None
+        if dtype is None:
+            raise BadOutputFile(f"tensor {name!r}: unknown dtype {str(entry['dtype'])[:50]!r} (known: "
+                                f"{', '.join(dtypes)})")
+        shape, offsets = entry["shape"], entry["data_offsets"]
+        if not isinstance(shape, list) or not all(type(n) is int and 0 <= n < 1 << 62 for n in shape):
+            raise BadOutputFile(f"tensor {name!r}: the shape {str(shape)[:100]} is not a list of non-negative ints")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            raise BadOutputFile(f"tensor {name!r}: data_offsets {str(offsets)[:100]} are not [begin, end] with "
+                                f"0 <= begin <= end")
+        numel = 1
+        for n in shape:
+            numel *= n
+        nbytes = numel * dtype.itemsize
+        if offsets[1] - offsets[0] != nbytes:
+            raise BadOutputFile(f"tensor {name!r}: data_offsets {offsets} hold {offsets[1] - offsets[0]} bytes, "
+                                f"where shape {shape} of {entry['dtype']} needs {nbytes}")
+        entries.append((offsets[0], offsets[1], name, dtype, shape))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    end = 0
+    for begin, stop, name, _, _ in entries:
+        if begin != end:
+            raise BadOutputFile(f"tensor {name!r} starts at byte {begin} of the data, where the tensor before it "
+                                f"ends at {end}: {'overlapping' if begin < end else 'a gap between'} tensors")
+        end = stop
+    return [(name, dtype, shape) for _, _, name, dtype, shape in entries], end
+
+
+def _read_staged(f, flats: list) -> None:
+    """Flat uint8 tensors filled from `f` through the two staging buffers: chunk i is copied to its tensor
+    (non_blocking, an event behind it) while chunk i+1 is read into the other buffer; a buffer is read into again
+    once its event passed. Returns when every copy is done."""
+    with _STAGING_LOCK:
+        buffers = _staging_buffers(pinned=any(flat.is_cuda for flat in flats))
+        events = [None, None]
+        k = 0
+        for flat in flats:
+            for begin, end in _chunks(flat.numel()):
+                i, k = k % 2, k + 1
+                if events[i] is not None:
+                    events[i].synchronize()
+                part = buffers[i][:end - begin]
+                _read_exact(f, memoryview(part.numpy()))
+                flat[begin:end].copy_(part, non_blocking=True)
+                events[i] = _recorded_event(flat.device)
+        for event in events:
+            if event is not None:
+                event.synchronize()
+
+
+def _read_exact(f, into) -> Any:
+    """Fill `into` (a writable buffer, or a byte count: new bytes) from the unbuffered file `f`."""
+    if isinstance(into, int):
+        data = bytearray(into)
+        _read_exact(f, memoryview(data))
+        return bytes(data)
+    view, done = memoryview(into).cast("B"), 0
+    while done < len(view):
+        n = f.readinto(view[done:])
+        if not n:
+            raise BadOutputFile("the file ended early (it shrank while it was read)")
+        done += n
+    return into
+
+
+def _chunks(nbytes: int):
+    return ((begin, min(begin + STAGING_BYTES, nbytes)) for begin in range(0, nbytes, STAGING_BYTES))
+
+
+def _recorded_event(device):
+    """A CUDA event recorded on `device`'s current stream (where copy_ queued its copy), None off a GPU."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
+_STAGING_LOCK = threading.Lock()
+_STAGING: Dict[tuple, list] = {}
+
+
+def _staging_buffers(pinned: bool) -> list:
+    """Two buffers of STAGING_BYTES, pinned for a GPU, kept for the process's next call (held with _STAGING_LOCK).
+    Only the latest size is kept: at most 2 x STAGING_BYTES per process."""
+    import torch
+
+    key = (pinned, STAGING_BYTES)
+    if key not in _STAGING:
+        _STAGING.clear()
+        _STAGING[key] = [torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=pinned) for _ in range(2)]
+    return _STAGING[key]
 
 
 def _room(folder: Path) -> int:
@@ -698,17 +902,14 @@ class SolutionHost:
                     pass
 
     def load(self, label: str, device: str) -> Dict[str, Any]:
-        """The outputs the process wrote for `label` ('first' or 'final'), read as plain tensors."""
-        import safetensors.torch
-
+        """The outputs the process wrote for `label` ('first', 'final' or 'check'), read as plain tensors on
+        `device` (read_safetensors: checked, then read once into the judge's own memory)."""
         name = _file_name(label, self.nonce)
         path = self.workdir / name
         if self.ramdir is not None and (self.ramdir / name).exists():
             path = self.ramdir / name
         try:
-            if device == "cpu":  # read into the judge's own memory: a mapped file could change under it
-                return safetensors.torch.load(path.read_bytes())
-            return safetensors.torch.load_file(str(path), device=device)
+            return read_safetensors(path, device)
         finally:
             path.unlink(missing_ok=True)
 

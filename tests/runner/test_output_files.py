@@ -1,6 +1,9 @@
 """How a solution's process hands its outputs to the judge: safetensors files (solution_host.write_safetensors),
-in a memory-backed folder when there is room (solution_host.ram_dir)."""
+in a memory-backed folder when there is room (solution_host.ram_dir), read back and checked by the judge
+(solution_host.read_safetensors)."""
 
+import io
+import json
 import os
 from pathlib import Path
 
@@ -9,26 +12,187 @@ import safetensors.torch
 import torch
 
 from kda_trace import solution_host
-from kda_trace.solution_host import write_safetensors
+from kda_trace.solution_host import BadOutputFile, SolutionHost, load_checked, read_safetensors, write_safetensors
 
 
-def test_every_output_dtype_reads_back_bit_for_bit(tmp_path):
-    tensors = {"bf16": torch.randn(3, 5).to(torch.bfloat16), "f32": torch.randn(7), "i64": torch.arange(5),
-               "flag": torch.tensor(True), "empty": torch.randn(0, 3), "f64": torch.randn(2, 3, dtype=torch.float64),
-               "fp8": torch.randn(3).to(torch.float8_e4m3fn), "scalar": torch.tensor(2.5),
-               "strided_then_contiguous": torch.randn(4, 6).t().contiguous()}
+def _every_dtype():
+    return {"bf16": torch.randn(3, 5).to(torch.bfloat16), "f32": torch.randn(7), "i64": torch.arange(5),
+            "flag": torch.tensor(True), "empty": torch.randn(0, 3), "f64": torch.randn(2, 3, dtype=torch.float64),
+            "fp8": torch.randn(3).to(torch.float8_e4m3fn), "fp8_e5m2": torch.randn(4).to(torch.float8_e5m2),
+            "f16": torch.randn(2, 2, 2).half(), "i32": torch.arange(-3, 6, dtype=torch.int32).reshape(3, 3),
+            "i16": torch.tensor([-2, 7], dtype=torch.int16), "i8": torch.tensor([-128, 127], dtype=torch.int8),
+            "u8": torch.arange(256, dtype=torch.uint8), "bools": torch.rand(11) > 0.5, "scalar": torch.tensor(2.5),
+            "empty_0d_like": torch.zeros(0, dtype=torch.int64), "big": torch.randn(1000),
+            "strided_then_contiguous": torch.randn(4, 6).t().contiguous()}
+
+
+def _same(a, b, name):
+    assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device, name
+    assert torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)), name
+
+
+@pytest.mark.parametrize("staging", [solution_host.STAGING_BYTES, 8, 7])
+def test_every_output_dtype_reads_back_bit_for_bit(tmp_path, monkeypatch, staging):
+    # a 7- or 8-byte chunk splits most tensors into many chunks, and some chunks end inside an element
+    monkeypatch.setattr(solution_host, "STAGING_BYTES", staging)
+    tensors = _every_dtype()
     path = tmp_path / "out.safetensors"
     write_safetensors(path, tensors)
-    back = safetensors.torch.load(path.read_bytes())
-    assert set(back) == set(tensors)
+    theirs = safetensors.torch.load(path.read_bytes())
+    ours = read_safetensors(path, "cpu")
+    assert set(theirs) == set(ours) == set(tensors)
     for name, t in tensors.items():
-        assert back[name].dtype == t.dtype and back[name].shape == t.shape, name
-        assert torch.equal(back[name].reshape(-1).view(torch.uint8), t.reshape(-1).view(torch.uint8)), name
+        _same(theirs[name], t, name)
+        _same(ours[name], t, name)
+
+
+def test_a_file_safetensors_wrote_reads_as_safetensors_reads_it(tmp_path):
+    tensors = {k: v for k, v in _every_dtype().items() if k not in ("fp8", "fp8_e5m2")}  # not in every version
+    path = tmp_path / "theirs.safetensors"
+    safetensors.torch.save_file(tensors, str(path), metadata={"format": "pt"})  # its own order, and metadata
+    theirs, ours = safetensors.torch.load_file(str(path)), read_safetensors(path, "cpu")
+    assert set(theirs) == set(ours) == set(tensors)
+    for name in tensors:
+        _same(ours[name], theirs[name], name)
+
+
+def test_the_staged_paths_move_every_chunk_to_its_place(monkeypatch):
+    """_write_staged and _read_staged (a GPU's paths) run here on host tensors, through unpinned buffers: the
+    chunking and the alternation of the two buffers, without the CUDA copies."""
+    monkeypatch.setattr(solution_host, "STAGING_BYTES", 16)
+    tensors = [torch.randn(13), torch.zeros(0), torch.arange(40, dtype=torch.int64), torch.tensor([True])]
+    flats = [t.reshape(-1).view(torch.uint8) for t in tensors]
+    f = io.BytesIO()
+    solution_host._write_staged(f, flats)
+    assert f.getvalue() == b"".join(bytes(flat.numpy()) for flat in flats)
+    f.seek(0)
+    back = [torch.full_like(flat, 0xAB) for flat in flats]
+    solution_host._read_staged(f, back)
+    for flat, got in zip(flats, back):
+        assert torch.equal(flat, got)
+    assert f.read() == b""
+    assert [b.numel() for b in solution_host._staging_buffers(pinned=False)] == [16, 16]
+    monkeypatch.setattr(solution_host, "STAGING_BYTES", 32)
+    solution_host._staging_buffers(pinned=False)
+    assert len(solution_host._STAGING) == 1  # never more than one pair of buffers
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
+def test_gpu_outputs_round_trip_through_the_staging_buffers(tmp_path, monkeypatch):
+    monkeypatch.setattr(solution_host, "STAGING_BYTES", 1 << 10)
+    tensors = {name: t.cuda() for name, t in _every_dtype().items()}
+    tensors["several_chunks"] = torch.randn(3000, device="cuda")
+    path = tmp_path / "out.safetensors"
+    write_safetensors(path, tensors)
+    theirs = safetensors.torch.load(path.read_bytes())
+    ours = read_safetensors(path, "cuda")
+    for name, t in tensors.items():
+        _same(theirs[name], t.cpu(), name)
+        _same(ours[name], t, name)
 
 
 def test_a_dtype_safetensors_cannot_hold_is_refused(tmp_path):
     with pytest.raises(TypeError, match="complex"):
         write_safetensors(tmp_path / "out.safetensors", {"z": torch.randn(2, dtype=torch.complex64)})
+
+
+# ---------------------------------------------------------------- files the judge refuses
+
+
+def _raw(path: Path, header, data: bytes = b"", head_len=None, tail: bytes = b"") -> Path:
+    head = header if isinstance(header, bytes) else json.dumps(header).encode()
+    path.write_bytes((len(head) if head_len is None else head_len).to_bytes(8, "little") + head + data + tail)
+    return path
+
+
+def _entry(dtype="F32", shape=(2,), offsets=(0, 8)):
+    return {"dtype": dtype, "shape": list(shape), "data_offsets": list(offsets)}
+
+
+def test_a_well_formed_hand_made_file_is_accepted(tmp_path):
+    """The baseline of the refusals below: the same helper, a correct header; __metadata__ ignored."""
+    data = torch.tensor([1.5, -2.0]).numpy().tobytes() + bytes([7])
+    path = _raw(tmp_path / "ok", {"__metadata__": {"x": "y"}, "a": _entry(),
+                                  "b": _entry("U8", (1,), (8, 9)), "e": _entry("I64", (0, 4), (9, 9))}, data)
+    out = read_safetensors(path, "cpu")
+    assert out["a"].tolist() == [1.5, -2.0] and out["b"].tolist() == [7] and out["e"].shape == (0, 4)
+    assert set(out) == {"a", "b", "e"}
+
+
+BAD = {
+    "truncated file": (lambda p: _raw(p, {"a": _entry()}, b"\0" * 5), "truncated"),
+    "shorter than the length field": (lambda p: p.write_bytes(b"\1\0\0"), "truncated: 3 bytes"),
+    "header longer than the file": (lambda p: _raw(p, {"a": _entry()}, b"\0" * 8, head_len=10_000),
+                                    "header's length .10000 bytes. is more than the file holds"),
+    "overlapping offsets": (lambda p: _raw(p, {"a": _entry(), "b": _entry(offsets=(4, 12))}, b"\0" * 12),
+                            "overlapping"),
+    "a gap between tensors": (lambda p: _raw(p, {"a": _entry(), "b": _entry(offsets=(12, 20))}, b"\0" * 20),
+                              "a gap between"),
+    "data not from offset 0": (lambda p: _raw(p, {"a": _entry(offsets=(4, 12))}, b"\0" * 12), "a gap between"),
+    "offsets past the end": (lambda p: _raw(p, {"a": _entry(shape=(4,), offsets=(0, 16))}, b"\0" * 8),
+                             "the file has .* bytes where its header says .*truncated"),
+    "wrong byte count for the shape": (lambda p: _raw(p, {"a": _entry(shape=(3,))}, b"\0" * 8),
+                                       r"hold 8 bytes, where shape \[3\] of F32 needs 12"),
+    "unknown dtype": (lambda p: _raw(p, {"a": _entry(dtype="C64")}, b"\0" * 8), "unknown dtype 'C64'"),
+    "dtype not a string": (lambda p: _raw(p, {"a": _entry(dtype=4)}, b"\0" * 8), "unknown dtype"),
+    "non-JSON header": (lambda p: _raw(p, b"{'a': 1}  ", b""), "not JSON"),
+    "header not UTF-8": (lambda p: _raw(p, b'{"\xff": 1}', b""), "not JSON"),
+    "header a JSON list": (lambda p: _raw(p, [1, 2], b""), "a JSON list, not an object"),
+    "trailing garbage": (lambda p: _raw(p, {"a": _entry()}, b"\0" * 8, tail=b"junk"), "bytes after the last tensor"),
+    "negative dimension": (lambda p: _raw(p, {"a": _entry(shape=(-2,))}, b"\0" * 8), "non-negative ints"),
+    "bool dimension": (lambda p: _raw(p, {"a": _entry(shape=(True,), offsets=(0, 4))}, b"\0" * 4),
+                       "non-negative ints"),
+    "float offsets": (lambda p: _raw(p, {"a": _entry(offsets=(0.0, 8.0))}, b"\0" * 8), "data_offsets"),
+    "offsets backwards": (lambda p: _raw(p, {"a": _entry(shape=(0,), offsets=(8, 0))}, b"\0" * 8), "data_offsets"),
+    "three offsets": (lambda p: _raw(p, {"a": _entry(offsets=(0, 8, 8))}, b"\0" * 8), "data_offsets"),
+    "an entry without a shape": (lambda p: _raw(p, {"a": {"dtype": "F32", "data_offsets": [0, 8]}}, b"\0" * 8),
+                                 "exactly dtype, shape and data_offsets"),
+    "a name given twice": (lambda p: _raw(p, b'{"a": %s, "a": %s}' % ((json.dumps(_entry()).encode(),) * 2),
+                                          b"\0" * 8), "names a key twice: .'a'."),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_malformed_file_is_refused_with_a_clear_message(tmp_path, case):
+    make, message = BAD[case]
+    path = tmp_path / "bad.safetensors"
+    make(path)
+    with pytest.raises(BadOutputFile, match=message):
+        read_safetensors(path, "cpu")
+
+
+def test_a_header_over_the_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(solution_host, "MAX_HEADER_BYTES", 64)
+    path = _raw(tmp_path / "big", {"a": _entry(), "pad": "x" * 100}, b"\0" * 8)
+    with pytest.raises(BadOutputFile, match="over the limit of 64"):
+        read_safetensors(path, "cpu")
+
+
+def test_links_and_fifos_are_not_read(tmp_path):
+    good = tmp_path / "good"
+    write_safetensors(good, {"a": torch.ones(2)})
+    (tmp_path / "link").symlink_to(good)
+    with pytest.raises(BadOutputFile, match="cannot open link"):
+        read_safetensors(tmp_path / "link", "cpu")
+    os.mkfifo(tmp_path / "fifo")  # nobody writes it: a blocking open would hang here
+    with pytest.raises(BadOutputFile, match="not a regular file"):
+        read_safetensors(tmp_path / "fifo", "cpu")
+
+
+def test_the_judge_turns_an_unreadable_output_file_into_a_reason_and_deletes_it():
+    host = SolutionHost(None, "s", "cpu", False, Path("."), notify=None)
+    try:
+        host.nonce = "n1"
+        path = host.workdir / solution_host._file_name("first", host.nonce)
+        _raw(path, {"a": _entry()}, b"\0" * 8, tail=b"x")
+        outputs, why = load_checked(host, "first", "cpu")
+        assert outputs is None and "BadOutputFile" in why and "bytes after the last tensor" in why
+        assert not path.exists()
+        write_safetensors(path, {"a": torch.arange(3)})
+        outputs, why = load_checked(host, "first", "cpu")
+        assert why == "" and outputs["a"].tolist() == [0, 1, 2] and not path.exists()
+    finally:
+        host.close()
 
 
 @pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="no writable /dev/shm")
