@@ -533,8 +533,9 @@ def read_safetensors(path: Path, device: str) -> Dict[str, Any]:
     (_parse_header: known dtypes, byte counts that match the shapes, tensors that cover the data exactly, the
     file's size); then each tensor is allocated on `device` and filled by one read of the file into memory the
     judge owns (no mapping that could change after the check): straight into the tensor on the CPU (one copy,
-    where safetensors.torch.load(read_bytes()) makes two), through the two pinned staging buffers for a GPU (the
-    read of chunk i+1 beside the copy of chunk i to the device). Any problem raises BadOutputFile."""
+    where safetensors.torch.load(read_bytes()) makes two: 1 GiB from /dev/shm in 0.65 s instead of 2.2 s, medians
+    on a 2-core CPU machine), through the two pinned staging buffers for a GPU (the read of chunk i+1 beside the
+    copy of chunk i to the device). Any problem raises BadOutputFile."""
     import stat
 
     import torch
