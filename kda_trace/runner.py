@@ -742,7 +742,8 @@ class WorkerContext:
             with self.alone() if first_here else contextlib.nullcontext():
                 reply = host.request(kind="first", definition=d.model_dump_json(), workload=w.model_dump_json(),
                                      name=task.names[spec], seed=self.config.seed, seed_b=seed_b, on_host=on_host,
-                                     input_files=pinned_files(self.config, w))
+                                     input_files=pinned_files(self.config, w), save_later=True)
+            reply = _saved(host, reply)
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} in phase {self.last_phase!r}")
         host.definitions_called.add(d.name)
@@ -772,7 +773,8 @@ class WorkerContext:
         try:
             with self.alone():
                 reply = host.request(kind="time", timing=_timing_fields(self.config.timing), seeds=fresh,
-                                     digest_seed=fresh.digest_seed)
+                                     digest_seed=fresh.digest_seed, save_later=True)
+            reply = _saved(host, reply)
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} while timing", correctness=correctness)
         if reply.get("kind") == "status":
@@ -1043,6 +1045,21 @@ def measure_copy_bandwidth(device: str, nbytes: int = 1 << 30, reps: int = 5) ->
         times.append(start.elapsed_time(end) / 1e3)
     del src, dst
     return 2 * nbytes / statistics.median(times[1:])
+
+
+def _saved(host, reply: Dict[str, Any]) -> Dict[str, Any]:
+    """After a "first" or "time" request asked with save_later: its outputs written now, in a request of their own,
+    outside the turn that had the GPU alone (a state pool's outputs take up to a second to write, which other
+    workers need not wait for). The request's reply, or the save's when that failed."""
+    if reply.get("kind") == "status":
+        return reply
+    saved = host.request(kind="save")
+    if saved.get("kind") == "saved":
+        return reply
+    if saved.get("kind") == "status":
+        return saved
+    return {"kind": "status", "status": S.RUNTIME_ERROR.value,
+            "log": f"the solution's process answered a save with {str(saved)[:200]}"}
 
 
 def _status(reply: Dict[str, Any]) -> S:

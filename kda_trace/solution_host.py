@@ -129,6 +129,7 @@ class _Host:
         self.exit_after_reply = False
         self.pending = None  # (definition, workload, run, inputs_a, inputs_b, first_call_s, make): first -> time
         self.checkable = None  # (definition, workload, run) after "time", for a "check"
+        self.unsaved = None  # (label, outputs) of a "first" or "time" asked with save_later, for a "save"
         self.nonce = None
 
     def reply(self, **fields) -> None:
@@ -138,7 +139,7 @@ class _Host:
         self.reply(kind="phase", phase=name)
 
     def fail(self, status: str, log: str, fatal: bool = False) -> None:
-        self.pending = self.checkable = None
+        self.pending = self.checkable = self.unsaved = None
         self.exit_after_reply = self.exit_after_reply or fatal
         self.reply(kind="status", status=status, log=log)
 
@@ -164,14 +165,14 @@ class _Host:
                 # of cached blocks left the worker no room for 1.5 GiB of outputs); the next timed call's warm-up
                 # takes the allocations again, outside the timed repetitions
                 try:
-                    if self.pending is None and torch.cuda.memory_allocated() > CACHE_LIMIT_BYTES:
+                    ended = self.pending is None and self.unsaved is None
+                    if ended and torch.cuda.memory_allocated() > CACHE_LIMIT_BYTES:
                         # an evaluation ended (or failed): tensors still allocated may sit in reference cycles. Seen
                         # once, cause not established: a process held a pool's size (8.7 GiB) after its evaluation
                         # ended with REWARD_HACK, and the next solution ran out of memory
                         gc.collect()
                     unused = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-                    if unused > CACHE_LIMIT_BYTES or (self.pending is None
-                                                      and torch.cuda.memory_reserved() > CACHE_LIMIT_BYTES):
+                    if unused > CACHE_LIMIT_BYTES or (ended and torch.cuda.memory_reserved() > CACHE_LIMIT_BYTES):
                         torch.cuda.empty_cache()
                 except Exception:  # noqa: BLE001 - a lost CUDA context: the process ends after its reply
                     self.exit_after_reply = True
@@ -186,6 +187,8 @@ class _Host:
                 self.check(request)
             elif request["kind"] == "precompile":
                 self.precompile(request)
+            elif request["kind"] == "save":
+                self.save_kept()
             elif request["kind"] == "skip":  # the judge found the first call wrong: no timing
                 self.pending = None
                 self.reply(kind="skipped")
@@ -231,8 +234,7 @@ class _Host:
             self.phase("held-back call")
             if self.unjoined_streams(d, run, inputs_a, _syncer(self.device)):
                 return
-        self.phase("save")
-        self.save("first", copies)
+        self.save_or_keep("first", copies, request)
         self.pending = (d, w, run, inputs_a, inputs_b, first_call_s, make)
         self.reply(kind="first", first_call_s=first_call_s, input_checksums={n: str(c) for n, c in checksums.items()})
 
@@ -400,8 +402,7 @@ class _Host:
                       f"(median excess {timing.excess_ms * 1e3:.3g} us{overhead}): work the events did not see (on "
                       "another stream not joined to the caller's, or before a timing event recorded again)")
             return
-        self.phase("save")
-        self.save("final", copies)
+        self.save_or_keep("final", copies, request)
         self.checkable = (d, w, run)
         self.reply(kind="timed", times_ms=timing.times_ms, mode=timing.mode, notes=timing.notes,
                    wall_ms=timing.wall_ms, digests=timing.digests if digest is not None else None)
@@ -429,6 +430,25 @@ class _Host:
         if called is not None:
             self.save("check", called[0])
             self.reply(kind="checked")
+
+    def save_or_keep(self, label: str, outputs: Dict[str, Any], request: Dict[str, Any]) -> None:
+        """Write the outputs now, or keep them for the judge's "save" request when it asked with save_later (it
+        holds the GPU alone for the request and writes outside that turn)."""
+        self.unsaved = None
+        if request.get("save_later"):
+            self.unsaved = (label, outputs)
+            return
+        self.phase("save")
+        self.save(label, outputs)
+
+    def save_kept(self) -> None:
+        if self.unsaved is None:
+            self.fail("RUNTIME_ERROR", "internal error: a save asked for with no outputs kept")
+            return
+        (label, outputs), self.unsaved = self.unsaved, None
+        self.phase("save")
+        self.save(label, outputs)
+        self.reply(kind="saved")
 
     def save(self, label: str, outputs: Dict[str, Any]) -> None:
         import torch
