@@ -286,18 +286,15 @@ def _cuda_initialised_under(program) -> str:
     return _in_a_child(work) or "the child died"
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(sandbox.SOCKET_FILTER is None, reason=sandbox.SANDBOXED)
-def test_the_cuda_driver_works_under_the_filter_once_initialised(capsys):
-    """The solution's process seals its sandbox after its CUDA context exists (solution_host.host_main): the driver
-    then works under the filter. Printed: which single rule of the filter stops a driver that initialises under it
-    (the reason for sealing late)."""
-    def sealed_late() -> str:  # as the sandbox probe does: the driver started, the filter, then work from two threads
+def _driver_under_the_filter() -> str:
+    """'ok' when the CUDA driver, started before the filter, works under it (as the sandbox probe checks it: work from
+    two threads); then a line per rule of the filter: what cuInit says when it starts under that rule alone."""
+    def sealed_late() -> str:
         check = sandbox.cuda_check()
         sandbox.install_filter(sandbox._libc(), sandbox.SOCKET_FILTER)
         return check() if check else "no CUDA driver here"
 
-    assert _in_a_child(sealed_late) == "ok"
+    lines = [_in_a_child(sealed_late)]
     refuse = 0x00050000 | errno.EPERM
     arch = sandbox.SOCKET_FILTER[1][3]
     ld, jeq, jset, jge, jgt, ret, allow = 0x20, 0x15, 0x45, 0x35, 0x25, 0x06, 0x7FFF0000
@@ -311,7 +308,22 @@ def test_the_cuda_driver_works_under_the_filter_once_initialised(capsys):
         "socketpair but stream or seqpacket": [(ld, 0, 0, 0), (jeq, 0, 5, known[1]), (ld, 0, 0, 24), (0x54, 0, 0, 0xF),
                                                (jeq, 2, 0, 1), (jeq, 1, 0, 5), (ret, 0, 0, refuse), (ret, 0, 0, allow)],
     }
+    lines.append(f"the CUDA driver initialising under the whole filter: {_cuda_initialised_under(sandbox.SOCKET_FILTER)}")
+    lines += [f"  under the rule {name!r} alone: {_cuda_initialised_under(program)}" for name, program in rules.items()]
+    return "\n".join(lines)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(sandbox.SOCKET_FILTER is None, reason=sandbox.SANDBOXED)
+def test_the_cuda_driver_works_under_the_filter_once_initialised(capsys):
+    """The solution's process seals its sandbox after its CUDA context exists (solution_host.host_main): the driver
+    then works under the filter. Printed: which single rule of the filter stops a driver that initialises under it
+    (the reason for sealing late). In a new interpreter: a child forked from this one after an earlier test started
+    CUDA here (a run's sandbox probe) could not start the driver."""
+    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import test_sandbox; print(test_sandbox._driver_under_the_filter())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, *rules = done.stdout.strip().splitlines()
+    assert first == "ok", done.stdout
     with capsys.disabled():
-        print("\nthe CUDA driver initialising under the whole filter:", _cuda_initialised_under(sandbox.SOCKET_FILTER))
-        for name, program in rules.items():
-            print(f"  under the rule {name!r} alone: {_cuda_initialised_under(program)}")
+        print("\n" + "\n".join(rules))
