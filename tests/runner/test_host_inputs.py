@@ -146,7 +146,10 @@ def test_a_solution_still_out_of_gpu_memory_has_its_process_stopped(tmp_path, mo
         return make_record(d, w, spec, status, ctx.environment, log)
 
     monkeypatch.setattr(ctx, "evaluate_solution", evaluate_solution)
-    records = list(ctx.evaluate_task(Task(d, w, ["other", "hog"], {"other": "other", "hog": "hog"})))
+    # its input sets already in host memory: with them on the GPU, the task would first be evaluated again so
+    # (test_gpu_turns.py's test_a_task_that_runs_out_of_memory_alone_...)
+    task = Task(d, w, ["other", "hog"], {"other": "other", "hog": "hog"}, inputs_on_host=True)
+    records = list(ctx.evaluate_task(task))
     assert [r.evaluation.status for r in records] == [S.PASSED, S.RUNTIME_ERROR]
     assert "evaluated twice" in records[1].evaluation.log  # "other" was stopped for the second attempt
     assert not ctx.hosts["hog"].alive()
