@@ -110,7 +110,6 @@ def _start(device: str):
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
         torch.cuda.synchronize(device)  # the CUDA context, made before the sandbox is sealed (seal_sandbox)
-    import safetensors.torch  # noqa: F401
     import torch._dynamo  # noqa: F401
 
     from . import call_results, compare, inputs, integrity, timing  # noqa: F401

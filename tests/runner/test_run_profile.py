@@ -105,7 +105,7 @@ def test_two_devices_given_the_largest_first_finish_within_15_percent_of_each_ot
     from kda_trace.run_profile import simulate_queue, spread_by_cost
 
     # the main job's shape on a GPU: families of many small workloads, each ending with a few large ones
-    record = Path(__file__).parents[2] / "benchmarks/results/2026-11-29-h200/runner-main-job-first-490s.json"
+    record = Path(__file__).parents[2] / "benchmarks/results/2026-11-29-h200/runner-main-job-240-of-587.json"
     costs = [e["seconds"] for e in json.loads(record.read_text())["evaluations"]]
     as_listed = simulate_queue(costs, 2)
     spread = simulate_queue(spread_by_cost(costs, costs), 2)
