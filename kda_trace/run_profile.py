@@ -175,8 +175,11 @@ class Eta:
         self.in_flight: Dict[Any, Tuple[float, float]] = {}  # key -> (estimate, start)
 
     def precompile(self, calls: int, processes: int, call_s: float = PRECOMPILE_CALL_S) -> None:
-        """The precompile pass's plan: its estimated length joins the start-up allowance."""
-        self.startup_s += calls * call_s / max(1, processes)
+        """The precompile pass's plan: its estimated length joins the start-up allowance (at most the pass's own
+        limit, precompile.PRECOMPILE_MAX_S)."""
+        from .precompile import PRECOMPILE_MAX_S
+
+        self.startup_s += min(calls * call_s / max(1, processes), PRECOMPILE_MAX_S)
 
     def begin(self, key: Any, estimate: float) -> None:
         self.in_flight[key] = (estimate, time.monotonic())

@@ -388,6 +388,9 @@ class WorkerContext:
         this worker are not run, and their records say why."""
         self.last_phase, self.last_spec = "starting", None
         self.fatal = False
+        self.timing_asked = False
+        """Whether the solution being evaluated was asked to time its calls: an out-of-memory failure it reports after
+        that is its record (it has seen its times; evaluating it again would draw them again)."""
         self.turns = None
         """gpu_turns.GpuTurns when this worker shares its GPU with others."""
         if config.gpu_turns_dir and config.devices.count(device) > 1:
@@ -645,7 +648,7 @@ class WorkerContext:
                 raise GpuAloneNeeded("was flagged for work hidden from its timing" if flagged else
                                      "ran out of GPU memory", record.evaluation.log, task.names[spec],
                                      record if flagged else None)
-            if _out_of_gpu_memory(record) and self.may_move_to_host(on_host):
+            if _out_of_gpu_memory(record) and not self.timing_asked and self.may_move_to_host(on_host):
                 if spec in self.hosts:
                     self.hosts[spec].stop()
                 raise GpuAloneNeeded("ran out of GPU memory", record.evaluation.log, task.names[spec], on_host=True)
@@ -660,7 +663,8 @@ class WorkerContext:
     def may_move_to_host(self, on_host: bool) -> bool:
         """Whether a task that ran out of GPU memory is evaluated again with its input sets in host memory: it had
         the GPU alone (else it is evaluated again alone first) with them on the GPU, by the default of
-        RunConfig.inputs_on_host (HOST_INPUTS_FRACTION), and its CUDA context still works."""
+        RunConfig.inputs_on_host (HOST_INPUTS_FRACTION), and its CUDA context still works. A solution's own report
+        of it counts only before its timing (timing_asked); the judge's own work counts whenever it runs out."""
         return not on_host and not self.task_shared() and not self.fatal and self.config.inputs_on_host is None
 
     def with_room(self, make: Callable[[], Any], spec: Optional[str] = None) -> Any:
@@ -729,6 +733,7 @@ class WorkerContext:
         d, w = task.definition, task.workload
         axes = {**d.const_axes, **w.axes}
         host = self.host(spec)
+        self.timing_asked = False
         # from here a hang is this solution's: without this, a process that never answers (stopped by a signal,
         # say) would time out in the worker's own last phase ('reference') and fail the workload for everyone
         self.between_steps()
@@ -750,7 +755,7 @@ class WorkerContext:
         if reply.get("kind") == "status":
             return rec(spec, _status(reply), str(reply.get("log", "")) or "the solution's process claimed a pass")
         self.notify(spec, "judge: first outputs")
-        outputs, why = load_checked(host, "first", self.device)
+        outputs, why = self.with_room(lambda: load_checked(host, "first", self.device), spec)
         if outputs is None:
             return rec(spec, S.RUNTIME_ERROR, why)
         status, why = check_outputs(d, {n: outputs.get(n) for n in d.outputs}, axes, self.device)
@@ -770,6 +775,7 @@ class WorkerContext:
             _skip(host)
             return rec(spec, S.INCORRECT_NUMERICAL, failed, correctness=correctness)
 
+        self.timing_asked = True
         try:
             with self.alone():
                 reply = host.request(kind="time", timing=_timing_fields(self.config.timing), seeds=fresh,
@@ -780,7 +786,7 @@ class WorkerContext:
         if reply.get("kind") == "status":
             return rec(spec, _status(reply), str(reply.get("log", "")), correctness=correctness)
         self.notify(spec, "judge: final outputs")
-        second, why = load_checked(host, "final", self.device)
+        second, why = self.with_room(lambda: load_checked(host, "final", self.device), spec)
         status = None
         if second is not None:
             status, why = check_outputs(d, {n: second.get(n) for n in d.outputs}, axes, self.device)
@@ -870,7 +876,7 @@ class WorkerContext:
             return S.RUNTIME_ERROR, f"{e} during the check call of {seen}"
         if reply.get("kind") == "status":
             return _status(reply), str(reply.get("log", ""))
-        again, why = load_checked(host, "check", self.device)
+        again, why = self.with_room(lambda: load_checked(host, "check", self.device), spec)
         if again is None:
             return S.RUNTIME_ERROR, f"the check call of {seen}: {why}"
         again_digest = output_digest(again, fresh.digest_seed, self.device, inplace_bases(d, fresh.inputs(rep)))
@@ -1053,6 +1059,10 @@ def _saved(host, reply: Dict[str, Any]) -> Dict[str, Any]:
     workers need not wait for). The request's reply, or the save's when that failed."""
     if reply.get("kind") == "status":
         return reply
+    if not host.alive():
+        from .solution_host import HostDied
+
+        raise HostDied("the solution's process ended before its outputs were written")
     saved = host.request(kind="save")
     if saved.get("kind") == "saved":
         return reply
@@ -1244,6 +1254,10 @@ def worker_main(conn, config: RunConfig, device: str) -> None:
                 again = Task(task.definition, task.workload, [s for s in task.solutions
                                                               if task.names[s] not in recorded], task.names,
                              True if e.on_host else task.inputs_on_host)
+                # a flag of hidden work from an earlier attempt stands through later ones (see _after_alone); the
+                # attempt's frames (its input sets and references on the GPU) go with its traceback, before the next
+                e.flagged = e.flagged or (first.flagged if first is not None else None)
+                e.__traceback__ = e.__context__ = e.__cause__ = None
                 first = e
             if not ctx.fatal:
                 release_cached_memory(ctx.device)  # this workload's input sets and references
@@ -1263,11 +1277,6 @@ def _after_alone(ctx: WorkerContext, task: Task, first: GpuAloneNeeded, trace: T
     """The record of the solution whose first attempt, on a shared GPU, ended in `first` (of every solution of the
     task when `first` names none), from its evaluation alone: that one with a note saying why, except that a flag of
     hidden work stands unless the evaluation alone passed or was REWARD_HACK itself."""
-    why = f"the first attempt {first.what} while sharing it with other workers ({first.detail[:200]})"
-    if first.on_host:
-        trace.evaluation.log = (f"[evaluated again with its input sets in host memory: the first attempt {first.what} "
-                                f"with the GPU alone and them on it ({first.detail[:200]})] " + trace.evaluation.log)
-        return trace
     if first.flagged is not None and trace.evaluation.status not in (S.PASSED, S.REWARD_HACK):
         kept = first.flagged
         kept.evaluation.log = (f"{kept.evaluation.log} [evaluated again with the GPU alone, it was "
@@ -1275,7 +1284,12 @@ def _after_alone(ctx: WorkerContext, task: Task, first: GpuAloneNeeded, trace: T
         spec = next(s for s in task.solutions if task.names[s] == trace.solution)
         ctx.caught.setdefault(spec, f"workload {task.workload.uuid}: {kept.evaluation.log[:300]}")
         return kept
-    trace.evaluation.log = f"[evaluated again with the GPU alone: {why}] " + trace.evaluation.log
+    if first.on_host:
+        trace.evaluation.log = (f"[evaluated again with its input sets in host memory: the attempt before {first.what} "
+                                f"with the GPU alone and them on it ({first.detail[:200]})] " + trace.evaluation.log)
+    else:
+        trace.evaluation.log = (f"[evaluated again with the GPU alone: the first attempt {first.what} while sharing it "
+                                f"with other workers ({first.detail[:200]})] " + trace.evaluation.log)
     return trace
 
 

@@ -541,6 +541,9 @@ STAGING_BYTES = 64 << 20
 per process (_staging_buffers)."""
 MAX_HEADER_BYTES = 100 << 20
 """The longest header read_safetensors accepts (safetensors' own limit)."""
+MAX_TENSORS = 4096
+"""The most tensors a file read back may hold (a definition has a few outputs; a header of millions of empty tensors
+would cost the judge time and memory)."""
 
 
 class BadOutputFile(ValueError):
@@ -582,7 +585,12 @@ def read_safetensors(path: Path, device: str) -> Dict[str, Any]:
                                 f"(8 + a {head_len}-byte header + {data_len} bytes of tensors): "
                                 f"{'truncated' if size < 8 + head_len + data_len else 'bytes after the last tensor'}")
         target = torch.device(device)
-        out = {name: torch.empty(shape, dtype=dtype, device=target) for name, dtype, shape in entries}
+        try:
+            out = {name: torch.empty(shape, dtype=dtype, device=target) for name, dtype, shape in entries}
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as e:  # a shape whose element count overflows (its bytes were 0: e.g. [0, 2**61, 2**61])
+            raise BadOutputFile(f"a tensor's shape cannot be allocated: {e}") from None
         flats = [t.reshape(-1).view(torch.uint8) for t in out.values()]
         if target.type == "cpu":
             for flat in flats:
@@ -611,10 +619,13 @@ def _parse_header(head: bytes) -> tuple:
 
     try:
         header = json.loads(head.decode("utf-8"), object_pairs_hook=unique)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # ValueError: JSONDecodeError, an int of 4300+ digits
         raise BadOutputFile(f"the header is not JSON: {e}") from None
     if not isinstance(header, dict):
         raise BadOutputFile(f"the header is a JSON {type(header).__name__}, not an object")
+    tensors = len(header) - ("__metadata__" in header)
+    if tensors > MAX_TENSORS:
+        raise BadOutputFile(f"the header names {tensors} entries, over the limit of {MAX_TENSORS} tensors")
     dtypes = {code: getattr(torch, name) for name, code in _SAFETENSORS_DTYPES.items()}
     entries = []
     for name, entry in header.items():
@@ -929,9 +940,13 @@ class SolutionHost:
         if self.ramdir is not None and (self.ramdir / name).exists():
             path = self.ramdir / name
         try:
-            return read_safetensors(path, device)
-        finally:
-            path.unlink(missing_ok=True)
+            outputs = read_safetensors(path, device)
+        except Exception as e:
+            if type(e).__name__ != "OutOfMemoryError":  # kept for the judge's second try, once it has room
+                path.unlink(missing_ok=True)
+            raise
+        path.unlink(missing_ok=True)
+        return outputs
 
     def stop(self) -> None:
         if self.process is not None:
@@ -957,8 +972,11 @@ class SolutionHost:
 
 
 def load_checked(host: SolutionHost, label: str, device: str) -> tuple[Optional[Dict[str, Any]], str]:
-    """The outputs of `label`, or (None, why) when the file is missing or unreadable."""
+    """The outputs of `label`, or (None, why) when the file is missing or unreadable. The judge's own GPU running out
+    of memory for them is raised (runner.WorkerContext.with_room makes room and tries again): not the solution's."""
     try:
         return host.load(label, device), ""
     except Exception as e:  # noqa: BLE001 - a file the solution's process may have tampered with
+        if type(e).__name__ == "OutOfMemoryError":
+            raise
         return None, f"the solution's outputs could not be read back ({type(e).__name__}: {e})"

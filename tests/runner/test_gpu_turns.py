@@ -208,10 +208,33 @@ def test_a_task_that_runs_out_of_memory_alone_is_evaluated_again_with_its_inputs
     log = got[0].evaluation.log
     if failures == 1:
         assert got[0].evaluation.status == "PASSED", log
-        assert log.startswith("[evaluated again with its input sets in host memory: the first attempt ran out of GPU "
+        assert log.startswith("[evaluated again with its input sets in host memory: the attempt before ran out of GPU "
                               "memory"), log
     else:
         assert got[0].evaluation.status == "RUNTIME_ERROR" and "out of GPU memory" in log, log
+
+
+def test_running_out_of_memory_once_timed_is_the_record(tmp_path, monkeypatch):
+    """A solution that reports running out of GPU memory in its timing loop has seen its times: it is not evaluated
+    again (that would draw them again)."""
+    from kda_trace.dataset import load_dataset
+    from kda_trace.environment import capture
+    from kda_trace.runner import RunConfig, Runner, Task
+    from kda_trace.sandbox import SANDBOX_WRITABLE_ENV
+
+    logs = tmp_path / "calls"
+    logs.mkdir()
+    monkeypatch.setenv("CALL_LOG_DIR", str(logs))
+    monkeypatch.setenv(SANDBOX_WRITABLE_ENV, str(logs))
+    ds = load_dataset(DS)
+    d, w = ds.definitions["toy_scan"], ds.workloads_of("toy_scan")[0]
+    oom = f"{BAD}::out_of_memory_when_timed"
+    config = RunConfig(dataset_root=Path(DS), out=tmp_path / "out", device="cpu", seed=1, timeout=120)
+    got = []
+    Runner(config, lambda definition, trace: got.append(trace), capture("cpu", 1, DS)).run([Task(d, w, [oom],
+                                                                                                {oom: "oom"})])
+    assert len(got) == 1 and got[0].evaluation.status == "RUNTIME_ERROR", got[0].evaluation.log
+    assert "out of GPU memory" in got[0].evaluation.log and "evaluated again" not in got[0].evaluation.log
 
 
 def test_a_flag_of_hidden_work_on_a_shared_gpu_stands_unless_the_evaluation_alone_passes():
@@ -239,6 +262,10 @@ def test_a_flag_of_hidden_work_on_a_shared_gpu_stands_unless_the_evaluation_alon
         ctx = SimpleNamespace(caught={})
         got = _after_alone(ctx, task, first, record(alone, "alone's log"))
         assert got.evaluation.status == kept, (alone, got.evaluation.log)
+        # the same after a further attempt with the inputs in host memory (the flag carried over: worker_main)
+        later = GpuAloneNeeded("ran out of GPU memory", "out of memory", "sol", flagged=first.flagged, on_host=True)
+        again = _after_alone(SimpleNamespace(caught={}), task, later, record(alone, "host memory's log"))
+        assert again.evaluation.status == kept, (alone, again.evaluation.log)
         if alone == "PASSED" or alone == "REWARD_HACK":
             assert got.evaluation.log.startswith("[evaluated again with the GPU alone: the first attempt was flagged")
         else:

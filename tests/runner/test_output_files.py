@@ -149,6 +149,11 @@ BAD = {
                                  "exactly dtype, shape and data_offsets"),
     "a name given twice": (lambda p: _raw(p, b'{"a": %s, "a": %s}' % ((json.dumps(_entry()).encode(),) * 2),
                                           b"\0" * 8), "names a key twice: .'a'."),
+    "an int of 5000 digits": (lambda p: _raw(p, b'{"a": %s}' % (b"9" * 5000), b""), "not JSON"),
+    "an empty shape too large to allocate": (lambda p: _raw(p, {"a": _entry(shape=(0, 2**61, 2**61), offsets=(0, 0))}),
+                                             "cannot be allocated"),
+    "too many tensors": (lambda p: _raw(p, {f"t{i}": _entry(shape=(0,), offsets=(0, 0)) for i in range(4097)}),
+                         "4097 entries, over the limit of 4096"),
 }
 
 
@@ -190,6 +195,29 @@ def test_the_judge_turns_an_unreadable_output_file_into_a_reason_and_deletes_it(
         assert not path.exists()
         write_safetensors(path, {"a": torch.arange(3)})
         outputs, why = load_checked(host, "first", "cpu")
+        assert why == "" and outputs["a"].tolist() == [0, 1, 2] and not path.exists()
+    finally:
+        host.close()
+
+
+def test_the_judge_running_out_of_memory_is_raised_and_the_file_kept_for_another_try(monkeypatch):
+    """Not the solution's fault: raised for runner.WorkerContext.with_room, which makes room and reads it again."""
+    host = SolutionHost(None, "s", "cpu", False, Path("."), notify=None)
+    try:
+        host.nonce = "n2"
+        path = host.workdir / solution_host._file_name("final", host.nonce)
+        write_safetensors(path, {"a": torch.arange(3)})
+        real = solution_host.read_safetensors
+
+        def out_of_memory(*args):
+            raise torch.OutOfMemoryError("CUDA out of memory (a test's stand-in)")
+
+        monkeypatch.setattr(solution_host, "read_safetensors", out_of_memory)
+        with pytest.raises(torch.OutOfMemoryError):
+            load_checked(host, "final", "cpu")
+        assert path.exists()
+        monkeypatch.setattr(solution_host, "read_safetensors", real)
+        outputs, why = load_checked(host, "final", "cpu")
         assert why == "" and outputs["a"].tolist() == [0, 1, 2] and not path.exists()
     finally:
         host.close()

@@ -68,6 +68,11 @@ def test_the_precompile_pass_joins_the_start_up_allowance():
     eta.begin(0, 1.0)
     eta.finish(0, 1.0, 1.0)
     assert eta.remaining() == 0.0  # the allowance ends with the first evaluation
+    one_process = Eta(0.0, startup_s=0.0)
+    one_process.precompile(calls=542, processes=1)
+    from kda_trace.precompile import PRECOMPILE_MAX_S
+
+    assert one_process.remaining() == pytest.approx(PRECOMPILE_MAX_S, abs=1.0)  # the pass stops at its limit
 
 
 def test_a_bigger_workload_is_estimated_to_cost_more():
