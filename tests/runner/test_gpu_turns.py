@@ -182,59 +182,51 @@ def test_a_task_that_runs_out_of_memory_while_sharing_is_evaluated_again_alone_a
     assert "evaluated again" not in got["cheat"].evaluation.log, got["cheat"].evaluation.log
 
 
+def _one_record(tmp_path, monkeypatch, fixture: str):
+    """The record of one worker's run of bad_solutions.py::`fixture` on toy_scan's first workload (its calls counted
+    in $CALL_LOG_DIR)."""
+    from kda_trace.dataset import load_dataset
+    from kda_trace.environment import capture
+    from kda_trace.runner import RunConfig, Runner, Task
+    from kda_trace.sandbox import SANDBOX_WRITABLE_ENV
+
+    logs = tmp_path / "calls"
+    logs.mkdir()
+    monkeypatch.setenv("CALL_LOG_DIR", str(logs))
+    monkeypatch.setenv(SANDBOX_WRITABLE_ENV, str(logs))
+    ds = load_dataset(DS)
+    d, w = ds.definitions["toy_scan"], ds.workloads_of("toy_scan")[0]
+    spec = f"{BAD}::{fixture}"
+    config = RunConfig(dataset_root=Path(DS), out=tmp_path / "out", device="cpu", seed=1, timeout=120)
+    got = []
+    Runner(config, lambda definition, trace: got.append(trace), capture("cpu", 1, DS)).run([Task(d, w, [spec],
+                                                                                                 {spec: fixture})])
+    assert len(got) == 1
+    return got[0]
+
+
 @pytest.mark.parametrize("failures", [1, 3])
 def test_a_task_that_runs_out_of_memory_alone_is_evaluated_again_with_its_inputs_in_host_memory(tmp_path, monkeypatch,
                                                                                                  failures):
     """Out of GPU memory with the GPU alone and the input sets on it: the task starts over with them in host memory,
     once; a second failure there is the record."""
-    from kda_trace.dataset import load_dataset
-    from kda_trace.environment import capture
-    from kda_trace.runner import RunConfig, Runner, Task
-    from kda_trace.sandbox import SANDBOX_WRITABLE_ENV
-
-    logs = tmp_path / "calls"
-    logs.mkdir()
-    monkeypatch.setenv("CALL_LOG_DIR", str(logs))
-    monkeypatch.setenv(SANDBOX_WRITABLE_ENV, str(logs))
     monkeypatch.setenv("OOM_FIRST_CALLS", str(failures))
-    ds = load_dataset(DS)
-    d, w = ds.definitions["toy_scan"], ds.workloads_of("toy_scan")[0]
-    oom = f"{BAD}::out_of_memory_while_shared"
-    config = RunConfig(dataset_root=Path(DS), out=tmp_path / "out", device="cpu", seed=1, timeout=120)
-    got = []
-    Runner(config, lambda definition, trace: got.append(trace), capture("cpu", 1, DS)).run([Task(d, w, [oom],
-                                                                                                {oom: "oom"})])
-    assert len(got) == 1
-    log = got[0].evaluation.log
+    record = _one_record(tmp_path, monkeypatch, "out_of_memory_while_shared")
+    log = record.evaluation.log
     if failures == 1:
-        assert got[0].evaluation.status == "PASSED", log
+        assert record.evaluation.status == "PASSED", log
         assert log.startswith("[evaluated again with its input sets in host memory: the attempt before ran out of GPU "
                               "memory"), log
     else:
-        assert got[0].evaluation.status == "RUNTIME_ERROR" and "out of GPU memory" in log, log
+        assert record.evaluation.status == "RUNTIME_ERROR" and "out of GPU memory" in log, log
 
 
 def test_running_out_of_memory_once_timed_is_the_record(tmp_path, monkeypatch):
     """A solution that reports running out of GPU memory in its timing loop has seen its times: it is not evaluated
     again (that would draw them again)."""
-    from kda_trace.dataset import load_dataset
-    from kda_trace.environment import capture
-    from kda_trace.runner import RunConfig, Runner, Task
-    from kda_trace.sandbox import SANDBOX_WRITABLE_ENV
-
-    logs = tmp_path / "calls"
-    logs.mkdir()
-    monkeypatch.setenv("CALL_LOG_DIR", str(logs))
-    monkeypatch.setenv(SANDBOX_WRITABLE_ENV, str(logs))
-    ds = load_dataset(DS)
-    d, w = ds.definitions["toy_scan"], ds.workloads_of("toy_scan")[0]
-    oom = f"{BAD}::out_of_memory_when_timed"
-    config = RunConfig(dataset_root=Path(DS), out=tmp_path / "out", device="cpu", seed=1, timeout=120)
-    got = []
-    Runner(config, lambda definition, trace: got.append(trace), capture("cpu", 1, DS)).run([Task(d, w, [oom],
-                                                                                                {oom: "oom"})])
-    assert len(got) == 1 and got[0].evaluation.status == "RUNTIME_ERROR", got[0].evaluation.log
-    assert "out of GPU memory" in got[0].evaluation.log and "evaluated again" not in got[0].evaluation.log
+    record = _one_record(tmp_path, monkeypatch, "out_of_memory_when_timed")
+    assert record.evaluation.status == "RUNTIME_ERROR", record.evaluation.log
+    assert "out of GPU memory" in record.evaluation.log and "evaluated again" not in record.evaluation.log
 
 
 def test_a_flag_of_hidden_work_on_a_shared_gpu_stands_unless_the_evaluation_alone_passes():
