@@ -634,7 +634,7 @@ class WorkerContext:
             except (SourceChanged, GpuAloneNeeded):
                 raise  # SourceChanged: this worker stops; its replacement refuses to start and the run ends saying why
             except Exception as e:  # noqa: BLE001 - e.g. out of memory while comparing: record it, go on
-                if type(e).__name__ == "OutOfMemoryError" and self.may_move_to_host(on_host):
+                if type(e).__name__ == "OutOfMemoryError" and not self.timing_asked and self.may_move_to_host(on_host):
                     raise GpuAloneNeeded("ran out of GPU memory", f"in the judge's own work ({e})"[:300],
                                          task.names[spec], on_host=True) from None
                 self.fatal = _is_fatal_cuda_error(e)
@@ -663,8 +663,9 @@ class WorkerContext:
     def may_move_to_host(self, on_host: bool) -> bool:
         """Whether a task that ran out of GPU memory is evaluated again with its input sets in host memory: it had
         the GPU alone (else it is evaluated again alone first) with them on the GPU, by the default of
-        RunConfig.inputs_on_host (HOST_INPUTS_FRACTION), and its CUDA context still works. A solution's own report
-        of it counts only before its timing (timing_asked); the judge's own work counts whenever it runs out."""
+        RunConfig.inputs_on_host (HOST_INPUTS_FRACTION), and its CUDA context still works. Callers also require that
+        the solution was not yet timed (timing_asked): a solution that reported running out, or held memory until
+        the judge ran out, after seeing its times would get them drawn again."""
         return not on_host and not self.task_shared() and not self.fatal and self.config.inputs_on_host is None
 
     def with_room(self, make: Callable[[], Any], spec: Optional[str] = None) -> Any:
