@@ -174,12 +174,10 @@ class Eta:
         self.first_done: Optional[float] = None
         self.in_flight: Dict[Any, Tuple[float, float]] = {}  # key -> (estimate, start)
 
-    def precompile(self, calls: int, processes: int, call_s: float = PRECOMPILE_CALL_S) -> None:
-        """The precompile pass's plan: its estimated length joins the start-up allowance (at most the pass's own
-        limit, precompile.PRECOMPILE_MAX_S)."""
-        from .precompile import PRECOMPILE_MAX_S
-
-        self.startup_s += min(calls * call_s / max(1, processes), PRECOMPILE_MAX_S)
+    def precompile(self, calls: int, processes: int, max_s: float, call_s: float = PRECOMPILE_CALL_S) -> None:
+        """The precompile pass's plan: its estimated length, at most the pass's own limit `max_s`
+        (precompile.PRECOMPILE_MAX_S), joins the start-up allowance."""
+        self.startup_s += min(calls * call_s / max(1, processes), max_s)
 
     def begin(self, key: Any, estimate: float) -> None:
         self.in_flight[key] = (estimate, time.monotonic())

@@ -63,16 +63,14 @@ def test_the_eta_counts_the_start_up_until_the_first_evaluation_ends_and_splits_
 def test_the_precompile_pass_joins_the_start_up_allowance():
     eta = Eta(0.0, startup_s=30.0, workers=3)
     before = eta.remaining()
-    eta.precompile(calls=560, processes=14, call_s=1.5)  # 60 s of compiling in 14 processes
+    eta.precompile(calls=560, processes=14, max_s=300.0, call_s=1.5)  # 60 s of compiling in 14 processes
     assert eta.remaining() == pytest.approx(before + 60.0, abs=1.0)
     eta.begin(0, 1.0)
     eta.finish(0, 1.0, 1.0)
     assert eta.remaining() == 0.0  # the allowance ends with the first evaluation
     one_process = Eta(0.0, startup_s=0.0)
-    one_process.precompile(calls=542, processes=1)
-    from kda_trace.precompile import PRECOMPILE_MAX_S
-
-    assert one_process.remaining() == pytest.approx(PRECOMPILE_MAX_S, abs=1.0)  # the pass stops at its limit
+    one_process.precompile(calls=542, processes=1, max_s=300.0)
+    assert one_process.remaining() == pytest.approx(300.0, abs=1.0)  # the pass stops at its limit
 
 
 def test_a_bigger_workload_is_estimated_to_cost_more():
