@@ -163,8 +163,8 @@ per call, the outputs and their snapshot: with a chunked kernel's workspace, 10 
 on the GPU, the stress workloads ran out of memory on a 150 GB H200: the 17.5 GB prefill input sets, and the decode
 pools of 8.7 GB, which the outputs repeat (so the outputs count too: the inputs alone are under 1/10). The largest
 non-stress prefill (8.2 GB with its outputs, 96 heads x 65536 tokens) stays on an 80 GB H100. A task that runs out
-of GPU memory with the GPU alone and its sets on it is evaluated again with them in host memory (the H200 main job's
-14.5 GB chunk-states workload cbb442e0 did, under the three workers' default)."""
+of GPU memory with the GPU alone and its sets on it, before its timing, is evaluated again with them in host memory
+(the H200 main job's 14.5 GB chunk-states workload cbb442e0 ran out so once, under the three workers' default)."""
 
 
 def declared_bytes(d: Definition, specs: Dict[str, Any], w: Workload) -> int:
@@ -634,7 +634,7 @@ class WorkerContext:
             except (SourceChanged, GpuAloneNeeded):
                 raise  # SourceChanged: this worker stops; its replacement refuses to start and the run ends saying why
             except Exception as e:  # noqa: BLE001 - e.g. out of memory while comparing: record it, go on
-                if type(e).__name__ == "OutOfMemoryError" and not self.timing_asked and self.may_move_to_host(on_host):
+                if type(e).__name__ == "OutOfMemoryError" and self.may_move_to_host(on_host):
                     raise GpuAloneNeeded("ran out of GPU memory", f"in the judge's own work ({e})"[:300],
                                          task.names[spec], on_host=True) from None
                 self.fatal = _is_fatal_cuda_error(e)
@@ -648,7 +648,7 @@ class WorkerContext:
                 raise GpuAloneNeeded("was flagged for work hidden from its timing" if flagged else
                                      "ran out of GPU memory", record.evaluation.log, task.names[spec],
                                      record if flagged else None)
-            if _out_of_gpu_memory(record) and not self.timing_asked and self.may_move_to_host(on_host):
+            if _out_of_gpu_memory(record) and self.may_move_to_host(on_host):
                 if spec in self.hosts:
                     self.hosts[spec].stop()
                 raise GpuAloneNeeded("ran out of GPU memory", record.evaluation.log, task.names[spec], on_host=True)
@@ -663,10 +663,11 @@ class WorkerContext:
     def may_move_to_host(self, on_host: bool) -> bool:
         """Whether a task that ran out of GPU memory is evaluated again with its input sets in host memory: it had
         the GPU alone (else it is evaluated again alone first) with them on the GPU, by the default of
-        RunConfig.inputs_on_host (HOST_INPUTS_FRACTION), and its CUDA context still works. Callers also require that
-        the solution was not yet timed (timing_asked): a solution that reported running out, or held memory until
-        the judge ran out, after seeing its times would get them drawn again."""
-        return not on_host and not self.task_shared() and not self.fatal and self.config.inputs_on_host is None
+        RunConfig.inputs_on_host (HOST_INPUTS_FRACTION), its CUDA context still works, and the solution was not yet
+        timed (timing_asked): one that reported running out, or held memory until the judge ran out, after seeing its
+        times would get them drawn again."""
+        return (not on_host and not self.task_shared() and not self.fatal and self.config.inputs_on_host is None
+                and not self.timing_asked)
 
     def with_room(self, make: Callable[[], Any], spec: Optional[str] = None) -> Any:
         """`make()`, and once more after stopping the processes of the solutions other than `spec` (all when None)

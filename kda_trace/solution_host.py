@@ -557,7 +557,8 @@ def read_safetensors(path: Path, device: str) -> Dict[str, Any]:
     judge owns (no mapping that could change after the check): straight into the tensor on the CPU (one copy,
     where safetensors.torch.load(read_bytes()) makes two: 1 GiB from /dev/shm in 0.65 s instead of 2.2 s, medians
     on a 2-core CPU machine), through the two pinned staging buffers for a GPU (the read of chunk i+1 beside the
-    copy of chunk i to the device). Any problem raises BadOutputFile."""
+    copy of chunk i to the device). Any problem with the file raises BadOutputFile; no room for its tensors raises
+    torch's OutOfMemoryError (the judge's, not the file's: load_checked passes it on)."""
     import stat
 
     import torch
