@@ -393,7 +393,7 @@ def _probe_sandbox() -> str:
 def isolation_of_probe(code: int, stdout: str, stderr: str, written: bool) -> str:
     """environment.isolation from the probe's exit code, its output and whether its files reached its directories."""
     said = stdout.strip()
-    if code == 0 and said in ("sandboxed", "sandboxed; cuda ok") or said.startswith("sandboxed; cuda fails: "):
+    if code == 0 and (said in ("sandboxed", "sandboxed; cuda ok") or said.startswith("sandboxed; cuda fails: ")):
         if not written:
             return "none: the probe's files did not reach the directories it was given"
         if said.startswith("sandboxed; cuda fails: "):
