@@ -298,7 +298,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
 
     from .precompile import PRECOMPILE_MAX_S
     from .run_profile import CPU_PRIOR, GPU_PRIOR, Eta, RunProfile, estimate_seconds, spread_by_cost
-    from .runner import Runner, cost_of, task_bytes
+    from .runner import Runner, cost_of, needs_gpu_alone, task_bytes
 
     gpu = config.device.startswith("cuda")
     workers = len(config.devices or [config.device])
@@ -312,7 +312,10 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
         return estimate_seconds(nbytes, gpu, len(task.solutions), first, backward="stage:backward" in (d.tags or []))
 
     if workers > 1:  # several devices share one queue: largest first, so that they finish together
-        tasks = spread_by_cost(tasks, [estimate(t) for t in tasks])
+        devices = config.devices or [config.device]
+        shared = max(devices.count(d) for d in devices)  # one queue feeds every device, each with this many workers
+        tasks = spread_by_cost(tasks, [estimate(t) for t in tasks],
+                               [needs_gpu_alone(t, devices[0], shared) for t in tasks])
     estimates, seen = {}, set()
     for t in tasks:
         estimates[id(t)] = estimate(t, first=t.definition.name not in seen)

@@ -205,11 +205,14 @@ class Eta:
         return left
 
 
-def spread_by_cost(tasks: List[Any], estimates: List[float]) -> List[Any]:
+def spread_by_cost(tasks: List[Any], estimates: List[float], alone: Optional[List[bool]] = None) -> List[Any]:
     """The tasks in the order that lets workers pulling from one queue finish together: largest estimate first
-    (longest processing time first; a worker that falls behind takes the small ones at the end). Ties keep the
-    dataset's order."""
-    order = sorted(range(len(tasks)), key=lambda i: -estimates[i])
+    (longest processing time first; a worker that falls behind takes the small ones at the end). Tasks that take
+    their GPU alone (`alone`, runner.needs_gpu_alone) go before all others: one at a time whatever their order, they
+    then follow each other instead of each waiting for the tasks that the other workers began meanwhile. Ties keep
+    the dataset's order."""
+    first = alone or [False] * len(tasks)
+    order = sorted(range(len(tasks)), key=lambda i: (not first[i], -estimates[i]))
     return [tasks[i] for i in order]
 
 

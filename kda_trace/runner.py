@@ -9,7 +9,7 @@ main process records the failure against that phase's solution, starts a fresh w
 the rest of the workload.
 
 In a worker, per workload: inputs are made once from the seed (set A) and from a secret random seed (set B,
-recorded afterwards); the reference runs on fresh copies of both and is timed; then each solution runs on its
+recorded afterwards); the reference runs on fresh copies of both; then each solution runs on its
 own fresh copy of A, its outputs are checked (count, shape, dtype, mutated inputs, in-place contract,
 numerics), and a correct solution is timed: every timed repetition runs on inputs of its own (from a secret
 seed the judge gives just before it), the last one on set B, whose outputs are checked again (so a solution that replays its first
@@ -68,13 +68,6 @@ S = EvaluationStatus
 SEED_BITS = 62
 """Set B's seed and the timing loop's seeds are drawn from the OS (secrets): a solution cannot make those inputs
 ahead of time. They are recorded in the trace once the evaluation is over."""
-REFERENCE_TIMING = {"warmup": 1, "min_reps": 3, "max_reps": 10, "budget_s": 0.25}
-"""How the reference is timed on a GPU (timing.TimingConfig fields); when its first correctness call took longer
-than the budget, its correctness calls are its timing instead. The reference's time is only reported (a
-solution's speedup over it), never judged, so it gets a quarter of a solution's budget: the reference was the
-largest kind of work in the H200 main job (199 of 525 s of evaluations, its correctness calls included)."""
-
-
 @dataclass
 class RunConfig:
     """Everything a run needs; picklable (sent to the workers)."""
@@ -184,6 +177,16 @@ def task_bytes(task: "Task") -> int:
     """The declared bytes of a task's inputs and outputs together."""
     d, w = task.definition, task.workload
     return declared_bytes(d, d.inputs, w) + declared_bytes(d, d.outputs, w)
+
+
+def needs_gpu_alone(task: "Task", device: str, workers_on_device: int) -> bool:
+    """Whether the task is too large to share `device`'s memory with the other workers on it (ALONE_SHARE)."""
+    if not device.startswith("cuda") or workers_on_device <= 1:
+        return False
+    import torch
+
+    room = torch.cuda.get_device_properties(device).total_memory / workers_on_device
+    return task_bytes(task) > ALONE_SHARE * room
 
 
 def keeps_on_host(input_bytes: int, output_bytes: int, gpu_bytes: int) -> bool:
@@ -424,12 +427,7 @@ class WorkerContext:
         GPU's memory (ALONE_SHARE)."""
         if self.turns is None:
             return
-        import torch
-
-        room = math.inf
-        if self.device.startswith("cuda"):
-            room = torch.cuda.get_device_properties(self.device).total_memory / self.config.devices.count(self.device)
-        alone = alone or task_bytes(task) > ALONE_SHARE * room
+        alone = alone or needs_gpu_alone(task, self.device, self.config.devices.count(self.device))
         self._take_turn(lambda: self.turns.begin_task(alone))
 
     def end_task(self) -> None:
@@ -551,7 +549,7 @@ class WorkerContext:
         # processes' own sets, were more than an H200 machine's 128 GB (kda_fwd_h32_dk128_dv256's 3ad95b31).
         seed_b = secrets.randbits(SEED_BITS)
         refs, ref_times, kept = [], [], []
-        ref_timing, fresh, ref_timing_tried = None, None, False
+        fresh = None
         for label, seed in (("", cfg.seed), (" (second input set)", seed_b)):
             try:
                 inputs = self.with_room(lambda: inputs_of(seed))  # noqa: B023 - called at once
@@ -573,15 +571,7 @@ class WorkerContext:
             problem = str(reference) if isinstance(reference, Exception) else ""
             if not problem:
                 try:
-                    # on a shared GPU input set A's reference call takes the GPU alone, and its timing follows in the
-                    # same turn: a slow reference is then timed by that call instead of by one more
-                    timed_here = not refs and self.sharing()
-                    with self.alone() if timed_here else contextlib.nullcontext():
-                        out, ms, problem = self.with_room(lambda: reference_output(inputs, label))  # noqa: B023
-                        if timed_here and not problem:
-                            self.notify(None, "reference: timing")
-                            ref_timing_tried = True
-                            ref_timing = time_reference(reference, inputs, [ms], self.device)
+                    out, ms, problem = self.with_room(lambda: reference_output(inputs, label))  # noqa: B023
                     self.between_steps()
                     refs.append(out)
                     ref_times.append(ms)
@@ -596,17 +586,12 @@ class WorkerContext:
                 for spec in task.solutions:
                     yield rec(spec, S.INVALID_REFERENCE, problem)
                 return
-            if len(ref_times) == 1 and not ref_timing_tried and not reference_timed_by_calls(ref_times, self.device):
-                self.notify(None, "reference: timing")  # while input set A is whole
-                ref_timing_tried = True
-                with self.alone():
-                    ref_timing = time_reference(reference, inputs, ref_times, self.device)
             # the solutions make their own input sets from the seeds: the judge keeps only what it reads
             kept.append(kept_of(inputs))
             inputs = None  # before the next set is made
             release_cached_memory(self.device)
-        if ref_timing is None and not ref_timing_tried:
-            ref_timing = time_reference(reference, None, ref_times, self.device)
+        if not self.device.startswith("cuda"):
+            fresh.reference_timing = cpu_reference_timing(ref_times)
         inputs_a, inputs_b = kept
         del kept
 
@@ -619,14 +604,14 @@ class WorkerContext:
                 continue
             try:
                 self.between_steps()
-                record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], ref_timing, rec,
-                                                on_host, seed_b, fresh)
+                record = self.evaluate_solution(task, spec, inputs_a, inputs_b, refs[0], refs[1], rec, on_host,
+                                                seed_b, fresh)
                 # sharing the GPU, the task starts over alone instead (below)
                 stopped = self.stop_other_hosts(spec) if _out_of_gpu_memory(record) and not self.task_shared() else []
                 if stopped:
                     seed_b2, inputs_b2, ref_b2 = self.with_room(another_second_set)
-                    record = self.evaluate_solution(task, spec, inputs_a, inputs_b2, refs[0], ref_b2, ref_timing,
-                                                    rec, on_host, seed_b2, fresh.renewed())
+                    record = self.evaluate_solution(task, spec, inputs_a, inputs_b2, refs[0], ref_b2, rec, on_host,
+                                                    seed_b2, fresh.renewed())
                     del inputs_b2, ref_b2
                     record.evaluation.log = (f"[evaluated twice: the first attempt ran out of GPU memory, and the "
                                              f"processes of {', '.join(stopped)} were stopped before the second] "
@@ -727,8 +712,8 @@ class WorkerContext:
         finally:
             self.end_task()
 
-    def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec,
-                          on_host: bool, seed_b: int, fresh: "FreshReferences") -> Trace:
+    def evaluate_solution(self, task: Task, spec: str, inputs_a, inputs_b, ref_a, ref_b, rec, on_host: bool,
+                          seed_b: int, fresh: "FreshReferences") -> Trace:
         """One solution on one workload, run in the solution's own process (solution_host.py); judged here."""
         from .solution_host import HostDied, load_checked
 
@@ -782,6 +767,8 @@ class WorkerContext:
             with self.alone():
                 reply = host.request(kind="time", timing=_timing_fields(self.config.timing), seeds=fresh,
                                      digest_seed=fresh.digest_seed, save_later=True)
+                if reply.get("kind") == "timed":
+                    self.time_reference(fresh, reply.get("digests"), spec)
             reply = _saved(host, reply)
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} while timing", correctness=correctness)
@@ -824,9 +811,33 @@ class WorkerContext:
                        f"workload, {floor[0]:.4g} ms ({floor[1]:.4g} GB, the fewest bytes the definition's cost "
                        f"says it must move, at {floor[2]:.3g} TB/s, {FLOOR_BANDWIDTH_MARGIN:g} x this device's "
                        "measured copy bandwidth): no time is reported", correctness=correctness)
+        ref_timing = fresh.reference_timing
         notes = timing.notes + (ref_timing.notes if ref_timing is not None else [])
         return rec(spec, S.PASSED, "; ".join(notes), correctness=correctness,
                    performance=self.performance(d, w, timing, ref_timing))
+
+    def time_reference(self, fresh: "FreshReferences", digests, spec: str) -> None:
+        """The reference's timing on a GPU, once per workload, in the turn of the first solution timed, with the GPU
+        still alone: one call, device-synchronised, on the inputs of the repetition that solution's check draws
+        (check_timed_repetition needs the reference there anyway), or on inputs of its own when only one
+        repetition was timed. A reference that fails there is left to that check, which records why. The reference
+        is not judged, only reported (a solution's speedup over it): a timing loop of its own cost every evaluation
+        a second turn alone."""
+        from .timing import TimingResult
+
+        if fresh.reference_timing is not None or not self.device.startswith("cuda"):
+            return
+        self.notify(spec, "reference: timing")
+        rep = fresh.checked_repetition(digests)
+        try:
+            ms = self.with_room(lambda: fresh.timed_reference_call(rep, self.sync), spec)
+        except GpuAloneNeeded:
+            raise
+        except Exception:  # noqa: BLE001 - see the docstring
+            return
+        fresh.reference_timing = TimingResult([ms], "cuda_sync_wall", notes=[
+            "reference timing: one call with the GPU alone, on a timed repetition's inputs (wall time between "
+            "device synchronisations)"])
 
     def check_timed_repetition(self, d: Definition, spec: str, host, digests, fresh: "FreshReferences",
                                correctness: Correctness) -> Optional[Tuple[str, str]]:
@@ -842,12 +853,10 @@ class WorkerContext:
 
         record: Dict[str, Any] = {"checked": False}
         correctness.extra = {**(correctness.extra or {}), "timed_repetition": record}
-        drawn = [i for i, g in enumerate(digests or []) if g is not None]
-        if not drawn:
+        rep = fresh.checked_repetition(digests)
+        if rep is None:
             record["why_not"] = "a single timed repetition (the last, on input set B)"
             return None
-        reused = [r for r in drawn if r in fresh.made]  # the reference already ran there for another solution
-        rep = reused[0] if reused else drawn[secrets.randbelow(len(drawn))]
         self.between_steps()
         if rep not in fresh.made:
             self.notify(spec, "judge: reference on a timed repetition")
@@ -977,34 +986,12 @@ def pinned_files(config: RunConfig, w: Workload) -> Dict[str, List[int]]:
             if p in config.input_files}
 
 
-def reference_timed_by_calls(correctness_ms: List[float], device: str,
-                             budget_s: float = REFERENCE_TIMING["budget_s"]) -> bool:
-    """Whether the reference's correctness calls are its timing: on the CPU, or when the first one
-    (device-synchronised) took longer than `budget_s`."""
-    return not device.startswith("cuda") or correctness_ms[0] > budget_s * 1e3
-
-
-def time_reference(reference, inputs, correctness_ms: List[float], device: str,
-                   budget_s: float = REFERENCE_TIMING["budget_s"]):
-    """The reference's TimingResult (None if timing it failed): its correctness calls (`correctness_ms`, which must
-    have had the GPU alone) when `reference_timed_by_calls` says so (then `inputs` may be None); otherwise `timing.measure` with
-    REFERENCE_TIMING on `inputs` (once, for a call slower than the budget). A note says which."""
-    from .timing import TimingConfig, TimingResult, measure
+def cpu_reference_timing(correctness_ms: List[float]):
+    """The reference's TimingResult on the CPU: its correctness calls' wall times."""
+    from .timing import TimingResult
 
     said = f"{len(correctness_ms)} correctness call{'s' if len(correctness_ms) != 1 else ''}"
-    if not device.startswith("cuda"):
-        return TimingResult(list(correctness_ms), "cpu_wall", notes=[f"reference timing: its {said}"])
-    if reference_timed_by_calls(correctness_ms, device, budget_s):
-        return TimingResult(list(correctness_ms), "cuda_sync_wall", notes=[
-            f"reference timing: its {said} (wall time between device synchronisations; the first took "
-            f"more than the {budget_s:g} s timing budget)"])
-    try:
-        timing = measure(reference, inputs, device, TimingConfig(**{**REFERENCE_TIMING, "budget_s": budget_s}),
-                         estimate_s=correctness_ms[0] / 1e3)
-    except Exception:  # noqa: BLE001 - the reference ran fine before; timing it is best effort
-        return None
-    timing.notes.append(f"reference timing: {len(timing.times_ms)} repetitions ({timing.mode})")
-    return timing
+    return TimingResult(list(correctness_ms), "cpu_wall", notes=[f"reference timing: its {said}"])
 
 
 def cost_of(d: Definition, w: Workload) -> Tuple[Optional[float], Optional[float]]:
@@ -1123,13 +1110,36 @@ class FreshReferences:
         self.digest_seed = secrets.randbits(SEED_BITS)
         self._checksums: Optional[Dict[str, int]] = None
         self.made: Dict[int, Tuple[Dict[str, Any], Dict[str, Any], Optional[Dict[str, Any]]]] = {}
+        self.reference_timing = None  # timing.TimingResult, made once per workload (WorkerContext.time_reference)
 
     def renewed(self) -> "FreshReferences":
         """The same workload with new seeds for the timing loop and the digests (a solution's second attempt),
         keeping input set A's checksums (the judge no longer holds all of A's inputs)."""
         other = FreshReferences(self.d, self.w, self.reference, self.device, self.root, self.on_host)
         other._checksums = self._checksums
+        other.reference_timing = self.reference_timing
         return other
+
+    def checked_repetition(self, digests) -> Optional[int]:
+        """The timed repetition whose digest the judge checks (None when only the last, on input set B, was timed):
+        one the reference already ran on for another solution of the workload, else one drawn at random."""
+        drawn = [i for i, g in enumerate(digests or []) if g is not None]
+        if not drawn:
+            return None
+        reused = [r for r in drawn if r in self.made]
+        return reused[0] if reused else drawn[secrets.randbelow(len(drawn))]
+
+    def timed_reference_call(self, rep: Optional[int], sync: Callable[[], None]) -> float:
+        """The reference's wall time in ms (between two `sync()`s) on repetition `rep`'s inputs, made and kept here
+        for that repetition's check; on inputs of their own (kept nowhere) when `rep` is None or already made."""
+        from .inputs import make_inputs
+
+        if rep is None or rep in self.made:
+            inputs = make_inputs(self.d, self.w, secrets.randbits(SEED_BITS), self.device, self.root)
+            _, ms = call_reference(self.d, self.reference, inputs, sync)
+            release_cached_memory(self.device)
+            return ms
+        return self._make(rep, sync)
 
     def input_checksums(self, inputs_a: Dict[str, Any]) -> Dict[str, int]:
         """Input set A's checksums (integrity.bit_checksum), made once: a call's inputs must still have them."""
@@ -1144,15 +1154,18 @@ class FreshReferences:
             self.seeds.append(secrets.randbits(SEED_BITS))
         return self.seeds[rep]
 
-    def _make(self, rep: int):
+    def _make(self, rep: int, sync: Callable[[], None] = lambda: None) -> Optional[float]:
+        """Repetition `rep`'s judged inputs, reference outputs and digest, kept (one repetition at a time); the
+        reference call's wall time in ms when it ran now."""
         from .compare import nonfinite_counts
         from .inputs import make_inputs
         from .integrity import inplace_bases, output_digest
 
+        ms = None
         if rep not in self.made:
             self.made = {}  # one at a time: a workload's inputs can be large
             inputs = make_inputs(self.d, self.w, self.seed(rep), self.device, self.root)
-            out, _ = call_reference(self.d, self.reference, inputs)
+            out, ms = call_reference(self.d, self.reference, inputs, sync)
             finite = all(sum(nonfinite_counts(t)) == 0 for t in out.values() if hasattr(t, "dtype"))
             digest = output_digest(out, self.digest_seed, self.device, inplace_bases(self.d, inputs)) if finite else None
             # the judge reads cu_seqlens and the in-place inputs of these inputs (WorkerContext.correctness)
@@ -1163,16 +1176,19 @@ class FreshReferences:
             # the reference's temporaries: kept reserved, they left the next solutions' processes no room (H200,
             # kda_bwd_fused_h96's 65536-token workload: 116.9 GiB in the worker process)
             release_cached_memory(self.device)
-        return self.made[rep]
+        return ms
 
     def inputs(self, rep: int) -> Dict[str, Any]:
-        return self._make(rep)[0]
+        self._make(rep)
+        return self.made[rep][0]
 
     def outputs(self, rep: int) -> Dict[str, Any]:
-        return self._make(rep)[1]
+        self._make(rep)
+        return self.made[rep][1]
 
     def digest(self, rep: int) -> Optional[Dict[str, Any]]:
-        return self._make(rep)[2]
+        self._make(rep)
+        return self.made[rep][2]
 
 
 def _out_of_gpu_memory(record: Trace) -> bool:

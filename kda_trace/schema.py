@@ -527,8 +527,8 @@ class Performance(Model):
     max_ms: Optional[float] = None
     repetitions: Optional[int] = None
     mode: Optional[str] = None
-    """`cuda_events`, `cuda_graph`, `cuda_sync_wall` (a slow reference timed by its device-synchronised
-    correctness calls) or `cpu_wall` (interpreter timing: not a speed figure)."""
+    """`cuda_events`, `cuda_graph`, `cuda_sync_wall` (the reference: one device-synchronised call with the
+    GPU alone) or `cpu_wall` (interpreter timing: not a speed figure)."""
     tflops: Optional[float] = None
     """Achieved TFLOP/s from the definition's cost."""
     tbps: Optional[float] = None

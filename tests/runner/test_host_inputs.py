@@ -109,7 +109,7 @@ def test_a_solution_out_of_gpu_memory_is_evaluated_again_and_its_record_says_so(
 
     seen = []
 
-    def evaluate_solution(task, spec, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec, on_host, seed_b, fresh):
+    def evaluate_solution(task, spec, inputs_a, inputs_b, ref_a, ref_b, rec, on_host, seed_b, fresh):
         attempts.append(ctx.hosts["hog"].alive())
         seen.append((seed_b, fresh, ref_b))
         status, log = ((S.RUNTIME_ERROR, f"{OUT_OF_GPU_MEMORY_HINT} OutOfMemoryError") if len(attempts) == 1
@@ -218,8 +218,8 @@ def test_the_judge_holds_one_input_set_at_a_time(tmp_path, monkeypatch):
     ctx = _worker(tmp_path)
     seen = {}
 
-    def evaluate_solution(task, spec, inputs_a, inputs_b, ref_a, ref_b, ref_timing, rec, on_host, seed_b, fresh):
-        seen.update(a=set(inputs_a), b=set(inputs_b), refs=(ref_a, ref_b), timing=ref_timing)
+    def evaluate_solution(task, spec, inputs_a, inputs_b, ref_a, ref_b, rec, on_host, seed_b, fresh):
+        seen.update(a=set(inputs_a), b=set(inputs_b), refs=(ref_a, ref_b), timing=fresh.reference_timing)
         return make_record(d, w, spec, S.PASSED, ctx.environment, "")
 
     monkeypatch.setattr(ctx, "evaluate_solution", evaluate_solution)

@@ -126,3 +126,11 @@ def test_the_eta_is_checked_against_the_real_remaining_time():
     low, high, n = eta_accuracy(profile)
     assert (low, high, n) == (1.0, 2.0, 2)
     assert eta_accuracy({"wall_s": 50.0, "eta": [[10.0, 40.0]]}) is None
+
+
+def test_tasks_that_take_the_gpu_alone_go_first_largest_first():
+    from kda_trace.run_profile import spread_by_cost
+
+    # "c" and "d" cannot share the GPU: they follow each other at the start, then the others largest first
+    order = spread_by_cost(["a", "b", "c", "d", "e"], [5.0, 1.0, 2.0, 3.0, 4.0], [False, False, True, True, False])
+    assert order == ["d", "c", "a", "e", "b"]

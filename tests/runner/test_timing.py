@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kda_trace.cli import main
-from kda_trace.runner import time_reference
+from kda_trace.runner import cpu_reference_timing
 from kda_trace.timing import DIGEST_HORIZON, DIGESTED_REPS, TimingConfig, measure
 
 HERE = Path(__file__).parent
@@ -64,8 +64,31 @@ def test_fast_call_keeps_warmups_and_min_reps():
 
 
 def test_reference_on_cpu_is_timed_by_its_correctness_calls():
-    r = time_reference(Counted(0.0), A, [5.0, 7.0], "cpu")
+    r = cpu_reference_timing([5.0, 7.0])
     assert r.times_ms == [5.0, 7.0] and r.mode == "cpu_wall" and "correctness calls" in r.notes[0]
+
+
+def test_the_reference_is_timed_on_the_repetition_its_check_draws_and_the_check_keeps_it():
+    from kda_trace.dataset import load_dataset
+    from kda_trace.reference import compile_reference
+    from kda_trace.runner import FreshReferences
+
+    ds = load_dataset(DS)
+    d = ds.definitions["toy_scan"]
+    w = ds.workloads_of("toy_scan")[0]
+    syncs = []
+    fresh = FreshReferences(d, w, compile_reference(d.reference, d.name), "cpu", ds.root, on_host=False)
+    digests = [{"x": 1}, None, {"x": 2}, None]  # repetitions 0 and 2 digested
+    rep = fresh.checked_repetition(digests)
+    assert rep in (0, 2)
+    ms = fresh.timed_reference_call(rep, lambda: syncs.append(1))
+    assert ms >= 0 and len(syncs) == 2 and set(fresh.made) == {rep}
+    # the check then draws the repetition the reference already ran on, for this solution and the next ones
+    assert all(fresh.checked_repetition(digests) == rep for _ in range(20))
+    # one timed repetition only (the last, on set B): nothing to check, and the reference is timed on inputs of its
+    # own, kept nowhere
+    assert fresh.checked_repetition([None]) is None
+    assert fresh.timed_reference_call(None, lambda: None) >= 0 and set(fresh.made) == {rep}
 
 
 @pytest.mark.slow  # a `kda-trace run` of its own
