@@ -445,6 +445,12 @@ class WorkerContext:
         """Whether this worker holds a shared turn on its GPU now."""
         return self.turns is not None and self.turns.held == "shared"
 
+    def alone_throughout(self) -> bool:
+        """Whether nothing else runs on this worker's device while its task lasts: the CPU, a GPU with no other
+        worker, or a task that holds the GPU alone. The reference's correctness calls are then its timing."""
+        return (not self.device.startswith("cuda") or self.turns is None
+                or self.turns.task_held == "alone")
+
     def task_shared(self) -> bool:
         """Whether this worker's task shares the GPU with other workers' tasks (whatever its current step holds): a
         task that failed for want of GPU memory, or whose timing was flagged, is then evaluated again alone."""
@@ -590,8 +596,8 @@ class WorkerContext:
             kept.append(kept_of(inputs))
             inputs = None  # before the next set is made
             release_cached_memory(self.device)
-        if not self.device.startswith("cuda"):
-            fresh.reference_timing = cpu_reference_timing(ref_times)
+        if self.alone_throughout():
+            fresh.reference_timing = reference_timing_by_calls(ref_times, self.device)
         inputs_a, inputs_b = kept
         del kept
 
@@ -817,8 +823,9 @@ class WorkerContext:
                    performance=self.performance(d, w, timing, ref_timing))
 
     def time_reference(self, fresh: "FreshReferences", digests, spec: str) -> None:
-        """The reference's timing on a GPU, once per workload, in the turn of the first solution timed, with the GPU
-        still alone: one call, device-synchronised, on the inputs of the repetition that solution's check draws
+        """The reference's timing on a GPU shared with other workers (elsewhere its correctness calls are its timing:
+        alone_throughout), once per workload, in the turn of the first solution timed, with the GPU still alone: one
+        call, device-synchronised, on the inputs of the repetition that solution's check draws
         (check_timed_repetition needs the reference there anyway), or on inputs of its own when only one
         repetition was timed. A reference that fails there is left to that check, which records why. The reference
         is not judged, only reported (a solution's speedup over it): a timing loop of its own cost every evaluation
@@ -986,12 +993,16 @@ def pinned_files(config: RunConfig, w: Workload) -> Dict[str, List[int]]:
             if p in config.input_files}
 
 
-def cpu_reference_timing(correctness_ms: List[float]):
-    """The reference's TimingResult on the CPU: its correctness calls' wall times."""
+def reference_timing_by_calls(correctness_ms: List[float], device: str):
+    """The reference's TimingResult from its correctness calls (on input sets A and B), made while nothing else ran
+    on the device (WorkerContext.alone_throughout): wall time on the CPU, between device synchronisations on a GPU."""
     from .timing import TimingResult
 
     said = f"{len(correctness_ms)} correctness call{'s' if len(correctness_ms) != 1 else ''}"
-    return TimingResult(list(correctness_ms), "cpu_wall", notes=[f"reference timing: its {said}"])
+    if not device.startswith("cuda"):
+        return TimingResult(list(correctness_ms), "cpu_wall", notes=[f"reference timing: its {said}"])
+    return TimingResult(list(correctness_ms), "cuda_sync_wall", notes=[
+        f"reference timing: its {said}, with the GPU alone (wall time between device synchronisations)"])
 
 
 def cost_of(d: Definition, w: Workload) -> Tuple[Optional[float], Optional[float]]:

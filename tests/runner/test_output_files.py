@@ -56,25 +56,61 @@ def test_a_file_safetensors_wrote_reads_as_safetensors_reads_it(tmp_path):
         _same(ours[name], theirs[name], name)
 
 
-def test_the_staged_paths_move_every_chunk_to_its_place(monkeypatch):
-    """_write_staged and _read_staged (a GPU's paths) run here on host tensors, through unpinned buffers: the
-    chunking and the alternation of the two buffers, without the CUDA copies."""
+@pytest.mark.parametrize("staged", [True, False])
+def test_the_staged_and_parallel_paths_move_every_chunk_to_its_place(tmp_path, monkeypatch, staged):
+    """_write_staged and _read_parallel (a GPU's paths when staged) run here on host tensors, through unpinned
+    buffers: the chunking, the threads taking chunks and each reusing its buffer, without the CUDA copies."""
     monkeypatch.setattr(solution_host, "STAGING_BYTES", 16)
     tensors = [torch.randn(13), torch.zeros(0), torch.arange(40, dtype=torch.int64), torch.tensor([True])]
     flats = [t.reshape(-1).view(torch.uint8) for t in tensors]
     f = io.BytesIO()
     solution_host._write_staged(f, flats)
     assert f.getvalue() == b"".join(bytes(flat.numpy()) for flat in flats)
-    f.seek(0)
+    path = tmp_path / "data"
+    path.write_bytes(b"head" + f.getvalue())
     back = [torch.full_like(flat, 0xAB) for flat in flats]
-    solution_host._read_staged(f, back)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        solution_host._read_parallel(fd, 4, back, staged=staged)
+    finally:
+        os.close(fd)
     for flat, got in zip(flats, back):
         assert torch.equal(flat, got)
-    assert f.read() == b""
     assert [b.numel() for b in solution_host._staging_buffers(pinned=False)] == [16, 16]
     monkeypatch.setattr(solution_host, "STAGING_BYTES", 32)
-    solution_host._staging_buffers(pinned=False)
-    assert len(solution_host._STAGING) == 1  # never more than one pair of buffers
+    solution_host._staging_buffers(pinned=False, count=solution_host.READ_THREADS)
+    assert len(solution_host._STAGING) == 1  # one kind and size of buffers at a time
+
+
+def test_a_read_short_of_its_chunks_is_a_bad_file(tmp_path):
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * 10)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(BadOutputFile, match="ended early"):
+            solution_host._read_parallel(fd, 0, [torch.zeros(20, dtype=torch.uint8)])
+    finally:
+        os.close(fd)
+
+
+def test_outputs_written_over_the_spare_file_read_back_exactly(tmp_path):
+    """The judge keeps a file it read as the folder's spare; the next outputs are written over it (renamed to
+    their own name) and cut to their length, whether larger or smaller than what it held."""
+    first = tmp_path / "first-aa.safetensors"
+    write_safetensors(first, {"big": torch.randn(5000)})
+    read_safetensors(first, "cpu")
+    solution_host.keep_as_spare(first)
+    spare = tmp_path / solution_host.SPARE_FILE
+    assert spare.exists() and not first.exists()
+    for i, tensors in enumerate([{"small": torch.arange(7)}, {"o": torch.randn(9000), "s": torch.randn(3, 4)}]):
+        path = tmp_path / f"final-{i}.safetensors"
+        os.rename(spare, path)
+        write_safetensors(path, tensors)
+        ours = read_safetensors(path, "cpu")
+        assert set(ours) == set(tensors) and path.stat().st_size == len(path.read_bytes())
+        for name, t in tensors.items():
+            _same(ours[name], t, name)
+        solution_host.keep_as_spare(path)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kda_trace.cli import main
-from kda_trace.runner import cpu_reference_timing
+from kda_trace.runner import reference_timing_by_calls
 from kda_trace.timing import DIGEST_HORIZON, DIGESTED_REPS, TimingConfig, measure
 
 HERE = Path(__file__).parent
@@ -64,8 +64,10 @@ def test_fast_call_keeps_warmups_and_min_reps():
 
 
 def test_reference_on_cpu_is_timed_by_its_correctness_calls():
-    r = cpu_reference_timing([5.0, 7.0])
+    r = reference_timing_by_calls([5.0, 7.0], "cpu")
     assert r.times_ms == [5.0, 7.0] and r.mode == "cpu_wall" and "correctness calls" in r.notes[0]
+    g = reference_timing_by_calls([5.0, 7.0], "cuda:0")  # a task that had the GPU alone throughout
+    assert g.mode == "cuda_sync_wall" and "2 correctness calls, with the GPU alone" in g.notes[0]
 
 
 def test_the_reference_is_timed_on_the_repetition_its_check_draws_and_the_check_keeps_it():
