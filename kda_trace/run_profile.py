@@ -127,15 +127,18 @@ def _fmt(seconds: float) -> str:
 
 # ---------------------------------------------------------------------------- the prior cost of an evaluation
 
-GPU_PRIOR = {"evaluation_s": 2.8, "s_per_gb": 3.2, "backward_s_per_gb": 3.3, "startup_s": 30.0,
-             "first_call_s": 0.5, "first_backward_call_s": 2.0}
+GPU_PRIOR = {"evaluation_s": 1.1, "s_per_gb": 2.0, "backward_s_per_gb": 4.7, "startup_s": 30.0,
+             "first_call_s": 0.5, "first_backward_call_s": 2.0, "alone_evaluation_s": 2.5, "alone_s_per_gb": 3.1}
 """Seconds on a GPU for one solution on one workload, as a worker of three sharing the GPU sees them (its turns'
 waiting included; the ETA divides by the workers): a fixed part, and per GB of the bytes the definition's cost says
 a call moves (the reference, input making, the outputs' transfer and comparison all scale with it); a solution's
-first call on a definition loads what the precompile pass compiled. Least squares on the main job's first 240
-evaluations on an H200 (benchmarks/results/2026-11-29-h200/runner-main-job-240-of-587.json): 5-95% of the
-evaluations within 0.48-1.52x of it. `startup_s` is the time before the precompile pass; the pass itself is
-estimated from its plan (PRECOMPILE_CALL_S)."""
+first call on a definition loads what the precompile pass compiled. A workload that takes the GPU alone
+(runner.needs_gpu_alone) has terms of its own: it runs while the other workers wait, so its worker-seconds are
+about the workers times its own. Least squares on the main job's first 490 evaluations on an H200
+(benchmarks/results/2026-11-29-h200/runner-main-job-490-of-587.json; 412 shared forward, 28 shared backward, 50
+alone); replayed on that run, the ETA is 0.68-1.25x the projected remaining time from its first record on.
+`startup_s` is the time before the precompile pass; the pass itself is estimated from its plan
+(PRECOMPILE_CALL_S)."""
 PRECOMPILE_CALL_S = 1.75
 """Seconds of one precompile call (a first call that compiles, on a GPU machine's core): the main job's 542 calls
 took 68 s in 14 processes on the H200 machine. The ETA adds calls x this / processes to its start-up allowance."""
@@ -148,13 +151,16 @@ solutions); the rest is each solution's."""
 
 
 def estimate_seconds(nbytes: Optional[float], gpu: bool, solutions: int, first: bool = False,
-                     backward: bool = False) -> float:
+                     backward: bool = False, alone: bool = False) -> float:
     """A prior wall time of one workload with `solutions` solutions, from the bytes a call moves (the
-    definition's cost; 0 when it declares none); `first`: the first workload of its definition in the run."""
+    definition's cost; 0 when it declares none); `first`: the first workload of its definition in the run;
+    `alone`: it takes the GPU alone (GPU only)."""
     prior = GPU_PRIOR if gpu else CPU_PRIOR
-    scaled = (nbytes or 0.0) / 1e9 * prior["backward_s_per_gb" if backward else "s_per_gb"]
+    alone = alone and gpu
+    per_gb = prior["alone_s_per_gb" if alone else "backward_s_per_gb" if backward else "s_per_gb"]
+    scaled = (nbytes or 0.0) / 1e9 * per_gb
     compile_s = prior["first_backward_call_s" if backward else "first_call_s"] if first else 0.0
-    per_solution = prior["evaluation_s"] + (1 - REFERENCE_SHARE) * scaled + compile_s
+    per_solution = prior["alone_evaluation_s" if alone else "evaluation_s"] + (1 - REFERENCE_SHARE) * scaled + compile_s
     return REFERENCE_SHARE * scaled + solutions * per_solution
 
 

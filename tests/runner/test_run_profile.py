@@ -80,6 +80,9 @@ def test_a_bigger_workload_is_estimated_to_cost_more():
     assert estimate_seconds(1e6, True, 1, first=True, backward=True) > estimate_seconds(1e6, True, 1, first=True) > small
     # a second solution repeats its own part, not the reference's
     assert estimate_seconds(1e10, True, 1) < estimate_seconds(1e10, True, 2) < 2 * estimate_seconds(1e10, True, 1)
+    # a workload that takes the GPU alone keeps the other workers waiting: it costs the run more worker-seconds
+    assert estimate_seconds(3e9, True, 1, alone=True) > estimate_seconds(3e9, True, 1)
+    assert estimate_seconds(3e9, False, 1, alone=True) == estimate_seconds(3e9, False, 1)  # no turns on the CPU
 
 
 def test_a_run_writes_its_profile_and_names_a_slow_workload(tmp_path, monkeypatch, capsys):
