@@ -832,7 +832,7 @@ class WorkerContext:
         a second turn alone."""
         from .timing import TimingResult
 
-        if fresh.reference_timing is not None or not self.device.startswith("cuda"):
+        if fresh.reference_timing is not None:  # by its correctness calls (alone_throughout), or by another solution
             return
         self.notify(spec, "reference: timing")
         rep = fresh.checked_repetition(digests)
@@ -842,7 +842,7 @@ class WorkerContext:
             raise
         except Exception:  # noqa: BLE001 - see the docstring
             return
-        fresh.reference_timing = TimingResult([ms], "cuda_sync_wall", notes=[
+        fresh.reference_timing = TimingResult([ms], "cuda_sync_wall" if self.device.startswith("cuda") else "cpu_wall", notes=[
             "reference timing: one call with the GPU alone, on a timed repetition's inputs (wall time between "
             "device synchronisations)"])
 

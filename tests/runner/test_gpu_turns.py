@@ -263,3 +263,43 @@ def test_a_flag_of_hidden_work_on_a_shared_gpu_stands_unless_the_evaluation_alon
         else:
             assert got.evaluation.log.startswith(HIDDEN_WORK_LOG) and f"it was {alone}" in got.evaluation.log
             assert "spec" in ctx.caught
+
+
+def test_an_evaluation_on_a_shared_gpu_takes_it_alone_once_and_times_the_reference_there(tmp_path, monkeypatch):
+    """On a GPU shared with other workers, a solution's evaluation takes the GPU alone for its timing loop only: the
+    reference is timed by one call in that turn (on the repetition the check draws), not in a turn of its own. Run
+    here on the CPU, with the turns of two workers on one device and the GPU's path of the reference timing."""
+    from kda_trace.dataset import load_dataset
+    from kda_trace.runner import RunConfig, Task, WorkerContext
+
+    ds = load_dataset(DS)
+    d = ds.definitions["toy_scan"]
+    turns = tmp_path / "turns"
+    turns.mkdir()
+    config = RunConfig(dataset_root=Path(DS), out=tmp_path / "out", device="cpu", seed=1, timeout=120,
+                       devices=["cpu", "cpu"], gpu_turns_dir=str(turns))
+    ctx = WorkerContext(config, "cpu", lambda spec, phase: None)
+    monkeypatch.setattr(ctx, "alone_throughout", lambda: False)  # as on a shared GPU
+    alone_turns, phases_alone = [], []
+    take = ctx.turns.alone
+    monkeypatch.setattr(ctx.turns, "alone", lambda: alone_turns.append(1) or take())
+    notify = ctx.notify
+    monkeypatch.setattr(ctx, "notify", lambda spec, phase: (phases_alone.append(phase) if ctx.turns.held == "alone"
+                                                           else None) or notify(spec, phase))
+    spec = f"{BAD}::good"
+    try:
+        # the process's first call on the definition compiles and autotunes: alone too, on the first workload only
+        for w, turns_alone in zip(ds.workloads_of("toy_scan")[:2], (2, 1)):
+            alone_turns.clear()
+            ctx.begin_task(Task(d, w, [spec], {spec: "good"}))
+            try:
+                [record] = list(ctx.evaluate_task(Task(d, w, [spec], {spec: "good"})))
+            finally:
+                ctx.end_task()
+            assert record.evaluation.status == "PASSED", record.evaluation.log
+            assert len(alone_turns) == turns_alone  # the timing loop's turn, and no other for the reference
+            assert "reference timing: one call with the GPU alone" in record.evaluation.log
+            assert record.evaluation.performance.reference_latency_ms > 0
+        assert "reference: timing" in phases_alone
+    finally:
+        ctx.close()
