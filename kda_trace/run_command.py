@@ -382,6 +382,8 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
                               f"rewritten this run's records or disturbed other solutions' timing[/]",
                               highlight=False)
     console.print(profile.summary_line(wall, workers) + f" ({Path(config.out) / 'profile.json'})", highlight=False)
+    if profile.first_use_line():
+        console.print(profile.first_use_line(), highlight=False)
 
 
 def configure_report(parser: argparse.ArgumentParser) -> None:

@@ -97,6 +97,20 @@ class RunProfile:
         per = f" (summed over {workers} workers)" if workers > 1 else ""
         return f"wall time {_fmt(wall_s)}; the workers' time{per}: {parts}"
 
+    def first_use_line(self) -> str:
+        """One line, per solution: the seconds of its first use, where it compiles and autotunes (its precompile
+        calls, summed over the pass's processes, and its first call on each definition in each worker), reported
+        apart from its evaluations; '' when nothing was charged there."""
+        spent: Dict[str, List[float]] = defaultdict(lambda: [0.0, 0.0])
+        for (_, category, solution), s in self.seconds.items():
+            if solution != "-" and category in ("precompile", "first call"):
+                spent[solution][category == "first call"] += s
+        if not spent:
+            return ""
+        return "first use (compiling, autotuning): " + "; ".join(
+            f"{solution} {_fmt(pre)} of precompile calls over the pass's processes and {_fmt(first)} of first calls"
+            for solution, (pre, first) in sorted(spent.items()))
+
     def to_json(self, wall_s: float, workers: int, device: str) -> Dict[str, Any]:
         rows = [{"family": f, "category": c, "solution": s, "seconds": round(v, 3)}
                 for (f, c, s), v in sorted(self.seconds.items())]

@@ -137,3 +137,17 @@ def test_tasks_that_take_the_gpu_alone_go_first_largest_first():
     # "c" and "d" cannot share the GPU: they follow each other at the start, then the others largest first
     order = spread_by_cost(["a", "b", "c", "d", "e"], [5.0, 1.0, 2.0, 3.0, 4.0], [False, False, True, True, False])
     assert order == ["d", "c", "a", "e", "b"]
+
+
+def test_each_solutions_first_use_is_reported_apart():
+    profile = RunProfile()
+    assert profile.first_use_line() == ""
+    profile.charge("precompile", "kda_decode_h32_d128_k_last", "fla", "precompile", 300.0)
+    profile.charge("w0", "kda_decode_h32_d128_k_last", "fla", "run", 40.0)  # its first call there: autotuning
+    profile.charge("w0", "kda_decode_h32_d128_k_last", "fla", "run", 1.0)  # a later call
+    profile.charge("precompile", "kda_decode_h32_d128_k_last", "triton", "precompile", 12.0)
+    profile.charge("w0", "kda_decode_h32_d128_k_last", None, "reference", 2.0)
+    line = profile.first_use_line()
+    assert line == ("first use (compiling, autotuning): fla 5 min 00 s of precompile calls over the pass's processes "
+                    "and 40 s of first calls; triton 12 s of precompile calls over the pass's processes and 0 s of "
+                    "first calls")
