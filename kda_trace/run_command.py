@@ -305,7 +305,9 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
 
     devices = config.devices or [config.device]
     shared = max(devices.count(d) for d in devices)  # one queue feeds every device, each with this many workers
-    alone = {id(t): needs_gpu_alone(t, devices[0], shared) for t in tasks}
+
+    def alone(task) -> bool:
+        return needs_gpu_alone(task, devices[0], shared)
 
     def estimate(task, first: bool = False) -> float:
         """`first`: the first workload of its definition in the run (its solutions compile there)."""
@@ -314,10 +316,10 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
         if nbytes is None:  # no cost declared: the inputs' and outputs' bytes
             nbytes = task_bytes(task)
         return estimate_seconds(nbytes, gpu, len(task.solutions), first, backward="stage:backward" in (d.tags or []),
-                                alone=alone[id(task)])
+                                alone=alone(task))
 
     if workers > 1:  # several devices share one queue: largest first, so that they finish together
-        tasks = spread_by_cost(tasks, [estimate(t) for t in tasks], [alone[id(t)] for t in tasks])
+        tasks = spread_by_cost(tasks, [estimate(t) for t in tasks], [alone(t) for t in tasks])
     estimates, seen = {}, set()
     for t in tasks:
         estimates[id(t)] = estimate(t, first=t.definition.name not in seen)

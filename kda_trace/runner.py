@@ -391,6 +391,8 @@ class WorkerContext:
         this worker are not run, and their records say why."""
         self.last_phase, self.last_spec = "starting", None
         self.fatal = False
+        self.last_solution: Optional[str] = None
+        """The spec of the solution evaluated last (its process keeps its spare output file: end_task)."""
         self.timing_asked = False
         """Whether the solution being evaluated was asked to time its calls: an out-of-memory failure it reports after
         that is its record (it has seen its times; evaluating it again would draw them again)."""
@@ -431,6 +433,11 @@ class WorkerContext:
         self._take_turn(lambda: self.turns.begin_task(alone))
 
     def end_task(self) -> None:
+        # one spare output file per worker (solution_host.SPARE_FILE): the last solution's, which the next task's
+        # last solution writes over
+        for spec, host in self.hosts.items():
+            if spec != self.last_solution:
+                host.drop_spare()
         if self.turns is not None:
             if not self.fatal:  # a lost CUDA context cannot synchronise; the process exits next
                 self.sync()
@@ -727,6 +734,7 @@ class WorkerContext:
         axes = {**d.const_axes, **w.axes}
         host = self.host(spec)
         self.timing_asked = False
+        self.last_solution = spec
         # from here a hang is this solution's: without this, a process that never answers (stopped by a signal,
         # say) would time out in the worker's own last phase ('reference') and fail the workload for everyone
         self.between_steps()
@@ -774,7 +782,7 @@ class WorkerContext:
                 reply = host.request(kind="time", timing=_timing_fields(self.config.timing), seeds=fresh,
                                      digest_seed=fresh.digest_seed, save_later=True)
                 if reply.get("kind") == "timed":
-                    self.time_reference(fresh, reply.get("digests"), spec)
+                    self.time_reference(fresh, reply, spec)
             reply = _saved(host, reply)
         except HostDied as e:
             return rec(spec, S.RUNTIME_ERROR, f"workload {w.uuid}: {e} while timing", correctness=correctness)
@@ -822,7 +830,7 @@ class WorkerContext:
         return rec(spec, S.PASSED, "; ".join(notes), correctness=correctness,
                    performance=self.performance(d, w, timing, ref_timing))
 
-    def time_reference(self, fresh: "FreshReferences", digests, spec: str) -> None:
+    def time_reference(self, fresh: "FreshReferences", reply: Dict[str, Any], spec: str) -> None:
         """The reference's timing on a GPU shared with other workers (elsewhere its correctness calls are its timing:
         alone_throughout), once per workload, in the turn of the first solution timed, with the GPU still alone: one
         call, device-synchronised, on the inputs of the repetition that solution's check draws
@@ -834,13 +842,18 @@ class WorkerContext:
 
         if fresh.reference_timing is not None:  # by its correctness calls (alone_throughout), or by another solution
             return
-        self.notify(spec, "reference: timing")
-        rep = fresh.checked_repetition(digests)
+        self.notify(None, "reference: timing")  # the reference's phase: a hang here is not the solution's
+        given = reply.get("seeds_given")
+        digests = reply.get("digests")
+        # a harness whose records were changed is judged by the check (_repetitions_miscounted): no repetition here
+        valid = isinstance(digests, list) and isinstance(given, int) and len(digests) == given + 1
+        rep = fresh.checked_repetition(digests) if valid else None
         try:
             ms = self.with_room(lambda: fresh.timed_reference_call(rep, self.sync), spec)
         except GpuAloneNeeded:
             raise
-        except Exception:  # noqa: BLE001 - see the docstring
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            self.fatal = self.fatal or _is_fatal_cuda_error(e)
             return
         fresh.reference_timing = TimingResult([ms], "cuda_sync_wall" if self.device.startswith("cuda") else "cpu_wall", notes=[
             "reference timing: one call with the GPU alone, on a timed repetition's inputs (wall time between "
@@ -1001,8 +1014,10 @@ def reference_timing_by_calls(correctness_ms: List[float], device: str):
     said = f"{len(correctness_ms)} correctness call{'s' if len(correctness_ms) != 1 else ''}"
     if not device.startswith("cuda"):
         return TimingResult(list(correctness_ms), "cpu_wall", notes=[f"reference timing: its {said}"])
-    return TimingResult(list(correctness_ms), "cuda_sync_wall", notes=[
-        f"reference timing: its {said}, with the GPU alone (wall time between device synchronisations)"])
+    # the faster: the first call of a definition in a worker also loads kernels and grows the memory pool
+    return TimingResult([min(correctness_ms)], "cuda_sync_wall", notes=[
+        f"reference timing: the faster of its {said}, with the GPU alone (wall time between device "
+        "synchronisations)"])
 
 
 def cost_of(d: Definition, w: Workload) -> Tuple[Optional[float], Optional[float]]:
@@ -1134,7 +1149,7 @@ class FreshReferences:
     def checked_repetition(self, digests) -> Optional[int]:
         """The timed repetition whose digest the judge checks (None when only the last, on input set B, was timed):
         one the reference already ran on for another solution of the workload, else one drawn at random."""
-        drawn = [i for i, g in enumerate(digests or []) if g is not None]
+        drawn = [i for i, g in enumerate(digests or []) if g is not None and i < len(self.seeds)]  # seeds given
         if not drawn:
             return None
         reused = [r for r in drawn if r in self.made]
@@ -1144,13 +1159,15 @@ class FreshReferences:
         """The reference's wall time in ms (between two `sync()`s) on repetition `rep`'s inputs, made and kept here
         for that repetition's check; on inputs of their own (kept nowhere) when `rep` is None or already made."""
         from .inputs import make_inputs
+        from .timing import flush_l2
 
         if rep is None or rep in self.made:
             inputs = make_inputs(self.d, self.w, secrets.randbits(SEED_BITS), self.device, self.root)
+            flush_l2(self.device)  # as before a solution's timed call: the inputs just made are not in the cache
             _, ms = call_reference(self.d, self.reference, inputs, sync)
             release_cached_memory(self.device)
             return ms
-        return self._make(rep, sync)
+        return self._make(rep, sync, flush=True)
 
     def input_checksums(self, inputs_a: Dict[str, Any]) -> Dict[str, int]:
         """Input set A's checksums (integrity.bit_checksum), made once: a call's inputs must still have them."""
@@ -1165,17 +1182,20 @@ class FreshReferences:
             self.seeds.append(secrets.randbits(SEED_BITS))
         return self.seeds[rep]
 
-    def _make(self, rep: int, sync: Callable[[], None] = lambda: None) -> Optional[float]:
+    def _make(self, rep: int, sync: Callable[[], None] = lambda: None, flush: bool = False) -> Optional[float]:
         """Repetition `rep`'s judged inputs, reference outputs and digest, kept (one repetition at a time); the
-        reference call's wall time in ms when it ran now."""
+        reference call's wall time in ms when it ran now (`flush`: with the L2 cache flushed before it)."""
         from .compare import nonfinite_counts
         from .inputs import make_inputs
         from .integrity import inplace_bases, output_digest
+        from .timing import flush_l2
 
         ms = None
         if rep not in self.made:
             self.made = {}  # one at a time: a workload's inputs can be large
             inputs = make_inputs(self.d, self.w, self.seed(rep), self.device, self.root)
+            if flush:
+                flush_l2(self.device)
             out, ms = call_reference(self.d, self.reference, inputs, sync)
             finite = all(sum(nonfinite_counts(t)) == 0 for t in out.values() if hasattr(t, "dtype"))
             digest = output_digest(out, self.digest_seed, self.device, inplace_bases(self.d, inputs)) if finite else None

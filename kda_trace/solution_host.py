@@ -481,7 +481,9 @@ SPARE_FILE = "spare.safetensors"
 large: keep_as_spare), and the process's next output file is written over it: on a memory-backed file system,
 allocating the pages is most of a write's cost (2.4 GB/s into a new file, 4.1-5.1 GB/s over one, 2-core CPU
 machine). Only the solution's own earlier outputs are in it, and the judge reads only files named by a request's
-nonce."""
+nonce. A worker keeps one spare (runner.WorkerContext.end_task drops the others): spares are memory."""
+SPARE_MAX_BYTES = 8 << 30
+"""The largest output file kept as a spare (the main job's largest output, chunk states of 96 heads, is 8.1 GB)."""
 RAM_DIR_PARENT = "/dev/shm"
 """Where a solution's outputs are written when there is room: a memory-backed file system. Handing a 1 GiB state
 pool over as a safetensors file took 2.7 s on a disk-backed /tmp and 0.5 s on /dev/shm (2-core CPU machine); the
@@ -515,11 +517,11 @@ def write_safetensors(path: Path, tensors: Dict[str, Any]) -> None:
     # an existing file (SPARE_FILE renamed) is written over and cut to length at the end, never truncated first
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with open(fd, "wb", buffering=0) as f:
-        f.write(len(head).to_bytes(8, "little") + head)
+        _write_all(f, len(head).to_bytes(8, "little") + head)
         for on_host, group in itertools.groupby(flats, key=lambda flat: flat.device.type == "cpu"):
             if on_host:
                 for flat in group:
-                    f.write(memoryview(flat.numpy()))
+                    _write_all(f, flat.numpy())
             else:
                 _write_staged(f, list(group))
         f.truncate()
@@ -548,7 +550,17 @@ def _write_staged(f, flats: list) -> None:
 def _write_part(f, part, event) -> None:
     if event is not None:
         event.synchronize()
-    f.write(memoryview(part.numpy()))
+    _write_all(f, part.numpy())
+
+
+def _write_all(f, data) -> None:
+    """All of `data` to the unbuffered file `f` (one write(2) may write less: at most 2 GiB on Linux)."""
+    view, done = memoryview(data).cast("B"), 0
+    while done < len(view):
+        n = f.write(view[done:])
+        if not n:
+            raise OSError(f"a write of {len(view) - done} bytes wrote nothing")
+        done += n
 
 
 STAGING_BYTES = 64 << 20
@@ -1004,7 +1016,17 @@ class SolutionHost:
         keep_as_spare(path)
         return outputs
 
+    def drop_spare(self) -> None:
+        """Remove this process's spare output files (SPARE_FILE): the memory they hold goes back."""
+        for folder in (self.workdir, self.ramdir):
+            if folder is not None:
+                try:
+                    (folder / SPARE_FILE).unlink()
+                except OSError:
+                    pass
+
     def stop(self) -> None:
+        self.drop_spare()
         if self.process is not None:
             self._signal_tree(signal.SIGCONT)  # stopped between requests: it must read the stop request
             if self.process.is_alive():
@@ -1028,11 +1050,11 @@ class SolutionHost:
 
 
 def keep_as_spare(path: Path) -> None:
-    """An output file the judge has read becomes its folder's SPARE_FILE (replacing the one before) when the folder
-    has room for another file as large beside it; else it is removed."""
+    """An output file the judge has read becomes its folder's SPARE_FILE (replacing the one before) when it is at most
+    SPARE_MAX_BYTES and the folder has room for another file as large beside it; else it is removed."""
     try:
         size = path.lstat().st_size
-        if _room(path.parent) > size + RAM_MARGIN_BYTES:
+        if size <= SPARE_MAX_BYTES and _room(path.parent) > size + RAM_MARGIN_BYTES:
             os.replace(path, path.parent / SPARE_FILE)
             return
     except OSError:

@@ -269,3 +269,32 @@ def test_outputs_go_to_a_memory_backed_folder_when_it_has_room(monkeypatch, tmp_
             made.rmdir()
     monkeypatch.setattr(solution_host, "RAM_DIR_PARENT", str(tmp_path / "missing"))
     assert solution_host.ram_dir() is None
+
+
+def test_a_write_that_writes_less_is_continued():
+    """One write(2) writes at most 2 GiB on Linux (and may write less): every byte is written all the same."""
+
+    class Short(io.BytesIO):
+        def write(self, data):
+            return super().write(bytes(memoryview(data)[:3]))  # at most 3 bytes a call
+
+    f = Short()
+    solution_host._write_all(f, b"0123456789")
+    assert f.getvalue() == b"0123456789"
+
+    class Stuck(io.BytesIO):
+        def write(self, data):
+            return 0
+
+    with pytest.raises(OSError, match="wrote nothing"):
+        solution_host._write_all(Stuck(), b"x")
+
+
+def test_a_stopped_process_gives_its_spare_back(tmp_path):
+    host = SolutionHost.__new__(SolutionHost)
+    host.workdir, host.ramdir, host.process, host.conn = tmp_path / "work", tmp_path / "ram", None, None
+    for folder in (host.workdir, host.ramdir):
+        folder.mkdir()
+        (folder / solution_host.SPARE_FILE).write_bytes(b"x" * 10)
+    host.stop()
+    assert not any((folder / solution_host.SPARE_FILE).exists() for folder in (host.workdir, host.ramdir))

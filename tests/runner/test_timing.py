@@ -66,8 +66,9 @@ def test_fast_call_keeps_warmups_and_min_reps():
 def test_reference_on_cpu_is_timed_by_its_correctness_calls():
     r = reference_timing_by_calls([5.0, 7.0], "cpu")
     assert r.times_ms == [5.0, 7.0] and r.mode == "cpu_wall" and "correctness calls" in r.notes[0]
-    g = reference_timing_by_calls([5.0, 7.0], "cuda:0")  # a task that had the GPU alone throughout
-    assert g.mode == "cuda_sync_wall" and "2 correctness calls, with the GPU alone" in g.notes[0]
+    g = reference_timing_by_calls([7.0, 5.0], "cuda:0")  # a task that had the GPU alone throughout
+    assert g.times_ms == [5.0] and g.mode == "cuda_sync_wall"
+    assert "the faster of its 2 correctness calls, with the GPU alone" in g.notes[0]
 
 
 def test_the_reference_is_timed_on_the_repetition_its_check_draws_and_the_check_keeps_it():
@@ -81,6 +82,7 @@ def test_the_reference_is_timed_on_the_repetition_its_check_draws_and_the_check_
     syncs = []
     fresh = FreshReferences(d, w, compile_reference(d.reference, d.name), "cpu", ds.root, on_host=False)
     digests = [{"x": 1}, None, {"x": 2}, None]  # repetitions 0 and 2 digested
+    fresh.seed(2)  # the seeds of repetitions 0-2 given (the last, on set B, has none)
     rep = fresh.checked_repetition(digests)
     assert rep in (0, 2)
     ms = fresh.timed_reference_call(rep, lambda: syncs.append(1))
@@ -253,3 +255,19 @@ def test_the_host_clock_bounds_what_the_events_may_miss():
     assert outside(1.0, 1.0 + 0.02) is None and outside(0.05, 0.05 + 0.04) is None  # sync latency
     assert outside(0.6, 1.0) == 1.0  # the fixture's 0.6 of the time: passed at 2x
     assert outside(10.0, 11.2) == 11.2 and outside(10.0, 11.0) is None
+
+
+def test_only_a_repetition_whose_seed_was_given_is_checked():
+    """A harness that reports a digest for a repetition it never asked a seed for does not make the judge draw that
+    repetition (and its reference on inputs no solution got)."""
+    from kda_trace.dataset import load_dataset
+    from kda_trace.reference import compile_reference
+    from kda_trace.runner import FreshReferences
+
+    ds = load_dataset(DS)
+    d = ds.definitions["toy_scan"]
+    fresh = FreshReferences(d, ds.workloads_of("toy_scan")[0], compile_reference(d.reference, d.name), "cpu",
+                            ds.root, on_host=False)
+    fresh.seed(0)  # one seed given: repetition 0's
+    assert all(fresh.checked_repetition([{"x": 1}, {"x": 2}, {"x": 3}]) == 0 for _ in range(20))
+    assert fresh.checked_repetition([None, {"x": 2}]) is None
