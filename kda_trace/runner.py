@@ -855,7 +855,8 @@ class WorkerContext:
         except Exception as e:  # noqa: BLE001 - see the docstring
             self.fatal = self.fatal or _is_fatal_cuda_error(e)
             return
-        fresh.reference_timing = TimingResult([ms], "cuda_sync_wall" if self.device.startswith("cuda") else "cpu_wall", notes=[
+        mode = "cuda_sync_wall" if self.device.startswith("cuda") else "cpu_wall"
+        fresh.reference_timing = TimingResult([ms], mode, notes=[
             "reference timing: one call with the GPU alone, on a timed repetition's inputs (wall time between "
             "device synchronisations)"])
 
