@@ -107,9 +107,12 @@ class RunProfile:
                 spent[solution][category == "first call"] += s
         if not spent:
             return ""
+        def said(pre: float, first: float) -> str:
+            parts = [f"{_fmt(pre)} of precompile calls over the pass's processes"] if pre >= 0.5 else []
+            return " and ".join(parts + [f"{_fmt(first)} of first calls"])
+
         return "first use (compiling, autotuning): " + "; ".join(
-            f"{solution} {_fmt(pre)} of precompile calls over the pass's processes and {_fmt(first)} of first calls"
-            for solution, (pre, first) in sorted(spent.items()))
+            f"{solution} {said(pre, first)}" for solution, (pre, first) in sorted(spent.items()))
 
     def to_json(self, wall_s: float, workers: int, device: str) -> Dict[str, Any]:
         rows = [{"family": f, "category": c, "solution": s, "seconds": round(v, 3)}

@@ -147,7 +147,8 @@ def test_each_solutions_first_use_is_reported_apart():
     profile.charge("w0", "kda_decode_h32_d128_k_last", "fla", "run", 1.0)  # a later call
     profile.charge("precompile", "kda_decode_h32_d128_k_last", "triton", "precompile", 12.0)
     profile.charge("w0", "kda_decode_h32_d128_k_last", None, "reference", 2.0)
+    profile.charge("w1", "kda_gate_h32_d128", "mine", "run", 3.0)  # no precompile pass (the CPU)
     line = profile.first_use_line()
     assert line == ("first use (compiling, autotuning): fla 5 min 00 s of precompile calls over the pass's processes "
-                    "and 40 s of first calls; triton 12 s of precompile calls over the pass's processes and 0 s of "
-                    "first calls")
+                    "and 40 s of first calls; mine 3 s of first calls; triton 12 s of precompile calls over the pass's "
+                    "processes and 0 s of first calls")
