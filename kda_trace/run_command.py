@@ -301,9 +301,8 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
     from .runner import Runner, cost_of, needs_gpu_alone, task_bytes
 
     gpu = config.device.startswith("cuda")
-    workers = len(config.devices or [config.device])
-
     devices = config.devices or [config.device]
+    workers = len(devices)
     shared = max(devices.count(d) for d in devices)  # one queue feeds every device, each with this many workers
 
     def alone(task) -> bool:
@@ -384,8 +383,9 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
                               f"rewritten this run's records or disturbed other solutions' timing[/]",
                               highlight=False)
     console.print(profile.summary_line(wall, workers) + f" ({Path(config.out) / 'profile.json'})", highlight=False)
-    if profile.first_use_line():
-        console.print(profile.first_use_line(), highlight=False)
+    first_use = profile.first_use_line()
+    if first_use:
+        console.print(first_use, highlight=False)
 
 
 def configure_report(parser: argparse.ArgumentParser) -> None:

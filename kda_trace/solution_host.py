@@ -594,20 +594,20 @@ def read_safetensors(path: Path, device: str) -> Dict[str, Any]:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise BadOutputFile(f"cannot open {path.name}: {e.strerror}") from None
-    with open(fd, "rb", buffering=0) as f:
+    with open(fd, "rb", buffering=0):  # closes fd
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise BadOutputFile(f"{path.name} is not a regular file")
         size = st.st_size
         if size < 8:
             raise BadOutputFile(f"the file is truncated: {size} bytes, fewer than the header's 8-byte length")
-        head_len = int.from_bytes(_read_exact(f, 8), "little")
+        head_len = int.from_bytes(_pread_exact(fd, 8, 0), "little")
         if head_len > size - 8:
             raise BadOutputFile(f"the header's length ({head_len} bytes) is more than the file holds after it "
                                 f"({size - 8} bytes)")
         if head_len > MAX_HEADER_BYTES:
             raise BadOutputFile(f"the header's length ({head_len} bytes) is over the limit of {MAX_HEADER_BYTES}")
-        entries, data_len = _parse_header(_read_exact(f, head_len))
+        entries, data_len = _parse_header(_pread_exact(fd, head_len, 8))
         if size != 8 + head_len + data_len:
             raise BadOutputFile(f"the file has {size} bytes where its header says {8 + head_len + data_len} "
                                 f"(8 + a {head_len}-byte header + {data_len} bytes of tensors): "
@@ -740,24 +740,13 @@ def _read_parallel(fd: int, offset: int, flats: list, staged: Optional[bool] = N
         raise errors[0]
 
 
-def _pread_exact(fd: int, view, where: int) -> None:
-    view, done = memoryview(view).cast("B"), 0
-    while done < len(view):
-        n = os.preadv(fd, [view[done:]], where + done)
-        if not n:
-            raise BadOutputFile("the file ended early (it shrank while it was read)")
-        done += n
-
-
-def _read_exact(f, into) -> Any:
-    """Fill `into` (a writable buffer, or a byte count: new bytes) from the unbuffered file `f`."""
+def _pread_exact(fd: int, into, where: int) -> Any:
+    """Fill `into` (a writable buffer, or a byte count: new bytes) from file `fd` at byte `where`."""
     if isinstance(into, int):
-        data = bytearray(into)
-        _read_exact(f, memoryview(data))
-        return bytes(data)
+        return bytes(_pread_exact(fd, bytearray(into), where))
     view, done = memoryview(into).cast("B"), 0
     while done < len(view):
-        n = f.readinto(view[done:])
+        n = os.preadv(fd, [view[done:]], where + done)
         if not n:
             raise BadOutputFile("the file ended early (it shrank while it was read)")
         done += n
