@@ -118,6 +118,25 @@ def _start(device: str):
     return integrity.HarnessFingerprint.capture(), registry
 
 
+def tune_by_compiling_only() -> None:
+    """Make Triton's autotuner, in this process, compile and run each of a kernel's configs once instead of timing it
+    (every config scores 0, so the first that compiles is taken). For the precompile pass only: its picks are thrown
+    away (kda_trace/precompile.py removes the tuning results it leaves), and timings taken beside the pass's other
+    processes would be disturbed. The run's own processes tune over the kernels compiled here. An autotuner that is not Triton's (or
+    a subclass of it) is left as it is."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return
+
+    def call_once(kernel_call, quantiles=None, **_):
+        kernel_call()  # compiles the config, as the timing would; what it fails with fails the same way
+        return [0.0] * len(quantiles) if quantiles else 0.0
+
+    # a property on the class: it takes precedence over an autotuner's own do_bench (a cached_property)
+    Autotuner.do_bench = property(lambda self: call_once)
+
+
 class _Host:
     def __init__(self, conn, spec, device, trust_code, dataset_root, workdir, baseline, registry, ramdir=None):
         self.conn, self.spec, self.device, self.trust_code = conn, spec, device, trust_code
@@ -268,6 +287,7 @@ class _Host:
         d = Definition.model_validate_json(request["definition"])
         w = Workload.model_validate_json(request["workload"])
         self.pending = self.checkable = None
+        tune_by_compiling_only()
         run = self.build(d, request["name"])
         if run is None:
             return

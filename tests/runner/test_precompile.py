@@ -62,3 +62,32 @@ def test_compiled_kernels_reach_the_run_cache_but_autotuning_results_do_not(tmp_
     entries = [p for p in cache.iterdir() if p.name.startswith("entry")]
     assert entries and all([f.name for f in e.iterdir()] == ["k.cubin"] for e in entries)
     assert (cache / "old" / "fwd.autotune.json").read_text() == "the run's own"
+
+
+def test_a_precompile_process_compiles_each_autotuning_config_once_and_times_none(monkeypatch):
+    """In the pass, a Triton autotuner runs each config once (which compiles it) and takes the first, instead of
+    timing each config over many runs: the pass's picks are thrown away, and the run tunes on its own."""
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.runtime.autotuner import Autotuner
+
+    from kda_trace.solution_host import tune_by_compiling_only
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(Autotuner, "do_bench", Autotuner.__dict__["do_bench"])  # put back after the test
+    ran = []
+    configs = [triton.Config({"BLOCK": b}, pre_hook=lambda nargs, b=b: ran.append(b)) for b in (64, 16, 32)]
+
+    @triton.autotune(configs=configs, key=["n"])
+    @triton.jit
+    def double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    x = torch.arange(100, dtype=torch.float32)
+    y = torch.zeros_like(x)
+    tune_by_compiling_only()
+    double[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, y, 100)
+    assert ran == [64, 16, 32, 64]  # each config once while tuning, then the pick: the first
+    assert torch.equal(y, 2 * x)
