@@ -36,7 +36,10 @@ W = 4, s = 4 for a float32 pool and 2 for bf16):
 and fraction of the copy's bandwidth, ours' speedup over each other; before the timings, each implementation's
 o and updated slots against ours at B = 8. JSON to --out.
 
-  python benchmarks/bench_recurrent.py --fused-decode --out fused.json [--no-fla]
+  python benchmarks/bench_recurrent.py --fused-decode --out fused.json [--no-fla] [--fused-launch block_v=32,num_warps=4]
+
+--fused-launch (repeatable) adds ours at other settings of kernels/fused_decode.py's LAUNCH, as "ours[SETTINGS]"
+rows beside the default's (checked against it, then timed).
 """
 
 from __future__ import annotations
@@ -316,8 +319,37 @@ class FusedCase:
         return lambda: self.copy_dst[i].copy_(self.copy_src[i])
 
 
-def fused_implementations(H, no_fla=False):
-    """({name: run(**inputs) -> (o, conv_state, state_pool)}, {name: why skipped}) for the definition of H heads."""
+def parse_launch(text):
+    """'block_v=32,num_warps=4' -> {'block_v': 32, 'num_warps': 4}, keys of kernels/fused_decode.py's LAUNCH."""
+    from kda_trace.kernels import fused_decode
+
+    settings = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        if key not in fused_decode.LAUNCH or not value.isdigit():
+            raise SystemExit(f"--fused-launch {text!r}: expected KEY=INT with KEY in {sorted(fused_decode.LAUNCH)}")
+        settings[key] = int(value)
+    return settings
+
+
+def with_launch(run, settings):
+    """`run` with kernels/fused_decode.py's LAUNCH updated by `settings` while it runs (also inside a graph's
+    capture, where the launch is decided)."""
+    from kda_trace.kernels import fused_decode
+
+    def call(**inputs):
+        saved = dict(fused_decode.LAUNCH)
+        fused_decode.LAUNCH.update(settings)
+        try:
+            return run(**inputs)
+        finally:
+            fused_decode.LAUNCH.update(saved)
+    return call
+
+
+def fused_implementations(H, no_fla=False, launches=()):
+    """({name: run(**inputs) -> (o, conv_state, state_pool)}, {name: why skipped}) for the definition of H heads;
+    `launches`: more settings of ours (--fused-launch), each an implementation of its own."""
     from kda_trace.dataset import load_dataset
     from kda_trace.solutions.fla_adapters import FlaSolution
     from kda_trace.solutions.flashinfer_adapters import FlashInferSolution
@@ -325,6 +357,8 @@ def fused_implementations(H, no_fla=False):
 
     d = load_dataset().definitions[FUSED_DEFINITIONS[H]]  # tags, gate and NORM_EPS; the pool dtype is the tensor's
     impls, skipped = {"ours": build_fused_decode(d)}, {}
+    for text in launches:
+        impls[f"ours[{text}]"] = with_launch(impls["ours"], parse_launch(text))
     for name, solution in (("fla", FlaSolution), ("flashinfer", FlashInferSolution)):
         if name == "fla" and no_fla:
             skipped[name] = "--no-fla"
@@ -412,7 +446,7 @@ def main_fused(args, env):
            "rows": []}
     print(json.dumps(env), f"copy ceiling (1 GiB, read+write): {res['copy_1GiB_TBps']:.2f} TB/s", flush=True)
     for H in FUSED_DEFINITIONS:
-        impls, skipped = fused_implementations(H, args.no_fla)
+        impls, skipped = fused_implementations(H, args.no_fla, args.fused_launch)
         for name, why in skipped.items():
             print(f"H={H}: {name} skipped: {why}", flush=True)
         res["skipped"][H] = skipped
@@ -437,6 +471,9 @@ def main():
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--fused-decode", action="store_true",
                     help="time the fused decode step (ours, fla + torch composed, FlashInfer, copy) instead")
+    ap.add_argument("--fused-launch", action="append", default=[], metavar="KEY=INT,...",
+                    help="--fused-decode: also time ours with these kernels/fused_decode.py LAUNCH settings "
+                    "(repeatable), e.g. block_v=32,num_warps=4")
     args = ap.parse_args()
     import triton
 

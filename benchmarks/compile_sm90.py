@@ -381,9 +381,13 @@ def forward_mode(heads: int, precomputed: bool, only: list[str] | None, settings
     return ok
 
 
+FUSED_DECODE_SETTINGS = [(128, 8), (128, 16), (64, 4), (64, 8), (32, 2), (32, 4), (16, 2), (16, 4)]
+"""(block_v, num_warps) settings of kernels/fused_decode.py's LAUNCH that --fused-decode compiles."""
+
+
 def fused_decode_mode() -> None:
     """kernels/fused_decode.py at the definitions' shape (D = 128, conv width 4), float32 and bf16 pools, both
-    gates, at its 8 warps and at 16: ptxas's register and spill report."""
+    gates, at each (block_v, num_warps) of FUSED_DECODE_SETTINGS: ptxas's register and spill report."""
     from kda_trace.kernels import fused_decode
 
     for pool in ("fp32", "bf16"):
@@ -392,10 +396,11 @@ def fused_decode_mode() -> None:
                    state_pool=f"*{pool}", state_indices="*i32", scale="fp32", lower_bound="fp32", norm_eps="fp32",
                    stride_x="i64", stride_cs="i64", stride_sp="i64")
         for gate_code in (1, 2):
-            for warps in (fused_decode.NUM_WARPS, 16):
-                consts = dict(H=12, D=128, BD=128, W=4, BW=4, GATE=gate_code, STATE_BF16=pool == "bf16")
+            for block_v, warps in FUSED_DECODE_SETTINGS:
+                consts = dict(H=12, D=128, BD=128, W=4, BW=4, GATE=gate_code, STATE_BF16=pool == "bf16", BV=block_v)
                 k = compile_kernel(fused_decode._fused_decode_kernel, sig, consts, warps)
-                print(f"fused decode {pool} pool gate {gate_code} warps={warps}: ok", *ptxas_report(k))
+                print(f"fused decode {pool} pool gate {gate_code} block_v={block_v} warps={warps}: ok",
+                      *ptxas_report(k))
 
 
 def main() -> int:

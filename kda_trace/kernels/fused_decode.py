@@ -1,8 +1,8 @@
 """KDA fused decode in one Triton kernel: causal convolution + SiLU, one KDA step against a state pool, gated
 RMSNorm (the fused_decode family, docs/KDA_FAMILIES.md; FlashInfer's `fused_kda_decode`).
 
-One launch per call; one program per (request row, head) holds that head's whole [V, K] state (K-last, fp32: 64
-values a thread at D = 128 with 8 warps; ptxas for sm_90 reports some spills, docs/KERNELS.md). Per live row (slot s = state_indices[n] > 0), in float32:
+One launch per call; one program per (request row, head) steps that head's [V, K] state (K-last), whole or in
+blocks of rows (LAUNCH; docs/KERNELS.md). Per live row (slot s = state_indices[n] > 0), in float32:
 
     prologue  for q, k and v of the head: y = w0 h0 + w1 h1 + w2 h2 + w3 x over the slot's convolution window
               (oldest first), mixed = y sigmoid(y), rounded to bf16; the window moves by one, [h1, h2, x];
@@ -29,7 +29,13 @@ from kda_trace.kernels.common import GATE_CODES
 from kda_trace.kernels.gate import softplus
 from kda_trace.kernels.recurrent import _to_bf16_rne
 
-NUM_WARPS = 8  # a 128 x 128 fp32 state over 256 threads: 64 values a thread
+LAUNCH = {"num_warps": 8, "block_v": 128}
+"""num_warps per program; block_v: rows of the [V, K] state a program steps at a time. At block_v >= D (the
+default) it holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values a thread; ptxas for sm_90: 255
+registers and about 290 bytes of spills a thread). Below D it loops over row blocks (each block's v convolution,
+step and o in turn; o is stored unnormalised and read back for the RMSNorm): fewer registers a thread, the same
+bytes moved. `benchmarks/bench_recurrent.py --fused-decode --fused-launch block_v=32,num_warps=4` times a
+setting, `benchmarks/compile_sm90.py --fused-decode` reports its registers."""
 
 
 @triton.jit
@@ -58,6 +64,22 @@ def _move_window(p_win, o_d, mask, window, xv, W: tl.constexpr, BW: tl.constexpr
     tl.store(p_win + o_d * (W - 1) + (W - 2), xv.to(p_win.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _step_rows(p_h, m_h, b_v, b_k, b_q, b_decay, b_beta, STATE_BF16: tl.constexpr):
+    """The step on some rows of the slot's [V, K] state (p_h: their elements, m_h: their mask; b_v: their v),
+    stored in place; returns their o (fp32)."""
+    b_h = tl.load(p_h, mask=m_h, other=0.0).to(tl.float32)
+    b_h = b_h * b_decay[None, :]
+    b_u = (b_v - tl.sum(b_h * b_k[None, :], axis=1)) * b_beta
+    b_h = b_h + b_u[:, None] * b_k[None, :]
+    b_o = tl.sum(b_h * b_q[None, :], axis=1)
+    if STATE_BF16:
+        tl.store(p_h, _to_bf16_rne(b_h), mask=m_h)
+    else:
+        tl.store(p_h, b_h, mask=m_h)
+    return b_o
+
+
 @triton.jit(do_not_specialize=["scale", "lower_bound", "norm_eps"])
 def _fused_decode_kernel(
     x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_pool, state_indices, output_gate, norm_weight, o,
@@ -65,6 +87,7 @@ def _fused_decode_kernel(
     H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, W: tl.constexpr, BW: tl.constexpr,
     GATE: tl.constexpr,  # 1 unbounded, 2 safe
     STATE_BF16: tl.constexpr,
+    BV: tl.constexpr,  # state rows a step at a time (LAUNCH["block_v"]); >= BD: all at once
 ):
     pid = tl.program_id(0).to(tl.int64)
     i_n = pid // H
@@ -82,15 +105,18 @@ def _fused_decode_kernel(
     p_x = x + i_n * stride_x + i_h * D
     p_w = conv_weight + i_h * D
     p_win = conv_state + slot * stride_cs + i_h * D * (W - 1)
+    p_xv, p_wv, p_winv = p_x + 2 * HD, p_w + 2 * W * HD, p_win + 2 * HD * (W - 1)
     b_q, q_win, q_x = _conv_silu(p_x, p_w, p_win, o_d, m_d, HD, W, BW)
     b_k, k_win, k_x = _conv_silu(p_x + HD, p_w + W * HD, p_win + HD * (W - 1), o_d, m_d, HD, W, BW)
-    b_v, v_win, v_x = _conv_silu(p_x + 2 * HD, p_w + 2 * W * HD, p_win + 2 * HD * (W - 1), o_d, m_d, HD, W, BW)
+    if BV >= BD:
+        b_v, v_win, v_x = _conv_silu(p_xv, p_wv, p_winv, o_d, m_d, HD, W, BW)
     # every thread has read the old windows before any is overwritten (threads may hold copies of one element);
     # moving them here, not at the end, frees their registers before the state is loaded
     tl.debug_barrier()
     _move_window(p_win, o_d, m_d, q_win, q_x, W, BW)
     _move_window(p_win + HD * (W - 1), o_d, m_d, k_win, k_x, W, BW)
-    _move_window(p_win + 2 * HD * (W - 1), o_d, m_d, v_win, v_x, W, BW)
+    if BV >= BD:
+        _move_window(p_winv, o_d, m_d, v_win, v_x, W, BW)
 
     b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6) * scale
     b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
@@ -101,28 +127,40 @@ def _fused_decode_kernel(
         b_g = -a * softplus(g_x)
     else:
         b_g = lower_bound * tl.sigmoid(a * g_x)
+    b_decay = tl.exp(b_g)
     b_beta = tl.sigmoid(tl.load(b + i_n * H + i_h).to(tl.float32))
 
-    # the step on the slot's [V, K] state
-    m_h = m_d[:, None] & m_d[None, :]
-    p_h = state_pool + slot * stride_sp + i_h * D * D + (o_d[:, None] * D + o_d[None, :])
-    b_h = tl.load(p_h, mask=m_h, other=0.0).to(tl.float32)
-    b_h = b_h * tl.exp(b_g)[None, :]
-    b_u = (b_v - tl.sum(b_h * b_k[None, :], axis=1)) * b_beta
-    b_h = b_h + b_u[:, None] * b_k[None, :]
-    b_o = tl.sum(b_h * b_q[None, :], axis=1)
-    if STATE_BF16:
-        tl.store(p_h, _to_bf16_rne(b_h), mask=m_h)
+    # the step on the slot's [V, K] state, then o rounded to bf16 and its sum of squares for the RMSNorm
+    p_s = state_pool + slot * stride_sp + i_h * D * D
+    if BV >= BD:
+        b_o = _step_rows(p_s + (o_d[:, None] * D + o_d[None, :]), m_d[:, None] & m_d[None, :], b_v, b_k, b_q,
+                         b_decay, b_beta, STATE_BF16)
+        b_o = _to_bf16_rne(b_o).to(tl.float32)
+        sum_sq = tl.sum(b_o * b_o)
     else:
-        tl.store(p_h, b_h, mask=m_h)
+        sum_sq = 0.0
+        o_r = tl.arange(0, BV)
+        for r0 in range(0, D, BV):
+            r = r0 + o_r
+            m_r = r < D
+            b_v, v_win, v_x = _conv_silu(p_xv, p_wv, p_winv, r, m_r, HD, W, BW)
+            tl.debug_barrier()
+            _move_window(p_winv, r, m_r, v_win, v_x, W, BW)
+            b_o = _step_rows(p_s + (r[:, None] * D + o_d[None, :]), m_r[:, None] & m_d[None, :], b_v, b_k, b_q,
+                             b_decay, b_beta, STATE_BF16)
+            b_o = _to_bf16_rne(b_o)
+            tl.store(p_o + r, b_o.to(p_o.dtype.element_ty), mask=m_r)  # exact: o is bf16
+            b_o = b_o.to(tl.float32)
+            sum_sq += tl.sum(b_o * b_o)
+        tl.debug_barrier()  # the blocks' o, stored by other threads, read back whole
+        b_o = tl.load(p_o + o_d, mask=m_d, other=0.0).to(tl.float32)
+        tl.debug_barrier()  # read by every thread before the normalised row overwrites it
 
     # epilogue: gated RMSNorm of the bf16-rounded output
-    b_o = _to_bf16_rne(b_o).to(tl.float32)
-    inv_rms = 1.0 / tl.sqrt(tl.sum(b_o * b_o) / D + norm_eps)
+    inv_rms = 1.0 / tl.sqrt(sum_sq / D + norm_eps)
     b_w = tl.load(norm_weight + o_d, mask=m_d, other=0.0).to(tl.float32)
     b_z = tl.load(output_gate + (i_n * H + i_h) * D + o_d, mask=m_d, other=0.0).to(tl.float32)
     tl.store(p_o + o_d, _to_bf16_rne(b_o * inv_rms * b_w * tl.sigmoid(b_z)), mask=m_d)
-
 
 
 def fused_decode(x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_pool, state_indices, output_gate,
@@ -182,5 +220,6 @@ def fused_decode(x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_poo
         out, float(scale), float(lower_bound), float(norm_eps), x.stride(0), conv_state.stride(0),
         state_pool.stride(0),
         H=H, D=D, BD=triton.next_power_of_2(D), W=W, BW=triton.next_power_of_2(W - 1), GATE=GATE_CODES[gate],
-        STATE_BF16=state_pool.dtype == torch.bfloat16, num_warps=NUM_WARPS)
+        STATE_BF16=state_pool.dtype == torch.bfloat16, BV=triton.next_power_of_2(LAUNCH["block_v"]),
+        num_warps=LAUNCH["num_warps"])
     return out

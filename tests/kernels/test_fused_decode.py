@@ -179,6 +179,26 @@ def test_matches_reference_small(name, H, D, slots, pool_size):
     assert not bad, f"{name} H={H} D={D}: " + "; ".join(bad)
 
 
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("block_v,D", [(8, 32), (16, 24)])  # 24: the last row block is masked
+def test_row_blocks_match_reference_and_the_whole_state(name, block_v, D, monkeypatch):
+    """The kernel stepping the state block_v rows at a time (LAUNCH["block_v"] < D): the same judge as the whole
+    state at once, and both pools bit for bit the same as the whole state gives (each row's step is the same)."""
+    from kda_trace.kernels import fused_decode as module
+
+    d = definitions()[name]
+    slots = [3, -1, 1, 0, 5]
+    x = small_inputs(d, len(slots), 2, D, slots, 7, seed=D + block_v)
+    want = run_reference(small_reference(d, 2, D), x)
+    whole = run_small_kernel(d, x)
+    monkeypatch.setitem(module.LAUNCH, "block_v", block_v)
+    blocks = run_small_kernel(d, x)
+    bad = judge(d, x, want, blocks)
+    assert not bad, f"{name} block_v={block_v} D={D}: " + "; ".join(bad)
+    for out in ("new_conv_state", "new_state_pool"):
+        assert torch.equal(blocks[out].view(torch.uint8), whole[out].view(torch.uint8)), out
+
+
 def test_the_unbounded_gate_past_softplus_threshold():
     """dt_bias around 20 puts g_raw + dt_bias on both sides of softplus's threshold of 20 (softplus(x) = x above it,
     as torch computes it), with A = exp(A_log) small enough (A_log -5) that the decay there is not simply 0: a
