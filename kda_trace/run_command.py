@@ -296,7 +296,6 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
     from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
     from rich.text import Text
 
-    from .precompile import PRECOMPILE_MAX_S
     from .run_profile import CPU_PRIOR, GPU_PRIOR, Eta, RunProfile, estimate_seconds, spread_by_cost
     from .runner import Runner, cost_of, needs_gpu_alone, task_bytes
 
@@ -346,7 +345,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
 
         def on_event(kind, task, **info) -> None:
             if kind == "precompile":
-                eta.precompile(info["items"], info["processes"], PRECOMPILE_MAX_S)
+                eta.precompile(info["items"], info["processes"], info["max_s"])
                 progress.console.print(f"precompile: {info['items']} calls in {info['processes']} processes per "
                                        "solution, to compile before anything is timed", highlight=False)
                 return

@@ -199,7 +199,7 @@ class Eta:
 
     def precompile(self, calls: int, processes: int, max_s: float, call_s: float = PRECOMPILE_CALL_S) -> None:
         """The precompile pass's plan: its estimated length, at most the pass's own limit `max_s`
-        (precompile.PRECOMPILE_MAX_S), joins the start-up allowance."""
+        (precompile.limit_s), joins the start-up allowance."""
         self.startup_s += min(calls * call_s / max(1, processes), max_s)
 
     def begin(self, key: Any, estimate: float) -> None:

@@ -1512,13 +1512,14 @@ class Runner:
 
     def _start_precompile(self, tasks: List[Task]) -> Optional[threading.Thread]:
         """The precompile pass (kda_trace/precompile.py) in a thread of its own, or None when the run has none. Told
-        through on_event: "precompile" (items=, processes=) when it starts, "precompiled" (ran=, failed=, seconds=)
-        when it ends; its calls' seconds go to the profile as the "precompile" of their definitions."""
-        from .precompile import plan, precompile
+        through on_event: "precompile" (items=, processes=, max_s=: its limit) when it starts, "precompiled" (ran=,
+        failed=, seconds=) when it ends; its calls' seconds go to the profile as the "precompile" of their definitions."""
+        from .precompile import limit_s, plan, precompile
 
         items = plan(tasks, task_bytes) if self.config.precompile > 0 else []
         if not items:
             return None
+        max_s = limit_s(len({item.spec for item in items}))
         lock = threading.Lock()
 
         def charge(definition: str, solution: str, seconds: float) -> None:
@@ -1528,9 +1529,9 @@ class Runner:
 
         def run() -> None:
             started = time.monotonic()
-            self.on_event("precompile", None, items=len(items), processes=self.config.precompile)
+            self.on_event("precompile", None, items=len(items), processes=self.config.precompile, max_s=max_s)
             ran, failed = precompile(items, self.config, self.config.precompile, lambda w: pinned_files(self.config, w),
-                                  charge)
+                                  charge, max_s)
             self.on_event("precompiled", None, ran=ran, failed=failed, seconds=time.monotonic() - started)
 
         thread = threading.Thread(target=run, daemon=True, name="kda-trace precompile")

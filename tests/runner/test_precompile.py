@@ -91,3 +91,10 @@ def test_a_precompile_process_compiles_each_autotuning_config_once_and_times_non
     double[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, y, 100)
     assert ran == [64, 16, 32, 64]  # each config once while tuning, then the pick: the first
     assert torch.equal(y, 2 * x)
+
+
+def test_the_pass_limit_grows_with_the_solutions_it_compiles_for():
+    from kda_trace.precompile import PRECOMPILE_MAX_S, limit_s
+
+    assert limit_s(1) == limit_s(0) == PRECOMPILE_MAX_S
+    assert limit_s(2) == 2 * PRECOMPILE_MAX_S
