@@ -13,6 +13,14 @@ The peak memory allocated during the first fwd+bwd (inputs included) is recorded
 `--fla-tune-each` forgets fla's autotuning results before each shape (fla's keys leave out the token count),
 so fla runs tuned on the shape; expect about a minute of tuning per shape.
 
+Shapes (SHAPES) name their mode: "pre" (a precomputed gate, beta a probability, unit q/k: chunk_kda's defaults),
+"safe_l2" (Kimi-K3: the safe gate, the L2 norm and beta's sigmoid in the op) and "layer" (fla's own
+KimiDeltaAttention layer: the unbounded gate, the L2 norm and beta's sigmoid in the op); "packed" ones pass
+equal-length sequences as one packed batch with cu_seqlens. The four training configurations compared with fla:
+
+    python benchmarks/bench_backward.py --fla-tune-each --parts \
+        --shapes h32_dense_1x16384_layer,h32_packed_16x4096_layer,h96_dense_1x8192_safe_l2,h32_dense_1x16384
+
 Accuracy (`--accuracy`): RMS(out - ref) / RMS(ref) of every gradient (q, k, v, g or g_raw / A_log / dt_bias,
 beta or its logits, initial state) for ours and for fla on the same bf16 inputs, against float64 autograd
 through the plain token-by-token recurrence (segments of 64 tokens re-run under autograd, like the
@@ -48,9 +56,13 @@ from kda_trace.kernels import chunk as ours_fwd
 from kda_trace.kernels.autograd import kda_autograd
 
 K = V = 128
-# name -> (heads, sequence lengths, mode): "pre" = precomputed g, beta a probability, unit q/k;
-# "safe_l2" = raw gate with the safe gate (lower bound -5), q/k L2-normalised in the op, beta from logits
+# name -> (heads, sequence lengths, mode[, packed]): "pre" = precomputed g, beta a probability, unit q/k;
+# "safe_l2" = raw gate with the safe gate (lower bound -5), q/k L2-normalised in the op, beta from logits;
+# "layer" = fla's KimiDeltaAttention layer: the unbounded gate -exp(A_log) softplus(g_raw + dt_bias) in the op,
+# q/k L2-normalised in the op, beta from logits. Equal lengths make a dense batch unless `packed` (cu_seqlens).
 SHAPES = {
+    "h32_dense_1x16384_layer": (32, [16384], "layer"),
+    "h32_packed_16x4096_layer": (32, [4096] * 16, "layer", True),
     "h32_dense_1x16384": (32, [16384], "pre"),
     "h32_varlen_16x4096": (32, [4096] * 16, "pre"),
     "h32_varlen_real_65536": (32, [812, 95, 1500, 33, 700, 2047, 1, 431, 1280, 300, 900, 93] * 5 + [11044], "pre"),
@@ -65,17 +77,18 @@ SHAPES = {
 }
 ACCURACY_SHAPES = {
     "h32_dense_1x1024": (32, [1024], "pre"),
+    "h8_packed_2x1024_layer": (8, [1024, 1024], "layer", True),
     "h8_varlen_3": (8, [300, 700, 24], "pre"),
     "h8_dense_1x2048_safe_l2": (8, [2048], "safe_l2"),
 }
 
 
-def make_inputs(H, lens, mode, seed=0, dev="cuda"):
+def make_inputs(H, lens, mode, packed=False, seed=0, dev="cuda"):
     """Leaves (requires_grad) and the incoming gradients do, dht."""
     gen = torch.Generator(device=dev).manual_seed(seed)
     r = lambda *s: torch.randn(*s, device=dev, generator=gen)
     T, N = sum(lens), len(lens)
-    dense = len(set(lens)) == 1
+    dense = len(set(lens)) == 1 and not packed
     B, Tb = (N, lens[0]) if dense else (1, T)
     bf = torch.bfloat16
     q, k = r(B, Tb, H, K), r(B, Tb, H, K)
@@ -88,7 +101,7 @@ def make_inputs(H, lens, mode, seed=0, dev="cuda"):
         beta = r(B, Tb, H)
     x = {"q": q.to(bf), "k": k.to(bf), "v": r(B, Tb, H, V).to(bf), "g": g if mode == "pre" else g.to(bf),
          "beta": beta.to(bf), "h0": r(N, H, K, V) * 0.2}
-    if mode == "safe_l2":
+    if mode in ("safe_l2", "layer"):  # A = exp(A_log) in [1, 16], as fla's layer initialises it
         x["A_log"] = torch.log(torch.empty(H, device=dev).uniform_(1, 16, generator=gen))
         x["dt_bias"] = r(H, K) * 0.5
     x = {n: t.requires_grad_() for n, t in x.items()}
@@ -103,17 +116,19 @@ def run_ours(x, cu, mode):
     if mode == "pre":
         return kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu, **KEEP)
     return kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu,
-                        use_qk_l2norm=True, gate="safe", A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=-5.0,
-                        beta_kind="logits", **KEEP)
+                        use_qk_l2norm=True, gate="safe" if mode == "safe_l2" else "unbounded", A_log=x["A_log"],
+                        dt_bias=x["dt_bias"], lower_bound=-5.0, beta_kind="logits", **KEEP)
 
 
 def run_fla(x, cu, mode):
     from fla.ops.kda import chunk_kda
 
     kw = {"initial_state": x["h0"], "output_final_state": True, "cu_seqlens": cu}
+    if mode in ("safe_l2", "layer"):
+        kw.update(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, A_log=x["A_log"],
+                  dt_bias=x["dt_bias"].view(-1), use_beta_sigmoid_in_kernel=True)
     if mode == "safe_l2":
-        kw.update(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, safe_gate=True, lower_bound=-5.0,
-                  A_log=x["A_log"], dt_bias=x["dt_bias"].view(-1), use_beta_sigmoid_in_kernel=True)
+        kw.update(safe_gate=True, lower_bound=-5.0)
     return chunk_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], **kw)
 
 
@@ -183,8 +198,8 @@ def print_parts(who: str, times: dict) -> None:
 
 def speed(names, log, with_fla, fla_tune_each, parts=False):
     for name in names:
-        H, lens, mode = SHAPES[name]
-        x, cu, do, dht = make_inputs(H, lens, mode)
+        H, lens, mode, *packed = SHAPES[name]
+        x, cu, do, dht = make_inputs(H, lens, mode, *packed)
         row = {"shape": name, "heads": H, "tokens": sum(lens), "seqs": len(lens), "mode": mode,
                "bwd_launch": dict(ours_bwd.LAUNCH), "fwd_launch": dict(ours_fwd.LAUNCH), **KEEP}
         row["ours_fwd_bwd_ms"], row["ours_bwd_ms"], row["ours_peak_gib"] = time_pair(run_ours, x, cu, mode, do, dht)
@@ -231,10 +246,11 @@ def truth_grads(x, cu, mode, do, dht, seg=64):
     `seg` tokens re-run under autograd from states recorded without autograd)."""
     f = {n: t.detach().double().requires_grad_() for n, t in x.items()}
     q, k, g, beta = f["q"], f["k"], f["g"], f["beta"]
-    if mode == "safe_l2":
+    if mode in ("safe_l2", "layer"):
         q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
         k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
-        g = -5.0 * torch.sigmoid(torch.exp(f["A_log"])[:, None] * (g + f["dt_bias"]))
+        A = torch.exp(f["A_log"])[:, None]
+        g = -5.0 * torch.sigmoid(A * (g + f["dt_bias"])) if mode == "safe_l2" else -A * F.softplus(g + f["dt_bias"])
         beta = torch.sigmoid(beta)
     flat = [t.reshape(-1, *t.shape[2:]) for t in (q, k, f["v"], g, beta)]
     do64, dht64 = do.double().reshape(-1, *do.shape[2:]), dht.double()
@@ -267,8 +283,8 @@ def rms_rel(a, ref):
 def accuracy(log, with_fla, names=None):
     print("\ngradient RMS-relative error against float64 autograd (bf16 inputs)")
     for name in names or ACCURACY_SHAPES:
-        H, lens, mode = ACCURACY_SHAPES[name]
-        x, cu, do, dht = make_inputs(H, lens, mode, seed=1)
+        H, lens, mode, *packed = ACCURACY_SHAPES[name]
+        x, cu, do, dht = make_inputs(H, lens, mode, *packed, seed=1)
         ref = truth_grads(x, cu, mode, do, dht)
         for who, fn in (("ours", run_ours), ("fla", run_fla)) if with_fla else (("ours", run_ours),):
             for t in x.values():
