@@ -64,7 +64,7 @@ SHAPES = {
     "h32_dense_1x16384_layer": (32, [16384], "layer"),
     "h32_packed_16x4096_layer": (32, [4096] * 16, "layer", True),
     "h32_dense_1x16384": (32, [16384], "pre"),
-    "h32_varlen_16x4096": (32, [4096] * 16, "pre"),
+    "h32_varlen_16x4096": (32, [4096] * 16, "pre"),  # equal lengths: a dense batch [16, 4096], not packed
     "h32_varlen_real_65536": (32, [812, 95, 1500, 33, 700, 2047, 1, 431, 1280, 300, 900, 93] * 5 + [11044], "pre"),
     "h96_dense_1x8192_safe_l2": (96, [8192], "safe_l2"),
     "h32_dense_1x4096": (32, [4096], "pre"),

@@ -55,7 +55,7 @@ SHAPES = {
     "h32_dense_1x4096": (32, [4096], "pre"),
     "h32_dense_1x16384": (32, [16384], "pre"),
     "h32_varlen_8x2048": (32, [2048] * 8, "pre"),
-    "h32_varlen_16x4096": (32, [4096] * 16, "pre"),
+    "h32_varlen_16x4096": (32, [4096] * 16, "pre"),  # equal lengths: a dense batch [16, 4096], not packed
     "h32_varlen_1x16384_safe_l2": (32, [16384], "safe_l2"),
     "h96_dense_1x8192": (96, [8192], "pre"),
     "h96_dense_1x8192_safe_l2": (96, [8192], "safe_l2"),
