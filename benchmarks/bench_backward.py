@@ -3,7 +3,7 @@ chunk_kda, forward + backward and backward alone, on one GPU; and every gradient
 
     python benchmarks/bench_backward.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--no-speed] [--accuracy]
         [--accuracy-shapes a,b]
-        [--bv N] [--warps N] [--seg N] [--launch key=N,...] [--parts] [--recompute] [--out DIR]
+        [--bv N] [--warps N] [--seg N] [--launch key=N,...] [--parts] [--recompute] [--a-max A] [--out DIR]
 
 Speed (triton.testing.do_bench, median, grads reset between calls), per shape, bf16 q/k/v/beta, fp32 g and
 states, K = V = 128, initial state given, final state returned and differentiated (dht random):
@@ -101,8 +101,8 @@ def make_inputs(H, lens, mode, packed=False, seed=0, dev="cuda"):
         beta = r(B, Tb, H)
     x = {"q": q.to(bf), "k": k.to(bf), "v": r(B, Tb, H, V).to(bf), "g": g if mode == "pre" else g.to(bf),
          "beta": beta.to(bf), "h0": r(N, H, K, V) * 0.2}
-    if mode in ("safe_l2", "layer"):  # A = exp(A_log) in [1, 16], as fla's layer initialises it
-        x["A_log"] = torch.log(torch.empty(H, device=dev).uniform_(1, 16, generator=gen))
+    if mode in ("safe_l2", "layer"):  # A = exp(A_log) in [1, A_MAX]; 16: as fla's layer initialises it
+        x["A_log"] = torch.log(torch.empty(H, device=dev).uniform_(1, A_MAX, generator=gen))
         x["dt_bias"] = r(H, K) * 0.5
     x = {n: t.requires_grad_() for n, t in x.items()}
     cu = None if dense else torch.tensor([0, *itertools.accumulate(lens)], device=dev, dtype=torch.int64)
@@ -110,6 +110,32 @@ def make_inputs(H, lens, mode, packed=False, seed=0, dev="cuda"):
 
 
 KEEP = {"keep_chunk_matrices": True}  # --recompute: False
+A_MAX = 16.0
+"""The largest A = exp(A_log) drawn (--a-max). With the unbounded gate, (16-token diagonal block, head) pairs whose
+gates span more than the anchored products' range take the element-wise form (`elementwise_block_fraction`, printed
+with each shape's times): on the CPU's draws of the two layer shapes, 73-78% of them with A up to 16 and 3% with A up
+to 4; none with the safe gate or a precomputed one."""
+
+
+def elementwise_block_fraction(x, cu, mode) -> float:
+    """The fraction of (16-token diagonal block, head) pairs of these inputs whose cumulative gates span more than
+    our kernels' anchored products allow: a column factor past e^MAX_EXP at a block's two anchors (rows 0 and 8,
+    backward_blocks._anchor_factors and the forward's intra kernel), where they use the element-wise form."""
+    g = x["g"].detach().float()
+    if mode in ("safe_l2", "layer"):
+        A, raw = torch.exp(x["A_log"].detach())[:, None], g + x["dt_bias"].detach()
+        g = -5.0 * torch.sigmoid(A * raw) if mode == "safe_l2" else -A * F.softplus(raw)
+    B, Tb, H, _ = g.shape
+    bounds = cu.tolist() if cu is not None else None
+    seqs = [g[0, a:b] for a, b in zip(bounds[:-1], bounds[1:])] if bounds else list(g)
+    out_of_range = blocks = 0
+    for s in seqs:  # blocks start at each sequence's first token
+        s = F.pad(s, (0, 0, 0, 0, 0, -len(s) % 16)).view(-1, 16, H, s.shape[-1])
+        c = s.cumsum(1)
+        spread = torch.maximum(-c[:, 7], c[:, 8] - c[:, 15]).amax(-1)
+        out_of_range += int((spread > ours_fwd.MAX_EXP).sum())
+        blocks += spread.numel()
+    return out_of_range / blocks
 
 
 def run_ours(x, cu, mode):
@@ -200,8 +226,11 @@ def speed(names, log, with_fla, fla_tune_each, parts=False):
     for name in names:
         H, lens, mode, *packed = SHAPES[name]
         x, cu, do, dht = make_inputs(H, lens, mode, *packed)
-        row = {"shape": name, "heads": H, "tokens": sum(lens), "seqs": len(lens), "mode": mode,
+        row = {"shape": name, "heads": H, "tokens": sum(lens), "seqs": len(lens), "mode": mode, "a_max": A_MAX,
+               "elementwise_blocks": elementwise_block_fraction(x, cu, mode),
                "bwd_launch": dict(ours_bwd.LAUNCH), "fwd_launch": dict(ours_fwd.LAUNCH), **KEEP}
+        print(f"{name}: {row['elementwise_blocks']:.0%} of the (16-token block, head) pairs past the anchored range",
+              flush=True)
         row["ours_fwd_bwd_ms"], row["ours_bwd_ms"], row["ours_peak_gib"] = time_pair(run_ours, x, cu, mode, do, dht)
         print(f"{name}: ours fwd+bwd {row['ours_fwd_bwd_ms']:.3f} ms, bwd {row['ours_bwd_ms']:.3f} ms, "
               f"peak {row['ours_peak_gib']:.1f} GiB", flush=True)
@@ -298,6 +327,7 @@ def accuracy(log, with_fla, names=None):
 
 
 def main():
+    global A_MAX
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="h32_dense_1x16384,h32_varlen_real_65536,h96_dense_1x8192_safe_l2")
     ap.add_argument("--no-fla", action="store_true")
@@ -309,12 +339,15 @@ def main():
     ap.add_argument("--warps", type=int, default=None, help="backward kernel warps")
     ap.add_argument("--seg", type=int, default=None, help="backward kernel scratch segment (16, 32 or 64 tokens)")
     ap.add_argument("--launch", default="", help="kernels/backward.py LAUNCH settings, e.g. programs=2048,pass_rows=16 (0: the default)")
+    ap.add_argument("--a-max", type=float, default=A_MAX, help="safe_l2 and layer modes: A = exp(A_log) drawn in "
+                    "[1, A_MAX] (default 16, fla's layer init)")
     ap.add_argument("--parts", action="store_true", help="GPU time per kernel of one backward (torch.profiler)")
     ap.add_argument("--recompute", action="store_true",
                     help="kda_autograd(keep_chunk_matrices=False): the backward recomputes the chunk matrices")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     KEEP["keep_chunk_matrices"] = not a.recompute
+    A_MAX = a.a_max
     if a.fla_tune_each:
         os.environ["FLA_CACHE_RESULTS"] = "0"
     if a.bv:
