@@ -119,8 +119,9 @@ to 4; none with the safe gate or a precomputed one."""
 
 def elementwise_block_fraction(x, cu, mode) -> float:
     """The fraction of (16-token diagonal block, head) pairs of these inputs whose cumulative gates span more than
-    our kernels' anchored products allow: a column factor past e^MAX_EXP at a block's two anchors (rows 0 and 8,
-    backward_blocks._anchor_factors and the forward's intra kernel), where they use the element-wise form."""
+    the backward's anchored products allow: a column factor past e^MAX_EXP at a block's two anchors (rows 0 and 8,
+    backward_blocks._anchor_factors), where it uses the element-wise form. (The forward's intra kernel, at one
+    anchor, row 8, falls back row by row on the same range.)"""
     g = x["g"].detach().float()
     if mode in ("safe_l2", "layer"):
         A, raw = torch.exp(x["A_log"].detach())[:, None], g + x["dt_bias"].detach()
