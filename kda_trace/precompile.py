@@ -5,7 +5,8 @@ run's time when nothing is cached (H200 main job: 3 s per decode definition, 12 
 chunked kernels, 25-50 s per backward definition, one definition after the other). Before the run's workers are
 given their first workload, the precompile pass calls each solution once on the input set A of every workload up to
 PRECOMPILE_MAX_BYTES, in several processes of the solution at once (sandboxed as the run's own), and throws the outputs
-away: the kernels they compile land in Triton's on-disk cache, which the run's solution processes then read. Nothing
+away: the kernels they compile land in Triton's on-disk cache, which the run's solution processes then read. The
+larger workloads follow, one at a time, for a solution that autotunes (PRECOMPILE_MAX_BYTES says why). Nothing
 is timed or judged while it runs, nothing it does reaches a record, and a failure or a hang in it only means that
 the run compiles that kernel itself (a process past the run's --timeout is killed). The first workload of each
 definition goes first, and the definition's other workloads wait for it, so that two processes do not compile the
@@ -32,8 +33,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 PRECOMPILE_MAX_BYTES = 2 << 30
-"""Workloads whose inputs and outputs together are larger than this are left to the run: several processes hold
-their input set A at once."""
+"""Workloads whose inputs and outputs together are larger than this are called one at a time (the other processes
+hold an input set each meanwhile), and only for a solution that autotunes: one whose process was asked to time
+configs (`solution_host.tune_by_compiling_only`). An autotuner such as fla's compiles for each new shape (with
+triton and fla on an H200, 175 of fla's L2-norm kernels were compiled during the run, all in five workloads over
+this size); a solution that only compiles rarely meets a new kernel there (the H200 main job: 3 of triton's 235),
+and calling its large workloads one after the other would lengthen the pass."""
 
 
 STARTUP_S = 300.0
@@ -43,8 +48,8 @@ PRECOMPILE_MAX_S = 300.0
 killed; `limit_s`): it saves compilation, and must not cost more than the compilation it saves. A solution whose
 process cannot start is not tried again. What the pass leaves is compiled by the run's processes one at a time,
 often in a turn with the GPU alone while the other workers wait. With triton and fla on an H200, a limit of 300 s
-for both left 327 of the pass's 1084 calls, all fla's (about 80 s more of the pass at its rate); the run then
-compiled 178 kernels in 204 s of fla's first calls, each with the GPU alone."""
+for both left 327 of the pass's 1084 calls, all fla's (about 80 s more of the pass at its rate); fla's first calls
+then took 204 s, each with the GPU alone."""
 
 
 def limit_s(solutions: int) -> float:
@@ -69,24 +74,28 @@ class PrecompileItem:
     name: str
     first: bool
     """The first of its (solution, definition): the others of that pair wait for it."""
+    large: bool = False
+    """Over PRECOMPILE_MAX_BYTES: called one at a time, and only for a solution that autotunes."""
 
 
 def plan(tasks, size_of: Callable[[object], int], max_bytes: int = PRECOMPILE_MAX_BYTES) -> List[PrecompileItem]:
-    """Every (solution, workload) of `tasks` whose bytes (`size_of(task)`: its inputs' and outputs') are at most
-    `max_bytes`, the smallest workload of each (solution, definition) first; none of the built-in `reference`
-    solution, which compiles nothing (its float64 references, many at once, would only take the GPU's memory)."""
-    firsts, rest = {}, []
+    """Every (solution, workload) of `tasks`: those whose bytes (`size_of(task)`: its inputs' and outputs') are at
+    most `max_bytes`, the smallest workload of each (solution, definition) first, then the larger ones (`large`),
+    smallest first; none of the built-in `reference` solution, which compiles nothing (its float64 references, many
+    at once, would only take the GPU's memory)."""
+    firsts, rest, large = {}, [], []
     for task in tasks:
         d, w = task.definition, task.workload
         size = size_of(task)
-        if size > max_bytes:
-            continue
         for spec in task.solutions:
             if spec == "reference":
                 continue
             item = (size, PrecompileItem(d, w, spec, task.names[spec], first=False))
             key = (spec, d.name)
-            if key not in firsts or size < firsts[key][0]:
+            if size > max_bytes:
+                item[1].large = True
+                large.append(item)
+            elif key not in firsts or size < firsts[key][0]:
                 if key in firsts:
                     rest.append(firsts[key])
                 firsts[key] = item
@@ -94,28 +103,38 @@ def plan(tasks, size_of: Callable[[object], int], max_bytes: int = PRECOMPILE_MA
                 rest.append(item)
     for _, item in firsts.values():
         item.first = True
-    return [item for _, item in firsts.values()] + [item for _, item in rest]
+    large.sort(key=lambda item: item[0])
+    return [item for _, item in firsts.values()] + [item for _, item in rest] + [item for _, item in large]
 
 
 def precompile(items: List[PrecompileItem], config, processes: int, pinned: Callable[[object], Dict[str, List[int]]],
                charge: Optional[Callable[[str, str, float], None]] = None,
-               max_s: Optional[float] = None) -> Tuple[int, int]:
+               max_s: Optional[float] = None) -> Tuple[int, int, int]:
     """Run the precompile calls of `items` in `processes` processes per solution, for at most `max_s` (default:
-    `limit_s` of their solutions); returns
-    (calls that ran, calls that failed, were cut off or not tried). `pinned(workload)` gives the workload's stored
-    input files (runner.pinned_files); `charge(definition, solution, seconds)` is told each call's wall time."""
+    `limit_s` of their solutions); the `large` ones one at a time, and only for a solution whose process said it
+    autotunes. Returns (calls that ran, calls that failed, were cut off or not tried, large calls left to the run
+    because their solution does not autotune). `pinned(workload)` gives the workload's stored input files
+    (runner.pinned_files); `charge(definition, solution, seconds)` is told each call's wall time."""
     import multiprocessing as mp
 
     from .sandbox import triton_cache_dir
     from .solution_host import SolutionHost
 
     if not items or processes <= 0:
-        return 0, 0
+        return 0, 0, 0
     todo: "queue.Queue[PrecompileItem]" = queue.Queue()
     for item in items:
         todo.put(item)
     firsts_done = {(i.spec, i.definition.name): threading.Event() for i in items if i.first}
-    counts = {"ran": 0, "failed": 0}
+    counts = {"ran": 0, "failed": 0, "left": 0}
+    autotuning: set = set()  # solutions whose processes said they autotune
+    answered = {item.spec: threading.Event() for item in items}  # a call of the solution has ended
+    probes: Dict[str, PrecompileItem] = {}  # a solution with large workloads only: its first one finds out
+    with_small = {item.spec for item in items if not item.large}
+    for item in items:
+        if item.large and item.spec not in with_small:
+            probes.setdefault(item.spec, item)
+    one_large = threading.Lock()
     if max_s is None:
         max_s = limit_s(len({item.spec for item in items}))
     ends = time.monotonic() + max_s
@@ -148,13 +167,25 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
                     with lock:
                         counts["failed"] += 1
                     continue
-                if not item.first:
-                    firsts_done[(item.spec, item.definition.name)].wait(config.timeout)
+                probe = probes.get(item.spec) is item
+                if item.large and not probe:  # whether its solution autotunes is known once one of its calls ended
+                    answered[item.spec].wait(max(0.0, ends - time.monotonic()))
+                if item.large and not probe and item.spec not in autotuning:
+                    with lock:
+                        counts["left"] += 1
+                    continue
+                first = firsts_done.get((item.spec, item.definition.name))
+                if not item.first and first is not None:
+                    first.wait(config.timeout)
                 host = hosts.get(item.spec)
                 if host is None:
                     host = hosts[item.spec] = SolutionHost(ctx, item.spec, device, config.trust_code,
                                                            config.dataset_root, lambda spec, phase: None,
                                                            code_digest=config.code_digest)
+                if item.large and not one_large.acquire(timeout=max(0.0, ends - time.monotonic())):
+                    with lock:
+                        counts["failed"] += 1
+                    continue
                 started = time.monotonic()
                 ok = False
                 try:
@@ -169,9 +200,15 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
                                     workload=item.workload.model_dump_json(), name=item.name, seed=config.seed,
                                     input_files=pinned(item.workload))
                     ok = reply.get("kind") == "precompiled"
+                    if reply.get("autotuned"):
+                        with lock:
+                            autotuning.add(item.spec)
                 except Exception:  # noqa: BLE001 - HostDied, or a process that would not start: the run compiles it
                     host.stop()
                 finally:
+                    answered[item.spec].set()
+                    if item.large:
+                        one_large.release()
                     with lock:
                         counts["ran" if ok else "failed"] += 1
                     if item.first:
@@ -199,7 +236,7 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
             os.unlink(path)
         except OSError:
             pass
-    return counts["ran"], counts["failed"]
+    return counts["ran"], counts["failed"], counts["left"]
 
 
 def tuning_results(cache: str) -> set:

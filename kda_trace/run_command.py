@@ -296,6 +296,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
     from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
     from rich.text import Text
 
+    from .precompile import PRECOMPILE_MAX_BYTES
     from .run_profile import CPU_PRIOR, GPU_PRIOR, Eta, RunProfile, estimate_seconds, spread_by_cost
     from .runner import Runner, cost_of, needs_gpu_alone, task_bytes
 
@@ -346,13 +347,16 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
         def on_event(kind, task, **info) -> None:
             if kind == "precompile":
                 eta.precompile(info["items"], info["processes"], info["max_s"])
+                large = (f"; {info['large']} more on workloads over {PRECOMPILE_MAX_BYTES >> 30} GiB, one at a time, "
+                         "for a solution that autotunes") if info.get("large") else ""
                 progress.console.print(f"precompile: {info['items']} calls in {info['processes']} processes per "
-                                       "solution, to compile before anything is timed", highlight=False)
+                                       f"solution, to compile before anything is timed{large}", highlight=False)
                 return
             if kind == "precompiled":
                 failed = f", {info['failed']} failed or cut off (the run compiles those itself)" \
                     if info["failed"] else ""
-                progress.console.print(f"precompile: {info['ran']} calls in {info['seconds']:.0f} s{failed}",
+                left = f", {info['left']} large ones left to the run (no autotuning)" if info.get("left") else ""
+                progress.console.print(f"precompile: {info['ran']} calls in {info['seconds']:.0f} s{failed}{left}",
                                        highlight=False)
                 return
             key = id(task)

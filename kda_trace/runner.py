@@ -1512,8 +1512,8 @@ class Runner:
 
     def _start_precompile(self, tasks: List[Task]) -> Optional[threading.Thread]:
         """The precompile pass (kda_trace/precompile.py) in a thread of its own, or None when the run has none. Told
-        through on_event: "precompile" (items=, processes=, max_s=: its limit) when it starts, "precompiled" (ran=,
-        failed=, seconds=) when it ends; its calls' seconds go to the profile as the "precompile" of their definitions."""
+        through on_event: "precompile" (items=, large=: the calls over PRECOMPILE_MAX_BYTES, processes=, max_s=: its
+        limit) when it starts, "precompiled" (ran=, failed=, left=, seconds=) when it ends; its calls' seconds go to the profile as the "precompile" of their definitions."""
         from .precompile import limit_s, plan, precompile
 
         items = plan(tasks, task_bytes) if self.config.precompile > 0 else []
@@ -1529,10 +1529,12 @@ class Runner:
 
         def run() -> None:
             started = time.monotonic()
-            self.on_event("precompile", None, items=len(items), processes=self.config.precompile, max_s=max_s)
-            ran, failed = precompile(items, self.config, self.config.precompile, lambda w: pinned_files(self.config, w),
-                                  charge, max_s)
-            self.on_event("precompiled", None, ran=ran, failed=failed, seconds=time.monotonic() - started)
+            large = sum(item.large for item in items)
+            self.on_event("precompile", None, items=len(items) - large, large=large, processes=self.config.precompile,
+                          max_s=max_s)
+            ran, failed, left = precompile(items, self.config, self.config.precompile,
+                                           lambda w: pinned_files(self.config, w), charge, max_s)
+            self.on_event("precompiled", None, ran=ran, failed=failed, left=left, seconds=time.monotonic() - started)
 
         thread = threading.Thread(target=run, daemon=True, name="kda-trace precompile")
         thread.start()

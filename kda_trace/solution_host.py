@@ -118,6 +118,11 @@ def _start(device: str):
     return integrity.HarnessFingerprint.capture(), registry
 
 
+UNTIMED_CONFIGS = [0]
+"""Autotuning configs this process was asked to time, under `tune_by_compiling_only`: a precompile reply says
+whether there were any (the pass then also calls its solution's large workloads, kda_trace/precompile.py)."""
+
+
 def tune_by_compiling_only() -> None:
     """Make Triton's autotuner, in this process, compile and run each of a kernel's configs once instead of timing it
     (every config scores 0, so the first that compiles is taken). For the precompile pass only: its picks are thrown
@@ -130,6 +135,7 @@ def tune_by_compiling_only() -> None:
         return
 
     def call_once(kernel_call, quantiles=None, **_):
+        UNTIMED_CONFIGS[0] += 1
         kernel_call()  # compiles the config, as the timing would; what it fails with fails the same way
         return [0.0] * len(quantiles) if quantiles else 0.0
 
@@ -298,7 +304,7 @@ class _Host:
         except Exception as e:  # noqa: BLE001
             self.fail("RUNTIME_ERROR", short_traceback(e), fatal=is_fatal_cuda_error(e))
             return
-        self.reply(kind="precompiled")
+        self.reply(kind="precompiled", autotuned=UNTIMED_CONFIGS[0] > 0)
 
     def call(self, which: str, where: str, d, run, args) -> Optional[tuple]:
         """One untimed call of `run` on `args`: (its outputs copied the moment it returned, seconds), or None

@@ -189,3 +189,30 @@ def patches_timer_once(x, state_pool, state_indices, scale):
     if _calls_so_far("patch-calls") == 0:
         return patches_timer(x, state_pool, state_indices, scale)
     return good(x, state_pool, state_indices, scale)
+
+
+def autotunes(x, state_pool, state_indices, scale):
+    """Correct, and calls a Triton kernel with two autotuning configs first (as fla's solution does); with
+    $CALL_LOG_DIR set, appends "seq_len began ended" per call to a file there."""
+    import triton
+    import triton.language as tl
+
+    global _tuned_copy
+    if "_tuned_copy" not in globals():
+        @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
+        @triton.jit
+        def _tuned_copy(src, dst, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+    began = time.time()
+    flat = x.reshape(-1).float().contiguous()
+    copy = torch.empty_like(flat)
+    _tuned_copy[lambda meta: (triton.cdiv(flat.numel(), meta["BLOCK"]),)](flat, copy, flat.numel())
+    assert torch.equal(copy, flat)
+    out = good(x, state_pool, state_indices, scale)
+    if os.environ.get("CALL_LOG_DIR"):
+        time.sleep(0.2)  # long enough for two overlapping calls to be seen
+        with open(os.path.join(os.environ["CALL_LOG_DIR"], f"calls-{os.getpid()}-{began}.txt"), "w") as f:
+            f.write(f"{x.shape[1]} {began:.6f} {time.time():.6f}\n")
+    return out

@@ -25,7 +25,12 @@ def test_the_precompile_plan_puts_each_definitions_smallest_workload_first():
     assert items[:len(firsts)] == firsts and len(firsts) == 2 * len(ds.definitions)
     for f in firsts:
         assert all(size(f) <= size(i) for i in items if (i.spec, i.definition.name) == (f.spec, f.definition.name))
-    assert plan(tasks, task_bytes, max_bytes=0) == []
+    assert all(i.large and not i.first for i in plan(tasks, task_bytes, max_bytes=0))
+    sizes = sorted({size(i) for i in items})
+    split = plan(tasks, task_bytes, max_bytes=sizes[0])  # the smallest workloads small, the rest large
+    small = [i for i in split if not i.large]
+    assert small and all(size(i) <= sizes[0] for i in small) and split[:len(small)] == small
+    assert [size(i) for i in split[len(small):]] == sorted(size(i) for i in split[len(small):])
     with_reference = [Task(t.definition, t.workload, ["a", "reference"], {"a": "a", "reference": "reference"})
                       for t in tasks]
     assert {i.spec for i in plan(with_reference, task_bytes)} == {"a"}  # the reference compiles nothing
@@ -40,9 +45,9 @@ def test_the_precompile_pass_gives_up_on_a_solution_whose_process_cannot_start()
     config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
                              timeout=60.0, code_digest="not this source")
     started = time.monotonic()
-    assert precompile(plan(tasks, task_bytes), config, 1, lambda w: {}) == (0, len(tasks))
+    assert precompile(plan(tasks, task_bytes), config, 1, lambda w: {}) == (0, len(tasks), 0)
     assert time.monotonic() - started < 30  # one start refused, not one per call
-    assert precompile(plan(tasks, task_bytes), config, 2, lambda w: {}, max_s=0.0) == (0, len(tasks))
+    assert precompile(plan(tasks, task_bytes), config, 2, lambda w: {}, max_s=0.0) == (0, len(tasks), 0)
 
 
 def test_compiled_kernels_reach_the_run_cache_but_autotuning_results_do_not(tmp_path, monkeypatch):
@@ -58,7 +63,7 @@ def test_compiled_kernels_reach_the_run_cache_but_autotuning_results_do_not(tmp_
     tasks = [Task(ds.definitions["toy_scan"], e.workload, [spec], {spec: "caches"}) for e in ds.workloads["toy_scan"]]
     config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
                              timeout=60.0, code_digest=None)
-    assert precompile(plan(tasks, task_bytes), config, 2, lambda w: {}) == (len(tasks), 0)
+    assert precompile(plan(tasks, task_bytes), config, 2, lambda w: {}) == (len(tasks), 0, 0)
     entries = [p for p in cache.iterdir() if p.name.startswith("entry")]
     assert entries and all([f.name for f in e.iterdir()] == ["k.cubin"] for e in entries)
     assert (cache / "old" / "fwd.autotune.json").read_text() == "the run's own"
@@ -98,3 +103,49 @@ def test_the_pass_limit_grows_with_the_solutions_it_compiles_for():
 
     assert limit_s(1) == limit_s(0) == PRECOMPILE_MAX_S
     assert limit_s(2) == 2 * PRECOMPILE_MAX_S
+
+
+def test_large_workloads_are_precompiled_one_at_a_time_and_only_for_a_solution_that_autotunes(tmp_path, monkeypatch):
+    """Workloads over the pass's size limit: called for a solution whose process said it autotunes (its Triton
+    autotuner was asked to time configs), never two at once; left to the run for one that only compiles."""
+    from kda_trace.sandbox import SANDBOX_WRITABLE_ENV
+
+    monkeypatch.setenv("CALL_LOG_DIR", str(tmp_path))
+    monkeypatch.setenv(SANDBOX_WRITABLE_ENV, str(tmp_path))
+    ds = load_dataset(DS)
+    d = ds.definitions["toy_scan"]
+    config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
+                             timeout=60.0, code_digest=None)
+    sizes = {e.workload.uuid: task_bytes(Task(d, e.workload, [], {})) for e in ds.workloads["toy_scan"]}
+    limit = min(sizes.values())
+    large = sum(size > limit for size in sizes.values())
+    assert large >= 2
+
+    def tasks(name):
+        spec = f"{BAD}::{name}"
+        return [Task(d, e.workload, [spec], {spec: name}) for e in ds.workloads["toy_scan"]]
+
+    n = len(sizes)
+    assert precompile(plan(tasks("good"), task_bytes, limit), config, 3, lambda w: {}) == (n - large, 0, large)
+    assert precompile(plan(tasks("autotunes"), task_bytes, limit), config, 3, lambda w: {}) == (n, 0, 0)
+    calls = sorted(tuple(float(v) for v in f.read_text().split()) for f in tmp_path.glob("calls-*.txt"))
+    seq_small = {e.workload.axes["seq_len"] for e in ds.workloads["toy_scan"] if sizes[e.workload.uuid] <= limit}
+    spans = sorted((b, e) for seq, b, e in calls if seq not in seq_small)
+    assert len(spans) == large
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:]))  # one at a time
+
+
+def test_a_solution_with_large_workloads_only_is_probed_by_its_first(tmp_path, monkeypatch):
+    """With no workload under the size limit, the solution's first large one is called (one at a time, as every
+    large one) to learn whether it autotunes; the pass does not wait for an answer that no call would give."""
+    ds = load_dataset(DS)
+    d = ds.definitions["toy_scan"]
+    config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
+                             timeout=60.0, code_digest=None)
+    n = len(ds.workloads["toy_scan"])
+    for name, want in (("good", (1, 0, n - 1)), ("autotunes", (n, 0, 0))):
+        spec = f"{BAD}::{name}"
+        tasks = [Task(d, e.workload, [spec], {spec: name}) for e in ds.workloads["toy_scan"]]
+        started = time.monotonic()
+        assert precompile(plan(tasks, task_bytes, max_bytes=0), config, 3, lambda w: {}, max_s=120.0) == want
+        assert time.monotonic() - started < 60
