@@ -36,7 +36,8 @@ W = 4, s = 4 for a float32 pool and 2 for bf16):
 and fraction of the copy's bandwidth, ours' speedup over each other; before the timings, each implementation's
 o and updated slots against ours at B = 8. JSON to --out.
 
-  python benchmarks/bench_recurrent.py --fused-decode --out fused.json [--no-fla] [--fused-launch block_v=32,num_warps=4]
+  python benchmarks/bench_recurrent.py --fused-decode --out fused.json [--no-fla] \
+      [--fused-launch block_v=32,num_warps=4]
 
 --fused-launch (repeatable) adds ours at other settings of kernels/fused_decode.py's LAUNCH, as "ours[SETTINGS]"
 rows beside the default's (checked against it, then timed).

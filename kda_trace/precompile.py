@@ -15,10 +15,9 @@ same kernels at once.
 The pass's processes write to the run's Triton cache, where the run's processes find what they compiled. In them a
 Triton autotuner compiles and runs each config once and times none (solution_host.tune_by_compiling_only): timings
 taken beside the other processes would be disturbed (and a pass that timed them got through 197 of fla's 1084 calls
-in its 300 s). The
-picks it leaves (`*.autotune.json`; fla keeps its picks on disk by default, FLA_CACHE_RESULTS) are removed when it
-ends. The run's processes tune over kernels already compiled (a process's first call on a definition has the GPU
-alone).
+in its 300 s). The picks it leaves (`*.autotune.json`; fla keeps its picks on disk by default, FLA_CACHE_RESULTS)
+are removed when it ends. The run's processes tune over kernels already compiled (a process's first call on a
+definition has the GPU alone).
 (A private cache merged afterwards was tried: on the H200 the run compiled the backward and forward kernels again
 all the same, 32 s on kda_bwd_h32's first workload, for reasons not found.)
 """

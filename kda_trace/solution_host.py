@@ -127,8 +127,8 @@ def tune_by_compiling_only() -> None:
     """Make Triton's autotuner, in this process, compile and run each of a kernel's configs once instead of timing it
     (every config scores 0, so the first that compiles is taken). For the precompile pass only: its picks are thrown
     away (kda_trace/precompile.py removes the tuning results it leaves), and timings taken beside the pass's other
-    processes would be disturbed. The run's own processes tune over the kernels compiled here. An autotuner that is not Triton's (or
-    a subclass of it) is left as it is."""
+    processes would be disturbed. The run's own processes tune over the kernels compiled here. An autotuner that is
+    not Triton's (or a subclass of it) is left as it is."""
     try:
         from triton.runtime.autotuner import Autotuner
     except ImportError:
