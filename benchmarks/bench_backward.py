@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from kda_trace.kernels import backward as ours_bwd
 from kda_trace.kernels import chunk as ours_fwd
-from kda_trace.kernels.autograd import kda_autograd
+from kda_trace.kernels.autograd import gate_torch, kda_autograd
 
 K = V = 128
 # name -> (heads, sequence lengths, mode[, packed]): "pre" = precomputed g, beta a probability, unit q/k;
@@ -110,6 +110,7 @@ def make_inputs(H, lens, mode, packed=False, seed=0, dev="cuda"):
 
 
 KEEP = {"keep_chunk_matrices": True}  # --recompute: False
+GATE_IN_OP = {"safe_l2": "safe", "layer": "unbounded"}  # the modes whose gate is computed in the op (kda_autograd's)
 A_MAX = 16.0
 """The largest A = exp(A_log) drawn (--a-max). With the unbounded gate, (16-token diagonal block, head) pairs whose
 gates span more than the anchored products' range take the element-wise form (`elementwise_block_fraction`, printed
@@ -123,9 +124,8 @@ def elementwise_block_fraction(x, cu, mode) -> float:
     backward_blocks._anchor_factors), where it uses the element-wise form. (The forward's intra kernel, at one
     anchor, row 8, falls back row by row on the same range.)"""
     g = x["g"].detach().float()
-    if mode in ("safe_l2", "layer"):
-        A, raw = torch.exp(x["A_log"].detach())[:, None], g + x["dt_bias"].detach()
-        g = -5.0 * torch.sigmoid(A * raw) if mode == "safe_l2" else -A * F.softplus(raw)
+    if mode in GATE_IN_OP:
+        g = gate_torch(g, x["A_log"].detach(), x["dt_bias"].detach(), GATE_IN_OP[mode], lower_bound=-5.0)
     B, Tb, H, _ = g.shape
     bounds = cu.tolist() if cu is not None else None
     seqs = [g[0, a:b] for a, b in zip(bounds[:-1], bounds[1:])] if bounds else list(g)
@@ -143,8 +143,8 @@ def run_ours(x, cu, mode):
     if mode == "pre":
         return kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu, **KEEP)
     return kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"], cu_seqlens=cu,
-                        use_qk_l2norm=True, gate="safe" if mode == "safe_l2" else "unbounded", A_log=x["A_log"],
-                        dt_bias=x["dt_bias"], lower_bound=-5.0, beta_kind="logits", **KEEP)
+                        use_qk_l2norm=True, gate=GATE_IN_OP[mode], A_log=x["A_log"], dt_bias=x["dt_bias"],
+                        lower_bound=-5.0, beta_kind="logits", **KEEP)
 
 
 def run_fla(x, cu, mode):
