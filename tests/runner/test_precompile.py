@@ -14,6 +14,12 @@ DS = str(HERE / "fixtures" / "ds")
 BAD = str(HERE / "bad_solutions.py")
 
 
+def cpu_config(code_digest=None) -> SimpleNamespace:
+    """What precompile() reads of a run's config, for the pass's processes on the CPU."""
+    return SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
+                           timeout=60.0, code_digest=code_digest)
+
+
 def test_the_precompile_plan_puts_each_definitions_smallest_workload_first():
     ds = load_dataset(DS)
     tasks = [Task(d, e.workload, ["a", "b"], {"a": "a", "b": "b"}) for d in ds.definitions.values()
@@ -42,8 +48,7 @@ def test_the_precompile_pass_gives_up_on_a_solution_whose_process_cannot_start()
     ds = load_dataset(DS)
     d = ds.definitions["toy_scan"]
     tasks = [Task(d, e.workload, [f"{BAD}::good"], {f"{BAD}::good": "good"}) for e in ds.workloads["toy_scan"]] * 3
-    config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
-                             timeout=60.0, code_digest="not this source")
+    config = cpu_config(code_digest="not this source")
     started = time.monotonic()
     assert precompile(plan(tasks, task_bytes), config, 1, lambda w: {}) == (0, len(tasks), 0)
     assert time.monotonic() - started < 30  # one start refused, not one per call
@@ -61,8 +66,7 @@ def test_compiled_kernels_reach_the_run_cache_but_autotuning_results_do_not(tmp_
     ds = load_dataset(DS)
     spec = f"{BAD}::caches_like_triton"
     tasks = [Task(ds.definitions["toy_scan"], e.workload, [spec], {spec: "caches"}) for e in ds.workloads["toy_scan"]]
-    config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
-                             timeout=60.0, code_digest=None)
+    config = cpu_config()
     assert precompile(plan(tasks, task_bytes), config, 2, lambda w: {}) == (len(tasks), 0, 0)
     entries = [p for p in cache.iterdir() if p.name.startswith("entry")]
     assert entries and all([f.name for f in e.iterdir()] == ["k.cubin"] for e in entries)
@@ -114,8 +118,7 @@ def test_large_workloads_are_precompiled_one_at_a_time_and_only_for_a_solution_t
     monkeypatch.setenv(SANDBOX_WRITABLE_ENV, str(tmp_path))
     ds = load_dataset(DS)
     d = ds.definitions["toy_scan"]
-    config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
-                             timeout=60.0, code_digest=None)
+    config = cpu_config()
     sizes = {e.workload.uuid: task_bytes(Task(d, e.workload, [], {})) for e in ds.workloads["toy_scan"]}
     limit = min(sizes.values())
     large = sum(size > limit for size in sizes.values())
@@ -140,8 +143,7 @@ def test_a_solution_with_large_workloads_only_is_probed_by_its_first(tmp_path, m
     large one) to learn whether it autotunes; the pass does not wait for an answer that no call would give."""
     ds = load_dataset(DS)
     d = ds.definitions["toy_scan"]
-    config = SimpleNamespace(device="cpu", devices=["cpu"], trust_code=False, dataset_root=Path(DS), seed=1,
-                             timeout=60.0, code_digest=None)
+    config = cpu_config()
     n = len(ds.workloads["toy_scan"])
     for name, want in (("good", (1, 0, n - 1)), ("autotunes", (n, 0, 0))):
         spec = f"{BAD}::{name}"
