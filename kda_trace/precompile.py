@@ -47,7 +47,7 @@ PRECOMPILE_MAX_S = 300.0
 killed; `limit_s`): it saves compilation, and must not cost more than the compilation it saves. A solution whose
 process cannot start is not tried again. What the pass leaves is compiled by the run's processes one at a time,
 often in a turn with the GPU alone while the other workers wait. With triton and fla on an H200, a limit of 300 s
-for both left 327 of the pass's 1084 calls, all fla's (about 80 s more of the pass at its rate); fla's first calls
+for both left 327 of the pass's 1084 calls (about 80 s more of the pass at its rate); fla's first calls
 then took 204 s, each with the GPU alone."""
 
 
