@@ -179,8 +179,8 @@ WORKSPACE_CAP_BYTES = 16 << 30
 sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once would only take memory."""
 
 # diag_blocks: the 16x16 diagonal blocks of the prep's pair matrices and of 3b's sums ("anchors": tensor-core
-# products at two anchors per block, as the forward's intra kernel, element-wise where a block's gates pass
-# backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel).
+# products at two anchors per block, as the forward's intra kernel, element-wise or by running products where a
+# block's gates pass backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel).
 LAUNCH["diag_blocks"] = "anchors"
 # pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
 # sums kernels. The sums' reach dg and, summed over tokens, ddt_bias. "tf32_rn" there (tf32 products of operands

@@ -7,7 +7,9 @@ x e(G_i - G_a) times y e(G_a - G_j): both exp arguments <= 0, each G difference 
 (`_within`, `_to_anchor`), never the difference of two cumulative sums from the chunk start (those reach
 64 |g|). The anchored forms at the end (`_pair_rows_anchored`, `_sums_block_anchored`, the default: LAUNCH["diag_blocks"])
 take a diagonal block as tensor-core products too, at two anchors per block like the forward's intra kernel, and
-fall back to element-wise products where a block's gates pass MAX_EXP. Otherwise a diagonal block (`_pair_rows`'
+fall back where a block's gates pass MAX_EXP: to element-wise products in the pairs, to running products of the
+gates' exps in the sums (`_diag_sums_by_steps`; with fla's layer initialisation, A up to 16 and the unbounded gate,
+about three quarters of the blocks pass it). Otherwise a diagonal block (`_pair_rows`'
 `_diag_pairs`, and the diagonal parts of `_row_sums_block` and `_col_sums_block`) is element-wise, e(G_i - G_j) per pair and column, computed at once as one [16, 16, BKC]
 product per K-chunk of BKC = 32 columns (`_diag_decay`; not 16 serial steps of one column or row each),
 with G_i - G_j = c_i - c_j, c the cumulative gates from the block's first row (`_within`), the argument
@@ -231,9 +233,9 @@ def _anchor_factors(c, MAX_EXP: tl.constexpr):
     too). c: the within-block cumulative gates [MB, BK] (`_within`). Returns the row and column factors of each
     anchor, e(c_i) and e(-c_j) [j < 8], e(c_i - c_8) [i >= 8] and e(c_8 - c_j) [j >= 8] (zero outside the
     brackets), and the block's range: the largest positive argument, max(-c_7, c_8 - c_15) over the columns.
-    Where the range passes MAX_EXP the column factors are clamped and wrong: the callers then use the
-    element-wise form. The row factors are <= 1; where they underflow, the true weight is below e(c_i + MAX_EXP)
-    <= e(-27) of the row's own diagonal term."""
+    Where the range passes MAX_EXP the column factors are clamped and wrong: the callers then use their
+    fall-backs (`_diag_pairs_by_column`, `_diag_sums_by_steps`). The row factors are <= 1; where they underflow,
+    the true weight is below e(c_i + MAX_EXP) <= e(-27) of the row's own diagonal term."""
     MB: tl.constexpr = 16
     o_b = tl.arange(0, MB)
     lower = (o_b < MB // 2)[:, None]
@@ -363,6 +365,59 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, p_p, 
 
 
 @triton.jit
+def _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bi: tl.constexpr,
+                        BK: tl.constexpr, CT: tl.constexpr, p_rq=None, p_rk=None, SR: tl.constexpr = 1,
+                        NORM: tl.constexpr = False):
+    """The diagonal block's part of `_sums_block_anchored`'s three sums ([MB, BK] each) for a block whose gates pass
+    the anchored products' range: one pair index t at a time, the decays kept as running products of the gates'
+    exps. Rows (t from the block's last row down): W[i] = e(c_i - c_t) = W[i] e(g_{t+1}) for i > t, W[t] = 1, and
+    r1[i] += M1[i, t] k_t W[i], r2 likewise with M2. Columns (t from the first row up): V[j] = e(c_t - c_j) =
+    V[j] e(g_t) for j < t, V[t] = 1, and r3[j] += (M1[t, j] q_t + M2[t, j] k_t) V[j]. Every factor is <= 1, so
+    nothing overflows whatever the range (a product that underflows is below the smallest float's weight), one
+    exp per gate and channel instead of one per pair and channel, and no difference of two cumulative sums: each
+    decay is a product of at most 15 rounded exps (~1e-6 relative in fp32). Entries of W and V on the other side of
+    the diagonal are 0 (M is zero there). Rows and columns in two loops, fewer tiles live at once: in the sums kernel
+    under its cap of 128 registers (ptxas for sm_90, Triton 3.9) 528 / 800 bytes of spill stores / loads, against
+    584 / 1048 in one loop and 516 / 720 with the former pair-by-pair exps (two [MB, BK] exps per pair index)."""
+    MB: tl.constexpr = 16
+    ACC: tl.constexpr = p_g.dtype.element_ty
+    o_b = tl.arange(0, MB)
+    rows = bi * MB + o_b
+    b_r1 = tl.zeros([MB, BK], dtype=ACC)
+    b_r2 = tl.zeros([MB, BK], dtype=ACC)
+    b_r3 = tl.zeros([MB, BK], dtype=ACC)
+    b_w = tl.zeros([MB, BK], dtype=ACC)  # rows: e(c_i - c_t), i >= t
+    for s in range(MB):
+        # t = MB - 1 - s; the gate of row t + 1 (none past the block or the sequence: factor 1, W still 0 there)
+        t = MB - 1 - s
+        r_t = bi * MB + t
+        e_w = tl.exp(tl.load(p_g + (r_t + 1) * SG + o_k, mask=m_k & (o_k * 0 + t + 1 < MB) & (o_k * 0 + r_t + 1 < n),
+                             other=0.0))
+        b_w = tl.where(o_b[:, None] == t, 1.0, b_w * e_w[None, :])
+        k_t = tl.load(p_k + r_t * SX + o_k, mask=m_k & (o_k * 0 + r_t < n), other=0.0).to(ACC)
+        if NORM:
+            k_t = k_t * tl.load(p_rk + r_t * SR, mask=r_t < n, other=0.0)
+        b_kw = k_t[None, :] * b_w
+        b_r1 += tl.load(p_m1 + rows * CT + r_t)[:, None] * b_kw
+        b_r2 += tl.load(p_m2 + rows * CT + r_t)[:, None] * b_kw
+    b_v = tl.zeros([MB, BK], dtype=ACC)  # columns: e(c_t - c_j), j <= t
+    for t in range(MB):
+        # the gate of row t itself (row 0's is not in c)
+        r_t = bi * MB + t
+        m_t = m_k & (o_k * 0 + r_t < n)
+        e_v = tl.exp(tl.load(p_g + r_t * SG + o_k, mask=m_t & (o_k * 0 + t > 0), other=0.0))
+        b_v = tl.where(o_b[:, None] == t, 1.0, b_v * e_v[None, :])
+        q_t = tl.load(p_q + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
+        k_t = tl.load(p_k + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
+        if NORM:
+            q_t = q_t * tl.load(p_rq + r_t * SR, mask=r_t < n, other=0.0)
+            k_t = k_t * tl.load(p_rk + r_t * SR, mask=r_t < n, other=0.0)
+        b_r3 += (tl.load(p_m1 + r_t * CT + rows)[:, None] * q_t[None, :]
+                 + tl.load(p_m2 + r_t * CT + rows)[:, None] * k_t[None, :]) * b_v
+    return b_r1, b_r2, b_r3
+
+
+@triton.jit
 def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bi: tl.constexpr,
                          BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
                          MAX_EXP: tl.constexpr, ONE_ANCHOR: tl.constexpr = False, p_rq=None, p_rk=None,
@@ -370,12 +425,12 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
     """Rows of block bi of the local kernel's three decay-weighted sums, in registers ([MB, BK] each, BK <= 32):
     r1 = `_row_sums_block`(M1, k), r2 = `_row_sums_block`(M2, k), r3 = `_col_sums_block`(M1, q) +
     `_col_sums_block`(M2, k), with the diagonal blocks as tensor-core products at two anchors
-    (`_anchor_factors`; the element-wise products where the block's range passes MAX_EXP), the columns before the
+    (`_anchor_factors`; `_diag_sums_by_steps` where the block's range passes MAX_EXP), the columns before the
     block (rows) and the rows after it (columns) each as one product with the anchor between them, and the
     factors each side shares computed once. Products in PREC, the diagonal block's in DPREC.
     ONE_ANCHOR (the caller knows every gate >= -MAX_EXP / 8, as a safe gate's lower bound of -5 gives): the
     diagonal block at one anchor, its row 8, as fla's safe-gate path does: every |c_i - c_8| <= 8 |g| <= MAX_EXP,
-    so half the products, no range check and no element-wise form compiled in. NORM: q's and k's rows times their
+    so half the products, no range check and no fall-back compiled in. NORM: q's and k's rows times their
     L2-norm factors at p_rq, p_rk (row stride SR; `_norm_rows`)."""
     MB: tl.constexpr = 16
     NB: tl.constexpr = CT // MB
@@ -412,32 +467,9 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
         b_r2 = e_rl * _xdot(b_m2, b_kl, DPREC) + e_rh * _xdot(b_m2, b_kh, DPREC)
         b_r3 = (e_cl * (_xdot(b_t1, b_q * e_rl, DPREC) + _xdot(b_t2, b_k * e_rl, DPREC))
                 + e_ch * (_xdot(b_t1, b_q * e_rh, DPREC) + _xdot(b_t2, b_k * e_rh, DPREC)))
-        if spread > MAX_EXP:
-            # element-wise, one pair index t at a time (rare: strong gates; few registers, unlike [MB, MB, BK] products):
-            # rows i take M[i, t] k_t e(c_i - c_t), columns j take M[t, j] x_t e(c_t - c_j); c loaded again rather
-            # than kept live through the anchored products (ptxas: 168 -> 234 registers in the last row block)
-            b_c = _within(p_g, SG, n, bi, o_k, m_k)
-            b_r1 = tl.zeros([MB, BK], dtype=ACC)
-            b_r2 = tl.zeros([MB, BK], dtype=ACC)
-            b_r3 = tl.zeros([MB, BK], dtype=ACC)
-            for t in range(MB):
-                r_t = bi * MB + t
-                m_t = m_k & (o_k * 0 + r_t < n)
-                k_t = tl.load(p_k + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
-                q_t = tl.load(p_q + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
-                if NORM:
-                    k_t = k_t * tl.load(p_rk + r_t * SR, mask=r_t < n, other=0.0)
-                    q_t = q_t * tl.load(p_rq + r_t * SR, mask=r_t < n, other=0.0)
-                c_t = tl.sum(tl.where(o_b[:, None] == t, b_c, 0.0), axis=0)
-                w_row = tl.exp(tl.minimum(b_c - c_t[None, :], 0.0))
-                w_col = tl.exp(tl.minimum(c_t[None, :] - b_c, 0.0))
-                m1_col = tl.load(p_m1 + rows * CT + r_t)
-                m2_col = tl.load(p_m2 + rows * CT + r_t)
-                b_r1 += m1_col[:, None] * k_t[None, :] * w_row
-                b_r2 += m2_col[:, None] * k_t[None, :] * w_row
-                m1_row = tl.load(p_m1 + r_t * CT + rows)
-                m2_row = tl.load(p_m2 + r_t * CT + rows)
-                b_r3 += (m1_row[:, None] * q_t[None, :] + m2_row[:, None] * k_t[None, :]) * w_col
+        if spread > MAX_EXP:  # the anchored products above are then thrown away
+            b_r1, b_r2, b_r3 = _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX, p_g, SG, n, o_k, m_k, bi, BK, CT,
+                                                   p_rq, p_rk, SR, NORM)
     if bi > 0:
         # rows: every column j < a = 16 bi in one product (`_earlier_rows`)
         BJ: tl.constexpr = 64 if bi == 3 else (32 if bi == 2 else 16)

@@ -362,31 +362,35 @@ def _gate_chunk(g, A_log, dt_bias, G, q, k, rq, rk, lower_bound, i_hv, r0, n,
 # 2. intra-chunk: A_qk, A_kk; 3. X = (I + A_kk)^-1; 4. W, U, q exp(G), k exp(G_last - G)
 # ----------------------------------------------------------------------------------------------------
 @triton.jit
-def _exact_diag_block(
-    x, k, G, i0, n, BC: tl.constexpr, BK: tl.constexpr,
+def _exact_diag_blocks(
+    q, k, G, i0, n, BC: tl.constexpr, BK: tl.constexpr,
     SX: tl.constexpr, SG: tl.constexpr, K: tl.constexpr, EXP2: tl.constexpr,
 ):
-    """P[i, j] = sum_d x_id k_jd exp(min(G_id - G_jd, 0)) for the 16 rows from i0 (of n valid chunk rows),
-    element-wise in fp32, no product of two exps: the fallback for rows whose decay exceeds MAX_EXP.
-    x, k: chunk-row-0 pointers with row stride SX; G: with row stride SG."""
+    """P[i, j] = sum_d x_id k_jd exp(min(G_id - G_jd, 0)) for the 16 rows from i0 (of n valid chunk rows), with
+    x = k (A_kk's block) and x = q (A_qk's), element-wise in fp32, no product of two exps: the fallback for rows
+    whose decay exceeds MAX_EXP. Each K-chunk's tiles are loaded once and each decay serves both blocks.
+    q, k: chunk-row-0 pointers with row stride SX; G: with row stride SG."""
     o_i = i0 + tl.arange(0, BC)
     m_i = o_i < n
     o_j = tl.arange(0, BC)
-    acc = tl.zeros([BC, BC], dtype=tl.float32)
-    for j in range(BC):
-        col = tl.zeros([BC], dtype=tl.float32)
-        for k0 in range(0, K, BK):
-            o_k = k0 + tl.arange(0, BK)
-            m_k = o_k < K
-            m = m_i[:, None] & m_k[None, :]
-            b_x = tl.load(x + o_i[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
-            g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m, other=0.0)
+    kk = tl.zeros([BC, BC], dtype=tl.float32)
+    qk = tl.zeros([BC, BC], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m = m_i[:, None] & m_k[None, :]
+        b_k = tl.load(k + o_i[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+        b_q = tl.load(q + o_i[:, None] * SX + o_k[None, :], mask=m, other=0.0).to(tl.float32)
+        g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m, other=0.0)
+        for j in range(BC):
             m_kj = m_k & (o_k * 0 + i0 + j < n)
             b_kj = tl.load(k + (i0 + j) * SX + o_k, mask=m_kj, other=0.0).to(tl.float32)
             g_j = tl.load(G + (i0 + j) * SG + o_k, mask=m_kj, other=0.0)
-            col += tl.sum(b_x * b_kj[None, :] * _exp(tl.minimum(g_i - g_j[None, :], 0.0), EXP2), axis=1)
-        acc += tl.where(o_j[None, :] == j, col[:, None], 0.0)
-    return acc
+            b_kw = b_kj[None, :] * _exp(tl.minimum(g_i - g_j[None, :], 0.0), EXP2)
+            here = o_j[None, :] == j
+            kk += tl.where(here, tl.sum(b_k * b_kw, axis=1)[:, None], 0.0)
+            qk += tl.where(here, tl.sum(b_q * b_kw, axis=1)[:, None], 0.0)
+    return kk, qk
 
 
 @triton.jit
@@ -758,8 +762,9 @@ def _intra_block(
             ok_lower = tl.min(tl.where(o_c < BC // 2, ok, True).to(tl.int32), axis=0) > 0
             ok = ok & ((o_c < BC // 2) | ok_lower)
         if tl.min(ok.to(tl.int32), axis=0) == 0:
-            kk = tl.where(ok[:, None], kk, _exact_diag_block(k, k, G, i0, n, BC, BK, SX, SG, K, EXP2))
-            qk = tl.where(ok[:, None], qk, _exact_diag_block(q, k, G, i0, n, BC, BK, SX, SG, K, EXP2))
+            kk_exact, qk_exact = _exact_diag_blocks(q, k, G, i0, n, BC, BK, SX, SG, K, EXP2)
+            kk = tl.where(ok[:, None], kk, kk_exact)
+            qk = tl.where(ok[:, None], qk, qk_exact)
 
     # row and column factors: L2 norms, scale (and beta for A_kk, below)
     if L2_HERE:

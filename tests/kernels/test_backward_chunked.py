@@ -298,6 +298,24 @@ def test_anchored_blocks_fall_back_past_max_exp(dtype, monkeypatch):
             check(x, bar=bar)
 
 
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=pytest.mark.slow), f64])
+def test_every_block_of_the_sums_by_running_products(dtype, monkeypatch):
+    """With MAX_EXP below any block's range, every diagonal block of the sums takes the fall-back
+    (`_diag_sums_by_steps`: decays as running products of the gates' exps, rows and columns by pair index):
+    the usual bars against float64 on two packed sequences with ragged last blocks, GVA and K = 20 (K-tiles of 16,
+    the last masked), and gradients unlike the anchored products' (the fall-back ran)."""
+    from kda_trace.kernels import backward_chunked
+
+    monkeypatch.setitem(backward.LAUNCH, "sums_bk", 16)
+    x = make(1, 150, 1, 2, 20, 24, seed=12, n_seqs=2, g_low=-3.0, dtype=dtype)
+    cu = torch.tensor([0, 93, 150])
+    bar = 1e-12 if dtype == f64 else 1e-5
+    anchored = check(x, cu_seqlens=cu, bar=bar)
+    monkeypatch.setattr(backward_chunked, "MAX_EXP", tl.constexpr(-1.0))
+    steps = check(x, cu_seqlens=cu, bar=bar)
+    assert not torch.equal(steps.dg, anchored.dg) and not torch.equal(steps.dq, anchored.dq)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
 @pytest.mark.slow
 def test_sums_at_one_anchor_under_a_gate_bound(dtype, monkeypatch):

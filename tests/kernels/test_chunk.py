@@ -422,6 +422,33 @@ def test_strong_gates_take_the_exact_path():
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
+def test_every_row_through_the_exact_path(monkeypatch):
+    """With MAX_EXP below any row's range, every row of every diagonal block takes the exact element-wise path
+    (`_exact_diag_blocks`, A_kk's and A_qk's blocks together): mild precomputed decays (every row within range by
+    default) with the L2 norm in the op, on packed sequences with ragged last blocks, GVA and K = 40 (K-chunks of
+    32, the last masked): o and the final state within budget, and kept fp32 chunk matrices unlike the anchored
+    products' (o and the state can come out the same bits: A_qk and X are rounded to bf16 on the way)."""
+    from kda_trace.kernels import chunk
+
+    cu = torch.tensor([0, 37, 130])
+    x = make(1, 130, 1, 2, 40, 24, seed=14, n_seqs=2)
+    opts = KDAOptions(use_qk_l2norm=True, output_final_state=True)
+
+    def kept_matrices():
+        kept = {}
+        kda_chunk(*(x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")), opts, initial_state=x["h0"].to(DEVICE),
+                  cu_seqlens=cu.to(DEVICE), saved=kept)
+        return kept
+
+    anchored = kept_matrices()
+    monkeypatch.setattr(chunk, "MAX_EXP", -1.0)
+    o, ht, o_ref, h_ref = run_case(x, opts, cu_seqlens=cu)
+    assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
+    exact = kept_matrices()
+    assert not torch.equal(exact["P"], anchored["P"]) and not torch.equal(exact["Aqk"], anchored["Aqk"])
+    assert (exact["P"] - anchored["P"]).abs().max() <= 1e-4 and (exact["Aqk"] - anchored["Aqk"]).abs().max() <= 1e-4
+
+
 # ----------------------------------------------------------------------------------------------------------
 # the speed variants of chunk.LAUNCH: each on against the defaults, on the cases that reach every path
 def _variant_cases():
