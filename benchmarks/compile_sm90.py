@@ -3,7 +3,7 @@ end, its NVIDIA passes and ptxas. Catches what the interpreter accepts but the c
 ptxas's register and spill report for the backward's launch settings.
 
     python benchmarks/compile_sm90.py [--spills] [--chunked]
-    python benchmarks/compile_sm90.py --forward [--heads N] [--precomputed] [--only gate,wu,...] [KEY=VALUE ...]
+    python benchmarks/compile_sm90.py --forward [--heads N] [--precomputed | --layer] [--only gate,...] [KEY=VALUE ...]
     python benchmarks/compile_sm90.py --fused-decode
 
 --chunked: only the chunked mode's kernels (backward.LAUNCH["mode"] = "chunked": kernels/backward_chunked.py's
@@ -14,7 +14,9 @@ settings of chunk.LAUNCH (as bench_chunk.py --ab takes them), each kernel's ptxa
 programs per SM its registers allow and its shared memory. The shape is bench_chunk.py's K3 one (96 heads, K = V =
 128, safe gate, L2 norm in the kernel, beta a probability, initial and final state); --heads sets the (sequence,
 head) pairs (it picks the state pass's V-tile and stages), --precomputed the "pre" shapes (a precomputed gate, no L2
-norm in the op), --only a subset (gate, intra, solve, wu, state, output).
+norm in the op), --layer fla's layer configuration (the unbounded gate and the L2 norm in the op: the intra kernel
+with its range check, as bench_backward.py's "layer" shapes run it), --only a subset (gate, intra, solve, wu, state,
+output).
 
 Run it without TRITON_INTERPRET (the kernels must be compiled, not interpreted). Exit 1 on any failure.
 """
@@ -270,7 +272,7 @@ def forward_kernels(launch: dict, heads: int, gate_kind: str):
     GATE = gate_kind
     L = launch
     exp2 = L["exp2"]
-    l2norm = GATE == "safe"  # bench_chunk.py's shapes: the L2 norm in the op with the safe gate only
+    l2norm = GATE != "precomputed"  # bench_chunk.py's shapes and --layer: the L2 norm in the op with a gate in it
     l2_in_intra = l2norm and L["l2_in_intra"]
     ptr = lambda t, *names: {n: f"*{t}" for n in names}  # noqa: E731
     tables = {"cu_seqlens": "*i64", "chunk_indices": "*i32"}
@@ -350,13 +352,12 @@ def forward_kernels(launch: dict, heads: int, gate_kind: str):
     return out
 
 
-def forward_mode(heads: int, precomputed: bool, only: list[str] | None, settings: list[str]) -> bool:
+def forward_mode(heads: int, gate_kind: str, only: list[str] | None, settings: list[str]) -> bool:
     """--forward: the chunked forward's kernels (kernels/chunk.py) with these launch settings (KEY=VALUE, all applied
     together; none: the defaults); True if every kernel compiled."""
     from bench_chunk import parse_launch
 
     changes = parse_launch(",".join(settings), "compile_sm90.py --forward") if settings else {}
-    gate_kind = "precomputed" if precomputed else "safe"
     print(f"\nforward, {heads} (sequence, head) pairs, {gate_kind} gate, {changes or 'defaults'}:")
     launch = {**chunk.LAUNCH, **changes}
     ok = True
@@ -412,6 +413,7 @@ def main() -> int:
     ap.add_argument("--forward", action="store_true", help="the chunked forward's kernels (kernels/chunk.py) instead")
     ap.add_argument("--heads", type=int, default=96, help="--forward: (sequence, head) pairs (default 96)")
     ap.add_argument("--precomputed", action="store_true", help="--forward: a precomputed gate, no L2 norm in the op")
+    ap.add_argument("--layer", action="store_true", help="--forward: the unbounded gate and the L2 norm in the op")
     ap.add_argument("--only", default=None, help="--forward: only these kernels (gate,intra,solve,wu,state,output)")
     ap.add_argument("settings", nargs="*", metavar="KEY=VALUE", help="--forward: chunk.LAUNCH settings")
     ap.add_argument("--fused-decode", action="store_true", help="the fused decode kernel (kernels/fused_decode.py) "
@@ -426,7 +428,8 @@ def main() -> int:
         fused_decode_mode()
         return 0
     if a.forward:
-        return 0 if forward_mode(a.heads, a.precomputed, a.only.split(",") if a.only else None, a.settings) else 1
+        gate_kind = "precomputed" if a.precomputed else ("unbounded" if a.layer else "safe")
+        return 0 if forward_mode(a.heads, gate_kind, a.only.split(",") if a.only else None, a.settings) else 1
     chunked_mode(a.spills)
     if a.chunked:
         return 0
