@@ -32,6 +32,7 @@ import shutil
 import signal
 import threading
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -1252,11 +1253,24 @@ def _timing_fields(timing) -> Dict[str, Any]:
     return asdict(timing if timing is not None else TimingConfig())
 
 
+CUBLAS_CONTEXT_WARNING = "Attempting to run cuBLAS, but there was no current CUDA context"
+"""The start of a warning torch gives once per process when autograd's device thread first calls cuBLAS (the backward
+references do) before a CUDA context is current on that thread; torch then makes the primary context current, so
+it is harmless, and on the console of a GPU run it was the only thing printed between the workloads' lines (once
+per worker)."""
+
+
+def quiet_harmless_warnings() -> None:
+    """Ignore, in this process, the warnings known to be harmless (CUBLAS_CONTEXT_WARNING)."""
+    warnings.filterwarnings("ignore", message=CUBLAS_CONTEXT_WARNING, category=UserWarning)
+
+
 def worker_main(conn, config: RunConfig, device: str) -> None:
     """Worker process: receive Tasks, send ('phase', spec, name) / ('record', json) / ('done',) messages."""
     from .reaper import die_with_parent
 
     die_with_parent()  # with the runner, however it ends
+    quiet_harmless_warnings()
     parent = mp.parent_process()
     if parent is not None and os.getppid() != parent.pid:
         os._exit(1)  # the runner ended before die_with_parent could see it

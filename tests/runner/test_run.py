@@ -300,3 +300,18 @@ def test_a_precompile_pass_changes_no_verdict_and_survives_hangs_and_crashes(tmp
     profile = json.loads((out / "profile.json").read_text())
     assert "precompile" in profile["categories"]
     assert sum(p["seconds"] for p in profile["phases"] if p["category"] == "precompile") > 0
+
+
+def test_workers_quiet_only_the_known_harmless_warning():
+    """A worker ignores torch's warning about cuBLAS finding no current CUDA context (autograd's device thread in a
+    backward reference; torch then makes the primary context current), and nothing else."""
+    import warnings
+
+    from kda_trace.runner import CUBLAS_CONTEXT_WARNING, quiet_harmless_warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_harmless_warnings()
+        warnings.warn(CUBLAS_CONTEXT_WARNING + "! Attempting to set the primary context...", UserWarning, stacklevel=1)
+        warnings.warn("Attempting to run something else", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["Attempting to run something else"]
