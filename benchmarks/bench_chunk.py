@@ -359,14 +359,15 @@ def parse_ab(spec):
     return name, parse_launch(changes_text, f"--ab {spec}")
 
 
-def parse_launch(text, where="--launch"):
+def parse_launch(text, where="--launch", launch=None):
     """{launch setting: value} of `KEY=VALUE,...` (None, True, False, an int, or else the text, e.g. a dot precision);
-    exits on an unknown setting."""
+    exits on a setting not in `launch` (default: kernels/chunk.py's LAUNCH)."""
+    launch = ours.LAUNCH if launch is None else launch
     changes = {}
     for item in text.split(","):
         key, _, value = item.partition("=")
-        if key not in ours.LAUNCH:
-            raise SystemExit(f"{where}: {key!r} is not a launch setting ({', '.join(ours.LAUNCH)})")
+        if key not in launch:
+            raise SystemExit(f"{where}: {key!r} is not a launch setting ({', '.join(launch)})")
         if value in ("None", "True", "False"):
             changes[key] = {"None": None, "True": True, "False": False}[value]
         else:

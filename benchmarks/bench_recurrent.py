@@ -320,16 +320,16 @@ class FusedCase:
         return lambda: self.copy_dst[i].copy_(self.copy_src[i])
 
 
-def parse_launch(text):
-    """'block_v=32,num_warps=4' -> {'block_v': 32, 'num_warps': 4}, keys of kernels/fused_decode.py's LAUNCH."""
+def parse_fused_launch(text):
+    """'block_v=32,num_warps=4' -> {'block_v': 32, 'num_warps': 4}, keys of kernels/fused_decode.py's LAUNCH (parsed
+    as bench_chunk.py's --launch is); every value an int >= 0."""
+    from bench_chunk import parse_launch
+
     from kda_trace.kernels import fused_decode
 
-    settings = {}
-    for item in text.split(","):
-        key, _, value = item.partition("=")
-        if key not in fused_decode.LAUNCH or not value.isdigit():
-            raise SystemExit(f"--fused-launch {text!r}: expected KEY=INT with KEY in {sorted(fused_decode.LAUNCH)}")
-        settings[key] = int(value)
+    settings = parse_launch(text, f"--fused-launch {text!r}", fused_decode.LAUNCH)
+    if not all(type(v) is int and v >= 0 for v in settings.values()):
+        raise SystemExit(f"--fused-launch {text!r}: expected KEY=INT with KEY in {sorted(fused_decode.LAUNCH)}")
     return settings
 
 
@@ -359,7 +359,7 @@ def fused_implementations(H, no_fla=False, launches=()):
     d = load_dataset().definitions[FUSED_DEFINITIONS[H]]  # tags, gate and NORM_EPS; the pool dtype is the tensor's
     impls, skipped = {"ours": build_fused_decode(d)}, {}
     for text in launches:
-        impls[f"ours[{text}]"] = with_launch(impls["ours"], parse_launch(text))
+        impls[f"ours[{text}]"] = with_launch(impls["ours"], parse_fused_launch(text))
     for name, solution in (("fla", FlaSolution), ("flashinfer", FlashInferSolution)):
         if name == "fla" and no_fla:
             skipped[name] = "--no-fla"
