@@ -2,7 +2,7 @@
 RMSNorm (the fused_decode family, docs/KDA_FAMILIES.md; FlashInfer's `fused_kda_decode`).
 
 One launch per call; one program per (request row, head) steps that head's [V, K] state (K-last), whole or in
-blocks of rows (LAUNCH; docs/KERNELS.md). Per live row (slot s = state_indices[n] > 0), in float32:
+blocks of rows (launch_for; docs/KERNELS.md). Per live row (slot s = state_indices[n] > 0), in float32:
 
     prologue  for q, k and v of the head: y = w0 h0 + w1 h1 + w2 h2 + w3 x over the slot's convolution window
               (oldest first), mixed = y sigmoid(y), rounded to bf16; the window moves by one, [h1, h2, x];
@@ -29,13 +29,28 @@ from kda_trace.kernels.common import GATE_CODES
 from kda_trace.kernels.gate import softplus
 from kda_trace.kernels.recurrent import _to_bf16_rne
 
-LAUNCH = {"num_warps": 8, "block_v": 128}
-"""num_warps per program; block_v: rows of the [V, K] state a program steps at a time. At block_v >= D (the
-default) it holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values a thread; ptxas for sm_90: 255
-registers and about 290 bytes of spills a thread). Below D it loops over row blocks (each block's v convolution,
-step and o in turn; o is stored unnormalised and read back for the RMSNorm): fewer registers a thread, the same
-bytes moved. `benchmarks/bench_recurrent.py --fused-decode --fused-launch block_v=32,num_warps=4` times a
-setting, `benchmarks/compile_sm90.py --fused-decode` reports its registers."""
+LAUNCH = {"num_warps": 0, "block_v": 0}
+"""num_warps per program; block_v: rows of the [V, K] state a program steps at a time; 0: by the number of programs
+(`launch_for`). At block_v >= D a program holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values
+a thread; ptxas for sm_90: 255 registers and about 290 bytes of spills a thread). Below D it loops over row blocks
+(each block's v convolution, step and o in turn; o is stored unnormalised and read back for the RMSNorm): fewer
+registers a thread, the same bytes moved. `benchmarks/bench_recurrent.py --fused-decode --fused-launch
+block_v=32,num_warps=4` times a setting, `benchmarks/compile_sm90.py --fused-decode` reports its registers."""
+
+FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128}
+MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16}
+MANY_PROGRAMS = 512
+"""From this many programs (rows x heads) on, MANY_PROGRAMS_LAUNCH. On an H200 (bench_recurrent.py --fused-decode,
+2026-11-30, float32 pools) the whole state in a program is fastest while the programs are few and a program's
+latency is the step's (12 heads x 1 row: 7.7 against 20.3 us; 12 x 32 = 384 programs: 26.0 against 28.4 us), row
+blocks of 16 under 4 warps once they are many (12 x 64 = 768: 38.7 against 49.1 us; 32 x 32 = 1024: 46.0 against
+75.3 us; 32 x 256: 0.317 against 0.571 ms)."""
+
+
+def launch_for(programs: int) -> dict:
+    """num_warps and block_v for a launch of `programs` programs: LAUNCH's where set, else by MANY_PROGRAMS."""
+    chosen = MANY_PROGRAMS_LAUNCH if programs >= MANY_PROGRAMS else FEW_PROGRAMS_LAUNCH
+    return {key: LAUNCH[key] or chosen[key] for key in chosen}
 
 
 @triton.jit
@@ -87,7 +102,7 @@ def _fused_decode_kernel(
     H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, W: tl.constexpr, BW: tl.constexpr,
     GATE: tl.constexpr,  # 1 unbounded, 2 safe
     STATE_BF16: tl.constexpr,
-    BV: tl.constexpr,  # state rows a step at a time (LAUNCH["block_v"]); >= BD: all at once
+    BV: tl.constexpr,  # state rows a step at a time (launch_for); >= BD: all at once
 ):
     pid = tl.program_id(0).to(tl.int64)
     i_n = pid // H
@@ -215,11 +230,12 @@ def fused_decode(x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_poo
         out = torch.empty((B, H, D), dtype=torch.bfloat16, device=x.device)
     if B == 0:
         return out
+    launch = launch_for(B * H)
     _fused_decode_kernel[(B * H,)](
         x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_pool, state_indices, output_gate, norm_weight,
         out, float(scale), float(lower_bound), float(norm_eps), x.stride(0), conv_state.stride(0),
         state_pool.stride(0),
         H=H, D=D, BD=triton.next_power_of_2(D), W=W, BW=triton.next_power_of_2(W - 1), GATE=GATE_CODES[gate],
-        STATE_BF16=state_pool.dtype == torch.bfloat16, BV=triton.next_power_of_2(LAUNCH["block_v"]),
-        num_warps=LAUNCH["num_warps"])
+        STATE_BF16=state_pool.dtype == torch.bfloat16, BV=triton.next_power_of_2(launch["block_v"]),
+        num_warps=launch["num_warps"])
     return out

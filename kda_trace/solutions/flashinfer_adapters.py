@@ -192,6 +192,7 @@ class FlashInferSolution:
         return unsupported_reason(definition, self._capability(), flashinfer_version())
 
     def build(self, definition: Definition, device: str) -> Callable[..., Any]:
+        use_writable_workspace()
         import flashinfer
 
         stage = definition.tag("stage")
@@ -205,14 +206,40 @@ class FlashInferSolution:
         return lambda **inputs: call(flashinfer, inputs, opts, backend)
 
 
+WORKSPACE_ENV = "FLASHINFER_WORKSPACE_BASE"
+
+
+def use_writable_workspace() -> None:
+    """Point FlashInfer's JIT workspace (its log and the kernels it compiles, under $FLASHINFER_WORKSPACE_BASE/.cache,
+    by default the home directory) at this process's temporary directory when the default cannot be written: in the
+    runner's sandbox the home directory is read-only, and `import flashinfer` then fails opening its JIT log
+    (OSError, read-only file system). The kernels are compiled per process there (about 2 s each on an H200); a cache
+    that solutions' processes share would let one plant code for another. Before `import flashinfer`, which reads
+    the variable once; a value already set is kept."""
+    if os.environ.get(WORKSPACE_ENV):
+        return
+    home = os.path.expanduser("~")
+    target = os.path.join(home, ".cache", "flashinfer")
+    while not os.path.exists(target):
+        target = os.path.dirname(target)
+    if not os.access(target, os.W_OK):
+        import tempfile
+
+        os.environ[WORKSPACE_ENV] = tempfile.gettempdir()
+
+
 def _common(inputs: Dict[str, Any], opts: Dict[str, Any], backend: str) -> Dict[str, Any]:
     return {"A_log": inputs["A_log"], "dt_bias": inputs["dt_bias"].reshape(-1), "scale": float(inputs["scale"]),
             "backend": backend, **opts}
 
 
 def _int32(t: torch.Tensor) -> torch.Tensor:
-    """int32 as FlashInfer takes slots and offsets (the tensor itself when it already is)."""
-    return t if t.dtype == torch.int32 else t.to(torch.int32)
+    """int32 as FlashInfer takes slots and offsets, 16-byte aligned as its CuTe DSL kernels require (the tensor
+    itself when it already is; a view into a larger tensor may not be: fused_kda_decode refused a one-row slice on an
+    H200 with "Misaligned Tensor data on argument #7")."""
+    if t.dtype == torch.int32 and t.data_ptr() % 16 == 0:
+        return t
+    return torch.empty(t.shape, dtype=torch.int32, device=t.device).copy_(t)
 
 
 def decode(fi, inputs: Dict[str, Any], opts: Dict[str, Any], backend: str):

@@ -317,3 +317,26 @@ def test_definition_shapes_larger_batch(name):
     want = run_reference(compile_reference(d.reference, d.name), x)
     bad = judge(d, x, want, run_kernel(d, x))
     assert not bad, f"{name}: " + "; ".join(bad)
+
+
+def test_launch_chosen_by_the_number_of_programs(monkeypatch):
+    """Whole state per program while the programs are few, row blocks from MANY_PROGRAMS on, LAUNCH pinning either;
+    and a launch past the threshold (lowered here, so that the interpreter runs few programs) gives the pools bit
+    for bit as the whole state does."""
+    from kda_trace.kernels import fused_decode as module
+
+    assert module.launch_for(module.MANY_PROGRAMS - 1) == module.FEW_PROGRAMS_LAUNCH
+    assert module.launch_for(module.MANY_PROGRAMS) == module.MANY_PROGRAMS_LAUNCH
+    monkeypatch.setitem(module.LAUNCH, "block_v", 32)
+    assert module.launch_for(1)["block_v"] == 32 and module.launch_for(1 << 20)["block_v"] == 32
+    monkeypatch.setitem(module.LAUNCH, "block_v", 0)
+
+    d = definitions()[NAMES[0]]
+    slots = [3, -1, 1, 5]
+    x = small_inputs(d, len(slots), 2, 32, slots, 7, seed=11)
+    whole = run_small_kernel(d, x)
+    monkeypatch.setattr(module, "MANY_PROGRAMS", 2)
+    monkeypatch.setitem(module.MANY_PROGRAMS_LAUNCH, "block_v", 8)  # below D = 32: row blocks
+    blocks = run_small_kernel(d, x)
+    for out in OUTPUTS:
+        assert torch.equal(blocks[out].view(torch.uint8), whole[out].view(torch.uint8)), out

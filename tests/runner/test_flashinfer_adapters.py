@@ -489,3 +489,40 @@ def test_fused_decode_on_flashinfer(ds, name):
         for o in d.outputs:
             m = compare_output(d, o, ref[o].cpu(), out[o].cpu(), tolerance_for(d, o))
             assert m.passed, f"{name} {o} ({w.axes}): {m.reason}"
+
+
+
+def test_flashinfer_workspace_moves_to_tmpdir_only_when_home_is_read_only(tmp_path, monkeypatch):
+    """In the runner's sandbox the home directory is read-only and `import flashinfer` failed opening its JIT log
+    there (every flashinfer record a COMPILE_ERROR on an H200): the workspace then goes to TMPDIR."""
+    import os
+
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp))
+    monkeypatch.delenv(fa.WORKSPACE_ENV, raising=False)
+    fa.use_writable_workspace()
+    assert fa.WORKSPACE_ENV not in os.environ  # a writable home keeps FlashInfer's default
+    writable = os.access
+    monkeypatch.setattr(fa.os, "access", lambda path, mode: False if str(path).startswith(str(home))
+                        else writable(path, mode))  # as the sandbox's read-only mount answers (root included)
+    fa.use_writable_workspace()
+    assert os.environ[fa.WORKSPACE_ENV] == str(tmp)
+    monkeypatch.setenv(fa.WORKSPACE_ENV, "/chosen")
+    fa.use_writable_workspace()
+    assert os.environ[fa.WORKSPACE_ENV] == "/chosen"  # a value already set is kept
+
+
+def test_slots_passed_int32_and_aligned():
+    """FlashInfer's CuTe DSL kernels take 16-byte aligned slot tensors: a misaligned int32 view is copied, an aligned
+    int32 tensor passed as it is, int64 converted."""
+    slots = torch.arange(8, dtype=torch.int32)
+    assert fa._int32(slots) is slots
+    view = slots[1:2]
+    assert view.data_ptr() % 16 != 0
+    fixed = fa._int32(view)
+    assert fixed.data_ptr() % 16 == 0 and fixed.dtype == torch.int32 and torch.equal(fixed, view)
+    wide = fa._int32(slots.long())
+    assert wide.dtype == torch.int32 and torch.equal(wide, slots)
