@@ -382,8 +382,9 @@ def forward_mode(heads: int, gate_kind: str, only: list[str] | None, settings: l
     return ok
 
 
-FUSED_DECODE_SETTINGS = [(128, 8), (128, 16), (64, 4), (64, 8), (32, 2), (32, 4), (16, 2), (16, 4)]
-"""(block_v, num_warps) settings of kernels/fused_decode.py's LAUNCH that --fused-decode compiles."""
+FUSED_DECODE_SETTINGS = [(128, 8, 0), (128, 16, 0), (64, 4, 0), (64, 8, 0), (32, 2, 0), (32, 4, 0), (32, 4, 1),
+                         (16, 2, 0), (16, 4, 0), (16, 4, 1)]
+"""(block_v, num_warps, prefetch) settings of kernels/fused_decode.py's LAUNCH that --fused-decode compiles."""
 
 
 def fused_decode_mode() -> None:
@@ -397,11 +398,12 @@ def fused_decode_mode() -> None:
                    state_pool=f"*{pool}", state_indices="*i32", scale="fp32", lower_bound="fp32", norm_eps="fp32",
                    stride_x="i64", stride_cs="i64", stride_sp="i64")
         for gate_code in (1, 2):
-            for block_v, warps in FUSED_DECODE_SETTINGS:
-                consts = dict(H=12, D=128, BD=128, W=4, BW=4, GATE=gate_code, STATE_BF16=pool == "bf16", BV=block_v)
+            for block_v, warps, prefetch in FUSED_DECODE_SETTINGS:
+                consts = dict(H=12, D=128, BD=128, W=4, BW=4, GATE=gate_code, STATE_BF16=pool == "bf16", BV=block_v,
+                              PREFETCH=bool(prefetch))
                 k = compile_kernel(fused_decode._fused_decode_kernel, sig, consts, warps)
-                print(f"fused decode {pool} pool gate {gate_code} block_v={block_v} warps={warps}: ok",
-                      *ptxas_report(k))
+                print(f"fused decode {pool} pool gate {gate_code} block_v={block_v} warps={warps} prefetch={prefetch}: "
+                      "ok", *ptxas_report(k))
 
 
 def main() -> int:

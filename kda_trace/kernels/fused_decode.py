@@ -29,16 +29,17 @@ from kda_trace.kernels.common import GATE_CODES
 from kda_trace.kernels.gate import softplus
 from kda_trace.kernels.recurrent import _to_bf16_rne
 
-LAUNCH = {"num_warps": 0, "block_v": 0}
-"""num_warps per program; block_v: rows of the [V, K] state a program steps at a time; 0: by the number of programs
-(`launch_for`). At block_v >= D a program holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values
+LAUNCH = {"num_warps": 0, "block_v": 0, "prefetch": 0}
+"""num_warps per program; block_v: rows of the [V, K] state a program steps at a time; prefetch (1: on), with row
+blocks, loads the next block's state before stepping this one's (the loop's loads otherwise wait one after the
+other; not yet timed on a GPU); 0: by the number of programs (`launch_for`). At block_v >= D a program holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values
 a thread; ptxas for sm_90: 255 registers and about 290 bytes of spills a thread). Below D it loops over row blocks
 (each block's v convolution, step and o in turn; o is stored unnormalised and read back for the RMSNorm): fewer
 registers a thread, the same bytes moved. `benchmarks/bench_recurrent.py --fused-decode --fused-launch
 block_v=32,num_warps=4` times a setting, `benchmarks/compile_sm90.py --fused-decode` reports its registers."""
 
-FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128}
-MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16}
+FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128, "prefetch": 0}
+MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 0}
 MANY_PROGRAMS = 512
 """From this many programs (rows x heads) on, MANY_PROGRAMS_LAUNCH. On an H200 (bench_recurrent.py --fused-decode,
 2026-11-30, float32 pools) the whole state in a program is fastest while the programs are few and a program's
@@ -48,7 +49,8 @@ blocks of 16 under 4 warps once they are many (12 x 64 = 768: 38.7 against 49.1 
 
 
 def launch_for(programs: int) -> dict:
-    """num_warps and block_v for a launch of `programs` programs: LAUNCH's where set, else by MANY_PROGRAMS."""
+    """num_warps, block_v and prefetch for a launch of `programs` programs: LAUNCH's where set, else by
+    MANY_PROGRAMS."""
     chosen = MANY_PROGRAMS_LAUNCH if programs >= MANY_PROGRAMS else FEW_PROGRAMS_LAUNCH
     return {key: LAUNCH[key] or chosen[key] for key in chosen}
 
@@ -83,8 +85,13 @@ def _move_window(p_win, o_d, mask, window, xv, W: tl.constexpr, BW: tl.constexpr
 def _step_rows(p_h, m_h, b_v, b_k, b_q, b_decay, b_beta, STATE_BF16: tl.constexpr):
     """The step on some rows of the slot's [V, K] state (p_h: their elements, m_h: their mask; b_v: their v),
     stored in place; returns their o (fp32)."""
-    b_h = tl.load(p_h, mask=m_h, other=0.0).to(tl.float32)
-    b_h = b_h * b_decay[None, :]
+    return _step_loaded(p_h, m_h, tl.load(p_h, mask=m_h, other=0.0), b_v, b_k, b_q, b_decay, b_beta, STATE_BF16)
+
+
+@triton.jit
+def _step_loaded(p_h, m_h, b_h, b_v, b_k, b_q, b_decay, b_beta, STATE_BF16: tl.constexpr):
+    """_step_rows on rows already loaded (b_h, as stored)."""
+    b_h = b_h.to(tl.float32) * b_decay[None, :]
     b_u = (b_v - tl.sum(b_h * b_k[None, :], axis=1)) * b_beta
     b_h = b_h + b_u[:, None] * b_k[None, :]
     b_o = tl.sum(b_h * b_q[None, :], axis=1)
@@ -103,6 +110,7 @@ def _fused_decode_kernel(
     GATE: tl.constexpr,  # 1 unbounded, 2 safe
     STATE_BF16: tl.constexpr,
     BV: tl.constexpr,  # state rows a step at a time (launch_for); >= BD: all at once
+    PREFETCH: tl.constexpr,  # BV < BD: load the next row block's state before stepping this one's
 ):
     pid = tl.program_id(0).to(tl.int64)
     i_n = pid // H
@@ -155,14 +163,24 @@ def _fused_decode_kernel(
     else:
         sum_sq = 0.0
         o_r = tl.arange(0, BV)
+        if PREFETCH:
+            b_next = tl.load(p_s + (o_r[:, None] * D + o_d[None, :]), mask=(o_r < D)[:, None] & m_d[None, :],
+                             other=0.0)
         for r0 in range(0, D, BV):
             r = r0 + o_r
             m_r = r < D
             b_v, v_win, v_x = _conv_silu(p_xv, p_wv, p_winv, r, m_r, HD, W, BW)
             tl.debug_barrier()
             _move_window(p_winv, r, m_r, v_win, v_x, W, BW)
-            b_o = _step_rows(p_s + (r[:, None] * D + o_d[None, :]), m_r[:, None] & m_d[None, :], b_v, b_k, b_q,
-                             b_decay, b_beta, STATE_BF16)
+            p_h = p_s + (r[:, None] * D + o_d[None, :])
+            m_h = m_r[:, None] & m_d[None, :]
+            if PREFETCH:  # the next block's rows are other elements than this block's, which are stored below
+                b_h = b_next
+                m_n = (r + BV) < D
+                b_next = tl.load(p_h + BV * D, mask=m_n[:, None] & m_d[None, :], other=0.0)
+                b_o = _step_loaded(p_h, m_h, b_h, b_v, b_k, b_q, b_decay, b_beta, STATE_BF16)
+            else:
+                b_o = _step_rows(p_h, m_h, b_v, b_k, b_q, b_decay, b_beta, STATE_BF16)
             b_o = _to_bf16_rne(b_o)
             tl.store(p_o + r, b_o.to(p_o.dtype.element_ty), mask=m_r)  # exact: o is bf16
             b_o = b_o.to(tl.float32)
@@ -237,5 +255,5 @@ def fused_decode(x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_poo
         state_pool.stride(0),
         H=H, D=D, BD=triton.next_power_of_2(D), W=W, BW=triton.next_power_of_2(W - 1), GATE=GATE_CODES[gate],
         STATE_BF16=state_pool.dtype == torch.bfloat16, BV=triton.next_power_of_2(launch["block_v"]),
-        num_warps=launch["num_warps"])
+        PREFETCH=bool(launch["prefetch"]), num_warps=launch["num_warps"])
     return out

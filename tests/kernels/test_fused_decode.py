@@ -180,10 +180,11 @@ def test_matches_reference_small(name, H, D, slots, pool_size):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("block_v,D", [(8, 32), (16, 24)])  # 24: the last row block is masked
-def test_row_blocks_match_reference_and_the_whole_state(name, block_v, D, monkeypatch):
-    """The kernel stepping the state block_v rows at a time (LAUNCH["block_v"] < D): the same judge as the whole
-    state at once, and both pools bit for bit the same as the whole state gives (each row's step is the same)."""
+@pytest.mark.parametrize("block_v,D,prefetch", [(8, 32, 0), (16, 24, 0), (8, 32, 1), (16, 24, 1)])  # 24: masked
+def test_row_blocks_match_reference_and_the_whole_state(name, block_v, D, prefetch, monkeypatch):
+    """The kernel stepping the state block_v rows at a time (LAUNCH["block_v"] < D), with and without loading the
+    next block ahead: the same judge as the whole state at once, and both pools bit for bit the same as the whole
+    state gives (each row's step is the same)."""
     from kda_trace.kernels import fused_decode as module
 
     d = definitions()[name]
@@ -192,6 +193,7 @@ def test_row_blocks_match_reference_and_the_whole_state(name, block_v, D, monkey
     want = run_reference(small_reference(d, 2, D), x)
     whole = run_small_kernel(d, x)
     monkeypatch.setitem(module.LAUNCH, "block_v", block_v)
+    monkeypatch.setitem(module.LAUNCH, "prefetch", prefetch)
     blocks = run_small_kernel(d, x)
     bad = judge(d, x, want, blocks)
     assert not bad, f"{name} block_v={block_v} D={D}: " + "; ".join(bad)
