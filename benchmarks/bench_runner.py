@@ -115,9 +115,12 @@ def main() -> int:
     args, extra = p.parse_known_args()
     sys.path.insert(0, str(ROOT))
 
+    from kda_trace.run_profile import first_use_line
+
     if args.profile:
         profile = json.loads((Path(args.profile) / "profile.json").read_text())
         print(table(profile, args.slowest))
+        print(first_use_line(profile, profile.get("wall_s")))
         return 0
     work = Path(tempfile.mkdtemp(prefix="bench_runner_"))
     dataset = Path(args.dataset)
@@ -165,6 +168,7 @@ def main() -> int:
     profile = json.loads(profile_path.read_text())
     profile["command_wall_s"] = round(wall, 3)
     print(table(profile, args.slowest))
+    print(first_use_line(profile, profile.get("wall_s")))
     print(f"the command took {wall:.1f} s (exit code {rc}); records: {record_statuses(out)}")
     from kda_trace.run_profile import eta_accuracy
 

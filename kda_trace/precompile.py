@@ -80,9 +80,10 @@ class PrecompileItem:
 
 
 def plan(tasks, size_of: Callable[[object], int], max_bytes: int = PRECOMPILE_MAX_BYTES) -> List[PrecompileItem]:
-    """Every (solution, workload) of `tasks`: those whose bytes (`size_of(task)`: its inputs' and outputs') are at
-    most `max_bytes`, the smallest workload of each (solution, definition) first, then the larger ones (`large`),
-    smallest first; none of the built-in `reference` solution, which compiles nothing (its float64 references, many
+    """Every (solution, workload) of `tasks`, one solution after the other (in the order the tasks name them, so
+    that the run can report each one's share of the pass's wall time): those whose bytes (`size_of(task)`: its
+    inputs' and outputs') are at most `max_bytes`, the smallest workload of each (solution, definition) first; then
+    the larger ones (`large`), smallest first; none of the built-in `reference` solution, which compiles nothing (its float64 references, many
     at once, would only take the GPU's memory)."""
     firsts, rest, large = {}, [], []
     for task in tasks:
@@ -105,17 +106,21 @@ def plan(tasks, size_of: Callable[[object], int], max_bytes: int = PRECOMPILE_MA
     for _, item in firsts.values():
         item.first = True
     large.sort(key=lambda item: item[0])
-    return [item for _, item in firsts.values()] + [item for _, item in rest] + [item for _, item in large]
+    order = {spec: i for i, spec in enumerate(dict.fromkeys(spec for task in tasks for spec in task.solutions))}
+    small = [item for _, item in firsts.values()] + [item for _, item in rest]
+    small.sort(key=lambda item: order[item.spec])  # stable: each solution's firsts, then its others
+    return small + [item for _, item in large]
 
 
 def precompile(items: List[PrecompileItem], config, processes: int, pinned: Callable[[object], Dict[str, List[int]]],
                charge: Optional[Callable[[str, str, float], None]] = None,
-               max_s: Optional[float] = None) -> Tuple[int, int, int]:
+               max_s: Optional[float] = None, ended: Optional[Dict[str, float]] = None) -> Tuple[int, int, int]:
     """Run the precompile calls of `items` in `processes` processes per solution, for at most `max_s` (default:
     `limit_s` of their solutions); the `large` ones one at a time, and only for a solution whose process said it
     autotunes. Returns (calls that ran, calls that failed, were cut off or not tried, large calls left to the run
     because their solution does not autotune). `pinned(workload)` gives the workload's stored input files
-    (runner.pinned_files); `charge(definition, solution, seconds)` is told each call's wall time."""
+    (runner.pinned_files); `charge(definition, solution, seconds)` is told each call's wall time; `ended`, when given,
+    gets per solution name the seconds from the pass's start to the end of that solution's last call."""
     import multiprocessing as mp
 
     from .sandbox import triton_cache_dir
@@ -138,7 +143,8 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
     one_large = threading.Lock()
     if max_s is None:
         max_s = limit_s(len({item.spec for item in items}))
-    ends = time.monotonic() + max_s
+    began = time.monotonic()
+    ends = began + max_s
     unstartable: set = set()
     lock = threading.Lock()
     running: Dict[int, Tuple[SolutionHost, float]] = {}  # slot -> (its host, the deadline of what it does now)
@@ -214,8 +220,12 @@ def precompile(items: List[PrecompileItem], config, processes: int, pinned: Call
                         counts["ran" if ok else "failed"] += 1
                     if item.first:
                         firsts_done[(item.spec, item.definition.name)].set()
+                    finished = time.monotonic()
                     if charge is not None:
-                        charge(item.definition.name, item.name, time.monotonic() - started)
+                        charge(item.definition.name, item.name, finished - started)
+                    if ended is not None:
+                        with lock:
+                            ended[item.name] = max(ended.get(item.name, 0.0), finished - began)
         finally:
             for host in hosts.values():
                 host.close()

@@ -356,7 +356,10 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
                 failed = f", {info['failed']} failed or cut off (the run compiles those itself)" \
                     if info["failed"] else ""
                 left = f", {info['left']} large ones left to the run (no autotuning)" if info.get("left") else ""
-                progress.console.print(f"precompile: {info['ran']} calls in {info['seconds']:.0f} s{failed}{left}",
+                ended = info.get("ended") or {}
+                each = (" (" + ", ".join(f"{name}'s calls ended at {s:.0f} s" for name, s in
+                                         sorted(ended.items(), key=lambda item: item[1])) + ")") if len(ended) > 1 else ""
+                progress.console.print(f"precompile: {info['ran']} calls in {info['seconds']:.0f} s{each}{failed}{left}",
                                        highlight=False)
                 return
             key = id(task)
@@ -386,7 +389,7 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
                               f"rewritten this run's records or disturbed other solutions' timing[/]",
                               highlight=False)
     console.print(profile.summary_line(wall, workers) + f" ({Path(config.out) / 'profile.json'})", highlight=False)
-    first_use = profile.first_use_line()
+    first_use = profile.first_use_line(wall)
     if first_use:
         console.print(first_use, highlight=False)
 

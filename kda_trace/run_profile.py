@@ -57,6 +57,8 @@ class RunProfile:
         self._by_workload: Dict[Tuple[str, str], Dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.eta_samples: List[Tuple[float, float]] = []
         """(seconds since the run began, the ETA's remaining seconds then), at every evaluation's end."""
+        self.pass_info: Optional[Dict[str, Any]] = None
+        """The precompile pass's wall seconds and when each solution's calls ended (`precompiled`)."""
 
     def charge(self, worker: str, definition: Optional[str], solution: Optional[str], phase: str,
                seconds: float, workload: Optional[str] = None) -> None:
@@ -97,28 +99,21 @@ class RunProfile:
         per = f" (summed over {workers} workers)" if workers > 1 else ""
         return f"wall time {_fmt(wall_s)}; the workers' time{per}: {parts}"
 
-    def first_use_line(self) -> str:
-        """One line, per solution: the seconds of its first use, where it compiles and autotunes (its precompile
-        calls, summed over the pass's processes, and its first call on each definition in each worker), reported
-        apart from its evaluations; '' when nothing was charged there."""
-        spent: Dict[str, List[float]] = defaultdict(lambda: [0.0, 0.0])
-        for (_, category, solution), s in self.seconds.items():
-            if solution != "-" and category in ("precompile", "first call"):
-                spent[solution][category == "first call"] += s
-        if not spent:
-            return ""
-        def said(pre: float, first: float) -> str:
-            parts = [f"{_fmt(pre)} of precompile calls over the pass's processes"] if pre >= 0.5 else []
-            return " and ".join(parts + [f"{_fmt(first)} of first calls"])
+    def precompiled(self, seconds: float, ended: Dict[str, float]) -> None:
+        """The precompile pass took `seconds` of wall time; `ended`: per solution name, the seconds from the pass's
+        start to the end of that solution's last call (the pass calls the solutions one after the other)."""
+        self.pass_info = {"seconds": round(seconds, 3), "ended": {k: round(v, 3) for k, v in ended.items()}}
 
-        return "first use (compiling, autotuning): " + "; ".join(
-            f"{solution} {said(pre, first)}" for solution, (pre, first) in sorted(spent.items()))
+    def first_use_line(self, wall_s: Optional[float] = None) -> str:
+        """Each solution's first use, reported apart from its evaluations (first_use_line of the profile's JSON)."""
+        return first_use_line(self.to_json(wall_s or 0.0, 0, ""), wall_s)
 
     def to_json(self, wall_s: float, workers: int, device: str) -> Dict[str, Any]:
         rows = [{"family": f, "category": c, "solution": s, "seconds": round(v, 3)}
                 for (f, c, s), v in sorted(self.seconds.items())]
         return {"wall_s": round(wall_s, 3), "workers": workers, "device": device, "categories": list(CATEGORIES),
-                "phases": rows, "evaluations": self.evaluations, "eta": self.eta_samples}
+                "phases": rows, "evaluations": self.evaluations, "eta": self.eta_samples,
+                "precompile": self.pass_info}
 
     def write(self, path: Path, wall_s: float, workers: int, device: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +129,49 @@ def eta_accuracy(profile: Dict[str, Any], from_s: float = 60.0, until_left_s: fl
     if not ratios:
         return None
     return min(ratios), max(ratios), len(ratios)
+
+
+def pass_shares(ended: Dict[str, float]) -> Dict[str, float]:
+    """Each solution's share of the precompile pass's wall time: the pass calls the solutions one after the other,
+    so a solution's share runs from the end of the previous one's calls (the pass's start for the first) to the end
+    of its own."""
+    shares, before = {}, 0.0
+    for name, end in sorted(ended.items(), key=lambda item: item[1]):
+        shares[name] = max(0.0, end - before)
+        before = max(before, end)
+    return shares
+
+
+def first_use_line(profile: Dict[str, Any], wall_s: Optional[float] = None) -> str:
+    """One line, per solution of a run's profile (RunProfile.to_json): its first use, where it compiles and
+    autotunes, reported apart from its evaluations: its share of the precompile pass's wall time (pass_shares; with
+    its calls' seconds summed over the pass's processes) and its first call on each definition in each worker (each
+    has the GPU alone: wall time). With `wall_s`, the run's wall time less each one's first use. '' when nothing
+    was charged there."""
+    spent: Dict[str, List[float]] = defaultdict(lambda: [0.0, 0.0])
+    for row in profile.get("phases", []):
+        if row["solution"] != "-" and row["category"] in ("precompile", "first call"):
+            spent[row["solution"]][row["category"] == "first call"] += row["seconds"]
+    if not spent:
+        return ""
+    shares = pass_shares((profile.get("precompile") or {}).get("ended") or {})
+
+    def said(solution: str, pre: float, first: float) -> str:
+        parts = []
+        if solution in shares:
+            parts.append(f"{_fmt(shares[solution])} of the precompile pass's wall time ({_fmt(pre)} of calls over "
+                         "its processes)")
+        elif pre >= 0.5:
+            parts.append(f"{_fmt(pre)} of precompile calls over the pass's processes")
+        return " and ".join(parts + [f"{_fmt(first)} of first calls"])
+
+    line = "first use (compiling, autotuning): " + "; ".join(
+        f"{solution} {said(solution, pre, first)}" for solution, (pre, first) in sorted(spent.items()))
+    if wall_s:
+        less = {solution: wall_s - shares.get(solution, 0.0) - first for solution, (_, first) in spent.items()}
+        line += "\nthe run's wall time less each one's first use: " + "; ".join(
+            f"less {solution}'s, {_fmt(max(0.0, t))}" for solution, t in sorted(less.items()))
+    return line
 
 
 def _fmt(seconds: float) -> str:

@@ -1527,7 +1527,7 @@ class Runner:
     def _start_precompile(self, tasks: List[Task]) -> Optional[threading.Thread]:
         """The precompile pass (kda_trace/precompile.py) in a thread of its own, or None when the run has none. Told
         through on_event: "precompile" (items=, large=: the calls over PRECOMPILE_MAX_BYTES, processes=, max_s=: its
-        limit) when it starts, "precompiled" (ran=, failed=, left=, seconds=) when it ends; its calls' seconds go to
+        limit) when it starts, "precompiled" (ran=, failed=, left=, seconds=, ended=: per solution name, when its calls ended) when it ends; its calls' seconds go to
         the profile as the "precompile" of their definitions."""
         from .precompile import limit_s, plan, precompile
 
@@ -1547,9 +1547,13 @@ class Runner:
             large = sum(item.large for item in items)
             self.on_event("precompile", None, items=len(items) - large, large=large, processes=self.config.precompile,
                           max_s=max_s)
+            ended: Dict[str, float] = {}
             ran, failed, left = precompile(items, self.config, self.config.precompile,
-                                           lambda w: pinned_files(self.config, w), charge, max_s)
-            self.on_event("precompiled", None, ran=ran, failed=failed, left=left, seconds=time.monotonic() - started)
+                                           lambda w: pinned_files(self.config, w), charge, max_s, ended)
+            seconds = time.monotonic() - started
+            if self.profile is not None:
+                self.profile.precompiled(seconds, ended)
+            self.on_event("precompiled", None, ran=ran, failed=failed, left=left, seconds=seconds, ended=ended)
 
         thread = threading.Thread(target=run, daemon=True, name="kda-trace precompile")
         thread.start()

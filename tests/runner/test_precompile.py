@@ -21,14 +21,20 @@ def cpu_config(code_digest=None) -> SimpleNamespace:
 
 
 def test_the_precompile_plan_puts_each_definitions_smallest_workload_first():
+    """One solution after the other, in the tasks' order (the run reports each one's share of the pass's wall time
+    from when its calls ended), each with its definitions' smallest workloads first."""
     ds = load_dataset(DS)
-    tasks = [Task(d, e.workload, ["a", "b"], {"a": "a", "b": "b"}) for d in ds.definitions.values()
+    tasks = [Task(d, e.workload, ["b", "a"], {"a": "a", "b": "b"}) for d in ds.definitions.values()
              for e in ds.workloads.get(d.name, [])]
     items = plan(tasks, task_bytes)
     assert len(items) == 2 * len(tasks)
+    assert [i.spec for i in items] == ["b"] * len(tasks) + ["a"] * len(tasks)
     size = lambda i: task_bytes(Task(i.definition, i.workload, [], {}))  # noqa: E731
+    for spec in ("a", "b"):
+        mine = [i for i in items if i.spec == spec]
+        firsts = [i for i in mine if i.first]
+        assert mine[:len(firsts)] == firsts and len(firsts) == len(ds.definitions)
     firsts = [i for i in items if i.first]
-    assert items[:len(firsts)] == firsts and len(firsts) == 2 * len(ds.definitions)
     for f in firsts:
         assert all(size(f) <= size(i) for i in items if (i.spec, i.definition.name) == (f.spec, f.definition.name))
     assert all(i.large and not i.first for i in plan(tasks, task_bytes, max_bytes=0))
@@ -67,7 +73,10 @@ def test_compiled_kernels_reach_the_run_cache_but_autotuning_results_do_not(tmp_
     spec = f"{BAD}::caches_like_triton"
     tasks = [Task(ds.definitions["toy_scan"], e.workload, [spec], {spec: "caches"}) for e in ds.workloads["toy_scan"]]
     config = cpu_config()
-    assert precompile(plan(tasks, task_bytes), config, 2, lambda w: {}) == (len(tasks), 0, 0)
+    ended = {}
+    started = time.monotonic()
+    assert precompile(plan(tasks, task_bytes), config, 2, lambda w: {}, ended=ended) == (len(tasks), 0, 0)
+    assert set(ended) == {"caches"} and 0 < ended["caches"] <= time.monotonic() - started  # when its last call ended
     entries = [p for p in cache.iterdir() if p.name.startswith("entry")]
     assert entries and all([f.name for f in e.iterdir()] == ["k.cubin"] for e in entries)
     assert (cache / "old" / "fwd.autotune.json").read_text() == "the run's own"

@@ -152,3 +152,25 @@ def test_each_solutions_first_use_is_reported_apart():
     assert line == ("first use (compiling, autotuning): fla 5 min 00 s of precompile calls over the pass's processes "
                     "and 40 s of first calls; mine 3 s of first calls; triton 12 s of precompile calls over the pass's "
                     "processes and 0 s of first calls")
+
+
+def test_first_use_in_wall_time_from_the_pass_order():
+    """With the pass's per-solution ends, each solution's share of its wall time (from the previous one's end) and
+    the run's wall time less each one's first use (that share and its first calls, which have the GPU alone)."""
+    from kda_trace.run_profile import first_use_line, pass_shares
+
+    assert pass_shares({"fla": 435.0, "triton": 69.0}) == {"triton": 69.0, "fla": 366.0}
+    profile = RunProfile()
+    profile.charge("precompile", "kda_decode_h32_d128_k_last", "fla", "precompile", 3000.0)
+    profile.charge("precompile", "kda_decode_h32_d128_k_last", "triton", "precompile", 900.0)
+    profile.charge("w0", "kda_decode_h32_d128_k_last", "fla", "run", 178.0)
+    profile.charge("w0", "kda_decode_h32_d128_k_last", "triton", "run", 10.0)
+    profile.precompiled(435.0, {"triton": 69.0, "fla": 435.0})
+    line = profile.first_use_line(1800.0)
+    assert line == ("first use (compiling, autotuning): fla 6 min 06 s of the precompile pass's wall time (50 min 00 s "
+                    "of calls over its processes) and 2 min 58 s of first calls; triton 1 min 09 s of the precompile "
+                    "pass's wall time (15 min 00 s of calls over its processes) and 10 s of first calls\n"
+                    "the run's wall time less each one's first use: less fla's, 20 min 56 s; less triton's, "
+                    "28 min 41 s")
+    saved = json.loads(json.dumps(profile.to_json(1800.0, 3, "cuda")))  # as profile.json holds it
+    assert first_use_line(saved, saved["wall_s"]) == line
