@@ -382,9 +382,10 @@ def forward_mode(heads: int, gate_kind: str, only: list[str] | None, settings: l
     return ok
 
 
-FUSED_DECODE_SETTINGS = [(128, 8, 0), (128, 16, 0), (64, 4, 0), (64, 8, 0), (32, 2, 0), (32, 4, 0), (32, 4, 1),
-                         (16, 2, 0), (16, 4, 0), (16, 4, 1)]
-"""(block_v, num_warps, prefetch) settings of kernels/fused_decode.py's LAUNCH that --fused-decode compiles."""
+FUSED_DECODE_SETTINGS = [(128, 8, 0, 1), (128, 16, 0, 1), (64, 4, 0, 1), (64, 8, 0, 1), (32, 2, 0, 1), (32, 4, 0, 1),
+                         (32, 4, 1, 1), (16, 2, 0, 1), (16, 4, 0, 1), (16, 4, 1, 1), (32, 4, 0, 4), (16, 4, 0, 4),
+                         (16, 4, 1, 4), (16, 4, 0, 8)]
+"""(block_v, num_warps, prefetch, split) settings of kernels/fused_decode.py's LAUNCH that --fused-decode compiles."""
 
 
 def fused_decode_mode() -> None:
@@ -394,16 +395,16 @@ def fused_decode_mode() -> None:
 
     for pool in ("fp32", "bf16"):
         sig = {n: "*bf16" for n in ("x", "conv_state", "g_raw", "b", "output_gate", "o")}
-        sig.update({n: "*fp32" for n in ("conv_weight", "A_log", "dt_bias", "norm_weight")},
-                   state_pool=f"*{pool}", state_indices="*i32", scale="fp32", lower_bound="fp32", norm_eps="fp32",
+        sig.update({n: "*fp32" for n in ("conv_weight", "A_log", "dt_bias", "norm_weight", "partials")},
+                   state_pool=f"*{pool}", state_indices="*i32", counters="*i32", scale="fp32", lower_bound="fp32", norm_eps="fp32",
                    stride_x="i64", stride_cs="i64", stride_sp="i64")
         for gate_code in (1, 2):
-            for block_v, warps, prefetch in FUSED_DECODE_SETTINGS:
+            for block_v, warps, prefetch, split in FUSED_DECODE_SETTINGS:
                 consts = dict(H=12, D=128, BD=128, W=4, BW=4, GATE=gate_code, STATE_BF16=pool == "bf16", BV=block_v,
-                              PREFETCH=bool(prefetch))
+                              PREFETCH=bool(prefetch), SPLIT=split)
                 k = compile_kernel(fused_decode._fused_decode_kernel, sig, consts, warps)
-                print(f"fused decode {pool} pool gate {gate_code} block_v={block_v} warps={warps} prefetch={prefetch}: "
-                      "ok", *ptxas_report(k))
+                print(f"fused decode {pool} pool gate {gate_code} block_v={block_v} warps={warps} prefetch={prefetch} "
+                      f"split={split}: ok", *ptxas_report(k))
 
 
 def main() -> int:

@@ -29,17 +29,20 @@ from kda_trace.kernels.common import GATE_CODES
 from kda_trace.kernels.gate import softplus
 from kda_trace.kernels.recurrent import _to_bf16_rne
 
-LAUNCH = {"num_warps": 0, "block_v": 0, "prefetch": 0}
+LAUNCH = {"num_warps": 0, "block_v": 0, "prefetch": 0, "split": 0}
 """num_warps per program; block_v: rows of the [V, K] state a program steps at a time; prefetch (1: on), with row
 blocks, loads the next block's state before stepping this one's (the loop's loads otherwise wait one after the
-other; not yet timed on a GPU); 0: by the number of programs (`launch_for`). At block_v >= D a program holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values
+other); split (a power of 2): programs per (row, head), each stepping D / split rows of the state, the last of them
+to finish normalising the row (they meet at a counter in `_scratch`); 0: by the number of programs (`launch_for`).
+prefetch and split are not yet timed on a GPU.
+At block_v >= D a program holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values
 a thread; ptxas for sm_90: 255 registers and about 290 bytes of spills a thread). Below D it loops over row blocks
 (each block's v convolution, step and o in turn; o is stored unnormalised and read back for the RMSNorm): fewer
 registers a thread, the same bytes moved. `benchmarks/bench_recurrent.py --fused-decode --fused-launch
 block_v=32,num_warps=4` times a setting, `benchmarks/compile_sm90.py --fused-decode` reports its registers."""
 
-FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128, "prefetch": 0}
-MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 0}
+FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128, "prefetch": 0, "split": 1}
+MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 0, "split": 1}
 MANY_PROGRAMS = 512
 """From this many programs (rows x heads) on, MANY_PROGRAMS_LAUNCH. On an H200 (bench_recurrent.py --fused-decode,
 2026-11-30, float32 pools) the whole state in a program is fastest while the programs are few and a program's
@@ -49,8 +52,8 @@ blocks of 16 under 4 warps once they are many (12 x 64 = 768: 38.7 against 49.1 
 
 
 def launch_for(programs: int) -> dict:
-    """num_warps, block_v and prefetch for a launch of `programs` programs: LAUNCH's where set, else by
-    MANY_PROGRAMS."""
+    """num_warps, block_v, prefetch and split for a launch of `programs` (rows x heads) programs: LAUNCH's where set,
+    else by MANY_PROGRAMS."""
     chosen = MANY_PROGRAMS_LAUNCH if programs >= MANY_PROGRAMS else FEW_PROGRAMS_LAUNCH
     return {key: LAUNCH[key] or chosen[key] for key in chosen}
 
@@ -105,22 +108,27 @@ def _step_loaded(p_h, m_h, b_h, b_v, b_k, b_q, b_decay, b_beta, STATE_BF16: tl.c
 @triton.jit(do_not_specialize=["scale", "lower_bound", "norm_eps"])
 def _fused_decode_kernel(
     x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_pool, state_indices, output_gate, norm_weight, o,
-    scale, lower_bound, norm_eps, stride_x, stride_cs, stride_sp,
+    counters, partials, scale, lower_bound, norm_eps, stride_x, stride_cs, stride_sp,
     H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, W: tl.constexpr, BW: tl.constexpr,
     GATE: tl.constexpr,  # 1 unbounded, 2 safe
     STATE_BF16: tl.constexpr,
     BV: tl.constexpr,  # state rows a step at a time (launch_for); >= BD: all at once
     PREFETCH: tl.constexpr,  # BV < BD: load the next row block's state before stepping this one's
+    SPLIT: tl.constexpr,  # programs per (row, head), each with BD // SPLIT rows of the state
 ):
     pid = tl.program_id(0).to(tl.int64)
-    i_n = pid // H
-    i_h = pid % H
+    i_nh = pid // SPLIT
+    i_s = pid % SPLIT
+    i_n = i_nh // H
+    i_h = i_nh % H
     o_d = tl.arange(0, BD)
     m_d = o_d < D
-    p_o = o + (i_n * H + i_h) * D
+    VS: tl.constexpr = BD // SPLIT
+    p_o = o + i_nh * D
     slot = tl.load(state_indices + i_n).to(tl.int64)
-    if slot <= 0:  # padding (PAD_SLOT_ID -1, or the null slot 0): o zero, no pool touched
-        tl.store(p_o + o_d, tl.zeros([BD], dtype=tl.float32).to(p_o.dtype.element_ty), mask=m_d)
+    if slot <= 0:  # padding (PAD_SLOT_ID -1, or the null slot 0): o zero (each program its rows), no pool touched
+        o_vs = i_s * VS + tl.arange(0, VS)
+        tl.store(p_o + o_vs, tl.zeros([VS], dtype=tl.float32).to(p_o.dtype.element_ty), mask=o_vs < D)
         return
 
     # prologue: the convolution of the head's q, k and v channels (projection p's channel c is p * H * D + c)
@@ -136,8 +144,9 @@ def _fused_decode_kernel(
     # every thread has read the old windows before any is overwritten (threads may hold copies of one element);
     # moving them here, not at the end, frees their registers before the state is loaded
     tl.debug_barrier()
-    _move_window(p_win, o_d, m_d, q_win, q_x, W, BW)
-    _move_window(p_win + HD * (W - 1), o_d, m_d, k_win, k_x, W, BW)
+    if SPLIT == 1:  # split: every program reads the old q and k windows, the last one to finish moves them
+        _move_window(p_win, o_d, m_d, q_win, q_x, W, BW)
+        _move_window(p_win + HD * (W - 1), o_d, m_d, k_win, k_x, W, BW)
     if BV >= BD:
         _move_window(p_winv, o_d, m_d, v_win, v_x, W, BW)
 
@@ -164,9 +173,10 @@ def _fused_decode_kernel(
         sum_sq = 0.0
         o_r = tl.arange(0, BV)
         if PREFETCH:
-            b_next = tl.load(p_s + (o_r[:, None] * D + o_d[None, :]), mask=(o_r < D)[:, None] & m_d[None, :],
+            r_next = i_s * VS + o_r
+            b_next = tl.load(p_s + (r_next[:, None] * D + o_d[None, :]), mask=(r_next < D)[:, None] & m_d[None, :],
                              other=0.0)
-        for r0 in range(0, D, BV):
+        for r0 in range(i_s * VS, i_s * VS + VS, BV):
             r = r0 + o_r
             m_r = r < D
             b_v, v_win, v_x = _conv_silu(p_xv, p_wv, p_winv, r, m_r, HD, W, BW)
@@ -176,7 +186,7 @@ def _fused_decode_kernel(
             m_h = m_r[:, None] & m_d[None, :]
             if PREFETCH:  # the next block's rows are other elements than this block's, which are stored below
                 b_h = b_next
-                m_n = (r + BV) < D
+                m_n = ((r + BV) < D) & ((r + BV) < i_s * VS + VS)  # the next block is this program's
                 b_next = tl.load(p_h + BV * D, mask=m_n[:, None] & m_d[None, :], other=0.0)
                 b_o = _step_loaded(p_h, m_h, b_h, b_v, b_k, b_q, b_decay, b_beta, STATE_BF16)
             else:
@@ -185,15 +195,58 @@ def _fused_decode_kernel(
             tl.store(p_o + r, b_o.to(p_o.dtype.element_ty), mask=m_r)  # exact: o is bf16
             b_o = b_o.to(tl.float32)
             sum_sq += tl.sum(b_o * b_o)
-        tl.debug_barrier()  # the blocks' o, stored by other threads, read back whole
-        b_o = tl.load(p_o + o_d, mask=m_d, other=0.0).to(tl.float32)
-        tl.debug_barrier()  # read by every thread before the normalised row overwrites it
+        if SPLIT == 1:
+            tl.debug_barrier()  # the blocks' o, stored by other threads, read back whole
+            b_o = tl.load(p_o + o_d, mask=m_d, other=0.0).to(tl.float32)
+            tl.debug_barrier()  # read by every thread before the normalised row overwrites it
+        else:
+            # the (row, head)'s programs meet at its counter: each leaves its o rows and its sum of squares, and
+            # the last to arrive (acquire: it sees the others' stores, read past L1) moves the q and k windows,
+            # normalises the whole row and sets the counter back to 0 for the next call
+            tl.store(partials + pid, sum_sq)
+            tl.debug_barrier()  # every thread's stores before the release
+            arrived = tl.atomic_add(counters + i_nh, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT - 1:
+                tl.debug_barrier()
+                _, q_win, q_x = _conv_silu(p_x, p_w, p_win, o_d, m_d, HD, W, BW)
+                _, k_win, k_x = _conv_silu(p_x + HD, p_w + W * HD, p_win + HD * (W - 1), o_d, m_d, HD, W, BW)
+                tl.debug_barrier()
+                _move_window(p_win, o_d, m_d, q_win, q_x, W, BW)
+                _move_window(p_win + HD * (W - 1), o_d, m_d, k_win, k_x, W, BW)
+                sum_all = tl.sum(tl.load(partials + i_nh * SPLIT + tl.arange(0, SPLIT), cache_modifier=".cg"))
+                b_all = tl.load(p_o + o_d, mask=m_d, other=0.0, cache_modifier=".cg").to(tl.float32)
+                tl.debug_barrier()
+                _gated_rmsnorm_store(p_o, o_d, m_d, b_all, sum_all, D, norm_eps, norm_weight,
+                                     output_gate + i_nh * D)
+                tl.store(counters + i_nh, 0)
+    if SPLIT == 1:
+        _gated_rmsnorm_store(p_o, o_d, m_d, b_o, sum_sq, D, norm_eps, norm_weight, output_gate + i_nh * D)
 
-    # epilogue: gated RMSNorm of the bf16-rounded output
+
+@triton.jit
+def _gated_rmsnorm_store(p_o, o_d, m_d, b_o, sum_sq, D: tl.constexpr, norm_eps, norm_weight, p_z):
+    """The epilogue: the gated RMSNorm of the bf16-rounded output row b_o (sum_sq: its sum of squares), stored."""
     inv_rms = 1.0 / tl.sqrt(sum_sq / D + norm_eps)
     b_w = tl.load(norm_weight + o_d, mask=m_d, other=0.0).to(tl.float32)
-    b_z = tl.load(output_gate + (i_n * H + i_h) * D + o_d, mask=m_d, other=0.0).to(tl.float32)
+    b_z = tl.load(p_z + o_d, mask=m_d, other=0.0).to(tl.float32)
     tl.store(p_o + o_d, _to_bf16_rne(b_o * inv_rms * b_w * tl.sigmoid(b_z)), mask=m_d)
+
+
+_SCRATCH: dict = {}
+
+
+def _scratch(device: torch.device, rows: int, split: int):
+    """(counters, partials) for a launch of `rows` (row, head) pairs split `split` ways: int32 counters at 0, which
+    the kernel leaves at 0, and float32 room for the partial sums of squares; kept per device and grown as needed (a
+    launch then makes none). Calls on one device must not overlap (one stream)."""
+    key = str(device)
+    counters, partials = _SCRATCH.get(key, (None, None))
+    if counters is None or counters.numel() < rows:
+        counters = torch.zeros(triton.next_power_of_2(max(rows, 1)), dtype=torch.int32, device=device)
+    if partials is None or partials.numel() < rows * split:
+        partials = torch.empty(triton.next_power_of_2(max(rows * split, 1)), dtype=torch.float32, device=device)
+    _SCRATCH[key] = (counters, partials)
+    return counters, partials
 
 
 def fused_decode(x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_pool, state_indices, output_gate,
@@ -249,11 +302,17 @@ def fused_decode(x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_poo
     if B == 0:
         return out
     launch = launch_for(B * H)
-    _fused_decode_kernel[(B * H,)](
+    BD = triton.next_power_of_2(D)
+    split, BV = launch["split"], triton.next_power_of_2(launch["block_v"])
+    if split > 1 and (split & (split - 1) or BV > BD // split):
+        raise ValueError(f"split {split} must be a power of 2 with block_v ({BV}) at most {BD} // split")
+    # without a split the kernel reads neither: any tensors will do, and the default launch stays one launch
+    counters, partials = _scratch(x.device, B * H, split) if split > 1 else (state_indices, out)
+    _fused_decode_kernel[(B * H * split,)](
         x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_pool, state_indices, output_gate, norm_weight,
-        out, float(scale), float(lower_bound), float(norm_eps), x.stride(0), conv_state.stride(0),
+        out, counters, partials, float(scale), float(lower_bound), float(norm_eps), x.stride(0), conv_state.stride(0),
         state_pool.stride(0),
-        H=H, D=D, BD=triton.next_power_of_2(D), W=W, BW=triton.next_power_of_2(W - 1), GATE=GATE_CODES[gate],
-        STATE_BF16=state_pool.dtype == torch.bfloat16, BV=triton.next_power_of_2(launch["block_v"]),
-        PREFETCH=bool(launch["prefetch"]), num_warps=launch["num_warps"])
+        H=H, D=D, BD=BD, W=W, BW=triton.next_power_of_2(W - 1), GATE=GATE_CODES[gate],
+        STATE_BF16=state_pool.dtype == torch.bfloat16, BV=BV, PREFETCH=bool(launch["prefetch"]), SPLIT=split,
+        num_warps=launch["num_warps"])
     return out

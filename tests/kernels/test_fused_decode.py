@@ -180,11 +180,13 @@ def test_matches_reference_small(name, H, D, slots, pool_size):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("block_v,D,prefetch", [(8, 32, 0), (16, 24, 0), (8, 32, 1), (16, 24, 1)])  # 24: masked
-def test_row_blocks_match_reference_and_the_whole_state(name, block_v, D, prefetch, monkeypatch):
+@pytest.mark.parametrize("block_v,D,prefetch,split", [(8, 32, 0, 1), (16, 24, 0, 1), (8, 32, 1, 1), (16, 24, 1, 1),
+                                                      (8, 32, 0, 2), (4, 32, 1, 4), (8, 24, 0, 4)])  # 24: masked
+def test_row_blocks_match_reference_and_the_whole_state(name, block_v, D, prefetch, split, monkeypatch):
     """The kernel stepping the state block_v rows at a time (LAUNCH["block_v"] < D), with and without loading the
-    next block ahead: the same judge as the whole state at once, and both pools bit for bit the same as the whole
-    state gives (each row's step is the same)."""
+    next block ahead, in one program per (row, head) or `split` of them (the last to finish normalising the row):
+    the same judge as the whole state at once, and both pools bit for bit the same as the whole state gives (each
+    row's step is the same); the split's counters are back at 0 after the call."""
     from kda_trace.kernels import fused_decode as module
 
     d = definitions()[name]
@@ -194,7 +196,10 @@ def test_row_blocks_match_reference_and_the_whole_state(name, block_v, D, prefet
     whole = run_small_kernel(d, x)
     monkeypatch.setitem(module.LAUNCH, "block_v", block_v)
     monkeypatch.setitem(module.LAUNCH, "prefetch", prefetch)
+    monkeypatch.setitem(module.LAUNCH, "split", split)
     blocks = run_small_kernel(d, x)
+    if split > 1:
+        assert all(not counters.any() for counters, _ in module._SCRATCH.values())
     bad = judge(d, x, want, blocks)
     assert not bad, f"{name} block_v={block_v} D={D}: " + "; ".join(bad)
     for out in ("new_conv_state", "new_state_pool"):
