@@ -98,7 +98,7 @@ def backward_signatures(acc: str) -> dict:
         "local_k": {**inputs, **bufs("g", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "R1", "R2", "R3",
                                      "rq", "rk"), **tables, "p_scale": f"*{acc}"},
         "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "rq", "rk"), **tables,
-                       "n_work": "i64"},
+                       "flags": "*i8", "n_work": "i64"},
         "chunked_pass": {**bufs("U", "Qt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"), **w_kt,
                          "do": inputs["do"], "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
     }
@@ -212,15 +212,25 @@ def chunked_mode(spills: bool) -> None:
         sums = [(all_blocks, bi, anchors, one, cap) for (all_blocks, bi), (anchors, one) in
                 itertools.product(launches, forms) for cap in caps("sums_maxnreg", anchors)
                 if anchors or not all_blocks]  # (the element-wise form runs one launch per block)
+        # the fall-back in a pass of its own (LAUNCH["sums_steps_pass"]: two anchors, one launch) too, with --spills
+        steps_apart = spills or backward.LAUNCH["sums_steps_pass"]
         for all_blocks, bi, anchors, one, cap in sums:
-            c = dict(shared, **norm, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
-                     ALL_BLOCKS=all_blocks, DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
-            warps = backward.LAUNCH["sums_warps"] or (2 if all_blocks else 4)
-            k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, warps, maxnreg=cap)
+            for steps in (True, False) if steps_apart and all_blocks and anchors and not one else (True,):
+                c = dict(shared, **norm, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
+                         ALL_BLOCKS=all_blocks, STEPS=steps,
+                         DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
+                warps = backward.LAUNCH["sums_warps"] or (2 if all_blocks else 4)
+                k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, warps, maxnreg=cap)
+                extra = ptxas_report(k) if spills and acc == "fp32" else []
+                blocks = "all blocks" if all_blocks else f"BI={bi}"
+                print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} {blocks} anchors={anchors} "
+                      f"one_anchor={one} steps={steps} warps={warps} maxnreg={cap}: ok", *extra)
+        if steps_apart:
+            warps = backward.LAUNCH["sums_steps_warps"] or 4
+            k = compile_kernel(backward_chunked._diag_steps_kernel, sigs["local_sums"],
+                               dict(H=shared["H"], HV=shared["HV"], K=K, BKS=min(BK, 32), CT=shared["CT"], **norm), warps)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
-            blocks = "all blocks" if all_blocks else f"BI={bi}"
-            print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} {blocks} anchors={anchors} "
-                  f"one_anchor={one} warps={warps} maxnreg={cap}: ok", *extra)
+            print(f"chunked split diag_steps {acc} K={K} BKS={min(BK, 32)} warps={warps}: ok", *extra)
         if spills and K == 128 and acc == "fp32":  # 3a's K-tiles apart (LAUNCH["split_vk_ktiles"]), 4 and 8 warps
             for warps in (4, 8):
                 k = compile_kernel(backward_chunked._local_kt_kernel, sigs["local_vk"],

@@ -235,6 +235,14 @@ LAUNCH["keep_states"] = True
 # 11.17). sums_warps 2 against 4: K3 16.47-16.53 against 16.64-16.73 ms, 32 x 16384 10.95 against 10.92-10.94; a
 # register cap of 168 (17.36) and K-tiles of 16 (19.2) are slower.
 LAUNCH["sums_one_launch"] = True
+# sums_steps_pass: the sums kernel compiled without the running-products fall-back (`_diag_sums_by_steps`), the
+# blocks past the anchored range flagged, and their diagonal parts added after it by `_diag_steps_kernel`
+# (sums_steps_warps: its warps; 112 registers on 4, no spills). With the one-launch sums and two anchors only. Why it
+# might pay: with this fall-back's code the sums kernel took 2.96 ms on the H200 at 32 x 16384 with a precomputed
+# gate, where no block takes it, against 2.72 with the one before. But ptxas (sm_90, triton 3.9) does not say it
+# frees registers: without the fall-back the kernel spills 704 / 872 bytes (stores / loads) under its cap of 128
+# against 528 / 800 with it, and 196 / 316 against 268 / 292 under 168. Not yet timed: off.
+LAUNCH.update({"sums_steps_pass": False, "sums_steps_warps": None})
 # split_vk_ktiles: 3a's sums over V of its K-tiles (dQt, dKt, dW, dgamma, Y_k) by `_local_kt_kernel`, one program
 # per (chunk, value head, K-tile), before `_local_vk_kernel` does the rest with that Y_k; instead of every K-tile
 # inside `_local_vk_kernel`'s one program per (chunk, value head) (255 registers, two programs per SM, 3.44 ms on

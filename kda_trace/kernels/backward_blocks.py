@@ -421,7 +421,7 @@ def _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.cons
 def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bi: tl.constexpr,
                          BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
                          MAX_EXP: tl.constexpr, ONE_ANCHOR: tl.constexpr = False, p_rq=None, p_rk=None,
-                         SR: tl.constexpr = 1, NORM: tl.constexpr = False):
+                         SR: tl.constexpr = 1, NORM: tl.constexpr = False, STEPS: tl.constexpr = True):
     """Rows of block bi of the local kernel's three decay-weighted sums, in registers ([MB, BK] each, BK <= 32):
     r1 = `_row_sums_block`(M1, k), r2 = `_row_sums_block`(M2, k), r3 = `_col_sums_block`(M1, q) +
     `_col_sums_block`(M2, k), with the diagonal blocks as tensor-core products at two anchors
@@ -431,7 +431,9 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
     ONE_ANCHOR (the caller knows every gate >= -MAX_EXP / 8, as a safe gate's lower bound of -5 gives): the
     diagonal block at one anchor, its row 8, as fla's safe-gate path does: every |c_i - c_8| <= 8 |g| <= MAX_EXP,
     so half the products, no range check and no fall-back compiled in. NORM: q's and k's rows times their
-    L2-norm factors at p_rq, p_rk (row stride SR; `_norm_rows`)."""
+    L2-norm factors at p_rq, p_rk (row stride SR; `_norm_rows`). Not STEPS: no fall-back compiled in either; a
+    block past the range gets no diagonal part (`_diag_steps_kernel` adds it). Returns the three sums and whether
+    the block passed the range (False at one anchor)."""
     MB: tl.constexpr = 16
     NB: tl.constexpr = CT // MB
     ACC: tl.constexpr = p_g.dtype.element_ty
@@ -458,6 +460,7 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
         b_r1 = e_r * _xdot(b_m1, b_kc, DPREC)
         b_r2 = e_r * _xdot(b_m2, b_kc, DPREC)
         b_r3 = e_c * (_xdot(b_t1, b_q * e_r, DPREC) + _xdot(b_t2, b_k * e_r, DPREC))
+        past = False
     else:
         e_rl, e_cl, e_rh, e_ch, spread = _anchor_factors(_within(p_g, SG, n, bi, o_k, m_k), MAX_EXP)
         # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
@@ -467,9 +470,15 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
         b_r2 = e_rl * _xdot(b_m2, b_kl, DPREC) + e_rh * _xdot(b_m2, b_kh, DPREC)
         b_r3 = (e_cl * (_xdot(b_t1, b_q * e_rl, DPREC) + _xdot(b_t2, b_k * e_rl, DPREC))
                 + e_ch * (_xdot(b_t1, b_q * e_rh, DPREC) + _xdot(b_t2, b_k * e_rh, DPREC)))
-        if spread > MAX_EXP:  # the anchored products above are then thrown away
-            b_r1, b_r2, b_r3 = _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX, p_g, SG, n, o_k, m_k, bi, BK, CT,
-                                                   p_rq, p_rk, SR, NORM)
+        past = spread > MAX_EXP
+        if STEPS:
+            if past:  # the anchored products above are then thrown away
+                b_r1, b_r2, b_r3 = _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX, p_g, SG, n, o_k, m_k, bi, BK, CT,
+                                                       p_rq, p_rk, SR, NORM)
+        else:
+            b_r1 = tl.where(past, 0.0, b_r1)
+            b_r2 = tl.where(past, 0.0, b_r2)
+            b_r3 = tl.where(past, 0.0, b_r3)
     if bi > 0:
         # rows: every column j < a = 16 bi in one product (`_earlier_rows`)
         BJ: tl.constexpr = 64 if bi == 3 else (32 if bi == 2 else 16)
@@ -501,4 +510,4 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
         b_gb = tl.load(p_g + (rows + 1)[:, None] * SG + o_k[None, :], mask=(rows + 1 < n)[:, None] & m_k[None, :],
                        other=0.0)
         b_r3 += b_s * tl.exp(tl.cumsum(b_gb, axis=0, reverse=True))
-    return b_r1, b_r2, b_r3
+    return b_r1, b_r2, b_r3, past

@@ -57,8 +57,8 @@ import triton.language as tl
 CT = 64  # chunk length (backward.CT)
 
 from kda_trace.kernels.backward_blocks import (
-    MAX_EXP, _chunk_span, _col_sums_block, _norm_rows, _pair_rows, _pair_rows_anchored, _row_sums_block,
-    _sums_block_anchored, _xdot, dot_precision,
+    MAX_EXP, _chunk_span, _col_sums_block, _diag_sums_by_steps, _norm_rows, _pair_rows, _pair_rows_anchored,
+    _row_sums_block, _sums_block_anchored, _xdot, dot_precision,
 )
 from kda_trace.kernels.chunk import SOLVE_PRECISION, _bf16, _inverse_unit_lower
 from kda_trace.kernels.common import register_cap
@@ -651,14 +651,12 @@ def _as_stored(x, p, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w,
-               H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
-               BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
-               ONE_ANCHOR: tl.constexpr, NORM: tl.constexpr):
-    """Row block BI of `_local_sums_kernel`'s sums for work item w (chunk, value head, K-tile), into R1, R2, R3."""
+def _sums_tile_at(q, k, g, M1, M2, rq, rk, cu_seqlens, chunk_indices, w, H: tl.constexpr, HV: tl.constexpr,
+                  K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr):
+    """Where work item w (chunk, value head, K-tile) of the sums reads: (p_q, p_k, p_g, p_m1, p_m2, p_rq, p_rk, its
+    gates' offset, the chunk's rows n, the tile's column mask)."""
     NKT: tl.constexpr = (K + BKS - 1) // BKS
     o_b = tl.arange(0, BKS)
-    rows = BI * 16 + tl.arange(0, 16)
     item = w // NKT  # chunk * HV + value head
     i_c = item // HV
     i_hv = item % HV
@@ -667,15 +665,28 @@ def _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w
     _, _, r0, n, _ = _chunk_span(cu_seqlens, chunk_indices, i_c, CT)
     m_kt = k0 + o_b < K
     off_g = (r0 * HV + i_hv) * K + k0
-    p_g = g + off_g
-    p_q = q + (r0 * H + i_h) * K + k0  # the tile's first column
-    p_k = k + (r0 * H + i_h) * K + k0
-    p_m1 = M1 + item * (CT * CT)
-    p_m2 = M2 + item * (CT * CT)
+    return (q + (r0 * H + i_h) * K + k0, k + (r0 * H + i_h) * K + k0, g + off_g, M1 + item * (CT * CT),
+            M2 + item * (CT * CT), rq + r0 * H + i_h, rk + r0 * H + i_h, off_g, n, m_kt)
+
+
+@triton.jit
+def _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w,
+               H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
+               BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
+               ONE_ANCHOR: tl.constexpr, NORM: tl.constexpr, STEPS: tl.constexpr = True, flags=None):
+    """Row block BI of `_local_sums_kernel`'s sums for work item w (chunk, value head, K-tile), into R1, R2, R3.
+    Not STEPS (two anchors): a block past the anchored range gets no diagonal part, and flags[w * CT / 16 + BI]
+    says whether it passed (`_diag_steps_kernel` adds it)."""
+    o_b = tl.arange(0, BKS)
+    rows = BI * 16 + tl.arange(0, 16)
+    p_q, p_k, p_g, p_m1, p_m2, p_rq, p_rk, off_g, n, m_kt = _sums_tile_at(q, k, g, M1, M2, rq, rk, cu_seqlens,
+                                                                          chunk_indices, w, H, HV, K, BKS, CT)
     if ANCHORS:
-        b_r1, b_r2, b_r3 = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_g, HV * K, n, o_b, m_kt, BI,
-                                                BKS, CT, PREC, DPREC, MAX_EXP, ONE_ANCHOR, rq + r0 * H + i_h,
-                                                rk + r0 * H + i_h, H, NORM)
+        b_r1, b_r2, b_r3, past = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_g, HV * K, n, o_b, m_kt, BI,
+                                                      BKS, CT, PREC, DPREC, MAX_EXP, ONE_ANCHOR, p_rq, p_rk, H, NORM,
+                                                      STEPS)
+        if not STEPS:
+            tl.store(flags + w * (CT // 16) + BI, past.to(tl.int8))
     else:
         SG: tl.constexpr = HV * K
         b_r1 = _row_sums_block(p_m1, p_k, H * K, p_g, SG, n, o_b, m_kt, BI, BKS, CT, PREC)   # dq, from A_qk
@@ -689,12 +700,58 @@ def _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w
     tl.store(R3 + off, b_r3, mask=m_out)
 
 
+@triton.jit
+def _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H: tl.constexpr,
+                HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr, BI: tl.constexpr,
+                NORM: tl.constexpr):
+    """Row block BI of work item w: the diagonal block's part of the sums as running products
+    (`_diag_sums_by_steps`), added to R1, R2, R3."""
+    o_b = tl.arange(0, BKS)
+    rows = BI * 16 + tl.arange(0, 16)
+    p_q, p_k, p_g, p_m1, p_m2, p_rq, p_rk, off_g, n, m_kt = _sums_tile_at(q, k, g, M1, M2, rq, rk, cu_seqlens,
+                                                                          chunk_indices, w, H, HV, K, BKS, CT)
+    b_r1, b_r2, b_r3 = _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, H * K, p_g, HV * K, n, o_b, m_kt, BI, BKS, CT,
+                                           p_rq, p_rk, H, NORM)
+    off = off_g + rows[:, None] * (HV * K) + o_b[None, :]
+    m_out = (rows < n)[:, None] & m_kt[None, :]
+    tl.store(R1 + off, tl.load(R1 + off, mask=m_out) + b_r1, mask=m_out)
+    tl.store(R2 + off, tl.load(R2 + off, mask=m_out) + b_r2, mask=m_out)
+    tl.store(R3 + off, tl.load(R3 + off, mask=m_out) + b_r3, mask=m_out)
+
+
+@triton.jit(do_not_specialize=["n_work"])
+def _diag_steps_kernel(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, flags, n_work,
+                       H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
+                       NORM: tl.constexpr):
+    """After `_local_sums_kernel` without its fall-back (STEPS off, LAUNCH["sums_steps_pass"]): the diagonal parts
+    of the (item, row block)s flagged past the anchored range, by running products, over persistent programs. The
+    fall-back's code then costs no registers in the sums kernel, whose blocks mostly do not need it."""
+    pid = tl.program_id(0).to(tl.int64)
+    NB: tl.constexpr = CT // 16
+    for u in range(pid, n_work * NB, tl.num_programs(0)):
+        if tl.load(flags + u) != 0:
+            w = u // NB
+            bi = u % NB
+            if bi == 0:
+                _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 0,
+                            NORM)
+            elif bi == 1:
+                _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 1,
+                            NORM)
+            elif bi == 2:
+                _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 2,
+                            NORM)
+            else:
+                _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 3,
+                            NORM)
+
+
 @triton.jit(do_not_specialize=["n_work"])
 def _local_sums_kernel(
-    q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, n_work,
+    q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, flags, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
     BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr, ONE_ANCHOR: tl.constexpr,
-    NORM: tl.constexpr, ALL_BLOCKS: tl.constexpr,
+    NORM: tl.constexpr, ALL_BLOCKS: tl.constexpr, STEPS: tl.constexpr,
 ):
     """3b's decay-weighted sums for the work items (chunk, value head, K-tile of BKS <= 32 columns) shared out
     over the programs ([T, HV, K] each): R1 = row sums of M1 with k, R2 = row sums of M2 with k, R3 = column
@@ -705,7 +762,8 @@ def _local_sums_kernel(
     blocks as neighbouring work (LAUNCH["sums_one_launch"]: they read the same gates, q, k, M1 and M2, which then
     come from L2).
     Every row block holds 6 off-diagonal products of each kind, so the blocks are the same size.
-    The gates (in the buffers' dtype) are read where they are, masked past the chunk's rows and K."""
+    The gates (in the buffers' dtype) are read where they are, masked past the chunk's rows and K. Not STEPS: the
+    blocks past the anchored range are flagged in `flags` for `_diag_steps_kernel` (`_sums_tile`)."""
     pid = tl.program_id(0).to(tl.int64)
     if ALL_BLOCKS:
         NB: tl.constexpr = CT // 16
@@ -717,20 +775,20 @@ def _local_sums_kernel(
             bi = u % NB
             if bi == 0:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 0,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags)
             elif bi == 1:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 1,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags)
             elif bi == 2:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 2,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags)
             else:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 3,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags)
     else:
         for w in range(pid, n_work, tl.num_programs(0)):
             _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, BI,
-                       PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM)
+                       PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags)
 
 
 @triton.jit
@@ -1037,13 +1095,21 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     # one launch for the anchored form only: the element-wise one spills 12-24 KB there on 2 warps (ptxas, sm_90)
     one_launch = bool(launch["sums_one_launch"]) and _anchors(launch)
     n_prog_s = n_programs(n_work_s * (CT // 16 if one_launch else 1), dev, interp)  # persistent programs
+    # the fall-back of the blocks past the anchored range in a pass of its own (LAUNCH["sums_steps_pass"])
+    steps_pass = bool(launch["sums_steps_pass"]) and one_launch and not one_anchor(launch, gate_bound)
+    flags = torch.empty(n_work_s * (CT // 16), dtype=torch.int8, device=dev) if steps_pass else R[0]
     for bi in range(1 if one_launch else CT // 16):
         _local_sums_kernel[(n_prog_s,)](
-            q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, n_work_s,
+            q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, flags, n_work_s,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
             DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
-            ALL_BLOCKS=one_launch, num_warps=launch["sums_warps"] or (2 if one_launch else 4),
+            ALL_BLOCKS=one_launch, STEPS=not steps_pass, num_warps=launch["sums_warps"] or (2 if one_launch else 4),
             **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
+    if steps_pass:
+        _diag_steps_kernel[(n_prog_s,)](
+            q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, flags, n_work_s, H=H, HV=HV, K=K, BKS=BKS, CT=CT,
+            NORM=norms is not None, num_warps=launch["sums_steps_warps"] or 4)
+    del flags
     del g_acc, M1, M2
     # with norms, dq and dk are for the normalised q and k, whose chain rule (kernels/option_grads.py) wants them
     # unrounded

@@ -316,6 +316,40 @@ def test_every_block_of_the_sums_by_running_products(dtype, monkeypatch):
     assert not torch.equal(steps.dg, anchored.dg) and not torch.equal(steps.dq, anchored.dq)
 
 
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=pytest.mark.slow), f64])
+def test_the_fall_back_in_a_pass_of_its_own(dtype, monkeypatch):
+    """LAUNCH["sums_steps_pass"]: the sums kernel without its fall-back, the blocks past the anchored range flagged
+    and their diagonal parts added by `_diag_steps_kernel`. With no block past the range, the same gradients as the
+    fall-back inside the kernel, bit for bit; with every block past it (MAX_EXP below any block's range), the usual
+    bars against float64 and the same gradients but for rounding (the diagonal part is added last)."""
+    from kda_trace.kernels import backward_chunked
+
+    spy = LaunchSpy(backward_chunked._diag_steps_kernel)
+    monkeypatch.setattr(backward_chunked, "_diag_steps_kernel", spy)
+    monkeypatch.setitem(backward.LAUNCH, "sums_bk", 16)
+    x = make(1, 150, 1, 2, 20, 24, seed=12, n_seqs=2, g_low=-3.0, dtype=dtype)
+    cu = torch.tensor([0, 93, 150])
+    bar = 1e-12 if dtype == f64 else 1e-5
+    close = 1e-12 if dtype == f64 else 1e-5
+    flagged = []  # the flags each pass of its own read
+    for every_block_past in (False, True):
+        if every_block_past:
+            monkeypatch.setattr(backward_chunked, "MAX_EXP", tl.constexpr(-1.0))
+        monkeypatch.setitem(backward.LAUNCH, "sums_steps_pass", False)
+        inside = check(x, cu_seqlens=cu, bar=bar)
+        monkeypatch.setitem(backward.LAUNCH, "sums_steps_pass", True)
+        apart = check(x, cu_seqlens=cu, bar=bar)
+        flagged.append(int(spy.calls[-1][12].sum()))
+        for name in ("dq", "dk", "dv", "dg", "dbeta"):
+            a, b = getattr(apart, name), getattr(inside, name)
+            if every_block_past:
+                assert rms_rel(a, b) <= close, name
+            else:
+                assert torch.equal(a, b), name
+    n_flags = spy.calls[-1][12].numel()  # (chunk, head, K-tile, row block)s
+    assert len(spy.calls) == 2 and flagged == [0, n_flags], flagged
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
 @pytest.mark.slow
 def test_sums_at_one_anchor_under_a_gate_bound(dtype, monkeypatch):
