@@ -34,7 +34,6 @@ LAUNCH = {"num_warps": 0, "block_v": 0, "prefetch": 0, "split": 0}
 blocks, loads the next block's state before stepping this one's (the loop's loads otherwise wait one after the
 other); split (a power of 2): programs per (row, head), each stepping D / split rows of the state, the last of them
 to finish normalising the row (they meet at a counter in `_scratch`); 0: by the number of programs (`launch_for`).
-prefetch and split are not yet timed on a GPU.
 At block_v >= D a program holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values
 a thread; ptxas for sm_90: 255 registers and about 290 bytes of spills a thread). Below D it loops over row blocks
 (each block's v convolution, step and o in turn; o is stored unnormalised and read back for the RMSNorm): fewer
@@ -42,13 +41,16 @@ registers a thread, the same bytes moved. `benchmarks/bench_recurrent.py --fused
 block_v=32,num_warps=4` times a setting, `benchmarks/compile_sm90.py --fused-decode` reports its registers."""
 
 FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128, "prefetch": 0, "split": 1}
-MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 0, "split": 1}
+MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 1, "split": 1}
 MANY_PROGRAMS = 512
 """From this many programs (rows x heads) on, MANY_PROGRAMS_LAUNCH. On an H200 (bench_recurrent.py --fused-decode,
 2026-11-30, float32 pools) the whole state in a program is fastest while the programs are few and a program's
 latency is the step's (12 heads x 1 row: 7.7 against 20.3 us; 12 x 32 = 384 programs: 26.0 against 28.4 us), row
 blocks of 16 under 4 warps once they are many (12 x 64 = 768: 38.7 against 49.1 us; 32 x 32 = 1024: 46.0 against
-75.3 us; 32 x 256: 0.317 against 0.571 ms)."""
+75.3 us; 32 x 256: 0.317 against 0.571 ms), and those with the next block's state loaded ahead faster again at every
+size from 768 programs, both pools (12 x 64, bf16: 26.4 against 29.1 us; 32 x 256, bf16: 0.203 against 0.227 ms).
+Split 4 or 8 ways, the row blocks were slower from 768 programs on (up to 1.5x), faster at 1 row (12 heads, bf16:
+6.6 against 7.8 us), not taken: the split's counters would be shared by calls on other streams."""
 
 
 def launch_for(programs: int) -> dict:
