@@ -228,7 +228,8 @@ def chunked_mode(spills: bool) -> None:
         if steps_apart:
             warps = backward.LAUNCH["sums_steps_warps"] or 4
             k = compile_kernel(backward_chunked._diag_steps_kernel, sigs["local_sums"],
-                               dict(H=shared["H"], HV=shared["HV"], K=K, BKS=min(BK, 32), CT=shared["CT"], **norm), warps)
+                               dict(H=shared["H"], HV=shared["HV"], K=K, BKS=min(BK, 32), CT=shared["CT"], **norm),
+                               warps)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split diag_steps {acc} K={K} BKS={min(BK, 32)} warps={warps}: ok", *extra)
         if spills and K == 128 and acc == "fp32":  # 3a's K-tiles apart (LAUNCH["split_vk_ktiles"]), 4 and 8 warps

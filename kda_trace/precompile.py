@@ -83,8 +83,8 @@ def plan(tasks, size_of: Callable[[object], int], max_bytes: int = PRECOMPILE_MA
     """Every (solution, workload) of `tasks`, one solution after the other (in the order the tasks name them, so
     that the run can report each one's share of the pass's wall time): those whose bytes (`size_of(task)`: its
     inputs' and outputs') are at most `max_bytes`, the smallest workload of each (solution, definition) first; then
-    the larger ones (`large`), smallest first; none of the built-in `reference` solution, which compiles nothing (its float64 references, many
-    at once, would only take the GPU's memory)."""
+    the larger ones (`large`), smallest first; none of the built-in `reference` solution, which compiles nothing
+    (its float64 references, many at once, would only take the GPU's memory)."""
     firsts, rest, large = {}, [], []
     for task in tasks:
         d, w = task.definition, task.workload

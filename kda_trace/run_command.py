@@ -357,10 +357,11 @@ def _run_with_progress(config, tasks, total, record, counts, main_env, console) 
                     if info["failed"] else ""
                 left = f", {info['left']} large ones left to the run (no autotuning)" if info.get("left") else ""
                 ended = info.get("ended") or {}
-                each = (" (" + ", ".join(f"{name}'s calls ended at {s:.0f} s" for name, s in
-                                         sorted(ended.items(), key=lambda item: item[1])) + ")") if len(ended) > 1 else ""
-                progress.console.print(f"precompile: {info['ran']} calls in {info['seconds']:.0f} s{each}{failed}{left}",
-                                       highlight=False)
+                each = ", ".join(f"{name}'s calls ended at {s:.0f} s"
+                                 for name, s in sorted(ended.items(), key=lambda item: item[1]))
+                each = f" ({each})" if len(ended) > 1 else ""
+                progress.console.print(f"precompile: {info['ran']} calls in {info['seconds']:.0f} s{each}{failed}"
+                                       f"{left}", highlight=False)
                 return
             key = id(task)
             if key not in estimates:  # a task the runner put back with the solutions still to run

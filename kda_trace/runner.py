@@ -1527,7 +1527,8 @@ class Runner:
     def _start_precompile(self, tasks: List[Task]) -> Optional[threading.Thread]:
         """The precompile pass (kda_trace/precompile.py) in a thread of its own, or None when the run has none. Told
         through on_event: "precompile" (items=, large=: the calls over PRECOMPILE_MAX_BYTES, processes=, max_s=: its
-        limit) when it starts, "precompiled" (ran=, failed=, left=, seconds=, ended=: per solution name, when its calls ended) when it ends; its calls' seconds go to
+        limit) when it starts, "precompiled" (ran=, failed=, left=, seconds=, ended=: per solution name, when its
+        calls ended) when it ends; its calls' seconds go to
         the profile as the "precompile" of their definitions."""
         from .precompile import limit_s, plan, precompile
 
