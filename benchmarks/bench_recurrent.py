@@ -37,7 +37,8 @@ and fraction of the copy's bandwidth, ours' speedup over each other; before the 
 o and updated slots against ours at B = 8. JSON to --out.
 
   python benchmarks/bench_recurrent.py --fused-decode --out fused.json [--no-fla] \
-      [--fused-launch block_v=32,num_warps=4]
+      [--fused-launch block_v=32,num_warps=4] [--fused-only 12:bfloat16:64,128]
+(--fused-only H:POOL:B,B,..., repeatable, times those cells alone, e.g. a launch sweep on the slowest ones.)
 
 --fused-launch (repeatable) adds ours at other settings of kernels/fused_decode.py's LAUNCH, as "ours[SETTINGS]"
 rows beside the default's (checked against it, then timed).
@@ -442,20 +443,39 @@ def fused_line(row):
     return " | ".join(parts)
 
 
+def parse_fused_only(texts):
+    """['12:bfloat16:64,128', ...] -> {12: {torch.bfloat16: [64, 128]}, ...}; [] -> every head count, pool and
+    batch."""
+    if not texts:
+        return {H: {p: list(FUSED_BATCHES) for p in (torch.float32, torch.bfloat16)} for H in FUSED_DEFINITIONS}
+    cells = {}
+    for text in texts:
+        try:
+            h, pool, batches = text.split(":")
+            H, pool_dtype, batches = int(h), getattr(torch, pool), [int(b) for b in batches.split(",")]
+        except (ValueError, AttributeError):
+            raise SystemExit(f"--fused-only {text!r}: expected H:POOL:B,B,... (e.g. 12:bfloat16:64,128)") from None
+        if H not in FUSED_DEFINITIONS or pool_dtype not in (torch.float32, torch.bfloat16):
+            raise SystemExit(f"--fused-only {text!r}: H in {sorted(FUSED_DEFINITIONS)}, POOL float32 or bfloat16")
+        cells.setdefault(H, {}).setdefault(pool_dtype, []).extend(batches)
+    return cells
+
+
 def main_fused(args, env):
     res = {"env": env, "mode": "fused_decode", "copy_1GiB_TBps": big_copy_TBps(), "skipped": {}, "checks": {},
            "rows": []}
     print(json.dumps(env), f"copy ceiling (1 GiB, read+write): {res['copy_1GiB_TBps']:.2f} TB/s", flush=True)
-    for H in FUSED_DEFINITIONS:
+    cells = parse_fused_only(args.fused_only)
+    for H, pools in cells.items():
         impls, skipped = fused_implementations(H, args.no_fla, args.fused_launch)
         for name, why in skipped.items():
             print(f"H={H}: {name} skipped: {why}", flush=True)
         res["skipped"][H] = skipped
-        for pool_dtype in (torch.float32, torch.bfloat16):
+        for pool_dtype, batches in pools.items():
             key = f"h{H}_{str(pool_dtype).replace('torch.', '')}"
             res["checks"][key] = check_fused(H, pool_dtype, impls)
             print(f"{key} vs ours (B = 8):", json.dumps(res["checks"][key]), flush=True)
-            for B in FUSED_BATCHES:
+            for B in batches:
                 row = measure_fused(H, pool_dtype, B, impls)
                 res["rows"].append(row)
                 print(fused_line(row), flush=True)
@@ -475,6 +495,8 @@ def main():
     ap.add_argument("--fused-launch", action="append", default=[], metavar="KEY=INT,...",
                     help="--fused-decode: also time ours with these kernels/fused_decode.py LAUNCH settings "
                     "(repeatable), e.g. block_v=32,num_warps=4")
+    ap.add_argument("--fused-only", action="append", default=[], metavar="H:POOL:B,...",
+                    help="--fused-decode: only these cells (repeatable), e.g. 12:bfloat16:64,128")
     args = ap.parse_args()
     import triton
 

@@ -25,14 +25,16 @@ import torch
 import triton
 import triton.language as tl
 
-from kda_trace.kernels.common import GATE_CODES
+from kda_trace.kernels.common import GATE_CODES, register_cap
 from kda_trace.kernels.gate import softplus
 from kda_trace.kernels.recurrent import _to_bf16_rne
 
-LAUNCH = {"num_warps": 0, "block_v": 0, "prefetch": 0, "split": 0}
-"""num_warps per program; block_v: rows of the [V, K] state a program steps at a time; prefetch (1: on), with row
-blocks, loads the next block's state before stepping this one's (the loop's loads otherwise wait one after the
-other); split (a power of 2): programs per (row, head), each stepping D / split rows of the state, the last of them
+LAUNCH = {"num_warps": 0, "block_v": 0, "prefetch": 0, "stages": 0, "maxnreg": 0, "split": 0}
+"""num_warps per program; block_v: rows of the [V, K] state a program steps at a time; prefetch (1 or 2), with row
+blocks, loads the next block's (or next two blocks') state before stepping this one's (the loop's loads otherwise
+wait one after the other); stages (> 1: on), with row blocks, has Triton's software pipeliner issue the loop's loads that many blocks
+ahead (`tl.range(num_stages=...)`; asynchronous copies on sm_80 and later, a plain loop elsewhere); maxnreg: a register
+cap per thread (more programs resident per SM; 0: ptxas's choice); split (a power of 2): programs per (row, head), each stepping D / split rows of the state, the last of them
 to finish normalising the row (they meet at a counter in `_scratch`); 0: by the number of programs (`launch_for`).
 At block_v >= D a program holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values
 a thread; ptxas for sm_90: 255 registers and about 290 bytes of spills a thread). Below D it loops over row blocks
@@ -40,8 +42,8 @@ a thread; ptxas for sm_90: 255 registers and about 290 bytes of spills a thread)
 registers a thread, the same bytes moved. `benchmarks/bench_recurrent.py --fused-decode --fused-launch
 block_v=32,num_warps=4` times a setting, `benchmarks/compile_sm90.py --fused-decode` reports its registers."""
 
-FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128, "prefetch": 0, "split": 1}
-MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 1, "split": 1}
+FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128, "prefetch": 0, "stages": 1, "maxnreg": 0, "split": 1}
+MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 1, "stages": 1, "maxnreg": 0, "split": 1}
 MANY_PROGRAMS = 512
 """From this many programs (rows x heads) on, MANY_PROGRAMS_LAUNCH. On an H200 (bench_recurrent.py --fused-decode,
 2026-11-30, float32 pools) the whole state in a program is fastest while the programs are few and a program's
@@ -115,7 +117,8 @@ def _fused_decode_kernel(
     GATE: tl.constexpr,  # 1 unbounded, 2 safe
     STATE_BF16: tl.constexpr,
     BV: tl.constexpr,  # state rows a step at a time (launch_for); >= BD: all at once
-    PREFETCH: tl.constexpr,  # BV < BD: load the next row block's state before stepping this one's
+    PREFETCH: tl.constexpr,  # BV < BD: load the next 1 or 2 row blocks' state before stepping this one's
+    STAGES: tl.constexpr,  # BV < BD: the pipeliner's stages for the loop over row blocks (1: none)
     SPLIT: tl.constexpr,  # programs per (row, head), each with BD // SPLIT rows of the state
 ):
     pid = tl.program_id(0).to(tl.int64)
@@ -178,7 +181,12 @@ def _fused_decode_kernel(
             r_next = i_s * VS + o_r
             b_next = tl.load(p_s + (r_next[:, None] * D + o_d[None, :]), mask=(r_next < D)[:, None] & m_d[None, :],
                              other=0.0)
-        for r0 in range(i_s * VS, i_s * VS + VS, BV):
+            if PREFETCH >= 2:
+                r_next = r_next + BV
+                m_n = (r_next < D) & (r_next < i_s * VS + VS)
+                b_next2 = tl.load(p_s + (r_next[:, None] * D + o_d[None, :]), mask=m_n[:, None] & m_d[None, :],
+                                  other=0.0)
+        for r0 in tl.range(i_s * VS, i_s * VS + VS, BV, num_stages=STAGES):
             r = r0 + o_r
             m_r = r < D
             b_v, v_win, v_x = _conv_silu(p_xv, p_wv, p_winv, r, m_r, HD, W, BW)
@@ -186,10 +194,15 @@ def _fused_decode_kernel(
             _move_window(p_winv, r, m_r, v_win, v_x, W, BW)
             p_h = p_s + (r[:, None] * D + o_d[None, :])
             m_h = m_r[:, None] & m_d[None, :]
-            if PREFETCH:  # the next block's rows are other elements than this block's, which are stored below
+            if PREFETCH:  # the next blocks' rows are other elements than this block's, which are stored below
                 b_h = b_next
-                m_n = ((r + BV) < D) & ((r + BV) < i_s * VS + VS)  # the next block is this program's
-                b_next = tl.load(p_h + BV * D, mask=m_n[:, None] & m_d[None, :], other=0.0)
+                AHEAD: tl.constexpr = BV * PREFETCH
+                m_n = ((r + AHEAD) < D) & ((r + AHEAD) < i_s * VS + VS)  # the block ahead is this program's
+                if PREFETCH >= 2:
+                    b_next = b_next2
+                    b_next2 = tl.load(p_h + AHEAD * D, mask=m_n[:, None] & m_d[None, :], other=0.0)
+                else:
+                    b_next = tl.load(p_h + AHEAD * D, mask=m_n[:, None] & m_d[None, :], other=0.0)
                 b_o = _step_loaded(p_h, m_h, b_h, b_v, b_k, b_q, b_decay, b_beta, STATE_BF16)
             else:
                 b_o = _step_rows(p_h, m_h, b_v, b_k, b_q, b_decay, b_beta, STATE_BF16)
@@ -315,6 +328,7 @@ def fused_decode(x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_poo
         out, counters, partials, float(scale), float(lower_bound), float(norm_eps), x.stride(0), conv_state.stride(0),
         state_pool.stride(0),
         H=H, D=D, BD=BD, W=W, BW=triton.next_power_of_2(W - 1), GATE=GATE_CODES[gate],
-        STATE_BF16=state_pool.dtype == torch.bfloat16, BV=BV, PREFETCH=bool(launch["prefetch"]), SPLIT=split,
-        num_warps=launch["num_warps"])
+        STATE_BF16=state_pool.dtype == torch.bfloat16, BV=BV, PREFETCH=launch["prefetch"],
+        STAGES=launch["stages"], SPLIT=split,
+        num_warps=launch["num_warps"], **register_cap(launch["maxnreg"]))
     return out
