@@ -32,32 +32,34 @@ from kda_trace.kernels.recurrent import _to_bf16_rne
 LAUNCH = {"num_warps": 0, "block_v": 0, "prefetch": 0, "stages": 0, "maxnreg": 0, "split": 0}
 """num_warps per program; block_v: rows of the [V, K] state a program steps at a time; prefetch (1 or 2), with row
 blocks, loads the next block's (or next two blocks') state before stepping this one's (the loop's loads otherwise
-wait one after the other); stages (> 1: on), with row blocks, has Triton's software pipeliner issue the loop's loads that many blocks
-ahead (`tl.range(num_stages=...)`; asynchronous copies on sm_80 and later, a plain loop elsewhere); maxnreg: a register
-cap per thread (more programs resident per SM; 0: ptxas's choice); split (a power of 2): programs per (row, head), each stepping D / split rows of the state, the last of them
-to finish normalising the row (they meet at a counter in `_scratch`); 0: by the number of programs (`launch_for`).
-At block_v >= D a program holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values
-a thread; ptxas for sm_90: 255 registers and about 290 bytes of spills a thread). Below D it loops over row blocks
+wait one after the other); stages (> 1: on), with row blocks, asks Triton's software pipeliner to issue the loop's
+loads that many blocks ahead (`tl.range(num_stages=...)`; Triton 3.6 and 3.9 leave these loads as they are); maxnreg:
+a register cap per thread (more programs resident per SM); split (a power of 2): programs per (row, head), each
+stepping D / split rows of the state, the last of them to finish normalising the row (they meet at a counter in
+`_scratch`); 0: by the number of programs (`launch_for`; a maxnreg of 0 there: ptxas's choice). At block_v >= D a
+program holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values a thread; ptxas for sm_90: 255
+registers and about 290 bytes of spills a thread). Below D it loops over row blocks
 (each block's v convolution, step and o in turn; o is stored unnormalised and read back for the RMSNorm): fewer
 registers a thread, the same bytes moved. `benchmarks/bench_recurrent.py --fused-decode --fused-launch
 block_v=32,num_warps=4` times a setting, `benchmarks/compile_sm90.py --fused-decode` reports its registers."""
 
 FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128, "prefetch": 0, "stages": 1, "maxnreg": 0, "split": 1}
-MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 1, "stages": 1, "maxnreg": 0, "split": 1}
+MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 1, "stages": 1, "maxnreg": 80, "split": 1}
 MANY_PROGRAMS = 512
 """From this many programs (rows x heads) on, MANY_PROGRAMS_LAUNCH. On an H200 (bench_recurrent.py --fused-decode,
-2026-11-30, float32 pools) the whole state in a program is fastest while the programs are few and a program's
-latency is the step's (12 heads x 1 row: 7.7 against 20.3 us; 12 x 32 = 384 programs: 26.0 against 28.4 us), row
-blocks of 16 under 4 warps once they are many (12 x 64 = 768: 38.7 against 49.1 us; 32 x 32 = 1024: 46.0 against
-75.3 us; 32 x 256: 0.317 against 0.571 ms), and those with the next block's state loaded ahead faster again at every
-size from 768 programs, both pools (12 x 64, bf16: 26.4 against 29.1 us; 32 x 256, bf16: 0.203 against 0.227 ms).
-Split 4 or 8 ways, the row blocks were slower from 768 programs on (up to 1.5x), faster at 1 row (12 heads, bf16:
-6.6 against 7.8 us), not taken: the split's counters would be shared by calls on other streams."""
+2026-11-30) the whole state in a program is fastest while the programs are few and a program's latency is the step's
+(12 heads x 1 row, fp32 pool: 7.7 against 20.3 us; 12 x 32 = 384 programs: 26.0 against 28.4 us), row blocks of 16
+under 4 warps once they are many (12 x 64 = 768, fp32: 38.7 against 49.1 us; 32 x 256: 0.317 against 0.571 ms).
+Loading the next block ahead took 12 heads x 64 with a bf16 pool from 29.1 to 26.4 us, and the register cap of 80
+(six programs per SM instead of five: 768 programs in one wave) to 23.0 us (0.98 of a same-bytes copy); the cap costs
+up to 3% with fp32 pools at 256 rows (benchmarks/RESULTS.md, "The fused decode step", with the records). Split 4 or 8 ways, the row blocks were slower from 768 programs on (up to 1.5x),
+faster at 1 row (12 heads, bf16: 6.6 against 7.8 us), not taken: the split's counters would be shared by calls on
+other streams."""
 
 
 def launch_for(programs: int) -> dict:
-    """num_warps, block_v, prefetch and split for a launch of `programs` (rows x heads) programs: LAUNCH's where set,
-    else by MANY_PROGRAMS."""
+    """The LAUNCH keys' values for a launch of `programs` (rows x heads) programs: LAUNCH's where set, else by
+    MANY_PROGRAMS."""
     chosen = MANY_PROGRAMS_LAUNCH if programs >= MANY_PROGRAMS else FEW_PROGRAMS_LAUNCH
     return {key: LAUNCH[key] or chosen[key] for key in chosen}
 
