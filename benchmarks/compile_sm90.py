@@ -227,11 +227,14 @@ def chunked_mode(spills: bool) -> None:
                       f"one_anchor={one} steps={steps} warps={warps} maxnreg={cap}: ok", *extra)
         if steps_apart:
             warps = backward.LAUNCH["sums_steps_warps"] or 4
-            k = compile_kernel(backward_chunked._diag_steps_kernel, sigs["local_sums"],
-                               dict(H=shared["H"], HV=shared["HV"], K=K, BKS=min(BK, 32), CT=shared["CT"], **norm),
-                               warps)
-            extra = ptxas_report(k) if spills and acc == "fp32" else []
-            print(f"chunked split diag_steps {acc} K={K} BKS={min(BK, 32)} warps={warps}: ok", *extra)
+            # the steps unrolled too, with --spills or where it is on (LAUNCH["sums_steps_unroll"])
+            for unroll in sorted({bool(backward.LAUNCH["sums_steps_unroll"]), spills}):
+                k = compile_kernel(backward_chunked._diag_steps_kernel, sigs["local_sums"],
+                                   dict(H=shared["H"], HV=shared["HV"], K=K, BKS=min(BK, 32), CT=shared["CT"],
+                                        UNROLL=unroll, **norm), warps)
+                extra = ptxas_report(k) if spills and acc == "fp32" else []
+                print(f"chunked split diag_steps {acc} K={K} BKS={min(BK, 32)} warps={warps} unroll={unroll}: ok",
+                      *extra)
         if spills and K == 128 and acc == "fp32":  # 3a's K-tiles apart (LAUNCH["split_vk_ktiles"]), 4 and 8 warps
             for warps in (4, 8):
                 k = compile_kernel(backward_chunked._local_kt_kernel, sigs["local_vk"],

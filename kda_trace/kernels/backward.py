@@ -237,12 +237,14 @@ LAUNCH["keep_states"] = True
 LAUNCH["sums_one_launch"] = True
 # sums_steps_pass: the sums kernel compiled without the running-products fall-back (`_diag_sums_by_steps`), the
 # blocks past the anchored range flagged, and their diagonal parts added after it by `_diag_steps_kernel`
-# (sums_steps_warps: its warps; 112 registers on 4, no spills). With the one-launch sums and two anchors only. Why it
-# might pay: with this fall-back's code the sums kernel took 2.96 ms on the H200 at 32 x 16384 with a precomputed
-# gate, where no block takes it, against 2.72 with the one before. But ptxas (sm_90, triton 3.9) does not say it
-# frees registers: without the fall-back the kernel spills 704 / 872 bytes (stores / loads) under its cap of 128
-# against 528 / 800 with it, and 196 / 316 against 268 / 292 under 168. Not yet timed: off.
-LAUNCH.update({"sums_steps_pass": False, "sums_steps_warps": None})
+# (sums_steps_warps: its warps; 112 registers on 4, no spills). With the one-launch sums and two anchors only.
+# H200 (bench_backward.py --no-fla --parts): fla's layer configuration at 32 x 16384 (73% of the blocks past the
+# range) fwd+bwd 15.36 -> 13.82 ms (the sums kernel 7.09 -> 2.62 ms, the pass of its own 2.98); a precomputed gate
+# (no block past it) 9.49 -> 9.48 (2.68 + 0.08 ms). Under a register cap of 168 instead of 128 both slower (14.87,
+# 10.33 ms).
+# sums_steps_unroll: `_diag_steps_kernel`'s 2 x 16 steps unrolled, so that their loads (which do not wait for the
+# running products) can be issued ahead; the same operations in the same order. Not yet timed: off.
+LAUNCH.update({"sums_steps_pass": True, "sums_steps_warps": None, "sums_steps_unroll": False})
 # split_vk_ktiles: 3a's sums over V of its K-tiles (dQt, dKt, dW, dgamma, Y_k) by `_local_kt_kernel`, one program
 # per (chunk, value head, K-tile), before `_local_vk_kernel` does the rest with that Y_k; instead of every K-tile
 # inside `_local_vk_kernel`'s one program per (chunk, value head) (255 registers, two programs per SM, 3.44 ms on

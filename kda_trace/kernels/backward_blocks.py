@@ -367,7 +367,7 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, p_p, 
 @triton.jit
 def _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bi: tl.constexpr,
                         BK: tl.constexpr, CT: tl.constexpr, p_rq=None, p_rk=None, SR: tl.constexpr = 1,
-                        NORM: tl.constexpr = False):
+                        NORM: tl.constexpr = False, UNROLL: tl.constexpr = False):
     """The diagonal block's part of `_sums_block_anchored`'s three sums ([MB, BK] each) for a block whose gates pass
     the anchored products' range: one pair index t at a time, the decays kept as running products of the gates'
     exps. Rows (t from the block's last row down): W[i] = e(c_i - c_t) = W[i] e(g_{t+1}) for i > t, W[t] = 1, and
@@ -378,7 +378,9 @@ def _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.cons
     decay is a product of at most 15 rounded exps (~1e-6 relative in fp32). Entries of W and V on the other side of
     the diagonal are 0 (M is zero there). Rows and columns in two loops, fewer tiles live at once: in the sums kernel
     under its cap of 128 registers (ptxas for sm_90, Triton 3.9) 528 / 800 bytes of spill stores / loads, against
-    584 / 1048 in one loop and 516 / 720 with the former pair-by-pair exps (two [MB, BK] exps per pair index)."""
+    584 / 1048 in one loop and 516 / 720 with the former pair-by-pair exps (two [MB, BK] exps per pair index).
+    UNROLL: both loops unrolled (`tl.static_range`), so that the steps' loads, which do not depend on the running
+    products, can be issued ahead of the steps that wait for them; the same operations in the same order."""
     MB: tl.constexpr = 16
     ACC: tl.constexpr = p_g.dtype.element_ty
     o_b = tl.arange(0, MB)
@@ -387,34 +389,62 @@ def _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.cons
     b_r2 = tl.zeros([MB, BK], dtype=ACC)
     b_r3 = tl.zeros([MB, BK], dtype=ACC)
     b_w = tl.zeros([MB, BK], dtype=ACC)  # rows: e(c_i - c_t), i >= t
-    for s in range(MB):
-        # t = MB - 1 - s; the gate of row t + 1 (none past the block or the sequence: factor 1, W still 0 there)
-        t = MB - 1 - s
-        r_t = bi * MB + t
-        e_w = tl.exp(tl.load(p_g + (r_t + 1) * SG + o_k, mask=m_k & (o_k * 0 + t + 1 < MB) & (o_k * 0 + r_t + 1 < n),
-                             other=0.0))
-        b_w = tl.where(o_b[:, None] == t, 1.0, b_w * e_w[None, :])
-        k_t = tl.load(p_k + r_t * SX + o_k, mask=m_k & (o_k * 0 + r_t < n), other=0.0).to(ACC)
-        if NORM:
-            k_t = k_t * tl.load(p_rk + r_t * SR, mask=r_t < n, other=0.0)
-        b_kw = k_t[None, :] * b_w
-        b_r1 += tl.load(p_m1 + rows * CT + r_t)[:, None] * b_kw
-        b_r2 += tl.load(p_m2 + rows * CT + r_t)[:, None] * b_kw
+    if UNROLL:
+        for s in tl.static_range(MB):
+            b_w, b_r1, b_r2 = _rows_step(p_m1, p_m2, p_k, SX, p_g, SG, n, o_k, m_k, o_b, rows, bi * MB + MB - 1 - s,
+                                         MB - 1 - s, CT, p_rk, SR, NORM, b_w, b_r1, b_r2)
+    else:
+        for s in range(MB):
+            b_w, b_r1, b_r2 = _rows_step(p_m1, p_m2, p_k, SX, p_g, SG, n, o_k, m_k, o_b, rows, bi * MB + MB - 1 - s,
+                                         MB - 1 - s, CT, p_rk, SR, NORM, b_w, b_r1, b_r2)
     b_v = tl.zeros([MB, BK], dtype=ACC)  # columns: e(c_t - c_j), j <= t
-    for t in range(MB):
-        # the gate of row t itself (row 0's is not in c)
-        r_t = bi * MB + t
-        m_t = m_k & (o_k * 0 + r_t < n)
-        e_v = tl.exp(tl.load(p_g + r_t * SG + o_k, mask=m_t & (o_k * 0 + t > 0), other=0.0))
-        b_v = tl.where(o_b[:, None] == t, 1.0, b_v * e_v[None, :])
-        q_t = tl.load(p_q + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
-        k_t = tl.load(p_k + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
-        if NORM:
-            q_t = q_t * tl.load(p_rq + r_t * SR, mask=r_t < n, other=0.0)
-            k_t = k_t * tl.load(p_rk + r_t * SR, mask=r_t < n, other=0.0)
-        b_r3 += (tl.load(p_m1 + r_t * CT + rows)[:, None] * q_t[None, :]
-                 + tl.load(p_m2 + r_t * CT + rows)[:, None] * k_t[None, :]) * b_v
+    if UNROLL:
+        for t in tl.static_range(MB):
+            b_v, b_r3 = _cols_step(p_m1, p_m2, p_q, p_k, SX, p_g, SG, n, o_k, m_k, o_b, rows, bi * MB + t, t, CT,
+                                   p_rq, p_rk, SR, NORM, b_v, b_r3)
+    else:
+        for t in range(MB):
+            b_v, b_r3 = _cols_step(p_m1, p_m2, p_q, p_k, SX, p_g, SG, n, o_k, m_k, o_b, rows, bi * MB + t, t, CT,
+                                   p_rq, p_rk, SR, NORM, b_v, b_r3)
     return b_r1, b_r2, b_r3
+
+
+@triton.jit
+def _rows_step(p_m1, p_m2, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, o_b, rows, r_t, t,
+               CT: tl.constexpr, p_rk, SR: tl.constexpr, NORM: tl.constexpr, b_w, b_r1, b_r2):
+    """One pair index t of `_diag_sums_by_steps`'s rows (r_t: its row in the chunk)."""
+    MB: tl.constexpr = 16
+    ACC: tl.constexpr = p_g.dtype.element_ty
+    # the gate of row t + 1 (none past the block or the sequence: factor 1, W still 0 there)
+    e_w = tl.exp(tl.load(p_g + (r_t + 1) * SG + o_k, mask=m_k & (o_k * 0 + t + 1 < MB) & (o_k * 0 + r_t + 1 < n),
+                         other=0.0))
+    b_w = tl.where(o_b[:, None] == t, 1.0, b_w * e_w[None, :])
+    k_t = tl.load(p_k + r_t * SX + o_k, mask=m_k & (o_k * 0 + r_t < n), other=0.0).to(ACC)
+    if NORM:
+        k_t = k_t * tl.load(p_rk + r_t * SR, mask=r_t < n, other=0.0)
+    b_kw = k_t[None, :] * b_w
+    b_r1 += tl.load(p_m1 + rows * CT + r_t)[:, None] * b_kw
+    b_r2 += tl.load(p_m2 + rows * CT + r_t)[:, None] * b_kw
+    return b_w, b_r1, b_r2
+
+
+@triton.jit
+def _cols_step(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, o_b, rows, r_t, t,
+               CT: tl.constexpr, p_rq, p_rk, SR: tl.constexpr, NORM: tl.constexpr, b_v, b_r3):
+    """One pair index t of `_diag_sums_by_steps`'s columns (r_t: its row in the chunk)."""
+    ACC: tl.constexpr = p_g.dtype.element_ty
+    m_t = m_k & (o_k * 0 + r_t < n)
+    # the gate of row t itself (row 0's is not in c)
+    e_v = tl.exp(tl.load(p_g + r_t * SG + o_k, mask=m_t & (o_k * 0 + t > 0), other=0.0))
+    b_v = tl.where(o_b[:, None] == t, 1.0, b_v * e_v[None, :])
+    q_t = tl.load(p_q + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
+    k_t = tl.load(p_k + r_t * SX + o_k, mask=m_t, other=0.0).to(ACC)
+    if NORM:
+        q_t = q_t * tl.load(p_rq + r_t * SR, mask=r_t < n, other=0.0)
+        k_t = k_t * tl.load(p_rk + r_t * SR, mask=r_t < n, other=0.0)
+    b_r3 += (tl.load(p_m1 + r_t * CT + rows)[:, None] * q_t[None, :]
+             + tl.load(p_m2 + r_t * CT + rows)[:, None] * k_t[None, :]) * b_v
+    return b_v, b_r3
 
 
 @triton.jit

@@ -703,7 +703,7 @@ def _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w
 @triton.jit
 def _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H: tl.constexpr,
                 HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr, BI: tl.constexpr,
-                NORM: tl.constexpr):
+                NORM: tl.constexpr, UNROLL: tl.constexpr):
     """Row block BI of work item w: the diagonal block's part of the sums as running products
     (`_diag_sums_by_steps`), added to R1, R2, R3."""
     o_b = tl.arange(0, BKS)
@@ -711,7 +711,7 @@ def _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, 
     p_q, p_k, p_g, p_m1, p_m2, p_rq, p_rk, off_g, n, m_kt = _sums_tile_at(q, k, g, M1, M2, rq, rk, cu_seqlens,
                                                                           chunk_indices, w, H, HV, K, BKS, CT)
     b_r1, b_r2, b_r3 = _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, H * K, p_g, HV * K, n, o_b, m_kt, BI, BKS, CT,
-                                           p_rq, p_rk, H, NORM)
+                                           p_rq, p_rk, H, NORM, UNROLL)
     off = off_g + rows[:, None] * (HV * K) + o_b[None, :]
     m_out = (rows < n)[:, None] & m_kt[None, :]
     tl.store(R1 + off, tl.load(R1 + off, mask=m_out) + b_r1, mask=m_out)
@@ -722,10 +722,11 @@ def _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, 
 @triton.jit(do_not_specialize=["n_work"])
 def _diag_steps_kernel(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, flags, n_work,
                        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
-                       NORM: tl.constexpr):
+                       NORM: tl.constexpr, UNROLL: tl.constexpr):
     """After `_local_sums_kernel` without its fall-back (STEPS off, LAUNCH["sums_steps_pass"]): the diagonal parts
     of the (item, row block)s flagged past the anchored range, by running products, over persistent programs. The
-    fall-back's code then costs no registers in the sums kernel, whose blocks mostly do not need it."""
+    fall-back's code then costs no registers in the sums kernel, whose blocks mostly do not need it. UNROLL: the
+    running products' steps unrolled (LAUNCH["sums_steps_unroll"])."""
     pid = tl.program_id(0).to(tl.int64)
     NB: tl.constexpr = CT // 16
     for u in range(pid, n_work * NB, tl.num_programs(0)):
@@ -734,16 +735,16 @@ def _diag_steps_kernel(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_in
             bi = u % NB
             if bi == 0:
                 _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 0,
-                            NORM)
+                            NORM, UNROLL)
             elif bi == 1:
                 _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 1,
-                            NORM)
+                            NORM, UNROLL)
             elif bi == 2:
                 _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 2,
-                            NORM)
+                            NORM, UNROLL)
             else:
                 _steps_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 3,
-                            NORM)
+                            NORM, UNROLL)
 
 
 @triton.jit(do_not_specialize=["n_work"])
@@ -1108,7 +1109,8 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     if steps_pass:
         _diag_steps_kernel[(n_prog_s,)](
             q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, flags, n_work_s, H=H, HV=HV, K=K, BKS=BKS, CT=CT,
-            NORM=norms is not None, num_warps=launch["sums_steps_warps"] or 4)
+            NORM=norms is not None, UNROLL=bool(launch["sums_steps_unroll"]),
+            num_warps=launch["sums_steps_warps"] or 4)
     del flags
     del g_acc, M1, M2
     # with norms, dq and dk are for the normalised q and k, whose chain rule (kernels/option_grads.py) wants them

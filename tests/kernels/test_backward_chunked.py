@@ -321,7 +321,8 @@ def test_the_fall_back_in_a_pass_of_its_own(dtype, monkeypatch):
     """LAUNCH["sums_steps_pass"]: the sums kernel without its fall-back, the blocks past the anchored range flagged
     and their diagonal parts added by `_diag_steps_kernel`. With no block past the range, the same gradients as the
     fall-back inside the kernel, bit for bit; with every block past it (MAX_EXP below any block's range), the usual
-    bars against float64 and the same gradients but for rounding (the diagonal part is added last)."""
+    bars against float64 and the same gradients but for rounding (the diagonal part is added last). The pass with
+    its steps unrolled (LAUNCH["sums_steps_unroll"]) gives the same bits as without."""
     from kda_trace.kernels import backward_chunked
 
     spy = LaunchSpy(backward_chunked._diag_steps_kernel)
@@ -340,6 +341,12 @@ def test_the_fall_back_in_a_pass_of_its_own(dtype, monkeypatch):
         monkeypatch.setitem(backward.LAUNCH, "sums_steps_pass", True)
         apart = check(x, cu_seqlens=cu, bar=bar)
         flagged.append(int(spy.calls[-1][12].sum()))
+        if every_block_past:  # where the pass has work
+            monkeypatch.setitem(backward.LAUNCH, "sums_steps_unroll", True)
+            unrolled = check(x, cu_seqlens=cu, bar=bar)
+            monkeypatch.setitem(backward.LAUNCH, "sums_steps_unroll", False)
+            for name in ("dq", "dk", "dv", "dg", "dbeta"):
+                assert torch.equal(getattr(unrolled, name), getattr(apart, name)), f"unrolled {name}"
         for name in ("dq", "dk", "dv", "dg", "dbeta"):
             a, b = getattr(apart, name), getattr(inside, name)
             if every_block_past:
@@ -347,7 +354,7 @@ def test_the_fall_back_in_a_pass_of_its_own(dtype, monkeypatch):
             else:
                 assert torch.equal(a, b), name
     n_flags = spy.calls[-1][12].numel()  # (chunk, head, K-tile, row block)s
-    assert len(spy.calls) == 2 and flagged == [0, n_flags], flagged
+    assert len(spy.calls) == 3 and flagged == [0, n_flags], flagged
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
