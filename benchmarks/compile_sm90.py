@@ -227,8 +227,8 @@ def chunked_mode(spills: bool) -> None:
                       f"one_anchor={one} steps={steps} warps={warps} maxnreg={cap}: ok", *extra)
         if steps_apart:
             warps = backward.LAUNCH["sums_steps_warps"] or 4
-            # the steps unrolled too, with --spills or where it is on (LAUNCH["sums_steps_unroll"])
-            for unroll in sorted({bool(backward.LAUNCH["sums_steps_unroll"]), spills}):
+            # the steps unrolled 4 and 16 at a time too with --spills (LAUNCH["sums_steps_unroll"])
+            for unroll in sorted({backward.LAUNCH["sums_steps_unroll"] or 1} | ({4, 16} if spills else set())):
                 k = compile_kernel(backward_chunked._diag_steps_kernel, sigs["local_sums"],
                                    dict(H=shared["H"], HV=shared["HV"], K=K, BKS=min(BK, 32), CT=shared["CT"],
                                         UNROLL=unroll, **norm), warps)

@@ -242,9 +242,11 @@ LAUNCH["sums_one_launch"] = True
 # range) fwd+bwd 15.36 -> 13.82 ms (the sums kernel 7.09 -> 2.62 ms, the pass of its own 2.98); a precomputed gate
 # (no block past it) 9.49 -> 9.48 (2.68 + 0.08 ms). Under a register cap of 168 instead of 128 both slower (14.87,
 # 10.33 ms).
-# sums_steps_unroll: `_diag_steps_kernel`'s 2 x 16 steps unrolled, so that their loads (which do not wait for the
-# running products) can be issued ahead; the same operations in the same order. Not yet timed: off.
-LAUNCH.update({"sums_steps_pass": True, "sums_steps_warps": None, "sums_steps_unroll": False})
+# sums_steps_unroll: `_diag_steps_kernel`'s 2 x 16 steps unrolled that many at a time (1, 2, 4, 8 or 16), so that
+# their loads (which do not wait for the running products) can be issued ahead; the same operations in the same
+# order. ptxas (sm_90, Triton 3.9, 4 warps, no spills but at 16): 112 registers at 1, 127 at 2, 168 at 4, 94 at 8,
+# 255 and 92 bytes of spills at 16. Not yet timed: 1.
+LAUNCH.update({"sums_steps_pass": True, "sums_steps_warps": None, "sums_steps_unroll": 1})
 # split_vk_ktiles: 3a's sums over V of its K-tiles (dQt, dKt, dW, dgamma, Y_k) by `_local_kt_kernel`, one program
 # per (chunk, value head, K-tile), before `_local_vk_kernel` does the rest with that Y_k; instead of every K-tile
 # inside `_local_vk_kernel`'s one program per (chunk, value head) (255 registers, two programs per SM, 3.44 ms on

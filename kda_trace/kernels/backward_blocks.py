@@ -367,7 +367,7 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, p_p, 
 @triton.jit
 def _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bi: tl.constexpr,
                         BK: tl.constexpr, CT: tl.constexpr, p_rq=None, p_rk=None, SR: tl.constexpr = 1,
-                        NORM: tl.constexpr = False, UNROLL: tl.constexpr = False):
+                        NORM: tl.constexpr = False, UNROLL: tl.constexpr = 1):
     """The diagonal block's part of `_sums_block_anchored`'s three sums ([MB, BK] each) for a block whose gates pass
     the anchored products' range: one pair index t at a time, the decays kept as running products of the gates'
     exps. Rows (t from the block's last row down): W[i] = e(c_i - c_t) = W[i] e(g_{t+1}) for i > t, W[t] = 1, and
@@ -379,8 +379,9 @@ def _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.cons
     the diagonal are 0 (M is zero there). Rows and columns in two loops, fewer tiles live at once: in the sums kernel
     under its cap of 128 registers (ptxas for sm_90, Triton 3.9) 528 / 800 bytes of spill stores / loads, against
     584 / 1048 in one loop and 516 / 720 with the former pair-by-pair exps (two [MB, BK] exps per pair index).
-    UNROLL: both loops unrolled (`tl.static_range`), so that the steps' loads, which do not depend on the running
-    products, can be issued ahead of the steps that wait for them; the same operations in the same order."""
+    UNROLL (a power of 2 up to 16): steps per loop iteration, unrolled (`tl.static_range`), so that their loads,
+    which do not depend on the running products, can be issued ahead of the steps that wait for them; the same
+    operations in the same order."""
     MB: tl.constexpr = 16
     ACC: tl.constexpr = p_g.dtype.element_ty
     o_b = tl.arange(0, MB)
@@ -389,21 +390,15 @@ def _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.cons
     b_r2 = tl.zeros([MB, BK], dtype=ACC)
     b_r3 = tl.zeros([MB, BK], dtype=ACC)
     b_w = tl.zeros([MB, BK], dtype=ACC)  # rows: e(c_i - c_t), i >= t
-    if UNROLL:
-        for s in tl.static_range(MB):
-            b_w, b_r1, b_r2 = _rows_step(p_m1, p_m2, p_k, SX, p_g, SG, n, o_k, m_k, o_b, rows, bi * MB + MB - 1 - s,
-                                         MB - 1 - s, CT, p_rk, SR, NORM, b_w, b_r1, b_r2)
-    else:
-        for s in range(MB):
-            b_w, b_r1, b_r2 = _rows_step(p_m1, p_m2, p_k, SX, p_g, SG, n, o_k, m_k, o_b, rows, bi * MB + MB - 1 - s,
-                                         MB - 1 - s, CT, p_rk, SR, NORM, b_w, b_r1, b_r2)
+    for s0 in range(0, MB, UNROLL):
+        for s1 in tl.static_range(UNROLL):
+            t = MB - 1 - (s0 + s1)  # from the block's last row down
+            b_w, b_r1, b_r2 = _rows_step(p_m1, p_m2, p_k, SX, p_g, SG, n, o_k, m_k, o_b, rows, bi * MB + t, t, CT,
+                                         p_rk, SR, NORM, b_w, b_r1, b_r2)
     b_v = tl.zeros([MB, BK], dtype=ACC)  # columns: e(c_t - c_j), j <= t
-    if UNROLL:
-        for t in tl.static_range(MB):
-            b_v, b_r3 = _cols_step(p_m1, p_m2, p_q, p_k, SX, p_g, SG, n, o_k, m_k, o_b, rows, bi * MB + t, t, CT,
-                                   p_rq, p_rk, SR, NORM, b_v, b_r3)
-    else:
-        for t in range(MB):
+    for t0 in range(0, MB, UNROLL):
+        for t1 in tl.static_range(UNROLL):
+            t = t0 + t1
             b_v, b_r3 = _cols_step(p_m1, p_m2, p_q, p_k, SX, p_g, SG, n, o_k, m_k, o_b, rows, bi * MB + t, t, CT,
                                    p_rq, p_rk, SR, NORM, b_v, b_r3)
     return b_r1, b_r2, b_r3

@@ -726,7 +726,7 @@ def _diag_steps_kernel(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_in
     """After `_local_sums_kernel` without its fall-back (STEPS off, LAUNCH["sums_steps_pass"]): the diagonal parts
     of the (item, row block)s flagged past the anchored range, by running products, over persistent programs. The
     fall-back's code then costs no registers in the sums kernel, whose blocks mostly do not need it. UNROLL: the
-    running products' steps unrolled (LAUNCH["sums_steps_unroll"])."""
+    running products' steps unrolled that many at a time (LAUNCH["sums_steps_unroll"])."""
     pid = tl.program_id(0).to(tl.int64)
     NB: tl.constexpr = CT // 16
     for u in range(pid, n_work * NB, tl.num_programs(0)):
@@ -1109,7 +1109,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     if steps_pass:
         _diag_steps_kernel[(n_prog_s,)](
             q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, flags, n_work_s, H=H, HV=HV, K=K, BKS=BKS, CT=CT,
-            NORM=norms is not None, UNROLL=bool(launch["sums_steps_unroll"]),
+            NORM=norms is not None, UNROLL=launch["sums_steps_unroll"] or 1,
             num_warps=launch["sums_steps_warps"] or 4)
     del flags
     del g_acc, M1, M2

@@ -322,7 +322,7 @@ def test_the_fall_back_in_a_pass_of_its_own(dtype, monkeypatch):
     and their diagonal parts added by `_diag_steps_kernel`. With no block past the range, the same gradients as the
     fall-back inside the kernel, bit for bit; with every block past it (MAX_EXP below any block's range), the usual
     bars against float64 and the same gradients but for rounding (the diagonal part is added last). The pass with
-    its steps unrolled (LAUNCH["sums_steps_unroll"]) gives the same bits as without."""
+    its steps unrolled four at a time (LAUNCH["sums_steps_unroll"]) gives the same bits as without."""
     from kda_trace.kernels import backward_chunked
 
     spy = LaunchSpy(backward_chunked._diag_steps_kernel)
@@ -342,9 +342,9 @@ def test_the_fall_back_in_a_pass_of_its_own(dtype, monkeypatch):
         apart = check(x, cu_seqlens=cu, bar=bar)
         flagged.append(int(spy.calls[-1][12].sum()))
         if every_block_past:  # where the pass has work
-            monkeypatch.setitem(backward.LAUNCH, "sums_steps_unroll", True)
+            monkeypatch.setitem(backward.LAUNCH, "sums_steps_unroll", 4)
             unrolled = check(x, cu_seqlens=cu, bar=bar)
-            monkeypatch.setitem(backward.LAUNCH, "sums_steps_unroll", False)
+            monkeypatch.setitem(backward.LAUNCH, "sums_steps_unroll", 1)
             for name in ("dq", "dk", "dv", "dg", "dbeta"):
                 assert torch.equal(getattr(unrolled, name), getattr(apart, name)), f"unrolled {name}"
         for name in ("dq", "dk", "dv", "dg", "dbeta"):
