@@ -339,7 +339,8 @@ def main():
     ap.add_argument("--bv", type=int, default=None, help="backward kernel V-tile")
     ap.add_argument("--warps", type=int, default=None, help="backward kernel warps")
     ap.add_argument("--seg", type=int, default=None, help="backward kernel scratch segment (16, 32 or 64 tokens)")
-    ap.add_argument("--launch", default="", help="kernels/backward.py LAUNCH settings, e.g. programs=2048,pass_rows=16 (0: the default)")
+    ap.add_argument("--launch", default="", help="kernels/backward.py LAUNCH settings, e.g. programs=2048,pass_rows=16 (a number, True, False "
+                    "or a name; what 0 means is in the key's comment there, e.g. off for a switch)")
     ap.add_argument("--a-max", type=float, default=A_MAX, help="safe_l2 and layer modes: A = exp(A_log) drawn in "
                     "[1, A_MAX] (default 16, fla's layer init)")
     ap.add_argument("--parts", action="store_true", help="GPU time per kernel of one backward (torch.profiler)")
