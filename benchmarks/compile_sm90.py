@@ -396,13 +396,11 @@ def forward_mode(heads: int, gate_kind: str, only: list[str] | None, settings: l
     return ok
 
 
-FUSED_DECODE_SETTINGS = [(128, 8, 0, 1, 0, 1), (128, 16, 0, 1, 0, 1), (64, 4, 0, 1, 0, 1), (64, 8, 0, 1, 0, 1),
-                         (32, 2, 0, 1, 0, 1), (32, 4, 0, 1, 0, 1), (32, 4, 1, 1, 0, 1), (32, 8, 1, 1, 0, 1),
-                         (16, 2, 0, 1, 0, 1), (16, 2, 1, 1, 0, 1), (16, 4, 0, 1, 0, 1), (16, 4, 1, 1, 0, 1),
-                         (16, 4, 1, 1, 80, 1), (16, 4, 2, 1, 0, 1), (16, 4, 2, 1, 80, 1), (8, 4, 2, 1, 0, 1),
-                         (16, 4, 0, 3, 0, 1), (32, 4, 0, 1, 0, 4), (16, 4, 0, 1, 0, 4), (16, 4, 1, 1, 0, 4),
-                         (16, 4, 0, 1, 0, 8)]
-"""(block_v, num_warps, prefetch, stages, maxnreg, split) settings of kernels/fused_decode.py's LAUNCH that
+FUSED_DECODE_SETTINGS = [(128, 8, 0, 0, 1), (128, 16, 0, 0, 1), (64, 4, 0, 0, 1), (64, 8, 0, 0, 1), (32, 2, 0, 0, 1),
+                         (32, 4, 0, 0, 1), (32, 4, 1, 0, 1), (32, 8, 1, 0, 1), (16, 2, 0, 0, 1), (16, 2, 1, 0, 1),
+                         (16, 4, 0, 0, 1), (16, 4, 1, 0, 1), (16, 4, 1, 80, 1), (16, 4, 2, 0, 1), (16, 4, 2, 80, 1),
+                         (8, 4, 2, 0, 1), (32, 4, 0, 0, 4), (16, 4, 0, 0, 4), (16, 4, 1, 0, 4), (16, 4, 0, 0, 8)]
+"""(block_v, num_warps, prefetch, maxnreg, split) settings of kernels/fused_decode.py's LAUNCH that
 --fused-decode compiles."""
 
 
@@ -417,12 +415,12 @@ def fused_decode_mode() -> None:
                    state_pool=f"*{pool}", state_indices="*i32", counters="*i32", scale="fp32", lower_bound="fp32", norm_eps="fp32",
                    stride_x="i64", stride_cs="i64", stride_sp="i64")
         for gate_code in (1, 2):
-            for block_v, warps, prefetch, stages, maxnreg, split in FUSED_DECODE_SETTINGS:
+            for block_v, warps, prefetch, maxnreg, split in FUSED_DECODE_SETTINGS:
                 consts = dict(H=12, D=128, BD=128, W=4, BW=4, GATE=gate_code, STATE_BF16=pool == "bf16", BV=block_v,
-                              PREFETCH=prefetch, STAGES=stages, SPLIT=split)
+                              PREFETCH=prefetch, SPLIT=split)
                 k = compile_kernel(fused_decode._fused_decode_kernel, sig, consts, warps, maxnreg=maxnreg or None)
                 print(f"fused decode {pool} pool gate {gate_code} block_v={block_v} warps={warps} prefetch={prefetch} "
-                      f"stages={stages} maxnreg={maxnreg} split={split}: ok", *ptxas_report(k))
+                      f"maxnreg={maxnreg} split={split}: ok", *ptxas_report(k))
 
 
 def main() -> int:

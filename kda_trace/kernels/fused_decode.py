@@ -29,12 +29,10 @@ from kda_trace.kernels.common import GATE_CODES, register_cap
 from kda_trace.kernels.gate import softplus
 from kda_trace.kernels.recurrent import _to_bf16_rne
 
-LAUNCH = {"num_warps": 0, "block_v": 0, "prefetch": 0, "stages": 0, "maxnreg": 0, "split": 0}
+LAUNCH = {"num_warps": 0, "block_v": 0, "prefetch": 0, "maxnreg": 0, "split": 0}
 """num_warps per program; block_v: rows of the [V, K] state a program steps at a time; prefetch (1 or 2), with row
 blocks, loads the next block's (or next two blocks') state before stepping this one's (the loop's loads otherwise
-wait one after the other); stages (> 1: on), with row blocks, asks Triton's software pipeliner to issue the loop's
-loads that many blocks ahead (`tl.range(num_stages=...)`; Triton 3.6 and 3.9 leave these loads as they are); maxnreg:
-a register cap per thread (more programs resident per SM); split (a power of 2): programs per (row, head), each
+wait one after the other); maxnreg: a register cap per thread (more programs resident per SM); split (a power of 2): programs per (row, head), each
 stepping D / split rows of the state, the last of them to finish normalising the row (they meet at a counter in
 `_scratch`); 0: by the number of programs (`launch_for`; a maxnreg of 0 there: ptxas's choice). At block_v >= D a
 program holds the whole state (a 128 x 128 fp32 state over 256 threads: 64 values a thread; ptxas for sm_90: 255
@@ -43,8 +41,8 @@ registers and about 290 bytes of spills a thread). Below D it loops over row blo
 registers a thread, the same bytes moved. `benchmarks/bench_recurrent.py --fused-decode --fused-launch
 block_v=32,num_warps=4` times a setting, `benchmarks/compile_sm90.py --fused-decode` reports its registers."""
 
-FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128, "prefetch": 0, "stages": 1, "maxnreg": 0, "split": 1}
-MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 1, "stages": 1, "maxnreg": 80, "split": 1}
+FEW_PROGRAMS_LAUNCH = {"num_warps": 8, "block_v": 128, "prefetch": 0, "maxnreg": 0, "split": 1}
+MANY_PROGRAMS_LAUNCH = {"num_warps": 4, "block_v": 16, "prefetch": 1, "maxnreg": 80, "split": 1}
 MANY_PROGRAMS = 512
 """From this many programs (rows x heads) on, MANY_PROGRAMS_LAUNCH. On an H200 (bench_recurrent.py --fused-decode,
 2026-11-30) the whole state in a program is fastest while the programs are few and a program's latency is the step's
@@ -52,9 +50,9 @@ MANY_PROGRAMS = 512
 under 4 warps once they are many (12 x 64 = 768, fp32: 38.7 against 49.1 us; 32 x 256: 0.317 against 0.571 ms).
 Loading the next block ahead took 12 heads x 64 with a bf16 pool from 29.1 to 26.4 us, and the register cap of 80
 (six programs per SM instead of five: 768 programs in one wave) to 23.0 us (0.98 of a same-bytes copy); the cap costs
-up to 3% with fp32 pools at 256 rows (benchmarks/RESULTS.md, "The fused decode step", with the records). Split 4 or 8 ways, the row blocks were slower from 768 programs on (up to 1.5x),
-faster at 1 row (12 heads, bf16: 6.6 against 7.8 us), not taken: the split's counters would be shared by calls on
-other streams."""
+up to 3% with fp32 pools at 256 rows (benchmarks/RESULTS.md, "The fused decode step", with the records). Split 4 or
+8 ways, the row blocks were slower from 768 programs on (up to 1.5x), faster at 1 row (12 heads, bf16: 6.6 against
+7.8 us), not taken: the split's counters would be shared by calls on other streams."""
 
 
 def launch_for(programs: int) -> dict:
@@ -120,7 +118,6 @@ def _fused_decode_kernel(
     STATE_BF16: tl.constexpr,
     BV: tl.constexpr,  # state rows a step at a time (launch_for); >= BD: all at once
     PREFETCH: tl.constexpr,  # BV < BD: load the next 1 or 2 row blocks' state before stepping this one's
-    STAGES: tl.constexpr,  # BV < BD: the pipeliner's stages for the loop over row blocks (1: none)
     SPLIT: tl.constexpr,  # programs per (row, head), each with BD // SPLIT rows of the state
 ):
     pid = tl.program_id(0).to(tl.int64)
@@ -188,7 +185,7 @@ def _fused_decode_kernel(
                 m_n = (r_next < D) & (r_next < i_s * VS + VS)
                 b_next2 = tl.load(p_s + (r_next[:, None] * D + o_d[None, :]), mask=m_n[:, None] & m_d[None, :],
                                   other=0.0)
-        for r0 in tl.range(i_s * VS, i_s * VS + VS, BV, num_stages=STAGES):
+        for r0 in range(i_s * VS, i_s * VS + VS, BV):
             r = r0 + o_r
             m_r = r < D
             b_v, v_win, v_x = _conv_silu(p_xv, p_wv, p_winv, r, m_r, HD, W, BW)
@@ -330,7 +327,6 @@ def fused_decode(x, conv_weight, conv_state, g_raw, A_log, dt_bias, b, state_poo
         out, counters, partials, float(scale), float(lower_bound), float(norm_eps), x.stride(0), conv_state.stride(0),
         state_pool.stride(0),
         H=H, D=D, BD=BD, W=W, BW=triton.next_power_of_2(W - 1), GATE=GATE_CODES[gate],
-        STATE_BF16=state_pool.dtype == torch.bfloat16, BV=BV, PREFETCH=launch["prefetch"],
-        STAGES=launch["stages"], SPLIT=split,
+        STATE_BF16=state_pool.dtype == torch.bfloat16, BV=BV, PREFETCH=launch["prefetch"], SPLIT=split,
         num_warps=launch["num_warps"], **register_cap(launch["maxnreg"]))
     return out
