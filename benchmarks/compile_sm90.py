@@ -132,7 +132,9 @@ def chunked_mode(spills: bool) -> None:
         solve = "ieee" if acc == "fp64" else backward_chunked.SOLVE_PRECISION.value
         # the prep: the pairs kernel per row block, the solve, the operands
         # LAUNCH["diag_blocks"]: the default, and with --spills the other form too
-        anchor_forms = (True, False) if spills else (backward.LAUNCH["diag_blocks"] == "anchors",)
+        anchor_forms = (True, False) if spills else (backward_chunked._anchors(backward.LAUNCH),)
+        # the anchored sums at nested anchors (strong gates) and at two (no hint), as LAUNCH["diag_blocks"] gives them
+        nested_forms = sorted({backward_chunked._nested(backward.LAUNCH, strong) for strong in (True, False)})
         dprec = "ieee" if acc == "fp64" else backward.LAUNCH["pairs_diag_precision"] or "bf16"
         # each kernel's register cap as launched (LAUNCH["..._maxnreg"], None: backward_chunked.default_cap); with
         # --spills at K = 128 its default tile uncapped and at 168 and 128
@@ -213,18 +215,23 @@ def chunked_mode(spills: bool) -> None:
                 itertools.product(launches, forms) for cap in caps("sums_maxnreg", anchors)
                 if anchors or not all_blocks]  # (the element-wise form runs one launch per block)
         # the fall-back in a pass of its own (LAUNCH["sums_steps_pass"]: two anchors, one launch) too, with --spills
-        steps_apart = spills or backward.LAUNCH["sums_steps_pass"]
+        steps_apart = spills or (backward.LAUNCH["sums_steps_pass"] and False in nested_forms)
         for all_blocks, bi, anchors, one, cap in sums:
-            for steps in (True, False) if steps_apart and all_blocks and anchors and not one else (True,):
+            variants = [(False, True)]  # (nested, steps)
+            if anchors and not one:
+                variants = [(True, True)] if True in nested_forms else []
+                if False in nested_forms:
+                    variants += [(False, s) for s in ((True, False) if steps_apart and all_blocks else (True,))]
+            for nested, steps in variants:
                 c = dict(shared, **norm, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
-                         ALL_BLOCKS=all_blocks, STEPS=steps,
+                         ALL_BLOCKS=all_blocks, STEPS=steps, NESTED=nested,
                          DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
                 warps = backward.LAUNCH["sums_warps"] or (2 if all_blocks else 4)
                 k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, warps, maxnreg=cap)
                 extra = ptxas_report(k) if spills and acc == "fp32" else []
                 blocks = "all blocks" if all_blocks else f"BI={bi}"
                 print(f"chunked split local_sums {acc} K={K} V={V} BKS={min(BK, 32)} {blocks} anchors={anchors} "
-                      f"one_anchor={one} steps={steps} warps={warps} maxnreg={cap}: ok", *extra)
+                      f"one_anchor={one} nested={nested} steps={steps} warps={warps} maxnreg={cap}: ok", *extra)
         if steps_apart:
             warps = backward.LAUNCH["sums_steps_warps"] or 4
             # the steps unrolled 4 and 16 at a time too with --spills (LAUNCH["sums_steps_unroll"])

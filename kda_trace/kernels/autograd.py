@@ -251,7 +251,8 @@ def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, d
     beta_n = {"prob": beta, "logits": s, "logits_x2": None if s is None else 2 * s}[opts.beta]
     gr = kda_backward(q_n, k_n, v, g_n, beta_n, do, _core(opts), initial_state=initial_state, dht=dht,
                       cu_seqlens=cu_seqlens, chunk_matrices=chunk_matrices,
-                      gate_bound=float(opts.lower_bound) if opts.gate == "safe" else None, qk_norms=norms)
+                      gate_bound=float(opts.lower_bound) if opts.gate == "safe" else None, qk_norms=norms,
+                      strong_gates=opts.gate == "unbounded")
     del q_n, k_n, g_n, beta_n, norms
     out = {"v": gr.dv, "initial_state": gr.dh0, "A_log": None, "dt_bias": None}
     for name, x, d in (("q", q, gr.dq), ("k", k, gr.dk)):

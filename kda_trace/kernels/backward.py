@@ -178,10 +178,18 @@ WORKSPACE_CAP_BYTES = 16 << 30
 """The default workspace limit: a group of heads under it still has thousands of (chunk, head) work items at the
 sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once would only take memory."""
 
-# diag_blocks: the 16x16 diagonal blocks of the prep's pair matrices and of 3b's sums ("anchors": tensor-core
-# products at two anchors per block, as the forward's intra kernel, element-wise or by running products where a
-# block's gates pass backward_blocks.MAX_EXP; "elementwise": [16, 16, 32] products with one exp per pair and channel).
-LAUNCH["diag_blocks"] = "anchors"
+# diag_blocks: the 16x16 diagonal blocks of the prep's pair matrices and of 3b's sums. "anchors": tensor-core
+# products at two anchors per block, as the forward's intra kernel, with fall-backs where a block's gates pass
+# backward_blocks.MAX_EXP (the pairs: nested anchors; the sums: running products, `sums_steps_pass`); "nested": the
+# sums' at nested anchors (backward_blocks.py `_nested_level`, any gate, no fall-back), the pairs' as "anchors";
+# None (default): "nested" where kda_backward is told of strong gates (strong_gates: the unbounded gate computed in
+# the op), else "anchors"; "elementwise": [16, 16, 32] products with one exp per pair and channel. H200 (benchmarks/
+# bench_backward.py --no-fla, fwd+bwd): fla's layer configuration, 73% of the blocks past the two anchors' range, 32
+# heads x 16384 13.82 -> 12.19 ms, 16 x 4096 packed 53.64 -> 45.97 with the sums at nested anchors; a precomputed gate
+# (no block past the range) 9.50-9.56 ms at two anchors against 10.23-10.58 nested. The nested sums under caps of 112,
+# 168 and none lost (12.64, 12.78, 13.81 against 11.84 at 128), as did two anchors with the nested form as the
+# in-kernel fall-back (17.48: both forms' registers in one kernel).
+LAUNCH["diag_blocks"] = None
 # pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
 # sums kernels. The sums' reach dg and, summed over tokens, ddt_bias. "tf32_rn" there (tf32 products of operands
 # rounded to nearest first, chunk.`_tf32_rn`) against tf32x3 (about fp32, three tf32 products): H100, fwd+bwd 11.07
@@ -626,11 +634,12 @@ def scale_arg(scale: float, acc: torch.dtype, device) -> torch.Tensor:
     return torch.full((1,), scale, dtype=acc, device=device)
 
 
-def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound=None, norms=None):
+def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound=None, norms=None,
+              strong_gates=False):
     """The three kernels; returns dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout), fp32 (fp64) but dq, dk, dv
     in the inputs' dtypes where the chunked mode writes them so (`local_split`). given: the
     forward's chunk matrices for the chunked mode (the exact mode does not use them), or None. norms: q's and k's
-    L2-norm factors for the chunked mode (`_reads_norms`), or None."""
+    L2-norm factors for the chunked mode (`_reads_norms`), or None. gate_bound, strong_gates: kda_backward's."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -644,7 +653,8 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound
     do = do.reshape(TT, HV, V).contiguous()
     mode = _mode(interp)
     if mode == "chunked":
-        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given, gate_bound, norms)
+        return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given, gate_bound, norms,
+                                 strong_gates)
     if mode != "exact":
         raise ValueError(f"LAUNCH['mode'] must be 'exact' or 'chunked', got {LAUNCH['mode']!r}")
 
@@ -677,7 +687,8 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound
     return dq, dk, dv, dg, dbeta, dh0
 
 
-def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=None, gate_bound=None, norms=None):
+def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=None, gate_bound=None, norms=None,
+                      strong_gates=False):
     """LAUNCH["mode"] = "chunked": states and dS at chunk boundaries by kernels/backward_chunked.py, then the
     local kernel LAUNCH["chunked_local"]; same returns as `_backward`."""
     from kda_trace.kernels.backward_chunked import chunk_states_and_grads, local_split
@@ -691,7 +702,7 @@ def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=
         pre.update(states=states, dstates=dstates)  # local_split frees each buffer after its last reader
         del states, dstates
         dq, dk, dv, dg, dbeta = local_split(xs, sizes, tables, acc, pre, do, scale, LAUNCH, _n_programs, gate_bound,
-                                            norms)
+                                            norms, strong_gates)
     elif local == "tokens":
         dq, dk, dv, dg, dbeta = _local_tokens(xs, sizes, tables, acc, states, dstates, do, scale, interp)
     else:
@@ -753,7 +764,7 @@ def kda_backward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, do: torch.Tensor,
     opts: KDAOptions = _DEFAULT_OPTIONS, *, initial_state: torch.Tensor | None = None, dht: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None, chunk_matrices: dict | None = None, gate_bound: float | None = None,
-    qk_norms: tuple[torch.Tensor, torch.Tensor] | None = None,
+    qk_norms: tuple[torch.Tensor, torch.Tensor] | None = None, strong_gates: bool = False,
 ) -> KDAGrads:
     r"""Gradients of L = sum(o * do) + sum(final_state * dht) for the KDA forward with these inputs.
 
@@ -775,6 +786,9 @@ def kda_backward(
         gate_bound: a lower bound that every element of g is known to keep (the safe gate's lower_bound, which it
             keeps by construction), or None. Not checked: a wrong bound gives wrong gradients where
             LAUNCH["sums_one_anchor"] uses it.
+        strong_gates: most 16-token blocks are expected to decay past e(-60) within 8 tokens (the unbounded gate
+            computed in the op, as fla's layer initialises it): the chunked mode then takes its sums' diagonal
+            blocks at nested anchors (LAUNCH["diag_blocks"] None). Speed only: the gradients are right either way.
         qk_norms: (rq, rk) `[B, T, H]`: the gradients are for the L2-normalised q * rq[..., None] and k *
             rk[..., None] (kernels/option_grads.py `l2_factors`), q and k given raw. The chunked mode with the
             chunk matrices reads q and k with their factors instead of normalised fp32 copies (`_reads_norms`);
@@ -799,7 +813,8 @@ def kda_backward(
             norms = None
     groups = head_groups(sizes, tables[3], acc, q.device)
     if len(groups) == 1:
-        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), given, gate_bound, norms)
+        out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), given, gate_bound, norms,
+                        strong_gates)
         return _grads(out, sizes, dtypes, acc, opts, initial_state is not None)
     # heads are independent: each group's inputs are copied out and its gradients into the whole ones, already in
     # the dtypes returned (dg and dh0 stay fp32 / fp64)
@@ -813,7 +828,7 @@ def kda_backward(
         sub = _backward(sub_xs, (B, T, qk.stop - qk.start, vh.stop - vh.start, K, V, N), tables, acc,
                         _heads(h0, vh), _heads(do, vh), _heads(dht, vh), opts.resolved_scale(K),
                         None if given is None else {n: _heads(m, vh) for n, m in given.items()}, gate_bound,
-                        None if norms is None else tuple(_heads(r, qk) for r in norms))
+                        None if norms is None else tuple(_heads(r, qk) for r in norms), strong_gates)
         for whole, piece, heads in zip(out, sub, (qk, qk, vh, vh, vh, vh)):
             if whole is not None:
                 whole[:, heads] = piece

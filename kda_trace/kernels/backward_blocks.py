@@ -7,9 +7,10 @@ x e(G_i - G_a) times y e(G_a - G_j): both exp arguments <= 0, each G difference 
 (`_within`, `_to_anchor`), never the difference of two cumulative sums from the chunk start (those reach
 64 |g|). The anchored forms at the end (`_pair_rows_anchored`, `_sums_block_anchored`, the default: LAUNCH["diag_blocks"])
 take a diagonal block as tensor-core products too, at two anchors per block like the forward's intra kernel, and
-fall back where a block's gates pass MAX_EXP: to element-wise products in the pairs, to running products of the
-gates' exps in the sums (`_diag_sums_by_steps`; with fla's layer initialisation, A up to 16 and the unbounded gate,
-about three quarters of the blocks pass it). Otherwise a diagonal block (`_pair_rows`'
+fall back where a block's gates pass MAX_EXP (with fla's layer initialisation, A up to 16 and the unbounded gate,
+about three quarters of the blocks pass it): in the pairs to nested anchors (`_nested_level`, every factor <= 1), in
+the sums to running products of the gates' exps (`_diag_sums_by_steps`); or the sums take every diagonal block at
+nested anchors (`_diag_sums_nested`, LAUNCH["diag_blocks"]). Otherwise a diagonal block (`_pair_rows`'
 `_diag_pairs`, and the diagonal parts of `_row_sums_block` and `_col_sums_block`) is element-wise, e(G_i - G_j) per pair and column, computed at once as one [16, 16, BKC]
 product per K-chunk of BKC = 32 columns (`_diag_decay`; not 16 serial steps of one column or row each),
 with G_i - G_j = c_i - c_j, c the cumulative gates from the block's first row (`_within`), the argument
@@ -124,6 +125,83 @@ def _diag_decay(p_g, SG: tl.constexpr, n, bi, o_c, m_c):
 
 
 @triton.jit
+def _nested_level(c, S: tl.constexpr):
+    """Level S (8, 4, 2 or 1) of a diagonal block at nested anchors: the block's 16 rows in groups of 2 S, each split
+    at its anchor a, the group's row S. The pairs (i, j) with i in a group's second half and j in its first weigh
+    e(c_i - c_j) = e(c_i - c_a) e(c_a - c_j), both factors <= 1 whatever the gates (c: the within-block cumulative
+    gates [16, BK], `_within`, not increasing down the rows). Every pair i > j is at exactly one level, that of the
+    highest bit in which i and j differ, so four levels and the diagonal (weight 1) make the block: four tensor-core
+    products per sum instead of the two anchors' two, and nothing can overflow. Returns (row factors, column
+    factors) [16, BK]: e(-|c_r - c_a|) on the groups' second halves, resp. their first halves, zero elsewhere;
+    `_level_mask` keeps each group's own pairs."""
+    o = tl.arange(0, 16)
+    a = (o // (2 * S)) * (2 * S) + S
+    e = tl.exp(-tl.abs(c - tl.gather(c, tl.broadcast_to(a[:, None], c.shape), axis=0)))
+    upper = ((o % (2 * S)) >= S)[:, None]
+    return tl.where(upper, e, 0.0), tl.where(upper, 0.0, e)
+
+
+@triton.jit
+def _level_mask(S: tl.constexpr):
+    """[16, 16]: the pairs (i, j) of `_nested_level`'s level S: i in the second half of a group of 2 S rows, j in the
+    first half of the same group."""
+    o = tl.arange(0, 16)
+    i = o[:, None]
+    j = o[None, :]
+    return (i // (2 * S) == j // (2 * S)) & (i % (2 * S) >= S) & (j % (2 * S) < S)
+
+
+@triton.jit
+def _diag_sums_nested(b_m1, b_m2, b_q, b_k, b_c, DPREC: tl.constexpr):
+    """The diagonal block's part of `_sums_block_anchored`'s three sums ([16, BK] each) at nested anchors
+    (`_nested_level`): b_m1, b_m2 the block of M1 and M2 [16, 16], b_q, b_k its rows, b_c its within-block
+    cumulative gates. Products in DPREC."""
+    o_b = tl.arange(0, 16)
+    eye = o_b[:, None] == o_b[None, :]
+    d1 = tl.sum(tl.where(eye, b_m1, 0.0), axis=1)[:, None]
+    d2 = tl.sum(tl.where(eye, b_m2, 0.0), axis=1)[:, None]
+    b_r1 = d1 * b_k
+    b_r2 = d2 * b_k
+    b_r3 = d1 * b_q + d2 * b_k
+    for lv in tl.static_range(4):
+        e_r, e_c = _nested_level(b_c, 8 >> lv)
+        in_level = _level_mask(8 >> lv)
+        b_l1 = tl.where(in_level, b_m1, 0.0)
+        b_l2 = tl.where(in_level, b_m2, 0.0)
+        b_kc = b_k * e_c
+        b_r1 += e_r * _xdot(b_l1, b_kc, DPREC)
+        b_r2 += e_r * _xdot(b_l2, b_kc, DPREC)
+        b_r3 += e_c * (_xdot(tl.trans(b_l1), b_q * e_r, DPREC) + _xdot(tl.trans(b_l2), b_k * e_r, DPREC))
+    return b_r1, b_r2, b_r3
+
+
+@triton.jit
+def _diag_pairs_nested(p_x, p_y, SX: tl.constexpr, p_g, SG: tl.constexpr, bi: tl.constexpr, n, K: tl.constexpr,
+                       BK: tl.constexpr, DPREC: tl.constexpr, DIAG: tl.constexpr):
+    """`_diag_pairs` at nested anchors (`_nested_level`), by K-chunks of at most 64: the block [16, 16] of the pairs
+    of x's rows with y's, the diagonal (x_i . y_i) with DIAG. Products in DPREC."""
+    MB: tl.constexpr = 16
+    BKC: tl.constexpr = 64 if BK > 64 else BK
+    ACC: tl.constexpr = p_g.dtype.element_ty
+    o_b = tl.arange(0, MB)
+    rows = bi * MB + o_b
+    b_blk = tl.zeros([MB, MB], dtype=ACC)
+    for k0 in range(0, BK, BKC):
+        o_k = k0 + tl.arange(0, BKC)
+        m_k = o_k < K
+        m_r = (rows < n)[:, None] & m_k[None, :]
+        b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
+        b_y = tl.load(p_y + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
+        b_c = _within(p_g, SG, n, bi, o_k, m_k)
+        for lv in tl.static_range(4):
+            e_r, e_c = _nested_level(b_c, 8 >> lv)
+            b_blk += tl.where(_level_mask(8 >> lv), _xdot(b_x * e_r, tl.trans(b_y * e_c), DPREC), 0.0)
+        if DIAG:
+            b_blk += tl.where(o_b[:, None] == o_b[None, :], tl.sum(b_x * b_y, axis=1)[:, None], 0.0)
+    return b_blk
+
+
+@triton.jit
 def _diag_pairs(p_x, p_y, SX: tl.constexpr, p_g, SG: tl.constexpr, bi, n, nk, BK: tl.constexpr, BKC: tl.constexpr):
     """[MB, MB]: sum_d x_id y_jd e(c_id - c_jd) for the rows i, j of block bi (x, y masked to the n valid rows and
     nk valid columns), one [MB, MB, BKC] product per K-chunk of BKC columns; valid for j <= i."""
@@ -221,7 +299,7 @@ def _col_sums_block(p_m, p_x, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m
 
 
 # ----------------------------------------------------------------------------------------------------
-# The diagonal blocks on tensor cores (LAUNCH["diag_blocks"] = "anchors", the default): two anchors per block
+# The diagonal blocks on tensor cores (LAUNCH["diag_blocks"]): two anchors per block, or nested anchors
 # ----------------------------------------------------------------------------------------------------
 MAX_EXP = tl.constexpr(60.0)  # the largest positive exp argument of an anchored factor (kernels/chunk.py's MAX_EXP)
 
@@ -234,7 +312,7 @@ def _anchor_factors(c, MAX_EXP: tl.constexpr):
     anchor, e(c_i) and e(-c_j) [j < 8], e(c_i - c_8) [i >= 8] and e(c_8 - c_j) [j >= 8] (zero outside the
     brackets), and the block's range: the largest positive argument, max(-c_7, c_8 - c_15) over the columns.
     Where the range passes MAX_EXP the column factors are clamped and wrong: the callers then use their
-    fall-backs (`_diag_pairs_by_column`, `_diag_sums_by_steps`). The row factors are <= 1; where they underflow,
+    fall-backs (`_diag_pairs_nested`, `_diag_sums_by_steps`). The row factors are <= 1; where they underflow,
     the true weight is below e(c_i + MAX_EXP) <= e(-27) of the row's own diagonal term."""
     MB: tl.constexpr = 16
     o_b = tl.arange(0, MB)
@@ -249,32 +327,6 @@ def _anchor_factors(c, MAX_EXP: tl.constexpr):
     e_ch = tl.where(lower, 0.0, tl.exp(tl.minimum(-d, MAX_EXP)))
     spread = tl.max(tl.maximum(-c7, c8 - c15), axis=0)
     return e_rl, e_cl, e_rh, e_ch, spread
-
-
-@triton.jit
-def _diag_pairs_by_column(p_x, p_y, SX: tl.constexpr, p_g, SG: tl.constexpr, bi: tl.constexpr, n, K: tl.constexpr,
-                          BK: tl.constexpr):
-    """`_diag_pairs` one column j at a time, by K-chunks of at most 64 (the fall-back of `_pair_rows_anchored`:
-    rare, so few registers matter more than speed)."""
-    MB: tl.constexpr = 16
-    BKC: tl.constexpr = 64 if BK > 64 else BK
-    ACC: tl.constexpr = p_g.dtype.element_ty
-    o_b = tl.arange(0, MB)
-    rows = bi * MB + o_b
-    b_blk = tl.zeros([MB, MB], dtype=ACC)
-    for k0 in range(0, BK, BKC):
-        o_k = k0 + tl.arange(0, BKC)
-        m_k = o_k < K
-        b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=(rows < n)[:, None] & m_k[None, :],
-                      other=0.0).to(ACC)
-        b_c = _within(p_g, SG, n, bi, o_k, m_k)
-        for t in range(MB):
-            r_t = bi * MB + t
-            y_t = tl.load(p_y + r_t * SX + o_k, mask=m_k & (o_k * 0 + r_t < n), other=0.0).to(ACC)
-            c_t = tl.sum(tl.where(o_b[:, None] == t, b_c, 0.0), axis=0)
-            col = tl.sum(b_x * y_t[None, :] * tl.exp(tl.minimum(b_c - c_t[None, :], 0.0)), axis=1)
-            b_blk += tl.where(o_b[None, :] == t, col[:, None], 0.0)
-    return b_blk
 
 
 @triton.jit
@@ -309,7 +361,7 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, p_p, 
     """Row block bi of both pair matrices of the prep, as two `_pair_rows` calls give them (P = pairs of k with k,
     strict, into p_p; A_qk / scale = q with k, diagonal included, into p_a), by K-chunks of at most 64 columns:
     the diagonal block as tensor-core products at two anchors (`_anchor_factors`; element-wise by
-    `_diag_pairs_by_column` where the block's range passes MAX_EXP), the columns before it as one product with every earlier row (like
+    `_diag_pairs_nested` where the block's range passes MAX_EXP), the columns before it as one product with every earlier row (like
     kernels/chunk.py's intra kernel; k_j e(G_a - G_j), the argument summed from the gates), the k-side factors
     shared by the two matrices. K: the valid columns of the BK. Products in PREC, the diagonal block's in DPREC."""
     MB: tl.constexpr = 16
@@ -350,9 +402,9 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, p_p, 
     right = (o_b >= MB // 2)[None, :]
     b_kk = tl.where(right, kk_hi, kk_lo)
     b_qk = tl.where(right, qk_hi, qk_lo)
-    if spread > MAX_EXP:
-        b_kk = _diag_pairs_by_column(p_k, p_k, SX, p_g, SG, bi, n, K, BK)
-        b_qk = _diag_pairs_by_column(p_q, p_k, SX, p_g, SG, bi, n, K, BK)
+    if spread > MAX_EXP:  # the fall-back: the block again at nested anchors
+        b_kk = _diag_pairs_nested(p_k, p_k, SX, p_g, SG, bi, n, K, BK, DPREC, False)
+        b_qk = _diag_pairs_nested(p_q, p_k, SX, p_g, SG, bi, n, K, BK, DPREC, True)
     tl.store(p_p + rows[:, None] * CT + rows[None, :], tl.where(o_b[None, :] < o_b[:, None], b_kk, 0.0))
     tl.store(p_a + rows[:, None] * CT + rows[None, :], tl.where(o_b[None, :] <= o_b[:, None], b_qk, 0.0))
     for bj in tl.static_range(bi + 1, CT // MB):
@@ -443,10 +495,27 @@ def _cols_step(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n,
 
 
 @triton.jit
+def _diag_sums_two_anchors(b_m1, b_m2, b_q, b_k, e_rl, e_cl, e_rh, e_ch, DPREC: tl.constexpr):
+    """The diagonal block's part of `_sums_block_anchored`'s three sums at two anchors (`_anchor_factors`' factors;
+    exact where the block is within their range). Products in DPREC."""
+    # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
+    b_t1 = tl.trans(b_m1)
+    b_t2 = tl.trans(b_m2)
+    b_kl = b_k * e_cl
+    b_kh = b_k * e_ch
+    b_r1 = e_rl * _xdot(b_m1, b_kl, DPREC) + e_rh * _xdot(b_m1, b_kh, DPREC)
+    b_r2 = e_rl * _xdot(b_m2, b_kl, DPREC) + e_rh * _xdot(b_m2, b_kh, DPREC)
+    b_r3 = (e_cl * (_xdot(b_t1, b_q * e_rl, DPREC) + _xdot(b_t2, b_k * e_rl, DPREC))
+            + e_ch * (_xdot(b_t1, b_q * e_rh, DPREC) + _xdot(b_t2, b_k * e_rh, DPREC)))
+    return b_r1, b_r2, b_r3
+
+
+@triton.jit
 def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bi: tl.constexpr,
                          BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
                          MAX_EXP: tl.constexpr, ONE_ANCHOR: tl.constexpr = False, p_rq=None, p_rk=None,
-                         SR: tl.constexpr = 1, NORM: tl.constexpr = False, STEPS: tl.constexpr = True):
+                         SR: tl.constexpr = 1, NORM: tl.constexpr = False, STEPS: tl.constexpr = True,
+                         NESTED: tl.constexpr = False):
     """Rows of block bi of the local kernel's three decay-weighted sums, in registers ([MB, BK] each, BK <= 32):
     r1 = `_row_sums_block`(M1, k), r2 = `_row_sums_block`(M2, k), r3 = `_col_sums_block`(M1, q) +
     `_col_sums_block`(M2, k), with the diagonal blocks as tensor-core products at two anchors
@@ -457,8 +526,9 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
     diagonal block at one anchor, its row 8, as fla's safe-gate path does: every |c_i - c_8| <= 8 |g| <= MAX_EXP,
     so half the products, no range check and no fall-back compiled in. NORM: q's and k's rows times their
     L2-norm factors at p_rq, p_rk (row stride SR; `_norm_rows`). Not STEPS: no fall-back compiled in either; a
-    block past the range gets no diagonal part (`_diag_steps_kernel` adds it). Returns the three sums and whether
-    the block passed the range (False at one anchor)."""
+    block past the range gets no diagonal part (`_diag_steps_kernel` adds it). NESTED (and not ONE_ANCHOR): the
+    diagonal block at nested anchors (`_diag_sums_nested`: any gate, no range check, no fall-back). Returns the three
+    sums and whether the block passed the range (False at one anchor or nested)."""
     MB: tl.constexpr = 16
     NB: tl.constexpr = CT // MB
     ACC: tl.constexpr = p_g.dtype.element_ty
@@ -486,16 +556,16 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
         b_r2 = e_r * _xdot(b_m2, b_kc, DPREC)
         b_r3 = e_c * (_xdot(b_t1, b_q * e_r, DPREC) + _xdot(b_t2, b_k * e_r, DPREC))
         past = False
+    elif NESTED:
+        b_c = _within(p_g, SG, n, bi, o_k, m_k)
+        e_rl = tl.exp(tl.minimum(b_c, 0.0))
+        b_r1, b_r2, b_r3 = _diag_sums_nested(b_m1, b_m2, b_q, b_k, b_c, DPREC)
+        past = False
     else:
-        e_rl, e_cl, e_rh, e_ch, spread = _anchor_factors(_within(p_g, SG, n, bi, o_k, m_k), MAX_EXP)
-        # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
-        b_kl = b_k * e_cl
-        b_kh = b_k * e_ch
-        b_r1 = e_rl * _xdot(b_m1, b_kl, DPREC) + e_rh * _xdot(b_m1, b_kh, DPREC)
-        b_r2 = e_rl * _xdot(b_m2, b_kl, DPREC) + e_rh * _xdot(b_m2, b_kh, DPREC)
-        b_r3 = (e_cl * (_xdot(b_t1, b_q * e_rl, DPREC) + _xdot(b_t2, b_k * e_rl, DPREC))
-                + e_ch * (_xdot(b_t1, b_q * e_rh, DPREC) + _xdot(b_t2, b_k * e_rh, DPREC)))
+        b_c = _within(p_g, SG, n, bi, o_k, m_k)
+        e_rl, e_cl, e_rh, e_ch, spread = _anchor_factors(b_c, MAX_EXP)
         past = spread > MAX_EXP
+        b_r1, b_r2, b_r3 = _diag_sums_two_anchors(b_m1, b_m2, b_q, b_k, e_rl, e_cl, e_rh, e_ch, DPREC)
         if STEPS:
             if past:  # the anchored products above are then thrown away
                 b_r1, b_r2, b_r3 = _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX, p_g, SG, n, o_k, m_k, bi, BK, CT,

@@ -673,7 +673,8 @@ def _sums_tile_at(q, k, g, M1, M2, rq, rk, cu_seqlens, chunk_indices, w, H: tl.c
 def _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w,
                H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
                BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
-               ONE_ANCHOR: tl.constexpr, NORM: tl.constexpr, STEPS: tl.constexpr = True, flags=None):
+               ONE_ANCHOR: tl.constexpr, NORM: tl.constexpr, STEPS: tl.constexpr = True, flags=None,
+               NESTED: tl.constexpr = False):
     """Row block BI of `_local_sums_kernel`'s sums for work item w (chunk, value head, K-tile), into R1, R2, R3.
     Not STEPS (two anchors): a block past the anchored range gets no diagonal part, and flags[w * CT / 16 + BI]
     says whether it passed (`_diag_steps_kernel` adds it)."""
@@ -684,7 +685,7 @@ def _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w
     if ANCHORS:
         b_r1, b_r2, b_r3, past = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_g, HV * K, n, o_b, m_kt, BI,
                                                       BKS, CT, PREC, DPREC, MAX_EXP, ONE_ANCHOR, p_rq, p_rk, H, NORM,
-                                                      STEPS)
+                                                      STEPS, NESTED)
         if not STEPS:
             tl.store(flags + w * (CT // 16) + BI, past.to(tl.int8))
     else:
@@ -752,7 +753,7 @@ def _local_sums_kernel(
     q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, flags, n_work,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
     BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr, ONE_ANCHOR: tl.constexpr,
-    NORM: tl.constexpr, ALL_BLOCKS: tl.constexpr, STEPS: tl.constexpr,
+    NORM: tl.constexpr, ALL_BLOCKS: tl.constexpr, STEPS: tl.constexpr, NESTED: tl.constexpr = False,
 ):
     """3b's decay-weighted sums for the work items (chunk, value head, K-tile of BKS <= 32 columns) shared out
     over the programs ([T, HV, K] each): R1 = row sums of M1 with k, R2 = row sums of M2 with k, R3 = column
@@ -776,20 +777,20 @@ def _local_sums_kernel(
             bi = u % NB
             if bi == 0:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 0,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED)
             elif bi == 1:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 1,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED)
             elif bi == 2:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 2,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED)
             else:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 3,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED)
     else:
         for w in range(pid, n_work, tl.num_programs(0)):
             _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, BI,
-                       PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags)
+                       PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED)
 
 
 @triton.jit
@@ -974,11 +975,19 @@ def one_anchor(launch, gate_bound) -> bool:
 
 
 def _anchors(launch) -> bool:
-    """LAUNCH["diag_blocks"]: the diagonal blocks of the pair matrices and of 3b's sums on tensor cores at two
-    anchors ("anchors") or element-wise ("elementwise")."""
-    if launch["diag_blocks"] not in ("anchors", "elementwise"):
-        raise ValueError(f"LAUNCH['diag_blocks'] must be 'anchors' or 'elementwise', got {launch['diag_blocks']!r}")
-    return launch["diag_blocks"] == "anchors"
+    """LAUNCH["diag_blocks"]: the diagonal blocks of the pair matrices and of 3b's sums on tensor cores (None,
+    "anchors" or "nested") or element-wise ("elementwise")."""
+    if launch["diag_blocks"] not in (None, "nested", "anchors", "elementwise"):
+        raise ValueError("LAUNCH['diag_blocks'] must be None, 'nested', 'anchors' or 'elementwise', got "
+                         f"{launch['diag_blocks']!r}")
+    return launch["diag_blocks"] != "elementwise"
+
+
+def _nested(launch, strong_gates: bool) -> bool:
+    """Whether the sums kernel takes its diagonal blocks at nested anchors (backward_blocks.py `_diag_sums_nested`:
+    four products per sum, any gate) rather than at two (two products, a fall-back for the blocks past their
+    range): LAUNCH["diag_blocks"] "nested", or None with strong_gates (kda_backward's)."""
+    return _anchors(launch) and (launch["diag_blocks"] == "nested" or (launch["diag_blocks"] is None and strong_gates))
 
 
 def _norm_args(norms, dummy):
@@ -1038,12 +1047,14 @@ def _prep(xs, sizes, tables, acc, pre, do, scale, launch, n_prog, prec, solve_pr
         **register_cap(launch["prep_operands_maxnreg"], default_cap("prep_operands_maxnreg", acc)))
 
 
-def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate_bound=None, norms=None):
+def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate_bound=None, norms=None,
+                strong_gates=False):
     """Kernels 3a and 3b (LAUNCH["chunked_local"] = "split"): dq, dk per value head (in q's and k's dtype when
     HV == H, else fp32 / fp64 for the caller's GVA sum), dv in v's dtype, fp32 (fp64) dg and dbeta of every chunk
     from its start state, dS at its end (pre["states"], pre["dstates"]), the pass's Vn and dVn (in pre["U"],
     pre["dO2"]) and the prep's X and P. Each buffer of `pre` is dropped after its last reader (the caller holds no
-    other reference). gate_bound: a lower bound every gate is known to keep, or None (`one_anchor`). norms: q's and
+    other reference). gate_bound: a lower bound every gate is known to keep, or None (`one_anchor`); strong_gates:
+    kda_backward's (`_nested`). norms: q's and
     k's L2-norm factors [T, H] (q, k in xs as given; dq, dk then in fp32 / fp64), or None."""
     from kda_trace.platform import triton_interpreted
 
@@ -1097,14 +1108,16 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     one_launch = bool(launch["sums_one_launch"]) and _anchors(launch)
     n_prog_s = n_programs(n_work_s * (CT // 16 if one_launch else 1), dev, interp)  # persistent programs
     # the fall-back of the blocks past the anchored range in a pass of its own (LAUNCH["sums_steps_pass"])
-    steps_pass = bool(launch["sums_steps_pass"]) and one_launch and not one_anchor(launch, gate_bound)
+    nested = _nested(launch, strong_gates)
+    steps_pass = (bool(launch["sums_steps_pass"]) and one_launch and not one_anchor(launch, gate_bound)
+                  and not nested)
     flags = torch.empty(n_work_s * (CT // 16), dtype=torch.int8, device=dev) if steps_pass else R[0]
     for bi in range(1 if one_launch else CT // 16):
         _local_sums_kernel[(n_prog_s,)](
             q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, flags, n_work_s,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
             DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
-            ALL_BLOCKS=one_launch, STEPS=not steps_pass, num_warps=launch["sums_warps"] or (2 if one_launch else 4),
+            ALL_BLOCKS=one_launch, STEPS=not steps_pass, NESTED=nested, num_warps=launch["sums_warps"] or (2 if one_launch else 4),
             **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
     if steps_pass:
         _diag_steps_kernel[(n_prog_s,)](

@@ -13,6 +13,8 @@ GPU the accuracy at tf32 precision is for benchmarks/bench_backward.py --accurac
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -279,6 +281,61 @@ def test_vk_sums_by_k_tiles(case, monkeypatch):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
     K = SPLIT_PREP_CASES[case][0]()["q"].shape[-1]
     assert len(spy.grids) == 1 and spy.grids[0][0] % -(-K // 16) == 0  # once, for the alternative only
+
+
+def _strong_gates(dtype):
+    """Gates down to -60 per step in the second chunk (a two-anchor factor across a block would be e(900)), a single
+    -300 step, mild gates elsewhere; two packed sequences with ragged last blocks, GVA, K = 20."""
+    x = make(1, 150, 1, 2, 20, 24, seed=14, n_seqs=2, g_low=-2.0, dtype=dtype)
+    x["g"][:, 64:128] = (torch.rand(1, 64, 2, 20, generator=torch.Generator().manual_seed(6)) * -60.0).to(dtype)
+    x["g"][:, 100, 0, 3] = -300.0
+    return x, torch.tensor([0, 93, 150])
+
+
+@pytest.mark.parametrize("form", [{"diag_blocks": "nested"}, {"diag_blocks": "anchors", "sums_steps_pass": False},
+                                  {"diag_blocks": "anchors", "sums_steps_pass": True}])
+@pytest.mark.parametrize("dtype", [torch.float32, f64])
+def test_diagonal_blocks_past_the_two_anchors_range(dtype, form, monkeypatch):
+    """The sums' diagonal blocks at nested anchors (backward_blocks.py `_diag_sums_nested`, every factor <= 1), or at
+    two with their fall-back inside the sums kernel or in a pass of its own, and the prep's pairs recomputed (no chunk
+    matrices given: their fall-back at nested anchors), on `_strong_gates` with K-tiles of 16 (the last masked): the
+    usual bars against float64, and within a tenth of them of the element-wise form."""
+    for key, val in form.items():
+        monkeypatch.setitem(backward.LAUNCH, key, val)
+    monkeypatch.setitem(backward.LAUNCH, "sums_bk", 16)
+    x, cu = _strong_gates(dtype)
+    bar = 1e-12 if dtype == f64 else 1e-5
+    got = check(x, cu_seqlens=cu, bar=bar)
+    monkeypatch.setitem(backward.LAUNCH, "diag_blocks", "elementwise")
+    plain = check(x, cu_seqlens=cu, bar=bar)
+    for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
+        assert rms_rel(getattr(got, name), getattr(plain, name)) <= bar / 10, name
+
+
+def test_strong_gates_choose_nested_anchors(monkeypatch):
+    """LAUNCH["diag_blocks"] None: `kda_backward(strong_gates=True)` (kernels/autograd.py passes it for the unbounded
+    gate in the op) launches the sums kernel with its diagonal blocks at nested anchors and no pass of its own for a
+    fall-back; without it, two anchors and the pass; the gradients agree to fp32 rounding; "nested" and "anchors"
+    choose either way whatever strong_gates says."""
+    from kda_trace.kernels import backward_chunked
+    from kda_trace.kernels.backward_chunked import _nested
+
+    spy = LaunchSpy(backward_chunked._local_sums_kernel)
+    monkeypatch.setattr(backward_chunked, "_local_sums_kernel", spy)
+    assert backward.LAUNCH["diag_blocks"] is None and backward.LAUNCH["sums_steps_pass"]
+    x, cu = _strong_gates(torch.float32)
+    dev = lambda t: t.to(DEVICE)  # noqa: E731
+    args = [dev(x[n]) for n in ("q", "k", "v", "g", "beta", "do")]
+    grads = {}
+    for strong in (True, False):
+        grads[strong] = backward.kda_backward(*args, initial_state=dev(x["h0"]), dht=dev(x["dht"]),
+                                              cu_seqlens=dev(cu), strong_gates=strong)
+        assert (spy.options[-1]["NESTED"], spy.options[-1]["STEPS"]) == (strong, strong)
+    for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
+        assert rms_rel(getattr(grads[True], name), getattr(grads[False], name)) <= 1e-6, name
+    for setting, strong in itertools.product(("nested", "anchors"), (True, False)):
+        assert _nested({"diag_blocks": setting}, strong) == (setting == "nested")
+    assert not _nested({"diag_blocks": "elementwise"}, True)
 
 
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=pytest.mark.slow), f64])
