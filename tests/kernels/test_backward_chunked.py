@@ -292,8 +292,11 @@ def _strong_gates(dtype):
     return x, torch.tensor([0, 93, 150])
 
 
-@pytest.mark.parametrize("form", [{"diag_blocks": "nested"}, {"diag_blocks": "anchors", "sums_steps_pass": False},
-                                  {"diag_blocks": "anchors", "sums_steps_pass": True}])
+# the nested form in the fast tier; the two anchors' fall-backs (also under test_every_block_of_the_sums_by_running_products
+# and test_the_fall_back_in_a_pass_of_its_own) in the slow one
+@pytest.mark.parametrize("form", [{"diag_blocks": "nested"},
+                                  pytest.param({"diag_blocks": "anchors", "sums_steps_pass": False}, marks=pytest.mark.slow),
+                                  pytest.param({"diag_blocks": "anchors", "sums_steps_pass": True}, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
 def test_diagonal_blocks_past_the_two_anchors_range(dtype, form, monkeypatch):
     """The sums' diagonal blocks at nested anchors (backward_blocks.py `_diag_sums_nested`, every factor <= 1), or at
