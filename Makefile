@@ -25,8 +25,8 @@ run: install
 # kernel tests are Triton-interpreter tests, with bars set for the interpreter's fp32 products.
 # test: the fast tier, everything not marked slow, large, gpu or stress: every module, every kernel (forward,
 #   backward, gate) under the Triton interpreter, every family's reference against ground truth, the runner's
-#   verdicts and one run of its cheats. Measured from a fresh clone on 2 idle CPU cores: 701 tests in 6 to 11
-#   minutes (two machines of the same kind, the same tree), the runner's runs a third of it. Prints its ten slowest
+#   verdicts and one run of its cheats. Measured from a fresh clone on 2 idle CPU cores: about 700 tests in 6 to 16
+#   minutes (machines of the same kind differ that much), the runner's runs a third of it. Prints its ten slowest
 #   tests.
 test: install
 	CUDA_VISIBLE_DEVICES= $(BIN)/pytest -q --durations=10
@@ -34,8 +34,8 @@ test: install
 # test-slow: the slow tier on CPU (CI runs it after `make test`; none of the fast tests again): the parametrized
 #   sweeps beyond the fast tier's representative cases, long interpreter cases, the runner's other runs (red team,
 #   row defects on KDA, shards, host inputs), and the dataset workloads that are CPU-sized
-#   (tests/references/conftest.py CPU_MAX_SIZE) against the float64 truths. Measured on 2 CPU cores: 636
-#   tests in 21 to 38 minutes (the same two machines), most of it the forward and backward kernels' interpreter
+#   (tests/references/conftest.py CPU_MAX_SIZE) against the float64 truths. Measured on 2 CPU cores: about 640
+#   tests in 21 to 43 minutes (the same machines), most of it the forward and backward kernels' interpreter
 #   cases.
 test-slow: install
 	CUDA_VISIBLE_DEVICES= $(BIN)/pytest -q -m 'slow and not gpu' --durations=10
