@@ -176,29 +176,33 @@ def _diag_sums_nested(b_m1, b_m2, b_q, b_k, b_c, DPREC: tl.constexpr):
 
 
 @triton.jit
-def _diag_pairs_nested(p_x, p_y, SX: tl.constexpr, p_g, SG: tl.constexpr, bi: tl.constexpr, n, K: tl.constexpr,
-                       BK: tl.constexpr, DPREC: tl.constexpr, DIAG: tl.constexpr):
-    """`_diag_pairs` at nested anchors (`_nested_level`), by K-chunks of at most 64: the block [16, 16] of the pairs
-    of x's rows with y's, the diagonal (x_i . y_i) with DIAG. Products in DPREC."""
+def _diag_pairs_nested(p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, bi: tl.constexpr, n, K: tl.constexpr,
+                       BK: tl.constexpr, DPREC: tl.constexpr):
+    """The diagonal blocks [16, 16] of `_pair_rows_anchored`'s two pair matrices at nested anchors (`_nested_level`),
+    by K-chunks of at most 64: k's rows with k's (the diagonal left out) and q's with k's (with it); the k-side
+    factors shared. Products in DPREC."""
     MB: tl.constexpr = 16
     BKC: tl.constexpr = 64 if BK > 64 else BK
     ACC: tl.constexpr = p_g.dtype.element_ty
     o_b = tl.arange(0, MB)
     rows = bi * MB + o_b
-    b_blk = tl.zeros([MB, MB], dtype=ACC)
+    b_kk = tl.zeros([MB, MB], dtype=ACC)
+    b_qk = tl.zeros([MB, MB], dtype=ACC)
     for k0 in range(0, BK, BKC):
         o_k = k0 + tl.arange(0, BKC)
         m_k = o_k < K
         m_r = (rows < n)[:, None] & m_k[None, :]
-        b_x = tl.load(p_x + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
-        b_y = tl.load(p_y + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
+        b_k = tl.load(p_k + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
+        b_q = tl.load(p_q + rows[:, None] * SX + o_k[None, :], mask=m_r, other=0.0).to(ACC)
         b_c = _within(p_g, SG, n, bi, o_k, m_k)
         for lv in tl.static_range(4):
             e_r, e_c = _nested_level(b_c, 8 >> lv)
-            b_blk += tl.where(_level_mask(8 >> lv), _xdot(b_x * e_r, tl.trans(b_y * e_c), DPREC), 0.0)
-        if DIAG:
-            b_blk += tl.where(o_b[:, None] == o_b[None, :], tl.sum(b_x * b_y, axis=1)[:, None], 0.0)
-    return b_blk
+            b_kc = tl.trans(b_k * e_c)
+            in_level = _level_mask(8 >> lv)
+            b_kk += tl.where(in_level, _xdot(b_k * e_r, b_kc, DPREC), 0.0)
+            b_qk += tl.where(in_level, _xdot(b_q * e_r, b_kc, DPREC), 0.0)
+        b_qk += tl.where(o_b[:, None] == o_b[None, :], tl.sum(b_q * b_k, axis=1)[:, None], 0.0)
+    return b_kk, b_qk
 
 
 @triton.jit
@@ -360,7 +364,7 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, p_p, 
                         MAX_EXP: tl.constexpr):
     """Row block bi of both pair matrices of the prep, as two `_pair_rows` calls give them (P = pairs of k with k,
     strict, into p_p; A_qk / scale = q with k, diagonal included, into p_a), by K-chunks of at most 64 columns:
-    the diagonal block as tensor-core products at two anchors (`_anchor_factors`; element-wise by
+    the diagonal block as tensor-core products at two anchors (`_anchor_factors`; at nested anchors by
     `_diag_pairs_nested` where the block's range passes MAX_EXP), the columns before it as one product with every earlier row (like
     kernels/chunk.py's intra kernel; k_j e(G_a - G_j), the argument summed from the gates), the k-side factors
     shared by the two matrices. K: the valid columns of the BK. Products in PREC, the diagonal block's in DPREC."""
@@ -403,8 +407,7 @@ def _pair_rows_anchored(p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, p_p, 
     b_kk = tl.where(right, kk_hi, kk_lo)
     b_qk = tl.where(right, qk_hi, qk_lo)
     if spread > MAX_EXP:  # the fall-back: the block again at nested anchors
-        b_kk = _diag_pairs_nested(p_k, p_k, SX, p_g, SG, bi, n, K, BK, DPREC, False)
-        b_qk = _diag_pairs_nested(p_q, p_k, SX, p_g, SG, bi, n, K, BK, DPREC, True)
+        b_kk, b_qk = _diag_pairs_nested(p_q, p_k, SX, p_g, SG, bi, n, K, BK, DPREC)
     tl.store(p_p + rows[:, None] * CT + rows[None, :], tl.where(o_b[None, :] < o_b[:, None], b_kk, 0.0))
     tl.store(p_a + rows[:, None] * CT + rows[None, :], tl.where(o_b[None, :] <= o_b[:, None], b_qk, 0.0))
     for bj in tl.static_range(bi + 1, CT // MB):
@@ -495,22 +498,6 @@ def _cols_step(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n,
 
 
 @triton.jit
-def _diag_sums_two_anchors(b_m1, b_m2, b_q, b_k, e_rl, e_cl, e_rh, e_ch, DPREC: tl.constexpr):
-    """The diagonal block's part of `_sums_block_anchored`'s three sums at two anchors (`_anchor_factors`' factors;
-    exact where the block is within their range). Products in DPREC."""
-    # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
-    b_t1 = tl.trans(b_m1)
-    b_t2 = tl.trans(b_m2)
-    b_kl = b_k * e_cl
-    b_kh = b_k * e_ch
-    b_r1 = e_rl * _xdot(b_m1, b_kl, DPREC) + e_rh * _xdot(b_m1, b_kh, DPREC)
-    b_r2 = e_rl * _xdot(b_m2, b_kl, DPREC) + e_rh * _xdot(b_m2, b_kh, DPREC)
-    b_r3 = (e_cl * (_xdot(b_t1, b_q * e_rl, DPREC) + _xdot(b_t2, b_k * e_rl, DPREC))
-            + e_ch * (_xdot(b_t1, b_q * e_rh, DPREC) + _xdot(b_t2, b_k * e_rh, DPREC)))
-    return b_r1, b_r2, b_r3
-
-
-@triton.jit
 def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.constexpr, n, o_k, m_k, bi: tl.constexpr,
                          BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
                          MAX_EXP: tl.constexpr, ONE_ANCHOR: tl.constexpr = False, p_rq=None, p_rk=None,
@@ -562,10 +549,15 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
         b_r1, b_r2, b_r3 = _diag_sums_nested(b_m1, b_m2, b_q, b_k, b_c, DPREC)
         past = False
     else:
-        b_c = _within(p_g, SG, n, bi, o_k, m_k)
-        e_rl, e_cl, e_rh, e_ch, spread = _anchor_factors(b_c, MAX_EXP)
+        e_rl, e_cl, e_rh, e_ch, spread = _anchor_factors(_within(p_g, SG, n, bi, o_k, m_k), MAX_EXP)
+        # rows: sum_j M[i, j] k_j e(c_i - c_j); columns: sum_i M[i, j] x_i e(c_i - c_j)
+        b_kl = b_k * e_cl
+        b_kh = b_k * e_ch
+        b_r1 = e_rl * _xdot(b_m1, b_kl, DPREC) + e_rh * _xdot(b_m1, b_kh, DPREC)
+        b_r2 = e_rl * _xdot(b_m2, b_kl, DPREC) + e_rh * _xdot(b_m2, b_kh, DPREC)
+        b_r3 = (e_cl * (_xdot(b_t1, b_q * e_rl, DPREC) + _xdot(b_t2, b_k * e_rl, DPREC))
+                + e_ch * (_xdot(b_t1, b_q * e_rh, DPREC) + _xdot(b_t2, b_k * e_rh, DPREC)))
         past = spread > MAX_EXP
-        b_r1, b_r2, b_r3 = _diag_sums_two_anchors(b_m1, b_m2, b_q, b_k, e_rl, e_cl, e_rh, e_ch, DPREC)
         if STEPS:
             if past:  # the anchored products above are then thrown away
                 b_r1, b_r2, b_r3 = _diag_sums_by_steps(p_m1, p_m2, p_q, p_k, SX, p_g, SG, n, o_k, m_k, bi, BK, CT,

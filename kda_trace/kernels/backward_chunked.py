@@ -1117,7 +1117,8 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
             q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, flags, n_work_s,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
             DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
-            ALL_BLOCKS=one_launch, STEPS=not steps_pass, NESTED=nested, num_warps=launch["sums_warps"] or (2 if one_launch else 4),
+            ALL_BLOCKS=one_launch, STEPS=not steps_pass, NESTED=nested,
+            num_warps=launch["sums_warps"] or (2 if one_launch else 4),
             **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
     if steps_pass:
         _diag_steps_kernel[(n_prog_s,)](
