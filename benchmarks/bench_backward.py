@@ -2,7 +2,7 @@
 chunk_kda, forward + backward and backward alone, on one GPU; and every gradient's error against float64.
 
     python benchmarks/bench_backward.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--no-speed] [--accuracy]
-        [--accuracy-shapes a,b]
+        [--accuracy-shapes a,b] [--accuracy-variants "key=val,...;key=val"]
         [--bv N] [--warps N] [--seg N] [--launch key=N,...] [--parts] [--recompute] [--a-max A] [--out DIR]
 
 Speed (triton.testing.do_bench, median, grads reset between calls), per shape, bf16 q/k/v/beta, fp32 g and
@@ -24,7 +24,9 @@ equal-length sequences as one packed batch with cu_seqlens. The four training co
 Accuracy (`--accuracy`): RMS(out - ref) / RMS(ref) of every gradient (q, k, v, g or g_raw / A_log / dt_bias,
 beta or its logits, initial state) for ours and for fla on the same bf16 inputs, against float64 autograd
 through the plain token-by-token recurrence (segments of 64 tokens re-run under autograd, like the
-dataset's backward reference), on smaller shapes (the float64 loop is slow).
+dataset's backward reference), on smaller shapes (the float64 loop is slow). `--accuracy-variants` adds ours under
+other launch settings (`;` between variants, each as `--launch`) against the same truth, to find which products
+an error comes from, e.g. `--accuracy-variants "split_precision=tf32_rn;diag_blocks=anchors"`.
 
 `--bv` / `--warps` / `--seg`: the local reverse kernel's V-tile, warps and scratch segment (kernels/backward.py
 LAUNCH) for a sweep; `--launch` sets any LAUNCH key (programs, map_bx, pass_bv, pass_rows, ...; `mode=exact` for
@@ -310,21 +312,49 @@ def rms_rel(a, ref):
     return ((a - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
 
 
-def accuracy(log, with_fla, names=None):
+def apply_launch(spec: str) -> dict:
+    """Set LAUNCH keys from "key=val,key=val" (`--launch`; a key `fwd.NAME` is kernels/chunk.py's); returns what
+    they were, for `restore_launch`."""
+    before = {}
+    for item in filter(None, spec.split(",")):
+        key, _, val = item.partition("=")
+        table, name = (ours_fwd.LAUNCH, key[4:]) if key.startswith("fwd.") else (ours_bwd.LAUNCH, key)
+        if name not in table:
+            raise SystemExit(f"--launch: unknown key {key!r} (LAUNCH has {', '.join(table)})")
+        named = {"True": True, "False": False, "None": None}
+        before.setdefault(key, table[name])
+        table[name] = int(val) if val.lstrip("-").isdigit() else named.get(val, val)  # a number, True, or a name
+    return before
+
+
+def restore_launch(before: dict) -> None:
+    for key, val in before.items():
+        table, name = (ours_fwd.LAUNCH, key[4:]) if key.startswith("fwd.") else (ours_bwd.LAUNCH, key)
+        table[name] = val
+
+
+def accuracy(log, with_fla, names=None, variants=("",)):
+    """Each shape's float64 truth once, then ours under each launch variant ("" the defaults) and fla."""
     print("\ngradient RMS-relative error against float64 autograd (bf16 inputs)")
     for name in names or ACCURACY_SHAPES:
         H, lens, mode, *packed = ACCURACY_SHAPES[name]
         x, cu, do, dht = make_inputs(H, lens, mode, *packed, seed=1)
         ref = truth_grads(x, cu, mode, do, dht)
-        for who, fn in (("ours", run_ours), ("fla", run_fla)) if with_fla else (("ours", run_ours),):
-            for t in x.values():
-                t.grad = None
-            o, ht = fn(x, cu, mode)
-            torch.autograd.backward((o, ht), (do, dht))
+        runs = [("ours", run_ours, v) for v in variants] + ([("fla", run_fla, "")] if with_fla else [])
+        for who, fn, variant in runs:
+            before = apply_launch(variant)
+            try:
+                for t in x.values():
+                    t.grad = None
+                o, ht = fn(x, cu, mode)
+                torch.autograd.backward((o, ht), (do, dht))
+            finally:
+                restore_launch(before)
             errs = {n: rms_rel(t.grad, ref[n]) for n, t in x.items()}
-            print(json.dumps({"accuracy": name, "who": who, **errs, **(KEEP if who == "ours" else {})}), file=log,
-                  flush=True)
-            print(f"  {name:26s} {who:5s} " + " ".join(f"d{n} {e:.2e}" for n, e in errs.items()), flush=True)
+            extra = {**KEEP, "launch": variant} if who == "ours" else {}
+            print(json.dumps({"accuracy": name, "who": who, **errs, **extra}), file=log, flush=True)
+            print(f"  {name:26s} {who:5s} " + " ".join(f"d{n} {e:.2e}" for n, e in errs.items())
+                  + (f"  [{variant}]" if variant else ""), flush=True)
 
 
 def main():
@@ -336,6 +366,8 @@ def main():
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--accuracy", action="store_true")
     ap.add_argument("--accuracy-shapes", default="", help=f"of {', '.join(ACCURACY_SHAPES)} (default: all)")
+    ap.add_argument("--accuracy-variants", default="", help="';'-separated launch settings (as --launch, on top of "
+                    "it) to measure ours under, beside the defaults, against one float64 truth per shape")
     ap.add_argument("--bv", type=int, default=None, help="backward kernel V-tile")
     ap.add_argument("--warps", type=int, default=None, help="backward kernel warps")
     ap.add_argument("--seg", type=int, default=None, help="backward kernel scratch segment (16, 32 or 64 tokens)")
@@ -358,14 +390,7 @@ def main():
         ours_bwd.LAUNCH["warps"] = a.warps
     if a.seg:
         ours_bwd.LAUNCH["seg"] = a.seg
-    for item in filter(None, a.launch.split(",")):
-        key, _, val = item.partition("=")
-        table, key = (ours_fwd.LAUNCH, key[4:]) if key.startswith("fwd.") else (ours_bwd.LAUNCH, key)
-        if key not in table:
-            raise SystemExit(f"--launch: unknown key {key!r} (LAUNCH has {', '.join(table)})")
-        named = {"True": True, "False": False}
-        # a number, True / False, or a name (mode=exact)
-        table[key] = int(val) if val.lstrip("-").isdigit() else named.get(val, val)
+    apply_launch(a.launch)
     versions = f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
     if not a.no_fla:
         import fla
@@ -377,7 +402,8 @@ def main():
         if not a.no_speed:
             speed(a.shapes.split(","), log, not a.no_fla, a.fla_tune_each, a.parts)
         if a.accuracy:
-            accuracy(log, not a.no_fla, list(filter(None, a.accuracy_shapes.split(","))))
+            variants = ("", *filter(None, a.accuracy_variants.split(";")))
+            accuracy(log, not a.no_fla, list(filter(None, a.accuracy_shapes.split(","))), variants)
 
 
 if __name__ == "__main__":
