@@ -181,6 +181,15 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   of Triton 3.9 on the CPU; the GPU's 3.6 behaves the same), and every step of the chain through S would wait for
 #   it. The same bits. H200: 32 x 16384 1.030 (1.596 -> 1.549 ms), 16 x 2 x 16384 1.032; with O in the pass
 #   0.997-0.999 (K3, 96 x 8192, 8 x 131072; measured with its q row factors loaded ahead as well), so not there.
+# - intra_precision ("tf32"), wu_precision ("tf32_rn"): the intra kernel's products (A_qk, A_kk and, with the kept
+#   matrices, the backward's P and Q) and the W/U kernel's fp32 W and U (save_states: for the backward) in plain
+#   tf32 (the tensor cores truncate fp32 operands, a bias toward zero), "tf32_rn" (rounded to nearest first,
+#   `_tf32_rn`) or "tf32x3". H200, bf16 inputs, the backward's gradients against float64 (bench_backward.py
+#   --accuracy), fla's layer configuration / the safe gate: W and U in tf32_rn dq 1.84e-3 -> 1.73e-3 / 1.88e-3 ->
+#   1.77e-3, dk 2.02e-3 -> 1.83e-3 / 2.06e-3 -> 1.89e-3, dg 2.02e-3 -> 1.89e-3 / 2.23e-3 -> 1.96e-3, dA_log 1.79e-3
+#   -> 1.14e-3 / 1.53e-3 -> 0.96e-3, ddt_bias 2.11e-3 -> 2.00e-3 / 1.94e-3 -> 1.68e-3 (with backward.LAUNCH
+#   ["diag_balance"] on), fwd+bwd within the rounds' spread (32 x 16384 layer 12.07-12.17 against 12.12-12.20 ms);
+#   the intra kernel's in tf32_rn (layer, balance off): every gradient within 1% but dh0 (1.60e-4 -> 1.50e-4).
 # Slower alternatives (the same ratios, < 1: the alternative is slower; their diffs are in git history):
 # - H100: the solve inside the W/U kernel 0.693 on K3; a state pass one product deep per chunk 0.800 on 8 x 131072;
 #   wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3); solve_warps=2 0.953 / 0.946, 4 0.866 (32 x
@@ -220,7 +229,7 @@ LAUNCH = {
     "intra_one_launch": True, "qg_in_intra": True, "kg_in_intra": None, "gate_in_intra": None,
     "discard_g": None, "solve_inv_precision": "tf32_rn", "solve_merge_precision": "tf32_rn", "intra_stream": True,
     "solve_power_precision": None, "solve_peel": True, "intra_one_anchor": True,
-    "intra_off_tail": None, "state_prefetch": None,
+    "intra_off_tail": None, "state_prefetch": None, "intra_precision": "tf32", "wu_precision": "tf32_rn",
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_sm90.py --forward reports both). wu_maxnreg None: `_wu_cap`; intra_maxnreg None:
@@ -519,7 +528,7 @@ def _intra_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr,
+    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr, PREC: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
@@ -530,7 +539,7 @@ def _intra_kernel(
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC)
 
 
 @triton.jit(do_not_specialize=["scale", "lower_bound"])
@@ -541,7 +550,7 @@ def _intra_chunk_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr,
+    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr, PREC: tl.constexpr,
     GATE_HERE: tl.constexpr, GATE: tl.constexpr, BKG: tl.constexpr, L2_IN_GATE: tl.constexpr, DISCARD_G: tl.constexpr,
     BJ3: tl.constexpr,
 ):
@@ -561,19 +570,19 @@ def _intra_chunk_kernel(
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC)
     tl.debug_barrier()
     if BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC)
     tl.debug_barrier()
     if 2 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC)
     tl.debug_barrier()
     if 3 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, BJ3,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC)
     if DISCARD_G:
         tl.debug_barrier()
         _discard_l2_rows(G + (r0 * HV + i_hv) * K, n - 1, HV * K, K, BT)
@@ -601,7 +610,7 @@ def _intra_block(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr,
+    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr, PREC: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ columns, a
@@ -722,27 +731,27 @@ def _intra_block(
                      mask=m_ik, cache_modifier=CS)
         if not ONE_ANCHOR:
             # anchor g_c on both sides: right for the columns 0-7 of the block (any row)
-            kk_lo += tl.dot(kr_lo, tl.trans(k_col), input_precision="tf32")
-            qk_lo += tl.dot(qr_lo, tl.trans(k_col), input_precision="tf32")
+            kk_lo += _pdot(kr_lo, tl.trans(k_col), PREC, False)
+            qk_lo += _pdot(qr_lo, tl.trans(k_col), PREC, False)
         # anchor a(i) = a(j): right for columns 0-7 of rows 0-7 and columns 8-15 of rows 8-15 (every entry with
         # ONE_ANCHOR)
-        kk_hi += tl.dot(b_k * e_row, tl.trans(k_col), input_precision="tf32")
-        qk_hi += tl.dot(b_q * e_row, tl.trans(k_col), input_precision="tf32")
+        kk_hi += _pdot(b_k * e_row, tl.trans(k_col), PREC, False)
+        qk_hi += _pdot(b_q * e_row, tl.trans(k_col), PREC, False)
         if I > 0:
             # earlier rows of the chunk, k_j exp(G_i0 - G_j) (<= 1); rows from i0 on are zeroed
             m_jk = (o_t < i0)[:, None] & m_k[None, :]
             b_kj = tl.load(k + o_t[:, None] * SX + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
             g_j = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m_jk, other=0.0)
             b_kj = b_kj * _exp(tl.where(m_jk, g_c[None, :] - g_j, 0.0), EXP2)
-            off_lo += tl.dot(kr_lo, tl.trans(b_kj), input_precision="tf32")
-            off_qlo += tl.dot(qr_lo, tl.trans(b_kj), input_precision="tf32")
+            off_lo += _pdot(kr_lo, tl.trans(b_kj), PREC, False)
+            off_qlo += _pdot(qr_lo, tl.trans(b_kj), PREC, False)
             if TAIL:
                 m_uk = (o_u < i0)[:, None] & m_k[None, :]
                 b_ku = tl.load(k + o_u[:, None] * SX + o_k[None, :], mask=m_uk, other=0.0).to(tl.float32)
                 g_u = tl.load(G + o_u[:, None] * SG + o_k[None, :], mask=m_uk, other=0.0)
                 b_ku = b_ku * _exp(tl.where(m_uk, g_c[None, :] - g_u, 0.0), EXP2)
-                off_lo2 += tl.dot(kr_lo, tl.trans(b_ku), input_precision="tf32")
-                off_qlo2 += tl.dot(qr_lo, tl.trans(b_ku), input_precision="tf32")
+                off_lo2 += _pdot(kr_lo, tl.trans(b_ku), PREC, False)
+                off_qlo2 += _pdot(qr_lo, tl.trans(b_ku), PREC, False)
 
     if ONE_ANCHOR:
         kk = kk_hi
@@ -912,7 +921,7 @@ def _wu_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, QG_DONE: tl.constexpr, KG_DONE: tl.constexpr, EXP2: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr, PREC: tl.constexpr,
 ):
     """W = X (beta k exp(G)), U = X (beta v), k exp(G_last - G) and, without QG_DONE, scale q exp(G) for one
     (chunk, value head), from the X that `_solve_kernel` left in Xs (with QG_DONE the intra kernel wrote q exp(G):
@@ -921,6 +930,7 @@ def _wu_kernel(
     save_states: the pass's V_new = U - W S, W and k exp(G_last - G) go to the backward) W and U are computed
     from the solve's fp32 X (Xf) and fp32 operands in tf32, as the backward would compute them, not in bf16 (W
     still stored as bf16, as the backward's bf16 pass rounds it).
+    PREC: the products of the fp32 W and U (launch setting wu_precision).
     (A separate kernel: fused into `_intra_kernel` it made that kernel spill registers.)"""
     i_c = tl.program_id(0).to(tl.int64)
     i_hv = tl.program_id(1).to(tl.int64)
@@ -969,7 +979,7 @@ def _wu_kernel(
             b_g = tl.load(G + o_t[:, None] * SG + o_k[None, :], mask=m, other=0.0)
             b_kb = b_k * (b_beta[:, None] * _exp(b_g, EXP2))
             if FROM_XF:
-                b_w = tl.dot(b_X, b_kb, input_precision="tf32")
+                b_w = _pdot(b_X, b_kb, PREC, False)
             else:
                 b_w = _mma(b_X, _bf16(b_kb, INTERPRET), INTERPRET)
         tl.store(W + off, _bf16(b_w, INTERPRET), mask=m)
@@ -990,7 +1000,7 @@ def _wu_kernel(
         off = o_t[:, None] * SV + o_v[None, :]
         b_v = tl.load(v + off, mask=m, other=0.0).to(tl.float32)
         if FROM_XF:
-            tl.store(U + off, tl.dot(b_X, b_v * b_beta[:, None], input_precision="tf32"), mask=m)
+            tl.store(U + off, _pdot(b_X, b_v * b_beta[:, None], PREC, False), mask=m)
         else:
             tl.store(U + off, _bf16(_mma(b_X, _bf16(b_v * b_beta[:, None], INTERPRET), INTERPRET), INTERPRET), mask=m)
 
@@ -1558,7 +1568,7 @@ def kda_chunk(
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
         INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, STREAM=bool(LAUNCH["intra_stream"]), ONE_ANCHOR=one_anchor,
-        num_warps=LAUNCH["intra_warps"],
+        PREC=_tensor_core_precision(LAUNCH["intra_precision"], interp), num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
         **register_cap(LAUNCH["intra_maxnreg"], intra_cap),
     )
@@ -1589,7 +1599,8 @@ def kda_chunk(
         H=H, HV=HV, K=K, V=V, BT=BT, BK=min(LAUNCH["wu_bk"], BKg),
         BV=min(LAUNCH["wu_bv"], max(16, triton.next_power_of_2(V))),
         BETA=BETA_CODES[opts.beta], L2NORM=opts.use_qk_l2norm, QG_DONE=qg_raw, KG_DONE=kg_here, EXP2=exp2,
-        INTERPRET=interp, num_warps=_wu_warps(V), num_stages=LAUNCH["wu_stages"],
+        INTERPRET=interp, PREC=_tensor_core_precision(LAUNCH["wu_precision"], interp), num_warps=_wu_warps(V),
+        num_stages=LAUNCH["wu_stages"],
         **register_cap(LAUNCH["wu_maxnreg"], _wu_cap(kg_here, save_states)),
     )
 
@@ -1747,6 +1758,14 @@ def _solve_precisions(launch: dict, keep: bool) -> dict:
     inv = launch["solve_inv_precision"]
     return dict(PREC_POW=launch["solve_power_precision"] or inv, PREC_INV=inv, PREC_MERGE=launch["solve_merge_precision"],
                 PEEL=peel)
+
+
+def _tensor_core_precision(prec: str, interp: bool) -> str:
+    """`_pdot`'s PREC for the launch settings intra_precision and wu_precision ("tf32", "tf32_rn" or "tf32x3"): under
+    the interpreter "tf32_rn" is "tf32", whose products are fp32 there (tl.dot's, not `_pdot`'s emulation)."""
+    if prec not in ("tf32", "tf32_rn", "tf32x3"):
+        raise ValueError(f"a product precision must be tf32, tf32_rn or tf32x3, got {prec!r}")
+    return "tf32" if interp and prec == "tf32_rn" else prec
 
 
 def _discard_g(setting: bool | None, g_unread: bool, K: int, device, interp: bool) -> bool:
