@@ -190,6 +190,19 @@ sizes that reach it (24 heads x 65536 tokens: 24,864), so more heads at once wou
 # 168 and none lost (12.64, 12.78, 13.81 against 11.84 at 128), as did two anchors with the nested form as the
 # in-kernel fall-back (17.48: both forms' registers in one kernel).
 LAUNCH["diag_blocks"] = None
+# diag_balance: with the anchored diagonal blocks, the sums kernel also writes each block's imbalance, the sum over
+# its rows of its part of dG (exactly zero: every pair adds +x to one row and -x to the other; the products round
+# the two sides differently), and the local_k kernel subtracts it at the block's first row, so the rounding stays
+# inside the block instead of reaching every earlier row of the chunk through dG's reverse cumulative sum (and,
+# summed over tokens, dA_log and dt_bias). One fp32 value per 16 rows, key channel and value head. None (default):
+# on but at one anchor (sums_one_anchor with the safe gate's bound). H200, bf16 inputs, against float64
+# (bench_backward.py --accuracy): fla's layer configuration (h8_packed_2x1024_layer) dA_log 3.02e-3 -> 1.79e-3,
+# ddt_bias 6.07e-3 -> 2.11e-3, dg 2.25e-3 -> 2.02e-3 (fla 0.6.0 on the same inputs: 1.70e-3, 3.35e-3, 3.51e-3; the
+# nested products in tf32x3 instead: 1.93e-3, 1.65e-3, 1.95e-3 at 14.4 ms against 12.0 fwd+bwd); the safe gate
+# (h8_dense_1x2048_safe_l2) 2.19e-3 -> 1.53e-3, 4.11e-3 -> 1.94e-3. fwd+bwd, two alternating rounds: layer 32 heads x
+# 16384 12.01-12.03 -> 12.12-12.20 ms, a precomputed gate 9.43-9.47 -> 9.43-9.45, K3 (one anchor) 13.45-13.51 ->
+# 13.65-13.69 (the backward 10.40 -> 10.67): off there, where ours is below fla's error without it.
+LAUNCH["diag_balance"] = None
 # pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
 # sums kernels. The sums' reach dg and, summed over tokens, ddt_bias. "tf32_rn" there (tf32 products of operands
 # rounded to nearest first, chunk.`_tf32_rn`) against tf32x3 (about fp32, three tf32 products): H100, fwd+bwd 11.07

@@ -502,7 +502,7 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
                          BK: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, DPREC: tl.constexpr,
                          MAX_EXP: tl.constexpr, ONE_ANCHOR: tl.constexpr = False, p_rq=None, p_rk=None,
                          SR: tl.constexpr = 1, NORM: tl.constexpr = False, STEPS: tl.constexpr = True,
-                         NESTED: tl.constexpr = False):
+                         NESTED: tl.constexpr = False, BALANCE: tl.constexpr = False):
     """Rows of block bi of the local kernel's three decay-weighted sums, in registers ([MB, BK] each, BK <= 32):
     r1 = `_row_sums_block`(M1, k), r2 = `_row_sums_block`(M2, k), r3 = `_col_sums_block`(M1, q) +
     `_col_sums_block`(M2, k), with the diagonal blocks as tensor-core products at two anchors
@@ -515,7 +515,11 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
     L2-norm factors at p_rq, p_rk (row stride SR; `_norm_rows`). Not STEPS: no fall-back compiled in either; a
     block past the range gets no diagonal part (`_diag_steps_kernel` adds it). NESTED (and not ONE_ANCHOR): the
     diagonal block at nested anchors (`_diag_sums_nested`: any gate, no range check, no fall-back). Returns the three
-    sums and whether the block passed the range (False at one anchor or nested)."""
+    sums, whether the block passed the range (False at one anchor or nested) and, with BALANCE, the diagonal block's
+    imbalance [BK]: sum over its rows of q r1 + k (r2 - r3), its part of dG (`_local_k_kernel`), which is exactly
+    zero (each pair (i, j) gives +x to row i and -x to row j), so what the products' rounding leaves there is
+    error; through dG's reverse cumulative sum it would reach every earlier row of the chunk (and, summed over
+    tokens, dA_log and dt_bias), so `_local_k_kernel` takes it back out at the block's first row (else 0.0)."""
     MB: tl.constexpr = 16
     NB: tl.constexpr = CT // MB
     ACC: tl.constexpr = p_g.dtype.element_ty
@@ -566,6 +570,7 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
             b_r1 = tl.where(past, 0.0, b_r1)
             b_r2 = tl.where(past, 0.0, b_r2)
             b_r3 = tl.where(past, 0.0, b_r3)
+    bal = tl.sum(b_q * b_r1 + b_k * (b_r2 - b_r3), axis=0) if BALANCE else 0.0
     if bi > 0:
         # rows: every column j < a = 16 bi in one product (`_earlier_rows`)
         BJ: tl.constexpr = 64 if bi == 3 else (32 if bi == 2 else 16)
@@ -597,4 +602,4 @@ def _sums_block_anchored(p_m1, p_m2, p_q, p_k, SX: tl.constexpr, p_g, SG: tl.con
         b_gb = tl.load(p_g + (rows + 1)[:, None] * SG + o_k[None, :], mask=(rows + 1 < n)[:, None] & m_k[None, :],
                        other=0.0)
         b_r3 += b_s * tl.exp(tl.cumsum(b_gb, axis=0, reverse=True))
-    return b_r1, b_r2, b_r3, past
+    return b_r1, b_r2, b_r3, past, bal

@@ -674,20 +674,25 @@ def _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w
                H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
                BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr,
                ONE_ANCHOR: tl.constexpr, NORM: tl.constexpr, STEPS: tl.constexpr = True, flags=None,
-               NESTED: tl.constexpr = False):
+               NESTED: tl.constexpr = False, Bal=None, BALANCE: tl.constexpr = False):
     """Row block BI of `_local_sums_kernel`'s sums for work item w (chunk, value head, K-tile), into R1, R2, R3.
     Not STEPS (two anchors): a block past the anchored range gets no diagonal part, and flags[w * CT / 16 + BI]
-    says whether it passed (`_diag_steps_kernel` adds it)."""
+    says whether it passed (`_diag_steps_kernel` adds it). BALANCE: the diagonal block's imbalance
+    (`_sums_block_anchored`) into Bal [NT, HV, CT / 16, K]."""
     o_b = tl.arange(0, BKS)
     rows = BI * 16 + tl.arange(0, 16)
     p_q, p_k, p_g, p_m1, p_m2, p_rq, p_rk, off_g, n, m_kt = _sums_tile_at(q, k, g, M1, M2, rq, rk, cu_seqlens,
                                                                           chunk_indices, w, H, HV, K, BKS, CT)
     if ANCHORS:
-        b_r1, b_r2, b_r3, past = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_g, HV * K, n, o_b, m_kt, BI,
-                                                      BKS, CT, PREC, DPREC, MAX_EXP, ONE_ANCHOR, p_rq, p_rk, H, NORM,
-                                                      STEPS, NESTED)
+        b_r1, b_r2, b_r3, past, bal = _sums_block_anchored(p_m1, p_m2, p_q, p_k, H * K, p_g, HV * K, n, o_b, m_kt,
+                                                           BI, BKS, CT, PREC, DPREC, MAX_EXP, ONE_ANCHOR, p_rq, p_rk,
+                                                           H, NORM, STEPS, NESTED, BALANCE)
         if not STEPS:
             tl.store(flags + w * (CT // 16) + BI, past.to(tl.int8))
+        if BALANCE:
+            NKT: tl.constexpr = (K + BKS - 1) // BKS
+            tl.store(Bal + ((w // NKT) * (CT // 16) + BI) * K + (w % NKT) * BKS + o_b, bal,
+                     mask=m_kt & (o_b * 0 + BI * 16 < n))
     else:
         SG: tl.constexpr = HV * K
         b_r1 = _row_sums_block(p_m1, p_k, H * K, p_g, SG, n, o_b, m_kt, BI, BKS, CT, PREC)   # dq, from A_qk
@@ -750,10 +755,11 @@ def _diag_steps_kernel(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_in
 
 @triton.jit(do_not_specialize=["n_work"])
 def _local_sums_kernel(
-    q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, flags, n_work,
+    q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, flags, n_work, Bal,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKS: tl.constexpr, CT: tl.constexpr,
     BI: tl.constexpr, PREC: tl.constexpr, ANCHORS: tl.constexpr, DPREC: tl.constexpr, ONE_ANCHOR: tl.constexpr,
     NORM: tl.constexpr, ALL_BLOCKS: tl.constexpr, STEPS: tl.constexpr, NESTED: tl.constexpr = False,
+    BALANCE: tl.constexpr = False,
 ):
     """3b's decay-weighted sums for the work items (chunk, value head, K-tile of BKS <= 32 columns) shared out
     over the programs ([T, HV, K] each): R1 = row sums of M1 with k, R2 = row sums of M2 with k, R3 = column
@@ -765,7 +771,8 @@ def _local_sums_kernel(
     come from L2).
     Every row block holds 6 off-diagonal products of each kind, so the blocks are the same size.
     The gates (in the buffers' dtype) are read where they are, masked past the chunk's rows and K. Not STEPS: the
-    blocks past the anchored range are flagged in `flags` for `_diag_steps_kernel` (`_sums_tile`)."""
+    blocks past the anchored range are flagged in `flags` for `_diag_steps_kernel` (`_sums_tile`). BALANCE (ANCHORS
+    only): each diagonal block's imbalance into Bal (`_sums_tile`)."""
     pid = tl.program_id(0).to(tl.int64)
     if ALL_BLOCKS:
         NB: tl.constexpr = CT // 16
@@ -777,33 +784,34 @@ def _local_sums_kernel(
             bi = u % NB
             if bi == 0:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 0,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED, Bal, BALANCE)
             elif bi == 1:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 1,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED, Bal, BALANCE)
             elif bi == 2:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 2,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED, Bal, BALANCE)
             else:
                 _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, 3,
-                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED)
+                           PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED, Bal, BALANCE)
     else:
         for w in range(pid, n_work, tl.num_programs(0)):
             _sums_tile(q, k, g, M1, M2, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, w, H, HV, K, BKS, CT, BI,
-                       PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED)
+                       PREC, ANCHORS, DPREC, ONE_ANCHOR, NORM, STEPS, flags, NESTED, Bal, BALANCE)
 
 
 @triton.jit
 def _local_k_kernel(
-    q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, p_scale,
+    q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, R1, R2, R3, rq, rk, cu_seqlens, chunk_indices, p_scale, Bal,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BKT: tl.constexpr, CT: tl.constexpr, NORM: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr, BALANCE: tl.constexpr = False,
 ):
     """Per work item (chunk, value head, K-tile of BKT columns), one program each: dq, dk (per value head, in their
     buffers' dtype) and dg of the tile's key channels from `_local_sums_kernel`'s decay-weighted sums (R1, R2, R3)
     and 3a's dQt, dKt, dgamma, Y_k and d1. Every sum here is per key channel, so K-tiles are independent: more,
     smaller programs than one per (chunk, value head). A streaming kernel (no products): one program per item, no
-    persistent loop, lets the GPU overlap one item's loads with another's stores."""
+    persistent loop, lets the GPU overlap one item's loads with another's stores. BALANCE: each diagonal block's
+    imbalance (Bal, from the sums kernel) taken out of dG at the block's first row."""
     scale = tl.load(p_scale)  # in the buffers' dtype (`scale_arg`)
     ACC: tl.constexpr = dg.dtype.element_ty
     NKT: tl.constexpr = (K + BKT - 1) // BKT
@@ -845,6 +853,10 @@ def _local_k_kernel(
     b_dq = scale * b_eG * b_dQt + b_r1 + b_d1[:, None] * b_k
     b_dk = b_eG * b_b[:, None] * b_yk + b_eT * b_dKt + b_r2 + b_r3 + b_d1[:, None] * b_q
     b_dG = scale * b_q * b_eG * b_dQt + b_k * b_eG * b_b[:, None] * b_yk + b_q * b_r1 + b_k * (b_r2 - b_r3)
+    if BALANCE:
+        first = (o_t % 16 == 0) & m_t
+        b_dG -= tl.load(Bal + (item * (CT // 16) + o_t // 16)[:, None] * K + o_kt[None, :],
+                        mask=first[:, None] & m_kt[None, :], other=0.0)
     # dg = reverse cumsum of dG, plus what the Kt and gamma terms give each row, sum_{i < t} Kt_i dKt_i and
     # gamma dgamma (tests/kernels/chunk_backward_matrix.py); the exclusive sum as the inclusive one less the
     # row itself (fp32, error relative to the sum, no tf32 product)
@@ -983,6 +995,14 @@ def _anchors(launch) -> bool:
     return launch["diag_blocks"] != "elementwise"
 
 
+def _balance(launch: dict, gate_bound) -> bool:
+    """Whether the sums kernel writes its diagonal blocks' imbalance for the local_k kernel (LAUNCH["diag_balance"];
+    None: with the anchored blocks but at one anchor, the safe gate's, where it cost the backward 2.6%)."""
+    setting = launch["diag_balance"]
+    on = not one_anchor(launch, gate_bound) if setting is None else bool(setting)
+    return on and _anchors(launch)
+
+
 def _nested(launch, strong_gates: bool) -> bool:
     """Whether the sums kernel takes its diagonal blocks at nested anchors (backward_blocks.py `_diag_sums_nested`:
     four products per sum, any gate) rather than at two (two products, a fall-back for the blocks past their
@@ -1112,12 +1132,15 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
     steps_pass = (bool(launch["sums_steps_pass"]) and one_launch and not one_anchor(launch, gate_bound)
                   and not nested)
     flags = torch.empty(n_work_s * (CT // 16), dtype=torch.int8, device=dev) if steps_pass else R[0]
+    # each diagonal block's imbalance, taken out of dG by the local_k kernel (LAUNCH["diag_balance"])
+    balance = _balance(launch, gate_bound)
+    bal = e(NT, HV, CT // 16, K) if balance else R[0]
     for bi in range(1 if one_launch else CT // 16):
         _local_sums_kernel[(n_prog_s,)](
-            q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, flags, n_work_s,
+            q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, flags, n_work_s, bal,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
             DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
-            ALL_BLOCKS=one_launch, STEPS=not steps_pass, NESTED=nested,
+            ALL_BLOCKS=one_launch, STEPS=not steps_pass, NESTED=nested, BALANCE=balance,
             num_warps=launch["sums_warps"] or (2 if one_launch else 4),
             **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))
     if steps_pass:
@@ -1133,7 +1156,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
               for x in (q, k))
     dg = e(TT, HV, K)
     _local_k_kernel[(n_work,)](
-        q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, rq, rk, cu, chunk_indices, scale,
-        H=H, HV=HV, K=K, BKT=BKT, CT=CT, NORM=norms is not None, INTERPRET=interp,
+        q, k, g, beta, Yk, d1, dQt, dKt, dgamma, dq, dk, dg, *R, rq, rk, cu, chunk_indices, scale, bal,
+        H=H, HV=HV, K=K, BKT=BKT, CT=CT, NORM=norms is not None, INTERPRET=interp, BALANCE=balance,
         num_warps=launch["split_k_warps"] or 8, **register_cap(launch["split_k_maxnreg"]))
     return dq, dk, dv, dg, dbeta

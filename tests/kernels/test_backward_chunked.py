@@ -341,6 +341,44 @@ def test_strong_gates_choose_nested_anchors(monkeypatch):
     assert not _nested({"diag_blocks": "elementwise"}, True)
 
 
+@pytest.mark.parametrize("form", ["nested", "anchors"])
+def test_diagonal_blocks_balanced(form, monkeypatch):
+    """The diagonal blocks' products in bf16 (rounded under the interpreter as on a GPU): their rounding is no longer
+    exactly balanced between the rows of a pair, and through dG's reverse cumulative sum it would reach every
+    earlier row of the chunk. With each block's imbalance taken out (LAUNCH["diag_balance"]) the sums of dg over
+    each sequence (what dt_bias's gradient sums; strong gates, where the diagonal blocks carry most of dg) are at
+    least 3 times closer to float64 than without, and dg itself is no further from it."""
+    monkeypatch.setitem(backward.LAUNCH, "diag_blocks", form)
+    monkeypatch.setitem(backward.LAUNCH, "sums_diag_precision", "bf16")
+    x = make(1, 192, 1, 2, 32, 24, seed=31, n_seqs=2, g_low=-6.0)
+    cu = torch.tensor([0, 150, 192])
+    ref = truth(x, KDAOptions().resolved_scale(32), cu)["g"]
+
+    def per_sequence(dg):
+        return torch.stack([dg[0, a:b].double().sum(0) for a, b in ((0, 150), (150, 192))])
+
+    errs = {}
+    for balance in (True, False):
+        monkeypatch.setitem(backward.LAUNCH, "diag_balance", balance)
+        gr = backward.kda_backward(*(x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta", "do")),
+                                   initial_state=x["h0"].to(DEVICE), dht=x["dht"].to(DEVICE), cu_seqlens=cu.to(DEVICE))
+        errs[balance] = (rms_rel(per_sequence(gr.dg.cpu()), per_sequence(ref)), rms_rel(gr.dg.cpu(), ref))
+    assert errs[True][0] * 3 <= errs[False][0], errs
+    assert errs[True][1] <= errs[False][1] * 1.05, errs
+
+
+def test_diagonal_balance_default():
+    """LAUNCH["diag_balance"] None: on with the anchored blocks (two or nested anchors), off at one anchor (a known
+    gate bound of the safe gate's size) and with the element-wise blocks (exact in fp32); True / False as set."""
+    from kda_trace.kernels.backward_chunked import _balance
+
+    launch = dict(backward.LAUNCH, diag_balance=None, diag_blocks=None, sums_one_anchor=True)
+    assert _balance(launch, None) and not _balance(launch, -5.0)
+    assert _balance(dict(launch, sums_one_anchor=False), -5.0)
+    assert not _balance(dict(launch, diag_blocks="elementwise"), None)
+    assert _balance(dict(launch, diag_balance=True), -5.0) and not _balance(dict(launch, diag_balance=False), None)
+
+
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=pytest.mark.slow), f64])
 def test_anchored_blocks_fall_back_past_max_exp(dtype, monkeypatch):
     """Gates down to -20 per step in the second chunk (each of its blocks has a half whose decay passes e(70),
