@@ -96,8 +96,8 @@ def backward_signatures(acc: str) -> dict:
         "local_vk": {**inputs, **bufs("g", "Vn", "dVn", "Xb", "Pb", "states", "dstates", "dv", "dQt", "dKt", "Yk",
                                       "dgamma", "dbeta", "d1", "M1", "M2", "rk"), **tables, "p_scale": f"*{acc}"},
         "local_k": {**inputs, **bufs("g", "Yk", "d1", "dQt", "dKt", "dgamma", "dq", "dk", "dg", "R1", "R2", "R3",
-                                     "rq", "rk"), **tables, "p_scale": f"*{acc}"},
-        "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "rq", "rk"), **tables,
+                                     "rq", "rk", "Bal"), **tables, "p_scale": f"*{acc}"},
+        "local_sums": {**inputs, **bufs("g", "M1", "M2", "R1", "R2", "R3", "rq", "rk", "Bal"), **tables,
                        "flags": "*i8", "n_work": "i64"},
         "chunked_pass": {**bufs("U", "Qt", "gamma", "dO2", "states", "dstates", "h0", "dht", "dh0"), **w_kt,
                          "do": inputs["do"], "cu_seqlens": "*i64", "chunk_offsets": "*i64"},
@@ -199,7 +199,7 @@ def chunked_mode(spills: bool) -> None:
         bkts = ((64, 8), (32, 4)) if spills and K == 128 else ()
         bkts = [(*t, None) for t in bkts] + [(16, 8, cap) for cap in caps("split_k_maxnreg")]
         for bkt, warps, cap in bkts:
-            c = dict(shared, **norm, BKT=bkt, INTERPRET=False)
+            c = dict(shared, **norm, BKT=bkt, INTERPRET=False, BALANCE=True)
             k = compile_kernel(backward_chunked._local_k_kernel, sigs["local_k"], c, warps, maxnreg=cap)
             extra = ptxas_report(k) if spills and acc == "fp32" else []
             print(f"chunked split local_k {acc} K={K} V={V} BKT={bkt} warps={warps} maxnreg={cap}: ok", *extra)
@@ -225,6 +225,8 @@ def chunked_mode(spills: bool) -> None:
             for nested, steps in variants:
                 c = dict(shared, **norm, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
                          ALL_BLOCKS=all_blocks, STEPS=steps, NESTED=nested,
+                         BALANCE=backward_chunked._balance(dict(backward.LAUNCH, diag_blocks="anchors" if anchors else
+                                                                "elementwise"), -5.0 if one else None),
                          DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
                 warps = backward.LAUNCH["sums_warps"] or (2 if all_blocks else 4)
                 k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, warps, maxnreg=cap)
@@ -318,7 +320,8 @@ def forward_kernels(launch: dict, heads: int, gate_kind: str):
     capped = chunk._intra_cap(one_anchor, check_range) > 0  # `_off_tile`'s default follows the default cap
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=l2norm, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2, SAVE=False, KG_HERE=kg_here,
-                 STREAM=bool(L["intra_stream"]), ONE_ANCHOR=one_anchor)
+                 STREAM=bool(L["intra_stream"]), ONE_ANCHOR=one_anchor,
+                 PREC=chunk._tensor_core_precision(L["intra_precision"], False))
     if L["intra_one_launch"]:
         gate_here = dict(GATE_HERE=gate_fused, GATE=gate_code, BKG=min(L["gate_bk"], 64),
                          L2_IN_GATE=l2norm and not l2_in_intra,
@@ -340,7 +343,7 @@ def forward_kernels(launch: dict, heads: int, gate_kind: str):
            **tables, "scale": "fp32"}
     out.append(("wu", chunk._wu_kernel, sig,
                 dict(common, V=V, BK=L["wu_bk"], BV=L["wu_bv"], BETA=0, L2NORM=l2norm, QG_DONE=qg_raw,
-                     KG_DONE=kg_here, EXP2=exp2),
+                     KG_DONE=kg_here, EXP2=exp2, PREC=chunk._tensor_core_precision(L["wu_precision"], False)),
                 chunk._wu_warps(V), L["wu_stages"]))
     saved = dict(chunk.LAUNCH)
     chunk.LAUNCH.update(L)
