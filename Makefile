@@ -35,7 +35,7 @@ test: install
 #   sweeps beyond the fast tier's representative cases, long interpreter cases, the runner's other runs (red team,
 #   row defects on KDA, shards, host inputs), and the dataset workloads that are CPU-sized
 #   (tests/references/conftest.py CPU_MAX_SIZE) against the float64 truths. Measured on 2 CPU cores: about 640
-#   tests in 21 to 43 minutes (the same machines), most of it the forward and backward kernels' interpreter
+#   tests in 21 to 44 minutes (the same machines), most of it the forward and backward kernels' interpreter
 #   cases.
 test-slow: install
 	CUDA_VISIBLE_DEVICES= $(BIN)/pytest -q -m 'slow and not gpu' --durations=10
