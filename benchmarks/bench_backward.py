@@ -312,13 +312,18 @@ def rms_rel(a, ref):
     return ((a - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
 
 
+def _launch_table(key: str) -> tuple[dict, str]:
+    """The LAUNCH table a `--launch` key sets and the name in it: `fwd.NAME` kernels/chunk.py's, else
+    kernels/backward.py's."""
+    return (ours_fwd.LAUNCH, key[4:]) if key.startswith("fwd.") else (ours_bwd.LAUNCH, key)
+
+
 def apply_launch(spec: str) -> dict:
-    """Set LAUNCH keys from "key=val,key=val" (`--launch`; a key `fwd.NAME` is kernels/chunk.py's); returns what
-    they were, for `restore_launch`."""
+    """Set LAUNCH keys from "key=val,key=val" (`--launch`); returns what they were, for `restore_launch`."""
     before = {}
     for item in filter(None, spec.split(",")):
         key, _, val = item.partition("=")
-        table, name = (ours_fwd.LAUNCH, key[4:]) if key.startswith("fwd.") else (ours_bwd.LAUNCH, key)
+        table, name = _launch_table(key)
         if name not in table:
             raise SystemExit(f"--launch: unknown key {key!r} (LAUNCH has {', '.join(table)})")
         named = {"True": True, "False": False, "None": None}
@@ -329,7 +334,7 @@ def apply_launch(spec: str) -> dict:
 
 def restore_launch(before: dict) -> None:
     for key, val in before.items():
-        table, name = (ours_fwd.LAUNCH, key[4:]) if key.startswith("fwd.") else (ours_bwd.LAUNCH, key)
+        table, name = _launch_table(key)
         table[name] = val
 
 

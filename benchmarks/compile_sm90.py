@@ -225,8 +225,7 @@ def chunked_mode(spills: bool) -> None:
             for nested, steps in variants:
                 c = dict(shared, **norm, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
                          ALL_BLOCKS=all_blocks, STEPS=steps, NESTED=nested,
-                         BALANCE=backward_chunked._balance(dict(backward.LAUNCH, diag_blocks="anchors" if anchors else
-                                                                "elementwise"), -5.0 if one else None),
+                         BALANCE=anchors and backward_chunked._balance(backward.LAUNCH, -5.0 if one else None),
                          DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
                 warps = backward.LAUNCH["sums_warps"] or (2 if all_blocks else 4)
                 k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, warps, maxnreg=cap)
