@@ -199,9 +199,9 @@ LAUNCH["diag_blocks"] = None
 # (bench_backward.py --accuracy): fla's layer configuration (h8_packed_2x1024_layer) dA_log 3.02e-3 -> 1.79e-3,
 # ddt_bias 6.07e-3 -> 2.11e-3, dg 2.25e-3 -> 2.02e-3 (fla 0.6.0 on the same inputs: 1.70e-3, 3.35e-3, 3.51e-3; the
 # nested products in tf32x3 instead: 1.93e-3, 1.65e-3, 1.95e-3 at 14.4 ms against 12.0 fwd+bwd); the safe gate
-# (h8_dense_1x2048_safe_l2) 2.19e-3 -> 1.53e-3, 4.11e-3 -> 1.94e-3. fwd+bwd, two alternating rounds: layer 32 heads x
-# 16384 12.01-12.03 -> 12.12-12.20 ms, a precomputed gate 9.43-9.47 -> 9.43-9.45, K3 (one anchor) 13.45-13.51 ->
-# 13.65-13.69 (the backward 10.40 -> 10.67): off there, where ours is below fla's error without it.
+# (h8_dense_1x2048_safe_l2) 2.19e-3 -> 1.53e-3, 4.11e-3 -> 1.94e-3. fwd+bwd, four alternating rounds: layer 32 heads x
+# 16384 12.01-12.05 -> 12.11-12.20 ms, a precomputed gate 9.43-9.47 -> 9.43-9.45, K3 (one anchor) 13.29-13.51 ->
+# 13.65-13.76 (the backward 10.39-10.40 -> 10.65-10.67): off there, where ours is below fla's error without it.
 LAUNCH["diag_balance"] = None
 # pairs_diag_precision / sums_diag_precision: the products of the anchored diagonal blocks in the pairs and the
 # sums kernels. The sums' reach dg and, summed over tokens, ddt_bias. "tf32_rn" there (tf32 products of operands

@@ -997,7 +997,7 @@ def _anchors(launch) -> bool:
 
 def _balance(launch: dict, gate_bound) -> bool:
     """Whether the sums kernel writes its diagonal blocks' imbalance for the local_k kernel (LAUNCH["diag_balance"];
-    None: with the anchored blocks but at one anchor, the safe gate's, where it cost the backward 2.6%)."""
+    None: with the anchored blocks but at one anchor, the safe gate's, where it cost the backward 2.5%)."""
     setting = launch["diag_balance"]
     on = not one_anchor(launch, gate_bound) if setting is None else bool(setting)
     return on and _anchors(launch)

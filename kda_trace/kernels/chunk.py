@@ -188,7 +188,7 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   --accuracy), fla's layer configuration / the safe gate: W and U in tf32_rn dq 1.84e-3 -> 1.73e-3 / 1.88e-3 ->
 #   1.77e-3, dk 2.02e-3 -> 1.83e-3 / 2.06e-3 -> 1.89e-3, dg 2.02e-3 -> 1.89e-3 / 2.23e-3 -> 1.96e-3, dA_log 1.79e-3
 #   -> 1.14e-3 / 1.53e-3 -> 0.96e-3, ddt_bias 2.11e-3 -> 2.00e-3 / 1.94e-3 -> 1.68e-3 (with backward.LAUNCH
-#   ["diag_balance"] on), fwd+bwd within the rounds' spread (32 x 16384 layer 12.07-12.17 against 12.12-12.20 ms);
+#   ["diag_balance"] on), fwd+bwd within the rounds' spread (32 x 16384 layer 12.07-12.17 against 12.11-12.20 ms);
 #   the intra kernel's in tf32_rn (layer, balance off): every gradient within 1% but dh0 (1.60e-4 -> 1.50e-4).
 # Slower alternatives (the same ratios, < 1: the alternative is slower; their diffs are in git history):
 # - H100: the solve inside the W/U kernel 0.693 on K3; a state pass one product deep per chunk 0.800 on 8 x 131072;
