@@ -50,7 +50,8 @@ from kda_trace.kernels import chunk as ours
 from kda_trace.kernels.options import KDAOptions
 
 # name -> (heads, sequence lengths, mode); mode: "pre" = precomputed g, "safe_l2" = safe gate + L2 norm in
-# the kernel; dense (B sequences of T, no cu_seqlens) when the name says "dense"
+# the kernel, "layer" = fla's KimiDeltaAttention layer (the unbounded gate -exp(A_log) softplus(g + dt_bias), the L2
+# norm and beta's sigmoid in the kernel; A = exp(A_log) up to 16, as fla initialises it); dense (B sequences of T, no cu_seqlens) when the name says "dense"
 SHAPES = {
     "h32_dense_1x4096": (32, [4096], "pre"),
     "h32_dense_1x16384": (32, [16384], "pre"),
@@ -66,6 +67,8 @@ SHAPES = {
     "h8_dense_1x131072": (8, [131072], "pre"),  # the long sequence: the sequential state pass dominates
     "h16_dense_1x65536": (16, [65536], "pre"),  # where the split state pass's default (chunk._split_launch) ends
     "h32_varlen_real_8192": (32, [812, 95, 1500, 33, 700, 2047, 1, 431, 1280, 300, 900, 93], "pre"),
+    "h32_dense_1x16384_layer": (32, [16384], "layer"),
+    "h32_varlen_16x4096_layer": (32, [4096] * 16, "layer"),
 }
 K = V = 128
 
@@ -89,7 +92,7 @@ def make_inputs(H, lens, mode, seed=0):
     else:
         g = torch.randn(B, Tb, H, K, device=dev).to(bf)
     v = torch.randn(B, Tb, H, V, device=dev, dtype=bf)
-    beta = torch.rand(B, Tb, H, device=dev).to(bf)
+    beta = (torch.randn if mode == "layer" else torch.rand)(B, Tb, H, device=dev).to(bf)
     h0 = torch.randn(len(lens), H, K, V, device=dev)
     A_log = torch.log(torch.empty(H, device=dev).uniform_(1, 16))
     dt_bias = torch.randn(H, K, device=dev) * 0.5
@@ -114,8 +117,9 @@ def weak_decay(x, mode):
 
 
 def run_ours(x, mode):
-    opts = KDAOptions(output_final_state=True) if mode == "pre" else KDAOptions(
-        use_qk_l2norm=True, gate="safe", lower_bound=-5.0, output_final_state=True)
+    opts = {"pre": KDAOptions(output_final_state=True),
+            "safe_l2": KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-5.0, output_final_state=True),
+            "layer": KDAOptions(use_qk_l2norm=True, gate="unbounded", beta="logits", output_final_state=True)}[mode]
     return ours.kda_chunk(x["q"], x["k"], x["v"], x["g"], x["beta"], opts, A_log=x["A_log"], dt_bias=x["dt_bias"],
                           initial_state=x["h0"], cu_seqlens=x["cu"])
 
@@ -126,6 +130,9 @@ def run_fla(x, mode):
     kw = {"initial_state": x["h0"], "output_final_state": True, "cu_seqlens": x["cu"]}
     if mode == "safe_l2":
         kw.update(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, safe_gate=True, lower_bound=-5.0,
+                  A_log=x["A_log"], dt_bias=x["dt_bias"].flatten())
+    if mode == "layer":
+        kw.update(use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
                   A_log=x["A_log"], dt_bias=x["dt_bias"].flatten())
     return chunk_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], **kw)
 

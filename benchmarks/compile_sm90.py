@@ -320,7 +320,8 @@ def forward_kernels(launch: dict, heads: int, gate_kind: str):
     intra = dict(common, BC=chunk.BC, BK=L["intra_bk"], BETA=0, L2NORM=l2norm, L2_HERE=l2_in_intra, QG_HERE=qg_raw,
                  MAX_EXP=chunk.MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2, SAVE=False, KG_HERE=kg_here,
                  STREAM=bool(L["intra_stream"]), ONE_ANCHOR=one_anchor,
-                 PREC=chunk._tensor_core_precision(L["intra_precision"], False))
+                 PREC=chunk._tensor_core_precision(L["intra_precision"], False),
+                 FALLBACK=chunk._intra_fallback(L["intra_fallback"], GATE))
     if L["intra_one_launch"]:
         gate_here = dict(GATE_HERE=gate_fused, GATE=gate_code, BKG=min(L["gate_bk"], 64),
                          L2_IN_GATE=l2norm and not l2_in_intra,

@@ -44,10 +44,14 @@ are tensor-core products (x_i exp(G_i - G_a)) . (k_j exp(G_a - G_j)). By default
 `intra_one_anchor`) a = the block's row 8, as fla's safe-gate path: one product per block, with exp arguments
 up to |G_i - G_8| either way; else a = the first row of the 8-row half that holds column j (two products: rows
 scaled to the block's first row, and rows scaled to their own half's first row; exp(G_a - G_j) >= 1). A factor
-is used only where its exp argument is <= MAX_EXP (= 60, so nothing overflows fp32): a row that reads a column
-beyond that (a strong unbounded or precomputed gate) falls back to an exact element-wise sum with
-exp(min(G_i - G_j, 0)). The "safe" gate keeps every block within range by construction and skips that check:
-with one anchor where lower_bound >= -7.5 (8 steps * 7.5 = 60), with two where lower_bound >= -8.57 (7 steps).
+is used only where its exp argument is <= MAX_EXP (= 60, so nothing overflows fp32). Where a gate can pass that
+(a strong unbounded or precomputed gate), a block whose rows read a column beyond it takes another form (launch
+setting `intra_fallback`): for a gate computed in the op, the block's range is read first (three G rows: every
+g <= 0) and a block past it is taken at nested anchors instead (`_nested_diag_tile`: four tensor-core products
+per side, every factor <= 1, exact for any gate); for a precomputed gate, rows are checked as the products are
+made and a row past the range takes an exact element-wise sum with exp(min(G_i - G_j, 0)) afterwards. The "safe"
+gate keeps every block within range by construction and skips that check: with one anchor where lower_bound >=
+-7.5 (8 steps * 7.5 = 60), with two where lower_bound >= -8.57 (7 steps).
 With two anchors every anchor row is at or before the row it serves, so no output depends on later tokens' gates,
 bit for bit. With one, rows 0-7 of a block are rounded relative to G at its row 8: exact in real arithmetic, but
 their outputs move by rounding (tf32's on the GPU) with the gates of the block's later rows up to row 8 (and,
@@ -190,6 +194,16 @@ MAX_EXP = 60.0  # largest positive exp argument allowed in a diagonal block (e^6
 #   -> 1.14e-3 / 1.53e-3 -> 0.96e-3, ddt_bias 2.11e-3 -> 2.00e-3 / 1.94e-3 -> 1.68e-3 (with backward.LAUNCH
 #   ["diag_balance"] on), fwd+bwd within the rounds' spread (32 x 16384 layer 12.07-12.17 against 12.11-12.20 ms);
 #   the intra kernel's in tf32_rn (layer, balance off): every gradient within 1% but dh0 (1.60e-4 -> 1.50e-4).
+# - intra_fallback (None: `_intra_fallback`): how the range-checked intra kernel takes a diagonal block past MAX_EXP.
+#   "inline" (None's choice for a gate computed in the op): the block's range read first, from its first, row-8 and
+#   last G rows where every g <= 0 (else from every row), and a block past it at nested anchors (`_nested_diag_tile`)
+#   instead of at one; "elementwise" (None's for a precomputed gate): one anchor, row by row checked, the rows past
+#   the range again element-wise (`_exact_diag_blocks`). H200, the forward in fla's layer configuration (73% of the
+#   blocks past the range): 32 x 16384 1.090 (2.420 -> 2.221 ms), 16 x 4096 packed 1.000; with a precomputed gate
+#   (every row read for the range, few blocks past it) inline loses, 0.938 at 32 x 16384. Against float64
+#   (bench_chunk.py --f64 8x4096, precomputed gate, inline forced, H200): o and state 3.432e-3 and 2.444e-3 either way;
+#   weak decays 4.960e-3 / 4.305e-3 against 4.958e-3 / 4.292e-3. The nested form after the one-anchor products instead
+#   of element-wise: 0.986 (layer, 32 x 16384).
 # Slower alternatives (the same ratios, < 1: the alternative is slower; their diffs are in git history):
 # - H100: the solve inside the W/U kernel 0.693 on K3; a state pass one product deep per chunk 0.800 on 8 x 131072;
 #   wu_stages=2 0.990, intra_stages=2 0.970, intra_warps=4 0.945 (K3); solve_warps=2 0.953 / 0.946, 4 0.866 (32 x
@@ -230,6 +244,7 @@ LAUNCH = {
     "discard_g": None, "solve_inv_precision": "tf32_rn", "solve_merge_precision": "tf32_rn", "intra_stream": True,
     "solve_power_precision": None, "solve_peel": True, "intra_one_anchor": True,
     "intra_off_tail": None, "state_prefetch": None, "intra_precision": "tf32", "wu_precision": "tf32_rn",
+    "intra_fallback": None,
 }
 # Register caps (`maxnreg`, 0: ptxas's choice) per kernel: fewer registers, more programs resident per SM, perhaps
 # spills (benchmarks/compile_sm90.py --forward reports both). wu_maxnreg None: `_wu_cap`; intra_maxnreg None:
@@ -376,8 +391,8 @@ def _exact_diag_blocks(
     SX: tl.constexpr, SG: tl.constexpr, K: tl.constexpr, EXP2: tl.constexpr,
 ):
     """P[i, j] = sum_d x_id k_jd exp(min(G_id - G_jd, 0)) for the 16 rows from i0 (of n valid chunk rows), with
-    x = k (A_kk's block) and x = q (A_qk's), element-wise in fp32, no product of two exps: the fallback for rows
-    whose decay exceeds MAX_EXP. Each K-chunk's tiles are loaded once and each decay serves both blocks.
+    x = k (A_kk's block) and x = q (A_qk's), element-wise in fp32, no product of two exps (launch setting
+    intra_fallback "elementwise"). Each K-chunk's tiles are loaded once and each decay serves both blocks.
     q, k: chunk-row-0 pointers with row stride SX; G: with row stride SG."""
     o_i = i0 + tl.arange(0, BC)
     m_i = o_i < n
@@ -400,6 +415,66 @@ def _exact_diag_blocks(
             kk += tl.where(here, tl.sum(b_k * b_kw, axis=1)[:, None], 0.0)
             qk += tl.where(here, tl.sum(b_q * b_kw, axis=1)[:, None], 0.0)
     return kk, qk
+
+
+@triton.jit
+def _nested_diag_tile(b_q, b_k, g_i, G, i0, n, o_k, m_k, SG: tl.constexpr, BC: tl.constexpr, EXP2: tl.constexpr,
+                      PREC: tl.constexpr):
+    """One K-tile's part of a diagonal block at nested anchors: (kk, qk) [16, 16], kk[i, j] = sum_d k_id k_jd
+    exp(G_id - G_jd) for i > j and qk[i, j] the same with q's rows for i >= j, from the block's rows b_q, b_k
+    (fp32) and their G rows g_i (zero on rows past n). The block's 16 rows split into groups of 2 S rows (S = 8, 4,
+    2, 1), each at its anchor a, the group's row S: a pair (i, j) with i in a group's second half and j in its
+    first weighs exp(G_i - G_a) exp(G_a - G_j), both arguments <= 0 whatever the gates (G does not increase). Every
+    pair i > j is at exactly one level, that of the highest bit in which i and j differ, so four tensor-core
+    products per side and the diagonal (weight 1) make the block, exact for any gate (the arguments clamped to
+    <= 0, as `_exact_diag_blocks`' are, which only an increasing G would reach). G: the chunk's row 0 (row stride
+    SG), for the anchor rows."""
+    tl.static_assert(BC == 16)
+    o_c = tl.arange(0, BC)
+    m_i = (i0 + o_c < n)[:, None]
+    kk = tl.zeros([BC, BC], dtype=tl.float32)
+    qk = tl.zeros([BC, BC], dtype=tl.float32)
+    for lv in tl.static_range(4):
+        S = (BC // 2) >> lv  # a constexpr (lv is one)
+        a = tl.minimum(i0 + (o_c // (2 * S)) * (2 * S) + S, n - 1)  # past n: only rows past n read it
+        g_a = tl.load(G + a[:, None] * SG + o_k[None, :], mask=m_k[None, :], other=0.0)
+        upper = ((o_c % (2 * S)) >= S)[:, None]
+        e = tl.where(m_i, _exp(tl.minimum(tl.where(upper, g_i - g_a, g_a - g_i), 0.0), EXP2), 0.0)
+        b_kc = tl.trans(tl.where(upper, 0.0, b_k * e))  # k_j exp(G_a - G_j), first halves
+        e_r = tl.where(upper, e, 0.0)  # exp(G_i - G_a), second halves
+        pairs = ((o_c[:, None] // (2 * S) == o_c[None, :] // (2 * S)) & (o_c[:, None] % (2 * S) >= S)
+                 & (o_c[None, :] % (2 * S) < S))
+        kk += tl.where(pairs, _pdot(b_k * e_r, b_kc, PREC, False), 0.0)
+        qk += tl.where(pairs, _pdot(b_q * e_r, b_kc, PREC, False), 0.0)
+    qk += tl.where(o_c[:, None] == o_c[None, :], tl.sum(b_q * b_k, axis=1)[:, None], 0.0)
+    return kk, qk
+
+
+@triton.jit
+def _block_past_range(G, i0, n, BC: tl.constexpr, BK: tl.constexpr, SG: tl.constexpr, K: tl.constexpr,
+                      MAX_EXP: tl.constexpr, MONOTONE: tl.constexpr):
+    """Whether any G row of the 16-row block from i0 (of n valid chunk rows) is further than MAX_EXP from the
+    block's row 8 in any channel, so that the one-anchor factors would pass MAX_EXP (launch setting intra_fallback
+    "inline"). MONOTONE (a gate computed in the op: every g <= 0, so G does not increase down the rows): from the
+    block's first, row-8 and last rows only; else from every row."""
+    o_i = i0 + tl.arange(0, BC)
+    m_i = o_i < n
+    r8 = tl.minimum(i0 + BC // 2, n - 1)
+    last = tl.minimum(i0 + BC - 1, n - 1)
+    spread = tl.zeros([BC], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        g_8 = tl.load(G + r8 * SG + o_k, mask=m_k, other=0.0)
+        if MONOTONE:
+            g_0 = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
+            g_l = tl.load(G + last * SG + o_k, mask=m_k, other=0.0)
+            spread = tl.maximum(spread, tl.max(tl.maximum(g_0 - g_8, g_8 - g_l), axis=0))
+        else:
+            m = m_i[:, None] & m_k[None, :]
+            g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m, other=0.0)
+            spread = tl.maximum(spread, tl.max(tl.where(m, tl.abs(g_i - g_8[None, :]), 0.0), axis=1))
+    return tl.max(spread, axis=0) > MAX_EXP
 
 
 @triton.jit
@@ -528,7 +603,7 @@ def _intra_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr, PREC: tl.constexpr,
+    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr, PREC: tl.constexpr, FALLBACK: tl.constexpr,
 ):
     """Block I of every (chunk, value head) (`_intra_block`): one launch per block index, one program per
     (chunk, value head); the blocks of a chunk are independent here (the solve is kernel 3)."""
@@ -539,7 +614,8 @@ def _intra_kernel(
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     if I * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, I, BJ,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC,
+                     FALLBACK)
 
 
 @triton.jit(do_not_specialize=["scale", "lower_bound"])
@@ -550,7 +626,7 @@ def _intra_chunk_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr, PREC: tl.constexpr,
+    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr, PREC: tl.constexpr, FALLBACK: tl.constexpr,
     GATE_HERE: tl.constexpr, GATE: tl.constexpr, BKG: tl.constexpr, L2_IN_GATE: tl.constexpr, DISCARD_G: tl.constexpr,
     BJ3: tl.constexpr,
 ):
@@ -570,19 +646,23 @@ def _intra_chunk_kernel(
     if SAVE:
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
-                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC)
+                 L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC,
+                     FALLBACK)
     tl.debug_barrier()
     if BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
-                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC)
+                     L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC,
+                     FALLBACK)
     tl.debug_barrier()
     if 2 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 2, 2 * BC,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC,
+                     FALLBACK)
     tl.debug_barrier()
     if 3 * BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 3, BJ3,
-                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC)
+                     BETA, L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC,
+                     FALLBACK)
     if DISCARD_G:
         tl.debug_barrier()
         _discard_l2_rows(G + (r0 * HV + i_hv) * K, n - 1, HV * K, K, BT)
@@ -610,7 +690,7 @@ def _intra_block(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, I: tl.constexpr, BJ: tl.constexpr,  # noqa: E741
     BETA: tl.constexpr, L2NORM: tl.constexpr, L2_HERE: tl.constexpr, QG_HERE: tl.constexpr, MAX_EXP: tl.constexpr,
     CHECK_RANGE: tl.constexpr, EXP2: tl.constexpr, INTERPRET: tl.constexpr, SAVE: tl.constexpr, KG_HERE: tl.constexpr,
-    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr, PREC: tl.constexpr,
+    STREAM: tl.constexpr, ONE_ANCHOR: tl.constexpr, PREC: tl.constexpr, FALLBACK: tl.constexpr,
 ):
     """Rows of the 16-row block I of chunk i_c (first row r0, n valid rows, n > 16 I): A_qk (bf16, into Aqk)
     and A_kk (fp32, into the chunk's [BT, BT] scratch Akk), the columns before the block (a tile of BJ columns, a
@@ -667,6 +747,13 @@ def _intra_block(
     ss_q = tl.zeros([BC], dtype=tl.float32)  # sums of squares of the block's q / k rows (L2_HERE)
     ss_k = tl.zeros([BC], dtype=tl.float32)
     hi_row = tl.minimum(i0 + BC // 2, n - 1)  # (a block with <= 8 rows never uses it)
+    # range-checked at one anchor and intra_fallback "inline": the block's range first, then its diagonal products
+    # at one anchor or, past the range, at nested anchors
+    INLINE: tl.constexpr = CHECK_RANGE and ONE_ANCHOR and FALLBACK != "elementwise"
+    if INLINE:
+        past = _block_past_range(G, i0, n, BC, BK, SG, K, MAX_EXP, FALLBACK == "inline_monotone")
+    else:
+        past = False
     if KG_HERE:  # the W/U operands need k's norm factors and beta inside the loop below
         if L2_HERE:
             for k0 in range(0, K, BK):
@@ -691,7 +778,19 @@ def _intra_block(
         g_i = tl.load(G + o_i[:, None] * SG + o_k[None, :], mask=m_ik, other=0.0)
         g_c = tl.load(G + i0 * SG + o_k, mask=m_k, other=0.0)
         g_c8 = tl.load(G + hi_row * SG + o_k, mask=m_k, other=0.0)
-        if ONE_ANCHOR:
+        if INLINE:
+            r_lo = _exp(tl.where(m_i[:, None], g_i - g_c[None, :], 0.0), EXP2)  # exp(G_i - G_c) <= 1
+            if past:
+                kk_t, qk_t = _nested_diag_tile(b_q, b_k, g_i, G, i0, n, o_k, m_k, SG, BC, EXP2, PREC)
+            else:  # as below, every factor within range
+                d = tl.where(m_i[:, None], g_i - g_c8[None, :], 0.0)
+                e_row = _exp(tl.minimum(d, MAX_EXP), EXP2)
+                k_col = tl.trans(b_k * _exp(tl.minimum(-d, MAX_EXP), EXP2))
+                kk_t = _pdot(b_k * e_row, k_col, PREC, False)
+                qk_t = _pdot(b_q * e_row, k_col, PREC, False)
+            kk_hi += kk_t
+            qk_hi += qk_t
+        elif ONE_ANCHOR:
             # one anchor for the whole diagonal block, its row 8: both factors exact where |G_i - G_c8| <=
             # MAX_EXP, which the safe gate's bound promises (8 |g| <= MAX_EXP) and CHECK_RANGE checks below (the
             # clamps keep a broken promise finite). Entries above the diagonal (exp(G_i - G_j) >= 1, dropped
@@ -735,8 +834,9 @@ def _intra_block(
             qk_lo += _pdot(qr_lo, tl.trans(k_col), PREC, False)
         # anchor a(i) = a(j): right for columns 0-7 of rows 0-7 and columns 8-15 of rows 8-15 (every entry with
         # ONE_ANCHOR)
-        kk_hi += _pdot(b_k * e_row, tl.trans(k_col), PREC, False)
-        qk_hi += _pdot(b_q * e_row, tl.trans(k_col), PREC, False)
+        if not INLINE:
+            kk_hi += _pdot(b_k * e_row, tl.trans(k_col), PREC, False)
+            qk_hi += _pdot(b_q * e_row, tl.trans(k_col), PREC, False)
         if I > 0:
             # earlier rows of the chunk, k_j exp(G_i0 - G_j) (<= 1); rows from i0 on are zeroed
             m_jk = (o_t < i0)[:, None] & m_k[None, :]
@@ -760,7 +860,7 @@ def _intra_block(
         right = (o_c >= BC // 2)[None, :]
         kk = tl.where(right, kk_hi, kk_lo)
         qk = tl.where(right, qk_hi, qk_lo)
-    if CHECK_RANGE:
+    if CHECK_RANGE and not INLINE:
         # One anchor: entry (i, j <= i) is exact where G_i - G_8 <= MAX_EXP (e_row) and G_8 - G_j <= MAX_EXP (k_col).
         # G does not increase, so both hold for every j <= i when row i is within range: G_8 - G_j <= 0 for j < 8,
         # <= G_8 - G_i for 8 <= j <= i. Two anchors: a column factor is exact where a(j) - G_j <= MAX_EXP; row i
@@ -1568,7 +1668,7 @@ def kda_chunk(
         QG_HERE=qg_raw,
         MAX_EXP=MAX_EXP * LOG2E.value if exp2 else MAX_EXP, CHECK_RANGE=check_range, EXP2=exp2,
         INTERPRET=interp, SAVE=keep, KG_HERE=kg_here, STREAM=bool(LAUNCH["intra_stream"]), ONE_ANCHOR=one_anchor,
-        PREC=_tensor_core_precision(LAUNCH["intra_precision"], interp), num_warps=LAUNCH["intra_warps"],
+        PREC=_tensor_core_precision(LAUNCH["intra_precision"], interp), FALLBACK=_intra_fallback(LAUNCH["intra_fallback"], opts.gate), num_warps=LAUNCH["intra_warps"],
         num_stages=LAUNCH["intra_stages"],
         **register_cap(LAUNCH["intra_maxnreg"], intra_cap),
     )
@@ -1729,6 +1829,17 @@ def _intra_anchors(setting: bool, gate: str, lower_bound: float) -> tuple[bool, 
     one anchor (lower_bound >= -7.5), 7 within an 8-row half with two (>= -8.57)."""
     steps = BC // 2 if setting else BC // 2 - 1
     return bool(setting), not (gate == "safe" and -float(lower_bound) * steps <= MAX_EXP)
+
+
+def _intra_fallback(setting: str | None, gate: str) -> str:
+    """`_intra_block`'s FALLBACK for launch setting intra_fallback (setting): "elementwise", "inline", or
+    "inline_monotone" (inline, for a gate computed in the op: every g <= 0, `_block_past_range`). None: inline for a
+    gate computed in the op, else elementwise."""
+    if setting is None:
+        setting = "elementwise" if gate == "precomputed" else "inline"
+    if setting not in ("inline", "elementwise"):
+        raise ValueError(f"LAUNCH['intra_fallback'] must be 'inline', 'elementwise' or None, not {setting!r}")
+    return "inline_monotone" if setting == "inline" and gate != "precomputed" else setting
 
 
 def _kg_in_intra(setting: bool | None, l2_here: bool) -> bool:

@@ -331,7 +331,7 @@ def test_safe_gate_diagonal_blocks_at_one_anchor_up_to_its_bound(lower_bound, ch
     """The intra kernel takes its diagonal blocks at one anchor, their row 8 (launch setting intra_one_anchor), with
     no range check where the safe gate bounds every exp argument (lower_bound >= -7.5: 8 gates of at most 7.5 from a
     block's row 8 to its first or last row, exp(60) at most); at -8 with the check (64 > 60: with every gate at the
-    bound the blocks take the exact element-wise path). Without the check it launches under a cap of 168 registers
+    bound the blocks take the fall-back). Without the check it launches under a cap of 168 registers
     and takes block 3's earlier columns as 32- and 16-wide tiles (the defaults intra_maxnreg, intra_off_tail None;
     H200: 1.034x on K3); with it uncapped, with one 64-wide tile (the cap lost there: 0.963 at 32 x 16384).
     Every gate saturated at the bound (the largest exp arguments), one sequence of 3 chunks and a ragged tail, L2
@@ -366,11 +366,13 @@ def test_safe_gate_diagonal_blocks_at_one_anchor_up_to_its_bound(lower_bound, ch
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in matmul", "ignore:invalid value encountered in matmul")
 @pytest.mark.slow
-def test_one_anchor_range_check_for_precomputed_gates(monkeypatch):
+@pytest.mark.parametrize("fallback", [None, "inline"])
+def test_one_anchor_range_check_for_precomputed_gates(fallback, monkeypatch):
     """A precomputed gate bounds nothing, so the one-anchor diagonal blocks are range-checked at run time, row by row:
     row i keeps its tensor-core products where it is within MAX_EXP (60) of the block's row 8 in every channel
-    (then, G not increasing, so are the columns it reads), else it takes the exact element-wise path; uncapped, with
-    one 64-wide tile for block 3 (`_intra_cap`, `_off_tile`). Bursts of -70 (one token past the range) and -200
+    (then, G not increasing, so are the columns it reads), else it takes the exact element-wise path (launch setting
+    intra_fallback None; with "inline", the block's range is read first from every row and a block past it is
+    taken at nested anchors instead); uncapped, with one 64-wide tile for block 3 (`_intra_cap`, `_off_tile`). Bursts of -70 (one token past the range) and -200
     placed so that the check fails for a block's rows 12-15 only (a burst at row 12), for all of a block's rows (a
     burst at row 3: rows 0-7 are then also beyond the clamp of exp(G_i - G_8), which the columns before the block
     and q exp(G) must not use), in one channel only, and in a block with only 13 valid rows (a ragged last chunk).
@@ -387,6 +389,7 @@ def test_one_anchor_range_check_for_precomputed_gates(monkeypatch):
     g[:, 160 + 10] = -200.0  # the last block (rows 160-172: 13 valid), row 10
     spy = LaunchSpy(chunk._intra_chunk_kernel)
     monkeypatch.setattr(chunk, "_intra_chunk_kernel", spy)
+    monkeypatch.setitem(chunk.LAUNCH, "intra_fallback", fallback)
     opts = KDAOptions(output_final_state=True)
     o, ht, o_ref, h_ref = run_case(x, opts)
     launch = spy.options[-1]
@@ -422,27 +425,41 @@ def test_strong_gates_take_the_exact_path():
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
 
 
-def test_every_row_through_the_exact_path(monkeypatch):
-    """With MAX_EXP below any row's range, every row of every diagonal block takes the exact element-wise path
-    (`_exact_diag_blocks`, A_kk's and A_qk's blocks together): mild precomputed decays (every row within range by
-    default) with the L2 norm in the op, on packed sequences with ragged last blocks, GVA and K = 40 (K-chunks of
-    32, the last masked): o and the final state within budget, and kept fp32 chunk matrices unlike the anchored
-    products' (o and the state can come out the same bits: A_qk and X are rounded to bf16 on the way)."""
+@pytest.mark.parametrize("gate, fallback", [("precomputed", None), ("precomputed", "inline"), ("unbounded", None),
+                                           ("unbounded", "elementwise")])
+def test_every_block_through_the_fall_back(gate, fallback, monkeypatch):
+    """With MAX_EXP below any row's range, every diagonal block takes the fall-back of launch setting intra_fallback
+    (A_kk's and A_qk's blocks together): "inline" (None's choice for a gate computed in the op: the block's range
+    read first, from three G rows there, from every row for a precomputed gate; the block at nested anchors) or
+    "elementwise" (None's for a precomputed gate: `_exact_diag_blocks` after the one-anchor products). Mild decays
+    (every row within range by default: precomputed, or the unbounded gate with A = 1) with the L2 norm in the op,
+    on packed sequences with ragged last blocks, GVA and K = 40 (K-chunks of 32, the last masked): o and the final
+    state within budget, and kept fp32 chunk matrices unlike the anchored products' but within 1e-4 of them (o and
+    the state can come out the same bits: A_qk and X are rounded to bf16 on the way)."""
     from kda_trace.kernels import chunk
+    from launch_spy import LaunchSpy
 
+    monkeypatch.setitem(chunk.LAUNCH, "intra_fallback", fallback)
+    spy = LaunchSpy(chunk._intra_chunk_kernel)
+    monkeypatch.setattr(chunk, "_intra_chunk_kernel", spy)
     cu = torch.tensor([0, 37, 130])
-    x = make(1, 130, 1, 2, 40, 24, seed=14, n_seqs=2)
-    opts = KDAOptions(use_qk_l2norm=True, output_final_state=True)
+    x = make(1, 130, 1, 2, 40, 24, seed=14, n_seqs=2, gate=gate)
+    x["A_log"] = torch.zeros_like(x["A_log"])
+    opts = KDAOptions(use_qk_l2norm=True, gate=gate, output_final_state=True)
 
     def kept_matrices():
         kept = {}
-        kda_chunk(*(x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")), opts, initial_state=x["h0"].to(DEVICE),
-                  cu_seqlens=cu.to(DEVICE), saved=kept)
+        kda_chunk(*(x[n].to(DEVICE) for n in ("q", "k", "v", "g", "beta")), opts, A_log=x["A_log"].to(DEVICE),
+                  dt_bias=x["dt_bias"].to(DEVICE), initial_state=x["h0"].to(DEVICE), cu_seqlens=cu.to(DEVICE),
+                  saved=kept)
         return kept
 
     anchored = kept_matrices()
     monkeypatch.setattr(chunk, "MAX_EXP", -1.0)
     o, ht, o_ref, h_ref = run_case(x, opts, cu_seqlens=cu)
+    expected = {("precomputed", None): "elementwise", ("precomputed", "inline"): "inline",
+                ("unbounded", None): "inline_monotone", ("unbounded", "elementwise"): "elementwise"}
+    assert spy.options[-1]["FALLBACK"] == expected[gate, fallback] and spy.options[-1]["CHECK_RANGE"] is True
     assert rms_rel(o, o_ref) <= BUDGET and rms_rel(ht, h_ref) <= BUDGET
     exact = kept_matrices()
     assert not torch.equal(exact["P"], anchored["P"]) and not torch.equal(exact["Aqk"], anchored["Aqk"])
@@ -514,6 +531,8 @@ VARIANTS = {
     "solve_unpeeled_tf32x3": {"solve_peel": False, "solve_merge_precision": "tf32x3", "solve_inv_precision": "tf32x3"},
     "discard_g": {"discard_g": True, "kg_in_intra": True}, "discard_g_off": {"discard_g": False},
     "intra_stream_off": {"intra_stream": False}, "intra_two_anchors": {"intra_one_anchor": False},
+    "intra_fallback_elementwise": {"intra_fallback": "elementwise"},
+    "intra_fallback_inline": {"intra_fallback": "inline"},
     "intra_64_wide_off_tile": {"intra_off_tail": False},
     "intra_64_wide_off_tile_per_block": {"intra_off_tail": False, "intra_one_launch": False},
     "state_prefetch_off": {"state_prefetch": False},
@@ -525,7 +544,7 @@ VARIANTS = {
 # these change the order or rounding of fp32 operations; the others do the defaults' operations in the same order
 ROUNDS_DIFFERENTLY = {"exp2", "out_bv", "out_in_state", "l2_in_intra", "state_split", "qg_in_intra",
                       "solve_inv_precision", "solve_merge_precision", "solve_power_precision", "solve_peel",
-                      "intra_one_anchor"}
+                      "intra_one_anchor", "intra_fallback"}
 # the settings that the defaults replaced: the defaults must be no less accurate than these either
 REPLACED = ("first_defaults", "intra_two_anchors")
 
@@ -533,7 +552,7 @@ REPLACED = ("first_defaults", "intra_two_anchors")
 # Each variant runs five cases (one of eleven chunks): 5-30 s under the interpreter, 12 minutes for all of them on a
 # CPU. The slow tier runs the settings the defaults replaced and two that change the rounding (the split state pass,
 # the tf32x3 solve); the others are in the large tier (make test-large).
-SLOW_VARIANTS = (*REPLACED, "state_split_4", "solve_tf32x3")
+SLOW_VARIANTS = (*REPLACED, "state_split_4", "solve_tf32x3", "intra_fallback_elementwise", "intra_fallback_inline")
 
 
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow if k in SLOW_VARIANTS else pytest.mark.large)
