@@ -226,7 +226,7 @@ def chunked_mode(spills: bool) -> None:
                 c = dict(shared, **norm, BKS=min(BK, 32), BI=bi, PREC=split_prec, ANCHORS=anchors, ONE_ANCHOR=one,
                          ALL_BLOCKS=all_blocks, STEPS=steps, NESTED=nested,
                          BALANCE=anchors and backward_chunked._balance(backward.LAUNCH, -5.0 if one else None),
-                         DPREC="ieee" if acc == "fp64" else backward.LAUNCH["sums_diag_precision"])
+                         DPREC="ieee" if acc == "fp64" else backward_chunked.sums_diag_precision(backward.LAUNCH, nested))
                 warps = backward.LAUNCH["sums_warps"] or (2 if all_blocks else 4)
                 k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, warps, maxnreg=cap)
                 extra = ptxas_report(k) if spills and acc == "fp32" else []
@@ -263,7 +263,7 @@ def chunked_mode(spills: bool) -> None:
                 k = compile_kernel(kernel, sigs[name], c, warps, maxnreg=cap)
                 print(f"chunked {name} with norm factors K={K} maxnreg={cap}: ok", *ptxas_report(k))
             c = dict(on, BKS=32, BI=0, PREC=split_prec, ANCHORS=True, ONE_ANCHOR=True, ALL_BLOCKS=True,
-                     DPREC=backward.LAUNCH["sums_diag_precision"])
+                     DPREC=backward_chunked.sums_diag_precision(backward.LAUNCH, False))
             k = compile_kernel(backward_chunked._local_sums_kernel, sigs["local_sums"], c, 2, maxnreg=128)
             print(f"chunked local_sums with norm factors K={K} all blocks one_anchor=True warps=2 maxnreg=128: ok",
                   *ptxas_report(k))

@@ -214,7 +214,13 @@ LAUNCH["diag_balance"] = None
 # The pairs' in bf16 (None: bf16 on a GPU; fp32 under the interpreter, whose tf32 products are fp32 too): 18.79
 # against 18.97 ms at 32 heads x 16384, 38.57 against 38.69 on K3, every gradient within 1.04x of tf32's error on
 # three shapes and dg, dA_log, ddt_bias lower on the safe-gate one (H100).
-LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": "tf32_rn"})
+# sums_diag_precision None: plain tf32 with the sums' diagonal blocks at nested anchors (`_nested`: sixteen products
+# per block and K-tile, each operand rounded by four integer operations in tf32_rn), else tf32_rn. H200, fla's layer
+# configuration, 32 heads x 16384 (benchmarks/bench_backward.py --parts, one process each): the sums kernel 4.17 ->
+# 3.42 ms, fwd+bwd 12.06 -> 11.56; against float64 (h8_packed_2x1024_layer, bf16 inputs) dA_log 1.14e-3 -> 1.46e-3,
+# dg 1.89e-3 -> 1.91e-3, ddt_bias 2.00e-3 -> 1.97e-3, the rest equal to three digits (fla 0.6.0 on the same inputs:
+# 1.70e-3, 3.51e-3, 3.35e-3).
+LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": None})
 # sums_one_anchor: where the gates' lower bound is known to be >= -7.5 (the safe gate's; `kda_backward`'s
 # gate_bound), the sums kernel's diagonal blocks at one anchor (half the products, no range check), as fla's
 # safe-gate path does. H100: K3 fwd+bwd 17.75 -> 17.61-17.65 ms (bwd 14.87 -> 14.72), 32 heads x 16384 (no

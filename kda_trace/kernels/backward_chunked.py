@@ -1010,6 +1010,15 @@ def _nested(launch, strong_gates: bool) -> bool:
     return _anchors(launch) and (launch["diag_blocks"] == "nested" or (launch["diag_blocks"] is None and strong_gates))
 
 
+def sums_diag_precision(launch, nested: bool) -> str:
+    """The sums kernel's diagonal-block product precision (LAUNCH["sums_diag_precision"]; None: "tf32" with the blocks
+    at nested anchors, else "tf32_rn")."""
+    setting = launch["sums_diag_precision"]
+    if setting is None:
+        return "tf32" if nested else "tf32_rn"
+    return setting
+
+
 def _norm_args(norms, dummy):
     """The (rq, rk) kernel arguments: q's and k's L2-norm factors ([T, H], the kernels' NORM on), or a dummy
     buffer twice (NORM off: never read)."""
@@ -1139,7 +1148,7 @@ def local_split(xs, sizes, tables, acc, pre, do, scale, launch, n_programs, gate
         _local_sums_kernel[(n_prog_s,)](
             q, k, g_acc, M1, M2, *R, rq, rk, cu, chunk_indices, flags, n_work_s, bal,
             H=H, HV=HV, K=K, BKS=BKS, CT=CT, BI=bi, PREC=prec, ANCHORS=_anchors(launch), NORM=norms is not None,
-            DPREC=_precision(acc, launch["sums_diag_precision"], interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
+            DPREC=_precision(acc, sums_diag_precision(launch, nested), interp), ONE_ANCHOR=one_anchor(launch, gate_bound),
             ALL_BLOCKS=one_launch, STEPS=not steps_pass, NESTED=nested, BALANCE=balance,
             num_warps=launch["sums_warps"] or (2 if one_launch else 4),
             **register_cap(launch["sums_maxnreg"], default_cap("sums_maxnreg", acc, _anchors(launch))))

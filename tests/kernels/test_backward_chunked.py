@@ -341,6 +341,19 @@ def test_strong_gates_choose_nested_anchors(monkeypatch):
     assert not _nested({"diag_blocks": "elementwise"}, True)
 
 
+def test_sums_diagonal_precision_default():
+    """LAUNCH["sums_diag_precision"] None: plain tf32 for the sums' diagonal blocks at nested anchors (their sixteen
+    products per block would spend a quarter of the kernel's time rounding operands), tf32_rn (operands rounded to
+    nearest first) at one or two anchors; a setting given is taken as it is."""
+    from kda_trace.kernels.backward_chunked import sums_diag_precision
+
+    assert backward.LAUNCH["sums_diag_precision"] is None
+    assert sums_diag_precision(backward.LAUNCH, True) == "tf32"
+    assert sums_diag_precision(backward.LAUNCH, False) == "tf32_rn"
+    for setting in ("tf32x3", "bf16", "tf32_rn"):
+        assert sums_diag_precision({"sums_diag_precision": setting}, True) == setting
+
+
 @pytest.mark.parametrize("form", ["nested", "anchors"])
 def test_diagonal_blocks_balanced(form, monkeypatch):
     """The diagonal blocks' products in bf16 (rounded under the interpreter as on a GPU): their rounding is no longer
