@@ -647,7 +647,7 @@ def _intra_chunk_kernel(
         _zero_unwritten(Ps, Qs, i_c, i_hv, n, HV, BT, BC)
     _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 0, BC, BETA,
                  L2NORM, L2_HERE, QG_HERE, MAX_EXP, CHECK_RANGE, EXP2, INTERPRET, SAVE, KG_HERE, STREAM, ONE_ANCHOR, PREC,
-                     FALLBACK)
+                 FALLBACK)
     tl.debug_barrier()
     if BC < n:
         _intra_block(q, k, beta, G, rq, rk, Akk, Aqk, QG, Ps, Qs, KB, KG, scale, i_c, i_hv, r0, n, H, HV, K, BT, BC, BK, 1, BC, BETA,
