@@ -3,7 +3,8 @@ chunk_kda, forward + backward and backward alone, on one GPU; and every gradient
 
     python benchmarks/bench_backward.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--no-speed] [--accuracy]
         [--accuracy-shapes a,b] [--accuracy-variants "key=val,...;key=val"]
-        [--bv N] [--warps N] [--seg N] [--launch key=N,...] [--parts] [--recompute] [--a-max A] [--out DIR]
+        [--bv N] [--warps N] [--seg N] [--launch key=N,...] [--parts] [--recompute] [--a-max A]
+        [--rounds N] [--ab "key=val,...;key=val"] [--out DIR]
 
 Speed (triton.testing.do_bench, median, grads reset between calls), per shape, bf16 q/k/v/beta, fp32 g and
 states, K = V = 128, initial state given, final state returned and differentiated (dht random):
@@ -11,7 +12,14 @@ states, K = V = 128, initial state given, final state returned and differentiate
 - bwd: the backward alone (the graph of one forward, retained); for both, what the backward itself recomputes.
 The peak memory allocated during the first fwd+bwd (inputs included) is recorded beside the times.
 `--fla-tune-each` forgets fla's autotuning results before each shape (fla's keys leave out the token count),
-so fla runs tuned on the shape; expect about a minute of tuning per shape.
+so fla runs tuned on the shape; expect about a minute of tuning per shape. `--rounds N`: ours and fla timed in
+turn N times per shape (the medians reported, every round recorded), so that a drift of the GPU's clock over the
+run reaches both alike.
+
+`--ab "key=val,...;key=val"`: per shape, ours under the defaults and under each launch variant (`;` between
+variants, each as `--launch`), fwd+bwd timed in turn for `--rounds` rounds (at least 3) in one process: the way to
+compare two settings, as two processes, even on the same kind of GPU, differ by a few percent. Prints each
+variant's median and its ratio to the defaults' (> 1: the variant is faster), and every round.
 
 Shapes (SHAPES) name their mode: "pre" (a precomputed gate, beta a probability, unit q/k: chunk_kda's defaults),
 "safe_l2" (Kimi-K3: the safe gate, the L2 norm and beta's sigmoid in the op) and "layer" (fla's own
@@ -225,7 +233,12 @@ def print_parts(who: str, times: dict) -> None:
         print(f"    {t:9.3f} ms  {kname[:100]}", flush=True)
 
 
-def speed(names, log, with_fla, fla_tune_each, parts=False):
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+
+def speed(names, log, with_fla, fla_tune_each, parts=False, rounds=1):
     for name in names:
         H, lens, mode, *packed = SHAPES[name]
         x, cu, do, dht = make_inputs(H, lens, mode, *packed)
@@ -234,29 +247,67 @@ def speed(names, log, with_fla, fla_tune_each, parts=False):
                "bwd_launch": dict(ours_bwd.LAUNCH), "fwd_launch": dict(ours_fwd.LAUNCH), **KEEP}
         print(f"{name}: {row['elementwise_blocks']:.0%} of the (16-token block, head) pairs past the anchored range",
               flush=True)
-        row["ours_fwd_bwd_ms"], row["ours_bwd_ms"], row["ours_peak_gib"] = time_pair(run_ours, x, cu, mode, do, dht)
-        print(f"{name}: ours fwd+bwd {row['ours_fwd_bwd_ms']:.3f} ms, bwd {row['ours_bwd_ms']:.3f} ms, "
-              f"peak {row['ours_peak_gib']:.1f} GiB", flush=True)
+        if with_fla and fla_tune_each:
+            reset_fla_autotuning()
+        who = [("ours", run_ours)] + ([("fla", run_fla)] if with_fla else [])
+        got = {w: [] for w, _ in who}
+        for _ in range(rounds):
+            for w, fn in who:
+                if w not in got:  # fla failed in an earlier round
+                    continue
+                try:
+                    got[w].append(time_pair(fn, x, cu, mode, do, dht))
+                except Exception as e:  # noqa: BLE001 -- report fla's failure, keep going
+                    if w == "ours":
+                        raise
+                    print(f"{name}: fla failed: {e!r}", flush=True)
+                    row["fla_error"] = repr(e)
+                    del got[w]
+        for w, runs in got.items():
+            row[f"{w}_fwd_bwd_ms"] = _median([r[0] for r in runs])
+            row[f"{w}_bwd_ms"] = _median([r[1] for r in runs])
+            row[f"{w}_peak_gib"] = max(r[2] for r in runs)
+            if rounds > 1:
+                row[f"{w}_rounds_ms"] = [[r[0], r[1]] for r in runs]
+            print(f"{name}: {w:4s} fwd+bwd {row[f'{w}_fwd_bwd_ms']:.3f} ms, bwd {row[f'{w}_bwd_ms']:.3f} ms, "
+                  f"peak {row[f'{w}_peak_gib']:.1f} GiB" + (f" (median of {rounds} rounds)" if rounds > 1 else ""),
+                  flush=True)
         if parts:
             row["ours_fwd_kernels_ms"], row["ours_bwd_kernels_ms"] = kernel_times(run_ours, x, cu, mode, do, dht)
             print_parts("ours forward", row["ours_fwd_kernels_ms"])
             print_parts("ours", row["ours_bwd_kernels_ms"])
-        if with_fla:
-            try:
-                if fla_tune_each:
-                    reset_fla_autotuning()
-                row["fla_fwd_bwd_ms"], row["fla_bwd_ms"], row["fla_peak_gib"] = time_pair(run_fla, x, cu, mode, do,
-                                                                                         dht)
-                print(f"{name}: fla  fwd+bwd {row['fla_fwd_bwd_ms']:.3f} ms, bwd {row['fla_bwd_ms']:.3f} ms, "
-                      f"peak {row['fla_peak_gib']:.1f} GiB", flush=True)
-                if parts:
-                    row["fla_fwd_kernels_ms"], row["fla_bwd_kernels_ms"] = kernel_times(run_fla, x, cu, mode, do, dht)
-                    print_parts("fla forward", row["fla_fwd_kernels_ms"])
-                    print_parts("fla", row["fla_bwd_kernels_ms"])
-            except Exception as e:  # noqa: BLE001 -- report, keep going
-                print(f"{name}: fla failed: {e!r}", flush=True)
-                row["fla_error"] = repr(e)
+        if parts and "fla" in got:
+            row["fla_fwd_kernels_ms"], row["fla_bwd_kernels_ms"] = kernel_times(run_fla, x, cu, mode, do, dht)
+            print_parts("fla forward", row["fla_fwd_kernels_ms"])
+            print_parts("fla", row["fla_bwd_kernels_ms"])
         print(json.dumps(row), file=log, flush=True)
+        del x, do, dht
+        torch.cuda.empty_cache()
+
+
+def ab(names, variants, log, rounds):
+    """`--ab`: ours under the defaults and each launch variant, fwd+bwd timed in turn for `rounds` rounds per shape."""
+    labels = ["", *variants]
+    for name in names:
+        H, lens, mode, *packed = SHAPES[name]
+        x, cu, do, dht = make_inputs(H, lens, mode, *packed)
+        times = {v: [] for v in labels}
+        for _ in range(rounds):
+            for v in labels:
+                before = apply_launch(v)
+                try:
+                    times[v].append(time_pair(run_ours, x, cu, mode, do, dht)[0])
+                finally:
+                    restore_launch(before)
+        base = _median(times[""])
+        print(f"\nA/B on {name}, fwd+bwd, {rounds} rounds in turn:", flush=True)
+        for v in labels:
+            med = _median(times[v])
+            print(f"  {v or 'defaults':40s} median {med:.3f} ms, defaults / this {base / med:.3f}; rounds "
+                  + " ".join(f"{t:.3f}" for t in times[v]), flush=True)
+        print(json.dumps({"ab": name, "rounds_ms": {v or "defaults": t for v, t in times.items()},
+                          "bwd_launch": dict(ours_bwd.LAUNCH), "fwd_launch": dict(ours_fwd.LAUNCH), **KEEP}),
+              file=log, flush=True)
         del x, do, dht
         torch.cuda.empty_cache()
 
@@ -383,8 +434,17 @@ def main():
     ap.add_argument("--parts", action="store_true", help="GPU time per kernel of one backward (torch.profiler)")
     ap.add_argument("--recompute", action="store_true",
                     help="kda_autograd(keep_chunk_matrices=False): the backward recomputes the chunk matrices")
+    ap.add_argument("--rounds", type=int, default=1, help="time ours and fla (or --ab's variants) in turn this many "
+                    "times per shape; medians reported")
+    ap.add_argument("--ab", default="", help="';'-separated launch settings (as --launch) timed in turn with the "
+                    "defaults, ours only, on --shapes (--rounds of them, at least 3), instead of the speed table")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
+    if a.rounds < 1 or (a.ab and a.rounds < 3):
+        raise SystemExit(f"--rounds must be at least 1, and at least 3 with --ab (got {a.rounds})")
+    variants = list(filter(None, a.ab.split(";")))
+    for v in variants:  # every variant checked before the first is timed
+        restore_launch(apply_launch(v))
     KEEP["keep_chunk_matrices"] = not a.recompute
     A_MAX = a.a_max
     if a.fla_tune_each:
@@ -404,8 +464,10 @@ def main():
     print(versions, flush=True)
     with open(os.path.join(a.out, "bench_backward.jsonl"), "a") as log:
         print(json.dumps({"versions": versions}), file=log, flush=True)
-        if not a.no_speed:
-            speed(a.shapes.split(","), log, not a.no_fla, a.fla_tune_each, a.parts)
+        if variants:
+            ab(a.shapes.split(","), variants, log, a.rounds)
+        elif not a.no_speed:
+            speed(a.shapes.split(","), log, not a.no_fla, a.fla_tune_each, a.parts, a.rounds)
         if a.accuracy:
             variants = ("", *filter(None, a.accuracy_variants.split(";")))
             accuracy(log, not a.no_fla, list(filter(None, a.accuracy_shapes.split(","))), variants)
