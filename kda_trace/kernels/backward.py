@@ -216,8 +216,8 @@ LAUNCH["diag_balance"] = None
 # three shapes and dg, dA_log, ddt_bias lower on the safe-gate one (H100).
 # sums_diag_precision None: plain tf32 with the sums' diagonal blocks at nested anchors (`_nested`: sixteen products
 # per block and K-tile, each operand rounded by four integer operations in tf32_rn), else tf32_rn. H200, fla's layer
-# configuration, 32 heads x 16384 (benchmarks/bench_backward.py --parts, one process each): the sums kernel 4.17 ->
-# 3.42 ms, fwd+bwd 12.06 -> 11.56; against float64 (h8_packed_2x1024_layer, bf16 inputs) dA_log 1.14e-3 -> 1.46e-3,
+# configuration, 32 heads x 16384: fwd+bwd 12.233 -> 11.525 ms (bench_backward.py --ab, three rounds in turn in one
+# process), the sums kernel 4.17 -> 3.42 ms (--parts); against float64 (h8_packed_2x1024_layer, bf16 inputs) dA_log 1.14e-3 -> 1.46e-3,
 # dg 1.89e-3 -> 1.91e-3, ddt_bias 2.00e-3 -> 1.97e-3, the rest equal to three digits (fla 0.6.0 on the same inputs:
 # 1.70e-3, 3.51e-3, 3.35e-3).
 LAUNCH.update({"pairs_diag_precision": None, "sums_diag_precision": None})
