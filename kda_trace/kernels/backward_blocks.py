@@ -30,7 +30,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kda_trace.kernels.chunk import _bf16, _mma, _tf32_rn
+from kda_trace.kernels.chunk import _bf16, _level_mask, _mma, _tf32_rn
 
 
 @triton.jit
@@ -139,16 +139,6 @@ def _nested_level(c, S: tl.constexpr):
     e = tl.exp(-tl.abs(c - tl.gather(c, tl.broadcast_to(a[:, None], c.shape), axis=0)))
     upper = ((o % (2 * S)) >= S)[:, None]
     return tl.where(upper, e, 0.0), tl.where(upper, 0.0, e)
-
-
-@triton.jit
-def _level_mask(S: tl.constexpr):
-    """[16, 16]: the pairs (i, j) of `_nested_level`'s level S: i in the second half of a group of 2 S rows, j in the
-    first half of the same group."""
-    o = tl.arange(0, 16)
-    i = o[:, None]
-    j = o[None, :]
-    return (i // (2 * S) == j // (2 * S)) & (i % (2 * S) >= S) & (j % (2 * S) < S)
 
 
 @triton.jit

@@ -418,6 +418,17 @@ def _exact_diag_blocks(
 
 
 @triton.jit
+def _level_mask(S: tl.constexpr):
+    """[16, 16]: the pairs (i, j) of level S of a 16-row diagonal block at nested anchors (`_nested_diag_tile`,
+    backward_blocks.py's `_nested_level`): i in the second half of a group of 2 S rows, j in the first half of the
+    same group."""
+    o = tl.arange(0, 16)
+    i = o[:, None]
+    j = o[None, :]
+    return (i // (2 * S) == j // (2 * S)) & (i % (2 * S) >= S) & (j % (2 * S) < S)
+
+
+@triton.jit
 def _nested_diag_tile(b_q, b_k, g_i, G, i0, n, o_k, m_k, SG: tl.constexpr, BC: tl.constexpr, EXP2: tl.constexpr,
                       PREC: tl.constexpr):
     """One K-tile's part of a diagonal block at nested anchors: (kk, qk) [16, 16], kk[i, j] = sum_d k_id k_jd
@@ -442,8 +453,7 @@ def _nested_diag_tile(b_q, b_k, g_i, G, i0, n, o_k, m_k, SG: tl.constexpr, BC: t
         e = tl.where(m_i, _exp(tl.minimum(tl.where(upper, g_i - g_a, g_a - g_i), 0.0), EXP2), 0.0)
         b_kc = tl.trans(tl.where(upper, 0.0, b_k * e))  # k_j exp(G_a - G_j), first halves
         e_r = tl.where(upper, e, 0.0)  # exp(G_i - G_a), second halves
-        pairs = ((o_c[:, None] // (2 * S) == o_c[None, :] // (2 * S)) & (o_c[:, None] % (2 * S) >= S)
-                 & (o_c[None, :] % (2 * S) < S))
+        pairs = _level_mask(S)
         kk += tl.where(pairs, _pdot(b_k * e_r, b_kc, PREC, False), 0.0)
         qk += tl.where(pairs, _pdot(b_q * e_r, b_kc, PREC, False), 0.0)
     qk += tl.where(o_c[:, None] == o_c[None, :], tl.sum(b_q * b_k, axis=1)[:, None], 0.0)
