@@ -51,7 +51,8 @@ from kda_trace.kernels.options import KDAOptions
 
 # name -> (heads, sequence lengths, mode); mode: "pre" = precomputed g, "safe_l2" = safe gate + L2 norm in
 # the kernel, "layer" = fla's KimiDeltaAttention layer (the unbounded gate -exp(A_log) softplus(g + dt_bias), the L2
-# norm and beta's sigmoid in the kernel; A = exp(A_log) up to 16, as fla initialises it); dense (B sequences of T, no cu_seqlens) when the name says "dense"
+# norm and beta's sigmoid in the kernel; A = exp(A_log) up to 16, as fla initialises it); dense (B sequences of T,
+# no cu_seqlens) when the name says "dense"
 SHAPES = {
     "h32_dense_1x4096": (32, [4096], "pre"),
     "h32_dense_1x16384": (32, [16384], "pre"),
@@ -116,12 +117,16 @@ def weak_decay(x, mode):
     return y
 
 
+OPTIONS = {  # ours' options per mode
+    "pre": KDAOptions(output_final_state=True),
+    "safe_l2": KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-5.0, output_final_state=True),
+    "layer": KDAOptions(use_qk_l2norm=True, gate="unbounded", beta="logits", output_final_state=True),
+}
+
+
 def run_ours(x, mode):
-    opts = {"pre": KDAOptions(output_final_state=True),
-            "safe_l2": KDAOptions(use_qk_l2norm=True, gate="safe", lower_bound=-5.0, output_final_state=True),
-            "layer": KDAOptions(use_qk_l2norm=True, gate="unbounded", beta="logits", output_final_state=True)}[mode]
-    return ours.kda_chunk(x["q"], x["k"], x["v"], x["g"], x["beta"], opts, A_log=x["A_log"], dt_bias=x["dt_bias"],
-                          initial_state=x["h0"], cu_seqlens=x["cu"])
+    return ours.kda_chunk(x["q"], x["k"], x["v"], x["g"], x["beta"], OPTIONS[mode], A_log=x["A_log"],
+                          dt_bias=x["dt_bias"], initial_state=x["h0"], cu_seqlens=x["cu"])
 
 
 def run_fla(x, mode):
