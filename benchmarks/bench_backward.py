@@ -19,7 +19,8 @@ run reaches both alike.
 `--ab "key=val,...;key=val"`: per shape, ours under the defaults and under each launch variant (`;` between
 variants, each as `--launch`), fwd+bwd timed in turn for `--rounds` rounds (at least 3) in one process: the way to
 compare two settings, as two processes, even on the same kind of GPU, differ by a few percent. Prints each
-variant's median and its ratio to the defaults' (> 1: the variant is faster), and every round.
+variant's median and its ratio to the defaults' (> 1: the variant is faster), and every round; with `--parts` also
+each kernel's median time under each variant (profiled after each round's timing).
 
 Shapes (SHAPES) name their mode: "pre" (a precomputed gate, beta a probability, unit q/k: chunk_kda's defaults),
 "safe_l2" (Kimi-K3: the safe gate, the L2 norm and beta's sigmoid in the op) and "layer" (fla's own
@@ -285,18 +286,24 @@ def speed(names, log, with_fla, fla_tune_each, parts=False, rounds=1):
         torch.cuda.empty_cache()
 
 
-def ab(names, variants, log, rounds):
-    """`--ab`: ours under the defaults and each launch variant, fwd+bwd timed in turn for `rounds` rounds per shape."""
+def ab(names, variants, log, rounds, parts=False):
+    """`--ab`: ours under the defaults and each launch variant, fwd+bwd timed in turn for `rounds` rounds per shape;
+    with `parts` each kernel's time too (`kernel_times` after each timing, medians over the rounds)."""
     labels = ["", *variants]
     for name in names:
         H, lens, mode, *packed = SHAPES[name]
         x, cu, do, dht = make_inputs(H, lens, mode, *packed)
         times = {v: [] for v in labels}
+        kernels = {v: {} for v in labels}  # kernel name -> its time in each round
         for _ in range(rounds):
             for v in labels:
                 before = apply_launch(v)
                 try:
                     times[v].append(time_pair(run_ours, x, cu, mode, do, dht)[0])
+                    if parts:
+                        fwd, bwd = kernel_times(run_ours, x, cu, mode, do, dht)
+                        for kname, t in [*(("fwd " + k, t) for k, t in fwd.items()), *bwd.items()]:
+                            kernels[v].setdefault(kname, []).append(t)
                 finally:
                     restore_launch(before)
         base = _median(times[""])
@@ -305,8 +312,16 @@ def ab(names, variants, log, rounds):
             med = _median(times[v])
             print(f"  {v or 'defaults':40s} median {med:.3f} ms, defaults / this {base / med:.3f}; rounds "
                   + " ".join(f"{t:.3f}" for t in times[v]), flush=True)
-        print(json.dumps({"ab": name, "rounds_ms": {v or "defaults": t for v, t in times.items()},
-                          "bwd_launch": dict(ours_bwd.LAUNCH), "fwd_launch": dict(ours_fwd.LAUNCH), **KEEP}),
+        row = {"ab": name, "rounds_ms": {v or "defaults": t for v, t in times.items()}}
+        if parts:
+            medians = {v or "defaults": {k: _median(ts) for k, ts in kernels[v].items()} for v in labels}
+            row["kernels_median_ms"] = medians
+            top = sorted(medians["defaults"], key=lambda k: -medians["defaults"][k])[:14]
+            print(f"  kernels (median ms): {' | '.join(v or 'defaults' for v in labels)}", flush=True)
+            for k in top:
+                print(f"    {k[:40]:40s} " + " | ".join(f"{medians[v or 'defaults'].get(k, 0.0):.3f}" for v in labels),
+                      flush=True)
+        print(json.dumps({**row, "bwd_launch": dict(ours_bwd.LAUNCH), "fwd_launch": dict(ours_fwd.LAUNCH), **KEEP}),
               file=log, flush=True)
         del x, do, dht
         torch.cuda.empty_cache()
@@ -431,7 +446,8 @@ def main():
                     "or a name; what 0 means is in the key's comment there, e.g. off for a switch)")
     ap.add_argument("--a-max", type=float, default=A_MAX, help="safe_l2 and layer modes: A = exp(A_log) drawn in "
                     "[1, A_MAX] (default 16, fla's layer init)")
-    ap.add_argument("--parts", action="store_true", help="GPU time per kernel of one backward (torch.profiler)")
+    ap.add_argument("--parts", action="store_true", help="GPU time per kernel of one forward and one backward "
+                    "(torch.profiler); with --ab, per variant (medians over the rounds)")
     ap.add_argument("--recompute", action="store_true",
                     help="kda_autograd(keep_chunk_matrices=False): the backward recomputes the chunk matrices")
     ap.add_argument("--rounds", type=int, default=1, help="time ours and fla (or --ab's variants) in turn this many "
@@ -465,7 +481,7 @@ def main():
     with open(os.path.join(a.out, "bench_backward.jsonl"), "a") as log:
         print(json.dumps({"versions": versions}), file=log, flush=True)
         if variants:
-            ab(a.shapes.split(","), variants, log, a.rounds)
+            ab(a.shapes.split(","), variants, log, a.rounds, a.parts)
         elif not a.no_speed:
             speed(a.shapes.split(","), log, not a.no_fla, a.fla_tune_each, a.parts, a.rounds)
         if a.accuracy:

@@ -286,6 +286,13 @@ LAUNCH.update({"split_vk_ktiles": True, "split_kt_warps": None})
 # the pass's products round them to anyway (the pass is their only reader): the same gradients (bit for bit under
 # the interpreter; dh0 apart in its last bits on the H100), 1.0-1.4% faster fwd+bwd than fp32 W and Kt (H100).
 LAUNCH["chunked_pass_bf16_copies"] = None
+# chunked_pass_prefetch (None: on): the pass's reverse recursion reads each chunk's dO2 tile and gamma one step
+# ahead. They feed no product's operands, so Triton issues plain loads of them inside the step (TTGIR, Triton 3.9 on
+# the CPU), where every step of the chain through dS waited on them. The same operations in the same order (the same
+# gradients to three digits against float64). H200, `bench_backward.py --ab chunked_pass_prefetch=0 --parts --rounds
+# 3` (medians in one process): the pass kernel 0.941 -> 0.906 ms at 32 heads x 16384 and 2.300 -> 2.264 on 16 x 4096
+# packed (fla's layer configuration); fwd+bwd 11.356 -> 11.343 and 43.530 -> 43.174.
+LAUNCH["chunked_pass_prefetch"] = None
 
 
 @triton.jit

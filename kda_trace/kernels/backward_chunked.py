@@ -270,11 +270,10 @@ def _fwd_tile(b_s, W, Kt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_vn,
 
 
 @triton.jit
-def _rev_tile(b_d, W, Qt, gamma, r0, i_hv, i_g, k0, m_t, o_t, b_do, b_dvn,
+def _rev_tile(b_d, W, Qt, b_gam, r0, i_hv, k0, m_t, o_t, b_do, b_dvn,
               BKT: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr):
-    """One K-tile of dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn (Qt^T dO in PREC_SRC)."""
-    o_k = k0 + tl.arange(0, BKT)
-    b_gam = tl.load(gamma + i_g * K + o_k, mask=o_k < K, other=0.0)
+    """One K-tile of dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn (Qt^T dO in PREC_SRC; b_gam: the tile's
+    gamma)."""
     b_qtt = _rows(Qt, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
     b_wt = _rows(W, r0, i_hv, k0, m_t, o_t, BKT, HV, K, True)
     return (b_d * b_gam[:, None] + _xdot(b_qtt, b_do, PREC_SRC)
@@ -326,7 +325,7 @@ def _state_pass_kernel(
     W, U, Qt, Kt, gamma, dO2, do, states, dstates, h0, dht, dh0, cu_seqlens, chunk_offsets,
     HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, CT: tl.constexpr,
     USE_H0: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
-    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr, FORWARD: tl.constexpr,
+    PARALLEL: tl.constexpr, STORE_VN: tl.constexpr, FORWARD: tl.constexpr, PREFETCH: tl.constexpr = False,
 ):
     """For one (sequence, V-tile, value head): S_start(c) for every chunk (states), and dS_end(c) from the
     last chunk back (dstates) and dh0 = dS_start(0), by the recursions of the module docstring. The two
@@ -339,7 +338,8 @@ def _state_pass_kernel(
     by a CPU estimate). With STORE_VN (for the split local kernels) the forward recursion also
     writes each chunk's Vn in U's place and the reverse one dVn in dO2's (each program reads a chunk's tile before
     it writes it, and no other program reads it). Without FORWARD (the forward's states and Vn given) only the
-    reverse recursion runs."""
+    reverse recursion runs. PREFETCH (LAUNCH["chunked_pass_prefetch"]): the reverse recursion reads each chunk's dO2
+    and gamma one step ahead (`_pass_reverse`)."""
     NV: tl.constexpr = (V + BV - 1) // BV
     BKT: tl.constexpr = 64 if BK > 64 else BK
     NKT: tl.constexpr = BK // BKT
@@ -351,19 +351,19 @@ def _state_pass_kernel(
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
     if not FORWARD:
         _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
-                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
+                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN, PREFETCH)
     elif PARALLEL:
         if tl.program_id(2) == 0:
             _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                           USE_H0, PREC, STORE_VN)
         else:
             _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V,
-                          BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
+                          BKT, NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN, PREFETCH)
     else:
         _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT, NKT, BV, CT,
                       USE_H0, PREC, STORE_VN)
         _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0, HV, K, V, BKT,
-                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN)
+                      NKT, BV, CT, USE_DHT, PREC, PREC_SRC, STORE_VN, PREFETCH)
 
 
 @triton.jit
@@ -427,11 +427,34 @@ def _fwd_step(s0, s1, s2, s3, W, U, Kt, gamma, states, c, n_chunks, n_tok, bos, 
 
 
 @triton.jit
-def _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, c, n_tok, bos, c0, i_hv, o_t, m_v, off_tv, off_s,
-              m0, m1, m2, m3, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr,
+def _rev_inputs(dO2, gamma, c, n_tok, bos, c0, i_hv, o_t, m_v, off_tv, HV: tl.constexpr, K: tl.constexpr,
+                V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr, CT: tl.constexpr):
+    """What a step of the reverse recursion reads besides its products' operands: chunk c's dO2 tile [CT, BV] and
+    gamma's K-tiles [BKT] (zeros for c < 0 and past NKT)."""
+    o_k = tl.arange(0, BKT)
+    here = o_k * 0 + c >= 0
+    m_t = (o_t < n_tok - c * CT) & (o_t * 0 + c >= 0)
+    b_o2 = tl.load(dO2 + ((bos + c * CT) * HV + i_hv) * V + off_tv, mask=m_t[:, None] & m_v[None, :], other=0.0)
+    p_gam = gamma + ((c0 + c) * HV + i_hv) * K + o_k
+    g0 = tl.load(p_gam, mask=(o_k < K) & here, other=0.0)
+    g1 = tl.zeros([BKT], dtype=g0.dtype)
+    g2 = tl.zeros([BKT], dtype=g0.dtype)
+    g3 = tl.zeros([BKT], dtype=g0.dtype)
+    if NKT > 1:
+        g1 = tl.load(p_gam + BKT, mask=(BKT + o_k < K) & here, other=0.0)
+    if NKT > 2:
+        g2 = tl.load(p_gam + 2 * BKT, mask=(2 * BKT + o_k < K) & here, other=0.0)
+        g3 = tl.load(p_gam + 3 * BKT, mask=(3 * BKT + o_k < K) & here, other=0.0)
+    return b_o2, g0, g1, g2, g3
+
+
+@triton.jit
+def _rev_step(d0, d1, d2, d3, W, Qt, Kt, b_o2, g0, g1, g2, g3, dO2, do, dstates, c, n_tok, bos, c0, i_hv, o_t, m_v,
+              off_tv, off_s, m0, m1, m2, m3, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr,
               NKT: tl.constexpr, CT: tl.constexpr, PREC: tl.constexpr, PREC_SRC: tl.constexpr,
               STORE_VN: tl.constexpr):
-    """Chunk c of the reverse recursion: store dS_end (d0..d3), return dS_start."""
+    """Chunk c of the reverse recursion: store dS_end (d0..d3), return dS_start. b_o2, g0..g3: the chunk's
+    `_rev_inputs`."""
     ACC: tl.constexpr = dstates.dtype.element_ty
     r0 = bos + c * CT
     i_g = (c0 + c) * HV + i_hv
@@ -439,8 +462,7 @@ def _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, c, n_tok, bos,
     m_tv = m_t[:, None] & m_v[None, :]
     _store_tiles(dstates + i_g * (K * V), off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
     # dVn = A_qk^T dO + Kt dS_end, then dS_start = diag(gamma) dS_end + Qt^T dO - W^T dVn
-    b_dvn = tl.load(dO2 + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0)
-    b_dvn += _xdot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, PREC)
+    b_dvn = b_o2 + _xdot(_rows(Kt, r0, i_hv, 0, m_t, o_t, BKT, HV, K, False), d0, PREC)
     if NKT > 1:
         b_dvn += _xdot(_rows(Kt, r0, i_hv, BKT, m_t, o_t, BKT, HV, K, False), d1, PREC)
     if NKT > 2:
@@ -449,12 +471,12 @@ def _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, c, n_tok, bos,
     if STORE_VN:
         tl.store(dO2 + (r0 * HV + i_hv) * V + off_tv, b_dvn, mask=m_tv)
     b_do = tl.load(do + (r0 * HV + i_hv) * V + off_tv, mask=m_tv, other=0.0).to(ACC)
-    d0 = _rev_tile(d0, W, Qt, gamma, r0, i_hv, i_g, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
+    d0 = _rev_tile(d0, W, Qt, g0, r0, i_hv, 0, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
     if NKT > 1:
-        d1 = _rev_tile(d1, W, Qt, gamma, r0, i_hv, i_g, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
+        d1 = _rev_tile(d1, W, Qt, g1, r0, i_hv, BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
     if NKT > 2:
-        d2 = _rev_tile(d2, W, Qt, gamma, r0, i_hv, i_g, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
-        d3 = _rev_tile(d3, W, Qt, gamma, r0, i_hv, i_g, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
+        d2 = _rev_tile(d2, W, Qt, g2, r0, i_hv, 2 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
+        d3 = _rev_tile(d3, W, Qt, g3, r0, i_hv, 3 * BKT, m_t, o_t, b_do, b_dvn, BKT, HV, K, PREC, PREC_SRC)
     return d0, d1, d2, d3
 
 
@@ -478,16 +500,29 @@ def _pass_forward(W, U, Kt, gamma, states, h0, i_n, i_v, i_hv, bos, n_tok, c0,
 def _pass_reverse(W, Qt, Kt, gamma, dO2, do, dstates, dht, dh0, i_n, i_v, i_hv, bos, n_tok, c0,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BKT: tl.constexpr, NKT: tl.constexpr,
                   BV: tl.constexpr, CT: tl.constexpr, USE_DHT: tl.constexpr, PREC: tl.constexpr,
-                  PREC_SRC: tl.constexpr, STORE_VN: tl.constexpr):
+                  PREC_SRC: tl.constexpr, STORE_VN: tl.constexpr, PREFETCH: tl.constexpr):
     """The reverse recursion of `_state_pass_kernel`: dS_end of every chunk into dstates, from the last chunk
-    back, and dh0."""
+    back, and dh0. PREFETCH: each step's `_rev_inputs` read one step ahead."""
     ACC: tl.constexpr = dstates.dtype.element_ty
     o_t, o_v, m_v, off_tv, off_s, m0, m1, m2, m3 = _pass_layout(i_v, K, V, BKT, BV, CT, HV)
     s_seq = (i_n * HV + i_hv) * (K * V)
     n_chunks = (n_tok + CT - 1) // CT
     d0, d1, d2, d3 = _initial_tiles(dht, s_seq, off_s, m0, m1, m2, m3, USE_DHT, NKT, BKT * V, BKT, BV, ACC)
+    if PREFETCH:
+        n_o2, n_g0, n_g1, n_g2, n_g3 = _rev_inputs(dO2, gamma, n_chunks - 1, n_tok, bos, c0, i_hv, o_t, m_v, off_tv,
+                                                   HV, K, V, BKT, NKT, CT)
     for cr in range(n_chunks):
-        d0, d1, d2, d3 = _rev_step(d0, d1, d2, d3, W, Qt, Kt, gamma, dO2, do, dstates, n_chunks - 1 - cr, n_tok, bos,
+        c = n_chunks - 1 - cr
+        if PREFETCH:
+            # read a step ahead: dO2 and gamma feed no product's operands, so Triton would issue plain loads of them
+            # inside the step, on the chain through dS
+            b_o2, g0, g1, g2, g3 = n_o2, n_g0, n_g1, n_g2, n_g3
+            n_o2, n_g0, n_g1, n_g2, n_g3 = _rev_inputs(dO2, gamma, c - 1, n_tok, bos, c0, i_hv, o_t, m_v, off_tv,
+                                                       HV, K, V, BKT, NKT, CT)
+        else:
+            b_o2, g0, g1, g2, g3 = _rev_inputs(dO2, gamma, c, n_tok, bos, c0, i_hv, o_t, m_v, off_tv, HV, K, V, BKT,
+                                               NKT, CT)
+        d0, d1, d2, d3 = _rev_step(d0, d1, d2, d3, W, Qt, Kt, b_o2, g0, g1, g2, g3, dO2, do, dstates, c, n_tok, bos,
                                    c0, i_hv, o_t, m_v, off_tv, off_s, m0, m1, m2, m3, HV, K, V, BKT, NKT, CT, PREC,
                                    PREC_SRC, STORE_VN)
     _store_tiles(dh0 + s_seq, off_s, d0, d1, d2, d3, m0, m1, m2, m3, NKT, BKT * V)
@@ -945,6 +980,7 @@ def chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, launch, n
          h0 if h0 is not None else z, dht.to(acc).contiguous() if dht is not None else z, dh0, cu, chunk_offsets),
         dict(HV=HV, K=K, V=V, BK=BK, BV=BVp, CT=CT, USE_H0=h0 is not None, USE_DHT=dht is not None,
              PREC=prec, PREC_SRC=prec_src, PARALLEL=bool(parallel), STORE_VN=for_split, FORWARD=not kept,
+             PREFETCH=launch["chunked_pass_prefetch"] is None or bool(launch["chunked_pass_prefetch"]),
              num_warps=launch["chunked_pass_warps"] or 4, **register_cap(launch["chunked_pass_maxnreg"])),
         stages, retry=not launch["chunked_pass_stages"])
     if kept:
