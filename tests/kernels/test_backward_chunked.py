@@ -505,6 +505,18 @@ def test_pass_directions_in_parallel(case, monkeypatch):
     _alternative_matches(case, "chunked_pass_parallel", True, False, monkeypatch)
 
 
+@pytest.mark.parametrize("case", ["packed_gva_odd", pytest.param("k_tiles", marks=pytest.mark.slow)])
+def test_pass_reads_a_step_ahead_with_the_same_bits(case, monkeypatch):
+    """LAUNCH["chunked_pass_prefetch"] (None: on): the reverse recursion reads each chunk's dO2 tile and gamma one
+    step ahead, the first chunk of a sequence reading nothing for the chunk before it; the same operations, so the
+    same bits as reading them in the step (single-token sequences; K = 130, four K-tiles of gamma)."""
+    assert backward.LAUNCH["chunked_pass_prefetch"] is None
+    ahead, inside = _alternative_matches(case, "chunked_pass_prefetch", None, False, monkeypatch)
+    for name in ("dq", "dk", "dv", "dg", "dbeta", "dh0"):
+        a, b = getattr(ahead, name), getattr(inside, name)
+        assert (a is None and b is None) or torch.equal(a, b), name
+
+
 class _StagesRefused:
     """Stands in for a kernel: a launch at the `refused` pipeline stages (a number, or None for Triton's default)
     raises OutOfResources, as on an H100 where they need more shared memory than it has (the pass at two stages with
