@@ -10,7 +10,8 @@ Speed (triton.testing.do_bench, median, grads reset between calls), per shape, b
 states, K = V = 128, initial state given, final state returned and differentiated (dht random):
 - fwd+bwd: the forward, then torch.autograd.backward((o, final_state), (do, dht));
 - bwd: the backward alone (the graph of one forward, retained); for both, what the backward itself recomputes.
-The peak memory allocated during the first fwd+bwd (inputs included) is recorded beside the times.
+The peak memory allocated during the first fwd+bwd (inputs included; not what the other implementation left
+allocated in the process) is recorded beside the times.
 `--fla-tune-each` forgets fla's autotuning results before each shape (fla's keys leave out the token count),
 so fla runs tuned on the shape; expect about a minute of tuning per shape. `--rounds N`: ours and fla timed in
 turn N times per shape (the medians reported, every round recorded), so that a drift of the GPU's clock over the
@@ -182,16 +183,23 @@ def reset_fla_autotuning():
 
 
 def time_pair(fn, x, cu, mode, do, dht):
-    """(fwd+bwd ms, bwd ms, GiB allocated at most during the first fwd+bwd, inputs included) of fn."""
+    """(fwd+bwd ms, bwd ms, GiB allocated at most during the first fwd+bwd, inputs included) of fn. The peak counts
+    what the step allocates over what was allocated before it, plus the inputs: memory that the other
+    implementation left allocated in this process (fla keeps buffers between calls) is not charged to this one."""
     leaves = list(x.values())
 
     def step():
         o, ht = fn(x, cu, mode)
         torch.autograd.backward((o, ht), (do, dht))
 
+    for t in leaves:  # the step allocates its gradients, as the first call of a training step does
+        t.grad = None
+    inputs = sum(t.numel() * t.element_size() for t in (*leaves, do, dht) if t is not None)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     step()  # compile / autotune outside the timing
-    peak = torch.cuda.max_memory_allocated() / 2**30
+    peak = (torch.cuda.max_memory_allocated() - before + inputs) / 2**30
     t_both = triton.testing.do_bench(step, warmup=25, rep=200, grad_to_none=leaves, return_mode="median")
     o, ht = fn(x, cu, mode)
     t_bwd = triton.testing.do_bench(lambda: torch.autograd.backward((o, ht), (do, dht), retain_graph=True),
