@@ -9,7 +9,8 @@ g_raw, A_log and dt_bias, beta from logits), as Kimi Linear trains:
 - backward: `kda_backward_raw` (kernels/backward.py's fp32 gradients of the recurrence, which recomputes the states
   from the saved raw inputs; the element-wise norm, gate and sigmoid recomputed and their chain rule applied by
   Triton kernels around it, kernels/option_grads.py). The forward keeps the raw inputs and, unless asked not to,
-  its chunk matrices (P, A_qk, (I + A_kk)^-1 in fp32), which the backward's chunked mode would otherwise recompute.
+  its chunk matrices (P, A_qk, (I + A_kk)^-1 in fp32), which the backward's chunked mode would otherwise recompute;
+  the backward frees each of them after its last reader.
 Gradients reach q, k, v, g or g_raw, A_log, dt_bias, beta or its logits, and the initial state.
 """
 
@@ -19,10 +20,6 @@ import torch
 import torch.nn.functional as F
 
 from kda_trace.kernels.options import KDAOptions
-
-
-# what `kda_chunk(saved=...)` may keep for the backward, in ctx.saved_tensors' order
-_KEPT = ("P", "Aqk", "X", "states", "Vn", "W", "KG", "rq", "rk")
 
 
 class _KDA(torch.autograd.Function):
@@ -42,19 +39,21 @@ class _KDA(torch.autograd.Function):
             o, ht = kda_chunk(q, k, v, g, beta, opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
                               cu_seqlens=cu_seqlens, saved=kept if keep else None,
                               save_states=bool(LAUNCH["keep_states"]) and q.element_size() <= 2)
-        ctx.save_for_backward(q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens,
-                              *(kept.get(n) for n in _KEPT))
+        ctx.save_for_backward(q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens)
+        # the forward's intermediates for the backward on ctx itself rather than as saved tensors (which live until
+        # the backward returns): the backward takes them out and drops each after its last reader
+        ctx.kept = kept or None
         ctx.opts = opts
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens, *kept = ctx.saved_tensors
+        q, k, v, g, beta, h0, A_log, dt_bias, cu_seqlens = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(v)
-        mats = None if kept[0] is None else {n: m for n, m in zip(_KEPT, kept) if m is not None}
+        mats, ctx.kept = ctx.kept, None  # a second backward (retain_graph) recomputes them
         gr = kda_backward_raw(q, k, v, g, beta, do, dht, ctx.opts, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
-                              cu_seqlens=cu_seqlens, chunk_matrices=mats)
+                              cu_seqlens=cu_seqlens, chunk_matrices=mats, release_chunk_matrices=True)
         cast = lambda name, x: None if x is None or gr[name] is None else gr[name].to(x.dtype)  # noqa: E731
         return (cast("q", q), cast("k", k), cast("v", v), cast("g", g), cast("beta", beta),
                 cast("initial_state", h0), cast("A_log", A_log), cast("dt_bias", dt_bias), None, None, None)
@@ -165,6 +164,7 @@ def kda_backward_raw(
     initial_state: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
     chunk_matrices: dict | None = None,
+    release_chunk_matrices: bool = False,
 ) -> dict[str, torch.Tensor | None]:
     """Gradients of sum(o * do) + sum(final_state * dht) with respect to the raw inputs of a KDA call with
     in-op options (`opts`: L2 norm, gate kind and bound, beta form, state layout, scale): the core by
@@ -173,7 +173,9 @@ def kda_backward_raw(
     {"q", "k", "v", "g" (of g or g_raw), "A_log", "dt_bias", "beta" (of beta or its logits), "initial_state"},
     each in its input's dtype (None where not given). chunk_matrices: the forward's, as kernels/backward.py
     `kda_backward` takes them (kept by `kda_chunk(..., saved=...)`; with the L2 norm also its "rq" and "rk"
-    factors, used instead of recomputing them), or None.
+    factors, used instead of recomputing them), or None. release_chunk_matrices: chunk_matrices is the caller's to
+    give away (kernels/backward.py `kda_backward`'s): emptied as the backward takes its tensors, each freed after its
+    last reader.
 
     Where the backward's workspace would pass its limit (kernels/backward.py `head_groups`), groups of heads run
     one after the other, the element-wise part included: its float32 gate (and, where the core takes no norm
@@ -191,7 +193,7 @@ def kda_backward_raw(
     args = dict(q=q, k=k, v=v, g=g, beta=beta, do=do, dht=dht, A_log=A_log, dt_bias=dt_bias,
                 initial_state=initial_state)
     if len(groups) == 1:
-        return _backward_raw_heads(opts, cu_seqlens, chunk_matrices, **args)
+        return _backward_raw_heads(opts, cu_seqlens, chunk_matrices, release_chunk_matrices, **args)
     # the heads each argument and gradient has, and where: q, k on dim 2 by q/k heads; the rest by value heads
     value_dim = dict(v=2, g=2, beta=2, do=2, dht=1, initial_state=1, A_log=0, dt_bias=0)
     shaped = dict(A_log=(HV,), dt_bias=(HV, K))  # any shape of HV (HV x K) elements
@@ -204,7 +206,7 @@ def kda_backward_raw(
                 sub[n] = x.narrow(2, qk.start, qk.stop - qk.start) if n in ("q", "k") else \
                     x.narrow(value_dim[n], vh.start, vh.stop - vh.start)
         mats = None if chunk_matrices is None else {n: _heads(m, vh) for n, m in chunk_matrices.items()}
-        part = _backward_raw_heads(opts, cu_seqlens, mats, **{n: sub.get(n) for n in args})
+        part = _backward_raw_heads(opts, cu_seqlens, mats, True, **{n: sub.get(n) for n in args})
         for n, d in part.items():
             if d is None:
                 out.setdefault(n, None)
@@ -221,7 +223,7 @@ def kda_backward_raw(
     return out
 
 
-def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, do, dht, A_log, dt_bias,
+def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, release, *, q, k, v, g, beta, do, dht, A_log, dt_bias,
                         initial_state):
     """`kda_backward_raw` on all the heads it is given at once: the options' results recomputed (q's and k's
     L2-norm factors, which the core reads with q and k (LAUNCH["qk_norm_factors"]; else normalised fp32 copies;
@@ -236,7 +238,8 @@ def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, d
     q_n, k_n, norms = q, k, None
     kept_norms = None
     if chunk_matrices is not None and "rq" in chunk_matrices:  # the forward's factors, [B * T, value heads]
-        chunk_matrices = dict(chunk_matrices)
+        if not release:
+            chunk_matrices = dict(chunk_matrices)
         kept_norms = (chunk_matrices.pop("rq"), chunk_matrices.pop("rk"))
     if l2 and LAUNCH["qk_norm_factors"]:  # the core reads q, k with their norm factors
         if kept_norms is not None:  # a q/k head's factor is the same for each of its value heads: take the first
@@ -250,7 +253,7 @@ def _backward_raw_heads(opts, cu_seqlens, chunk_matrices, *, q, k, v, g, beta, d
     s = None if opts.beta == "prob" else torch.sigmoid(beta.to(acc))
     beta_n = {"prob": beta, "logits": s, "logits_x2": None if s is None else 2 * s}[opts.beta]
     gr = kda_backward(q_n, k_n, v, g_n, beta_n, do, _core(opts), initial_state=initial_state, dht=dht,
-                      cu_seqlens=cu_seqlens, chunk_matrices=chunk_matrices,
+                      cu_seqlens=cu_seqlens, chunk_matrices=chunk_matrices, release_chunk_matrices=release,
                       gate_bound=float(opts.lower_bound) if opts.gate == "safe" else None, qk_norms=norms,
                       strong_gates=opts.gate == "unbounded")
     del q_n, k_n, g_n, beta_n, norms

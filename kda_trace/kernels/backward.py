@@ -661,11 +661,12 @@ def scale_arg(scale: float, acc: torch.dtype, device) -> torch.Tensor:
 
 
 def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound=None, norms=None,
-              strong_gates=False):
+              strong_gates=False, release=False):
     """The three kernels; returns dq, dk (per q/k head), dv, dg, dbeta, dh0 (kv layout), fp32 (fp64) but dq, dk, dv
     in the inputs' dtypes where the chunked mode writes them so (`local_split`). given: the
     forward's chunk matrices for the chunked mode (the exact mode does not use them), or None. norms: q's and k's
-    L2-norm factors for the chunked mode (`_reads_norms`), or None. gate_bound, strong_gates: kda_backward's."""
+    L2-norm factors for the chunked mode (`_reads_norms`), or None. gate_bound, strong_gates: kda_backward's.
+    release: `given` may be emptied once taken (kda_backward's release_chunk_matrices)."""
     from kda_trace.platform import triton_interpreted
 
     q, k, v, g, beta = xs
@@ -680,7 +681,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound
     mode = _mode(interp)
     if mode == "chunked":
         return _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given, gate_bound, norms,
-                                 strong_gates)
+                                 strong_gates, release)
     if mode != "exact":
         raise ValueError(f"LAUNCH['mode'] must be 'exact' or 'chunked', got {LAUNCH['mode']!r}")
 
@@ -714,7 +715,7 @@ def _backward(xs, sizes, tables, acc, h0, do, dht, scale, given=None, gate_bound
 
 
 def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=None, gate_bound=None, norms=None,
-                      strong_gates=False):
+                      strong_gates=False, release=False):
     """LAUNCH["mode"] = "chunked": states and dS at chunk boundaries by kernels/backward_chunked.py, then the
     local kernel LAUNCH["chunked_local"]; same returns as `_backward`."""
     from kda_trace.kernels.backward_chunked import chunk_states_and_grads, local_split
@@ -724,6 +725,8 @@ def _backward_chunked(xs, sizes, tables, acc, h0, do, dht, scale, interp, given=
     states, dstates, dh0, pre = chunk_states_and_grads(xs, sizes, tables, acc, h0, do, dht, scale, LAUNCH,
                                                        _n_programs, for_split=local == "split", given=given,
                                                        norms=norms)
+    if release and given is not None:
+        given.clear()  # what is still needed is in pre and states: each freed after its last reader below
     if local == "split":
         pre.update(states=states, dstates=dstates)  # local_split frees each buffer after its last reader
         del states, dstates
@@ -791,6 +794,7 @@ def kda_backward(
     opts: KDAOptions = _DEFAULT_OPTIONS, *, initial_state: torch.Tensor | None = None, dht: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None, chunk_matrices: dict | None = None, gate_bound: float | None = None,
     qk_norms: tuple[torch.Tensor, torch.Tensor] | None = None, strong_gates: bool = False,
+    release_chunk_matrices: bool = False,
 ) -> KDAGrads:
     r"""Gradients of L = sum(o * do) + sum(final_state * dht) for the KDA forward with these inputs.
 
@@ -819,6 +823,9 @@ def kda_backward(
             rk[..., None] (kernels/option_grads.py `l2_factors`), q and k given raw. The chunked mode with the
             chunk matrices reads q and k with their factors instead of normalised fp32 copies (`_reads_norms`);
             elsewhere the copies are made here. dq and dk are then fp32 (fp64).
+        release_chunk_matrices: chunk_matrices is the caller's to give away (kernels/autograd.py's, whose forward
+            kept them for this one backward): the dict is emptied as the backward takes its tensors, and the
+            chunked mode drops each after its last reader, so that their memory is free for its later kernels.
 
     Returns:
         KDAGrads(dq, dk, dv, dg, dbeta, dh0); dh0 is None when initial_state is None.
@@ -826,6 +833,8 @@ def kda_backward(
     xs, sizes, tables, acc, h0 = _prepare(q, k, v, g, beta, opts, initial_state, cu_seqlens)
     B, T, H, HV, K, V, N = sizes
     given = _check_chunk_matrices(chunk_matrices, sizes, tables[3], acc, q.device)
+    if release_chunk_matrices and chunk_matrices is not None:
+        chunk_matrices.clear()  # `given` holds them now, and is emptied in turn (`_backward_chunked`)
     dht = _dht_kv(dht, opts, N, HV, K, V)
     do = do.reshape(B * T, HV, V)
     dtypes = (q.dtype, k.dtype, v.dtype, beta.dtype)
@@ -840,7 +849,7 @@ def kda_backward(
     groups = head_groups(sizes, tables[3], acc, q.device)
     if len(groups) == 1:
         out = _backward(xs, sizes, tables, acc, h0, do, dht, opts.resolved_scale(K), given, gate_bound, norms,
-                        strong_gates)
+                        strong_gates, release_chunk_matrices)
         return _grads(out, sizes, dtypes, acc, opts, initial_state is not None)
     # heads are independent: each group's inputs are copied out and its gradients into the whole ones, already in
     # the dtypes returned (dg and dh0 stay fp32 / fp64)
@@ -854,7 +863,7 @@ def kda_backward(
         sub = _backward(sub_xs, (B, T, qk.stop - qk.start, vh.stop - vh.start, K, V, N), tables, acc,
                         _heads(h0, vh), _heads(do, vh), _heads(dht, vh), opts.resolved_scale(K),
                         None if given is None else {n: _heads(m, vh) for n, m in given.items()}, gate_bound,
-                        None if norms is None else tuple(_heads(r, qk) for r in norms), strong_gates)
+                        None if norms is None else tuple(_heads(r, qk) for r in norms), strong_gates, True)
         for whole, piece, heads in zip(out, sub, (qk, qk, vh, vh, vh, vh)):
             if whole is not None:
                 whole[:, heads] = piece

@@ -665,6 +665,51 @@ def test_head_groups_give_the_same_gradients(layout, monkeypatch):
             assert torch.equal(getattr(whole, name), getattr(grouped, name)), name
 
 
+def test_the_backward_frees_what_the_forward_kept(monkeypatch):
+    """kda_autograd's forward keeps its chunk matrices, fp32 states and V_new, W and k exp(G_last - G) for the
+    backward (bf16 inputs: LAUNCH["keep_states"]), and q's and k's norm factors. The backward drops each after its
+    last reader: when its last kernel (`_local_k_kernel`) runs only the norm factors, which it reads, are alive. A
+    second backward through the same graph (retain_graph) has nothing kept and recomputes them: its gradients
+    agree with the first's to bf16's grain (the recomputing backward's own rounding, 2e-3 against float64 here)."""
+    import weakref
+
+    from test_autograd import leaves
+
+    from kda_trace.kernels import backward_chunked, chunk
+    from kda_trace.kernels.autograd import kda_autograd
+
+    refs, alive = {}, []
+    real_chunk, real_k = chunk.kda_chunk, backward_chunked._local_k_kernel
+
+    def keeping(*args, saved=None, **kwargs):
+        out = real_chunk(*args, saved=saved, **kwargs)
+        refs.update({n: weakref.ref(t) for n, t in (saved or {}).items()})
+        return out
+
+    class LastKernel:
+        def __getitem__(self, grid):
+            alive.append(sorted(n for n, r in refs.items() if r() is not None))
+            return real_k[grid]
+
+    monkeypatch.setattr(chunk, "kda_chunk", keeping)
+    monkeypatch.setattr(backward_chunked, "_local_k_kernel", LastKernel())
+    x = leaves(1, 70, 1, 2, 16, 12, 1, seed=3, dtype=torch.bfloat16, raw=True)
+    o, ht = kda_autograd(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["h0"].float(), use_qk_l2norm=True,
+                         gate="unbounded", A_log=x["A_log"], dt_bias=x["dt_bias"], beta_kind="logits")
+    gen = torch.Generator().manual_seed(4)
+    loss = (o.float() * torch.randn(o.shape, generator=gen)).sum() + (ht * torch.randn(ht.shape, generator=gen)).sum()
+    loss.backward(retain_graph=True)
+    assert set(refs) == {"P", "Aqk", "X", "states", "Vn", "W", "KG", "rq", "rk"}
+    assert alive == [["rk", "rq"]]
+    first = {n: t.grad.clone() for n, t in x.items() if n != "h0"}
+    for t in x.values():
+        t.grad = None
+    loss.backward()
+    assert len(alive) == 2
+    for n, g in first.items():
+        assert rms_rel(x[n].grad, g) < 1e-2, (n, rms_rel(x[n].grad, g))
+
+
 def _peak_kernel_buffers(fn):
     """fn() with every torch.empty / torch.zeros that kernels/ makes counted while alive: (result, peak bytes)."""
     import sys
