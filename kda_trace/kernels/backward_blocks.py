@@ -52,7 +52,7 @@ def _xdot(a, b, PREC: tl.constexpr):
     both rounded to bf16 first (tensor cores at twice tf32's rate, fla's and our forward's precision).
     "bf16_split_a": a as the sum of two bf16 terms (its rounding and the rest: a to about 2^-16 relative), b
     rounded to bf16, two bf16 products: about fp32 accuracy where b is bf16 already (a bf16 dO), at bf16 operand
-    traffic. "*_interpreted": the same under the interpreter (`dot_precision`), through kernels/chunk.py's `_bf16`
+    traffic. "*_interpreted": the same under the interpreter (common.py `dot_precision`), through kernels/chunk.py's `_bf16`
     and `_mma`, which round and multiply there the way the GPU does."""
     if PREC == "bf16":
         return _mma(_bf16(a, False), _bf16(b, False), False)
@@ -74,17 +74,6 @@ def _split_a_dot(a, b, INTERPRET: tl.constexpr):
     a_hi = _bf16(a, INTERPRET)
     b_16 = _bf16(b, INTERPRET)
     return _mma(a_hi, b_16, INTERPRET) + _mma(_bf16(a - a_hi.to(a.dtype), INTERPRET), b_16, INTERPRET)
-
-
-def dot_precision(prec: str, interpreted: bool) -> str:
-    """The PREC that `_xdot` takes for a launch setting's precision ("bf16..." becomes "bf16..._interpreted" under the
-    interpreter, "tf32_rn" "tf32": the interpreter's tf32 products are fp32, so rounding its operands there would
-    make it the one fp32 product that is not)."""
-    if prec not in ("tf32", "tf32_rn", "tf32x3", "ieee", "bf16", "bf16_split_a"):
-        raise ValueError(f"a product precision must be tf32, tf32_rn, tf32x3, ieee, bf16 or bf16_split_a, got {prec!r}")
-    if interpreted and prec == "tf32_rn":
-        return "tf32"
-    return prec + "_interpreted" if prec.startswith("bf16") and interpreted else prec
 
 
 @triton.jit

@@ -58,10 +58,10 @@ CT = 64  # chunk length (backward.CT)
 
 from kda_trace.kernels.backward_blocks import (
     MAX_EXP, _chunk_span, _col_sums_block, _diag_sums_by_steps, _norm_rows, _pair_rows, _pair_rows_anchored,
-    _row_sums_block, _sums_block_anchored, _xdot, dot_precision,
+    _row_sums_block, _sums_block_anchored, _xdot,
 )
 from kda_trace.kernels.chunk import SOLVE_PRECISION, _bf16, _inverse_unit_lower
-from kda_trace.kernels.common import register_cap
+from kda_trace.kernels.common import dot_precision, register_cap
 
 
 @triton.jit

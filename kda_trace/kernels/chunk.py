@@ -88,6 +88,7 @@ from kda_trace.kernels.common import (
     GATE_CODES,
     beta_value,
     check_inputs,
+    dot_precision,
     log_decay,
     register_cap,
     sequence_lengths,
@@ -1882,11 +1883,9 @@ def _solve_precisions(launch: dict, keep: bool) -> dict:
 
 
 def _tensor_core_precision(prec: str, interp: bool) -> str:
-    """`_pdot`'s PREC for the launch settings intra_precision and wu_precision ("tf32", "tf32_rn" or "tf32x3"): under
-    the interpreter "tf32_rn" is "tf32", whose products are fp32 there (tl.dot's, not `_pdot`'s emulation)."""
-    if prec not in ("tf32", "tf32_rn", "tf32x3"):
-        raise ValueError(f"a product precision must be tf32, tf32_rn or tf32x3, got {prec!r}")
-    return "tf32" if interp and prec == "tf32_rn" else prec
+    """`_pdot`'s PREC for the launch settings intra_precision and wu_precision ("tf32", "tf32_rn" or "tf32x3";
+    common.py `dot_precision`)."""
+    return dot_precision(prec, interp, ("tf32", "tf32_rn", "tf32x3"))
 
 
 def _discard_g(setting: bool | None, g_unread: bool, K: int, device, interp: bool) -> bool:

@@ -72,3 +72,17 @@ def register_cap(maxnreg, default: int = 0) -> dict:
     ignores it."""
     cap = default if maxnreg is None else maxnreg
     return {"maxnreg": int(cap)} if cap else {}
+
+
+PRODUCT_PRECISIONS = ("tf32", "tf32_rn", "tf32x3", "ieee", "bf16", "bf16_split_a")
+
+
+def dot_precision(prec: str, interpreted: bool, allowed: tuple[str, ...] = PRODUCT_PRECISIONS) -> str:
+    """The PREC a product helper takes for a launch setting's precision (one of `allowed`): "bf16..." becomes
+    "bf16..._interpreted" under the interpreter, and "tf32_rn" "tf32", since the interpreter's tf32 products are
+    fp32 (rounding the operands there would make it the one fp32 product that is not)."""
+    if prec not in allowed:
+        raise ValueError(f"a product precision must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {prec!r}")
+    if interpreted and prec == "tf32_rn":
+        return "tf32"
+    return prec + "_interpreted" if prec.startswith("bf16") and interpreted else prec

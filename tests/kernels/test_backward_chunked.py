@@ -31,8 +31,8 @@ from launch_spy import LaunchSpy  # noqa: E402
 from test_backward import assert_scale_passed_as_tensor, check, f64, make, rms_rel, truth  # noqa: E402
 
 from kda_trace.kernels import backward  # noqa: E402
-from kda_trace.kernels.backward_blocks import dot_precision  # noqa: E402
 from kda_trace.kernels.chunk import _tf32_rn  # noqa: E402
+from kda_trace.kernels.common import dot_precision  # noqa: E402
 from kda_trace.kernels.options import KDAOptions  # noqa: E402
 
 
