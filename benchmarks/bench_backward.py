@@ -183,16 +183,17 @@ def reset_fla_autotuning():
 
 
 def time_pair(fn, x, cu, mode, do, dht):
-    """(fwd+bwd ms, bwd ms, GiB allocated at most during the first fwd+bwd, inputs included) of fn. The peak counts
-    what the step allocates over what was allocated before it, plus the inputs: memory that the other
-    implementation left allocated in this process (fla keeps buffers between calls) is not charged to this one."""
+    """(fwd+bwd ms, bwd ms, GiB allocated at most during the first fwd+bwd, inputs included) of fn. The inputs'
+    gradients are cleared first (the step allocates its own, as a training step after zero_grad does), and the peak
+    counts what the step allocates over what was allocated before it, plus the inputs: what another implementation
+    left allocated in this process is not charged to this one."""
     leaves = list(x.values())
 
     def step():
         o, ht = fn(x, cu, mode)
         torch.autograd.backward((o, ht), (do, dht))
 
-    for t in leaves:  # the step allocates its gradients, as the first call of a training step does
+    for t in leaves:
         t.grad = None
     inputs = sum(t.numel() * t.element_size() for t in (*leaves, do, dht) if t is not None)
     torch.cuda.synchronize()

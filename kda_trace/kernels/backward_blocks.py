@@ -52,8 +52,8 @@ def _xdot(a, b, PREC: tl.constexpr):
     both rounded to bf16 first (tensor cores at twice tf32's rate, fla's and our forward's precision).
     "bf16_split_a": a as the sum of two bf16 terms (its rounding and the rest: a to about 2^-16 relative), b
     rounded to bf16, two bf16 products: about fp32 accuracy where b is bf16 already (a bf16 dO), at bf16 operand
-    traffic. "*_interpreted": the same under the interpreter (common.py `dot_precision`), through kernels/chunk.py's `_bf16`
-    and `_mma`, which round and multiply there the way the GPU does."""
+    traffic. "*_interpreted": the same under the interpreter (common.py `dot_precision`), through kernels/chunk.py's
+    `_bf16` and `_mma`, which round and multiply there the way the GPU does."""
     if PREC == "bf16":
         return _mma(_bf16(a, False), _bf16(b, False), False)
     elif PREC == "bf16_interpreted":
