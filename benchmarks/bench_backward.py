@@ -4,14 +4,15 @@ chunk_kda, forward + backward and backward alone, on one GPU; and every gradient
     python benchmarks/bench_backward.py [--shapes a,b] [--no-fla] [--fla-tune-each] [--no-speed] [--accuracy]
         [--accuracy-shapes a,b] [--accuracy-variants "key=val,...;key=val"]
         [--bv N] [--warps N] [--seg N] [--launch key=N,...] [--parts] [--recompute] [--a-max A]
-        [--rounds N] [--ab "key=val,...;key=val"] [--out DIR]
+        [--rounds N] [--ab "key=val,...;key=val"] [--peak-only] [--out DIR]
 
 Speed (triton.testing.do_bench, median, grads reset between calls), per shape, bf16 q/k/v/beta, fp32 g and
 states, K = V = 128, initial state given, final state returned and differentiated (dht random):
 - fwd+bwd: the forward, then torch.autograd.backward((o, final_state), (do, dht));
-- bwd: the backward alone (the graph of one forward, retained); for both, what the backward itself recomputes.
-The peak memory allocated during the first fwd+bwd (inputs included; not what the other implementation left
-allocated in the process) is recorded beside the times.
+- bwd: the backward alone, as fwd+bwd less the forward (building its graph and what it keeps for the backward);
+  for both, what the backward itself recomputes.
+The peak memory allocated during one fwd+bwd after a warm one (inputs included; not what the other implementation
+left allocated in the process) is recorded beside the times; `--peak-only` measures it alone, without timing.
 `--fla-tune-each` forgets fla's autotuning results before each shape (fla's keys leave out the token count),
 so fla runs tuned on the shape; expect about a minute of tuning per shape. `--rounds N`: ours and fla timed in
 turn N times per shape (the medians reported, every round recorded), so that a drift of the GPU's clock over the
@@ -182,30 +183,35 @@ def reset_fla_autotuning():
                     obj.cache.clear()
 
 
-def time_pair(fn, x, cu, mode, do, dht):
-    """(fwd+bwd ms, bwd ms, GiB allocated at most during the first fwd+bwd, inputs included) of fn. The inputs'
-    gradients are cleared first (the step allocates its own, as a training step after zero_grad does), and the peak
-    counts what the step allocates over what was allocated before it, plus the inputs: what another implementation
-    left allocated in this process is not charged to this one."""
+def time_pair(fn, x, cu, mode, do, dht, timed=True):
+    """(fwd+bwd ms, bwd ms, GiB allocated at most during one fwd+bwd, inputs included) of fn; without `timed` the
+    times are NaN (not recorded). The peak is that of a second step, after one that compiles and autotunes (fla's autotuner
+    allocates copies of its arguments while it tunes, which no training step does). The inputs' gradients are
+    cleared first (the step allocates its own, as a training step after zero_grad does), and the peak counts what
+    the step allocates over what was allocated before it, plus the inputs: what another implementation left
+    allocated in this process is not charged to this one."""
     leaves = list(x.values())
 
     def step():
         o, ht = fn(x, cu, mode)
         torch.autograd.backward((o, ht), (do, dht))
 
+    step()  # compile / autotune outside the peak and the timing
     for t in leaves:
         t.grad = None
     inputs = sum(t.numel() * t.element_size() for t in (*leaves, do, dht) if t is not None)
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    step()  # compile / autotune outside the timing
+    step()
     peak = (torch.cuda.max_memory_allocated() - before + inputs) / 2**30
+    if not timed:
+        return float("nan"), float("nan"), peak
     t_both = triton.testing.do_bench(step, warmup=25, rep=200, grad_to_none=leaves, return_mode="median")
-    o, ht = fn(x, cu, mode)
-    t_bwd = triton.testing.do_bench(lambda: torch.autograd.backward((o, ht), (do, dht), retain_graph=True),
-                                    warmup=25, rep=200, grad_to_none=leaves, return_mode="median")
-    return t_both, t_bwd, peak
+    # the backward alone as fwd+bwd less the forward (its graph built, then dropped): a second backward of one
+    # retained graph would time recomputation, as ours frees what its forward kept while it runs
+    t_fwd = triton.testing.do_bench(lambda: fn(x, cu, mode), warmup=25, rep=200, return_mode="median")
+    return t_both, t_both - t_fwd, peak
 
 
 def _profiled(work) -> dict:
@@ -248,7 +254,7 @@ def _median(xs: list[float]) -> float:
     return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
 
 
-def speed(names, log, with_fla, fla_tune_each, parts=False, rounds=1):
+def speed(names, log, with_fla, fla_tune_each, parts=False, rounds=1, timed=True):
     for name in names:
         H, lens, mode, *packed = SHAPES[name]
         x, cu, do, dht = make_inputs(H, lens, mode, *packed)
@@ -266,7 +272,7 @@ def speed(names, log, with_fla, fla_tune_each, parts=False, rounds=1):
                 if w not in got:  # fla failed in an earlier round
                     continue
                 try:
-                    got[w].append(time_pair(fn, x, cu, mode, do, dht))
+                    got[w].append(time_pair(fn, x, cu, mode, do, dht, timed))
                 except Exception as e:  # noqa: BLE001 -- report fla's failure, keep going
                     if w == "ours":
                         raise
@@ -274,13 +280,16 @@ def speed(names, log, with_fla, fla_tune_each, parts=False, rounds=1):
                     row["fla_error"] = repr(e)
                     del got[w]
         for w, runs in got.items():
+            row[f"{w}_peak_gib"] = max(r[2] for r in runs)
+            if not timed:
+                print(f"{name}: {w:4s} peak {row[f'{w}_peak_gib']:.2f} GiB", flush=True)
+                continue
             row[f"{w}_fwd_bwd_ms"] = _median([r[0] for r in runs])
             row[f"{w}_bwd_ms"] = _median([r[1] for r in runs])
-            row[f"{w}_peak_gib"] = max(r[2] for r in runs)
             if rounds > 1:
                 row[f"{w}_rounds_ms"] = [[r[0], r[1]] for r in runs]
             print(f"{name}: {w:4s} fwd+bwd {row[f'{w}_fwd_bwd_ms']:.3f} ms, bwd {row[f'{w}_bwd_ms']:.3f} ms, "
-                  f"peak {row[f'{w}_peak_gib']:.1f} GiB" + (f" (median of {rounds} rounds)" if rounds > 1 else ""),
+                  f"peak {row[f'{w}_peak_gib']:.2f} GiB" + (f" (median of {rounds} rounds)" if rounds > 1 else ""),
                   flush=True)
         if parts:
             row["ours_fwd_kernels_ms"], row["ours_bwd_kernels_ms"] = kernel_times(run_ours, x, cu, mode, do, dht)
@@ -463,6 +472,8 @@ def main():
                     "times per shape; medians reported")
     ap.add_argument("--ab", default="", help="';'-separated launch settings (as --launch) timed in turn with the "
                     "defaults, ours only, on --shapes (--rounds of them, at least 3), instead of the speed table")
+    ap.add_argument("--peak-only", action="store_true", help="the speed table's peak memory alone (no timing): "
+                    "one warm step, then one measured, per implementation and shape")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     if a.rounds < 1 or (a.ab and a.rounds < 3):
@@ -492,7 +503,7 @@ def main():
         if variants:
             ab(a.shapes.split(","), variants, log, a.rounds, a.parts)
         elif not a.no_speed:
-            speed(a.shapes.split(","), log, not a.no_fla, a.fla_tune_each, a.parts, a.rounds)
+            speed(a.shapes.split(","), log, not a.no_fla, a.fla_tune_each, a.parts, a.rounds, not a.peak_only)
         if a.accuracy:
             variants = ("", *filter(None, a.accuracy_variants.split(";")))
             accuracy(log, not a.no_fla, list(filter(None, a.accuracy_shapes.split(","))), variants)
