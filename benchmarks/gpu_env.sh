@@ -16,7 +16,8 @@ mkdir -p "$TRITON_CACHE_DIR"
     nproc
 } > "$OUT/env_$(date +%H%M%S).txt" 2>&1
 # fla's autotuning results come back in $OUT/autotune.tar.gz on exit; unpack them into .gpu_out/triton here
-# so the next run skips the minutes of first-use tuning (tar xzf autotune.tar.gz -C .gpu_out/triton).
+# (tar xzf autotune.tar.gz -C .gpu_out/triton) and carry .gpu_out (git ignores it) with the next run, which then
+# skips fla's first-use tuning: about ten minutes on a fresh H200 for the four training configurations.
 # Past 8 files in $OUT, the text files are packed into texts.tar.gz (fewer files to copy back).
 trap '(cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" | tar czf "$OUT/autotune.tar.gz" -T -)
       if [ "$(find "$OUT" -type f | wc -l)" -gt 8 ]; then
