@@ -185,8 +185,8 @@ def reset_fla_autotuning():
 
 def time_pair(fn, x, cu, mode, do, dht, timed=True):
     """(fwd+bwd ms, bwd ms, GiB allocated at most during one fwd+bwd, inputs included) of fn; without `timed` the
-    times are NaN (not recorded). The peak is that of a second step, after one that compiles and autotunes (fla's autotuner
-    allocates copies of its arguments while it tunes, which no training step does). The inputs' gradients are
+    times are NaN (not recorded). The peak is that of a second step, after one that compiles and autotunes (fla's
+    autotuner allocates copies of its arguments while it tunes, which no training step does). The inputs' gradients are
     cleared first (the step allocates its own, as a training step after zero_grad does), and the peak counts what
     the step allocates over what was allocated before it, plus the inputs: what another implementation left
     allocated in this process is not charged to this one."""
